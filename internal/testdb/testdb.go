@@ -1,0 +1,209 @@
+// Package testdb is Hopper's test bed: it finds a real PostgreSQL and gives
+// every test a freshly migrated schema of its own, so tests run in parallel
+// without seeing each other's jobs.
+//
+// The server is picked once per test binary, in this order:
+// HOPPER_TEST_DATABASE_URL, DATABASE_URL, the libpq defaults (PG* variables,
+// localhost:5432); when none answers and a Docker daemon answers Ping, a
+// throwaway postgres container is started with dockertest. With no database
+// at all a test is skipped, or fails when the CI variable is set.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ory/dockertest/v3"
+	"github.com/ory/dockertest/v3/docker"
+
+	"github.com/hopperq/hopper/schema"
+)
+
+// DB is one test's private, migrated schema.
+type DB struct {
+	// Pool connects with the test's schema first in search_path.
+	Pool *pgxpool.Pool
+	// Schema is the name of the test's schema.
+	Schema string
+	// URL connects to the same schema: hand it to child processes.
+	URL string
+}
+
+var (
+	serverOnce sync.Once
+	serverDSN  string
+	serverErr  error
+)
+
+// Server returns the connection string of the PostgreSQL server the tests
+// use, skipping (or, under CI, failing) the test when there is none.
+func Server(t testing.TB) string {
+	t.Helper()
+	serverOnce.Do(func() { serverDSN, serverErr = findServer() })
+	if serverErr != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("testdb: no PostgreSQL for tests (CI is set, so this fails): %v", serverErr)
+		}
+		t.Skipf("testdb: no PostgreSQL for tests: %v", serverErr)
+	}
+	return serverDSN
+}
+
+// New gives the test a fresh schema with Hopper's migrations applied. The
+// schema is dropped when the test ends.
+func New(t testing.TB) *DB {
+	t.Helper()
+	d := NewEmpty(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := schema.Up(ctx, d.Pool); err != nil {
+		t.Fatalf("testdb: migrate %s: %v", d.Schema, err)
+	}
+	return d
+}
+
+// NewEmpty gives the test a fresh, empty schema (no migrations applied).
+func NewEmpty(t testing.TB) *DB {
+	t.Helper()
+	dsn := Server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	name := "hopper_test_" + randomSuffix()
+	admin, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("testdb: connect: %v", err)
+	}
+	defer admin.Close(ctx)
+	// DDL takes no bind parameters; the name is ours and quoted.
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("testdb: create schema: %v", err)
+	}
+	t.Cleanup(func() { dropSchema(t, dsn, name) })
+
+	d := &DB{Schema: name, URL: WithSearchPath(dsn, name)}
+	cfg, err := pgxpool.ParseConfig(d.URL)
+	if err != nil {
+		t.Fatalf("testdb: parse config: %v", err)
+	}
+	cfg.MaxConns = 16
+	d.Pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("testdb: pool: %v", err)
+	}
+	t.Cleanup(d.Pool.Close)
+	return d
+}
+
+// WithSearchPath returns dsn with search_path set to schema, in whichever
+// form (URL or keyword/value) dsn is written.
+func WithSearchPath(dsn, schemaName string) string {
+	if strings.Contains(dsn, "://") {
+		u, err := url.Parse(dsn)
+		if err == nil {
+			q := u.Query()
+			q.Set("search_path", schemaName)
+			u.RawQuery = q.Encode()
+			return u.String()
+		}
+	}
+	return strings.TrimSpace(dsn + " search_path=" + schemaName)
+}
+
+func dropSchema(t testing.TB, dsn, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Errorf("testdb: connect to drop %s: %v", name, err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+		t.Errorf("testdb: drop schema %s: %v", name, err)
+	}
+}
+
+func randomSuffix() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func findServer() (string, error) {
+	var tried []string
+	for _, candidate := range []struct{ name, dsn string }{
+		{"HOPPER_TEST_DATABASE_URL", os.Getenv("HOPPER_TEST_DATABASE_URL")},
+		{"DATABASE_URL", os.Getenv("DATABASE_URL")},
+		{"libpq defaults", ""},
+	} {
+		if candidate.dsn == "" && candidate.name != "libpq defaults" {
+			continue
+		}
+		err := ping(candidate.dsn)
+		if err == nil {
+			return candidate.dsn, nil
+		}
+		tried = append(tried, fmt.Sprintf("%s: %v", candidate.name, err))
+	}
+	dsn, err := startDocker()
+	if err == nil {
+		return dsn, nil
+	}
+	tried = append(tried, fmt.Sprintf("docker: %v", err))
+	return "", errors.New(strings.Join(tried, "; "))
+}
+
+func ping(dsn string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.Ping(ctx)
+}
+
+// startDocker runs a throwaway postgres container. It is removed by
+// dockertest's expiry (a few minutes after the test binary ends), since a
+// test binary has no hook that runs after its last test.
+func startDocker() (string, error) {
+	pool, err := dockertest.NewPool("")
+	if err != nil {
+		return "", err
+	}
+	if err := pool.Client.Ping(); err != nil {
+		return "", fmt.Errorf("no Docker daemon: %w", err)
+	}
+	res, err := pool.RunWithOptions(&dockertest.RunOptions{
+		Repository: "postgres",
+		Tag:        "17",
+		Env:        []string{"POSTGRES_HOST_AUTH_METHOD=trust"},
+	}, func(hc *docker.HostConfig) {
+		hc.AutoRemove = true
+		hc.RestartPolicy = docker.RestartPolicy{Name: "no"}
+	})
+	if err != nil {
+		return "", fmt.Errorf("start postgres container: %w", err)
+	}
+	_ = res.Expire(600)
+	dsn := fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", res.GetHostPort("5432/tcp"))
+	pool.MaxWait = 60 * time.Second
+	if err := pool.Retry(func() error { return ping(dsn) }); err != nil {
+		_ = pool.Purge(res)
+		return "", fmt.Errorf("postgres container did not answer: %w", err)
+	}
+	return dsn, nil
+}

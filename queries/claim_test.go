@@ -1,0 +1,174 @@
+package queries_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/db"
+)
+
+func TestDequeueOrder(t *testing.T) {
+	b := setup(t)
+	// Enqueued in an order that differs from the claim order.
+	low := b.enqueue(t, jobSpec{priority: 5})
+	high2 := b.enqueue(t, jobSpec{priority: 1})
+	// high1 is enqueued after high2 but was due a minute earlier.
+	_, err := b.q.EnqueueBatchAt(b.ctx, []db.EnqueueBatchAtParams{{
+		Queue: "default", Kind: "k", Version: 1, Priority: 1, Payload: json.RawMessage(`{}`),
+		RunAt: time.Now().Add(-time.Minute), MaxAttempts: 1,
+	}})
+	require.NoError(t, err)
+	high1 := high2 + 1
+	urgent := b.enqueue(t, jobSpec{priority: 0})
+
+	var order []int64
+	for range 4 {
+		got := b.claim(t, "w", 1)
+		require.Len(t, got, 1)
+		order = append(order, got[0].ID)
+	}
+	require.Equal(t, []int64{urgent, high1, high2, low}, order)
+	require.Empty(t, b.claim(t, "w", 1))
+}
+
+func TestDequeueSameRunAtOrdersByID(t *testing.T) {
+	b := setup(t)
+	rows := make([]db.EnqueueBatchParams, 50)
+	for i := range rows {
+		rows[i] = db.EnqueueBatchParams{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), MaxAttempts: 1}
+	}
+	_, err := b.q.EnqueueBatch(b.ctx, rows) // one statement: one run_at for all
+	require.NoError(t, err)
+	var last int64
+	for range 50 {
+		got := b.claim(t, "w", 1)
+		require.Len(t, got, 1)
+		require.Greater(t, got[0].ID, last)
+		last = got[0].ID
+	}
+}
+
+func TestDequeueClaimFields(t *testing.T) {
+	b := setup(t)
+	id := b.enqueue(t, jobSpec{})
+	before := time.Now()
+	got := b.claim(t, "worker-7", 10)
+	require.Len(t, got, 1)
+	j := got[0]
+	require.Equal(t, id, j.ID)
+	require.Equal(t, "running", j.State)
+	require.Equal(t, int32(1), j.Attempt)
+	require.Equal(t, "worker-7", *j.LeaseOwner)
+	require.True(t, j.LeaseUntil.Valid)
+	require.WithinDuration(t, before.Add(30*time.Second), j.LeaseUntil.Time, 5*time.Second)
+	require.Empty(t, b.claim(t, "other", 10), "a running job is not claimable")
+}
+
+func TestDequeueFilters(t *testing.T) {
+	b := setup(t)
+	b.enqueue(t, jobSpec{delay: time.Hour})                 // scheduled: not yet
+	b.enqueue(t, jobSpec{queue: "other"})                   // another queue
+	b.enqueue(t, jobSpec{kind: "unknown"})                  // a kind nobody asked for
+	v2 := b.enqueue(t, jobSpec{kind: "versioned", version: 2})
+	v3 := b.enqueue(t, jobSpec{kind: "versioned", version: 3})
+	plain := b.enqueue(t, jobSpec{})
+
+	for _, tc := range []struct {
+		name        string
+		queue       string
+		kinds       []string
+		maxVersions []int32
+		max         int32
+		want        []int64
+	}{
+		{"no kinds", "default", nil, nil, 10, nil},
+		{"zero limit", "default", []string{"k"}, []int32{1}, 0, nil},
+		{"plain kind", "default", []string{"k"}, []int32{1}, 10, []int64{plain}},
+		{"v2 worker leaves v3", "default", []string{"versioned"}, []int32{2}, 10, []int64{v2}},
+		{"v3 worker takes both", "default", []string{"versioned", "k"}, []int32{3, 1}, 10, []int64{v2, v3, plain}},
+		{"v1 worker takes none", "default", []string{"versioned"}, []int32{1}, 10, nil},
+		{"empty queue", "nothing-here", []string{"k"}, []int32{1}, 10, nil},
+	} {
+		tx, err := b.pool.Begin(b.ctx)
+		require.NoError(t, err)
+		got, err := db.New(tx).Dequeue(b.ctx, db.DequeueParams{
+			Queue: tc.queue, Kinds: tc.kinds, MaxVersions: tc.maxVersions, MaxJobs: tc.max, Owner: "w", LeaseMs: 1000,
+		})
+		require.NoError(t, err, tc.name)
+		require.ElementsMatch(t, tc.want, ids(got), tc.name)
+		require.NoError(t, tx.Rollback(b.ctx)) // leave the table as it was for the next case
+	}
+}
+
+// TestNoDoubleClaim: many workers on their own connections claim and ack
+// 20,000 jobs in batches; every job is claimed exactly once.
+func TestNoDoubleClaim(t *testing.T) {
+	b := setup(t)
+	const total, workers, batch = 20_000, 10, 37
+	rows := make([]db.EnqueueBatchParams, total)
+	for i := range rows {
+		rows[i] = db.EnqueueBatchParams{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), MaxAttempts: 1}
+	}
+	_, err := b.q.EnqueueBatch(b.ctx, rows)
+	require.NoError(t, err)
+
+	var (
+		mu     sync.Mutex
+		claims = map[int64]int{}
+		wg     sync.WaitGroup
+		errs   = make(chan error, workers)
+	)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := b.pool.Acquire(b.ctx) // a connection of its own for the whole run
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer conn.Release()
+			q := db.New(conn)
+			for {
+				got, err := q.Dequeue(b.ctx, db.DequeueParams{
+					Queue: "default", Kinds: []string{"k"}, MaxVersions: []int32{1},
+					MaxJobs: batch, Owner: string(rune('a' + w)), LeaseMs: 60_000,
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(got) == 0 {
+					return
+				}
+				attempts := make([]int32, len(got))
+				mu.Lock()
+				for i, j := range got {
+					claims[j.ID]++
+					attempts[i] = j.Attempt
+				}
+				mu.Unlock()
+				if _, err := q.AckBatch(context.Background(), db.AckBatchParams{Ids: ids(got), Attempts: attempts}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, claims, total, "every job claimed")
+	for id, n := range claims {
+		require.Equal(t, 1, n, "job %d claimed %d times", id, n)
+	}
+	live, _ := b.totals(t)
+	require.Zero(t, live)
+}

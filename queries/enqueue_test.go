@@ -1,0 +1,172 @@
+package queries_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/db"
+)
+
+func TestEnqueueDefaults(t *testing.T) {
+	b := setup(t)
+	id := b.enqueue(t, jobSpec{queue: "email", kind: "welcome", version: 2, priority: 3, maxAttempts: 7})
+
+	j, err := b.q.GetJob(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "email", j.Queue)
+	require.Equal(t, "welcome", j.Kind)
+	require.Equal(t, int32(2), j.Version)
+	require.Equal(t, int16(3), j.Priority)
+	require.Equal(t, int32(7), j.MaxAttempts)
+	require.Equal(t, "pending", j.State)
+	require.Zero(t, j.Attempt)
+	require.Nil(t, j.LeaseOwner)
+	require.False(t, j.LeaseUntil.Valid)
+	require.JSONEq(t, `[]`, string(j.Errors))
+	require.JSONEq(t, `{"n":1}`, string(j.Payload))
+	require.WithinDuration(t, j.CreatedAt, j.RunAt, time.Second, "no delay and a past run_at mean now")
+}
+
+func TestEnqueueRunAt(t *testing.T) {
+	b := setup(t)
+	delayed := b.enqueue(t, jobSpec{delay: time.Hour})
+	j, err := b.q.GetJob(b.ctx, delayed)
+	require.NoError(t, err)
+	require.WithinDuration(t, j.CreatedAt.Add(time.Hour), j.RunAt, time.Second)
+
+	at := time.Now().Add(48 * time.Hour).Truncate(time.Microsecond)
+	p := params(jobSpec{})
+	p.RunAt = at
+	row, err := b.q.Enqueue(b.ctx, p)
+	require.NoError(t, err)
+	j, err = b.q.GetJob(b.ctx, row.ID)
+	require.NoError(t, err)
+	require.True(t, at.Equal(j.RunAt), "explicit run_at kept: %v vs %v", at, j.RunAt)
+}
+
+func TestEnqueueUniqueKey(t *testing.T) {
+	b := setup(t)
+	first, err := b.q.Enqueue(b.ctx, params(jobSpec{uniqueKey: "order-1"}))
+	require.NoError(t, err)
+	require.True(t, first.Inserted)
+
+	dup, err := b.q.Enqueue(b.ctx, params(jobSpec{uniqueKey: "order-1"}))
+	require.NoError(t, err)
+	require.False(t, dup.Inserted, "a live job holds the key")
+	require.Equal(t, first.ID, dup.ID, "the duplicate names the live holder")
+
+	other, err := b.q.Enqueue(b.ctx, params(jobSpec{uniqueKey: "order-2"}))
+	require.NoError(t, err)
+	require.True(t, other.Inserted)
+
+	live, _ := b.totals(t)
+	require.EqualValues(t, 2, live)
+
+	// Once the holder is finished the key is free again.
+	claimed := b.claim(t, "w", 10)
+	require.Len(t, claimed, 2)
+	acked, err := b.q.AckBatch(b.ctx, db.AckBatchParams{Ids: ids(claimed), Attempts: []int32{1, 1}})
+	require.NoError(t, err)
+	require.Len(t, acked, 2)
+	again, err := b.q.Enqueue(b.ctx, params(jobSpec{uniqueKey: "order-1"}))
+	require.NoError(t, err)
+	require.True(t, again.Inserted)
+}
+
+func TestEnqueueRejectsBadRows(t *testing.T) {
+	b := setup(t)
+	for _, tc := range []struct {
+		name string
+		spec jobSpec
+		mut  func(*db.EnqueueParams)
+	}{
+		{name: "empty queue", mut: func(p *db.EnqueueParams) { p.Queue = "" }},
+		{name: "empty kind", mut: func(p *db.EnqueueParams) { p.Kind = "" }},
+		{name: "priority too high", mut: func(p *db.EnqueueParams) { p.Priority = 10 }},
+		{name: "negative priority", mut: func(p *db.EnqueueParams) { p.Priority = -1 }},
+		{name: "zero max attempts", mut: func(p *db.EnqueueParams) { p.MaxAttempts = 0 }},
+		{name: "version zero", mut: func(p *db.EnqueueParams) { p.Version = 0 }},
+		{name: "empty unique key", mut: func(p *db.EnqueueParams) { k := ""; p.UniqueKey = &k }},
+	} {
+		p := params(tc.spec)
+		tc.mut(&p)
+		_, err := b.q.Enqueue(b.ctx, p)
+		require.Error(t, err, tc.name)
+	}
+	live, _ := b.totals(t)
+	require.Zero(t, live)
+}
+
+func TestEnqueueBatchCopy(t *testing.T) {
+	b := setup(t)
+	n, err := b.q.EnqueueBatch(b.ctx, nil)
+	require.NoError(t, err)
+	require.Zero(t, n, "an empty batch inserts nothing")
+
+	rows := make([]db.EnqueueBatchParams, 1000)
+	for i := range rows {
+		rows[i] = db.EnqueueBatchParams{
+			Queue: "default", Kind: "k", Version: 1, Priority: int16(i % 10), MaxAttempts: 5,
+			Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)),
+		}
+	}
+	n, err = b.q.EnqueueBatch(b.ctx, rows)
+	require.NoError(t, err)
+	require.EqualValues(t, 1000, n)
+
+	future := time.Now().Add(time.Hour)
+	n, err = b.q.EnqueueBatchAt(b.ctx, []db.EnqueueBatchAtParams{
+		{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), RunAt: future, MaxAttempts: 1},
+	})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+
+	stats, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, stats, 1)
+	require.EqualValues(t, 1000, stats[0].Ready)
+	require.EqualValues(t, 1, stats[0].Scheduled)
+}
+
+func TestEnqueueBatchUnique(t *testing.T) {
+	b := setup(t)
+	empty, err := b.q.EnqueueBatchUnique(b.ctx, db.EnqueueBatchUniqueParams{})
+	require.NoError(t, err)
+	require.Empty(t, empty)
+
+	holder := b.enqueue(t, jobSpec{uniqueKey: "taken"})
+	_ = holder
+	future := time.Now().Add(time.Hour)
+	keys := []string{"a", "taken", "", "a", "b", ""}
+	p := db.EnqueueBatchUniqueParams{}
+	for i, k := range keys {
+		p.Queues = append(p.Queues, "default")
+		p.Kinds = append(p.Kinds, "k")
+		p.Versions = append(p.Versions, 1)
+		p.Payloads = append(p.Payloads, json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)))
+		p.Priorities = append(p.Priorities, 0)
+		p.RunAts = append(p.RunAts, past)
+		p.DelaysMs = append(p.DelaysMs, 0)
+		p.MaxAttempts = append(p.MaxAttempts, 3)
+		p.UniqueKeys = append(p.UniqueKeys, k)
+	}
+	p.RunAts[4] = future // "b" is scheduled
+	rows, err := b.q.EnqueueBatchUnique(b.ctx, p)
+	require.NoError(t, err)
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.UniqueKey)
+	}
+	// "taken" is held by a live job and the second "a" repeats the first;
+	// jobs without a key are always inserted.
+	require.ElementsMatch(t, []string{"a", "", "b", ""}, got)
+
+	stats, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, stats[0].Ready) // holder, a and two without key
+	require.EqualValues(t, 1, stats[0].Scheduled)
+}

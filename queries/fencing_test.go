@@ -1,0 +1,193 @@
+package queries_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/db"
+)
+
+func TestAckBatch(t *testing.T) {
+	b := setup(t)
+	for range 3 {
+		b.enqueue(t, jobSpec{})
+	}
+	claimed := b.claim(t, "w", 3)
+	require.Len(t, claimed, 3)
+
+	none, err := b.q.AckBatch(b.ctx, db.AckBatchParams{})
+	require.NoError(t, err)
+	require.Empty(t, none, "an empty batch acks nothing")
+
+	acked, err := b.q.AckBatch(b.ctx, db.AckBatchParams{
+		Ids:      []int64{claimed[0].ID, claimed[1].ID, 999_999},
+		Attempts: []int32{1, 2, 1}, // the second names a claim that never happened
+	})
+	require.NoError(t, err)
+	require.Equal(t, []int64{claimed[0].ID}, acked)
+	live, _ := b.totals(t)
+	require.EqualValues(t, 2, live)
+
+	// A pending job cannot be acked, even with its current attempt.
+	pending := b.enqueue(t, jobSpec{queue: "idle"})
+	acked, err = b.q.AckBatch(b.ctx, db.AckBatchParams{Ids: []int64{pending}, Attempts: []int32{0}})
+	require.NoError(t, err)
+	require.Empty(t, acked)
+}
+
+// TestFencing: after a lease expires and the job is claimed again, the first
+// claimant's ack, nack, extend and release have no effect and say so; the
+// second claimant's take effect.
+func TestFencing(t *testing.T) {
+	stale := func(b *bundle, j db.HopperJob) (db.AckBatchParams, db.NackBatchParams, db.ExtendParams, db.ReleaseParams) {
+		claim := []int64{j.ID}
+		attempt := []int32{j.Attempt}
+		return db.AckBatchParams{Ids: claim, Attempts: attempt},
+			db.NackBatchParams{Ids: claim, Attempts: attempt, Messages: []string{"late"}, BackoffsMs: []int64{0}, DeadReasons: []string{""}},
+			db.ExtendParams{Ids: claim, Attempts: attempt, LeaseMs: 60_000},
+			db.ReleaseParams{Ids: claim, Attempts: attempt}
+	}
+	for _, tc := range []struct {
+		name string
+		// finish is what the current claimant does; it must take effect.
+		finish func(t *testing.T, b *bundle, j db.HopperJob)
+	}{
+		{"second claimant acks", func(t *testing.T, b *bundle, j db.HopperJob) {
+			ack, _, _, _ := stale(b, j)
+			got, err := b.q.AckBatch(b.ctx, ack)
+			require.NoError(t, err)
+			require.Equal(t, []int64{j.ID}, got)
+		}},
+		{"second claimant nacks", func(t *testing.T, b *bundle, j db.HopperJob) {
+			_, nack, _, _ := stale(b, j)
+			got, err := b.q.NackBatch(b.ctx, nack)
+			require.NoError(t, err)
+			require.Equal(t, []db.NackBatchRow{{ID: j.ID, Dead: false}}, got)
+		}},
+		{"second claimant extends", func(t *testing.T, b *bundle, j db.HopperJob) {
+			_, _, ext, _ := stale(b, j)
+			got, err := b.q.Extend(b.ctx, ext)
+			require.NoError(t, err)
+			require.Equal(t, []int64{j.ID}, got)
+		}},
+		{"second claimant releases", func(t *testing.T, b *bundle, j db.HopperJob) {
+			_, _, _, rel := stale(b, j)
+			got, err := b.q.Release(b.ctx, rel)
+			require.NoError(t, err)
+			require.Len(t, got, 1)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			b.enqueue(t, jobSpec{maxAttempts: 5})
+			first := b.claim(t, "first", 1)[0]
+			b.expire(t, first)
+			swept, err := b.q.Sweep(b.ctx, 100)
+			require.NoError(t, err)
+			require.Len(t, swept, 1)
+			second := b.claim(t, "second", 1)[0]
+			require.Equal(t, first.ID, second.ID)
+			require.Equal(t, first.Attempt+1, second.Attempt)
+
+			ack, nack, ext, rel := stale(b, first)
+			acked, err := b.q.AckBatch(b.ctx, ack)
+			require.NoError(t, err)
+			require.Empty(t, acked, "stale ack refused")
+			nacked, err := b.q.NackBatch(b.ctx, nack)
+			require.NoError(t, err)
+			require.Empty(t, nacked, "stale nack refused")
+			held, err := b.q.Extend(b.ctx, ext)
+			require.NoError(t, err)
+			require.Empty(t, held, "stale extend refused")
+			released, err := b.q.Release(b.ctx, rel)
+			require.NoError(t, err)
+			require.Empty(t, released, "stale release refused")
+
+			// Nothing the stale claimant did changed the job.
+			j, err := b.q.GetJob(b.ctx, second.ID)
+			require.NoError(t, err)
+			require.Equal(t, "running", j.State)
+			require.Equal(t, "second", *j.LeaseOwner)
+			require.Equal(t, second.Attempt, j.Attempt)
+			require.True(t, second.LeaseUntil.Time.Equal(j.LeaseUntil.Time))
+			require.Len(t, history(t, j.Errors), 1, "only the sweep's entry")
+
+			tc.finish(t, b, second)
+		})
+	}
+}
+
+// A claim whose lease ran out but that nobody took over is still the
+// current claim: its ack is accepted (the work was done, and no one else
+// holds the job).
+func TestAckAfterExpiryBeforeSweep(t *testing.T) {
+	b := setup(t)
+	b.enqueue(t, jobSpec{})
+	j := b.claim(t, "w", 1)[0]
+	b.expire(t, j)
+	acked, err := b.q.AckBatch(b.ctx, db.AckBatchParams{Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}})
+	require.NoError(t, err)
+	require.Equal(t, []int64{j.ID}, acked)
+}
+
+func TestExtend(t *testing.T) {
+	b := setup(t)
+	b.enqueue(t, jobSpec{})
+	b.enqueue(t, jobSpec{})
+	claimed := b.claim(t, "w", 2)
+	held, err := b.q.Extend(b.ctx, db.ExtendParams{Ids: ids(claimed), Attempts: []int32{1, 1}, LeaseMs: 3_600_000})
+	require.NoError(t, err)
+	require.ElementsMatch(t, ids(claimed), held)
+	for _, id := range held {
+		j, err := b.q.GetJob(b.ctx, id)
+		require.NoError(t, err)
+		require.WithinDuration(t, time.Now().Add(time.Hour), j.LeaseUntil.Time, 10*time.Second)
+	}
+	none, err := b.q.Extend(b.ctx, db.ExtendParams{LeaseMs: 1000})
+	require.NoError(t, err)
+	require.Empty(t, none)
+}
+
+func TestRelease(t *testing.T) {
+	b := setup(t)
+	b.enqueue(t, jobSpec{maxAttempts: 2})
+	j := b.claim(t, "w", 1)[0]
+	released, err := b.q.Release(b.ctx, db.ReleaseParams{Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}})
+	require.NoError(t, err)
+	require.Equal(t, []db.ReleaseRow{{ID: j.ID, Queue: "default"}}, released)
+
+	got, err := b.q.GetJob(b.ctx, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, "pending", got.State)
+	require.Nil(t, got.LeaseOwner)
+	require.Equal(t, int32(1), got.Attempt, "attempt is the fencing token: it never goes down")
+	require.Equal(t, int32(3), got.MaxAttempts, "the released claim is not charged")
+	require.JSONEq(t, `[]`, string(got.Errors))
+	require.True(t, j.RunAt.Equal(got.RunAt), "keeps its place in line")
+
+	again := b.claim(t, "w2", 1)
+	require.Len(t, again, 1, "claimable at once")
+	require.Equal(t, int32(2), again[0].Attempt)
+}
+
+func TestReleaseOwner(t *testing.T) {
+	b := setup(t)
+	for range 3 {
+		b.enqueue(t, jobSpec{})
+	}
+	mine := b.claim(t, "host-1", 2)
+	theirs := b.claim(t, "host-2", 1)
+	released, err := b.q.ReleaseOwner(b.ctx, "host-1")
+	require.NoError(t, err)
+	require.Len(t, released, 2)
+
+	// The released claims are fenced out: a zombie host-1 cannot ack them.
+	acked, err := b.q.AckBatch(b.ctx, db.AckBatchParams{Ids: ids(mine), Attempts: []int32{1, 1}})
+	require.NoError(t, err)
+	require.Empty(t, acked)
+	j, err := b.q.GetJob(b.ctx, theirs[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, "running", j.State, "other owners keep their claims")
+}

@@ -1,0 +1,102 @@
+package queries_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/db"
+)
+
+func nack(t *testing.T, b *bundle, j db.HopperJob, msg string, backoff time.Duration, deadReason string) []db.NackBatchRow {
+	t.Helper()
+	rows, err := b.q.NackBatch(b.ctx, db.NackBatchParams{
+		Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}, Messages: []string{msg},
+		BackoffsMs: []int64{backoff.Milliseconds()}, DeadReasons: []string{deadReason},
+	})
+	require.NoError(t, err)
+	return rows
+}
+
+func TestNackReschedulesWithBackoff(t *testing.T) {
+	b := setup(t)
+	b.enqueue(t, jobSpec{maxAttempts: 3})
+	j := b.claim(t, "w", 1)[0]
+	before := time.Now()
+	rows := nack(t, b, j, "smtp timeout", time.Hour, "")
+	require.Equal(t, []db.NackBatchRow{{ID: j.ID, Dead: false}}, rows)
+
+	got, err := b.q.GetJob(b.ctx, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, "pending", got.State)
+	require.Nil(t, got.LeaseOwner)
+	require.False(t, got.LeaseUntil.Valid)
+	require.WithinDuration(t, before.Add(time.Hour), got.RunAt, 10*time.Second)
+	h := history(t, got.Errors)
+	require.Len(t, h, 1)
+	require.Equal(t, historyEntry{Attempt: 1, At: h[0].At, Owner: "w", Error: "smtp timeout"}, h[0])
+	require.Empty(t, b.claim(t, "w", 1), "not claimable before its backoff")
+}
+
+func TestNackLastAttemptDeadLetters(t *testing.T) {
+	b := setup(t)
+	id := b.enqueue(t, jobSpec{maxAttempts: 3, uniqueKey: "once"})
+	for attempt := int32(1); attempt <= 3; attempt++ {
+		got := b.claim(t, fmt.Sprintf("w%d", attempt), 1)
+		require.Len(t, got, 1)
+		require.Equal(t, attempt, got[0].Attempt)
+		rows := nack(t, b, got[0], fmt.Sprintf("failure %d", attempt), 0, "")
+		require.Equal(t, []db.NackBatchRow{{ID: id, Dead: attempt == 3}}, rows)
+	}
+	live, dead := b.totals(t)
+	require.Zero(t, live)
+	require.EqualValues(t, 1, dead)
+
+	d, err := b.q.GetDead(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "out of attempts", d.Reason)
+	require.Equal(t, int32(3), d.Attempt)
+	require.Equal(t, "once", *d.UniqueKey)
+	h := history(t, d.Errors)
+	require.Len(t, h, 3, "the full history travels to the dead table")
+	for i, e := range h {
+		require.Equal(t, int32(i+1), e.Attempt)
+		require.Equal(t, fmt.Sprintf("failure %d", i+1), e.Error)
+		require.Equal(t, fmt.Sprintf("w%d", i+1), e.Owner)
+	}
+}
+
+func TestNackPermanentFailure(t *testing.T) {
+	b := setup(t)
+	id := b.enqueue(t, jobSpec{maxAttempts: 25})
+	j := b.claim(t, "w", 1)[0]
+	rows := nack(t, b, j, "cannot decode payload", 0, "undecodable payload")
+	require.Equal(t, []db.NackBatchRow{{ID: id, Dead: true}}, rows)
+	d, err := b.q.GetDead(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "undecodable payload", d.Reason)
+	require.Equal(t, int32(1), d.Attempt, "no retries were burnt")
+}
+
+func TestNackBatchMixed(t *testing.T) {
+	b := setup(t)
+	b.enqueue(t, jobSpec{maxAttempts: 1})
+	b.enqueue(t, jobSpec{maxAttempts: 5})
+	js := b.claim(t, "w", 2)
+	require.Len(t, js, 2)
+	rows, err := b.q.NackBatch(b.ctx, db.NackBatchParams{
+		Ids: ids(js), Attempts: []int32{1, 1}, Messages: []string{"a", "b"},
+		BackoffsMs: []int64{0, 0}, DeadReasons: []string{"", ""},
+	})
+	require.NoError(t, err)
+	want := []db.NackBatchRow{
+		{ID: js[0].ID, Dead: js[0].MaxAttempts == 1},
+		{ID: js[1].ID, Dead: js[1].MaxAttempts == 1},
+	}
+	require.ElementsMatch(t, want, rows)
+	empty, err := b.q.NackBatch(b.ctx, db.NackBatchParams{})
+	require.NoError(t, err)
+	require.Empty(t, empty)
+}

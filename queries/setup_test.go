@@ -1,0 +1,130 @@
+package queries_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/testdb"
+)
+
+// bundle is what most tests need: a migrated schema of their own and the
+// generated queries bound to its pool.
+type bundle struct {
+	ctx  context.Context
+	pool *pgxpool.Pool
+	q    *db.Queries
+	tdb  *testdb.DB
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	tdb := testdb.New(t)
+	return &bundle{ctx: ctx, pool: tdb.Pool, q: db.New(tdb.Pool), tdb: tdb}
+}
+
+// past is a run_at that means "now" to Enqueue (run_at is the later of it
+// and now() + delay).
+var past = time.Unix(0, 0)
+
+type jobSpec struct {
+	queue, kind string
+	version     int32
+	priority    int16
+	delay       time.Duration
+	maxAttempts int32
+	uniqueKey   string
+}
+
+func (b *bundle) enqueue(t *testing.T, s jobSpec) int64 {
+	t.Helper()
+	row, err := b.q.Enqueue(b.ctx, params(s))
+	require.NoError(t, err)
+	require.True(t, row.Inserted)
+	return row.ID
+}
+
+func params(s jobSpec) db.EnqueueParams {
+	p := db.EnqueueParams{
+		Queue: s.queue, Kind: s.kind, Version: s.version, Priority: s.priority,
+		Payload: json.RawMessage(`{"n":1}`), RunAt: past, DelayMs: s.delay.Milliseconds(),
+		MaxAttempts: s.maxAttempts,
+	}
+	if p.Queue == "" {
+		p.Queue = "default"
+	}
+	if p.Kind == "" {
+		p.Kind = "k"
+	}
+	if p.Version == 0 {
+		p.Version = 1
+	}
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = 3
+	}
+	if s.uniqueKey != "" {
+		p.UniqueKey = &s.uniqueKey
+	}
+	return p
+}
+
+// claim dequeues from queue "default" for kind "k" up to version 1.
+func (b *bundle) claim(t *testing.T, owner string, n int32) []db.HopperJob {
+	t.Helper()
+	jobs, err := b.q.Dequeue(b.ctx, db.DequeueParams{
+		Queue: "default", Kinds: []string{"k"}, MaxVersions: []int32{1},
+		MaxJobs: n, Owner: owner, LeaseMs: 30_000,
+	})
+	require.NoError(t, err)
+	return jobs
+}
+
+// expire makes a held claim's lease run out, through the real Extend query.
+func (b *bundle) expire(t *testing.T, j db.HopperJob) {
+	t.Helper()
+	held, err := b.q.Extend(b.ctx, db.ExtendParams{Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}, LeaseMs: -1000})
+	require.NoError(t, err)
+	require.Equal(t, []int64{j.ID}, held)
+}
+
+func ids(jobs []db.HopperJob) []int64 {
+	out := make([]int64, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.ID
+	}
+	return out
+}
+
+type historyEntry struct {
+	Attempt int32     `json:"attempt"`
+	At      time.Time `json:"at"`
+	Owner   string    `json:"owner"`
+	Error   string    `json:"error"`
+}
+
+func history(t *testing.T, raw json.RawMessage) []historyEntry {
+	t.Helper()
+	var h []historyEntry
+	require.NoError(t, json.Unmarshal(raw, &h))
+	return h
+}
+
+// totals counts live and dead jobs through the Stats query.
+func (b *bundle) totals(t *testing.T) (live, dead int64) {
+	t.Helper()
+	rows, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	for _, r := range rows {
+		live += r.Ready + r.Scheduled + r.Running
+		dead += r.Dead
+	}
+	return live, dead
+}

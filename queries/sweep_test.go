@@ -1,0 +1,143 @@
+package queries_test
+
+import (
+	"encoding/json"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/db"
+)
+
+func TestSweep(t *testing.T) {
+	b := setup(t)
+	requeue := b.enqueue(t, jobSpec{maxAttempts: 2})
+	bury := b.enqueue(t, jobSpec{maxAttempts: 1})
+	healthy := b.enqueue(t, jobSpec{maxAttempts: 1})
+	claimed := b.claim(t, "crashed", 3)
+	require.Len(t, claimed, 3)
+	for _, j := range claimed {
+		if j.ID != healthy {
+			b.expire(t, j)
+		}
+	}
+
+	rows, err := b.q.Sweep(b.ctx, 100)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []db.SweepRow{
+		{ID: requeue, Queue: "default", Dead: false},
+		{ID: bury, Queue: "default", Dead: true},
+	}, rows)
+
+	j, err := b.q.GetJob(b.ctx, requeue)
+	require.NoError(t, err)
+	require.Equal(t, "pending", j.State)
+	require.Nil(t, j.LeaseOwner)
+	h := history(t, j.Errors)
+	require.Len(t, h, 1)
+	require.Equal(t, "lease expired", h[0].Error)
+	require.Equal(t, "crashed", h[0].Owner)
+	require.Equal(t, int32(1), h[0].Attempt)
+
+	d, err := b.q.GetDead(b.ctx, bury)
+	require.NoError(t, err)
+	require.Equal(t, "lease expired on last attempt", d.Reason)
+	require.Equal(t, "lease expired", history(t, d.Errors)[0].Error)
+
+	j, err = b.q.GetJob(b.ctx, healthy)
+	require.NoError(t, err)
+	require.Equal(t, "running", j.State, "a live lease is left alone")
+
+	again, err := b.q.Sweep(b.ctx, 100)
+	require.NoError(t, err)
+	require.Empty(t, again)
+	require.Len(t, b.claim(t, "w", 10), 1, "the requeued job is ready at once")
+}
+
+func TestSweepBounded(t *testing.T) {
+	b := setup(t)
+	for range 5 {
+		b.enqueue(t, jobSpec{})
+	}
+	for _, j := range b.claim(t, "w", 5) {
+		b.expire(t, j)
+	}
+	first, err := b.q.Sweep(b.ctx, 2)
+	require.NoError(t, err)
+	require.Len(t, first, 2)
+	rest, err := b.q.Sweep(b.ctx, 100)
+	require.NoError(t, err)
+	require.Len(t, rest, 3)
+}
+
+// TestSweepConcurrent: sweeps from several connections at once move each
+// expired job exactly once.
+func TestSweepConcurrent(t *testing.T) {
+	b := setup(t)
+	const total, sweepers = 3000, 8
+	rows := make([]db.EnqueueBatchParams, total)
+	for i := range rows {
+		// Half have a retry left, half are on their last attempt.
+		rows[i] = db.EnqueueBatchParams{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), MaxAttempts: int32(1 + i%2)}
+	}
+	_, err := b.q.EnqueueBatch(b.ctx, rows)
+	require.NoError(t, err)
+	claimed, err := b.q.Dequeue(b.ctx, db.DequeueParams{
+		Queue: "default", Kinds: []string{"k"}, MaxVersions: []int32{1}, MaxJobs: total, Owner: "crashed", LeaseMs: -1000,
+	})
+	require.NoError(t, err)
+	require.Len(t, claimed, total)
+
+	var (
+		mu    sync.Mutex
+		moved = map[int64]int{}
+		dead  int
+		wg    sync.WaitGroup
+		errs  = make(chan error, sweepers)
+	)
+	for range sweepers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := b.pool.Acquire(b.ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer conn.Release()
+			q := db.New(conn)
+			for {
+				got, err := q.Sweep(b.ctx, 50)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(got) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, r := range got {
+					moved[r.ID]++
+					if r.Dead {
+						dead++
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, moved, total)
+	for id, n := range moved {
+		require.Equal(t, 1, n, "job %d moved %d times", id, n)
+	}
+	require.Equal(t, total/2, dead)
+	live, deadRows := b.totals(t)
+	require.EqualValues(t, total/2, live)
+	require.EqualValues(t, total/2, deadRows)
+}
