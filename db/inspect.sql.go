@@ -278,6 +278,18 @@ func (q *Queries) RetryDeadKind(ctx context.Context, kind string) ([]int64, erro
 	return items, nil
 }
 
+const schemaExists = `-- name: SchemaExists :one
+SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1::text) AS exists
+`
+
+// Whether a schema of that name exists (checked before migrating into it).
+func (q *Queries) SchemaExists(ctx context.Context, name string) (bool, error) {
+	row := q.db.QueryRow(ctx, schemaExists, name)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
 const stats = `-- name: Stats :many
 WITH live AS (
     SELECT queue, kind,

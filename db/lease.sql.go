@@ -48,18 +48,6 @@ func (q *Queries) Extend(ctx context.Context, arg ExtendParams) ([]int64, error)
 	return items, nil
 }
 
-const notify = `-- name: Notify :exec
-SELECT pg_notify('hopper_jobs', json_build_object('schema', current_schema(), 'queue', q.queue)::text)
-FROM (SELECT DISTINCT unnest($1::text[]) AS queue) AS q
-`
-
-// Wakes workers idling on the given queues (after a release or a sweep put
-// jobs back). Inserts need no call: the trigger on hopper_jobs notifies.
-func (q *Queries) Notify(ctx context.Context, queues []string) error {
-	_, err := q.db.Exec(ctx, notify, queues)
-	return err
-}
-
 const release = `-- name: Release :many
 UPDATE hopper_jobs AS j
 SET state        = 'pending',

@@ -71,9 +71,9 @@ func TestDequeueClaimFields(t *testing.T) {
 
 func TestDequeueFilters(t *testing.T) {
 	b := setup(t)
-	b.enqueue(t, jobSpec{delay: time.Hour})                 // scheduled: not yet
-	b.enqueue(t, jobSpec{queue: "other"})                   // another queue
-	b.enqueue(t, jobSpec{kind: "unknown"})                  // a kind nobody asked for
+	b.enqueue(t, jobSpec{delay: time.Hour}) // scheduled: not yet
+	b.enqueue(t, jobSpec{queue: "other"})   // another queue
+	b.enqueue(t, jobSpec{kind: "unknown"})  // a kind nobody asked for
 	v2 := b.enqueue(t, jobSpec{kind: "versioned", version: 2})
 	v3 := b.enqueue(t, jobSpec{kind: "versioned", version: 3})
 	plain := b.enqueue(t, jobSpec{})

@@ -115,3 +115,7 @@ RETURNING dead.id;
 -- name: PurgeDead :execrows
 -- Deletes dead jobs that died before died_before.
 DELETE FROM hopper_dead_jobs WHERE died_at < @died_before::timestamptz;
+
+-- name: SchemaExists :one
+-- Whether a schema of that name exists (checked before migrating into it).
+SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = @name::text) AS exists;

@@ -39,9 +39,3 @@ SET state        = 'pending',
 WHERE j.state = 'running'
   AND j.lease_owner = @owner::text
 RETURNING j.id, j.queue;
-
--- name: Notify :exec
--- Wakes workers idling on the given queues (after a release or a sweep put
--- jobs back). Inserts need no call: the trigger on hopper_jobs notifies.
-SELECT pg_notify('hopper_jobs', json_build_object('schema', current_schema(), 'queue', q.queue)::text)
-FROM (SELECT DISTINCT unnest(@queues::text[]) AS queue) AS q;

@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	hopperdb "github.com/hopperq/hopper/db"
 )
 
 // Files holds the migration files of this version of Hopper, as golang-migrate
@@ -58,60 +60,58 @@ func WithLog(logf func(format string, args ...any)) Option {
 
 // Migrator applies Hopper's migrations to one database (and schema).
 type Migrator struct {
-	m    *migrate.Migrate
-	pool *pgxpool.Pool
+	m *migrate.Migrate
 }
 
-// NewMigrator prepares migrations over a connection pool of its own, made
-// from pool's configuration (so it never changes pool's sessions). Close it
-// when done.
+// NewMigrator prepares migrations over connections of its own, made from
+// pool's configuration. Close it when done.
 func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migrator, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	cfg := pool.Config()
-	cfg.MinConns = 0
-	cfg.MaxConns = 2
+	connCfg := pool.Config().ConnConfig
 	if o.schema != "" {
-		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{o.schema}.Sanitize()
+		exists, err := hopperdb.New(pool).SchemaExists(ctx, o.schema)
+		if err != nil {
+			return nil, fmt.Errorf("hopper: migrate: %w", err)
+		}
+		if !exists {
+			return nil, fmt.Errorf("hopper: migrate: schema %q does not exist: create it first", o.schema)
+		}
+		connCfg.RuntimeParams["search_path"] = pgx.Identifier{o.schema}.Sanitize()
 	}
-	own, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("hopper: migrate: connect: %w", err)
-	}
-	db := stdlib.OpenDBFromPool(own)
-	driver, err := migratepgx.WithInstance(db, &migratepgx.Config{
+	// A database/sql handle of its own (golang-migrate speaks database/sql),
+	// so migrating never changes the sessions of the caller's pool.
+	sqlDB := stdlib.OpenDB(*connCfg)
+	sqlDB.SetMaxOpenConns(2)
+	driver, err := migratepgx.WithInstance(sqlDB, &migratepgx.Config{
 		MigrationsTable: MigrationsTable,
 		SchemaName:      o.schema,
 	})
 	if err != nil {
-		_ = db.Close()
-		own.Close()
+		_ = sqlDB.Close()
 		return nil, fmt.Errorf("hopper: migrate: open driver: %w", err)
 	}
 	src, err := iofs.New(Files, ".")
 	if err != nil {
 		_ = driver.Close()
-		own.Close()
 		return nil, fmt.Errorf("hopper: migrate: read embedded files: %w", err)
 	}
 	m, err := migrate.NewWithInstance("iofs", src, "pgx5", driver)
 	if err != nil {
 		_ = driver.Close()
-		own.Close()
 		return nil, fmt.Errorf("hopper: migrate: %w", err)
 	}
 	if o.logf != nil {
 		m.Log = logger(o.logf)
 	}
-	return &Migrator{m: m, pool: own}, nil
+	return &Migrator{m: m}, nil
 }
 
 // Close releases the migrator's connections.
 func (mg *Migrator) Close() error {
 	srcErr, dbErr := mg.m.Close()
-	mg.pool.Close()
 	return errors.Join(srcErr, dbErr)
 }
 

@@ -1,0 +1,41 @@
+# Hopper's tasks. `make help` lists them.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+SQLC := CGO_ENABLED=0 go tool -modfile=tools/go.mod sqlc
+SCRATCH := .tmp/check-generated
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: test
+test: ## run every test (race detector on) against a real PostgreSQL
+	go test -race -count=1 ./...
+
+.PHONY: generate
+generate: ## regenerate db/ from schema/ and queries/ with sqlc
+	rm -f db/*.go
+	$(SQLC) generate
+
+.PHONY: check-generated
+check-generated: ## fail when db/ differs from what sqlc makes of the SQL (stale files included)
+	rm -rf $(SCRATCH) && mkdir -p $(SCRATCH)
+	cp -R sqlc.yaml schema queries $(SCRATCH)/
+	$(SQLC) generate -f $(SCRATCH)/sqlc.yaml
+	@if ! diff -r db $(SCRATCH)/db; then \
+		echo "db/ is stale: run 'make generate' and commit the result" >&2; exit 1; \
+	fi
+	rm -rf $(SCRATCH)
+
+.PHONY: vet
+vet: ## go vet and gofmt
+	go vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1; }
+
+.PHONY: ci
+ci: ## what CI runs (after making sure PostgreSQL is up): check-generated, vet, test
+	$(MAKE) check-generated
+	$(MAKE) vet
+	$(MAKE) test
