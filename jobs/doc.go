@@ -1,0 +1,84 @@
+// Package jobs is the typed layer of Hopper: job kinds with typed,
+// versioned payloads, and enqueueing that commits or rolls back with your
+// own writes.
+//
+// # Defining a kind
+//
+// A kind pairs a stable name with a Go payload type. Define it once, at
+// package level:
+//
+//	type Welcome struct {
+//		UserID int64 `json:"user_id"`
+//	}
+//
+//	var WelcomeEmail = jobs.Define[Welcome]("welcome_email",
+//		jobs.Defaults(jobs.Queue("email"), jobs.MaxAttempts(10)),
+//	)
+//
+// The name is stored with every job and is how workers find the handler:
+// never rename a kind that has jobs in flight. Define panics on an invalid
+// definition (NewKind returns the error), so mistakes stop the program at
+// start.
+//
+// # Enqueueing
+//
+// Enqueue takes the same small interface sqlc generates (DBTX): a
+// *pgxpool.Pool, a *pgx.Conn, a pgx.Tx, or the transaction your own sqlc
+// code runs on. Given a transaction, the job is inserted in it and commits
+// or rolls back with your business data; workers are woken when it commits.
+//
+//	tx, _ := pool.Begin(ctx)
+//	defer tx.Rollback(ctx)
+//	userID := createUser(ctx, tx)
+//	res, err := WelcomeEmail.Enqueue(ctx, tx, Welcome{UserID: userID}, jobs.Delay(time.Minute))
+//	...
+//	tx.Commit(ctx)
+//
+// Options: Queue, Priority (0 runs first, 9 last; default 0), RunAt, Delay,
+// MaxAttempts (default 25) and UniqueKey. With a unique key, the enqueue is
+// a no-op while a live job (pending or running) holds the key, and
+// Result.Duplicate says so, with the holder's id.
+//
+// EnqueueMany inserts a batch in one round trip: COPY for plain batches (the
+// fast path: well over 100,000 jobs per second), a single INSERT … ON
+// CONFLICT DO NOTHING when any item has a unique key. Either way every item
+// is validated before anything is written, the batch is all or nothing, and
+// workers get one wake-up per queue for the whole batch.
+//
+// Bad input is refused before anything is written, with errors that say
+// what was wrong and match with errors.Is: ErrInvalidQueue,
+// ErrInvalidPriority, ErrInvalidMaxAttempts, ErrInvalidSchedule,
+// ErrInvalidUniqueKey, ErrMarshal, ErrPayloadTooLarge (1 MiB unless the
+// kind sets MaxPayloadBytes).
+//
+// # Changing a payload: versions and upgrades
+//
+// Jobs outlive deploys. When a payload's shape changes, bump the kind's
+// version and register how the previous version's JSON becomes the new
+// one:
+//
+//	var WelcomeEmail = jobs.Define[Welcome]("welcome_email",
+//		jobs.Version(2),
+//		jobs.Upgrade(1, jobs.Convert(func(old WelcomeV1) (Welcome, error) { … })),
+//	)
+//
+// Every job is stored with the version it was enqueued at. A worker
+// upgrades an older payload through the chain (1→2→…→current) before
+// decoding it into T, so handlers only ever see the current type. A worker
+// never claims a payload newer than its build understands: during a rolling
+// deploy, old workers leave new jobs to new workers. A payload that cannot
+// be upgraded or decoded is a permanent failure (ErrUndecodable): the
+// worker moves it to the dead table at once, with the reason, without
+// burning retries.
+//
+// The chain must be contiguous from 1 to the current version; Define checks
+// it. Keep old payload structs (WelcomeV1, …) and golden JSON fixtures of
+// each version in your tests, so a change that alters the stored JSON
+// without a new version is caught.
+//
+// # What handlers receive
+//
+// A handler gets a *Job[T]: the decoded Payload and the job's metadata (ID,
+// Queue, Kind, stored Version, Attempt, MaxAttempts, CreatedAt, RunAt and
+// the error history of earlier attempts). The worker package runs them.
+package jobs

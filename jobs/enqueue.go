@@ -1,0 +1,301 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hopperq/hopper/db"
+)
+
+// EnqueueOption sets how one job (or, given to Defaults, every job of a
+// kind) is enqueued.
+type EnqueueOption func(*enqueueOptions)
+
+type enqueueOptions struct {
+	queue       string
+	priority    int
+	maxAttempts int
+	runAt       time.Time
+	delay       time.Duration
+	uniqueKey   *string
+}
+
+func defaultOptions() enqueueOptions {
+	return enqueueOptions{queue: DefaultQueue, maxAttempts: DefaultMaxAttempts}
+}
+
+// Queue puts the job on the named queue (default "default").
+func Queue(name string) EnqueueOption { return func(o *enqueueOptions) { o.queue = name } }
+
+// Priority orders ready jobs within a queue: 0 (the default) runs first, 9
+// last. Give bulk work a higher number rather than urgent work a lower one.
+func Priority(p int) EnqueueOption { return func(o *enqueueOptions) { o.priority = p } }
+
+// MaxAttempts is how many times the job may be claimed before it is dead
+// (default 25). 1 means no retries.
+func MaxAttempts(n int) EnqueueOption { return func(o *enqueueOptions) { o.maxAttempts = n } }
+
+// RunAt makes the job ready no earlier than t. A time in the past means now.
+func RunAt(t time.Time) EnqueueOption { return func(o *enqueueOptions) { o.runAt = t } }
+
+// Delay makes the job ready d from now. For a single Enqueue "now" is the
+// database's clock; EnqueueMany measures a delay with this process's clock.
+func Delay(d time.Duration) EnqueueOption { return func(o *enqueueOptions) { o.delay = d } }
+
+// UniqueKey makes the enqueue a no-op while a live job (pending or running)
+// holds the same key; the result says so. Finished and dead jobs free the
+// key.
+func UniqueKey(key string) EnqueueOption { return func(o *enqueueOptions) { o.uniqueKey = &key } }
+
+func (o *enqueueOptions) validate() error {
+	if err := checkName(o.queue); err != nil {
+		return fmt.Errorf("%w: queue name %v", ErrInvalidQueue, err)
+	}
+	if o.priority < MinPriority || o.priority > MaxPriority {
+		return fmt.Errorf("%w: %d is outside %d (first) to %d (last)", ErrInvalidPriority, o.priority, MinPriority, MaxPriority)
+	}
+	if o.maxAttempts < 1 || o.maxAttempts > 1<<30 {
+		return fmt.Errorf("%w: %d (must be 1 or more)", ErrInvalidMaxAttempts, o.maxAttempts)
+	}
+	if o.delay < 0 {
+		return fmt.Errorf("%w: negative delay %v", ErrInvalidSchedule, o.delay)
+	}
+	if k := o.uniqueKey; k != nil {
+		switch n := utf8.RuneCountInString(*k); {
+		case *k == "":
+			return fmt.Errorf("%w: empty (leave the option out for no key)", ErrInvalidUniqueKey)
+		case n > MaxUniqueKeyLength:
+			return fmt.Errorf("%w: %d characters long, over the limit of %d", ErrInvalidUniqueKey, n, MaxUniqueKeyLength)
+		case !utf8.ValidString(*k) || containsNUL(*k):
+			return fmt.Errorf("%w: not valid UTF-8 text", ErrInvalidUniqueKey)
+		}
+	}
+	return nil
+}
+
+// longAgo stands for "now" as Enqueue's run_at: the query takes the later
+// of run_at and now() + delay.
+var longAgo = time.Unix(0, 0).UTC()
+
+func (o *enqueueOptions) runAtOrLongAgo() time.Time {
+	if o.runAt.IsZero() {
+		return longAgo
+	}
+	return o.runAt
+}
+
+// Result tells what Enqueue did.
+type Result struct {
+	// ID is the new job's id, or, for a duplicate, the id of the live job
+	// that holds the unique key (0 in the rare case that job committed while
+	// this enqueue ran and was not yet visible to it).
+	ID int64
+	// Duplicate is true when a live job held the unique key and nothing was
+	// inserted.
+	Duplicate bool
+}
+
+func (k *Kind[T]) prepare(payload T, opts []EnqueueOption) (enqueueOptions, json.RawMessage, error) {
+	o := k.defaults
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return o, nil, err
+	}
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return o, nil, fmt.Errorf("%w: %v", ErrMarshal, err)
+	}
+	if len(raw) > k.maxPayloadBytes {
+		return o, nil, fmt.Errorf("%w: %d bytes encoded, over the limit of %d", ErrPayloadTooLarge, len(raw), k.maxPayloadBytes)
+	}
+	return o, raw, nil
+}
+
+// Enqueue inserts one job through dbtx: a *pgxpool.Pool, a *pgx.Conn, a
+// pgx.Tx, or anything else with the methods sqlc's DBTX has. Given a
+// transaction, the job commits or rolls back with it.
+func (k *Kind[T]) Enqueue(ctx context.Context, dbtx db.DBTX, payload T, opts ...EnqueueOption) (Result, error) {
+	o, raw, err := k.prepare(payload, opts)
+	if err != nil {
+		return Result{}, fmt.Errorf("hopper: enqueue %s: %w", k.name, err)
+	}
+	row, err := db.New(dbtx).Enqueue(ctx, db.EnqueueParams{
+		Queue:       o.queue,
+		Kind:        k.name,
+		Version:     k.version,
+		Payload:     raw,
+		Priority:    int16(o.priority),
+		RunAt:       o.runAtOrLongAgo(),
+		DelayMs:     o.delay.Milliseconds(),
+		MaxAttempts: int32(o.maxAttempts),
+		UniqueKey:   o.uniqueKey,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Result{Duplicate: true}, nil
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("hopper: enqueue %s: %w", k.name, err)
+	}
+	return Result{ID: row.ID, Duplicate: !row.Inserted}, nil
+}
+
+// Item is one job of an EnqueueMany batch, with options of its own that
+// override the call's.
+type Item[T any] struct {
+	Payload T
+	Options []EnqueueOption
+}
+
+// Items wraps payloads that need no options of their own.
+func Items[T any](payloads ...T) []Item[T] {
+	items := make([]Item[T], len(payloads))
+	for i, p := range payloads {
+		items[i].Payload = p
+	}
+	return items
+}
+
+// BatchResult tells what EnqueueMany did.
+type BatchResult struct {
+	// Inserted counts the jobs inserted.
+	Inserted int
+	// Duplicates counts the jobs skipped because a live job (or an earlier
+	// job of the batch) held their unique key.
+	Duplicates int
+	// IDs holds the new jobs' ids when the batch carried unique keys. A
+	// plain batch goes through COPY, which does not report them: IDs is nil.
+	IDs []int64
+}
+
+// EnqueueMany inserts a batch of jobs in one go. Every item is checked
+// before anything is written: one bad item fails the whole batch. A batch
+// without unique keys is sent with COPY; one with unique keys with a single
+// INSERT … ON CONFLICT DO NOTHING. Either way workers get one wake-up per
+// queue for the batch, and given a transaction the batch commits or rolls
+// back with it. Without a transaction the batch is still all or nothing.
+func (k *Kind[T]) EnqueueMany(ctx context.Context, dbtx db.DBTX, items []Item[T], opts ...EnqueueOption) (BatchResult, error) {
+	if len(items) == 0 {
+		return BatchResult{}, nil
+	}
+	type prepared struct {
+		o   enqueueOptions
+		raw json.RawMessage
+	}
+	all := make([]prepared, len(items))
+	unique := false
+	for i, item := range items {
+		o, raw, err := k.prepare(item.Payload, append(opts[:len(opts):len(opts)], item.Options...))
+		if err != nil {
+			return BatchResult{}, fmt.Errorf("hopper: enqueue many %s: item %d: %w", k.name, i, err)
+		}
+		all[i] = prepared{o, raw}
+		unique = unique || o.uniqueKey != nil
+	}
+	wrap := func(err error) (BatchResult, error) {
+		return BatchResult{}, fmt.Errorf("hopper: enqueue many %s: %w", k.name, err)
+	}
+
+	if unique {
+		p := db.EnqueueBatchUniqueParams{}
+		for _, it := range all {
+			key := ""
+			if it.o.uniqueKey != nil {
+				key = *it.o.uniqueKey
+			}
+			p.Queues = append(p.Queues, it.o.queue)
+			p.Kinds = append(p.Kinds, k.name)
+			p.Versions = append(p.Versions, k.version)
+			p.Payloads = append(p.Payloads, it.raw)
+			p.Priorities = append(p.Priorities, int16(it.o.priority))
+			p.RunAts = append(p.RunAts, it.o.runAtOrLongAgo())
+			p.DelaysMs = append(p.DelaysMs, it.o.delay.Milliseconds())
+			p.MaxAttempts = append(p.MaxAttempts, int32(it.o.maxAttempts))
+			p.UniqueKeys = append(p.UniqueKeys, key)
+		}
+		rows, err := db.New(dbtx).EnqueueBatchUnique(ctx, p)
+		if err != nil {
+			return wrap(err)
+		}
+		res := BatchResult{Inserted: len(rows), Duplicates: len(items) - len(rows), IDs: make([]int64, len(rows))}
+		for i, r := range rows {
+			res.IDs[i] = r.ID
+		}
+		return res, nil
+	}
+
+	// Plain batch: COPY. Jobs ready now take the database's now() as run_at;
+	// scheduled ones need the column, so they go in a second COPY.
+	var now []db.EnqueueBatchParams
+	var later []db.EnqueueBatchAtParams
+	clock := time.Now()
+	for _, it := range all {
+		if it.o.runAt.IsZero() && it.o.delay == 0 {
+			now = append(now, db.EnqueueBatchParams{
+				Queue: it.o.queue, Kind: k.name, Version: k.version, Payload: it.raw,
+				Priority: int16(it.o.priority), MaxAttempts: int32(it.o.maxAttempts),
+			})
+			continue
+		}
+		at := clock.Add(it.o.delay)
+		if it.o.runAt.After(at) {
+			at = it.o.runAt
+		}
+		later = append(later, db.EnqueueBatchAtParams{
+			Queue: it.o.queue, Kind: k.name, Version: k.version, Payload: it.raw,
+			Priority: int16(it.o.priority), RunAt: at, MaxAttempts: int32(it.o.maxAttempts),
+		})
+	}
+	copyAll := func(q *db.Queries) error {
+		if len(now) > 0 {
+			if _, err := q.EnqueueBatch(ctx, now); err != nil {
+				return err
+			}
+		}
+		if len(later) > 0 {
+			if _, err := q.EnqueueBatchAt(ctx, later); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	if len(now) > 0 && len(later) > 0 {
+		// Two statements: run them in a transaction (a savepoint inside
+		// the caller's) so the batch is never half-written.
+		err = inTx(ctx, dbtx, copyAll)
+	} else {
+		err = copyAll(db.New(dbtx))
+	}
+	if err != nil {
+		return wrap(err)
+	}
+	return BatchResult{Inserted: len(items)}, nil
+}
+
+// inTx runs fn in a transaction begun on dbtx (a savepoint when dbtx is
+// already a transaction).
+func inTx(ctx context.Context, dbtx db.DBTX, fn func(*db.Queries) error) error {
+	beginner, ok := dbtx.(interface {
+		Begin(context.Context) (pgx.Tx, error)
+	})
+	if !ok {
+		return fmt.Errorf("%T cannot begin a transaction: pass a pool, a connection or a transaction", dbtx)
+	}
+	tx, err := beginner.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if err := fn(db.New(tx)); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}

@@ -1,0 +1,267 @@
+package jobs_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/jobs"
+)
+
+type Note struct {
+	Text string `json:"text"`
+}
+
+var noteKind = jobs.Define[Note]("note")
+
+func TestEnqueueStoresOptions(t *testing.T) {
+	b := setup(t)
+	k := jobs.Define[Note]("note.options", jobs.Defaults(jobs.Queue("notes"), jobs.MaxAttempts(4)))
+	res, err := k.Enqueue(b.ctx, b.pool, Note{Text: "hi"}, jobs.Priority(7), jobs.Delay(time.Hour), jobs.UniqueKey("n-1"))
+	require.NoError(t, err)
+	require.False(t, res.Duplicate)
+
+	row, err := b.q.GetJob(b.ctx, res.ID)
+	require.NoError(t, err)
+	require.Equal(t, "notes", row.Queue, "kind default")
+	require.Equal(t, "note.options", row.Kind)
+	require.Equal(t, int32(1), row.Version)
+	require.Equal(t, int16(7), row.Priority)
+	require.Equal(t, int32(4), row.MaxAttempts)
+	require.Equal(t, "n-1", *row.UniqueKey)
+	require.JSONEq(t, `{"text":"hi"}`, string(row.Payload))
+	require.WithinDuration(t, row.CreatedAt.Add(time.Hour), row.RunAt, time.Second)
+
+	at := time.Now().Add(72 * time.Hour).Truncate(time.Microsecond)
+	res, err = k.Enqueue(b.ctx, b.pool, Note{}, jobs.RunAt(at), jobs.Queue("other"))
+	require.NoError(t, err)
+	row, err = b.q.GetJob(b.ctx, res.ID)
+	require.NoError(t, err)
+	require.True(t, at.Equal(row.RunAt))
+	require.Equal(t, "other", row.Queue, "call options override kind defaults")
+}
+
+func TestEnqueueRejectsBadInput(t *testing.T) {
+	b := setup(t)
+	small := jobs.Define[Note]("note.small", jobs.MaxPayloadBytes(64))
+	type unmarshalable struct{ C chan int }
+	bad := jobs.Define[unmarshalable]("bad")
+	for _, tc := range []struct {
+		name    string
+		enqueue func() error
+		want    error
+		msg     string
+	}{
+		{"empty queue", func() error { _, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.Queue("")); return err }, jobs.ErrInvalidQueue, "empty"},
+		{"long queue", func() error {
+			_, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.Queue(strings.Repeat("q", 129)))
+			return err
+		}, jobs.ErrInvalidQueue, "129 characters"},
+		{"priority above 9", func() error { _, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.Priority(10)); return err }, jobs.ErrInvalidPriority, "10 is outside 0"},
+		{"negative priority", func() error { _, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.Priority(-1)); return err }, jobs.ErrInvalidPriority, "-1"},
+		{"zero attempts", func() error { _, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.MaxAttempts(0)); return err }, jobs.ErrInvalidMaxAttempts, "0"},
+		{"absurd attempts", func() error {
+			_, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.MaxAttempts(math.MaxInt))
+			return err
+		}, jobs.ErrInvalidMaxAttempts, ""},
+		{"negative delay", func() error { _, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.Delay(-time.Second)); return err }, jobs.ErrInvalidSchedule, "negative"},
+		{"empty unique key", func() error { _, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.UniqueKey("")); return err }, jobs.ErrInvalidUniqueKey, "empty"},
+		{"long unique key", func() error {
+			_, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.UniqueKey(strings.Repeat("u", 513)))
+			return err
+		}, jobs.ErrInvalidUniqueKey, "513"},
+		{"payload too large", func() error {
+			_, err := small.Enqueue(b.ctx, b.pool, Note{Text: strings.Repeat("x", 100)})
+			return err
+		}, jobs.ErrPayloadTooLarge, "over the limit of 64"},
+		{"payload does not marshal", func() error { _, err := bad.Enqueue(b.ctx, b.pool, unmarshalable{}); return err }, jobs.ErrMarshal, "chan"},
+		{"one bad item fails the batch", func() error {
+			items := jobs.Items(Note{}, Note{}, Note{})
+			items[2].Options = []jobs.EnqueueOption{jobs.Priority(99)}
+			_, err := noteKind.EnqueueMany(b.ctx, b.pool, items)
+			return err
+		}, jobs.ErrInvalidPriority, "item 2"},
+		{"oversize item fails the batch", func() error {
+			_, err := small.EnqueueMany(b.ctx, b.pool, jobs.Items(Note{}, Note{Text: strings.Repeat("x", 100)}))
+			return err
+		}, jobs.ErrPayloadTooLarge, "item 1"},
+	} {
+		err := tc.enqueue()
+		require.ErrorIs(t, err, tc.want, tc.name)
+		require.Contains(t, err.Error(), tc.msg, tc.name)
+		require.Contains(t, err.Error(), "hopper: enqueue", tc.name)
+	}
+	require.Zero(t, b.live(t), "nothing was written")
+
+	// The default limit is 1 MiB.
+	_, err := noteKind.Enqueue(b.ctx, b.pool, Note{Text: strings.Repeat("x", jobs.DefaultMaxPayloadBytes)})
+	require.ErrorIs(t, err, jobs.ErrPayloadTooLarge)
+	_, err = noteKind.Enqueue(b.ctx, b.pool, Note{Text: strings.Repeat("x", jobs.DefaultMaxPayloadBytes-20)})
+	require.NoError(t, err)
+}
+
+// TestEnqueueTransactional: the job commits or rolls back with the caller's
+// own writes, whatever handle the caller holds.
+func TestEnqueueTransactional(t *testing.T) {
+	b := setup(t)
+	_, err := b.pool.Exec(b.ctx, "CREATE TABLE orders (id bigint PRIMARY KEY)")
+	require.NoError(t, err)
+
+	placeOrder := func(tx pgx.Tx, id int64) {
+		_, err := tx.Exec(b.ctx, "INSERT INTO orders (id) VALUES ($1)", id)
+		require.NoError(t, err)
+		// The caller's own sqlc Queries, bound to the same transaction, can
+		// work alongside: both go through tx.
+		_, err = db.New(tx).Stats(b.ctx)
+		require.NoError(t, err)
+		_, err = noteKind.Enqueue(b.ctx, tx, Note{Text: fmt.Sprint("order ", id)})
+		require.NoError(t, err)
+	}
+	orders := func() (n int64) {
+		require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT count(*) FROM orders").Scan(&n))
+		return n
+	}
+
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	placeOrder(tx, 1)
+	require.NoError(t, tx.Rollback(b.ctx))
+	require.Zero(t, b.live(t), "rolled back: no job")
+	require.Zero(t, orders())
+
+	tx, err = b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	placeOrder(tx, 2)
+	require.NoError(t, tx.Commit(b.ctx))
+	require.EqualValues(t, 1, b.live(t), "committed: exactly one job")
+	require.EqualValues(t, 1, orders())
+
+	// A plain connection and the pool work too.
+	conn, err := pgx.Connect(b.ctx, b.tdb.URL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = noteKind.Enqueue(b.ctx, conn, Note{})
+	require.NoError(t, err)
+	_, err = noteKind.Enqueue(b.ctx, b.pool, Note{})
+	require.NoError(t, err)
+
+	// And a batch inside a transaction that rolls back leaves nothing.
+	tx, err = b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	items := jobs.Items(Note{}, Note{})
+	items[1].Options = []jobs.EnqueueOption{jobs.Delay(time.Minute)} // two COPY statements
+	res, err := noteKind.EnqueueMany(b.ctx, tx, items)
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Inserted)
+	require.NoError(t, tx.Rollback(b.ctx))
+	require.EqualValues(t, 3, b.live(t))
+}
+
+// TestUniqueKeyConcurrent: many goroutines enqueue the same key at once;
+// exactly one job is inserted, and every other call learns it was a
+// duplicate of that job.
+func TestUniqueKeyConcurrent(t *testing.T) {
+	b := setup(t)
+	const callers = 40
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		results []jobs.Result
+		errs    []error
+	)
+	start := make(chan struct{})
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.UniqueKey("same"))
+			mu.Lock()
+			defer mu.Unlock()
+			results = append(results, res)
+			errs = append(errs, err)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var inserted []int64
+	for i, res := range results {
+		require.NoError(t, errs[i])
+		if !res.Duplicate {
+			inserted = append(inserted, res.ID)
+		}
+	}
+	require.Len(t, inserted, 1)
+	for _, res := range results {
+		if res.Duplicate && res.ID != 0 {
+			require.Equal(t, inserted[0], res.ID, "a duplicate names the live holder")
+		}
+	}
+	require.EqualValues(t, 1, b.live(t))
+}
+
+func TestEnqueueMany100k(t *testing.T) {
+	b := setup(t)
+	const n = 100_000
+	payloads := make([]Note, n)
+	for i := range payloads {
+		payloads[i] = Note{Text: fmt.Sprint(i)}
+	}
+	res, err := noteKind.EnqueueMany(b.ctx, b.pool, jobs.Items(payloads...), jobs.Queue("bulk"), jobs.Priority(5), jobs.MaxAttempts(3))
+	require.NoError(t, err)
+	require.Equal(t, jobs.BatchResult{Inserted: n}, res)
+
+	var count, right, distinct int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `
+		SELECT count(*),
+		       count(*) FILTER (WHERE queue = 'bulk' AND kind = 'note' AND version = 1 AND priority = 5
+		                        AND max_attempts = 3 AND state = 'pending' AND attempt = 0 AND unique_key IS NULL),
+		       count(DISTINCT payload->>'text')
+		FROM hopper_jobs`).Scan(&count, &right, &distinct))
+	require.EqualValues(t, n, count)
+	require.EqualValues(t, n, right, "every job has the fields it was given")
+	require.EqualValues(t, n, distinct, "every payload arrived once")
+
+	empty, err := noteKind.EnqueueMany(b.ctx, b.pool, nil)
+	require.NoError(t, err)
+	require.Zero(t, empty.Inserted)
+}
+
+func TestEnqueueManyMixed(t *testing.T) {
+	b := setup(t)
+	_, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.UniqueKey("held"))
+	require.NoError(t, err)
+
+	items := jobs.Items(Note{Text: "a"}, Note{Text: "b"}, Note{Text: "c"}, Note{Text: "d"}, Note{Text: "e"})
+	items[0].Options = []jobs.EnqueueOption{jobs.UniqueKey("k1")}
+	items[1].Options = []jobs.EnqueueOption{jobs.UniqueKey("held")}
+	items[2].Options = []jobs.EnqueueOption{jobs.UniqueKey("k1")} // repeats item 0
+	items[4].Options = []jobs.EnqueueOption{jobs.Delay(time.Hour)}
+	res, err := noteKind.EnqueueMany(b.ctx, b.pool, items)
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Inserted)
+	require.Equal(t, 2, res.Duplicates)
+	require.Len(t, res.IDs, 3)
+
+	stats, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, stats, 1)
+	require.EqualValues(t, 3, stats[0].Ready) // held, a, d
+	require.EqualValues(t, 1, stats[0].Scheduled)
+
+	// A plain batch mixing ready and scheduled jobs, without a transaction.
+	items = jobs.Items(Note{}, Note{}, Note{})
+	items[1].Options = []jobs.EnqueueOption{jobs.RunAt(time.Now().Add(time.Hour))}
+	res, err = noteKind.EnqueueMany(b.ctx, b.pool, items)
+	require.NoError(t, err)
+	require.Equal(t, jobs.BatchResult{Inserted: 3}, res)
+	require.EqualValues(t, 7, b.live(t))
+}

@@ -1,0 +1,31 @@
+package jobs
+
+import "errors"
+
+// Errors a caller can match with errors.Is. Every error Hopper returns wraps
+// one of these (or a database error) with what was wrong.
+var (
+	// ErrInvalidDefinition: a kind's definition is wrong (bad name, version
+	// below 1, a gap in the upgrade chain, an option that makes no sense).
+	ErrInvalidDefinition = errors.New("invalid job kind definition")
+	// ErrDuplicateKind: a worker already has a handler for a kind of that
+	// name.
+	ErrDuplicateKind = errors.New("job kind already defined")
+	// ErrInvalidQueue: empty, over-long, or not valid UTF-8.
+	ErrInvalidQueue = errors.New("invalid queue name")
+	// ErrInvalidPriority: outside 0 (runs first) to 9 (runs last).
+	ErrInvalidPriority = errors.New("invalid priority")
+	// ErrInvalidMaxAttempts: below 1.
+	ErrInvalidMaxAttempts = errors.New("invalid max attempts")
+	// ErrInvalidSchedule: a negative delay.
+	ErrInvalidSchedule = errors.New("invalid schedule")
+	// ErrInvalidUniqueKey: empty, over-long, or not valid UTF-8.
+	ErrInvalidUniqueKey = errors.New("invalid unique key")
+	// ErrMarshal: the payload could not be encoded as JSON.
+	ErrMarshal = errors.New("payload does not marshal to JSON")
+	// ErrPayloadTooLarge: the encoded payload is over the kind's limit.
+	ErrPayloadTooLarge = errors.New("payload too large")
+	// ErrUndecodable: a stored payload could not be upgraded or decoded. A
+	// worker moves such a job to the dead table at once, without retries.
+	ErrUndecodable = errors.New("payload cannot be decoded")
+)

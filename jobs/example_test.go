@@ -1,0 +1,101 @@
+package jobs_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/jobs"
+)
+
+type SignupEmail struct {
+	UserID int64 `json:"user_id"`
+}
+
+// Define a kind once, at package level, with its payload type and the
+// defaults its jobs get.
+var signupEmail = jobs.Define[SignupEmail]("signup_email",
+	jobs.Defaults(jobs.Queue("email"), jobs.MaxAttempts(5)),
+)
+
+// Enqueue a job in the same transaction as the business write: both commit,
+// or neither does.
+func ExampleKind_Enqueue() {
+	pool, drop := testdb.ForExample()
+	defer drop()
+	ctx := context.Background()
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		panic(err)
+	}
+	defer tx.Rollback(ctx)
+	// ... insert the user with tx ...
+	res, err := signupEmail.Enqueue(ctx, tx, SignupEmail{UserID: 7}, jobs.Delay(time.Minute))
+	if err != nil {
+		panic(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println("enqueued:", res.ID > 0, "duplicate:", res.Duplicate)
+
+	// A unique key makes a second enqueue a no-op while the first job lives.
+	first, _ := signupEmail.Enqueue(ctx, pool, SignupEmail{UserID: 8}, jobs.UniqueKey("signup:8"))
+	again, _ := signupEmail.Enqueue(ctx, pool, SignupEmail{UserID: 8}, jobs.UniqueKey("signup:8"))
+	fmt.Println("second is a duplicate of the first:", again.Duplicate && again.ID == first.ID)
+	// Output:
+	// enqueued: true duplicate: false
+	// second is a duplicate of the first: true
+}
+
+// Enqueue many jobs in one round trip (COPY).
+func ExampleKind_EnqueueMany() {
+	pool, drop := testdb.ForExample()
+	defer drop()
+	ctx := context.Background()
+
+	var batch []SignupEmail
+	for id := int64(1); id <= 5000; id++ {
+		batch = append(batch, SignupEmail{UserID: id})
+	}
+	res, err := signupEmail.EnqueueMany(ctx, pool, jobs.Items(batch...), jobs.Priority(5))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("inserted:", res.Inserted)
+	// Output: inserted: 5000
+}
+
+// Version 1 of this kind stored one "name"; version 2 splits it. Old jobs
+// still in the table are upgraded when a worker decodes them.
+func ExampleUpgrade() {
+	type greetingV1 struct {
+		Name string `json:"name"`
+	}
+	type Greeting struct {
+		First string `json:"first"`
+		Last  string `json:"last"`
+	}
+	greeting := jobs.Define[Greeting]("greeting",
+		jobs.Version(2),
+		jobs.Upgrade(1, jobs.Convert(func(old greetingV1) (Greeting, error) {
+			first, last, _ := strings.Cut(old.Name, " ")
+			return Greeting{First: first, Last: last}, nil
+		})),
+	)
+
+	// A job a version-1 deploy enqueued ...
+	row := db.HopperJob{ID: 1, Kind: "greeting", Version: 1, Payload: json.RawMessage(`{"name":"Grace Hopper"}`)}
+	// ... is handled by this deploy as a version-2 payload.
+	job, err := greeting.Decode(row)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%+v (stored as version %d)\n", job.Payload, job.Version)
+	// Output: {First:Grace Last:Hopper} (stored as version 1)
+}

@@ -1,0 +1,98 @@
+package jobs
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/hopperq/hopper/db"
+)
+
+// Job is what a handler receives: the decoded payload and the job's
+// metadata, read when the job was claimed.
+type Job[T any] struct {
+	ID    int64
+	Queue string
+	Kind  string
+	// Version is the payload version the job was stored with; Payload has
+	// already been upgraded to the kind's current version.
+	Version  int32
+	Priority int16
+	// Attempt counts claims of this job, this one included (1 on the first
+	// run). A claim given back at shutdown counts here but is not charged
+	// against MaxAttempts, which grows by one instead.
+	Attempt     int32
+	MaxAttempts int32
+	CreatedAt   time.Time
+	RunAt       time.Time
+	// Errors is the history of failed attempts, oldest first.
+	Errors  []AttemptError
+	Payload T
+}
+
+// AttemptError is one failed attempt in a job's history.
+type AttemptError struct {
+	Attempt int32     `json:"attempt"`
+	At      time.Time `json:"at"`
+	Owner   string    `json:"owner"`
+	Error   string    `json:"error"`
+}
+
+// ParseErrors decodes a job's stored error history.
+func ParseErrors(raw json.RawMessage) ([]AttemptError, error) {
+	var history []AttemptError
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	if err := json.Unmarshal(raw, &history); err != nil {
+		return nil, fmt.Errorf("hopper: error history: %w", err)
+	}
+	return history, nil
+}
+
+// Decode builds the handler's view of a claimed row, upgrading and decoding
+// its payload. Errors wrap ErrUndecodable.
+func (k *Kind[T]) Decode(row db.HopperJob) (*Job[T], error) {
+	if row.Kind != k.name {
+		return nil, fmt.Errorf("hopper: decode job %d: %w: kind %q is not %q", row.ID, ErrUndecodable, row.Kind, k.name)
+	}
+	payload, err := k.DecodePayload(row.Version, row.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("hopper: decode job %d: %w", row.ID, err)
+	}
+	history, err := ParseErrors(row.Errors)
+	if err != nil {
+		return nil, fmt.Errorf("hopper: decode job %d: %w: %v", row.ID, ErrUndecodable, err)
+	}
+	return &Job[T]{
+		ID: row.ID, Queue: row.Queue, Kind: row.Kind, Version: row.Version, Priority: row.Priority,
+		Attempt: row.Attempt, MaxAttempts: row.MaxAttempts, CreatedAt: row.CreatedAt, RunAt: row.RunAt,
+		Errors: history, Payload: payload,
+	}, nil
+}
+
+// DecodePayload upgrades a payload stored at version through the kind's
+// chain to the current version, then unmarshals it into T. It never
+// panics: a panic in an upgrade function or in T's UnmarshalJSON is
+// returned as an error. Errors wrap ErrUndecodable.
+func (k *Kind[T]) DecodePayload(version int32, raw json.RawMessage) (payload T, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: panic while decoding version %d: %v", ErrUndecodable, version, r)
+		}
+	}()
+	if version < 1 || version > k.version {
+		return payload, fmt.Errorf("%w: version %d, but this build of %q understands 1 to %d", ErrUndecodable, version, k.name, k.version)
+	}
+	for v := version; v < k.version; v++ {
+		next, err := k.upgrades[v-1](raw)
+		if err != nil {
+			return payload, fmt.Errorf("%w: upgrade from version %d to %d: %v", ErrUndecodable, v, v+1, err)
+		}
+		raw = next
+	}
+	if err := json.Unmarshal(raw, &payload); err != nil {
+		return payload, fmt.Errorf("%w: version %d: %v", ErrUndecodable, k.version, err)
+	}
+	return payload, nil
+}
