@@ -15,7 +15,7 @@ USING (SELECT unnest($1::bigint[]) AS id, unnest($2::integer[]) AS attempt) AS d
 WHERE j.id = done.id
   AND j.attempt = done.attempt
   AND j.state = 'running'
-RETURNING j.id
+RETURNING j.id, j.attempt
 `
 
 type AckBatchParams struct {
@@ -23,21 +23,27 @@ type AckBatchParams struct {
 	Attempts []int32 `json:"attempts"`
 }
 
+type AckBatchRow struct {
+	ID      int64 `json:"id"`
+	Attempt int32 `json:"attempt"`
+}
+
 // Deletes the completed jobs of the given claims (ids[i], attempts[i]) and
-// returns the ids it deleted; an id missing from the answer was not acked.
-func (q *Queries) AckBatch(ctx context.Context, arg AckBatchParams) ([]int64, error) {
+// returns the claims it deleted; a claim missing from the answer was not
+// acked.
+func (q *Queries) AckBatch(ctx context.Context, arg AckBatchParams) ([]AckBatchRow, error) {
 	rows, err := q.db.Query(ctx, ackBatch, arg.Ids, arg.Attempts)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []int64{}
+	items := []AckBatchRow{}
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var i AckBatchRow
+		if err := rows.Scan(&i.ID, &i.Attempt); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -77,7 +83,7 @@ WITH failed AS (
         errors      = failed.errors
     FROM failed
     WHERE j.id = failed.id AND failed.dead_reason IS NULL
-    RETURNING j.id
+    RETURNING j.id, j.attempt
 ), removed AS (
     DELETE FROM hopper_jobs AS j
     USING failed
@@ -90,11 +96,11 @@ WITH failed AS (
            r.max_attempts, r.unique_key, failed.errors, failed.dead_reason, r.created_at
     FROM removed AS r
     JOIN failed ON failed.id = r.id
-    RETURNING id
+    RETURNING id, attempt
 )
-SELECT retried.id, false AS dead FROM retried
+SELECT retried.id, retried.attempt, false AS dead FROM retried
 UNION ALL
-SELECT buried.id, true AS dead FROM buried
+SELECT buried.id, buried.attempt, true AS dead FROM buried
 `
 
 type NackBatchParams struct {
@@ -106,8 +112,9 @@ type NackBatchParams struct {
 }
 
 type NackBatchRow struct {
-	ID   int64 `json:"id"`
-	Dead bool  `json:"dead"`
+	ID      int64 `json:"id"`
+	Attempt int32 `json:"attempt"`
+	Dead    bool  `json:"dead"`
 }
 
 // Records failed attempts of the given claims, appending
@@ -131,7 +138,7 @@ func (q *Queries) NackBatch(ctx context.Context, arg NackBatchParams) ([]NackBat
 	items := []NackBatchRow{}
 	for rows.Next() {
 		var i NackBatchRow
-		if err := rows.Scan(&i.ID, &i.Dead); err != nil {
+		if err := rows.Scan(&i.ID, &i.Attempt, &i.Dead); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

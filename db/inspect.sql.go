@@ -112,6 +112,23 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (HopperJob, error) {
 	return i, err
 }
 
+const hopperSchema = `-- name: HopperSchema :one
+SELECT n.nspname::text AS schema_name
+FROM pg_catalog.pg_class AS c
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+WHERE c.oid = to_regclass('hopper_jobs')
+`
+
+// The schema in which this session finds hopper_jobs (the schema wake-ups
+// are tagged with). No row when the migrations were never applied on its
+// search_path.
+func (q *Queries) HopperSchema(ctx context.Context) (string, error) {
+	row := q.db.QueryRow(ctx, hopperSchema)
+	var schema_name string
+	err := row.Scan(&schema_name)
+	return schema_name, err
+}
+
 const listDead = `-- name: ListDead :many
 SELECT id, queue, kind, version, payload, priority, attempt, max_attempts, unique_key, errors, reason, created_at, died_at FROM hopper_dead_jobs
 WHERE ($1::text IS NULL OR kind = $1::text)

@@ -16,7 +16,7 @@ FROM (SELECT unnest($2::bigint[]) AS id, unnest($3::integer[]) AS attempt) AS he
 WHERE j.id = held.id
   AND j.attempt = held.attempt
   AND j.state = 'running'
-RETURNING j.id
+RETURNING j.id, j.attempt
 `
 
 type ExtendParams struct {
@@ -25,22 +25,27 @@ type ExtendParams struct {
 	Attempts []int32 `json:"attempts"`
 }
 
+type ExtendRow struct {
+	ID      int64 `json:"id"`
+	Attempt int32 `json:"attempt"`
+}
+
 // Pushes the lease of each still-held claim (ids[i], attempts[i]) to
-// now() + lease_ms and returns the ids still held. A job missing from the
-// answer has been lost (swept or claimed again): its handler must stop.
-func (q *Queries) Extend(ctx context.Context, arg ExtendParams) ([]int64, error) {
+// now() + lease_ms and returns the claims still held. A claim missing from
+// the answer has been lost (swept or claimed again): its handler must stop.
+func (q *Queries) Extend(ctx context.Context, arg ExtendParams) ([]ExtendRow, error) {
 	rows, err := q.db.Query(ctx, extend, arg.LeaseMs, arg.Ids, arg.Attempts)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []int64{}
+	items := []ExtendRow{}
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var i ExtendRow
+		if err := rows.Scan(&i.ID, &i.Attempt); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -23,12 +23,17 @@ func (q *Queries) Listen(ctx context.Context) error {
 }
 
 const notify = `-- name: Notify :exec
-SELECT pg_notify('hopper_jobs', json_build_object('schema', current_schema(), 'queue', q.queue)::text)
-FROM (SELECT DISTINCT unnest($1::text[]) AS queue) AS q
+SELECT pg_notify('hopper_jobs', json_build_object('schema', home.nspname, 'queue', q.queue)::text)
+FROM (SELECT DISTINCT unnest($1::text[]) AS queue) AS q,
+     (SELECT n.nspname
+      FROM pg_catalog.pg_class AS c
+      JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+      WHERE c.oid = to_regclass('hopper_jobs')) AS home
 `
 
 // Wakes workers idling on the given queues (after a release or a sweep put
 // jobs back). Inserts need no call: the trigger on hopper_jobs notifies.
+// The schema named is the one holding hopper_jobs, as in the trigger.
 func (q *Queries) Notify(ctx context.Context, queues []string) error {
 	_, err := q.db.Exec(ctx, notify, queues)
 	return err

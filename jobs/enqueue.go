@@ -54,8 +54,8 @@ func Delay(d time.Duration) EnqueueOption { return func(o *enqueueOptions) { o.d
 func UniqueKey(key string) EnqueueOption { return func(o *enqueueOptions) { o.uniqueKey = &key } }
 
 func (o *enqueueOptions) validate() error {
-	if err := checkName(o.queue); err != nil {
-		return fmt.Errorf("%w: queue name %v", ErrInvalidQueue, err)
+	if err := ValidateQueue(o.queue); err != nil {
+		return err
 	}
 	if o.priority < MinPriority || o.priority > MaxPriority {
 		return fmt.Errorf("%w: %d is outside %d (first) to %d (last)", ErrInvalidPriority, o.priority, MinPriority, MaxPriority)

@@ -168,6 +168,15 @@ func NewKind[T any](name string, opts ...DefineOption) (*Kind[T], error) {
 	return k, nil
 }
 
+// ValidateQueue reports whether name can be a queue name, with an error
+// wrapping ErrInvalidQueue when it cannot.
+func ValidateQueue(name string) error {
+	if err := checkName(name); err != nil {
+		return fmt.Errorf("%w: queue name %q %v", ErrInvalidQueue, name, err)
+	}
+	return nil
+}
+
 // checkName applies the rules shared by kind and queue names: 1 to 128
 // characters of valid UTF-8 without NUL (PostgreSQL text cannot hold it).
 // Any other character is fine: names are always bound, never spliced.

@@ -26,7 +26,7 @@ func TestAckBatch(t *testing.T) {
 		Attempts: []int32{1, 2, 1}, // the second names a claim that never happened
 	})
 	require.NoError(t, err)
-	require.Equal(t, []int64{claimed[0].ID}, acked)
+	require.Equal(t, []db.AckBatchRow{{ID: claimed[0].ID, Attempt: 1}}, acked)
 	live, _ := b.totals(t)
 	require.EqualValues(t, 2, live)
 
@@ -58,19 +58,19 @@ func TestFencing(t *testing.T) {
 			ack, _, _, _ := stale(b, j)
 			got, err := b.q.AckBatch(b.ctx, ack)
 			require.NoError(t, err)
-			require.Equal(t, []int64{j.ID}, got)
+			require.Equal(t, []db.AckBatchRow{{ID: j.ID, Attempt: j.Attempt}}, got)
 		}},
 		{"second claimant nacks", func(t *testing.T, b *bundle, j db.HopperJob) {
 			_, nack, _, _ := stale(b, j)
 			got, err := b.q.NackBatch(b.ctx, nack)
 			require.NoError(t, err)
-			require.Equal(t, []db.NackBatchRow{{ID: j.ID, Dead: false}}, got)
+			require.Equal(t, []db.NackBatchRow{{ID: j.ID, Attempt: j.Attempt, Dead: false}}, got)
 		}},
 		{"second claimant extends", func(t *testing.T, b *bundle, j db.HopperJob) {
 			_, _, ext, _ := stale(b, j)
 			got, err := b.q.Extend(b.ctx, ext)
 			require.NoError(t, err)
-			require.Equal(t, []int64{j.ID}, got)
+			require.Equal(t, []db.ExtendRow{{ID: j.ID, Attempt: j.Attempt}}, got)
 		}},
 		{"second claimant releases", func(t *testing.T, b *bundle, j db.HopperJob) {
 			_, _, _, rel := stale(b, j)
@@ -129,7 +129,7 @@ func TestAckAfterExpiryBeforeSweep(t *testing.T) {
 	b.expire(t, j)
 	acked, err := b.q.AckBatch(b.ctx, db.AckBatchParams{Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}})
 	require.NoError(t, err)
-	require.Equal(t, []int64{j.ID}, acked)
+	require.Equal(t, []db.AckBatchRow{{ID: j.ID, Attempt: j.Attempt}}, acked)
 }
 
 func TestExtend(t *testing.T) {
@@ -139,9 +139,9 @@ func TestExtend(t *testing.T) {
 	claimed := b.claim(t, "w", 2)
 	held, err := b.q.Extend(b.ctx, db.ExtendParams{Ids: ids(claimed), Attempts: []int32{1, 1}, LeaseMs: 3_600_000})
 	require.NoError(t, err)
-	require.ElementsMatch(t, ids(claimed), held)
-	for _, id := range held {
-		j, err := b.q.GetJob(b.ctx, id)
+	require.ElementsMatch(t, []db.ExtendRow{{ID: claimed[0].ID, Attempt: 1}, {ID: claimed[1].ID, Attempt: 1}}, held)
+	for _, h := range held {
+		j, err := b.q.GetJob(b.ctx, h.ID)
 		require.NoError(t, err)
 		require.WithinDuration(t, time.Now().Add(time.Hour), j.LeaseUntil.Time, 10*time.Second)
 	}

@@ -1,12 +1,13 @@
 -- name: AckBatch :many
 -- Deletes the completed jobs of the given claims (ids[i], attempts[i]) and
--- returns the ids it deleted; an id missing from the answer was not acked.
+-- returns the claims it deleted; a claim missing from the answer was not
+-- acked.
 DELETE FROM hopper_jobs AS j
 USING (SELECT unnest(@ids::bigint[]) AS id, unnest(@attempts::integer[]) AS attempt) AS done
 WHERE j.id = done.id
   AND j.attempt = done.attempt
   AND j.state = 'running'
-RETURNING j.id;
+RETURNING j.id, j.attempt;
 
 -- name: NackBatch :many
 -- Records failed attempts of the given claims, appending
@@ -46,7 +47,7 @@ WITH failed AS (
         errors      = failed.errors
     FROM failed
     WHERE j.id = failed.id AND failed.dead_reason IS NULL
-    RETURNING j.id
+    RETURNING j.id, j.attempt
 ), removed AS (
     DELETE FROM hopper_jobs AS j
     USING failed
@@ -59,8 +60,8 @@ WITH failed AS (
            r.max_attempts, r.unique_key, failed.errors, failed.dead_reason, r.created_at
     FROM removed AS r
     JOIN failed ON failed.id = r.id
-    RETURNING id
+    RETURNING id, attempt
 )
-SELECT retried.id, false AS dead FROM retried
+SELECT retried.id, retried.attempt, false AS dead FROM retried
 UNION ALL
-SELECT buried.id, true AS dead FROM buried;
+SELECT buried.id, buried.attempt, true AS dead FROM buried;

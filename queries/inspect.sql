@@ -119,3 +119,12 @@ DELETE FROM hopper_dead_jobs WHERE died_at < @died_before::timestamptz;
 -- name: SchemaExists :one
 -- Whether a schema of that name exists (checked before migrating into it).
 SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = @name::text) AS exists;
+
+-- name: HopperSchema :one
+-- The schema in which this session finds hopper_jobs (the schema wake-ups
+-- are tagged with). No row when the migrations were never applied on its
+-- search_path.
+SELECT n.nspname::text AS schema_name
+FROM pg_catalog.pg_class AS c
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+WHERE c.oid = to_regclass('hopper_jobs');

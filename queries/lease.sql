@@ -1,14 +1,14 @@
 -- name: Extend :many
 -- Pushes the lease of each still-held claim (ids[i], attempts[i]) to
--- now() + lease_ms and returns the ids still held. A job missing from the
--- answer has been lost (swept or claimed again): its handler must stop.
+-- now() + lease_ms and returns the claims still held. A claim missing from
+-- the answer has been lost (swept or claimed again): its handler must stop.
 UPDATE hopper_jobs AS j
 SET lease_until = now() + '1 millisecond'::interval * @lease_ms::bigint
 FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@attempts::integer[]) AS attempt) AS held
 WHERE j.id = held.id
   AND j.attempt = held.attempt
   AND j.state = 'running'
-RETURNING j.id;
+RETURNING j.id, j.attempt;
 
 -- name: Release :many
 -- Gives claims back at once, for example on shutdown: the jobs become

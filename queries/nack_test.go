@@ -26,7 +26,7 @@ func TestNackReschedulesWithBackoff(t *testing.T) {
 	j := b.claim(t, "w", 1)[0]
 	before := time.Now()
 	rows := nack(t, b, j, "smtp timeout", time.Hour, "")
-	require.Equal(t, []db.NackBatchRow{{ID: j.ID, Dead: false}}, rows)
+	require.Equal(t, []db.NackBatchRow{{ID: j.ID, Attempt: 1, Dead: false}}, rows)
 
 	got, err := b.q.GetJob(b.ctx, j.ID)
 	require.NoError(t, err)
@@ -48,7 +48,7 @@ func TestNackLastAttemptDeadLetters(t *testing.T) {
 		require.Len(t, got, 1)
 		require.Equal(t, attempt, got[0].Attempt)
 		rows := nack(t, b, got[0], fmt.Sprintf("failure %d", attempt), 0, "")
-		require.Equal(t, []db.NackBatchRow{{ID: id, Dead: attempt == 3}}, rows)
+		require.Equal(t, []db.NackBatchRow{{ID: id, Attempt: attempt, Dead: attempt == 3}}, rows)
 	}
 	live, dead := b.totals(t)
 	require.Zero(t, live)
@@ -73,7 +73,7 @@ func TestNackPermanentFailure(t *testing.T) {
 	id := b.enqueue(t, jobSpec{maxAttempts: 25})
 	j := b.claim(t, "w", 1)[0]
 	rows := nack(t, b, j, "cannot decode payload", 0, "undecodable payload")
-	require.Equal(t, []db.NackBatchRow{{ID: id, Dead: true}}, rows)
+	require.Equal(t, []db.NackBatchRow{{ID: id, Attempt: 1, Dead: true}}, rows)
 	d, err := b.q.GetDead(b.ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, "undecodable payload", d.Reason)
@@ -92,8 +92,8 @@ func TestNackBatchMixed(t *testing.T) {
 	})
 	require.NoError(t, err)
 	want := []db.NackBatchRow{
-		{ID: js[0].ID, Dead: js[0].MaxAttempts == 1},
-		{ID: js[1].ID, Dead: js[1].MaxAttempts == 1},
+		{ID: js[0].ID, Attempt: 1, Dead: js[0].MaxAttempts == 1},
+		{ID: js[1].ID, Attempt: 1, Dead: js[1].MaxAttempts == 1},
 	}
 	require.ElementsMatch(t, want, rows)
 	empty, err := b.q.NackBatch(b.ctx, db.NackBatchParams{})

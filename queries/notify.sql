@@ -8,5 +8,10 @@ LISTEN hopper_jobs;
 -- name: Notify :exec
 -- Wakes workers idling on the given queues (after a release or a sweep put
 -- jobs back). Inserts need no call: the trigger on hopper_jobs notifies.
-SELECT pg_notify('hopper_jobs', json_build_object('schema', current_schema(), 'queue', q.queue)::text)
-FROM (SELECT DISTINCT unnest(@queues::text[]) AS queue) AS q;
+-- The schema named is the one holding hopper_jobs, as in the trigger.
+SELECT pg_notify('hopper_jobs', json_build_object('schema', home.nspname, 'queue', q.queue)::text)
+FROM (SELECT DISTINCT unnest(@queues::text[]) AS queue) AS q,
+     (SELECT n.nspname
+      FROM pg_catalog.pg_class AS c
+      JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+      WHERE c.oid = to_regclass('hopper_jobs')) AS home;

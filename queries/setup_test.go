@@ -92,7 +92,7 @@ func (b *bundle) expire(t *testing.T, j db.HopperJob) {
 	t.Helper()
 	held, err := b.q.Extend(b.ctx, db.ExtendParams{Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}, LeaseMs: -1000})
 	require.NoError(t, err)
-	require.Equal(t, []int64{j.ID}, held)
+	require.Equal(t, []db.ExtendRow{{ID: j.ID, Attempt: j.Attempt}}, held)
 }
 
 func ids(jobs []db.HopperJob) []int64 {

@@ -1,0 +1,150 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hopperq/hopper/jobs"
+)
+
+// Config configures a Worker. The zero value of every field means its
+// default.
+type Config struct {
+	// Queues maps each queue this worker serves to the most jobs of it that
+	// may run at once. Default: {"default": 10}.
+	Queues map[string]int
+
+	// ID names this worker in leases and error histories. Default: host
+	// name, process id and a random suffix, unique to this Worker. Set a
+	// stable ID (for example a pod name) to have a restarted worker give
+	// back, at start, the leases its crashed previous incarnation still
+	// held, instead of waiting for them to expire. A stable ID must be
+	// unique among running workers: a second worker started with it would
+	// take the first one's jobs away (fencing still refuses the first
+	// one's results, but the jobs run twice).
+	ID string
+
+	// LeaseDuration is how long a claim lasts without being extended.
+	// Default 30s.
+	LeaseDuration time.Duration
+	// HeartbeatInterval is how often the leases of all running jobs are
+	// extended. Default a third of LeaseDuration; negative disables the
+	// heartbeat (only for tests of lease expiry).
+	HeartbeatInterval time.Duration
+
+	// PollInterval is how often an idle queue looks for work without being
+	// woken (scheduled jobs and retries are found this way). Default 1s.
+	PollInterval time.Duration
+	// PollOnly turns LISTEN/NOTIFY off: use it behind PgBouncer in
+	// transaction mode, where LISTEN does not work.
+	PollOnly bool
+
+	// AckBatchSize and AckFlushInterval bound how long completions wait to
+	// be sent: a batch is flushed when it is this large or this old.
+	// Defaults 1000 and 5ms.
+	AckBatchSize     int
+	AckFlushInterval time.Duration
+
+	// SweepInterval is the mean time between sweeps of expired leases
+	// (jittered ±25%). Default 5s. SweepBatch bounds one sweep statement.
+	// Default 500.
+	SweepInterval time.Duration
+	SweepBatch    int
+
+	// ShutdownTimeout is how long Run waits, once its context is
+	// cancelled, for running handlers to finish before cancelling theirs.
+	// Default 30s.
+	ShutdownTimeout time.Duration
+
+	// Backoff is the default retry delay for failed jobs. Default
+	// DefaultBackoff.
+	Backoff Backoff
+
+	// Logger receives the worker's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Registerer, when set, gets the worker's Prometheus metrics.
+	Registerer prometheus.Registerer
+
+	stableID bool // ID was given, not made up
+}
+
+// ErrInvalidConfig wraps every configuration error.
+var ErrInvalidConfig = errors.New("invalid worker config")
+
+func (c Config) withDefaults() (Config, error) {
+	if len(c.Queues) == 0 {
+		c.Queues = map[string]int{jobs.DefaultQueue: 10}
+	}
+	for q, n := range c.Queues {
+		if err := jobs.ValidateQueue(q); err != nil {
+			return c, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		if n < 1 {
+			return c, fmt.Errorf("%w: queue %q: concurrency %d is below 1", ErrInvalidConfig, q, n)
+		}
+	}
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = fmt.Sprintf("%s-%d-%04x", host, os.Getpid(), rand.Uint32()&0xffff)
+	} else {
+		c.stableID = true
+	}
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = 30 * time.Second
+	}
+	if c.LeaseDuration < 100*time.Millisecond {
+		return c, fmt.Errorf("%w: lease duration %v is below 100ms", ErrInvalidConfig, c.LeaseDuration)
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = c.LeaseDuration / 3
+	}
+	if c.HeartbeatInterval >= c.LeaseDuration {
+		return c, fmt.Errorf("%w: heartbeat interval %v must be shorter than the lease (%v)", ErrInvalidConfig, c.HeartbeatInterval, c.LeaseDuration)
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	if c.PollInterval < 0 {
+		return c, fmt.Errorf("%w: negative poll interval", ErrInvalidConfig)
+	}
+	if c.AckBatchSize == 0 {
+		c.AckBatchSize = 1000
+	}
+	if c.AckFlushInterval == 0 {
+		c.AckFlushInterval = 5 * time.Millisecond
+	}
+	if c.AckBatchSize < 1 || c.AckFlushInterval < 0 {
+		return c, fmt.Errorf("%w: ack batch size %d / flush interval %v", ErrInvalidConfig, c.AckBatchSize, c.AckFlushInterval)
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = 5 * time.Second
+	}
+	if c.SweepBatch == 0 {
+		c.SweepBatch = 500
+	}
+	if c.SweepInterval < 0 || c.SweepBatch < 1 {
+		return c, fmt.Errorf("%w: sweep interval %v / batch %d", ErrInvalidConfig, c.SweepInterval, c.SweepBatch)
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.ShutdownTimeout < 0 {
+		return c, fmt.Errorf("%w: negative shutdown timeout", ErrInvalidConfig)
+	}
+	if c.Backoff == (Backoff{}) {
+		c.Backoff = DefaultBackoff
+	}
+	if err := c.Backoff.validate(); err != nil {
+		return c, err
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}

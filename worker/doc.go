@@ -1,0 +1,69 @@
+// Package worker runs Hopper jobs: it claims them, runs their handlers,
+// keeps their leases alive, records results in batches, retries failures
+// with backoff, sweeps the leases of crashed workers, and shuts down
+// without losing or stranding a job.
+//
+// # Running a worker
+//
+//	w, err := worker.New(pool, worker.Config{
+//		Queues: map[string]int{"default": 20, "email": 5}, // concurrency per queue
+//	})
+//	err = worker.Handle(w, WelcomeEmail, func(ctx context.Context, job *jobs.Job[Welcome]) error {
+//		return send(ctx, job.Payload.UserID)
+//	}, worker.Timeout(time.Minute))
+//	err = w.Run(ctx) // blocks until ctx is cancelled, then shuts down
+//
+// The pool's search_path decides which schema's jobs the worker runs. Run
+// refuses to start when hopper_jobs is not there (ErrNotMigrated).
+//
+// # Delivery: at least once
+//
+// A job runs again only when its lease expired: its worker crashed, lost
+// the database for longer than a lease, or ran a handler past its lease
+// without the heartbeat. Handlers must therefore be idempotent. Every
+// result a worker records is fenced by the claim (job id and attempt): a
+// worker whose lease expired and whose job was taken over cannot ack, fail
+// or extend it; its result is refused, logged and counted.
+//
+// # How it runs
+//
+//   - Claiming: each queue asks for exactly as many jobs as it has free
+//     slots, again at once after a full batch; an idle queue waits for a
+//     LISTEN/NOTIFY wake-up (one per enqueue statement and queue) or the
+//     poll interval, whichever comes first. PollOnly turns LISTEN off, for
+//     PgBouncer in transaction mode. A lost LISTEN session is re-opened.
+//   - Leases: one heartbeat extends every held claim in batches, at a third
+//     of the lease by default. A claim the database no longer holds for us
+//     cancels its handler's context with cause ErrLeaseLost, and the result
+//     is discarded. ExtendLease pushes one job's lease further by hand.
+//   - Results: successes are acked in batches (one statement per flush,
+//     flushed at AckBatchSize or AckFlushInterval); failures are nacked in
+//     the same flush. A flush that fails is retried; nothing is reported
+//     done before the database said so.
+//   - Failures: the error goes to the job's history; the job waits
+//     Backoff.Delay(attempt) (exponential with jitter, per kind with
+//     WithBackoff) and is dead-lettered when out of attempts. RetryAt and
+//     RetryAfter choose the next attempt's time; Permanent fails the job
+//     for good at once. A panic is a failure whose history entry carries
+//     the panic value and stack. Timeout and JobTimeout bound a run. A
+//     payload that cannot be decoded or upgraded goes to the dead table at
+//     once, without burning retries.
+//   - Sweep: every worker reclaims expired leases on a jittered interval;
+//     concurrent sweeps are safe.
+//   - Identity: ID names the worker in leases and histories. A worker
+//     started with the ID of a crashed predecessor first gives back that
+//     predecessor's leases.
+//   - Transactional completion: AckTx acknowledges the job inside the
+//     handler's own transaction, so its effects and its completion commit
+//     together; the worker then does not ack it again.
+//   - Shutdown: when Run's context is cancelled the worker stops claiming,
+//     waits up to ShutdownTimeout for running handlers, cancels the rest
+//     (cause ErrShutdown), records every finished result, and gives every
+//     unfinished job back at once without charging an attempt, waking
+//     other workers to take it.
+//   - Faults: claim, heartbeat, flush, sweep and listen errors are logged
+//     and retried with backoff; a restarted database is reconnected to by
+//     the pool.
+//   - Observability: log/slog with job id, kind, queue and attempt;
+//     Prometheus counters and histograms when Config.Registerer is set.
+package worker

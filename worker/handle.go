@@ -1,0 +1,121 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/jobs"
+)
+
+// HandleOption configures how one kind is run.
+type HandleOption func(*handleOptions)
+
+type handleOptions struct {
+	timeout    time.Duration
+	jobTimeout func(job any) (time.Duration, bool)
+	backoff    Backoff
+}
+
+// Timeout cancels the handler's context when a run of this kind takes
+// longer than d.
+func Timeout(d time.Duration) HandleOption {
+	return func(o *handleOptions) { o.timeout = d }
+}
+
+// JobTimeout decides the timeout of each run from the job itself (for
+// example from its payload); it overrides Timeout. Zero means none.
+func JobTimeout[T any](fn func(*jobs.Job[T]) time.Duration) HandleOption {
+	return func(o *handleOptions) {
+		o.jobTimeout = func(job any) (time.Duration, bool) {
+			j, ok := job.(*jobs.Job[T])
+			if !ok {
+				return 0, false
+			}
+			if j == nil { // Handle checking the payload type
+				return 0, true
+			}
+			return fn(j), true
+		}
+	}
+}
+
+// WithBackoff overrides the worker's retry backoff for this kind.
+func WithBackoff(b Backoff) HandleOption {
+	return func(o *handleOptions) { o.backoff = b }
+}
+
+// handler is a registered kind with its type erased: run decodes the row
+// and calls the typed handler.
+type handler struct {
+	kind       string
+	maxVersion int32
+	backoff    Backoff
+	run        func(ctx context.Context, row db.HopperJob) error
+}
+
+// undecodableError marks a payload the handler never saw.
+type undecodableError struct{ err error }
+
+func (e *undecodableError) Error() string { return e.err.Error() }
+func (e *undecodableError) Unwrap() error { return e.err }
+
+// Handle registers fn as the handler of kind. The worker then claims jobs
+// of that kind up to the kind's payload version. Register every handler
+// before Run; a kind name registered twice is an error (ErrDuplicateKind).
+func Handle[T any](w *Worker, kind *jobs.Kind[T], fn func(context.Context, *jobs.Job[T]) error, opts ...HandleOption) error {
+	if kind == nil || fn == nil {
+		return fmt.Errorf("hopper: handle: %w: nil kind or handler", ErrInvalidConfig)
+	}
+	var o handleOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.timeout < 0 {
+		return fmt.Errorf("hopper: handle %s: %w: negative timeout", kind.Name(), ErrInvalidConfig)
+	}
+	if o.jobTimeout != nil {
+		if _, ok := o.jobTimeout((*jobs.Job[T])(nil)); !ok {
+			return fmt.Errorf("hopper: handle %s: %w: JobTimeout is for another payload type", kind.Name(), ErrInvalidConfig)
+		}
+	}
+	if o.backoff != (Backoff{}) {
+		if err := o.backoff.validate(); err != nil {
+			return fmt.Errorf("hopper: handle %s: %w", kind.Name(), err)
+		}
+	}
+	h := &handler{
+		kind:       kind.Name(),
+		maxVersion: kind.Version(),
+		backoff:    o.backoff,
+		run: func(ctx context.Context, row db.HopperJob) (err error) {
+			job, err := kind.Decode(row)
+			if err != nil {
+				return &undecodableError{err}
+			}
+			timeout := o.timeout
+			if o.jobTimeout != nil {
+				timeout, _ = o.jobTimeout(job)
+			}
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeoutCause(ctx, timeout, fmt.Errorf("hopper: job timed out after %v", timeout))
+				defer cancel()
+			}
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+				}
+			}()
+			err = fn(ctx, job)
+			if err != nil && timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				err = fmt.Errorf("timed out after %v: %w", timeout, err)
+			}
+			return err
+		},
+	}
+	return w.register(h)
+}

@@ -1,0 +1,65 @@
+package worker
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the worker's Prometheus counters and histograms. They are
+// registered only when Config.Registerer is set.
+type metrics struct {
+	claimedC, completedC, failedC, deadC, leaseLostC, refusedC *prometheus.CounterVec
+	durationH, waitH                                           *prometheus.HistogramVec
+	batchH                                                     *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	qk := []string{"queue", "kind"}
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "hopper", Name: name, Help: help}, qk)
+	}
+	m := &metrics{
+		claimedC:   counter("jobs_claimed_total", "Jobs claimed by this worker."),
+		completedC: counter("jobs_completed_total", "Jobs whose handler succeeded and whose ack was recorded."),
+		failedC:    counter("jobs_failed_total", "Failed attempts rescheduled for a retry."),
+		deadC:      counter("jobs_dead_total", "Jobs moved to the dead table (by a nack or by this worker's sweeps; kind is empty for sweeps)."),
+		leaseLostC: counter("jobs_lease_lost_total", "Running jobs whose lease was lost; their handlers were cancelled."),
+		refusedC:   counter("jobs_result_refused_total", "Acks and nacks refused by fencing (the claim was no longer current)."),
+		durationH: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "hopper", Name: "handler_duration_seconds", Help: "Time handlers ran.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+		}, qk),
+		waitH: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "hopper", Name: "job_wait_seconds", Help: "Time from a job's run_at to its claim.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, qk),
+		batchH: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "hopper", Name: "fetch_batch_size", Help: "Jobs claimed per dequeue.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		}, []string{"queue"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.claimedC, m.completedC, m.failedC, m.deadC, m.leaseLostC, m.refusedC, m.durationH, m.waitH, m.batchH} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) fetched(queue string, n int) { m.batchH.WithLabelValues(queue).Observe(float64(n)) }
+func (m *metrics) claimed(queue, kind string, wait time.Duration) {
+	m.claimedC.WithLabelValues(queue, kind).Inc()
+	m.waitH.WithLabelValues(queue, kind).Observe(wait.Seconds())
+}
+func (m *metrics) ran(queue, kind string, d time.Duration) {
+	m.durationH.WithLabelValues(queue, kind).Observe(d.Seconds())
+}
+func (m *metrics) completed(queue, kind string) { m.completedC.WithLabelValues(queue, kind).Inc() }
+func (m *metrics) failed(queue, kind string)    { m.failedC.WithLabelValues(queue, kind).Inc() }
+func (m *metrics) dead(queue, kind string)      { m.deadC.WithLabelValues(queue, kind).Inc() }
+func (m *metrics) leaseLost(queue, kind string) { m.leaseLostC.WithLabelValues(queue, kind).Inc() }
+func (m *metrics) refused(queue, kind string)   { m.refusedC.WithLabelValues(queue, kind).Inc() }

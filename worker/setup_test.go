@@ -1,0 +1,154 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/worker"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) != "" {
+		os.Exit(runHelper())
+	}
+	testdb.Main(m)
+}
+
+type Task struct {
+	N int `json:"n"`
+}
+
+type bundle struct {
+	ctx  context.Context
+	pool *pgxpool.Pool
+	q    *db.Queries
+	tdb  *testdb.DB
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	tdb := testdb.New(t)
+	return &bundle{ctx: ctx, pool: tdb.Pool, q: db.New(tdb.Pool), tdb: tdb}
+}
+
+// quiet is a logger for tests that expect warnings.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// fast is a config for tests: short intervals so nothing waits long.
+func fast(cfg worker.Config) worker.Config {
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 50 * time.Millisecond
+	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = 100 * time.Millisecond
+	}
+	if cfg.Backoff == (worker.Backoff{}) {
+		cfg.Backoff = worker.Backoff{Base: time.Millisecond, Max: 10 * time.Millisecond}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
+	return cfg
+}
+
+// running is a worker started by start.
+type running struct {
+	w    *worker.Worker
+	stop func() // cancels Run and waits for it to return nil
+}
+
+// start runs a worker until the test ends (or stop is called).
+func start(t *testing.T, b *bundle, cfg worker.Config, register func(*worker.Worker)) *running {
+	t.Helper()
+	w, err := worker.New(b.pool, fast(cfg))
+	require.NoError(t, err)
+	register(w)
+	ctx, cancel := context.WithCancel(b.ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-errc:
+				require.NoError(t, err)
+			case <-time.After(time.Minute):
+				t.Error("worker did not stop")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return &running{w: w, stop: stop}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	require.NoError(t, err)
+}
+
+// totals counts live and dead jobs through the Stats query.
+func (b *bundle) totals(t *testing.T) (live, dead int64) {
+	t.Helper()
+	rows, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	for _, r := range rows {
+		live += r.Ready + r.Scheduled + r.Running
+		dead += r.Dead
+	}
+	return live, dead
+}
+
+// waitFor polls cond (against the database, usually) until it holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	require.Eventually(t, cond, 60*time.Second, 10*time.Millisecond, what)
+}
+
+func (b *bundle) job(t *testing.T, id int64) db.HopperJob {
+	t.Helper()
+	j, err := b.q.GetJob(b.ctx, id)
+	require.NoError(t, err)
+	return j
+}
+
+func (b *bundle) dead(t *testing.T, id int64) (db.HopperDeadJob, bool) {
+	t.Helper()
+	d, err := b.q.GetDead(b.ctx, id)
+	if err != nil {
+		return d, false
+	}
+	return d, true
+}
+
+func history(t *testing.T, raw []byte) []jobs.AttemptError {
+	t.Helper()
+	h, err := jobs.ParseErrors(raw)
+	require.NoError(t, err)
+	return h
+}
+
+var errBoom = errors.New("boom")
+
+func kind(t *testing.T, name string, opts ...jobs.DefineOption) *jobs.Kind[Task] {
+	t.Helper()
+	k, err := jobs.NewKind[Task](fmt.Sprintf("%s", name), opts...)
+	require.NoError(t, err)
+	return k
+}

@@ -1,0 +1,56 @@
+package worker
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+)
+
+// sweep reclaims expired leases (jobs of crashed workers) on a jittered
+// interval, in bounded batches until none is left. Every worker runs it;
+// SKIP LOCKED makes concurrent sweeps safe.
+func (w *Worker) sweep(ctx context.Context) {
+	for {
+		jitter := 0.75 + rand.Float64()/2 // ±25%
+		if !sleep(ctx, time.Duration(float64(w.cfg.SweepInterval)*jitter)) {
+			return
+		}
+		w.SweepOnce(ctx)
+	}
+}
+
+// SweepOnce runs the sweep now and reports how many expired jobs went back
+// to pending and how many to the dead table.
+func (w *Worker) SweepOnce(ctx context.Context) (requeued, dead int) {
+	for ctx.Err() == nil {
+		rows, err := w.q.Sweep(ctx, int32(w.cfg.SweepBatch))
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("sweep failed; retrying at the next interval", "error", err)
+			}
+			return requeued, dead
+		}
+		var queues []string
+		for _, r := range rows {
+			if r.Dead {
+				dead++
+				w.metrics.dead(r.Queue, "")
+			} else {
+				requeued++
+				queues = append(queues, r.Queue)
+			}
+		}
+		if len(queues) > 0 {
+			if err := w.q.Notify(ctx, queues); err != nil {
+				w.log.Warn("wake-up after sweep failed; workers will poll", "error", err)
+			}
+		}
+		if len(rows) > 0 {
+			w.log.Info("swept expired leases", "requeued", len(queues), "dead", len(rows)-len(queues))
+		}
+		if len(rows) < w.cfg.SweepBatch {
+			break
+		}
+	}
+	return requeued, dead
+}
