@@ -1,0 +1,109 @@
+package worker_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/worker"
+)
+
+// TestConnectionsKilled: every backend connection of the worker is killed
+// with pg_terminate_backend, several times, while it works. It reconnects
+// by itself and every job is done; none is lost.
+func TestConnectionsKilled(t *testing.T) {
+	b := setup(t)
+	// The worker gets a pool of its own, tagged so only its sessions die.
+	cfg, err := pgxpool.ParseConfig(b.tdb.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["application_name"] = b.tdb.Schema
+	wpool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	defer wpool.Close()
+
+	k := kind(t, "survivor")
+	const total = 3000
+	_, err = k.EnqueueMany(b.ctx, b.pool, jobs.Items(make([]Task, total)...))
+	require.NoError(t, err)
+
+	var ran atomic.Int64
+	w, err := worker.New(wpool, fast(worker.Config{Queues: map[string]int{"default": 4}}))
+	require.NoError(t, err)
+	require.NoError(t, worker.Handle(w, k, func(ctx context.Context, _ *jobs.Job[Task]) error {
+		ran.Add(1)
+		time.Sleep(time.Millisecond) // keep it busy long enough to be interrupted
+		return nil
+	}))
+	ctx, cancel := context.WithCancel(b.ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(ctx) }()
+
+	killed := 0
+	for round := 0; round < 5; round++ {
+		waitFor(t, "progress since the last kill", func() bool { return ran.Load() > int64(round+1)*total/10 })
+		var n int
+		require.NoError(t, b.pool.QueryRow(b.ctx,
+			"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", b.tdb.Schema).Scan(&n))
+		killed += n
+	}
+	require.Positive(t, killed)
+	waitFor(t, "every job done despite the kills", func() bool { live, _ := b.totals(t); return live == 0 })
+	cancel()
+	require.NoError(t, <-errc)
+	require.GreaterOrEqual(t, ran.Load(), int64(total))
+	_, dead := b.totals(t)
+	require.Zero(t, dead)
+	t.Logf("killed %d sessions; %d runs for %d jobs", killed, ran.Load(), total)
+}
+
+func TestMetricsCount(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "metered")
+	_, err := k.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{N: 1}, Task{N: 2}, Task{N: 3}))
+	require.NoError(t, err)
+	_, err = k.Enqueue(b.ctx, b.pool, Task{N: -1}, jobs.MaxAttempts(1))
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	start(t, b, worker.Config{Registerer: reg}, func(w *worker.Worker) {
+		must(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
+			if j.Payload.N < 0 {
+				return errBoom
+			}
+			return nil
+		}))
+	})
+	waitFor(t, "all recorded", func() bool {
+		live, dead := b.totals(t)
+		return live == 0 && dead == 1
+	})
+	waitFor(t, "counters", func() bool {
+		return testutil.ToFloat64(counter(t, reg, "hopper_jobs_completed_total")) == 3
+	})
+	require.Equal(t, 4.0, testutil.ToFloat64(counter(t, reg, "hopper_jobs_claimed_total")))
+	require.Equal(t, 1.0, testutil.ToFloat64(counter(t, reg, "hopper_jobs_dead_total")))
+}
+
+// counter sums a counter family across its labels.
+func counter(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name})
+	c.Add(sum)
+	return c
+}
