@@ -378,3 +378,23 @@ func (q *Queries) Stats(ctx context.Context) ([]StatsRow, error) {
 	}
 	return items, nil
 }
+
+const tableActivity = `-- name: TableActivity :one
+SELECT coalesce(n_tup_ins, 0)::bigint AS inserted, coalesce(n_tup_del, 0)::bigint AS deleted
+FROM pg_catalog.pg_stat_user_tables
+WHERE relid = to_regclass('hopper_jobs')
+`
+
+type TableActivityRow struct {
+	Inserted int64 `json:"inserted"`
+	Deleted  int64 `json:"deleted"`
+}
+
+// Rows ever inserted into and deleted from hopper_jobs, from the statistics
+// collector (updated about once a second): enqueue and finish rates.
+func (q *Queries) TableActivity(ctx context.Context) (TableActivityRow, error) {
+	row := q.db.QueryRow(ctx, tableActivity)
+	var i TableActivityRow
+	err := row.Scan(&i.Inserted, &i.Deleted)
+	return i, err
+}

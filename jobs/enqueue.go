@@ -299,3 +299,22 @@ func inTx(ctx context.Context, dbtx db.DBTX, fn func(*db.Queries) error) error {
 	}
 	return tx.Commit(ctx)
 }
+
+// EnqueueRaw inserts one job of the named kind with an already encoded
+// payload stored as payload version version: the path for operators and
+// scripts (`hopper enqueue`) that have no Go type for the kind. It applies
+// the same checks as Enqueue, plus: the kind name's rules, version >= 1,
+// and payload must be valid JSON (ErrMarshal otherwise).
+func EnqueueRaw(ctx context.Context, dbtx db.DBTX, kind string, version int32, payload json.RawMessage, opts ...EnqueueOption) (Result, error) {
+	if err := checkName(kind); err != nil {
+		return Result{}, fmt.Errorf("hopper: enqueue: %w: kind name %q %v", ErrInvalidDefinition, kind, err)
+	}
+	if version < 1 {
+		return Result{}, fmt.Errorf("hopper: enqueue %s: %w: version %d is below 1", kind, ErrInvalidDefinition, version)
+	}
+	if !json.Valid(payload) {
+		return Result{}, fmt.Errorf("hopper: enqueue %s: %w: the payload is not valid JSON", kind, ErrMarshal)
+	}
+	k := &Kind[json.RawMessage]{name: kind, version: version, defaults: defaultOptions(), maxPayloadBytes: DefaultMaxPayloadBytes}
+	return k.Enqueue(ctx, dbtx, payload, opts...)
+}

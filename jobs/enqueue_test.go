@@ -265,3 +265,32 @@ func TestEnqueueManyMixed(t *testing.T) {
 	require.Equal(t, jobs.BatchResult{Inserted: 3}, res)
 	require.EqualValues(t, 7, b.live(t))
 }
+
+func TestEnqueueRaw(t *testing.T) {
+	b := setup(t)
+	res, err := jobs.EnqueueRaw(b.ctx, b.pool, "ops.reindex", 3, []byte(`{"table":"users"}`), jobs.Queue("ops"), jobs.Priority(2))
+	require.NoError(t, err)
+	row, err := b.q.GetJob(b.ctx, res.ID)
+	require.NoError(t, err)
+	require.Equal(t, int32(3), row.Version)
+	require.Equal(t, "ops", row.Queue)
+	require.JSONEq(t, `{"table":"users"}`, string(row.Payload))
+
+	for _, tc := range []struct {
+		kind    string
+		version int32
+		payload string
+		want    error
+	}{
+		{"", 1, `{}`, jobs.ErrInvalidDefinition},
+		{"k", 0, `{}`, jobs.ErrInvalidDefinition},
+		{"k", 1, `{"unterminated":`, jobs.ErrMarshal},
+		{"k", 1, ``, jobs.ErrMarshal},
+	} {
+		_, err := jobs.EnqueueRaw(b.ctx, b.pool, tc.kind, tc.version, []byte(tc.payload))
+		require.ErrorIs(t, err, tc.want, "%+v", tc)
+	}
+	_, err = jobs.EnqueueRaw(b.ctx, b.pool, "k", 1, []byte(`{}`), jobs.Priority(10))
+	require.ErrorIs(t, err, jobs.ErrInvalidPriority)
+	require.EqualValues(t, 1, b.live(t))
+}

@@ -128,3 +128,10 @@ SELECT n.nspname::text AS schema_name
 FROM pg_catalog.pg_class AS c
 JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
 WHERE c.oid = to_regclass('hopper_jobs');
+
+-- name: TableActivity :one
+-- Rows ever inserted into and deleted from hopper_jobs, from the statistics
+-- collector (updated about once a second): enqueue and finish rates.
+SELECT coalesce(n_tup_ins, 0)::bigint AS inserted, coalesce(n_tup_del, 0)::bigint AS deleted
+FROM pg_catalog.pg_stat_user_tables
+WHERE relid = to_regclass('hopper_jobs');

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,6 +71,14 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer, when set, gets the worker's Prometheus metrics.
 	Registerer prometheus.Registerer
+	// MetricsAddr, when set, serves the worker's metrics plus queue depth
+	// and oldest ready age per queue at http://MetricsAddr/metrics. An
+	// address without a host (":9464") listens on 127.0.0.1 only; name the
+	// host ("0.0.0.0:9464") to expose it further.
+	MetricsAddr string
+	// MetricsInterval is how often the queue gauges are refreshed from the
+	// Stats query (a scan of the live table). Default 15s.
+	MetricsInterval time.Duration
 
 	stableID bool // ID was given, not made up
 }
@@ -142,6 +151,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := c.Backoff.validate(); err != nil {
 		return c, err
+	}
+	if c.MetricsInterval == 0 {
+		c.MetricsInterval = 15 * time.Second
+	}
+	if c.MetricsInterval < 0 {
+		return c, fmt.Errorf("%w: negative metrics interval", ErrInvalidConfig)
+	}
+	if strings.HasPrefix(c.MetricsAddr, ":") {
+		c.MetricsAddr = "127.0.0.1" + c.MetricsAddr
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -2,6 +2,9 @@ package worker_test
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,4 +109,34 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) prometheus.Col
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name})
 	c.Add(sum)
 	return c
+}
+
+// TestMetricsEndpoint scrapes the endpoint a worker serves.
+func TestMetricsEndpoint(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "scraped")
+	_, err := k.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{}, Task{}))
+	require.NoError(t, err)
+	_, err = k.Enqueue(b.ctx, b.pool, Task{}, jobs.Queue("idle"), jobs.Delay(time.Hour))
+	require.NoError(t, err)
+	r := start(t, b, worker.Config{MetricsAddr: ":0", MetricsInterval: 20 * time.Millisecond}, func(w *worker.Worker) {
+		must(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { return nil }))
+	})
+	waitFor(t, "listening", func() bool { return r.w.MetricsAddr() != "" })
+	require.True(t, strings.HasPrefix(r.w.MetricsAddr(), "127.0.0.1:"), "bound to loopback by default")
+	var body string
+	waitFor(t, "both jobs counted and the gauges refreshed", func() bool {
+		resp, err := http.Get("http://" + r.w.MetricsAddr() + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		body = string(raw)
+		return strings.Contains(body, `hopper_jobs_completed_total{kind="scraped",queue="default"} 2`) &&
+			strings.Contains(body, `hopper_queue_jobs{kind="scraped",queue="idle",state="scheduled"} 1`)
+	})
+	for _, want := range []string{"hopper_handler_duration_seconds_bucket", "hopper_job_wait_seconds", "hopper_queue_oldest_ready_seconds", "go_goroutines"} {
+		require.Contains(t, body, want)
+	}
 }

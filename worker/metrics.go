@@ -42,12 +42,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.claimedC, m.completedC, m.failedC, m.deadC, m.leaseLostC, m.refusedC, m.durationH, m.waitH, m.batchH} {
+	for _, c := range m.collectors() {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.claimedC, m.completedC, m.failedC, m.deadC, m.leaseLostC, m.refusedC, m.durationH, m.waitH, m.batchH}
 }
 
 func (m *metrics) fetched(queue string, n int) { m.batchH.WithLabelValues(queue).Observe(float64(n)) }

@@ -36,10 +36,11 @@ type Worker struct {
 	versions []int32
 	running  bool
 
-	queues   map[string]*queueRunner
-	schema   string // where hopper_jobs lives: wake-ups for others are ignored
-	inflight inflightSet
-	done     chan completion
+	queues     map[string]*queueRunner
+	metricsSrv *metricsServer
+	schema     string // where hopper_jobs lives: wake-ups for others are ignored
+	inflight   inflightSet
+	done       chan completion
 
 	handlerCtx    context.Context // parent of every handler's context
 	cancelHandler context.CancelCauseFunc
@@ -122,6 +123,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.start(ctx); err != nil {
 		return err
 	}
+	if w.cfg.MetricsAddr != "" {
+		ms, err := w.newMetricsServer()
+		if err != nil {
+			return err
+		}
+		w.mu.Lock()
+		w.metricsSrv = ms
+		w.mu.Unlock()
+	}
 	w.log.Info("hopper worker started", "queues", w.cfg.Queues, "kinds", w.kinds, "schema", w.schema)
 
 	// Background loops live until the very end of shutdown, after the
@@ -142,6 +152,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	goBG(w.sweep)
 	if !w.cfg.PollOnly {
 		goBG(w.listen)
+	}
+	if w.metricsSrv != nil {
+		goBG(func(ctx context.Context) { w.serveMetrics(ctx, w.metricsSrv) })
 	}
 
 	var fetchWG sync.WaitGroup

@@ -1,0 +1,107 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metricsServer serves /metrics: the worker's own metrics, Go runtime
+// metrics, and queue gauges refreshed from the Stats query.
+type metricsServer struct {
+	registry *prometheus.Registry
+	jobs     *prometheus.GaugeVec
+	oldest   *prometheus.GaugeVec
+	listener net.Listener
+	server   *http.Server
+}
+
+func (w *Worker) newMetricsServer() (*metricsServer, error) {
+	ms := &metricsServer{
+		registry: prometheus.NewRegistry(),
+		jobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "hopper", Name: "queue_jobs", Help: "Jobs per queue, kind and state (ready, scheduled, running, dead).",
+		}, []string{"queue", "kind", "state"}),
+		oldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "hopper", Name: "queue_oldest_ready_seconds", Help: "Age of the oldest ready job per queue (claim lag).",
+		}, []string{"queue"}),
+	}
+	for _, c := range append(w.metrics.collectors(), ms.jobs, ms.oldest, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})) {
+		if err := ms.registry.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	ln, err := net.Listen("tcp", w.cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("hopper: worker: metrics listener: %w", err)
+	}
+	ms.listener = ln
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(ms.registry, promhttp.HandlerOpts{}))
+	ms.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return ms, nil
+}
+
+// MetricsAddr is the address the metrics endpoint listens on (useful with
+// port 0), or "" when it is off or not started yet.
+func (w *Worker) MetricsAddr() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.metricsSrv == nil {
+		return ""
+	}
+	return w.metricsSrv.listener.Addr().String()
+}
+
+// serveMetrics runs the endpoint and refreshes the queue gauges until ctx
+// ends.
+func (w *Worker) serveMetrics(ctx context.Context, ms *metricsServer) {
+	go func() {
+		if err := ms.server.Serve(ms.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			w.log.Error("metrics endpoint failed", "error", err)
+		}
+	}()
+	refresh := func() {
+		stats, err := w.q.Stats(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("metrics: stats query failed", "error", err)
+			}
+			return
+		}
+		ms.jobs.Reset()
+		ms.oldest.Reset()
+		oldest := map[string]float64{}
+		for _, r := range stats {
+			ms.jobs.WithLabelValues(r.Queue, r.Kind, "ready").Set(float64(r.Ready))
+			ms.jobs.WithLabelValues(r.Queue, r.Kind, "scheduled").Set(float64(r.Scheduled))
+			ms.jobs.WithLabelValues(r.Queue, r.Kind, "running").Set(float64(r.Running))
+			ms.jobs.WithLabelValues(r.Queue, r.Kind, "dead").Set(float64(r.Dead))
+			oldest[r.Queue] = max(oldest[r.Queue], r.OldestReadySeconds)
+		}
+		for q, age := range oldest {
+			ms.oldest.WithLabelValues(q).Set(age)
+		}
+	}
+	refresh()
+	t := time.NewTicker(w.cfg.MetricsInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = ms.server.Shutdown(sctx)
+			return
+		case <-t.C:
+			refresh()
+		}
+	}
+}
