@@ -10,6 +10,14 @@ SCRATCH := .tmp/check-generated
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+.PHONY: demo
+demo: ## run the demo (one producer, three workers, 30s) on the default database
+	go run ./cmd/hopper demo
+
+.PHONY: build
+build: ## build the hopper CLI into bin/
+	go build -o bin/hopper ./cmd/hopper
+
 .PHONY: test
 test: ## run every test (race detector on) against a real PostgreSQL
 	go test -race -count=1 ./...

@@ -1,0 +1,321 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/schema"
+	"github.com/hopperq/hopper/worker"
+)
+
+// The demo runs in a schema of its own, recreated at every run and kept
+// afterwards for exploring. DDL takes no bind parameters, and the name is
+// a constant.
+const (
+	demoSchema     = "hopper_demo"
+	dropDemoSQL    = "DROP SCHEMA IF EXISTS hopper_demo CASCADE"
+	createDemoSQL  = "CREATE SCHEMA hopper_demo"
+	demoWorkers    = 3
+	demoLease      = time.Second
+	demoSlowFor    = 2500 * time.Millisecond // outlives two leases: the heartbeat keeps it
+	demoTick       = 100 * time.Millisecond
+	demoReportWait = 3 * time.Second
+)
+
+type demoJob struct {
+	Seq int64 `json:"seq"`
+}
+
+func demoCommand() *command {
+	var duration time.Duration
+	var rate int
+	return &command{
+		name:    "demo",
+		args:    "[--duration D] [--rate N]",
+		summary: "one producer, three workers and the sweep on schema hopper_demo, with live progress and a summary that accounts for every job",
+		flags: func(fs *flag.FlagSet) {
+			fs.DurationVar(&duration, "duration", 30*time.Second, "how long to produce (0: until Ctrl-C)")
+			fs.IntVar(&rate, "rate", 2000, "jobs enqueued per second")
+		},
+		run: func(e *env, _ *flag.FlagSet, args []string) error {
+			if len(args) > 0 || duration < 0 || rate < 10 {
+				return fmt.Errorf("%w: demo takes no argument, a non-negative --duration and --rate of 10 or more", errUsage)
+			}
+			return runDemo(e, duration, rate)
+		},
+	}
+}
+
+type demoKinds struct {
+	email, flaky, doomed, report, slow *jobs.Kind[demoJob]
+}
+
+func runDemo(e *env, duration time.Duration, rate int) error {
+	base, err := e.connect()
+	if err != nil {
+		return err
+	}
+	defer base.Close()
+	if _, err := base.Exec(e.ctx, dropDemoSQL); err != nil {
+		return fmt.Errorf("reset schema %s: %w", demoSchema, err)
+	}
+	if _, err := base.Exec(e.ctx, createDemoSQL); err != nil {
+		return fmt.Errorf("create schema %s: %w", demoSchema, err)
+	}
+	cfg := base.Config()
+	cfg.ConnConfig.RuntimeParams["search_path"] = demoSchema
+	cfg.MaxConns = 4 + 4*demoWorkers
+	pool, err := pgxpool.NewWithConfig(e.ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := schema.Up(e.ctx, pool); err != nil {
+		return err
+	}
+
+	k := demoKinds{
+		email:  jobs.Define[demoJob]("demo.email"),
+		flaky:  jobs.Define[demoJob]("demo.flaky"),
+		doomed: jobs.Define[demoJob]("demo.doomed", jobs.Defaults(jobs.MaxAttempts(3))),
+		report: jobs.Define[demoJob]("demo.report"),
+		slow:   jobs.Define[demoJob]("demo.slow"),
+	}
+	fmt.Fprintf(e.stdout, "hopper demo on %s, schema %s: 1 producer (%d jobs/s), %d workers, sweep every 1s",
+		e.target(), demoSchema, rate, demoWorkers)
+	if duration > 0 {
+		fmt.Fprintf(e.stdout, ", for %v", duration)
+	}
+	fmt.Fprintln(e.stdout, " (Ctrl-C stops)")
+
+	// Workers run until the producer is done; they get their own context
+	// so that Ctrl-C stops production first and then shuts them down.
+	workCtx, stopWork := context.WithCancel(context.WithoutCancel(e.ctx))
+	defer stopWork()
+	registries := make([]*prometheus.Registry, demoWorkers)
+	var wg sync.WaitGroup
+	errs := make(chan error, demoWorkers)
+	for i := range demoWorkers {
+		registries[i] = prometheus.NewRegistry()
+		w, err := newDemoWorker(pool, i, registries[i], k)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- w.Run(workCtx) }()
+	}
+
+	prodCtx := e.ctx
+	if duration > 0 {
+		var cancel context.CancelFunc
+		prodCtx, cancel = context.WithTimeout(e.ctx, duration)
+		defer cancel()
+	}
+	var enqueued atomic.Int64
+	prodErr := make(chan error, 1)
+	go func() { prodErr <- produce(prodCtx, pool, k, rate, &enqueued) }()
+
+	began := time.Now()
+	ticker := time.NewTicker(time.Second)
+	lastDone := int64(0)
+	for running := true; running; {
+		select {
+		case err := <-prodErr:
+			if err != nil {
+				stopWork()
+				wg.Wait()
+				return err
+			}
+			running = false
+		case <-ticker.C:
+			done := counterSum(registries, "hopper_jobs_completed_total")
+			line, err := demoProgress(e.ctx, pool, time.Since(began), done-lastDone, registries)
+			if err == nil {
+				fmt.Fprintln(e.stdout, line+fmt.Sprintf("  done %d", done))
+			}
+			lastDone = done
+		}
+	}
+	ticker.Stop()
+
+	fmt.Fprintln(e.stdout, "producer stopped; shutting the workers down (unfinished jobs are given back)")
+	stopWork()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return demoSummary(e.stdout, pool, enqueued.Load(), counterSum(registries, "hopper_jobs_completed_total"))
+}
+
+func newDemoWorker(pool *pgxpool.Pool, i int, reg *prometheus.Registry, k demoKinds) (*worker.Worker, error) {
+	w, err := worker.New(pool, worker.Config{
+		ID:            fmt.Sprintf("demo-worker-%d", i+1),
+		Queues:        map[string]int{jobs.DefaultQueue: 50},
+		LeaseDuration: demoLease,
+		PollInterval:  200 * time.Millisecond,
+		SweepInterval: time.Second,
+		Backoff:       worker.Backoff{Base: 200 * time.Millisecond, Max: time.Second, Jitter: 0.2},
+		Registerer:    reg,
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	quick := func(ctx context.Context, _ *jobs.Job[demoJob]) error {
+		time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+		return nil
+	}
+	return w, errors.Join(
+		worker.Handle(w, k.email, quick),
+		worker.Handle(w, k.report, quick),
+		worker.Handle(w, k.flaky, func(ctx context.Context, j *jobs.Job[demoJob]) error {
+			if j.Attempt == 1 {
+				return errors.New("upstream timeout (the demo fails every first attempt)")
+			}
+			return nil
+		}),
+		worker.Handle(w, k.doomed, func(context.Context, *jobs.Job[demoJob]) error {
+			return errors.New("invalid recipient (the demo always fails this kind)")
+		}),
+		worker.Handle(w, k.slow, func(ctx context.Context, _ *jobs.Job[demoJob]) error {
+			select {
+			case <-time.After(demoSlowFor):
+				return nil
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}),
+	)
+}
+
+// produce enqueues rate jobs per second, in one batch per kind per tick:
+// mostly quick ones, some that fail once, a few that always fail, a few
+// scheduled in the future, and now and then a slow one.
+func produce(ctx context.Context, pool *pgxpool.Pool, k demoKinds, rate int, enqueued *atomic.Int64) error {
+	t := time.NewTicker(demoTick)
+	defer t.Stop()
+	perTick := max(rate/int(time.Second/demoTick), 1)
+	var seq int64
+	batch := func(n int) []jobs.Item[demoJob] {
+		items := make([]jobs.Item[demoJob], n)
+		for i := range items {
+			seq++
+			items[i].Payload = demoJob{Seq: seq}
+		}
+		return items
+	}
+	for tick := 0; ; tick++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		plan := []struct {
+			kind *jobs.Kind[demoJob]
+			n    int
+			opts []jobs.EnqueueOption
+		}{
+			{k.email, perTick * 80 / 100, nil},
+			{k.flaky, perTick * 10 / 100, nil},
+			{k.doomed, perTick * 3 / 100, nil},
+			{k.report, perTick * 7 / 100, []jobs.EnqueueOption{jobs.Delay(demoReportWait)}},
+		}
+		if tick%10 == 0 {
+			plan = append(plan, struct {
+				kind *jobs.Kind[demoJob]
+				n    int
+				opts []jobs.EnqueueOption
+			}{k.slow, 1, nil})
+		}
+		for _, p := range plan {
+			if p.n == 0 {
+				continue
+			}
+			// Enqueue even if ctx ends now: a batch is all or nothing.
+			res, err := p.kind.EnqueueMany(context.WithoutCancel(ctx), pool, batch(p.n), p.opts...)
+			if err != nil {
+				return err
+			}
+			enqueued.Add(int64(res.Inserted))
+		}
+	}
+}
+
+func demoProgress(ctx context.Context, pool *pgxpool.Pool, elapsed time.Duration, doneSinceLast int64, regs []*prometheus.Registry) (string, error) {
+	stats, err := db.New(pool).Stats(ctx)
+	if err != nil {
+		return "", err
+	}
+	var depth, dead int64
+	var lag float64
+	for _, s := range stats {
+		depth += s.Ready + s.Scheduled + s.Running
+		dead += s.Dead
+		lag = max(lag, s.OldestReadySeconds)
+	}
+	return fmt.Sprintf("%5.0fs  %6d jobs/s  depth %6d  claim lag %6s  retries %6d  dead %5d",
+		elapsed.Seconds(), doneSinceLast, depth, time.Duration(lag*float64(time.Second)).Round(time.Millisecond),
+		counterSum(regs, "hopper_jobs_failed_total"), dead), nil
+}
+
+func demoSummary(w io.Writer, pool *pgxpool.Pool, enqueued, completed int64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stats, err := db.New(pool).Stats(ctx)
+	if err != nil {
+		return err
+	}
+	var pending, dead int64
+	for _, s := range stats {
+		pending += s.Ready + s.Scheduled + s.Running
+		dead += s.Dead
+	}
+	lost := enqueued - completed - dead - pending
+	fmt.Fprintln(w, "summary:")
+	fmt.Fprintf(w, "  enqueued   %d\n  completed  %d\n  dead       %d   (hopper --database-url ... dead list, with search_path=%s)\n  pending    %d   (scheduled, retrying or given back at shutdown)\n",
+		enqueued, completed, dead, demoSchema, pending)
+	fmt.Fprintf(w, "  lost       %d   (enqueued - completed - dead - pending)\n", lost)
+	if lost != 0 {
+		return fmt.Errorf("%d jobs unaccounted for", lost)
+	}
+	return nil
+}
+
+// counterSum adds a counter family over every label and registry.
+func counterSum(regs []*prometheus.Registry, name string) int64 {
+	var sum float64
+	for _, r := range regs {
+		families, err := r.Gather()
+		if err != nil {
+			continue
+		}
+		for _, f := range families {
+			if f.GetName() != name {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				sum += counterValue(m)
+			}
+		}
+	}
+	return int64(sum)
+}
+
+func counterValue(m *dto.Metric) float64 { return m.GetCounter().GetValue() }

@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hopperq/hopper/db"
+)
+
+// statsReport is one refresh of hopper stats, as --json prints it.
+type statsReport struct {
+	Time   time.Time     `json:"time"`
+	Queues []db.StatsRow `json:"queues"`
+	// Rates over the time since the previous refresh; absent on the first.
+	EnqueuedPerSecond *float64 `json:"enqueued_per_second,omitempty"`
+	FinishedPerSecond *float64 `json:"finished_per_second,omitempty"`
+}
+
+func statsCommand() *command {
+	var watch, asJSON bool
+	var interval time.Duration
+	return &command{
+		name:    "stats",
+		args:    "[--watch] [--json]",
+		summary: "per queue and kind: ready, scheduled, running, dead, claim lag, retry rate; throughput with --watch",
+		flags: func(fs *flag.FlagSet) {
+			fs.BoolVar(&watch, "watch", false, "redraw every --interval until Ctrl-C")
+			fs.BoolVar(&asJSON, "json", false, "print JSON (one object per refresh)")
+			fs.DurationVar(&interval, "interval", 2*time.Second, "refresh interval with --watch")
+		},
+		run: func(e *env, _ *flag.FlagSet, args []string) error {
+			if len(args) > 0 || interval <= 0 {
+				return fmt.Errorf("%w: stats takes no argument and a positive --interval", errUsage)
+			}
+			pool, err := e.connect()
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			q := db.New(pool)
+			var prev *db.TableActivityRow
+			var prevAt time.Time
+			for {
+				rows, err := q.Stats(e.ctx)
+				if err != nil {
+					return err
+				}
+				activity, err := q.TableActivity(e.ctx)
+				if err != nil {
+					return err
+				}
+				now := time.Now()
+				report := statsReport{Time: now, Queues: rows}
+				if prev != nil {
+					secs := now.Sub(prevAt).Seconds()
+					enq := float64(activity.Inserted-prev.Inserted) / secs
+					fin := float64(activity.Deleted-prev.Deleted) / secs
+					report.EnqueuedPerSecond, report.FinishedPerSecond = &enq, &fin
+				}
+				prev, prevAt = &activity, now
+				if asJSON {
+					if err := json.NewEncoder(e.stdout).Encode(report); err != nil {
+						return err
+					}
+				} else {
+					if watch {
+						fmt.Fprint(e.stdout, "\033[H\033[2J") // redraw in place, like top
+					}
+					printStats(e.stdout, report)
+				}
+				if !watch {
+					return nil
+				}
+				select {
+				case <-e.ctx.Done():
+					return nil
+				case <-time.After(interval):
+				}
+			}
+		},
+	}
+}
+
+func printStats(w io.Writer, r statsReport) {
+	fmt.Fprintf(w, "hopper stats at %s", r.Time.Format(time.TimeOnly))
+	if r.EnqueuedPerSecond != nil {
+		fmt.Fprintf(w, "   enqueued %.0f/s   finished %.0f/s", *r.EnqueuedPerSecond, *r.FinishedPerSecond)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "QUEUE\tKIND\tREADY\tSCHEDULED\tRUNNING\tDEAD\tCLAIM LAG\tRETRY RATE\t")
+	for _, s := range r.Queues {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.1f%%\t\n", s.Queue, s.Kind, s.Ready, s.Scheduled, s.Running, s.Dead,
+			(time.Duration(s.OldestReadySeconds * float64(time.Second))).Round(time.Millisecond), 100*s.RetryRate)
+	}
+	tw.Flush()
+	if len(r.Queues) == 0 {
+		fmt.Fprintln(w, "(no jobs)")
+	}
+}

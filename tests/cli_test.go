@@ -1,0 +1,294 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/queries"
+	"github.com/hopperq/hopper/schema"
+)
+
+var hopperBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "hopper-cli-test")
+	if err != nil {
+		panic(err)
+	}
+	hopperBin = filepath.Join(dir, "hopper")
+	build := exec.Command("go", "build", "-o", hopperBin, "../cmd/hopper")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		panic("build hopper: " + err.Error())
+	}
+	defer os.RemoveAll(dir)
+	testdb.Main(m)
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// hopper runs the binary against url with stdin.
+func hopper(t *testing.T, url, stdin string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, hopperBin, args...)
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+url)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code := 0
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return result{out.String(), errOut.String(), code}
+}
+
+// requireFailure checks the one-line, non-zero failure contract.
+func requireFailure(t *testing.T, r result, code int, contains string) {
+	t.Helper()
+	require.Equal(t, code, r.code, "stdout %q stderr %q", r.stdout, r.stderr)
+	require.Contains(t, r.stderr, contains)
+	require.Equal(t, 1, strings.Count(strings.TrimSpace(r.stderr), "\n")+1, "one line: %q", r.stderr)
+	require.NotContains(t, r.stderr, "goroutine", "no stack trace")
+}
+
+func TestHelpAndUsageErrors(t *testing.T) {
+	t.Parallel()
+	r := hopper(t, "", "", "help")
+	require.Zero(t, r.code)
+	for _, c := range []string{"migrate", "enqueue", "stats", "dead", "cancel", "purge", "sql", "demo"} {
+		require.Contains(t, r.stdout, "  "+c+" ")
+		h := hopper(t, "", "", c, "--help")
+		require.Zero(t, h.code, c)
+		require.Contains(t, h.stdout, "Usage: hopper "+c, c)
+		require.Contains(t, h.stdout, "--database-url", c)
+	}
+	requireFailure(t, hopper(t, "", "", "frobnicate"), 2, `unknown command "frobnicate"`)
+	requireFailure(t, hopper(t, "", "", "stats", "--bogus"), 2, "flag provided but not defined")
+	requireFailure(t, hopper(t, "", "", "migrate", "sideways"), 2, "unknown migrate action")
+	requireFailure(t, hopper(t, "", "", "cancel", "abc"), 2, `"abc" is not a job id`)
+	requireFailure(t, hopper(t, "", "", "enqueue", "--kind", "k", "--payload", "{nope"), 2, "not valid JSON")
+	requireFailure(t, hopper(t, "", "", "dead", "purge", "--older-than", "-3h"), 2, "positive duration")
+}
+
+func TestUnreachableDatabaseKeepsPasswordSecret(t *testing.T) {
+	t.Parallel()
+	url := "postgres://alice:s3cretpw@127.0.0.1:1/nowhere?connect_timeout=2"
+	for _, args := range [][]string{{"stats"}, {"migrate", "up"}, {"demo", "--duration", "1s"}, {"--database-url", url, "dead", "list"}} {
+		r := hopper(t, url, "", args...)
+		requireFailure(t, r, 1, "no PostgreSQL answers")
+		require.Contains(t, r.stderr, "apt install postgresql")
+		require.NotContains(t, r.stderr+r.stdout, "s3cretpw")
+	}
+}
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	d := testdb.NewEmpty(t)
+	r := hopper(t, d.URL, "", "migrate", "version")
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "schema version 0")
+
+	r = hopper(t, d.URL, "", "migrate", "up")
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "1/u create_hopper", "a progress line per migration")
+	require.Contains(t, r.stdout, "schema version 1 (this build's latest: 1)")
+
+	r = hopper(t, d.URL, "", "migrate", "down")
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "1/d create_hopper")
+	require.Contains(t, r.stdout, "schema version 0")
+	require.Zero(t, hopper(t, d.URL, "", "migrate", "up").code)
+	requireFailure(t, hopper(t, d.URL, "", "migrate", "down", "zero"), 2, "positive number")
+}
+
+func TestEnqueueStatsCancelPurge(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	r := hopper(t, d.URL, "", "enqueue", "--kind", "report", "--payload", `{"day":"monday"}`, "--queue", "ops", "--priority", "3", "--unique-key", "rep-1")
+	require.Zero(t, r.code, r.stderr)
+	m := regexp.MustCompile(`enqueued job (\d+)`).FindStringSubmatch(r.stdout)
+	require.NotNil(t, m, r.stdout)
+	id, _ := strconv.ParseInt(m[1], 10, 64)
+	row, err := db.New(d.Pool).GetJob(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, "ops", row.Queue)
+	require.Equal(t, int16(3), row.Priority)
+	require.JSONEq(t, `{"day":"monday"}`, string(row.Payload))
+
+	r = hopper(t, d.URL, "", "enqueue", "--kind", "report", "--queue", "ops", "--unique-key", "rep-1")
+	require.Zero(t, r.code)
+	require.Contains(t, r.stdout, "duplicate: job "+m[1])
+	requireFailure(t, hopper(t, d.URL, "", "enqueue", "--kind", "report", "--priority", "12"), 2, "invalid priority")
+	require.Zero(t, hopper(t, d.URL, "", "enqueue", "--kind", "later", "--queue", "ops", "--delay", "1h").code)
+
+	r = hopper(t, d.URL, "", "stats")
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, `ops\s+report\s+1\s+0\s+0\s+0`, r.stdout)
+	require.Regexp(t, `ops\s+later\s+0\s+1\s+0\s+0`, r.stdout)
+	r = hopper(t, d.URL, "", "stats", "--json")
+	require.Zero(t, r.code, r.stderr)
+	var report struct {
+		Queues []db.StatsRow `json:"queues"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &report))
+	require.Len(t, report.Queues, 2)
+
+	// cancel: a pending job goes; an unknown one is reported and fails.
+	r = hopper(t, d.URL, "", "cancel", m[1], "999999")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stdout, "job "+m[1]+": cancelled")
+	require.Contains(t, r.stdout, "job 999999: no such job")
+	require.Contains(t, r.stderr, "1 of 2 jobs not cancelled")
+
+	// purge asks first; no answer means no.
+	r = hopper(t, d.URL, "", "purge", "--queue", "ops")
+	requireFailure(t, r, 1, "not confirmed")
+	require.Contains(t, r.stdout, "Delete the 1 pending jobs")
+	r = hopper(t, d.URL, "y\n", "purge", "--queue", "ops")
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "deleted 1 pending jobs")
+	require.Zero(t, hopper(t, d.URL, "", "purge", "--queue", "ops", "--yes").code)
+}
+
+func TestCancelRunningJob(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	require.Zero(t, hopper(t, d.URL, "", "enqueue", "--kind", "k").code)
+	claimed, err := db.New(d.Pool).Dequeue(context.Background(), db.DequeueParams{Queue: "default", Kinds: []string{"k"}, MaxVersions: []int32{1}, MaxJobs: 1, Owner: "w", LeaseMs: 60000})
+	require.NoError(t, err)
+	r := hopper(t, d.URL, "", "cancel", strconv.FormatInt(claimed[0].ID, 10))
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stdout, "running, not cancelled")
+}
+
+func TestStatsWatch(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	cmd := exec.Command(hopperBin, "stats", "--watch", "--json", "--interval", "100ms")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+d.URL)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	require.NoError(t, cmd.Start())
+	require.Eventually(t, func() bool { return strings.Count(out.String(), "\n") >= 3 }, 30*time.Second, 20*time.Millisecond)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	require.NoError(t, cmd.Wait(), "Ctrl-C ends --watch cleanly")
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var second map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[1]), &second))
+	require.Contains(t, second, "finished_per_second", "throughput since the last refresh")
+}
+
+func TestDeadTriage(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	q := db.New(d.Pool)
+	ctx := context.Background()
+	var dead []string
+	for i := range 3 {
+		kind := "mailer"
+		if i == 2 {
+			kind = "billing"
+		}
+		require.Zero(t, hopper(t, d.URL, "", "enqueue", "--kind", kind, "--max-attempts", "1").code)
+		got, err := q.Dequeue(ctx, db.DequeueParams{Queue: "default", Kinds: []string{kind}, MaxVersions: []int32{1}, MaxJobs: 1, Owner: "w-1", LeaseMs: 60000})
+		require.NoError(t, err)
+		_, err = q.NackBatch(ctx, db.NackBatchParams{Ids: []int64{got[0].ID}, Attempts: []int32{1}, Messages: []string{"smtp: 550 no such user\nsecond line"}, BackoffsMs: []int64{0}, DeadReasons: []string{""}})
+		require.NoError(t, err)
+		dead = append(dead, strconv.FormatInt(got[0].ID, 10))
+	}
+
+	r := hopper(t, d.URL, "", "dead", "list")
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, dead[2]+`\s+billing\s+default\s+1/1\s+.*out of attempts`, r.stdout)
+	r = hopper(t, d.URL, "", "dead", "list", "--kind", "mailer")
+	require.NotContains(t, r.stdout, "billing")
+
+	r = hopper(t, d.URL, "", "dead", "show", dead[0])
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "reason: out of attempts")
+	require.Contains(t, r.stdout, "attempt 1 at")
+	require.Contains(t, r.stdout, "by w-1")
+	require.Contains(t, r.stdout, "smtp: 550 no such user\n    second line")
+	requireFailure(t, hopper(t, d.URL, "", "dead", "show", "424242"), 1, "no dead job 424242")
+
+	r = hopper(t, d.URL, "", "dead", "retry", dead[0], "424242")
+	requireFailure(t, r, 1, "not retried")
+	require.Contains(t, r.stdout, "retried 1 jobs")
+	r = hopper(t, d.URL, "", "dead", "retry", "--kind", "mailer")
+	require.Zero(t, r.code)
+	require.Contains(t, r.stdout, "retried 1 jobs")
+
+	r = hopper(t, d.URL, "", "dead", "purge", "--older-than", "1d")
+	require.Zero(t, r.code)
+	require.Contains(t, r.stdout, "purged 0 dead jobs")
+	_, err := d.Pool.Exec(ctx, "UPDATE hopper_dead_jobs SET died_at = now() - interval '3 days'")
+	require.NoError(t, err)
+	r = hopper(t, d.URL, "", "dead", "purge", "--older-than", "2d")
+	require.Zero(t, r.code)
+	require.Contains(t, r.stdout, "purged 1 dead jobs")
+}
+
+func TestSQLExport(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := hopper(t, "", "", "sql", "export", dir)
+	require.Zero(t, r.code, r.stderr)
+	for sub, files := range map[string]fs.FS{"schema": schema.Files, "queries": queries.Files} {
+		entries, err := fs.ReadDir(files, ".")
+		require.NoError(t, err)
+		require.NotEmpty(t, entries)
+		for _, e := range entries {
+			want, err := fs.ReadFile(files, e.Name())
+			require.NoError(t, err)
+			got, err := os.ReadFile(filepath.Join(dir, sub, e.Name()))
+			require.NoError(t, err)
+			require.Equal(t, string(want), string(got), e.Name())
+		}
+	}
+	requireFailure(t, hopper(t, "", "", "sql", "import", dir), 2, "say export DIR")
+}
+
+// TestDemo runs the README's first command's program for 10 seconds; its
+// summary must account for every job.
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	r := hopper(t, testdb.Server(t), "", "demo", "--duration", "10s", "--rate", "1000")
+	require.Zero(t, r.code, "stdout %s\nstderr %s", r.stdout, r.stderr)
+	count := func(name string) int64 {
+		m := regexp.MustCompile(`(?m)^\s+` + name + `\s+(\d+)`).FindStringSubmatch(r.stdout)
+		require.NotNil(t, m, "%s in %s", name, r.stdout)
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		return n
+	}
+	enqueued, completed, dead, pending, lost := count("enqueued"), count("completed"), count("dead"), count("pending"), count("lost")
+	require.Zero(t, lost)
+	require.Equal(t, enqueued, completed+dead+pending)
+	require.Greater(t, enqueued, int64(5000))
+	require.Positive(t, dead, "some jobs exhausted their attempts")
+	require.Regexp(t, `retries\s+[1-9]`, r.stdout, "some jobs were retried")
+}
