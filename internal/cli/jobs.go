@@ -21,8 +21,8 @@ import (
 func enqueueCommand() *command {
 	var (
 		kind, payload, queue, uniqueKey, runAt string
-		priority, maxAttempts, version          int
-		delay                                   time.Duration
+		priority, maxAttempts, version         int
+		delay                                  time.Duration
 	)
 	return &command{
 		name:    "enqueue",
