@@ -55,6 +55,7 @@ func commands() []*command {
 		purgeCommand(),
 		sqlCommand(),
 		demoCommand(),
+		benchCommand(),
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -27,6 +26,7 @@ import (
 	"github.com/ory/dockertest/v3"
 	"github.com/ory/dockertest/v3/docker"
 
+	"github.com/hopperq/hopper/internal/pgurl"
 	"github.com/hopperq/hopper/schema"
 )
 
@@ -106,20 +106,8 @@ func NewEmpty(t testing.TB) *DB {
 	return d
 }
 
-// WithSearchPath returns dsn with search_path set to schema, in whichever
-// form (URL or keyword/value) dsn is written.
-func WithSearchPath(dsn, schemaName string) string {
-	if strings.Contains(dsn, "://") {
-		u, err := url.Parse(dsn)
-		if err == nil {
-			q := u.Query()
-			q.Set("search_path", schemaName)
-			u.RawQuery = q.Encode()
-			return u.String()
-		}
-	}
-	return strings.TrimSpace(dsn + " search_path=" + schemaName)
-}
+// WithSearchPath returns dsn with search_path set to schema.
+func WithSearchPath(dsn, schemaName string) string { return pgurl.WithSearchPath(dsn, schemaName) }
 
 func dropSchema(t testing.TB, dsn, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

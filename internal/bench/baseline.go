@@ -1,0 +1,98 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hopperq/hopper/internal/pgurl"
+)
+
+//go:embed sql/*.sql
+var benchSQL embed.FS
+
+// BaselineResult is pgbench running the minimal insert / SKIP LOCKED claim
+// / delete cycle at the same batch size and duration.
+type BaselineResult struct {
+	Clients       int     `json:"clients"`
+	BatchSize     int     `json:"batch_size"`
+	Seconds       float64 `json:"seconds"`
+	Inserted      int64   `json:"inserted"`
+	Deleted       int64   `json:"deleted"`
+	JobsPerSecond float64 `json:"jobs_per_second"`
+}
+
+func runBaseline(ctx context.Context, cfg Config) (*BaselineResult, error) {
+	pgbench, err := exec.LookPath("pgbench")
+	if err != nil {
+		return nil, fmt.Errorf("pgbench not found (apt install postgresql-client): %w", err)
+	}
+	s, err := newScratch(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	defer s.drop()
+	setup, _ := benchSQL.ReadFile("sql/setup.sql")
+	if _, err := s.pool.Exec(ctx, string(setup)); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "hopper-baseline")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	for _, name := range []string{"produce.sql", "claim.sql"} {
+		data, _ := benchSQL.ReadFile("sql/" + name)
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	clients := cfg.Producers + cfg.Workers
+	secs := int(cfg.Duration.Round(time.Second).Seconds())
+	cmd := exec.CommandContext(ctx, pgbench, "-n", "-c", fmt.Sprint(clients), "-j", fmt.Sprint(clients),
+		"-T", fmt.Sprint(secs), "-D", fmt.Sprintf("batch=%d", cfg.BatchSize),
+		"-f", filepath.Join(dir, "produce.sql")+"@1", "-f", filepath.Join(dir, "claim.sql")+"@1",
+		pgurl.ForLibpq(cfg.DatabaseURL))
+	cmd.Env = append(os.Environ(), "PGOPTIONS=-c search_path="+s.name)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("pgbench: %v: %s", err, lastLines(out.String(), 5))
+	}
+	result, _ := benchSQL.ReadFile("sql/result.sql")
+	r := &BaselineResult{Clients: clients, BatchSize: cfg.BatchSize, Seconds: float64(secs)}
+	var remaining int64
+	if err := s.pool.QueryRow(ctx, string(result)).Scan(&r.Inserted, &remaining); err != nil {
+		return nil, err
+	}
+	r.Deleted = r.Inserted - remaining
+	r.JobsPerSecond = float64(r.Deleted) / r.Seconds
+	return r, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// maintain runs one of the embedded maintenance statements (ANALYZE,
+// VACUUM) on the scratch schema's hopper_jobs.
+func maintain(ctx context.Context, pool *pgxpool.Pool, name string) error {
+	stmt, err := benchSQL.ReadFile("sql/" + name)
+	if err != nil {
+		return err
+	}
+	_, err = pool.Exec(ctx, string(stmt))
+	return err
+}

@@ -1,0 +1,165 @@
+// Package bench measures Hopper on the machine it runs on: throughput,
+// latency, memory and the CPU a queue costs PostgreSQL, with a raw-SQL
+// baseline (pgbench) measured in the same run so a noisy machine can
+// neither flatter nor hide anything. It works in a scratch schema it
+// creates and drops.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hopperq/hopper/internal/pgurl"
+	"github.com/hopperq/hopper/schema"
+)
+
+// Config is what a run measures and how.
+type Config struct {
+	Mode        string        // continuous, drain, enqueue, latency, all
+	Duration    time.Duration // continuous and baseline
+	Jobs        int           // drain: backlog size; enqueue: COPY total
+	Workers     int           // worker instances in the worker process
+	Concurrency int           // handler slots per worker
+	BatchSize   int           // producer batch (continuous) / COPY batch (enqueue)
+	Producers   int           // producer goroutines (continuous)
+	PayloadSize int           // bytes of payload padding
+	HandlerTime time.Duration // simulated handler work
+	Scheduled   int           // far-future jobs added before measuring (backlog effect)
+	Baseline    bool          // also run pgbench's raw-SQL cycle
+	Singles     int           // enqueue: single transactional enqueues timed
+	Samples     int           // latency: jobs timed
+
+	// DatabaseURL is the server to use; WorkerCommand starts the worker
+	// process (the hopper binary with "bench --role worker").
+	DatabaseURL   string
+	WorkerCommand []string
+	Log           io.Writer
+}
+
+// Report is what a run found; --json prints it.
+type Report struct {
+	Machine    Machine            `json:"machine"`
+	Config     map[string]any     `json:"config"`
+	Continuous *ContinuousResult  `json:"continuous,omitempty"`
+	Drain      *DrainResult       `json:"drain,omitempty"`
+	Enqueue    *EnqueueResult     `json:"enqueue,omitempty"`
+	Latency    *LatencyResult     `json:"latency,omitempty"`
+	Baseline   *BaselineResult    `json:"baseline,omitempty"`
+	Ratios     map[string]float64 `json:"ratios,omitempty"`
+}
+
+// scratch is a schema created for one run.
+type scratch struct {
+	name string
+	url  string
+	pool *pgxpool.Pool
+	base string
+}
+
+func newScratch(ctx context.Context, baseURL string) (*scratch, error) {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	s := &scratch{name: "hopper_bench_" + hex.EncodeToString(b), base: baseURL}
+	conn, err := pgx.Connect(ctx, baseURL)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	// DDL takes no bind parameters; the name is generated and quoted.
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{s.name}.Sanitize()); err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(baseURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = s.name
+	cfg.MaxConns = 32
+	s.pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := schema.Up(ctx, s.pool); err != nil {
+		s.drop()
+		return nil, err
+	}
+	s.url = pgurl.WithSearchPath(baseURL, s.name)
+	return s, nil
+}
+
+func (s *scratch) drop() {
+	if s.pool != nil {
+		s.pool.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.base)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s.name}.Sanitize()+" CASCADE")
+}
+
+// Run measures what cfg asks for.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	r := &Report{Machine: machine(ctx, cfg.DatabaseURL), Config: cfg.summary(), Ratios: map[string]float64{}}
+	modes := map[string]bool{cfg.Mode: true}
+	if cfg.Mode == "all" {
+		modes = map[string]bool{"continuous": true, "drain": true, "enqueue": true, "latency": true}
+	}
+	logf := func(format string, args ...any) { fmt.Fprintf(cfg.Log, format+"\n", args...) }
+	var err error
+	if modes["enqueue"] {
+		logf("enqueue: COPY in batches of %d, then %d single transactional enqueues", cfg.BatchSize, cfg.Singles)
+		if r.Enqueue, err = runEnqueue(ctx, cfg); err != nil {
+			return r, fmt.Errorf("enqueue: %w", err)
+		}
+	}
+	if modes["latency"] {
+		logf("latency: %d jobs, one at a time, to an idle worker", cfg.Samples)
+		if r.Latency, err = runLatency(ctx, cfg); err != nil {
+			return r, fmt.Errorf("latency: %w", err)
+		}
+	}
+	if modes["drain"] {
+		logf("drain: %d waiting jobs", cfg.Jobs)
+		if r.Drain, err = runDrain(ctx, cfg); err != nil {
+			return r, fmt.Errorf("drain: %w", err)
+		}
+	}
+	if modes["continuous"] {
+		logf("continuous: %v of produce + work", cfg.Duration)
+		if r.Continuous, err = runContinuous(ctx, cfg); err != nil {
+			return r, fmt.Errorf("continuous: %w", err)
+		}
+	}
+	if cfg.Baseline {
+		logf("baseline: pgbench insert / SKIP LOCKED claim / delete, batch %d, %v", cfg.BatchSize, cfg.Duration)
+		if r.Baseline, err = runBaseline(ctx, cfg); err != nil {
+			return r, fmt.Errorf("baseline: %w", err)
+		}
+		if r.Continuous != nil && r.Baseline.JobsPerSecond > 0 {
+			r.Ratios["continuous_to_baseline"] = r.Continuous.WorkedPerSecond / r.Baseline.JobsPerSecond
+		}
+		if r.Drain != nil && r.Baseline.JobsPerSecond > 0 {
+			r.Ratios["drain_to_baseline"] = r.Drain.JobsPerSecond / r.Baseline.JobsPerSecond
+		}
+	}
+	return r, nil
+}
+
+func (cfg Config) summary() map[string]any {
+	return map[string]any{
+		"mode": cfg.Mode, "duration": cfg.Duration.String(), "jobs": cfg.Jobs, "workers": cfg.Workers,
+		"concurrency": cfg.Concurrency, "batch_size": cfg.BatchSize, "producers": cfg.Producers,
+		"payload_size": cfg.PayloadSize, "handler_time": cfg.HandlerTime.String(), "scheduled_backlog": cfg.Scheduled,
+	}
+}

@@ -1,0 +1,1 @@
+ANALYZE hopper_jobs;

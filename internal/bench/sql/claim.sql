@@ -1,0 +1,8 @@
+WITH picked AS (
+    SELECT id FROM bench_baseline
+    WHERE state = 'pending' AND queue = 'default'
+    ORDER BY id LIMIT :batch
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE bench_baseline AS b SET state = 'running', owner = :client_id FROM picked WHERE b.id = picked.id;
+DELETE FROM bench_baseline WHERE owner = :client_id::text AND state = 'running';

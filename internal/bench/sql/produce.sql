@@ -1,0 +1,1 @@
+INSERT INTO bench_baseline (payload) SELECT '{}'::jsonb FROM generate_series(1, :batch);

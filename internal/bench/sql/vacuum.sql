@@ -1,0 +1,1 @@
+VACUUM ANALYZE hopper_jobs;
