@@ -85,15 +85,15 @@ func (s *inflightSet) snapshot() []*inflight {
 }
 
 // markReleased moves every running claim to released, so that a handler
-// finishing later cannot queue a result, and returns how many it moved.
-func (s *inflightSet) markReleased() int {
-	n := 0
+// finishing later cannot queue a result, and returns the claims it moved.
+func (s *inflightSet) markReleased() []*inflight {
+	var moved []*inflight
 	for _, f := range s.snapshot() {
 		if f.state.CompareAndSwap(stateRunning, stateReleased) {
-			n++
+			moved = append(moved, f)
 		}
 	}
-	return n
+	return moved
 }
 
 // takeReleased removes and returns the released claims.

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +13,34 @@ type metrics struct {
 	claimedC, completedC, failedC, deadC, leaseLostC, refusedC *prometheus.CounterVec
 	durationH, waitH                                           *prometheus.HistogramVec
 	batchH                                                     *prometheus.HistogramVec
+
+	// Children per queue and kind, looked up once: label hashing on every
+	// job showed in profiles.
+	mu    sync.RWMutex
+	bound map[[2]string]*kindMetrics
+}
+
+type kindMetrics struct {
+	claimed, completed prometheus.Counter
+	wait, duration     prometheus.Observer
+}
+
+func (m *metrics) forKind(queue, kind string) *kindMetrics {
+	key := [2]string{queue, kind}
+	m.mu.RLock()
+	km := m.bound[key]
+	m.mu.RUnlock()
+	if km != nil {
+		return km
+	}
+	km = &kindMetrics{
+		claimed: m.claimedC.WithLabelValues(queue, kind), completed: m.completedC.WithLabelValues(queue, kind),
+		wait: m.waitH.WithLabelValues(queue, kind), duration: m.durationH.WithLabelValues(queue, kind),
+	}
+	m.mu.Lock()
+	m.bound[key] = km
+	m.mu.Unlock()
+	return km
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -20,6 +49,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "hopper", Name: name, Help: help}, qk)
 	}
 	m := &metrics{
+		bound:      map[[2]string]*kindMetrics{},
 		claimedC:   counter("jobs_claimed_total", "Jobs claimed by this worker."),
 		completedC: counter("jobs_completed_total", "Jobs whose handler succeeded and whose ack was recorded."),
 		failedC:    counter("jobs_failed_total", "Failed attempts rescheduled for a retry."),
@@ -56,13 +86,14 @@ func (m *metrics) collectors() []prometheus.Collector {
 
 func (m *metrics) fetched(queue string, n int) { m.batchH.WithLabelValues(queue).Observe(float64(n)) }
 func (m *metrics) claimed(queue, kind string, wait time.Duration) {
-	m.claimedC.WithLabelValues(queue, kind).Inc()
-	m.waitH.WithLabelValues(queue, kind).Observe(wait.Seconds())
+	km := m.forKind(queue, kind)
+	km.claimed.Inc()
+	km.wait.Observe(wait.Seconds())
 }
 func (m *metrics) ran(queue, kind string, d time.Duration) {
-	m.durationH.WithLabelValues(queue, kind).Observe(d.Seconds())
+	m.forKind(queue, kind).duration.Observe(d.Seconds())
 }
-func (m *metrics) completed(queue, kind string) { m.completedC.WithLabelValues(queue, kind).Inc() }
+func (m *metrics) completed(queue, kind string) { m.forKind(queue, kind).completed.Inc() }
 func (m *metrics) failed(queue, kind string)    { m.failedC.WithLabelValues(queue, kind).Inc() }
 func (m *metrics) dead(queue, kind string)      { m.deadC.WithLabelValues(queue, kind).Inc() }
 func (m *metrics) leaseLost(queue, kind string) { m.leaseLostC.WithLabelValues(queue, kind).Inc() }

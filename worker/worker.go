@@ -42,8 +42,11 @@ type Worker struct {
 	inflight   inflightSet
 	done       chan completion
 
-	handlerCtx    context.Context // parent of every handler's context
-	cancelHandler context.CancelCauseFunc
+	// handlerBase is the parent of every handler's context. It is never
+	// cancelled, so a job's context does not register with it (one shared
+	// parent with thousands of children was a hot lock); shutdown cancels
+	// each running job's context instead.
+	handlerBase context.Context
 	handlerWG     sync.WaitGroup
 }
 
@@ -71,7 +74,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("hopper: worker: metrics: %w", err)
 	}
 	for name, n := range cfg.Queues {
-		w.queues[name] = &queueRunner{owner: w, name: name, max: n, wake: make(chan struct{}, 1), slotFreed: make(chan struct{}, 1)}
+		w.queues[name] = &queueRunner{owner: w, name: name, max: n, wake: make(chan struct{}, 1), slotFreed: make(chan struct{}, 1),
+			dispatch: make(chan dispatched, n)}
 	}
 	return w, nil
 }
@@ -142,7 +146,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		bgWG.Add(1)
 		go func() { defer bgWG.Done(); fn(bg) }()
 	}
-	w.handlerCtx, w.cancelHandler = context.WithCancelCause(context.WithoutCancel(ctx))
+	w.handlerBase = context.WithoutCancel(ctx)
 	w.done = make(chan completion, 4*w.cfg.AckBatchSize)
 	completerDone := make(chan struct{})
 	go func() { defer close(completerDone); w.complete() }()
@@ -157,20 +161,32 @@ func (w *Worker) Run(ctx context.Context) error {
 		goBG(func(ctx context.Context) { w.serveMetrics(ctx, w.metricsSrv) })
 	}
 
-	var fetchWG sync.WaitGroup
+	var fetchWG, poolWG sync.WaitGroup
 	for _, qr := range w.queues {
+		for range qr.max {
+			poolWG.Add(1)
+			go func() {
+				defer poolWG.Done()
+				for d := range qr.dispatch {
+					w.execute(d.h, d.row, d.f)
+				}
+			}()
+		}
 		fetchWG.Add(1)
 		go func() { defer fetchWG.Done(); w.fetchLoop(ctx, qr) }()
 	}
 	<-ctx.Done()
 	fetchWG.Wait()
+	for _, qr := range w.queues {
+		close(qr.dispatch) // nothing more is claimed
+	}
 	w.shutdown()
 	close(w.done)
 	<-completerDone
 	w.releaseUnfinished()
 	stopBG()
 	bgWG.Wait()
-	w.cancelHandler(ErrShutdown)
+	waitAtMost(&poolWG, 5*time.Second) // only handlers that ignore cancellation outlive it
 	w.log.Info("hopper worker stopped")
 	return nil
 }
@@ -207,22 +223,32 @@ func (w *Worker) start(ctx context.Context) error {
 
 // shutdown waits for running handlers, then cancels the stragglers.
 func (w *Worker) shutdown() {
-	finished := make(chan struct{})
-	go func() { w.handlerWG.Wait(); close(finished) }()
-	select {
-	case <-finished:
+	if waitAtMost(&w.handlerWG, w.cfg.ShutdownTimeout) {
 		return
-	case <-time.After(w.cfg.ShutdownTimeout):
 	}
-	n := w.inflight.markReleased()
-	w.log.Warn("shutdown deadline passed: cancelling running handlers", "jobs", n)
-	w.cancelHandler(ErrShutdown)
+	released := w.inflight.markReleased()
+	w.log.Warn("shutdown deadline passed: cancelling running handlers", "jobs", len(released))
+	for _, f := range released {
+		f.cancelWith(ErrShutdown)
+	}
 	// Handlers that honour their context return at once; wait a little
 	// for them so no goroutine outlives Run, but never forever.
+	if !waitAtMost(&w.handlerWG, 5*time.Second) {
+		w.log.Error("handlers ignored cancellation; leaving them behind")
+	}
+}
+
+// waitAtMost waits for wg up to d and reports whether it finished.
+func waitAtMost(wg *sync.WaitGroup, d time.Duration) bool {
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-finished:
-	case <-time.After(5 * time.Second):
-		w.log.Error("handlers ignored cancellation; leaving them behind")
+		return true
+	case <-t.C:
+		return false
 	}
 }
 
@@ -263,6 +289,17 @@ type queueRunner struct {
 	running   atomic.Int64
 	wake      chan struct{} // a wake-up arrived for this queue
 	slotFreed chan struct{} // a handler of this queue finished
+	// dispatch feeds the queue's max long-lived handler goroutines. They
+	// outlive single jobs so their grown stacks are reused: a goroutine per
+	// job spent a quarter of the worker's CPU growing stacks.
+	dispatch chan dispatched
+}
+
+// dispatched is a claimed job on its way to a handler goroutine.
+type dispatched struct {
+	h   *handler
+	row db.HopperJob
+	f   *inflight
 }
 
 func signal(ch chan struct{}) {
@@ -354,15 +391,23 @@ func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error)
 		w.metrics.claimed(row.Queue, row.Kind, now.Sub(row.RunAt))
 		qr.running.Add(1)
 		w.handlerWG.Add(1)
-		go w.execute(h, row, f)
+		qr.dispatch <- dispatched{h, row, f} // never blocks: at most max jobs run
 	}
 	return len(rows), nil
 }
 
 func (w *Worker) execute(h *handler, row db.HopperJob, f *inflight) {
 	defer w.handlerWG.Done()
-	ctx, cancel := context.WithCancelCause(w.handlerCtx)
+	ctx, cancel := context.WithCancelCause(w.handlerBase)
 	f.setCancel(cancel)
+	// The claim may have been lost or given back before its handler got
+	// here; cancelWith found no context to cancel then.
+	switch f.state.Load() {
+	case stateLost:
+		cancel(ErrLeaseLost)
+	case stateReleased:
+		cancel(ErrShutdown)
+	}
 	ctx = context.WithValue(ctx, inflightKey{}, f)
 	start := time.Now()
 	err := h.run(ctx, row)
@@ -376,13 +421,16 @@ func (w *Worker) execute(h *handler, row db.HopperJob, f *inflight) {
 
 // finish turns a handler's result into an ack or a nack for the completer.
 func (w *Worker) finish(h *handler, row db.HopperJob, f *inflight, err error) {
-	log := w.log.With("job_id", row.ID, "kind", row.Kind, "queue", row.Queue, "attempt", row.Attempt)
+	// Built only when something is logged: this is the hot path.
+	log := func() *slog.Logger {
+		return w.log.With("job_id", row.ID, "kind", row.Kind, "queue", row.Queue, "attempt", row.Attempt)
+	}
 	if !f.state.CompareAndSwap(stateRunning, stateFinished) {
 		switch f.state.Load() {
 		case stateLost:
-			log.Warn("lease lost while the handler ran: its result is discarded; the job runs again elsewhere", "handler_error", err)
+			log().Warn("lease lost while the handler ran: its result is discarded; the job runs again elsewhere", "handler_error", err)
 		case stateReleased:
-			log.Info("job given back at shutdown: its result is discarded", "handler_error", err)
+			log().Info("job given back at shutdown: its result is discarded", "handler_error", err)
 		}
 		return
 	}
@@ -414,7 +462,7 @@ func (w *Worker) finish(h *handler, row db.HopperJob, f *inflight, err error) {
 		if c.backoff < 0 {
 			c.backoff = 0
 		}
-		log.Warn("job failed", "error", err, "retry_in", c.backoff, "dead_reason", c.deadReason)
+		log().Warn("job failed", "error", err, "retry_in", c.backoff, "dead_reason", c.deadReason)
 	}
 	w.done <- c
 }

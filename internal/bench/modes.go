@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -125,6 +126,17 @@ func (p *workerProc) cpu() float64 {
 // handlerTime) until ctx ends, printing "ready" and then its completed
 // count every 50ms.
 func RunWorkerProcess(ctx context.Context, dbURL string, workers, concurrency int, handlerTime time.Duration, out io.Writer) error {
+	if path := os.Getenv("HOPPER_BENCH_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		return err
