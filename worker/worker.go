@@ -47,7 +47,7 @@ type Worker struct {
 	// parent with thousands of children was a hot lock); shutdown cancels
 	// each running job's context instead.
 	handlerBase context.Context
-	handlerWG     sync.WaitGroup
+	handlerWG   sync.WaitGroup
 }
 
 // New prepares a worker on pool with cfg; the pool's search_path decides
