@@ -48,13 +48,14 @@ func WithBackoff(b Backoff) HandleOption {
 	return func(o *handleOptions) { o.backoff = b }
 }
 
-// handler is a registered kind with its type erased: run decodes the row
-// and calls the typed handler.
+// handler is a registered kind with its type erased: prepare decodes a
+// claimed row (in the claiming goroutine) and returns the call that runs
+// the typed handler on it (in a handler goroutine).
 type handler struct {
 	kind       string
 	maxVersion int32
 	backoff    Backoff
-	run        func(ctx context.Context, row db.HopperJob) error
+	prepare    func(row db.HopperJob) (call func(ctx context.Context) error, err error)
 }
 
 // undecodableError marks a payload the handler never saw.
@@ -91,30 +92,32 @@ func Handle[T any](w *Worker, kind *jobs.Kind[T], fn func(context.Context, *jobs
 		kind:       kind.Name(),
 		maxVersion: kind.Version(),
 		backoff:    o.backoff,
-		run: func(ctx context.Context, row db.HopperJob) (err error) {
+		prepare: func(row db.HopperJob) (func(context.Context) error, error) {
 			job, err := kind.Decode(row)
 			if err != nil {
-				return &undecodableError{err}
+				return nil, &undecodableError{err}
 			}
-			timeout := o.timeout
-			if o.jobTimeout != nil {
-				timeout, _ = o.jobTimeout(job)
-			}
-			if timeout > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeoutCause(ctx, timeout, fmt.Errorf("hopper: job timed out after %v", timeout))
-				defer cancel()
-			}
-			defer func() {
-				if r := recover(); r != nil {
-					err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+			return func(ctx context.Context) (err error) {
+				timeout := o.timeout
+				if o.jobTimeout != nil {
+					timeout, _ = o.jobTimeout(job)
 				}
-			}()
-			err = fn(ctx, job)
-			if err != nil && timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				err = fmt.Errorf("timed out after %v: %w", timeout, err)
-			}
-			return err
+				if timeout > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeoutCause(ctx, timeout, fmt.Errorf("hopper: job timed out after %v", timeout))
+					defer cancel()
+				}
+				defer func() {
+					if r := recover(); r != nil {
+						err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+					}
+				}()
+				err = fn(ctx, job)
+				if err != nil && timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					err = fmt.Errorf("timed out after %v: %w", timeout, err)
+				}
+				return err
+			}, nil
 		},
 	}
 	return w.register(h)

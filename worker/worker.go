@@ -47,7 +47,8 @@ type Worker struct {
 	// parent with thousands of children was a hot lock); shutdown cancels
 	// each running job's context instead.
 	handlerBase context.Context
-	handlerWG   sync.WaitGroup
+	handlerWG   sync.WaitGroup // jobs being handled
+	poolWG      sync.WaitGroup // handler goroutines
 }
 
 // New prepares a worker on pool with cfg; the pool's search_path decides
@@ -161,17 +162,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		goBG(func(ctx context.Context) { w.serveMetrics(ctx, w.metricsSrv) })
 	}
 
-	var fetchWG, poolWG sync.WaitGroup
+	var fetchWG sync.WaitGroup
 	for _, qr := range w.queues {
-		for range qr.max {
-			poolWG.Add(1)
-			go func() {
-				defer poolWG.Done()
-				for d := range qr.dispatch {
-					w.execute(d.h, d.row, d.f)
-				}
-			}()
-		}
 		fetchWG.Add(1)
 		go func() { defer fetchWG.Done(); w.fetchLoop(ctx, qr) }()
 	}
@@ -186,7 +178,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.releaseUnfinished()
 	stopBG()
 	bgWG.Wait()
-	waitAtMost(&poolWG, 5*time.Second) // only handlers that ignore cancellation outlive it
+	waitAtMost(&w.poolWG, 5*time.Second) // only handlers that ignore cancellation outlive it
 	w.log.Info("hopper worker stopped")
 	return nil
 }
@@ -289,17 +281,21 @@ type queueRunner struct {
 	running   atomic.Int64
 	wake      chan struct{} // a wake-up arrived for this queue
 	slotFreed chan struct{} // a handler of this queue finished
-	// dispatch feeds the queue's max long-lived handler goroutines. They
-	// outlive single jobs so their grown stacks are reused: a goroutine per
-	// job spent a quarter of the worker's CPU growing stacks.
+	// dispatch feeds the queue's handler goroutines. They are started as
+	// needed (up to max) and live until Run ends, so a burst of short jobs
+	// is served by a few goroutines rather than one new goroutine per job.
 	dispatch chan dispatched
+	idle     atomic.Int64 // handler goroutines waiting for a job
+	spawned  int          // handler goroutines started (claim goroutine only)
 }
 
-// dispatched is a claimed job on its way to a handler goroutine.
+// dispatched is a claimed, decoded job on its way to a handler goroutine.
 type dispatched struct {
-	h   *handler
-	row db.HopperJob
-	f   *inflight
+	h    *handler
+	row  db.HopperJob
+	f    *inflight
+	call func(context.Context) error // nil when decoding failed
+	err  error                       // why decoding failed
 }
 
 func signal(ch chan struct{}) {
@@ -315,16 +311,18 @@ func (w *Worker) wakeAll() {
 	}
 }
 
-// fetchLoop claims as many jobs as there are free slots, again at once
-// after a full batch, and otherwise waits for a wake-up, a free slot (when
-// it was full) or the poll interval.
+// fetchLoop claims as many jobs as there are free slots. While work is
+// waiting it claims again as soon as a quarter of the slots are free (or
+// after a short pause, whatever is free then), so that claims come in
+// batches rather than one job per freed slot; an idle queue waits for a
+// wake-up or the poll interval.
 func (w *Worker) fetchLoop(ctx context.Context, qr *queueRunner) {
 	poll := time.NewTimer(w.cfg.PollInterval)
 	defer poll.Stop()
+	refill := max(1, qr.max/4)
 	failures := 0
 	for {
 		free := qr.max - int(qr.running.Load())
-		full := free <= 0
 		if free > 0 {
 			n, err := w.claim(ctx, qr, free)
 			if ctx.Err() != nil {
@@ -340,28 +338,64 @@ func (w *Worker) fetchLoop(ctx context.Context, qr *queueRunner) {
 				continue
 			}
 			failures = 0
-			if n == free {
-				continue // there may be more
+			if n < free {
+				w.awaitWork(ctx, qr, poll) // the queue is drained for now
+				continue
 			}
 		}
-		if !poll.Stop() {
-			select {
-			case <-poll.C:
-			default:
-			}
+		if !awaitSlots(ctx, qr, refill) { // work is waiting
+			return
 		}
-		poll.Reset(w.cfg.PollInterval)
-		for waiting := true; waiting; {
-			select {
-			case <-ctx.Done():
-				return
-			case <-qr.wake:
-				waiting = false
-			case <-poll.C:
-				waiting = false
-			case <-qr.slotFreed:
-				waiting = !full // a free slot only matters when the queue was full
-			}
+	}
+}
+
+// refillPause bounds how long a queue with waiting work holds free slots
+// back to claim them in one batch.
+const refillPause = 2 * time.Millisecond
+
+// awaitSlots waits until want slots are free, or refillPause has passed and
+// at least one is. It returns false when ctx ends.
+func awaitSlots(ctx context.Context, qr *queueRunner, want int) bool {
+	pause := time.NewTimer(refillPause)
+	defer pause.Stop()
+	paused := false
+	for {
+		free := qr.max - int(qr.running.Load())
+		if free >= want || (paused && free > 0) {
+			return true
+		}
+		var timeout <-chan time.Time
+		if !paused {
+			timeout = pause.C
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-qr.slotFreed:
+		case <-timeout:
+			paused = true
+		}
+	}
+}
+
+// awaitWork waits for a wake-up or the poll interval.
+func (w *Worker) awaitWork(ctx context.Context, qr *queueRunner, poll *time.Timer) {
+	if !poll.Stop() {
+		select {
+		case <-poll.C:
+		default:
+		}
+	}
+	poll.Reset(w.cfg.PollInterval)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-qr.wake:
+			return
+		case <-poll.C:
+			return
+		case <-qr.slotFreed: // irrelevant while the queue is drained
 		}
 	}
 }
@@ -389,34 +423,62 @@ func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error)
 		h := w.handlers[row.Kind]
 		f := w.inflight.add(row, qr)
 		w.metrics.claimed(row.Queue, row.Kind, now.Sub(row.RunAt))
+		// Decoding here, in one busy goroutine, rather than in the handler
+		// goroutine keeps the decoder's deep stack from being grown anew
+		// for every job.
+		call, err := h.prepare(row)
 		qr.running.Add(1)
 		w.handlerWG.Add(1)
-		qr.dispatch <- dispatched{h, row, f} // never blocks: at most max jobs run
+		if qr.idle.Load() == 0 && qr.spawned < qr.max {
+			qr.spawned++
+			w.poolWG.Add(1)
+			go w.handlerLoop(qr)
+		}
+		qr.dispatch <- dispatched{h: h, row: row, f: f, call: call, err: err} // never blocks: at most max jobs run
 	}
 	return len(rows), nil
 }
 
-func (w *Worker) execute(h *handler, row db.HopperJob, f *inflight) {
-	defer w.handlerWG.Done()
-	ctx, cancel := context.WithCancelCause(w.handlerBase)
-	f.setCancel(cancel)
-	// The claim may have been lost or given back before its handler got
-	// here; cancelWith found no context to cancel then.
-	switch f.state.Load() {
-	case stateLost:
-		cancel(ErrLeaseLost)
-	case stateReleased:
-		cancel(ErrShutdown)
+// handlerLoop runs jobs of one queue until the queue's dispatch closes.
+func (w *Worker) handlerLoop(qr *queueRunner) {
+	defer w.poolWG.Done()
+	for {
+		qr.idle.Add(1)
+		d, ok := <-qr.dispatch
+		qr.idle.Add(-1)
+		if !ok {
+			return
+		}
+		w.execute(d)
 	}
-	ctx = context.WithValue(ctx, inflightKey{}, f)
-	start := time.Now()
-	err := h.run(ctx, row)
-	elapsed := time.Since(start)
-	cancel(nil)
+}
+
+func (w *Worker) execute(d dispatched) {
+	defer w.handlerWG.Done()
+	f, row := d.f, d.row
+	err := d.err
+	var elapsed time.Duration
+	if d.call != nil {
+		ctx, cancel := context.WithCancelCause(w.handlerBase)
+		f.setCancel(cancel)
+		// The claim may have been lost or given back before its handler got
+		// here; cancelWith found no context to cancel then.
+		switch f.state.Load() {
+		case stateLost:
+			cancel(ErrLeaseLost)
+		case stateReleased:
+			cancel(ErrShutdown)
+		}
+		ctx = context.WithValue(ctx, inflightKey{}, f)
+		start := time.Now()
+		err = d.call(ctx)
+		elapsed = time.Since(start)
+		cancel(nil)
+	}
 	f.queue.running.Add(-1)
 	signal(f.queue.slotFreed)
 	w.metrics.ran(row.Queue, row.Kind, elapsed)
-	w.finish(h, row, f, err)
+	w.finish(d.h, row, f, err)
 }
 
 // finish turns a handler's result into an ack or a nack for the completer.

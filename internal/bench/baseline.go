@@ -28,6 +28,11 @@ type BaselineResult struct {
 	Inserted      int64   `json:"inserted"`
 	Deleted       int64   `json:"deleted"`
 	JobsPerSecond float64 `json:"jobs_per_second"`
+	// CPU per 1000 jobs, to set beside Hopper's worker and PostgreSQL
+	// figures: what the database spends, and what pgbench (the "client")
+	// spends.
+	PostgresCPUPer1000 float64 `json:"postgres_cpu_seconds_per_1000_jobs,omitempty"`
+	ClientCPUPer1000   float64 `json:"pgbench_cpu_seconds_per_1000_jobs"`
 }
 
 func runBaseline(ctx context.Context, cfg Config) (*BaselineResult, error) {
@@ -64,9 +69,13 @@ func runBaseline(ctx context.Context, cfg Config) (*BaselineResult, error) {
 	cmd.Env = append(os.Environ(), "PGOPTIONS=-c search_path="+s.name)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
+	meter := startPGMeter()
+	err = cmd.Run()
+	pgCPU, pgOK := meter.seconds()
+	if err != nil {
 		return nil, fmt.Errorf("pgbench: %v: %s", err, lastLines(out.String(), 5))
 	}
+	clientCPU := (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 	result, _ := benchSQL.ReadFile("sql/result.sql")
 	r := &BaselineResult{Clients: clients, BatchSize: cfg.BatchSize, Seconds: float64(secs)}
 	var remaining int64
@@ -75,6 +84,10 @@ func runBaseline(ctx context.Context, cfg Config) (*BaselineResult, error) {
 	}
 	r.Deleted = r.Inserted - remaining
 	r.JobsPerSecond = float64(r.Deleted) / r.Seconds
+	r.ClientCPUPer1000 = 1000 * clientCPU / float64(max(r.Deleted, 1))
+	if pgOK {
+		r.PostgresCPUPer1000 = 1000 * pgCPU / float64(max(r.Deleted, 1))
+	}
 	return r, nil
 }
 

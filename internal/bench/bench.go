@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -91,6 +92,11 @@ func newScratch(ctx context.Context, baseURL string) (*scratch, error) {
 		return nil, err
 	}
 	s.url = pgurl.WithSearchPath(baseURL, s.name)
+	if v := os.Getenv("XP_SQL"); v != "" {
+		if _, err := s.pool.Exec(ctx, v); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 

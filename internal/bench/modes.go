@@ -283,8 +283,8 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 	// Warm up, then measure.
 	time.Sleep(2 * time.Second)
 	startDone, startEnq, startAt := p.completed.Load(), enqueued.Load(), time.Now()
-	startCPU, pgStart := p.cpu(), 0.0
-	pgStart, pgOK := postgresCPU()
+	startCPU := p.cpu()
+	meter := startPGMeter()
 	var samples []float64
 	last := startDone
 	for t := time.Now(); time.Since(startAt) < cfg.Duration; {
@@ -303,7 +303,7 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 	secs := time.Since(startAt).Seconds()
 	done, enq := p.completed.Load()-startDone, enqueued.Load()-startEnq
 	workerCPU := p.cpu() - startCPU
-	pgEnd, _ := postgresCPU()
+	pgCPU, pgOK := meter.seconds()
 	stopProducing()
 	pwg.Wait()
 	r := &ContinuousResult{
@@ -311,7 +311,7 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 		Samples: samples, WorkerCPUPer1000: 1000 * workerCPU / float64(max(done, 1)),
 	}
 	if pgOK {
-		r.PostgresCPUPer1000 = 1000 * (pgEnd - pgStart) / float64(max(done, 1))
+		r.PostgresCPUPer1000 = 1000 * pgCPU / float64(max(done, 1))
 	}
 	r.WorkerPeakRSSBytes = p.stop()
 	return r, nil

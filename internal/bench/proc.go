@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat; it
@@ -51,11 +52,11 @@ func peakRSS(pid int) (int64, error) {
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }
 
-// postgresCPU sums the CPU time of every process named postgres on this
-// machine (the server, its backends, autovacuum, the WAL writer …). It is
-// only meaningful when the database runs here; ok is false when none is
-// found.
-func postgresCPU() (seconds float64, ok bool) {
+// postgresProcs reads the CPU time of every process named postgres on this
+// machine (the server, its backends, autovacuum, the WAL writer …), by pid.
+// It is only meaningful when the database runs here.
+func postgresProcs() map[int]float64 {
+	out := map[int]float64{}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, dir := range dirs {
 		comm, err := os.ReadFile(filepath.Join(dir, "comm"))
@@ -64,9 +65,52 @@ func postgresCPU() (seconds float64, ok bool) {
 		}
 		pid, _ := strconv.Atoi(filepath.Base(dir))
 		if s, err := cpuSeconds(pid); err == nil {
-			seconds += s
-			ok = true
+			out[pid] = s
 		}
 	}
-	return seconds, ok
+	return out
+}
+
+// pgMeter measures PostgreSQL's CPU over a span, sampling often so that
+// backends which exit before the end (pgbench closes its connections) still
+// count.
+type pgMeter struct {
+	start, last map[int]float64
+	stop        chan struct{}
+	done        chan struct{}
+}
+
+func startPGMeter() *pgMeter {
+	m := &pgMeter{start: postgresProcs(), last: map[int]float64{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			for pid, s := range postgresProcs() {
+				m.last[pid] = s
+			}
+			select {
+			case <-m.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return m
+}
+
+// seconds ends the span and returns the CPU seconds PostgreSQL spent in it
+// (false when no postgres process runs on this machine).
+func (m *pgMeter) seconds() (float64, bool) {
+	close(m.stop)
+	<-m.done
+	for pid, s := range postgresProcs() {
+		m.last[pid] = s
+	}
+	total := 0.0
+	for pid, s := range m.last {
+		total += s - m.start[pid] // a backend born during the span starts at 0
+	}
+	return total, len(m.last) > 0
 }

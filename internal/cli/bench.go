@@ -103,7 +103,8 @@ func printBench(w io.Writer, r *bench.Report) {
 		fmt.Fprintf(w, "pickup latency at idle: p50 %.2f ms, p95 %.2f ms, p99 %.2f ms (%d jobs)\n", l.P50Ms, l.P95Ms, l.P99Ms, l.Samples)
 	}
 	if b := r.Baseline; b != nil {
-		fmt.Fprintf(w, "baseline (pgbench, %d clients, batch %d): %.0f jobs/s\n", b.Clients, b.BatchSize, b.JobsPerSecond)
+		fmt.Fprintf(w, "baseline (pgbench, %d clients, batch %d): %.0f jobs/s; CPU per 1000 jobs: pgbench %.3fs, PostgreSQL %.3fs\n",
+			b.Clients, b.BatchSize, b.JobsPerSecond, b.ClientCPUPer1000, b.PostgresCPUPer1000)
 		for k, v := range r.Ratios {
 			fmt.Fprintf(w, "  ratio %s: %.2f\n", k, v)
 		}
