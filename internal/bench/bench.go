@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -92,11 +91,6 @@ func newScratch(ctx context.Context, baseURL string) (*scratch, error) {
 		return nil, err
 	}
 	s.url = pgurl.WithSearchPath(baseURL, s.name)
-	if v := os.Getenv("XP_SQL"); v != "" {
-		if _, err := s.pool.Exec(ctx, v); err != nil {
-			return nil, err
-		}
-	}
 	return s, nil
 }
 
