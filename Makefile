@@ -18,6 +18,15 @@ demo: ## run the demo (one producer, three workers, 30s) on the default database
 build: ## build the hopper CLI into bin/
 	go build -o bin/hopper ./cmd/hopper
 
+.PHONY: bench
+bench: ## hopper bench: every mode plus the pgbench baseline, on a scratch schema (about 3 minutes)
+	go build -o bin/hopper ./cmd/hopper
+	bin/hopper bench --mode all --baseline --scheduled 1000000
+
+.PHONY: bench-go
+bench-go: ## Go benchmarks of the hot paths (dequeue, ack_batch, COPY, decode with upgrades); compare runs with benchstat
+	go test -run '^$$' -bench . -benchmem -count 5 ./queries ./jobs
+
 .PHONY: test
 test: ## run every test (race detector on) against a real PostgreSQL
 	go test -race -count=1 ./...

@@ -15,7 +15,7 @@ SET lease_until = now() + '1 millisecond'::interval * $1::bigint
 FROM (SELECT unnest($2::bigint[]) AS id, unnest($3::integer[]) AS attempt) AS held
 WHERE j.id = held.id
   AND j.attempt = held.attempt
-  AND j.state = 'running'
+  AND j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
 RETURNING j.id, j.attempt
 `
 
@@ -62,7 +62,7 @@ SET state        = 'pending',
 FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::integer[]) AS attempt) AS held
 WHERE j.id = held.id
   AND j.attempt = held.attempt
-  AND j.state = 'running'
+  AND j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
 RETURNING j.id, j.queue
 `
 

@@ -130,3 +130,20 @@ func FuzzDecodePayload(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecodeWithUpgrades decodes a version-1 payload through two
+// upgrades, and a current one with none.
+func BenchmarkDecodeWithUpgrades(b *testing.B) {
+	k := defineWelcome(b, "welcome")
+	for _, v := range []int32{1, 3} {
+		raw := fixture(b, int(v))
+		b.Run(fmt.Sprintf("from_v%d", v), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if _, err := k.DecodePayload(v, raw); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -7,7 +7,7 @@ SET lease_until = now() + '1 millisecond'::interval * @lease_ms::bigint
 FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@attempts::integer[]) AS attempt) AS held
 WHERE j.id = held.id
   AND j.attempt = held.attempt
-  AND j.state = 'running'
+  AND j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
 RETURNING j.id, j.attempt;
 
 -- name: Release :many
@@ -23,7 +23,7 @@ SET state        = 'pending',
 FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@attempts::integer[]) AS attempt) AS held
 WHERE j.id = held.id
   AND j.attempt = held.attempt
-  AND j.state = 'running'
+  AND j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
 RETURNING j.id, j.queue;
 
 -- name: ReleaseOwner :many
