@@ -91,3 +91,52 @@ func (q *Queries) Dequeue(ctx context.Context, arg DequeueParams) ([]HopperJob, 
 	}
 	return items, nil
 }
+
+const promote = `-- name: Promote :many
+WITH due AS (
+    SELECT j.id
+    FROM hopper_jobs AS j
+    WHERE j.state = 'scheduled'
+      AND j.run_at <= now()
+    ORDER BY j.run_at
+    LIMIT $1::integer
+    FOR UPDATE SKIP LOCKED
+), promoted AS (
+    UPDATE hopper_jobs AS j
+    SET state = 'pending'
+    FROM due
+    WHERE j.id = due.id
+    RETURNING j.queue
+)
+SELECT promoted.queue, count(*) AS promoted
+FROM promoted
+GROUP BY promoted.queue
+`
+
+type PromoteRow struct {
+	Queue    string `json:"queue"`
+	Promoted int64  `json:"promoted"`
+}
+
+// Makes up to max_jobs scheduled jobs whose run_at has come pending, and
+// returns how many per queue (the caller wakes those queues). Every worker
+// runs it on its poll interval; SKIP LOCKED makes that safe.
+func (q *Queries) Promote(ctx context.Context, maxJobs int32) ([]PromoteRow, error) {
+	rows, err := q.db.Query(ctx, promote, maxJobs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PromoteRow{}
+	for rows.Next() {
+		var i PromoteRow
+		if err := rows.Scan(&i.Queue, &i.Promoted); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -74,6 +74,7 @@ func (r iteratorForEnqueueBatchAt) Values() ([]interface{}, error) {
 		r.rows[0].Payload,
 		r.rows[0].Priority,
 		r.rows[0].RunAt,
+		r.rows[0].State,
 		r.rows[0].MaxAttempts,
 	}, nil
 }
@@ -82,7 +83,8 @@ func (r iteratorForEnqueueBatchAt) Err() error {
 	return nil
 }
 
-// COPY for plain batches with an explicit run_at per job.
+// COPY for plain batches with an explicit run_at per job; the caller sets
+// state to scheduled for a job due later, pending otherwise.
 func (q *Queries) EnqueueBatchAt(ctx context.Context, arg []EnqueueBatchAtParams) (int64, error) {
-	return q.db.CopyFrom(ctx, []string{"hopper_jobs"}, []string{"queue", "kind", "version", "payload", "priority", "run_at", "max_attempts"}, &iteratorForEnqueueBatchAt{rows: arg})
+	return q.db.CopyFrom(ctx, []string{"hopper_jobs"}, []string{"queue", "kind", "version", "payload", "priority", "run_at", "state", "max_attempts"}, &iteratorForEnqueueBatchAt{rows: arg})
 }

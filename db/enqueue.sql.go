@@ -13,10 +13,11 @@ import (
 
 const enqueue = `-- name: Enqueue :one
 WITH inserted AS (
-    INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, max_attempts, unique_key)
+    INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key)
     VALUES (
         $1::text, $2::text, $3::integer, $4::jsonb, $5::smallint,
         greatest($6::timestamptz, now() + '1 millisecond'::interval * $7::bigint),
+        CASE WHEN greatest($6::timestamptz, now() + '1 millisecond'::interval * $7::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
         $8::integer, $9::text
     )
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
@@ -52,7 +53,8 @@ type EnqueueRow struct {
 // with inserted = false. (If the holder committed after this statement's
 // snapshot was taken, no row comes back at all: still a duplicate.)
 // run_at is the later of run_at and now() + delay_ms, both measured by the
-// database clock; pass -infinity or any past time as run_at for "now".
+// database clock; pass -infinity or any past time as run_at for "now". A
+// job due later is stored as scheduled.
 func (q *Queries) Enqueue(ctx context.Context, arg EnqueueParams) (EnqueueRow, error) {
 	row := q.db.QueryRow(ctx, enqueue,
 		arg.Queue,
@@ -86,13 +88,15 @@ type EnqueueBatchAtParams struct {
 	Payload     json.RawMessage `json:"payload"`
 	Priority    int16           `json:"priority"`
 	RunAt       time.Time       `json:"run_at"`
+	State       string          `json:"state"`
 	MaxAttempts int32           `json:"max_attempts"`
 }
 
 const enqueueBatchUnique = `-- name: EnqueueBatchUnique :many
-INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, max_attempts, unique_key)
+INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key)
 SELECT b.queue, b.kind, b.version, b.payload, b.priority,
        greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms),
+       CASE WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled' ELSE 'pending' END,
        b.max_attempts, nullif(b.unique_key, '')
 FROM (
     SELECT unnest($1::text[]) AS queue,

@@ -13,7 +13,7 @@ import (
 const cancel = `-- name: Cancel :many
 WITH cancelled AS (
     DELETE FROM hopper_jobs
-    WHERE id = ANY($1::bigint[]) AND state = 'pending'
+    WHERE id = ANY($1::bigint[]) AND state <> 'running'
     RETURNING id
 )
 SELECT requested.id::bigint AS id,
@@ -35,7 +35,7 @@ type CancelRow struct {
 	Outcome string `json:"outcome"`
 }
 
-// Deletes the given jobs if they are pending. One row per requested id says
+// Deletes the given jobs if they are not running. One row per requested id says
 // what happened: cancelled, running (claimed: not cancelled), dead (in the
 // dead table: use purge) or not_found.
 func (q *Queries) Cancel(ctx context.Context, ids []int64) ([]CancelRow, error) {
@@ -202,10 +202,11 @@ func (q *Queries) PurgeDead(ctx context.Context, diedBefore time.Time) (int64, e
 }
 
 const purgeQueue = `-- name: PurgeQueue :execrows
-DELETE FROM hopper_jobs WHERE queue = $1::text AND state = 'pending'
+DELETE FROM hopper_jobs WHERE queue = $1::text AND state <> 'running'
 `
 
-// Deletes every pending job of a queue. Running jobs are left to finish.
+// Deletes every pending and scheduled job of a queue. Running jobs are left
+// to finish.
 func (q *Queries) PurgeQueue(ctx context.Context, queue string) (int64, error) {
 	result, err := q.db.Exec(ctx, purgeQueue, queue)
 	if err != nil {
@@ -311,7 +312,7 @@ const stats = `-- name: Stats :many
 WITH live AS (
     SELECT queue, kind,
            count(*) FILTER (WHERE state = 'pending' AND run_at <= now()) AS ready,
-           count(*) FILTER (WHERE state = 'pending' AND run_at > now()) AS scheduled,
+           count(*) FILTER (WHERE state = 'scheduled' OR (state = 'pending' AND run_at > now())) AS scheduled,
            count(*) FILTER (WHERE state = 'running') AS running,
            count(*) FILTER (WHERE errors <> '[]'::jsonb) AS failing,
            count(*) AS total,
@@ -347,7 +348,7 @@ type StatsRow struct {
 	RetryRate          float64 `json:"retry_rate"`
 }
 
-// Per queue and kind: ready, scheduled (pending, run_at in the future),
+// Per queue and kind: ready, scheduled (run_at in the future),
 // running and dead counts; the age of the oldest ready job (claim lag); and
 // the retry rate: the share of live jobs that have failed at least once.
 func (q *Queries) Stats(ctx context.Context) ([]StatsRow, error) {

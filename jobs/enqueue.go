@@ -248,9 +248,13 @@ func (k *Kind[T]) EnqueueMany(ctx context.Context, dbtx db.DBTX, items []Item[T]
 		if it.o.runAt.After(at) {
 			at = it.o.runAt
 		}
+		state := "pending"
+		if at.After(clock) {
+			state = "scheduled" // kept out of the ready index until due
+		}
 		later = append(later, db.EnqueueBatchAtParams{
 			Queue: it.o.queue, Kind: k.name, Version: k.version, Payload: it.raw,
-			Priority: int16(it.o.priority), RunAt: at, MaxAttempts: int32(it.o.maxAttempts),
+			Priority: int16(it.o.priority), RunAt: at, State: state, MaxAttempts: int32(it.o.maxAttempts),
 		})
 	}
 	copyAll := func(q *db.Queries) error {

@@ -27,3 +27,26 @@ SET state       = 'running',
 FROM picked
 WHERE j.id = picked.id
 RETURNING j.*;
+
+-- name: Promote :many
+-- Makes up to max_jobs scheduled jobs whose run_at has come pending, and
+-- returns how many per queue (the caller wakes those queues). Every worker
+-- runs it on its poll interval; SKIP LOCKED makes that safe.
+WITH due AS (
+    SELECT j.id
+    FROM hopper_jobs AS j
+    WHERE j.state = 'scheduled'
+      AND j.run_at <= now()
+    ORDER BY j.run_at
+    LIMIT @max_jobs::integer
+    FOR UPDATE SKIP LOCKED
+), promoted AS (
+    UPDATE hopper_jobs AS j
+    SET state = 'pending'
+    FROM due
+    WHERE j.id = due.id
+    RETURNING j.queue
+)
+SELECT promoted.queue, count(*) AS promoted
+FROM promoted
+GROUP BY promoted.queue;

@@ -20,7 +20,7 @@ func TestDequeueOrder(t *testing.T) {
 	// high1 is enqueued after high2 but was due a minute earlier.
 	_, err := b.q.EnqueueBatchAt(b.ctx, []db.EnqueueBatchAtParams{{
 		Queue: "default", Kind: "k", Version: 1, Priority: 1, Payload: json.RawMessage(`{}`),
-		RunAt: time.Now().Add(-time.Minute), MaxAttempts: 1,
+		RunAt: time.Now().Add(-time.Minute), State: "pending", MaxAttempts: 1,
 	}})
 	require.NoError(t, err)
 	high1 := high2 + 1
@@ -171,4 +171,74 @@ func TestNoDoubleClaim(t *testing.T) {
 	}
 	live, _ := b.totals(t)
 	require.Zero(t, live)
+}
+
+// TestScheduledAndPromote: a job due later is stored as scheduled, is not
+// claimable, and becomes pending when Promote runs after its run_at.
+func TestScheduledAndPromote(t *testing.T) {
+	b := setup(t)
+	later := b.enqueue(t, jobSpec{delay: time.Hour})
+	soon := b.enqueue(t, jobSpec{queue: "other", delay: 50 * time.Millisecond})
+	now := b.enqueue(t, jobSpec{})
+	require.Equal(t, "scheduled", b.job(t, later).State)
+	require.Equal(t, "scheduled", b.job(t, soon).State)
+	require.Equal(t, "pending", b.job(t, now).State)
+
+	none, err := b.q.Promote(b.ctx, 100)
+	require.NoError(t, err)
+	require.Empty(t, none, "nothing is due yet")
+
+	require.Eventually(t, func() bool {
+		promoted, err := b.q.Promote(b.ctx, 100)
+		require.NoError(t, err)
+		if len(promoted) == 0 {
+			return false
+		}
+		require.Equal(t, []db.PromoteRow{{Queue: "other", Promoted: 1}}, promoted)
+		return true
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, "pending", b.job(t, soon).State)
+	require.Equal(t, "scheduled", b.job(t, later).State)
+
+	// A nack with no backoff is pending at once; with one, scheduled.
+	got := b.claim(t, "w", 1)
+	require.Len(t, got, 1)
+	rows, err := b.q.NackBatch(b.ctx, db.NackBatchParams{Ids: ids(got), Attempts: []int32{1}, Messages: []string{"x"}, BackoffsMs: []int64{0}, DeadReasons: []string{""}})
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	require.Equal(t, "pending", b.job(t, got[0].ID).State)
+}
+
+func TestPromoteBoundedAndConcurrent(t *testing.T) {
+	b := setup(t)
+	rows := make([]db.EnqueueBatchAtParams, 1000)
+	for i := range rows {
+		rows[i] = db.EnqueueBatchAtParams{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`),
+			RunAt: time.Now().Add(-time.Second), State: "scheduled", MaxAttempts: 1}
+	}
+	_, err := b.q.EnqueueBatchAt(b.ctx, rows)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	total := int64(0)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				got, err := b.q.Promote(context.Background(), 70)
+				if err != nil || len(got) == 0 {
+					return
+				}
+				mu.Lock()
+				total += got[0].Promoted
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	require.EqualValues(t, 1000, total, "each job promoted once")
+	stats, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1000, stats[0].Ready)
 }

@@ -4,12 +4,14 @@
 -- with inserted = false. (If the holder committed after this statement's
 -- snapshot was taken, no row comes back at all: still a duplicate.)
 -- run_at is the later of run_at and now() + delay_ms, both measured by the
--- database clock; pass -infinity or any past time as run_at for "now".
+-- database clock; pass -infinity or any past time as run_at for "now". A
+-- job due later is stored as scheduled.
 WITH inserted AS (
-    INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, max_attempts, unique_key)
+    INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key)
     VALUES (
         @queue::text, @kind::text, @version::integer, @payload::jsonb, @priority::smallint,
         greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint),
+        CASE WHEN greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
         @max_attempts::integer, sqlc.narg(unique_key)::text
     )
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
@@ -29,18 +31,20 @@ INSERT INTO hopper_jobs (queue, kind, version, payload, priority, max_attempts)
 VALUES ($1, $2, $3, $4, $5, $6);
 
 -- name: EnqueueBatchAt :copyfrom
--- COPY for plain batches with an explicit run_at per job.
-INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, max_attempts)
-VALUES ($1, $2, $3, $4, $5, $6, $7);
+-- COPY for plain batches with an explicit run_at per job; the caller sets
+-- state to scheduled for a job due later, pending otherwise.
+INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8);
 
 -- name: EnqueueBatchUnique :many
 -- A batch in which some jobs carry unique keys (an empty key means none).
 -- Jobs whose key a live job (or an earlier job of the same batch) already
 -- holds are skipped; the ids and keys of the inserted jobs come back.
 -- run_at per job as in Enqueue.
-INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, max_attempts, unique_key)
+INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key)
 SELECT b.queue, b.kind, b.version, b.payload, b.priority,
        greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms),
+       CASE WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled' ELSE 'pending' END,
        b.max_attempts, nullif(b.unique_key, '')
 FROM (
     SELECT unnest(@queues::text[]) AS queue,

@@ -120,7 +120,7 @@ func TestEnqueueBatchCopy(t *testing.T) {
 
 	future := time.Now().Add(time.Hour)
 	n, err = b.q.EnqueueBatchAt(b.ctx, []db.EnqueueBatchAtParams{
-		{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), RunAt: future, MaxAttempts: 1},
+		{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), RunAt: future, State: "scheduled", MaxAttempts: 1},
 	})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)

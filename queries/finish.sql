@@ -17,8 +17,8 @@ RETURNING j.id, j.attempt;
 -- name: NackBatch :many
 -- Records failed attempts of the given claims, appending
 -- {attempt, at, owner, error} to the error history of each job. A job with
--- attempts left and an empty dead_reasons[i] goes back to pending at
--- now() + backoffs_ms[i]; any other moves to hopper_dead_jobs in this same
+-- attempts left and an empty dead_reasons[i] waits, scheduled, until
+-- now() + backoffs_ms[i] (pending at once for no backoff); any other moves to hopper_dead_jobs in this same
 -- statement, with dead_reasons[i] or 'out of attempts' as its reason.
 -- Returns one row per claim that took effect.
 WITH failed AS (
@@ -45,7 +45,7 @@ WITH failed AS (
     FOR UPDATE OF j
 ), retried AS (
     UPDATE hopper_jobs AS j
-    SET state       = 'pending',
+    SET state       = CASE WHEN failed.backoff_ms > 0 THEN 'scheduled' ELSE 'pending' END,
         run_at      = now() + '1 millisecond'::interval * failed.backoff_ms,
         lease_owner = NULL,
         lease_until = NULL,

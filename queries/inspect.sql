@@ -1,11 +1,11 @@
 -- name: Stats :many
--- Per queue and kind: ready, scheduled (pending, run_at in the future),
+-- Per queue and kind: ready, scheduled (run_at in the future),
 -- running and dead counts; the age of the oldest ready job (claim lag); and
 -- the retry rate: the share of live jobs that have failed at least once.
 WITH live AS (
     SELECT queue, kind,
            count(*) FILTER (WHERE state = 'pending' AND run_at <= now()) AS ready,
-           count(*) FILTER (WHERE state = 'pending' AND run_at > now()) AS scheduled,
+           count(*) FILTER (WHERE state = 'scheduled' OR (state = 'pending' AND run_at > now())) AS scheduled,
            count(*) FILTER (WHERE state = 'running') AS running,
            count(*) FILTER (WHERE errors <> '[]'::jsonb) AS failing,
            count(*) AS total,
@@ -34,12 +34,12 @@ ORDER BY 1, 2;
 SELECT * FROM hopper_jobs WHERE id = @id::bigint;
 
 -- name: Cancel :many
--- Deletes the given jobs if they are pending. One row per requested id says
+-- Deletes the given jobs if they are not running. One row per requested id says
 -- what happened: cancelled, running (claimed: not cancelled), dead (in the
 -- dead table: use purge) or not_found.
 WITH cancelled AS (
     DELETE FROM hopper_jobs
-    WHERE id = ANY(@ids::bigint[]) AND state = 'pending'
+    WHERE id = ANY(@ids::bigint[]) AND state <> 'running'
     RETURNING id
 )
 SELECT requested.id::bigint AS id,
@@ -56,8 +56,9 @@ LEFT JOIN hopper_dead_jobs AS dead ON dead.id = requested.id
 ORDER BY requested.id;
 
 -- name: PurgeQueue :execrows
--- Deletes every pending job of a queue. Running jobs are left to finish.
-DELETE FROM hopper_jobs WHERE queue = @queue::text AND state = 'pending';
+-- Deletes every pending and scheduled job of a queue. Running jobs are left
+-- to finish.
+DELETE FROM hopper_jobs WHERE queue = @queue::text AND state <> 'running';
 
 -- name: ListDead :many
 -- Dead jobs, newest first, optionally of one kind and queue, after the

@@ -30,7 +30,7 @@ func TestNackReschedulesWithBackoff(t *testing.T) {
 
 	got, err := b.q.GetJob(b.ctx, j.ID)
 	require.NoError(t, err)
-	require.Equal(t, "pending", got.State)
+	require.Equal(t, "scheduled", got.State, "waiting out its backoff, off the ready index")
 	require.Nil(t, got.LeaseOwner)
 	require.False(t, got.LeaseUntil.Valid)
 	require.WithinDuration(t, before.Add(time.Hour), got.RunAt, 10*time.Second)

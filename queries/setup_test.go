@@ -95,6 +95,13 @@ func (b *bundle) expire(t *testing.T, j db.HopperJob) {
 	require.Equal(t, []db.ExtendRow{{ID: j.ID, Attempt: j.Attempt}}, held)
 }
 
+func (b *bundle) job(t *testing.T, id int64) db.HopperJob {
+	t.Helper()
+	j, err := b.q.GetJob(b.ctx, id)
+	require.NoError(t, err)
+	return j
+}
+
 func ids(jobs []db.HopperJob) []int64 {
 	out := make([]int64, len(jobs))
 	for i, j := range jobs {

@@ -1,10 +1,12 @@
 -- Hopper's tables. Names are unqualified so that the connection's search_path
 -- decides which schema they live in.
 
--- Live jobs only: pending (ready, scheduled or waiting to retry; run_at tells
--- which) and running (leased). A completed job is deleted; a job out of
--- attempts moves to hopper_dead_jobs. Keeping this table small is what keeps
--- FOR UPDATE SKIP LOCKED fast.
+-- Live jobs only: pending (ready to run), scheduled (run_at in the future:
+-- delayed, or waiting to retry) and running (leased). A completed job is
+-- deleted; a job out of attempts moves to hopper_dead_jobs. Keeping this
+-- table small is what keeps FOR UPDATE SKIP LOCKED fast. Scheduled jobs are
+-- kept out of the ready index, so a million jobs due next year cost a
+-- dequeue nothing; workers promote them to pending when they fall due.
 CREATE TABLE hopper_jobs (
     id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     queue        text        NOT NULL,
@@ -27,7 +29,7 @@ CREATE TABLE hopper_jobs (
     errors       jsonb       NOT NULL DEFAULT '[]',
     created_at   timestamptz NOT NULL DEFAULT now(),
 
-    CONSTRAINT hopper_jobs_state_check CHECK (state IN ('pending', 'running')),
+    CONSTRAINT hopper_jobs_state_check CHECK (state IN ('pending', 'scheduled', 'running')),
     CONSTRAINT hopper_jobs_queue_check CHECK (char_length(queue) BETWEEN 1 AND 128),
     CONSTRAINT hopper_jobs_kind_check CHECK (char_length(kind) BETWEEN 1 AND 128),
     CONSTRAINT hopper_jobs_version_check CHECK (version >= 1),
@@ -52,6 +54,10 @@ CREATE TABLE hopper_jobs (
 -- Ready work, in the order dequeue takes it.
 CREATE INDEX hopper_jobs_ready_idx ON hopper_jobs (queue, priority, run_at, id)
     WHERE state = 'pending';
+
+-- Scheduled jobs, in the order they fall due (promotion).
+CREATE INDEX hopper_jobs_scheduled_idx ON hopper_jobs (run_at)
+    WHERE state = 'scheduled';
 
 -- Leases, in the order the sweep reclaims them.
 CREATE INDEX hopper_jobs_lease_idx ON hopper_jobs (lease_until)

@@ -40,7 +40,8 @@ type Config struct {
 	HeartbeatInterval time.Duration
 
 	// PollInterval is how often an idle queue looks for work without being
-	// woken (scheduled jobs and retries are found this way). Default 1s.
+	// woken, and how often scheduled jobs (delayed, or waiting to retry)
+	// that have fallen due are made ready. Default 1s.
 	PollInterval time.Duration
 	// PollOnly turns LISTEN/NOTIFY off: use it behind PgBouncer in
 	// transaction mode, where LISTEN does not work.

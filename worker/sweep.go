@@ -54,3 +54,51 @@ func (w *Worker) SweepOnce(ctx context.Context) (requeued, dead int) {
 	}
 	return requeued, dead
 }
+
+// promoteBatch bounds one Promote statement.
+const promoteBatch = 1000
+
+// promote makes scheduled jobs that have fallen due pending, on the poll
+// interval (jittered), and wakes their queues. Every worker runs it; SKIP
+// LOCKED makes concurrent promotions safe. A scheduled job therefore starts
+// within about one poll interval of its run_at.
+func (w *Worker) promote(ctx context.Context) {
+	for {
+		jitter := 0.75 + rand.Float64()/2
+		if !sleep(ctx, time.Duration(float64(w.cfg.PollInterval)*jitter)) {
+			return
+		}
+		w.PromoteOnce(ctx)
+	}
+}
+
+// PromoteOnce promotes every scheduled job that is due now and reports how
+// many it promoted.
+func (w *Worker) PromoteOnce(ctx context.Context) int {
+	total := 0
+	for ctx.Err() == nil {
+		rows, err := w.q.Promote(ctx, promoteBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("promoting scheduled jobs failed; retrying at the next poll", "error", err)
+			}
+			return total
+		}
+		n := 0
+		queues := make([]string, 0, len(rows))
+		for _, r := range rows {
+			n += int(r.Promoted)
+			queues = append(queues, r.Queue)
+		}
+		total += n
+		if len(queues) > 0 {
+			if err := w.q.Notify(ctx, queues); err != nil {
+				w.log.Warn("wake-up after promotion failed; workers will poll", "error", err)
+			}
+		}
+		if n < promoteBatch {
+			break
+		}
+	}
+	return total
+}

@@ -155,6 +155,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		goBG(w.heartbeat)
 	}
 	goBG(w.sweep)
+	goBG(w.promote)
 	if !w.cfg.PollOnly {
 		goBG(w.listen)
 	}

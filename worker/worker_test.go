@@ -138,7 +138,7 @@ func TestFailureOutcomes(t *testing.T) {
 				h = history(t, d.Errors)
 			} else {
 				var j db.HopperJob
-				waitFor(t, "failure recorded", func() bool { j = b.job(t, res.ID); return j.State == "pending" && j.Attempt == 1 })
+				waitFor(t, "failure recorded", func() bool { j = b.job(t, res.ID); return j.State == "scheduled" && j.Attempt == 1 })
 				h = history(t, j.Errors)
 				if tc.delayCheck {
 					require.WithinDuration(t, before.Add(tc.wantRunAt), j.RunAt, time.Minute)
@@ -557,4 +557,35 @@ func workerGoroutines(w *worker.Worker) int {
 		}
 	}
 	return n
+}
+
+// TestScheduledAndRetriedJobsRun: a delayed job is held back until its
+// time, then promoted and run; a failed attempt waits out its backoff the
+// same way and runs again.
+func TestScheduledAndRetriedJobsRun(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "later")
+	enqueued := time.Now()
+	_, err := k.Enqueue(b.ctx, b.pool, Task{N: 1}, jobs.Delay(300*time.Millisecond))
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var runs []time.Time
+	start(t, b, worker.Config{Backoff: worker.Backoff{Base: 200 * time.Millisecond, Max: 200 * time.Millisecond}},
+		func(w *worker.Worker) {
+			must(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
+				mu.Lock()
+				defer mu.Unlock()
+				runs = append(runs, time.Now())
+				if j.Attempt == 1 {
+					return errBoom
+				}
+				return nil
+			}))
+		})
+	waitFor(t, "ran twice and done", func() bool { live, _ := b.totals(t); return live == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, runs, 2)
+	require.GreaterOrEqual(t, runs[0].Sub(enqueued), 300*time.Millisecond, "not before its run_at")
+	require.GreaterOrEqual(t, runs[1].Sub(runs[0]), 200*time.Millisecond, "not before its backoff ended")
 }

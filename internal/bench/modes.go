@@ -333,7 +333,7 @@ func addScheduled(ctx context.Context, pool *pgxpool.Pool, n int) error {
 		rows := make([]db.EnqueueBatchAtParams, min(chunk, n-done))
 		for i := range rows {
 			rows[i] = db.EnqueueBatchAtParams{Queue: jobs.DefaultQueue, Kind: noop.Name(), Version: 1,
-				Payload: json.RawMessage(`{}`), RunAt: far.Add(time.Duration(i) * time.Millisecond), MaxAttempts: 1}
+				Payload: json.RawMessage(`{}`), RunAt: far.Add(time.Duration(i) * time.Millisecond), State: "scheduled", MaxAttempts: 1}
 		}
 		if _, err := db.New(pool).EnqueueBatchAt(ctx, rows); err != nil {
 			return err
