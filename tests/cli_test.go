@@ -312,3 +312,32 @@ func TestDemo(t *testing.T) {
 	require.Positive(t, dead, "some jobs exhausted their attempts")
 	require.Regexp(t, `retries\s+[1-9]`, r.stdout, "some jobs were retried")
 }
+
+// TestBenchRuns runs every benchmark mode at a tiny size: it checks that
+// the benchmark works and reports every figure, never how fast anything is.
+func TestBenchRuns(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("pgbench"); err != nil {
+		t.Skip("pgbench not installed")
+	}
+	r := hopper(t, testdb.Server(t), "", "bench", "--mode", "all", "--baseline", "--json", "--duration", "1s",
+		"--jobs", "2000", "--batch-size", "500", "--concurrency", "50", "--singles", "20", "--samples", "5", "--scheduled", "1000")
+	require.Zero(t, r.code, "stdout %s\nstderr %s", r.stdout, r.stderr)
+	var report map[string]map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &report))
+	for section, fields := range map[string][]string{
+		"continuous": {"worked_per_second", "enqueued_per_second", "worker_peak_rss_bytes", "worker_cpu_seconds_per_1000_jobs", "backlog_worked_per_second"},
+		"drain":      {"jobs_per_second"},
+		"enqueue":    {"copy_jobs_per_second", "single_p50_ms", "single_p99_ms"},
+		"latency":    {"p50_ms", "p95_ms", "p99_ms"},
+		"baseline":   {"jobs_per_second"},
+		"ratios":     {"continuous_to_baseline"},
+	} {
+		require.Contains(t, report, section)
+		for _, f := range fields {
+			require.Contains(t, report[section], f, section)
+		}
+	}
+	require.EqualValues(t, 2000, report["drain"]["jobs"])
+	require.Regexp(t, `hopper bench: unknown mode`, hopper(t, testdb.Server(t), "", "bench", "--mode", "warp").stderr)
+}

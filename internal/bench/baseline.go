@@ -62,10 +62,13 @@ func runBaseline(ctx context.Context, cfg Config) (*BaselineResult, error) {
 	}
 	clients := cfg.Producers + cfg.Workers
 	secs := int(cfg.Duration.Round(time.Second).Seconds())
-	cmd := exec.CommandContext(ctx, pgbench, "-n", "-c", fmt.Sprint(clients), "-j", fmt.Sprint(clients),
+	args := []string{"-n", "-c", fmt.Sprint(clients), "-j", fmt.Sprint(clients),
 		"-T", fmt.Sprint(secs), "-D", fmt.Sprintf("batch=%d", cfg.BatchSize),
-		"-f", filepath.Join(dir, "produce.sql")+"@1", "-f", filepath.Join(dir, "claim.sql")+"@1",
-		pgurl.ForLibpq(cfg.DatabaseURL))
+		"-f", filepath.Join(dir, "produce.sql") + "@1", "-f", filepath.Join(dir, "claim.sql") + "@1"}
+	if cfg.DatabaseURL != "" { // else libpq's defaults, as pgx used
+		args = append(args, pgurl.ForLibpq(cfg.DatabaseURL))
+	}
+	cmd := exec.CommandContext(ctx, pgbench, args...)
 	cmd.Env = append(os.Environ(), "PGOPTIONS=-c search_path="+s.name)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -83,6 +86,9 @@ func runBaseline(ctx context.Context, cfg Config) (*BaselineResult, error) {
 		return nil, err
 	}
 	r.Deleted = r.Inserted - remaining
+	if r.Deleted <= 0 {
+		return nil, fmt.Errorf("pgbench moved no jobs: %s", lastLines(out.String(), 5))
+	}
 	r.JobsPerSecond = float64(r.Deleted) / r.Seconds
 	r.ClientCPUPer1000 = 1000 * clientCPU / float64(max(r.Deleted, 1))
 	if pgOK {

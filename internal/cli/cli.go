@@ -109,7 +109,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case err == nil:
 		return exitOK
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "hopper %s: %s (run hopper %s --help)\n", c.name, oneLine(e.redact(err.Error())), c.name)
+		msg := strings.TrimPrefix(err.Error(), errUsage.Error()+": ")
+		fmt.Fprintf(stderr, "hopper %s: %s (run hopper %s --help)\n", c.name, oneLine(e.redact(msg)), c.name)
 		return exitUsage
 	default:
 		fmt.Fprintf(stderr, "hopper %s: %s\n", c.name, oneLine(e.redact(err.Error())))
