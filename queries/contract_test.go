@@ -1,0 +1,90 @@
+package queries_test
+
+import (
+	"io/fs"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/queries"
+)
+
+// TestRuntimeContract guards what the Go runtime relies on in the SQL, so
+// that someone editing a query gets a clear failure instead of a queue that
+// silently misbehaves. The compiler already checks names, parameters and
+// result types after `make generate`; this checks the rest: the sqlc
+// command of each query and the clauses its guarantees rest on.
+func TestRuntimeContract(t *testing.T) {
+	t.Parallel()
+	sqlByName := map[string]string{}
+	cmdByName := map[string]string{}
+	header := regexp.MustCompile(`(?m)^-- name: (\w+) (:\w+)\s*$`)
+	entries, err := fs.ReadDir(queries.Files, ".")
+	require.NoError(t, err)
+	for _, e := range entries {
+		raw, err := fs.ReadFile(queries.Files, e.Name())
+		require.NoError(t, err)
+		text := string(raw)
+		marks := header.FindAllStringSubmatchIndex(text, -1)
+		for i, m := range marks {
+			end := len(text)
+			if i+1 < len(marks) {
+				end = marks[i+1][0]
+			}
+			name := text[m[2]:m[3]]
+			require.NotContains(t, sqlByName, name, "query %s is defined twice", name)
+			cmdByName[name] = text[m[4]:m[5]]
+			sqlByName[name] = stripComments(text[m[1]:end])
+		}
+	}
+
+	for _, c := range []struct {
+		query, cmd string
+		must       []string // each must appear (case-insensitive, whitespace-normalised)
+		why        string
+	}{
+		{"Enqueue", ":one", []string{"on conflict (unique_key) where unique_key is not null do nothing"}, "a unique key must skip, not fail, while a live job holds it"},
+		{"EnqueueBatch", ":copyfrom", nil, "plain batches go through COPY"},
+		{"EnqueueBatchAt", ":copyfrom", []string{"state"}, "scheduled jobs must be stored as scheduled"},
+		{"EnqueueBatchUnique", ":many", []string{"on conflict (unique_key) where unique_key is not null do nothing"}, "duplicates in a batch are skipped"},
+		{"Dequeue", ":many", []string{"for update skip locked", "j.state = 'pending'", "j.run_at <= now()", "order by j.priority, j.run_at, j.id", "attempt = j.attempt + 1", "lease_until ="}, "without SKIP LOCKED two workers can claim one job; without attempt + 1 fencing breaks"},
+		{"AckBatch", ":many", []string{"j.attempt = done.attempt", "j.lease_until is not null", "returning j.id, j.attempt"}, "an ack must be fenced by (id, attempt) and say which took effect"},
+		{"NackBatch", ":many", []string{"j.attempt = f.attempt", "j.lease_until is not null", "insert into hopper_dead_jobs"}, "a nack must be fenced and dead-letter in the same statement"},
+		{"Extend", ":many", []string{"j.attempt = held.attempt", "j.lease_until is not null", "returning j.id, j.attempt"}, "extend must be fenced and report lost claims"},
+		{"Release", ":many", []string{"j.attempt = held.attempt", "max_attempts = j.max_attempts + 1"}, "release must be fenced and must not charge an attempt"},
+		{"ReleaseOwner", ":many", []string{"lease_owner = @owner::text"}, "a restarted worker gives back its own leases only"},
+		{"Sweep", ":many", []string{"for update skip locked", "j.lease_until < now()", "limit @max_jobs::integer", "'lease expired'"}, "sweeps run from every worker at once and must be bounded"},
+		{"Promote", ":many", []string{"for update skip locked", "j.state = 'scheduled'", "j.run_at <= now()"}, "promotion runs from every worker at once"},
+		{"Notify", ":exec", []string{"pg_notify('hopper_jobs'"}, "workers listen on hopper_jobs"},
+		{"Listen", ":exec", []string{"listen hopper_jobs"}, "the channel the trigger notifies"},
+		{"HopperSchema", ":one", nil, "the worker refuses to start on an unmigrated schema"},
+		{"Stats", ":many", nil, "metrics and the CLI"},
+		{"GetJob", ":one", nil, ""}, {"Cancel", ":many", nil, ""}, {"PurgeQueue", ":execrows", nil, ""},
+		{"ListDead", ":many", nil, ""}, {"GetDead", ":one", nil, ""}, {"RetryDead", ":many", nil, ""},
+		{"RetryDeadKind", ":many", nil, ""}, {"PurgeDead", ":execrows", nil, ""}, {"TableActivity", ":one", nil, ""},
+		{"SchemaExists", ":one", nil, ""},
+	} {
+		sql, ok := sqlByName[c.query]
+		require.True(t, ok, "query %s is missing from queries/: the runtime calls it (%s)", c.query, c.why)
+		require.Equal(t, c.cmd, cmdByName[c.query], "query %s must be %s", c.query, c.cmd)
+		for _, frag := range c.must {
+			require.Contains(t, sql, normalise(frag), "query %s lost %q: %s", c.query, frag, c.why)
+		}
+	}
+}
+
+func stripComments(sql string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(sql, "\n") {
+		if i := strings.Index(line, "--"); i >= 0 {
+			line = line[:i]
+		}
+		b.WriteString(line)
+		b.WriteString(" ")
+	}
+	return normalise(b.String())
+}
+
+func normalise(s string) string { return strings.Join(strings.Fields(strings.ToLower(s)), " ") }
