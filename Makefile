@@ -27,14 +27,18 @@ bench: ## hopper bench: every mode plus the pgbench baseline, on a scratch schem
 bench-go: ## Go benchmarks of the hot paths (dequeue, ack_batch, COPY, decode with upgrades); compare runs with benchstat
 	go test -run '^$$' -bench . -benchmem -count 5 ./queries ./jobs
 
+EXAMPLE := examples/embed-sqlc
+
 .PHONY: test
-test: ## run every test (race detector on) against a real PostgreSQL
+test: ## run every test (race detector on) against a real PostgreSQL, the embed-sqlc example's included
 	go test -race -count=1 ./...
+	cd $(EXAMPLE) && go vet ./... && go test -race -count=1 ./...
 
 .PHONY: generate
-generate: ## regenerate db/ from schema/ and queries/ with sqlc
+generate: ## regenerate db/ from schema/ and queries/ with sqlc, then the embed-sqlc example's code
 	rm -f db/*.go
 	$(SQLC) generate
+	$(MAKE) -C $(EXAMPLE) generate
 
 .PHONY: check-generated
 check-generated: ## fail when db/ differs from what sqlc makes of the SQL (stale files included)
@@ -45,6 +49,7 @@ check-generated: ## fail when db/ differs from what sqlc makes of the SQL (stale
 		echo "db/ is stale: run 'make generate' and commit the result" >&2; exit 1; \
 	fi
 	rm -rf $(SCRATCH)
+	$(MAKE) -C $(EXAMPLE) check-generated
 
 .PHONY: vet
 vet: ## go vet and gofmt

@@ -1,0 +1,48 @@
+-- name: Sweep :many
+-- Takes up to max_jobs running jobs whose lease has expired and appends
+-- "lease expired" to their history. A job with attempts left goes back to
+-- pending, ready at once; a job on its last attempt moves to
+-- hopper_dead_jobs. SKIP LOCKED and the bounded batch make it safe and cheap
+-- to run from every worker at the same time: each expired job is moved once.
+-- Returns one row per job moved; dead tells where it went.
+WITH expired AS (
+    SELECT j.id,
+           j.errors || jsonb_build_array(jsonb_build_object(
+               'attempt', j.attempt,
+               'at', now(),
+               'owner', j.lease_owner,
+               'error', 'lease expired')) AS errors,
+           j.attempt >= j.max_attempts AS exhausted
+    FROM hopper_jobs AS j
+    WHERE j.state = 'running'
+      AND j.lease_until < now()
+    ORDER BY j.lease_until
+    LIMIT @max_jobs::integer
+    FOR UPDATE SKIP LOCKED
+), requeued AS (
+    UPDATE hopper_jobs AS j
+    SET state       = 'pending',
+        run_at      = now(),
+        lease_owner = NULL,
+        lease_until = NULL,
+        errors      = expired.errors
+    FROM expired
+    WHERE j.id = expired.id AND NOT expired.exhausted
+    RETURNING j.id, j.queue
+), removed AS (
+    DELETE FROM hopper_jobs AS j
+    USING expired
+    WHERE j.id = expired.id AND expired.exhausted
+    RETURNING j.*
+), buried AS (
+    INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt,
+                                  max_attempts, unique_key, errors, reason, created_at)
+    SELECT r.id, r.queue, r.kind, r.version, r.payload, r.priority, r.attempt,
+           r.max_attempts, r.unique_key, expired.errors, 'lease expired on last attempt', r.created_at
+    FROM removed AS r
+    JOIN expired ON expired.id = r.id
+    RETURNING id, queue
+)
+SELECT requeued.id, requeued.queue, false AS dead FROM requeued
+UNION ALL
+SELECT buried.id, buried.queue, true AS dead FROM buried;
