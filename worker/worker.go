@@ -286,8 +286,7 @@ type queueRunner struct {
 	// needed (up to max) and live until Run ends, so a burst of short jobs
 	// is served by a few goroutines rather than one new goroutine per job.
 	dispatch chan dispatched
-	idle     atomic.Int64 // handler goroutines waiting for a job
-	spawned  int          // handler goroutines started (claim goroutine only)
+	spawned  int // handler goroutines started (claim goroutine only)
 }
 
 // dispatched is a claimed, decoded job on its way to a handler goroutine.
@@ -428,9 +427,11 @@ func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error)
 		// goroutine keeps the decoder's deep stack from being grown anew
 		// for every job.
 		call, err := h.prepare(row)
-		qr.running.Add(1)
+		// Never fewer handler goroutines than jobs in flight, so a job is
+		// never left waiting behind a handler that blocks.
+		running := int(qr.running.Add(1))
 		w.handlerWG.Add(1)
-		if qr.idle.Load() == 0 && qr.spawned < qr.max {
+		for qr.spawned < running {
 			qr.spawned++
 			w.poolWG.Add(1)
 			go w.handlerLoop(qr)
@@ -443,13 +444,7 @@ func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error)
 // handlerLoop runs jobs of one queue until the queue's dispatch closes.
 func (w *Worker) handlerLoop(qr *queueRunner) {
 	defer w.poolWG.Done()
-	for {
-		qr.idle.Add(1)
-		d, ok := <-qr.dispatch
-		qr.idle.Add(-1)
-		if !ok {
-			return
-		}
+	for d := range qr.dispatch {
 		w.execute(d)
 	}
 }

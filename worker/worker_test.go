@@ -589,3 +589,33 @@ func TestScheduledAndRetriedJobsRun(t *testing.T) {
 	require.GreaterOrEqual(t, runs[0].Sub(enqueued), 300*time.Millisecond, "not before its run_at")
 	require.GreaterOrEqual(t, runs[1].Sub(runs[0]), 200*time.Millisecond, "not before its backoff ended")
 }
+
+// TestBlockingHandlersDoNotStarveQueuedJobs: a batch of jobs arriving while
+// a handler goroutine sits idle all run at once; none waits behind a
+// handler that blocks.
+func TestBlockingHandlersDoNotStarveQueuedJobs(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "blocker")
+	var inHandler atomic.Int64
+	release := make(chan struct{})
+	start(t, b, worker.Config{Queues: map[string]int{"default": 5}}, func(w *worker.Worker) {
+		must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			if j.Payload.N == 0 {
+				return nil // the warm-up job leaves an idle handler goroutine behind
+			}
+			inHandler.Add(1)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}))
+	})
+	_, err := k.Enqueue(b.ctx, b.pool, Task{N: 0})
+	require.NoError(t, err)
+	waitFor(t, "warm-up done", func() bool { live, _ := b.totals(t); return live == 0 })
+	_, err = k.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{N: 1}, Task{N: 2}, Task{N: 3}, Task{N: 4}))
+	require.NoError(t, err)
+	waitFor(t, "all four blocking handlers run at once", func() bool { return inHandler.Load() == 4 })
+	close(release)
+}
