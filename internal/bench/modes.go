@@ -345,6 +345,17 @@ func addScheduled(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	return nil
 }
 
+// enqueueCopy sends n ready jobs in COPY batches of batch.
+func enqueueCopy(ctx context.Context, pool *pgxpool.Pool, n, batch int, payload benchJob) error {
+	items := jobs.Items(repeat(payload, batch)...)
+	for left := n; left > 0; left -= len(items) {
+		if _, err := noop.EnqueueMany(ctx, pool, items[:min(len(items), left)]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ---- drain ----
 
 // DrainResult is working off a backlog enqueued beforehand.
@@ -364,11 +375,8 @@ func runDrain(ctx context.Context, cfg Config) (*DrainResult, error) {
 	if err := addScheduled(ctx, s.pool, cfg.Scheduled); err != nil {
 		return nil, err
 	}
-	items := jobs.Items(repeat(cfg.payload(), 5000)...)
-	for left := cfg.Jobs; left > 0; left -= len(items) {
-		if _, err := noop.EnqueueMany(ctx, s.pool, items[:min(len(items), left)]); err != nil {
-			return nil, err
-		}
+	if err := enqueueCopy(ctx, s.pool, cfg.Jobs, 5000, cfg.payload()); err != nil {
+		return nil, err
 	}
 	if err := maintain(ctx, s.pool, "vacuum.sql"); err != nil {
 		return nil, err
@@ -411,12 +419,9 @@ func runEnqueue(ctx context.Context, cfg Config) (*EnqueueResult, error) {
 	}
 	defer s.drop()
 	r := &EnqueueResult{CopyJobs: cfg.Jobs, CopyBatchSize: cfg.BatchSize, Singles: cfg.Singles}
-	items := jobs.Items(repeat(cfg.payload(), cfg.BatchSize)...)
 	began := time.Now()
-	for left := cfg.Jobs; left > 0; left -= len(items) {
-		if _, err := noop.EnqueueMany(ctx, s.pool, items[:min(len(items), left)]); err != nil {
-			return nil, err
-		}
+	if err := enqueueCopy(ctx, s.pool, cfg.Jobs, cfg.BatchSize, cfg.payload()); err != nil {
+		return nil, err
 	}
 	r.CopyJobsPerSecond = float64(cfg.Jobs) / time.Since(began).Seconds()
 
