@@ -18,6 +18,13 @@ demo: ## run the demo (one producer, three workers, 30s) on the default database
 build: ## build the hopper CLI into bin/
 	go build -o bin/hopper ./cmd/hopper
 
+FUZZTIME ?= 10s
+
+.PHONY: fuzz
+fuzz: ## run each fuzz target for FUZZTIME (default 10s): enqueue options, payload decode
+	go test -run '^$$' -fuzz '^FuzzEnqueueOptions$$' -fuzztime $(FUZZTIME) ./jobs
+	go test -run '^$$' -fuzz '^FuzzDecodePayload$$' -fuzztime $(FUZZTIME) ./jobs
+
 .PHONY: bench
 bench: ## hopper bench: every mode plus the pgbench baseline, on a scratch schema (about 3 minutes)
 	go build -o bin/hopper ./cmd/hopper
@@ -57,7 +64,8 @@ vet: ## go vet and gofmt
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1; }
 
 .PHONY: ci
-ci: ## what CI runs (after making sure PostgreSQL is up): check-generated, vet, test
+ci: ## what CI runs (after making sure PostgreSQL is up): check-generated, vet, test, a short fuzz
 	$(MAKE) check-generated
 	$(MAKE) vet
 	$(MAKE) test
+	$(MAKE) fuzz FUZZTIME=5s

@@ -119,6 +119,15 @@ func (k *Kind[T]) prepare(payload T, opts []EnqueueOption) (enqueueOptions, json
 	return o, raw, nil
 }
 
+// Check validates a payload and options exactly as Enqueue would, without
+// writing anything: the error wraps the same sentinels.
+func (k *Kind[T]) Check(payload T, opts ...EnqueueOption) error {
+	if _, _, err := k.prepare(payload, opts); err != nil {
+		return fmt.Errorf("hopper: enqueue %s: %w", k.name, err)
+	}
+	return nil
+}
+
 // Enqueue inserts one job through dbtx: a *pgxpool.Pool, a *pgx.Conn, a
 // pgx.Tx, or anything else with the methods sqlc's DBTX has. Given a
 // transaction, the job commits or rolls back with it.
