@@ -18,6 +18,14 @@ demo: ## run the demo (one producer, three workers, 30s) on the default database
 build: ## build the hopper CLI into bin/
 	go build -o bin/hopper ./cmd/hopper
 
+.PHONY: chaos
+chaos: ## the reliability suite at full size, PostgreSQL restart included (run it alone: it restarts the server)
+	HOPPER_CHAOS=full HOPPER_CHAOS_RESTART=1 go test -count=1 -v -run 'Chaos' -timeout 30m ./tests 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|chaos_test.go'
+
+.PHONY: chaos-restart
+chaos-restart: ## only the PostgreSQL-restart scenario, at CI size (CI runs it alone, after make test)
+	HOPPER_CHAOS_RESTART=1 go test -count=1 -v -run 'TestChaosDatabaseRestart' ./tests 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|chaos_test.go'
+
 FUZZTIME ?= 10s
 
 .PHONY: fuzz

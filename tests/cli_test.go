@@ -28,6 +28,9 @@ import (
 var hopperBin string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(chaosEnv) != "" {
+		os.Exit(runChaosWorker())
+	}
 	dir, err := os.MkdirTemp("", "hopper-cli-test")
 	if err != nil {
 		panic(err)

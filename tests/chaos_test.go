@@ -1,0 +1,361 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/worker"
+)
+
+// The reliability suite: whole worker processes run against a real
+// PostgreSQL while faults are injected, and the verdict comes from a ledger
+// and the queue tables, never from logs. Every handler run is recorded in
+// chaos_runs (committed at once, so duplicates show) and every completion
+// in chaos_ledger, in the same transaction as the job's acknowledgement
+// (worker.AckTx): a stale run whose ack was refused leaves no ledger row.
+//
+// `make chaos` runs every scenario at full size (HOPPER_CHAOS=full);
+// `make test` runs them at CI size.
+
+const chaosEnv = "HOPPER_CHAOS_WORKER_URL"
+
+var chaosTask = jobs.Define[Chore]("chaos.task")
+
+func chaosFull() bool { return os.Getenv("HOPPER_CHAOS") == "full" }
+
+// runChaosWorker is the worker process: the test binary run again with
+// chaosEnv set.
+func runChaosWorker() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	pool, err := pgxpool.New(ctx, os.Getenv(chaosEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer pool.Close()
+	lease, _ := time.ParseDuration(os.Getenv("HOPPER_CHAOS_LEASE"))
+	heartbeat, _ := time.ParseDuration(os.Getenv("HOPPER_CHAOS_HEARTBEAT"))
+	slowFirst, _ := time.ParseDuration(os.Getenv("HOPPER_CHAOS_SLOW_FIRST"))
+	work, _ := time.ParseDuration(os.Getenv("HOPPER_CHAOS_WORK"))
+	w, err := worker.New(pool, worker.Config{
+		ID:                os.Getenv("HOPPER_CHAOS_ID"),
+		Queues:            map[string]int{jobs.DefaultQueue: 16},
+		LeaseDuration:     lease,
+		HeartbeatInterval: heartbeat,
+		PollInterval:      100 * time.Millisecond,
+		SweepInterval:     200 * time.Millisecond,
+		ShutdownTimeout:   100 * time.Millisecond,
+		Backoff:           worker.Backoff{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+		Logger:            quietLog,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	id := os.Getenv("HOPPER_CHAOS_ID")
+	err = worker.Handle(w, chaosTask, func(ctx context.Context, job *jobs.Job[Chore]) error {
+		if _, err := pool.Exec(ctx, "INSERT INTO chaos_runs (job_id, attempt, worker) VALUES ($1, $2, $3)", job.ID, job.Attempt, id); err != nil {
+			return err
+		}
+		pause := work
+		if job.Attempt == 1 && slowFirst > 0 {
+			pause = slowFirst // outlives the lease: heartbeat is off in that scenario
+		}
+		if pause > 0 {
+			time.Sleep(pause)
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+		if _, err := tx.Exec(ctx, "INSERT INTO chaos_ledger (job_id, attempt, worker) VALUES ($1, $2, $3)", job.ID, job.Attempt, id); err != nil {
+			return err
+		}
+		if err := worker.AckTx(ctx, tx, job); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	})
+	if err != nil {
+		return 4
+	}
+	if err := w.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 5
+	}
+	return 0
+}
+
+// chaosBed is one scenario's database and worker processes.
+type chaosBed struct {
+	t       *testing.T
+	ctx     context.Context
+	db      *testdb.DB
+	url     string // for workers: a bigger pool, tagged with application_name
+	env     []string
+	workers map[string]*exec.Cmd
+}
+
+func newChaosBed(t *testing.T, env ...string) *chaosBed {
+	t.Helper()
+	d := testdb.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	for _, stmt := range []string{
+		"CREATE TABLE chaos_runs (job_id bigint NOT NULL, attempt int NOT NULL, worker text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())",
+		"CREATE TABLE chaos_ledger (job_id bigint NOT NULL, attempt int NOT NULL, worker text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())",
+	} {
+		_, err := d.Pool.Exec(ctx, stmt)
+		require.NoError(t, err)
+	}
+	url := d.URL
+	if strings.Contains(url, "://") {
+		url += "&pool_max_conns=24&application_name=" + d.Schema
+	} else {
+		url += " pool_max_conns=24 application_name=" + d.Schema
+	}
+	b := &chaosBed{t: t, ctx: ctx, db: d, url: url, env: env, workers: map[string]*exec.Cmd{}}
+	t.Cleanup(func() {
+		for _, cmd := range b.workers {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return b
+}
+
+func (b *chaosBed) start(id string) {
+	b.t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), chaosEnv+"="+b.url, "HOPPER_CHAOS_ID="+id), b.env...)
+	cmd.Stderr = os.Stderr
+	require.NoError(b.t, cmd.Start())
+	b.workers[id] = cmd
+}
+
+func (b *chaosBed) kill(id string, sig syscall.Signal) {
+	b.t.Helper()
+	cmd := b.workers[id]
+	require.NoError(b.t, cmd.Process.Signal(sig))
+	err := cmd.Wait()
+	if sig == syscall.SIGTERM {
+		require.NoError(b.t, err, "worker %s exits cleanly on SIGTERM", id)
+	}
+	delete(b.workers, id)
+}
+
+func (b *chaosBed) enqueue(n int) {
+	b.t.Helper()
+	for left := n; left > 0; left -= 5000 {
+		_, err := chaosTask.EnqueueMany(b.ctx, b.db.Pool, jobs.Items(make([]Chore, min(5000, left))...))
+		require.NoError(b.t, err)
+	}
+}
+
+func (b *chaosBed) count(query string) int64 {
+	b.t.Helper()
+	var n int64
+	require.NoError(b.t, b.db.Pool.QueryRow(b.ctx, query).Scan(&n))
+	return n
+}
+
+// waitDone waits until every job is in the ledger (or dead).
+func (b *chaosBed) waitDone(n int, limit time.Duration) {
+	b.t.Helper()
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if b.count("SELECT (SELECT count(DISTINCT job_id) FROM chaos_ledger) + (SELECT count(*) FROM hopper_dead_jobs)") >= int64(n) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.t.Fatalf("not done within %v", limit)
+}
+
+// verdict checks the ledger and prints the scenario's figures.
+func (b *chaosBed) verdict(name string, n int, recovery time.Duration) {
+	b.t.Helper()
+	completed := b.count("SELECT count(DISTINCT job_id) FROM chaos_ledger")
+	ledgerRows := b.count("SELECT count(*) FROM chaos_ledger")
+	dead := b.count("SELECT count(*) FROM hopper_dead_jobs")
+	live := b.count("SELECT count(*) FROM hopper_jobs")
+	runs := b.count("SELECT count(*) FROM chaos_runs")
+	duplicated := b.count("SELECT count(*) FROM (SELECT job_id FROM chaos_runs GROUP BY job_id HAVING count(*) > 1) d")
+	claimsRunTwice := b.count("SELECT count(*) FROM (SELECT 1 FROM chaos_runs GROUP BY job_id, attempt HAVING count(*) > 1) d")
+	lost := int64(n) - completed - dead - live
+	b.t.Logf("%s: enqueued %d, completed %d, dead %d, duplicated %d (runs %d, %d of them never completed: killed, failed or refused), lost %d, recovery %v",
+		name, n, completed, dead, duplicated, runs, runs-ledgerRows, lost, recovery.Round(time.Millisecond))
+	require.Zero(b.t, lost, "lost jobs")
+	require.Equal(b.t, completed, ledgerRows, "a completion was recorded twice: a stale ack was accepted")
+	require.Zero(b.t, claimsRunTwice, "one claim ran twice: a job ran again without its lease expiring")
+	require.EqualValues(b.t, n, completed+dead)
+}
+
+// TestChaosWorkerCrashes: 4 worker processes; every ~2s a random one gets
+// SIGKILL and is restarted under its stable ID.
+func TestChaosWorkerCrashes(t *testing.T) {
+	n := 20_000
+	if chaosFull() {
+		n = 100_000
+	}
+	b := newChaosBed(t, "HOPPER_CHAOS_LEASE=2s", "HOPPER_CHAOS_WORK=1ms")
+	b.enqueue(n)
+	ids := []string{"w1", "w2", "w3", "w4"}
+	for _, id := range ids {
+		b.start(id)
+	}
+	var lastKill time.Time
+	deadline := time.Now().Add(8 * time.Minute)
+	for b.count("SELECT count(DISTINCT job_id) FROM chaos_ledger") < int64(n) && time.Now().Before(deadline) {
+		time.Sleep(time.Duration(1500+rand.IntN(1000)) * time.Millisecond)
+		victim := ids[rand.IntN(len(ids))]
+		b.kill(victim, syscall.SIGKILL)
+		lastKill = time.Now()
+		b.start(victim)
+	}
+	b.waitDone(n, time.Minute)
+	b.verdict("worker crashes", n, time.Since(lastKill))
+}
+
+// TestChaosConnectionsKilled: every backend of the worker processes is
+// killed with pg_terminate_backend, several times.
+func TestChaosConnectionsKilled(t *testing.T) {
+	n := 10_000
+	if chaosFull() {
+		n = 50_000
+	}
+	b := newChaosBed(t, "HOPPER_CHAOS_LEASE=5s", "HOPPER_CHAOS_WORK=1ms")
+	b.enqueue(n)
+	b.start("w1")
+	b.start("w2")
+	var lastKill time.Time
+	for round := 1; round <= 5; round++ {
+		for b.count("SELECT count(*) FROM chaos_ledger") < int64(round*n/8) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		killed := b.count("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '" + b.db.Schema + "'")
+		require.Positive(t, killed)
+		lastKill = time.Now()
+	}
+	b.waitDone(n, 3*time.Minute)
+	b.verdict("connections killed", n, time.Since(lastKill))
+}
+
+// TestChaosDatabaseRestart: PostgreSQL itself is restarted mid-run. It
+// disturbs every other test using the server, so it runs only when asked
+// (HOPPER_CHAOS_RESTART=1, as `make chaos` and CI's chaos step do, alone),
+// and only where the test can restart the local cluster.
+func TestChaosDatabaseRestart(t *testing.T) {
+	if os.Getenv("HOPPER_CHAOS_RESTART") != "1" {
+		t.Skip("set HOPPER_CHAOS_RESTART=1 to restart PostgreSQL mid-run (make chaos does)")
+	}
+	versions, _ := os.ReadDir("/etc/postgresql")
+	if _, err := exec.LookPath("pg_ctlcluster"); err != nil || len(versions) == 0 {
+		t.Skip("no local cluster this test can restart (pg_ctlcluster)")
+	}
+	n := 10_000
+	if chaosFull() {
+		n = 50_000
+	}
+	b := newChaosBed(t, "HOPPER_CHAOS_LEASE=10s", "HOPPER_CHAOS_WORK=1ms")
+	b.enqueue(n)
+	b.start("w1")
+	b.start("w2")
+	for b.count("SELECT count(*) FROM chaos_ledger") < int64(n/4) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	version := versions[len(versions)-1].Name()
+	before := b.count("SELECT count(*) FROM chaos_ledger")
+	restarting := time.Now()
+	out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart").CombinedOutput()
+	if err != nil {
+		t.Skipf("cannot restart the cluster here: %v: %s", err, out)
+	}
+	t.Logf("restarted PostgreSQL in %v with %d of %d jobs done", time.Since(restarting).Round(time.Millisecond), before, n)
+	require.Less(t, before, int64(n), "the restart came mid-run")
+	b.waitDone(n, 3*time.Minute)
+	b.verdict("database restart", n, time.Since(restarting))
+}
+
+// TestChaosLeaseExpiry: with the heartbeat off, first attempts outlive
+// their lease; they are run again elsewhere, and their late acks refused.
+func TestChaosLeaseExpiry(t *testing.T) {
+	n := 300
+	b := newChaosBed(t, "HOPPER_CHAOS_LEASE=300ms", "HOPPER_CHAOS_HEARTBEAT=-1s", "HOPPER_CHAOS_SLOW_FIRST=1s")
+	b.enqueue(n)
+	b.start("w1")
+	b.start("w2")
+	b.waitDone(n, 3*time.Minute)
+	b.verdict("lease expiry", n, 0)
+	require.Positive(t, b.count("SELECT count(*) FROM chaos_runs WHERE attempt = 1")-b.count("SELECT count(*) FROM chaos_ledger WHERE attempt = 1"),
+		"some first attempts were refused: fencing under load")
+}
+
+// TestChaosGracefulShutdown: SIGTERM to every worker while jobs are in
+// flight; nothing is left running (no job waits for a lease to expire), and
+// a new worker finishes everything.
+func TestChaosGracefulShutdown(t *testing.T) {
+	n := 2000
+	b := newChaosBed(t, "HOPPER_CHAOS_LEASE=1m", "HOPPER_CHAOS_WORK=20ms")
+	b.enqueue(n)
+	for _, id := range []string{"w1", "w2", "w3", "w4"} {
+		b.start(id)
+	}
+	for b.count("SELECT count(*) FROM chaos_ledger") < 200 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, id := range []string{"w1", "w2", "w3", "w4"} {
+		b.kill(id, syscall.SIGTERM)
+	}
+	require.Zero(t, b.count("SELECT count(*) FROM hopper_jobs WHERE state = 'running'"), "every unfinished job was given back")
+	began := time.Now()
+	b.start("w5")
+	b.waitDone(n, 2*time.Minute) // with a 1-minute lease, a stranded job would show here
+	b.verdict("graceful shutdown", n, time.Since(began))
+}
+
+// TestChaosLongTransaction: a transaction held open in another session for
+// the whole run (holding back vacuum); the run still completes.
+func TestChaosLongTransaction(t *testing.T) {
+	n := 5000
+	throughput := func(hold bool) float64 {
+		b := newChaosBed(t, "HOPPER_CHAOS_LEASE=30s")
+		if hold {
+			conn, err := pgx.Connect(b.ctx, b.db.URL)
+			require.NoError(t, err)
+			defer conn.Close(context.Background())
+			tx, err := conn.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+			require.NoError(t, err)
+			defer tx.Rollback(context.Background()) //nolint:errcheck
+			_, err = tx.Exec(b.ctx, "SELECT count(*) FROM hopper_jobs") // takes the snapshot
+			require.NoError(t, err)
+		}
+		b.enqueue(n)
+		began := time.Now()
+		b.start("w1")
+		b.start("w2")
+		b.waitDone(n, 3*time.Minute)
+		elapsed := time.Since(began)
+		b.verdict("long transaction="+strconv.FormatBool(hold), n, 0)
+		return float64(n) / elapsed.Seconds()
+	}
+	without, with := throughput(false), throughput(true)
+	t.Logf("long transaction: %.0f jobs/s without it, %.0f jobs/s with it", without, with)
+}

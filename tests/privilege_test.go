@@ -1,0 +1,109 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/worker"
+)
+
+type Chore struct {
+	N int `json:"n"`
+}
+
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// TestLeastPrivilege: a role with only the grants the README lists (no DDL,
+// no ownership) enqueues, works, retries, dead-letters, sweeps, promotes and
+// triages.
+func TestLeastPrivilege(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	role := d.Schema + "_app"
+	schemaID, roleID := pgx.Identifier{d.Schema}.Sanitize(), pgx.Identifier{role}.Sanitize()
+	// The grants, exactly as the README lists them.
+	for _, stmt := range []string{
+		"CREATE ROLE " + roleID + " LOGIN",
+		"GRANT USAGE ON SCHEMA " + schemaID + " TO " + roleID,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_jobs, hopper_dead_jobs TO " + roleID,
+	} {
+		_, err := d.Pool.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	t.Cleanup(func() {
+		for _, stmt := range []string{"DROP OWNED BY " + roleID, "DROP ROLE " + roleID} {
+			_, _ = d.Pool.Exec(context.Background(), stmt)
+		}
+	})
+	cfg, err := pgxpool.ParseConfig(d.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.User = role
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT current_database()").Scan(&cfg.ConnConfig.Database))
+	app, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer app.Close()
+
+	_, err = app.Exec(ctx, "CREATE TABLE sneaky (id int)")
+	require.ErrorContains(t, err, "permission denied", "the role has no DDL rights")
+
+	chore := jobs.Define[Chore]("chore")
+	_, err = chore.EnqueueMany(ctx, app, jobs.Items(Chore{1}, Chore{2}, Chore{3}))
+	require.NoError(t, err, "COPY")
+	_, err = chore.Enqueue(ctx, app, Chore{4}, jobs.UniqueKey("four"), jobs.MaxAttempts(1))
+	require.NoError(t, err)
+	_, err = chore.Enqueue(ctx, app, Chore{5}, jobs.Delay(200*time.Millisecond))
+	require.NoError(t, err)
+
+	var done atomic.Int64
+	w, err := worker.New(app, worker.Config{ID: "least-privilege", PollInterval: 50 * time.Millisecond, SweepInterval: 50 * time.Millisecond,
+		Backoff: worker.Backoff{Base: time.Millisecond, Max: time.Millisecond}})
+	require.NoError(t, err)
+	require.NoError(t, worker.Handle(w, chore, func(_ context.Context, j *jobs.Job[Chore]) error {
+		if j.Payload.N == 4 {
+			return errors.New("always fails")
+		}
+		if j.Payload.N == 3 && j.Attempt == 1 {
+			return errors.New("fails once")
+		}
+		done.Add(1)
+		return nil
+	}))
+	runCtx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(runCtx) }()
+	q := db.New(app)
+	require.Eventually(t, func() bool {
+		stats, err := q.Stats(ctx)
+		require.NoError(t, err)
+		return len(stats) == 1 && stats[0].Ready+stats[0].Scheduled+stats[0].Running == 0 && stats[0].Dead == 1
+	}, 30*time.Second, 20*time.Millisecond)
+	stop()
+	require.NoError(t, <-errc)
+	require.EqualValues(t, 4, done.Load())
+
+	dead, err := q.ListDead(ctx, db.ListDeadParams{BeforeDiedAt: time.Now().Add(time.Hour), BeforeID: 1 << 62, MaxJobs: 10})
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	retried, err := q.RetryDead(ctx, []int64{dead[0].ID})
+	require.NoError(t, err)
+	require.Len(t, retried, 1)
+	swept, err := q.Sweep(ctx, 10)
+	require.NoError(t, err)
+	require.Empty(t, swept)
+	_, err = q.Cancel(ctx, retried)
+	require.NoError(t, err)
+}
