@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/hopperq/hopper/schema"
 )
@@ -13,8 +14,8 @@ func migrateCommand() *command {
 	var schemaName string
 	return &command{
 		name:    "migrate",
-		args:    "up | down [N] | version",
-		summary: "apply (up), undo (down: the last N, default 1) or report (version) Hopper's schema migrations",
+		args:    "up | down [N] | version | force V",
+		summary: "apply (up), undo (down: the last N, default 1), report (version) or, after a hand repair, record (force) Hopper's schema migrations",
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&all, "all", false, "with down: undo every migration (drops Hopper's tables and jobs)")
 			fs.StringVar(&schemaName, "schema", "", "install in this existing schema instead of the search_path's first")
@@ -62,6 +63,14 @@ func migrateCommand() *command {
 					return err
 				}
 			case "version":
+			case "force":
+				v, err := strconv.Atoi(strings.Join(args[1:], ""))
+				if err != nil || len(args) != 2 || v < 0 {
+					return fmt.Errorf("%w: force takes the version the schema is really at", errUsage)
+				}
+				if err := mg.Force(v); err != nil {
+					return err
+				}
 			default:
 				return fmt.Errorf("%w: unknown migrate action %q (up, down or version)", errUsage, args[0])
 			}
@@ -71,7 +80,7 @@ func migrateCommand() *command {
 			}
 			fmt.Fprintf(e.stdout, "schema version %d (this build's latest: %d)\n", v, schema.Latest())
 			if dirty {
-				return fmt.Errorf("%w: a migration failed half-way; repair the schema by hand, then force the version", schema.ErrDirty)
+				return fmt.Errorf("%w: a migration failed half-way; repair the schema by hand, then run hopper migrate force <version it is at>", schema.ErrDirty)
 			}
 			return nil
 		},
