@@ -343,7 +343,7 @@ func TestChaosLongTransaction(t *testing.T) {
 			defer conn.Close(context.Background())
 			tx, err := conn.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 			require.NoError(t, err)
-			defer tx.Rollback(context.Background()) //nolint:errcheck
+			defer tx.Rollback(context.Background())                     //nolint:errcheck
 			_, err = tx.Exec(b.ctx, "SELECT count(*) FROM hopper_jobs") // takes the snapshot
 			require.NoError(t, err)
 		}
