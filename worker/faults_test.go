@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -139,4 +140,77 @@ func TestMetricsEndpoint(t *testing.T) {
 	for _, want := range []string{"hopper_handler_duration_seconds_bucket", "hopper_job_wait_seconds", "hopper_queue_oldest_ready_seconds", "go_goroutines"} {
 		require.Contains(t, body, want)
 	}
+}
+
+// TestListenReconnects: the wake-up session is killed; the worker opens a
+// new one, so a job is picked up by a wake-up, not the (hour-long) poll.
+func TestListenReconnects(t *testing.T) {
+	b := setup(t)
+	cfg, err := pgxpool.ParseConfig(b.tdb.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["application_name"] = b.tdb.Schema
+	wpool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	defer wpool.Close()
+	k := kind(t, "woken")
+	var ran atomic.Int64
+	w, err := worker.New(wpool, fast(worker.Config{PollInterval: time.Hour}))
+	require.NoError(t, err)
+	require.NoError(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { ran.Add(1); return nil }))
+	ctx, cancel := context.WithCancel(b.ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-errc) }()
+
+	listening := func() int64 {
+		var n int64
+		require.NoError(t, b.pool.QueryRow(b.ctx,
+			"SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE '%LISTEN hopper_jobs%'", b.tdb.Schema).Scan(&n))
+		return n
+	}
+	waitFor(t, "listening", func() bool { return listening() == 1 })
+	_, err = b.pool.Exec(b.ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE '%LISTEN hopper_jobs%'", b.tdb.Schema)
+	require.NoError(t, err)
+	waitFor(t, "listening again", func() bool { return listening() == 1 })
+
+	for i := 1; i <= 3; i++ {
+		_, err = k.Enqueue(b.ctx, b.pool, Task{N: i})
+		require.NoError(t, err)
+		waitFor(t, "woken, not polled", func() bool { return ran.Load() == int64(i) })
+	}
+}
+
+// TestExtendLease: a handler pushes its own lease for a long step; once the
+// job is no longer its own, ExtendLease says so.
+func TestExtendLease(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "extended")
+	res, err := k.Enqueue(b.ctx, b.pool, Task{}, jobs.MaxAttempts(3))
+	require.NoError(t, err)
+	extended := make(chan error, 2)
+	proceed := make(chan struct{})
+	start(t, b, worker.Config{SweepInterval: time.Hour}, func(w *worker.Worker) {
+		must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			if j.Attempt > 1 {
+				return nil
+			}
+			extended <- worker.ExtendLease(ctx, j, 2*time.Hour)
+			<-proceed
+			extended <- worker.ExtendLease(ctx, j, time.Hour)
+			return nil
+		}))
+	})
+	require.NoError(t, <-extended)
+	j := b.job(t, res.ID)
+	require.WithinDuration(t, time.Now().Add(2*time.Hour), j.LeaseUntil.Time, time.Minute)
+
+	// Take the job away: expire and sweep it.
+	_, err = b.q.Extend(b.ctx, db.ExtendParams{Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}, LeaseMs: -1000})
+	require.NoError(t, err)
+	_, err = b.q.Sweep(b.ctx, 10)
+	require.NoError(t, err)
+	close(proceed)
+	require.ErrorIs(t, <-extended, worker.ErrLeaseLost)
+	err = worker.ExtendLease(context.Background(), &jobs.Job[Task]{ID: j.ID}, time.Hour)
+	require.ErrorContains(t, err, "pass the handler's context", "outside a handler there is no lease to extend")
 }
