@@ -72,8 +72,9 @@ vet: ## go vet and gofmt
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1; }
 
 .PHONY: ci
-ci: ## what CI runs (after making sure PostgreSQL is up): check-generated, vet, test, a short fuzz
+ci: ## what .ci/run runs once PostgreSQL is up: check-generated, vet, test, the restart scenario, a short fuzz
 	$(MAKE) check-generated
 	$(MAKE) vet
 	$(MAKE) test
+	$(MAKE) chaos-restart
 	$(MAKE) fuzz FUZZTIME=5s
