@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -204,11 +203,7 @@ func TestExtendLease(t *testing.T) {
 	j := b.job(t, res.ID)
 	require.WithinDuration(t, time.Now().Add(2*time.Hour), j.LeaseUntil.Time, time.Minute)
 
-	// Take the job away: expire and sweep it.
-	_, err = b.q.Extend(b.ctx, db.ExtendParams{Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}, LeaseMs: -1000})
-	require.NoError(t, err)
-	_, err = b.q.Sweep(b.ctx, 10)
-	require.NoError(t, err)
+	b.takeAway(t, j)
 	close(proceed)
 	require.ErrorIs(t, <-extended, worker.ErrLeaseLost)
 	err = worker.ExtendLease(context.Background(), &jobs.Job[Task]{ID: j.ID}, time.Hour)

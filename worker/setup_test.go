@@ -137,6 +137,24 @@ func (b *bundle) dead(t *testing.T, id int64) (db.HopperDeadJob, bool) {
 	return d, true
 }
 
+// takeAway makes a running job's lease expire and sweeps it back to
+// pending, in one transaction: the worker's heartbeat cannot slip in
+// between and renew the lease.
+func (b *bundle) takeAway(t *testing.T, j db.HopperJob) {
+	t.Helper()
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	q := db.New(tx)
+	held, err := q.Extend(b.ctx, db.ExtendParams{Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}, LeaseMs: -1000})
+	require.NoError(t, err)
+	require.Len(t, held, 1)
+	swept, err := q.Sweep(b.ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, swept, 1)
+	require.NoError(t, tx.Commit(b.ctx))
+}
+
 func history(t *testing.T, raw []byte) []jobs.AttemptError {
 	t.Helper()
 	h, err := jobs.ParseErrors(raw)

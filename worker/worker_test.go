@@ -254,7 +254,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 	require.NoError(t, err)
 	cause := make(chan error, 1)
 	started := make(chan struct{}, 1)
-	start(t, b, worker.Config{HeartbeatInterval: 50 * time.Millisecond, SweepInterval: time.Hour},
+	start(t, b, worker.Config{HeartbeatInterval: 50 * time.Millisecond, SweepInterval: time.Hour, ShutdownTimeout: 100 * time.Millisecond},
 		func(w *worker.Worker) {
 			must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 				if j.Attempt > 1 {
@@ -268,12 +268,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 			}))
 		})
 	<-started
-	j := b.job(t, res.ID)
-	_, err = b.q.Extend(b.ctx, db.ExtendParams{Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}, LeaseMs: -1000})
-	require.NoError(t, err)
-	swept, err := b.q.Sweep(b.ctx, 10)
-	require.NoError(t, err)
-	require.Len(t, swept, 1)
+	b.takeAway(t, b.job(t, res.ID))
 
 	select {
 	case err := <-cause:
