@@ -228,13 +228,13 @@ func TestHeartbeatKeepsLongJob(t *testing.T) {
 	handler := func(ctx context.Context, _ *jobs.Job[Task]) error {
 		runs.Add(1)
 		select {
-		case <-time.After(1500 * time.Millisecond): // three leases
+		case <-time.After(3500 * time.Millisecond): // more than three leases
 			return nil
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
 	}
-	cfg := worker.Config{LeaseDuration: 500 * time.Millisecond, SweepInterval: 50 * time.Millisecond}
+	cfg := worker.Config{LeaseDuration: time.Second, SweepInterval: 50 * time.Millisecond}
 	start(t, b, cfg, func(w *worker.Worker) { must(t, worker.Handle(w, k, handler)) })
 	start(t, b, cfg, func(w *worker.Worker) { must(t, worker.Handle(w, k, handler)) })
 	waitFor(t, "job done", func() bool { live, _ := b.totals(t); return live == 0 })
