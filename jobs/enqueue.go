@@ -102,21 +102,33 @@ type Result struct {
 }
 
 func (k *Kind[T]) prepare(payload T, opts []EnqueueOption) (enqueueOptions, json.RawMessage, error) {
+	o, err := k.options(opts)
+	if err != nil {
+		return o, nil, err
+	}
+	raw, err := k.encode(payload)
+	return o, raw, err
+}
+
+// options applies opts over the kind's defaults and validates the result.
+func (k *Kind[T]) options(opts []EnqueueOption) (enqueueOptions, error) {
 	o := k.defaults
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if err := o.validate(); err != nil {
-		return o, nil, err
-	}
+	return o, o.validate()
+}
+
+// encode marshals a payload and applies the kind's size limit.
+func (k *Kind[T]) encode(payload T) (json.RawMessage, error) {
 	raw, err := json.Marshal(payload)
 	if err != nil {
-		return o, nil, fmt.Errorf("%w: %v", ErrMarshal, err)
+		return nil, fmt.Errorf("%w: %v", ErrMarshal, err)
 	}
 	if len(raw) > k.maxPayloadBytes {
-		return o, nil, fmt.Errorf("%w: %d bytes encoded, over the limit of %d", ErrPayloadTooLarge, len(raw), k.maxPayloadBytes)
+		return nil, fmt.Errorf("%w: %d bytes encoded, over the limit of %d", ErrPayloadTooLarge, len(raw), k.maxPayloadBytes)
 	}
-	return o, raw, nil
+	return raw, nil
 }
 
 // Check validates a payload and options exactly as Enqueue would, without
@@ -200,8 +212,17 @@ func (k *Kind[T]) EnqueueMany(ctx context.Context, dbtx db.DBTX, items []Item[T]
 	}
 	all := make([]prepared, len(items))
 	unique := false
+	// Items without options of their own share the call's, checked once.
+	shared, sharedErr := k.options(opts)
 	for i, item := range items {
-		o, raw, err := k.prepare(item.Payload, append(opts[:len(opts):len(opts)], item.Options...))
+		o, err := shared, sharedErr
+		if len(item.Options) > 0 {
+			o, err = k.options(append(opts[:len(opts):len(opts)], item.Options...))
+		}
+		var raw json.RawMessage
+		if err == nil {
+			raw, err = k.encode(item.Payload)
+		}
 		if err != nil {
 			return BatchResult{}, fmt.Errorf("hopper: enqueue many %s: item %d: %w", k.name, i, err)
 		}
