@@ -41,7 +41,7 @@ type AttemptError struct {
 // ParseErrors decodes a job's stored error history.
 func ParseErrors(raw json.RawMessage) ([]AttemptError, error) {
 	var history []AttemptError
-	if len(raw) == 0 {
+	if len(raw) == 0 || string(raw) == "[]" { // most jobs have not failed yet
 		return nil, nil
 	}
 	if err := json.Unmarshal(raw, &history); err != nil {
