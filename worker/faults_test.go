@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -23,17 +22,11 @@ import (
 // by itself and every job is done; none is lost.
 func TestConnectionsKilled(t *testing.T) {
 	b := setup(t)
-	// The worker gets a pool of its own, tagged so only its sessions die.
-	cfg, err := pgxpool.ParseConfig(b.tdb.URL)
-	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["application_name"] = b.tdb.Schema
-	wpool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-	require.NoError(t, err)
-	defer wpool.Close()
+	wpool := b.taggedPool(t) // only the worker's sessions die
 
 	k := kind(t, "survivor")
 	const total = 3000
-	_, err = k.EnqueueMany(b.ctx, b.pool, jobs.Items(make([]Task, total)...))
+	_, err := k.EnqueueMany(b.ctx, b.pool, jobs.Items(make([]Task, total)...))
 	require.NoError(t, err)
 
 	var ran atomic.Int64
@@ -145,12 +138,7 @@ func TestMetricsEndpoint(t *testing.T) {
 // new one, so a job is picked up by a wake-up, not the (hour-long) poll.
 func TestListenReconnects(t *testing.T) {
 	b := setup(t)
-	cfg, err := pgxpool.ParseConfig(b.tdb.URL)
-	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["application_name"] = b.tdb.Schema
-	wpool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-	require.NoError(t, err)
-	defer wpool.Close()
+	wpool := b.taggedPool(t)
 	k := kind(t, "woken")
 	var ran atomic.Int64
 	w, err := worker.New(wpool, fast(worker.Config{PollInterval: time.Hour}))

@@ -47,6 +47,19 @@ func setup(t *testing.T) *bundle {
 	return &bundle{ctx: ctx, pool: tdb.Pool, q: db.New(tdb.Pool), tdb: tdb}
 }
 
+// taggedPool is a pool of the test's schema whose sessions carry the
+// schema's name as application_name, so a test can find (and kill) them.
+func (b *bundle) taggedPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(b.tdb.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["application_name"] = b.tdb.Schema
+	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 // quiet is a logger for tests that expect warnings.
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 

@@ -173,7 +173,7 @@ func RunWorkerProcess(ctx context.Context, dbURL string, workers, concurrency in
 	fmt.Fprintln(out, "ready")
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
-	report := func() { fmt.Fprintf(out, "completed %d\n", completedCount(reg)) }
+	report := func() { fmt.Fprintf(out, "completed %d\n", CounterSum("hopper_jobs_completed_total", reg)) }
 	for {
 		select {
 		case <-ctx.Done():
@@ -193,11 +193,18 @@ func RunWorkerProcess(ctx context.Context, dbURL string, workers, concurrency in
 	}
 }
 
-func completedCount(reg *prometheus.Registry) int64 {
-	families, _ := reg.Gather()
+// CounterSum adds up a counter family over every label and registry.
+func CounterSum(name string, regs ...*prometheus.Registry) int64 {
 	var sum float64
-	for _, f := range families {
-		if f.GetName() == "hopper_jobs_completed_total" {
+	for _, r := range regs {
+		families, err := r.Gather()
+		if err != nil {
+			continue
+		}
+		for _, f := range families {
+			if f.GetName() != name {
+				continue
+			}
 			for _, m := range f.GetMetric() {
 				sum += m.GetCounter().GetValue()
 			}

@@ -14,9 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/bench"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/schema"
 	"github.com/hopperq/hopper/worker"
@@ -142,7 +142,7 @@ func runDemo(e *env, duration time.Duration, rate int) error {
 			}
 			running = false
 		case <-ticker.C:
-			done := counterSum(registries, "hopper_jobs_completed_total")
+			done := bench.CounterSum("hopper_jobs_completed_total", registries...)
 			line, err := demoProgress(e.ctx, pool, time.Since(began), done-lastDone, registries)
 			if err == nil {
 				fmt.Fprintln(e.stdout, line+fmt.Sprintf("  done %d", done))
@@ -161,7 +161,7 @@ func runDemo(e *env, duration time.Duration, rate int) error {
 			return err
 		}
 	}
-	return demoSummary(e.stdout, pool, enqueued.Load(), counterSum(registries, "hopper_jobs_completed_total"))
+	return demoSummary(e.stdout, pool, enqueued.Load(), bench.CounterSum("hopper_jobs_completed_total", registries...))
 }
 
 func newDemoWorker(pool *pgxpool.Pool, i int, reg *prometheus.Registry, k demoKinds) (*worker.Worker, error) {
@@ -272,7 +272,7 @@ func demoProgress(ctx context.Context, pool *pgxpool.Pool, elapsed time.Duration
 	}
 	return fmt.Sprintf("%5.0fs  %6d jobs/s  depth %6d  claim lag %6s  retries %6d  dead %5d",
 		elapsed.Seconds(), doneSinceLast, depth, time.Duration(lag*float64(time.Second)).Round(time.Millisecond),
-		counterSum(regs, "hopper_jobs_failed_total"), dead), nil
+		bench.CounterSum("hopper_jobs_failed_total", regs...), dead), nil
 }
 
 func demoSummary(w io.Writer, pool *pgxpool.Pool, enqueued, completed int64) error {
@@ -297,25 +297,3 @@ func demoSummary(w io.Writer, pool *pgxpool.Pool, enqueued, completed int64) err
 	}
 	return nil
 }
-
-// counterSum adds a counter family over every label and registry.
-func counterSum(regs []*prometheus.Registry, name string) int64 {
-	var sum float64
-	for _, r := range regs {
-		families, err := r.Gather()
-		if err != nil {
-			continue
-		}
-		for _, f := range families {
-			if f.GetName() != name {
-				continue
-			}
-			for _, m := range f.GetMetric() {
-				sum += counterValue(m)
-			}
-		}
-	}
-	return int64(sum)
-}
-
-func counterValue(m *dto.Metric) float64 { return m.GetCounter().GetValue() }
