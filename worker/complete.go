@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/hopperq/hopper/db"
@@ -9,140 +10,287 @@ import (
 
 // completion is a handler's result, waiting to be recorded.
 type completion struct {
-	f          *inflight
+	claim      *claim
 	ok         bool
 	message    string
 	backoff    time.Duration
 	deadReason string
+	// ambiguous: an earlier try of its statement may have committed (the
+	// reply was lost), so "no row matched" no longer proves a refusal.
+	ambiguous bool
+}
+
+// resultQueue hands results from handler goroutines to the completer. A
+// push never blocks a handler; once the queue is closed at shutdown, a late
+// result is reported unrecorded instead of being queued where no one reads.
+type resultQueue struct {
+	mu     sync.Mutex
+	items  []completion
+	closed bool
+	ready  chan struct{} // something to flush
+	full   chan struct{} // a whole batch is waiting
+	batch  int
+}
+
+func newResultQueue(batch int) *resultQueue {
+	return &resultQueue{ready: make(chan struct{}, 1), full: make(chan struct{}, 1), batch: batch}
+}
+
+func (q *resultQueue) push(c completion) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return false
+	}
+	q.items = append(q.items, c)
+	if len(q.items) == 1 {
+		signal(q.ready)
+	}
+	if len(q.items) == q.batch {
+		signal(q.full)
+	}
+	return true
+}
+
+// take removes up to one batch.
+func (q *resultQueue) take() []completion {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := min(len(q.items), q.batch)
+	out := make([]completion, n)
+	copy(out, q.items)
+	q.items = q.items[n:]
+	if len(q.items) == 0 {
+		q.items = nil // let the backing array go
+	}
+	return out
+}
+
+// close refuses further pushes and returns what is left.
+func (q *resultQueue) close() []completion {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	out := q.items
+	q.items = nil
+	return out
 }
 
 // complete records results in batches: one AckBatch (and, when something
-// failed, one NackBatch) per flush, a flush when the batch is full or
-// AckFlushInterval old. It returns when w.done is closed and drained.
-func (w *Worker) complete() {
-	batch := make([]completion, 0, w.cfg.AckBatchSize)
+// failed, one NackBatch) per flush, a flush when a batch is full or
+// AckFlushInterval after its first result. When stop closes it records
+// what is left and returns.
+func (w *Worker) complete(stop <-chan struct{}) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		var timeout <-chan time.Time
-		if len(batch) > 0 {
-			timeout = timer.C
-		}
 		select {
-		case c, ok := <-w.done:
-			if !ok {
-				w.flush(batch, true)
-				return
-			}
-			if len(batch) == 0 {
-				timer.Reset(w.cfg.AckFlushInterval)
-			}
-			batch = append(batch, c)
-			if len(batch) < w.cfg.AckBatchSize {
-				continue
-			}
-		case <-timeout:
-		}
-		timer.Stop()
-		w.flush(batch, false)
-		batch = batch[:0]
-	}
-}
-
-// flush records a batch, retrying while the database is unreachable. A
-// result is never reported done before the database said so. On the final
-// flush at shutdown it gives up after a while: those jobs' leases then
-// expire and the jobs run again.
-func (w *Worker) flush(batch []completion, final bool) {
-	if len(batch) == 0 {
-		return
-	}
-	var acks db.AckBatchParams
-	var nacks db.NackBatchParams
-	byClaim := make(map[claimKey]*inflight, len(batch))
-	for _, c := range batch {
-		byClaim[claimKey{c.f.id, c.f.attempt}] = c.f
-		if c.ok {
-			acks.Ids = append(acks.Ids, c.f.id)
-			acks.Attempts = append(acks.Attempts, c.f.attempt)
-			continue
-		}
-		nacks.Ids = append(nacks.Ids, c.f.id)
-		nacks.Attempts = append(nacks.Attempts, c.f.attempt)
-		nacks.Messages = append(nacks.Messages, c.message)
-		nacks.BackoffsMs = append(nacks.BackoffsMs, c.backoff.Milliseconds())
-		nacks.DeadReasons = append(nacks.DeadReasons, c.deadReason)
-	}
-	deadline := time.Now().Add(w.cfg.LeaseDuration)
-	for failures := 0; ; failures++ {
-		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.LeaseDuration/2)
-		err := w.record(ctx, &acks, &nacks, byClaim)
-		cancel()
-		if err == nil {
-			break
-		}
-		if final && time.Now().After(deadline) {
-			w.log.Error("could not record results at shutdown; those jobs run again when their leases expire",
-				"jobs", len(acks.Ids)+len(nacks.Ids), "error", err)
+		case <-w.results.ready:
+		case <-stop:
+			w.flushAll(w.results.close())
 			return
 		}
-		delay := retryDelay(failures + 1)
-		w.log.Warn("recording results failed; retrying", "jobs", len(acks.Ids)+len(nacks.Ids), "error", err, "in", delay)
-		time.Sleep(delay)
-	}
-	for _, c := range batch {
-		w.inflight.remove(c.f)
+		timer.Reset(w.cfg.AckFlushInterval)
+		select {
+		case <-timer.C:
+		case <-w.results.full:
+			timer.Stop()
+		case <-stop:
+			timer.Stop()
+		}
+		for {
+			batch := w.results.take()
+			if len(batch) == 0 {
+				break
+			}
+			w.flush(batch)
+		}
 	}
 }
 
-// record runs the acks and nacks not yet recorded; it empties each list
-// once its statement succeeded, so a retry never repeats a done part.
-func (w *Worker) record(ctx context.Context, acks *db.AckBatchParams, nacks *db.NackBatchParams, byClaim map[claimKey]*inflight) error {
-	if len(acks.Ids) > 0 {
-		done, err := w.q.AckBatch(ctx, *acks)
-		if err != nil {
-			return err
-		}
-		taken := make(map[claimKey]bool, len(done))
-		for _, r := range done {
-			taken[claimKey{r.ID, r.Attempt}] = true
-		}
-		for i, id := range acks.Ids {
-			key := claimKey{id, acks.Attempts[i]}
-			f := byClaim[key]
-			if taken[key] {
-				w.metrics.completed(f.queue.name, f.kind)
-			} else {
-				w.metrics.refused(f.queue.name, f.kind)
-				w.log.Warn("ack refused: the lease was lost and the job runs again elsewhere", "job_id", id, "attempt", f.attempt)
-			}
-		}
-		*acks = db.AckBatchParams{}
+func (w *Worker) flushAll(rest []completion) {
+	for len(rest) > 0 {
+		n := min(len(rest), w.cfg.AckBatchSize)
+		w.flush(rest[:n])
+		rest = rest[n:]
 	}
-	if len(nacks.Ids) > 0 {
-		rows, err := w.q.NackBatch(ctx, *nacks)
-		if err != nil {
-			return err
-		}
-		taken := make(map[claimKey]bool, len(rows))
-		for _, r := range rows {
-			key := claimKey{r.ID, r.Attempt}
-			taken[key] = true
-			f := byClaim[key]
-			if r.Dead {
-				w.metrics.dead(f.queue.name, f.kind)
-			} else {
-				w.metrics.failed(f.queue.name, f.kind)
+}
+
+// flushTimeout bounds one recording statement. It is never a fraction of a
+// short lease: a statement cut off by the client may still commit, and
+// then only a second look at the database can tell what happened.
+func (w *Worker) flushTimeout() time.Duration { return max(w.cfg.LeaseDuration, 10*time.Second) }
+
+// flush records a batch, retrying while the database is unreachable, until
+// every result is settled. It gives up only when the shutdown's hard
+// deadline passes (w.hard ends): unsettled results are then unconfirmed
+// (a try may have committed) or unrecorded (none did).
+func (w *Worker) flush(batch []completion) {
+	pending := batch
+	for failures := 0; len(pending) > 0; failures++ {
+		if failures > 0 {
+			delay := retryDelay(failures)
+			w.log.Warn("recording results failed; retrying", "jobs", len(pending), "in", delay)
+			if !sleep(w.hard, delay) {
+				for _, c := range pending {
+					if c.ambiguous || c.claim.ackedInTx.Load() {
+						w.report(c, outcomeUnconfirmed)
+					} else {
+						w.report(c, outcomeUnrecorded)
+					}
+				}
+				return
 			}
 		}
-		for i, id := range nacks.Ids {
-			key := claimKey{id, nacks.Attempts[i]}
-			if f := byClaim[key]; !taken[key] {
-				w.metrics.refused(f.queue.name, f.kind)
-				w.log.Warn("failure not recorded: the lease was lost and the job runs again elsewhere", "job_id", id, "attempt", f.attempt)
-			}
-		}
-		*nacks = db.NackBatchParams{}
+		pending = w.record(pending)
 	}
-	return nil
+}
+
+// record runs the statements for the results given and settles what it
+// can; it returns the results still to be tried again.
+func (w *Worker) record(batch []completion) (again []completion) {
+	var acks, nacks []completion
+	for _, c := range batch {
+		if c.ok {
+			acks = append(acks, c)
+		} else {
+			nacks = append(nacks, c)
+		}
+	}
+	var unsure []completion // no row matched, and that alone proves nothing
+	if len(acks) > 0 {
+		again, unsure = w.recordAcks(acks, again, unsure)
+	}
+	if len(nacks) > 0 {
+		again, unsure = w.recordNacks(nacks, again, unsure)
+	}
+	if len(unsure) > 0 {
+		again = append(again, w.resolve(unsure)...)
+	}
+	return again
+}
+
+func (w *Worker) statementContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(w.hard, w.flushTimeout())
+}
+
+// settleFailed marks results whose statement failed: they are tried again,
+// as ambiguous unless the failure proves nothing was committed.
+func settleFailed(cs []completion, err error, again []completion) []completion {
+	ambiguous := !notSent(err)
+	for _, c := range cs {
+		c.ambiguous = c.ambiguous || ambiguous
+		again = append(again, c)
+	}
+	return again
+}
+
+func (w *Worker) recordAcks(acks []completion, again, unsure []completion) ([]completion, []completion) {
+	p := db.AckBatchParams{Ids: make([]int64, len(acks)), Attempts: make([]int32, len(acks))}
+	for i, c := range acks {
+		p.Ids[i], p.Attempts[i] = c.claim.id, c.claim.attempt
+	}
+	ctx, cancel := w.statementContext()
+	rows, err := w.q.AckBatch(ctx, p)
+	cancel()
+	if err != nil {
+		w.log.Warn("ack batch failed", "jobs", len(acks), "error", err)
+		return settleFailed(acks, err, again), unsure
+	}
+	replied := time.Now()
+	deleted := make(map[claimKey]bool, len(rows))
+	for _, r := range rows {
+		deleted[claimKey{r.ID, r.Attempt}] = true
+	}
+	for _, c := range acks {
+		switch {
+		case deleted[claimKey{c.claim.id, c.claim.attempt}]:
+			w.report(c, outcomeDone)
+		case !c.ambiguous && !c.claim.ackedInTx.Load():
+			w.report(c, outcomeRefused)
+		case c.claim.leaseHeldAt(replied):
+			// Only our own earlier try, or the handler's committed AckTx,
+			// could have deleted the row while the lease held.
+			w.report(c, outcomeDone)
+		default:
+			unsure = append(unsure, c)
+		}
+	}
+	return again, unsure
+}
+
+func (w *Worker) recordNacks(nacks []completion, again, unsure []completion) ([]completion, []completion) {
+	p := db.NackBatchParams{
+		Ids: make([]int64, len(nacks)), Attempts: make([]int32, len(nacks)), Messages: make([]string, len(nacks)),
+		BackoffsMs: make([]int64, len(nacks)), DeadReasons: make([]string, len(nacks)),
+	}
+	for i, c := range nacks {
+		p.Ids[i], p.Attempts[i], p.Messages[i] = c.claim.id, c.claim.attempt, c.message
+		p.BackoffsMs[i], p.DeadReasons[i] = c.backoff.Milliseconds(), c.deadReason
+	}
+	ctx, cancel := w.statementContext()
+	rows, err := w.q.NackBatch(ctx, p)
+	cancel()
+	if err != nil {
+		w.log.Warn("nack batch failed", "jobs", len(nacks), "error", err)
+		return settleFailed(nacks, err, again), unsure
+	}
+	taken := make(map[claimKey]bool, len(rows))
+	for _, r := range rows {
+		taken[claimKey{r.ID, r.Attempt}] = r.Dead
+	}
+	for _, c := range nacks {
+		dead, ok := taken[claimKey{c.claim.id, c.claim.attempt}]
+		switch {
+		case ok && dead:
+			w.report(c, outcomeDead)
+		case ok:
+			w.report(c, outcomeFailed)
+		case !c.ambiguous && !c.claim.ackedInTx.Load():
+			w.report(c, outcomeRefused)
+		default:
+			unsure = append(unsure, c)
+		}
+	}
+	return again, unsure
+}
+
+// resolve reads what became of claims whose statement matched no row after
+// an earlier try may have committed (or after the handler's AckTx), and
+// settles each from that. Whatever it cannot read yet is tried again.
+func (w *Worker) resolve(unsure []completion) (again []completion) {
+	p := db.ClaimFatesParams{Ids: make([]int64, len(unsure)), Attempts: make([]int32, len(unsure))}
+	for i, c := range unsure {
+		p.Ids[i], p.Attempts[i] = c.claim.id, c.claim.attempt
+	}
+	ctx, cancel := w.statementContext()
+	fates, err := w.q.ClaimFates(ctx, p)
+	cancel()
+	if err != nil {
+		w.log.Warn("reading what became of unsure results failed", "jobs", len(unsure), "error", err)
+		for _, c := range unsure {
+			c.ambiguous = true // the retry's "no match" must be resolved again
+			again = append(again, c)
+		}
+		return again
+	}
+	read := time.Now()
+	byClaim := make(map[claimKey]db.ClaimFatesRow, len(fates))
+	for _, f := range fates {
+		byClaim[claimKey{f.ID, f.Attempt}] = f
+	}
+	for _, c := range unsure {
+		f := byClaim[claimKey{c.claim.id, c.claim.attempt}]
+		held := c.claim.leaseHeldAt(read)
+		o := fateOfAck(f, held)
+		if !c.ok {
+			o = fateOfNack(f, c.claim.ackedInTx.Load(), held)
+		}
+		if o == outcomeRetry {
+			again = append(again, c)
+			continue
+		}
+		w.report(c, o)
+	}
+	return again
 }

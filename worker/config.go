@@ -63,6 +63,27 @@ type Config struct {
 	// cancelled, for running handlers to finish before cancelling theirs.
 	// Default 30s.
 	ShutdownTimeout time.Duration
+	// ShutdownGrace is the time Run allows itself past ShutdownTimeout to
+	// record the last results and give unfinished jobs back. Run returns by
+	// then whatever the database does (an outage included): results not
+	// recorded by then are logged, and their jobs run again once their
+	// leases expire. Default 10s.
+	ShutdownGrace time.Duration
+
+	// JobTimeout cancels a handler's context when a run takes longer; a
+	// kind (Timeout) or a job (JobTimeout) may set its own. Default 1m:
+	// long enough for the ordinary job, short enough that a handler stuck
+	// on a dead connection does not hold its slot and its job for hours.
+	// Set a longer Timeout on the kinds that need it; negative means no
+	// default timeout.
+	JobTimeout time.Duration
+	// AbandonAfter is how long a handler may keep running after its
+	// timeout, ignoring its cancelled context, before the worker abandons
+	// it: its lease is no longer extended (the job runs again elsewhere once
+	// the lease expires), its slot goes back to the queue, and it is logged
+	// and counted (hopper_handlers_stuck) until it returns. Checked on every
+	// heartbeat. Default 10s.
+	AbandonAfter time.Duration
 
 	// Backoff is the default retry delay for failed jobs. Default
 	// DefaultBackoff.
@@ -146,6 +167,21 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ShutdownTimeout < 0 {
 		return c, fmt.Errorf("%w: negative shutdown timeout", ErrInvalidConfig)
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 10 * time.Second
+	}
+	if c.ShutdownGrace < 0 {
+		return c, fmt.Errorf("%w: negative shutdown grace", ErrInvalidConfig)
+	}
+	if c.JobTimeout == 0 {
+		c.JobTimeout = time.Minute
+	}
+	if c.AbandonAfter == 0 {
+		c.AbandonAfter = 10 * time.Second
+	}
+	if c.AbandonAfter < 0 {
+		return c, fmt.Errorf("%w: negative abandon-after", ErrInvalidConfig)
 	}
 	if c.Backoff == (Backoff{}) {
 		c.Backoff = DefaultBackoff

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime/debug"
 	"time"
@@ -21,13 +20,15 @@ type handleOptions struct {
 }
 
 // Timeout cancels the handler's context when a run of this kind takes
-// longer than d.
+// longer than d, instead of after the worker's JobTimeout. A negative d
+// means no timeout for this kind; 0 keeps the worker's.
 func Timeout(d time.Duration) HandleOption {
 	return func(o *handleOptions) { o.timeout = d }
 }
 
 // JobTimeout decides the timeout of each run from the job itself (for
-// example from its payload); it overrides Timeout. Zero means none.
+// example from its payload); it overrides Timeout. 0 keeps the kind's (or
+// the worker's) timeout; a negative duration means none for that run.
 func JobTimeout[T any](fn func(*jobs.Job[T]) time.Duration) HandleOption {
 	return func(o *handleOptions) {
 		o.jobTimeout = func(job any) (time.Duration, bool) {
@@ -50,12 +51,13 @@ func WithBackoff(b Backoff) HandleOption {
 
 // handler is a registered kind with its type erased: prepare decodes a
 // claimed row (in the claiming goroutine) and returns the call that runs
-// the typed handler on it (in a handler goroutine).
+// the typed handler on it (in a handler goroutine) and the run's timeout
+// (0: the worker's JobTimeout; negative: none).
 type handler struct {
 	kind       string
 	maxVersion int32
 	backoff    Backoff
-	prepare    func(row db.HopperJob) (call func(ctx context.Context) error, err error)
+	prepare    func(row db.HopperJob) (call func(ctx context.Context) error, timeout time.Duration, err error)
 }
 
 // undecodableError marks a payload the handler never saw.
@@ -75,9 +77,6 @@ func Handle[T any](w *Worker, kind *jobs.Kind[T], fn func(context.Context, *jobs
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.timeout < 0 {
-		return fmt.Errorf("hopper: handle %s: %w: negative timeout", kind.Name(), ErrInvalidConfig)
-	}
 	if o.jobTimeout != nil {
 		if _, ok := o.jobTimeout((*jobs.Job[T])(nil)); !ok {
 			return fmt.Errorf("hopper: handle %s: %w: JobTimeout is for another payload type", kind.Name(), ErrInvalidConfig)
@@ -92,32 +91,25 @@ func Handle[T any](w *Worker, kind *jobs.Kind[T], fn func(context.Context, *jobs
 		kind:       kind.Name(),
 		maxVersion: kind.Version(),
 		backoff:    o.backoff,
-		prepare: func(row db.HopperJob) (func(context.Context) error, error) {
+		prepare: func(row db.HopperJob) (func(context.Context) error, time.Duration, error) {
 			job, err := kind.Decode(row)
 			if err != nil {
-				return nil, &undecodableError{err}
+				return nil, 0, &undecodableError{err}
+			}
+			timeout := o.timeout
+			if o.jobTimeout != nil {
+				if d, _ := o.jobTimeout(job); d != 0 {
+					timeout = d
+				}
 			}
 			return func(ctx context.Context) (err error) {
-				timeout := o.timeout
-				if o.jobTimeout != nil {
-					timeout, _ = o.jobTimeout(job)
-				}
-				if timeout > 0 {
-					var cancel context.CancelFunc
-					ctx, cancel = context.WithTimeoutCause(ctx, timeout, fmt.Errorf("hopper: job timed out after %v", timeout))
-					defer cancel()
-				}
 				defer func() {
 					if r := recover(); r != nil {
 						err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 					}
 				}()
-				err = fn(ctx, job)
-				if err != nil && timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-					err = fmt.Errorf("timed out after %v: %w", timeout, err)
-				}
-				return err
-			}, nil
+				return fn(ctx, job)
+			}, timeout, nil
 		},
 	}
 	return w.register(h)

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -26,7 +27,7 @@ func (w *Worker) listen(ctx context.Context) {
 		}
 		if err := db.New(conn).Listen(ctx); err != nil {
 			w.log.Warn("wake-up listener cannot LISTEN; polling meanwhile", "error", err)
-			conn.Close(context.Background())
+			closeQuietly(conn)
 			continue
 		}
 		failures = 0
@@ -50,6 +51,14 @@ func (w *Worker) listen(ctx context.Context) {
 				signal(qr.wake)
 			}
 		}
-		conn.Close(context.Background())
+		closeQuietly(conn)
 	}
+}
+
+// closeQuietly closes the listener's session without waiting long on a
+// server that no longer answers.
+func closeQuietly(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
 }

@@ -11,6 +11,8 @@ import (
 // registered only when Config.Registerer is set.
 type metrics struct {
 	claimedC, completedC, failedC, deadC, leaseLostC, refusedC *prometheus.CounterVec
+	unconfirmedC, unrecordedC, abandonedC                      *prometheus.CounterVec
+	stuckG                                                     *prometheus.GaugeVec
 	durationH, waitH                                           *prometheus.HistogramVec
 	batchH                                                     *prometheus.HistogramVec
 
@@ -56,6 +58,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		deadC:      counter("jobs_dead_total", "Jobs moved to the dead table (by a nack or by this worker's sweeps; kind is empty for sweeps)."),
 		leaseLostC: counter("jobs_lease_lost_total", "Running jobs whose lease was lost; their handlers were cancelled."),
 		refusedC:   counter("jobs_result_refused_total", "Acks and nacks refused by fencing (the claim was no longer current)."),
+		unconfirmedC: counter("jobs_unconfirmed_total",
+			"Results whose statement may have committed while its reply was lost, and the database no longer shows whether it did."),
+		unrecordedC: counter("jobs_unrecorded_total",
+			"Results not recorded before the shutdown deadline; their jobs run again once their leases expire."),
+		abandonedC: counter("handlers_abandoned_total",
+			"Handlers still running past their timeout plus AbandonAfter: their jobs were given up to run again elsewhere."),
+		stuckG: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "hopper", Name: "handlers_stuck", Help: "Abandoned handlers that have not returned yet.",
+		}, qk),
 		durationH: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "hopper", Name: "handler_duration_seconds", Help: "Time handlers ran.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
@@ -81,7 +92,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.claimedC, m.completedC, m.failedC, m.deadC, m.leaseLostC, m.refusedC, m.durationH, m.waitH, m.batchH}
+	return []prometheus.Collector{m.claimedC, m.completedC, m.failedC, m.deadC, m.leaseLostC, m.refusedC,
+		m.unconfirmedC, m.unrecordedC, m.abandonedC, m.stuckG, m.durationH, m.waitH, m.batchH}
 }
 
 func (m *metrics) fetched(queue string, n int) { m.batchH.WithLabelValues(queue).Observe(float64(n)) }
@@ -93,8 +105,15 @@ func (m *metrics) claimed(queue, kind string, wait time.Duration) {
 func (m *metrics) ran(queue, kind string, d time.Duration) {
 	m.forKind(queue, kind).duration.Observe(d.Seconds())
 }
-func (m *metrics) completed(queue, kind string) { m.forKind(queue, kind).completed.Inc() }
-func (m *metrics) failed(queue, kind string)    { m.failedC.WithLabelValues(queue, kind).Inc() }
-func (m *metrics) dead(queue, kind string)      { m.deadC.WithLabelValues(queue, kind).Inc() }
-func (m *metrics) leaseLost(queue, kind string) { m.leaseLostC.WithLabelValues(queue, kind).Inc() }
-func (m *metrics) refused(queue, kind string)   { m.refusedC.WithLabelValues(queue, kind).Inc() }
+func (m *metrics) completed(queue, kind string)   { m.forKind(queue, kind).completed.Inc() }
+func (m *metrics) failed(queue, kind string)      { m.failedC.WithLabelValues(queue, kind).Inc() }
+func (m *metrics) dead(queue, kind string)        { m.deadC.WithLabelValues(queue, kind).Inc() }
+func (m *metrics) leaseLost(queue, kind string)   { m.leaseLostC.WithLabelValues(queue, kind).Inc() }
+func (m *metrics) refused(queue, kind string)     { m.refusedC.WithLabelValues(queue, kind).Inc() }
+func (m *metrics) unconfirmed(queue, kind string) { m.unconfirmedC.WithLabelValues(queue, kind).Inc() }
+func (m *metrics) unrecorded(queue, kind string)  { m.unrecordedC.WithLabelValues(queue, kind).Inc() }
+func (m *metrics) abandoned(queue, kind string) {
+	m.abandonedC.WithLabelValues(queue, kind).Inc()
+	m.stuckG.WithLabelValues(queue, kind).Inc()
+}
+func (m *metrics) stuckReturned(queue, kind string) { m.stuckG.WithLabelValues(queue, kind).Dec() }

@@ -63,11 +63,14 @@ func (w *Worker) MetricsAddr() string {
 // serveMetrics runs the endpoint and refreshes the queue gauges until ctx
 // ends.
 func (w *Worker) serveMetrics(ctx context.Context, ms *metricsServer) {
+	served := make(chan struct{})
 	go func() {
+		defer close(served)
 		if err := ms.server.Serve(ms.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			w.log.Error("metrics endpoint failed", "error", err)
 		}
 	}()
+	defer func() { <-served }()
 	refresh := func() {
 		stats, err := w.q.Stats(ctx)
 		if err != nil {

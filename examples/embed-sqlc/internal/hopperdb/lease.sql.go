@@ -9,32 +9,119 @@ import (
 	"context"
 )
 
-const extend = `-- name: Extend :many
-UPDATE hopper_jobs AS j
-SET lease_until = now() + '1 millisecond'::interval * $1::bigint
-FROM (SELECT unnest($2::bigint[]) AS id, unnest($3::integer[]) AS attempt) AS held
-WHERE j.id = held.id
-  AND j.attempt = held.attempt
-  AND j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
-RETURNING j.id, j.attempt
+const claimFates = `-- name: ClaimFates :many
+SELECT c.id::bigint AS id,
+       c.attempt::integer AS attempt,
+       j.attempt AS live_attempt,
+       j.state AS live_state,
+       d.attempt AS dead_attempt,
+       EXISTS (SELECT 1
+               FROM jsonb_array_elements(coalesce(j.errors, d.errors)) AS e
+               WHERE (e ->> 'attempt')::integer = c.attempt)::boolean AS attempt_recorded,
+       coalesce((SELECT e ->> 'error'
+                 FROM jsonb_array_elements(coalesce(j.errors, d.errors)) AS e
+                 WHERE (e ->> 'attempt')::integer = c.attempt
+                 LIMIT 1), '')::text AS attempt_error
+FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::integer[]) AS attempt) AS c
+LEFT JOIN hopper_jobs AS j ON j.id = c.id
+LEFT JOIN hopper_dead_jobs AS d ON d.id = c.id
 `
 
-type ExtendParams struct {
-	LeaseMs  int64
+type ClaimFatesParams struct {
 	Ids      []int64
 	Attempts []int32
 }
 
-type ExtendRow struct {
-	ID      int64
-	Attempt int32
+type ClaimFatesRow struct {
+	ID              int64
+	Attempt         int32
+	LiveAttempt     *int32
+	LiveState       *string
+	DeadAttempt     *int32
+	AttemptRecorded bool
+	AttemptError    string
 }
 
-// Pushes the lease of each still-held claim (ids[i], attempts[i]) to
-// now() + lease_ms and returns the claims still held. A claim missing from
-// the answer has been lost (swept or claimed again): its handler must stop.
+// What became of claims whose ack or nack may or may not have committed
+// (the reply was lost): for each claim (ids[i], attempts[i]), the job's
+// live attempt and state if it is still live, its dead attempt if it is
+// dead, and whether an error was recorded for this very attempt, and which. The worker
+// decides from these whether its statement took effect; it never guesses.
+func (q *Queries) ClaimFates(ctx context.Context, arg ClaimFatesParams) ([]ClaimFatesRow, error) {
+	rows, err := q.db.Query(ctx, claimFates, arg.Ids, arg.Attempts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimFatesRow
+	for rows.Next() {
+		var i ClaimFatesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Attempt,
+			&i.LiveAttempt,
+			&i.LiveState,
+			&i.DeadAttempt,
+			&i.AttemptRecorded,
+			&i.AttemptError,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const extend = `-- name: Extend :many
+WITH held AS (
+    SELECT unnest($1::bigint[]) AS id, unnest($2::integer[]) AS attempt
+), locked AS (
+    SELECT j.id
+    FROM hopper_jobs AS j
+    JOIN held ON j.id = held.id AND j.attempt = held.attempt
+    WHERE j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
+    ORDER BY j.id
+    FOR UPDATE OF j SKIP LOCKED
+), extended AS (
+    UPDATE hopper_jobs AS j
+    SET lease_until = greatest(j.lease_until, now() + '1 millisecond'::interval * $3::bigint)
+    FROM locked
+    WHERE j.id = locked.id
+    RETURNING j.id, j.attempt
+)
+SELECT j.id, j.attempt, (extended.id IS NOT NULL)::boolean AS extended
+FROM hopper_jobs AS j
+JOIN held ON j.id = held.id AND j.attempt = held.attempt
+LEFT JOIN extended ON extended.id = j.id
+WHERE j.lease_until IS NOT NULL
+`
+
+type ExtendParams struct {
+	Ids      []int64
+	Attempts []int32
+	LeaseMs  int64
+}
+
+type ExtendRow struct {
+	ID       int64
+	Attempt  int32
+	Extended bool
+}
+
+// Pushes the lease of each still-held claim (ids[i], attempts[i]) to at
+// least now() + lease_ms — never shortens it, so a longer extension asked
+// for by a handler (ExtendLease) survives the heartbeat — and reports every
+// claim still held. extended is false for a claim whose row another
+// transaction holds locked right now (an ack in flight, a handler's own
+// AckTx transaction): SKIP LOCKED means the heartbeat never waits on, and
+// so never deadlocks with, any other statement; it tries again next beat.
+// A claim missing from the answer has been lost (swept, claimed again or
+// acknowledged): a running handler must stop.
 func (q *Queries) Extend(ctx context.Context, arg ExtendParams) ([]ExtendRow, error) {
-	rows, err := q.db.Query(ctx, extend, arg.LeaseMs, arg.Ids, arg.Attempts)
+	rows, err := q.db.Query(ctx, extend, arg.Ids, arg.Attempts, arg.LeaseMs)
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +129,7 @@ func (q *Queries) Extend(ctx context.Context, arg ExtendParams) ([]ExtendRow, er
 	var items []ExtendRow
 	for rows.Next() {
 		var i ExtendRow
-		if err := rows.Scan(&i.ID, &i.Attempt); err != nil {
+		if err := rows.Scan(&i.ID, &i.Attempt, &i.Extended); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -54,15 +141,22 @@ func (q *Queries) Extend(ctx context.Context, arg ExtendParams) ([]ExtendRow, er
 }
 
 const release = `-- name: Release :many
+WITH released AS (
+    SELECT j.id
+    FROM hopper_jobs AS j
+    JOIN (SELECT unnest($1::bigint[]) AS id, unnest($2::integer[]) AS attempt) AS held
+      ON j.id = held.id AND j.attempt = held.attempt
+    WHERE j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
 UPDATE hopper_jobs AS j
 SET state        = 'pending',
     lease_owner  = NULL,
     lease_until  = NULL,
     max_attempts = j.max_attempts + 1
-FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::integer[]) AS attempt) AS held
-WHERE j.id = held.id
-  AND j.attempt = held.attempt
-  AND j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
+FROM released
+WHERE j.id = released.id
 RETURNING j.id, j.queue
 `
 
@@ -79,7 +173,8 @@ type ReleaseRow struct {
 // Gives claims back at once, for example on shutdown: the jobs become
 // pending again, keeping their place in line. The claim is not charged:
 // attempt stays as it is (it is the fencing token and never goes down) and
-// max_attempts grows by one, so the job keeps every retry it had.
+// max_attempts grows by one, so the job keeps every retry it had. Rows are
+// locked in id order, like every statement that waits for row locks.
 func (q *Queries) Release(ctx context.Context, arg ReleaseParams) ([]ReleaseRow, error) {
 	rows, err := q.db.Query(ctx, release, arg.Ids, arg.Attempts)
 	if err != nil {
@@ -101,13 +196,21 @@ func (q *Queries) Release(ctx context.Context, arg ReleaseParams) ([]ReleaseRow,
 }
 
 const releaseOwner = `-- name: ReleaseOwner :many
+WITH released AS (
+    SELECT j.id
+    FROM hopper_jobs AS j
+    WHERE j.state = 'running'
+      AND j.lease_owner = $1::text
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
 UPDATE hopper_jobs AS j
 SET state        = 'pending',
     lease_owner  = NULL,
     lease_until  = NULL,
     max_attempts = j.max_attempts + 1
-WHERE j.state = 'running'
-  AND j.lease_owner = $1::text
+FROM released
+WHERE j.id = released.id
 RETURNING j.id, j.queue
 `
 

@@ -1,0 +1,234 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hopperq/hopper/db"
+)
+
+// claimState is where one claim is in its life inside the worker. Every
+// change goes through a method of claim below, which does the clean-up the
+// new state needs, so no caller has to remember it.
+type claimState int32
+
+const (
+	// claimRunning: the handler runs; the heartbeat extends the lease.
+	claimRunning claimState = iota
+	// claimFinished: the handler returned; its result waits to be recorded
+	// and the heartbeat still extends the lease until it is.
+	claimFinished
+	// claimRecorded: the result's outcome is known (terminal).
+	claimRecorded
+	// claimLost: the database no longer holds the job for us (terminal):
+	// the handler was cancelled and its result will be discarded.
+	claimLost
+	// claimReleased: given back at shutdown (terminal): the handler was
+	// cancelled and its result will be discarded.
+	claimReleased
+	// claimAbandoned: the handler outlived its timeout plus the grace
+	// (terminal): its lease is no longer extended, so the job runs again
+	// elsewhere once the lease expires, and its slot is free again.
+	claimAbandoned
+)
+
+// claim is one job this worker holds, from its claim until its outcome is
+// known.
+type claim struct {
+	id      int64
+	attempt int32
+	kind    string
+	queue   *queueRunner
+	owner   *Worker
+
+	state     atomic.Int32 // a claimState
+	ackedInTx atomic.Bool  // AckTx deleted the row in the handler's transaction
+	slotFree  atomic.Bool  // the queue's slot was given back
+
+	mu         sync.Mutex
+	cancel     context.CancelCauseFunc
+	started    time.Time // when the handler started
+	hardStop   time.Time // abandon the handler after this; zero: never
+	leaseFloor time.Time // the lease certainly holds until then (monotonic clock)
+}
+
+func (c *claim) is(s claimState) bool { return claimState(c.state.Load()) == s }
+
+func (c *claim) move(from, to claimState) bool {
+	return c.state.CompareAndSwap(int32(from), int32(to))
+}
+
+// begin records the start of the handler and its context's cancel; the
+// claim may have been lost or released before its handler got here, in
+// which case the context is cancelled at once.
+func (c *claim) begin(cancel context.CancelCauseFunc, started time.Time, timeout time.Duration) {
+	c.mu.Lock()
+	c.cancel = cancel
+	c.started = started
+	if timeout > 0 {
+		c.hardStop = started.Add(timeout + c.owner.cfg.AbandonAfter)
+	}
+	c.mu.Unlock()
+	switch claimState(c.state.Load()) {
+	case claimLost:
+		cancel(ErrLeaseLost)
+	case claimReleased:
+		cancel(ErrShutdown)
+	}
+}
+
+func (c *claim) cancelWith(cause error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cancel != nil {
+		c.cancel(cause)
+	}
+}
+
+// leaseHeldUntil raises the time until which the lease certainly holds:
+// the database set lease_until to at least its now() + lease, and its now()
+// came after sent.
+func (c *claim) leaseHeldUntil(sent time.Time, lease time.Duration) {
+	c.mu.Lock()
+	if t := sent.Add(lease); t.After(c.leaseFloor) {
+		c.leaseFloor = t
+	}
+	c.mu.Unlock()
+}
+
+// leaseHeldAt reports whether no one else could have taken the job before t
+// (a moment on this process's monotonic clock).
+func (c *claim) leaseHeldAt(t time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return t.Before(c.leaseFloor)
+}
+
+// freeSlot gives the claim's queue slot back, once.
+func (c *claim) freeSlot() {
+	if c.slotFree.CompareAndSwap(false, true) {
+		c.queue.running.Add(-1)
+		signal(c.queue.slotFreed)
+	}
+}
+
+// finish: running → finished, when the handler returned in time.
+func (c *claim) finish() bool { return c.move(claimRunning, claimFinished) }
+
+// recorded: finished → recorded; the claim leaves the set.
+func (c *claim) recorded() {
+	if c.move(claimFinished, claimRecorded) {
+		c.owner.claims.remove(c)
+	}
+}
+
+// lose: running → lost; the claim leaves the set (the heartbeat stops
+// extending it at once) and its handler is cancelled.
+func (c *claim) lose() bool {
+	if !c.move(claimRunning, claimLost) {
+		return false
+	}
+	c.owner.claims.remove(c)
+	c.owner.metrics.leaseLost(c.queue.name, c.kind)
+	c.cancelWith(ErrLeaseLost)
+	return true
+}
+
+// release: running → released, at the shutdown deadline; the handler is
+// cancelled. The claim stays in the set until Release gave it back.
+func (c *claim) release() bool {
+	if !c.move(claimRunning, claimReleased) {
+		return false
+	}
+	c.cancelWith(ErrShutdown)
+	return true
+}
+
+// abandon: running → abandoned, for a handler past its hard deadline. The
+// claim leaves the set (no more lease extension), its slot is freed so the
+// worker keeps its capacity, and the stuck handler is counted until it
+// returns.
+func (c *claim) abandon() bool {
+	if !c.move(claimRunning, claimAbandoned) {
+		return false
+	}
+	c.owner.claims.remove(c)
+	c.cancelWith(errAbandoned)
+	c.queue.stuck.Add(1)
+	c.freeSlot()
+	c.owner.metrics.abandoned(c.queue.name, c.kind)
+	return true
+}
+
+// claimKey names one claim: a worker that lost a job may claim it again.
+type claimKey struct {
+	id      int64
+	attempt int32
+}
+
+// claimSet holds the claims whose leases the heartbeat keeps: running and
+// finished ones, and released ones until they are given back.
+type claimSet struct {
+	mu     sync.Mutex
+	claims map[claimKey]*claim
+}
+
+func (s *claimSet) add(w *Worker, row db.HopperJob, qr *queueRunner, sent time.Time) *claim {
+	c := &claim{id: row.ID, attempt: row.Attempt, kind: row.Kind, queue: qr, owner: w}
+	c.leaseHeldUntil(sent, w.cfg.LeaseDuration)
+	s.mu.Lock()
+	s.claims[claimKey{row.ID, row.Attempt}] = c
+	s.mu.Unlock()
+	return c
+}
+
+func (s *claimSet) remove(c *claim) {
+	s.mu.Lock()
+	delete(s.claims, claimKey{c.id, c.attempt})
+	s.mu.Unlock()
+}
+
+func (s *claimSet) snapshot() []*claim {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*claim, 0, len(s.claims))
+	for _, c := range s.claims {
+		out = append(out, c)
+	}
+	return out
+}
+
+// releaseRunning moves every running claim to released, so that a handler
+// finishing later cannot queue a result, and returns the claims it moved.
+func (s *claimSet) releaseRunning() []*claim {
+	var moved []*claim
+	for _, c := range s.snapshot() {
+		if c.release() {
+			moved = append(moved, c)
+		}
+	}
+	return moved
+}
+
+// takeReleased removes and returns the released claims.
+func (s *claimSet) takeReleased() []*claim {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*claim
+	for key, c := range s.claims {
+		if c.is(claimReleased) {
+			out = append(out, c)
+			delete(s.claims, key)
+		}
+	}
+	return out
+}
+
+// len is the number of claims held.
+func (s *claimSet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.claims)
+}

@@ -1,0 +1,110 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hopperq/hopper/db"
+)
+
+// errAbandoned is the cause of the context of a handler given up on.
+var errAbandoned = errors.New("hopper: handler abandoned past its timeout")
+
+// handlerLoop runs jobs of one queue until the queue's dispatch closes.
+func (w *Worker) handlerLoop(qr *queueRunner) {
+	defer w.poolWG.Done()
+	for d := range qr.dispatch {
+		w.execute(d)
+	}
+}
+
+func (w *Worker) execute(d dispatched) {
+	defer w.handlerWG.Done()
+	c, row := d.claim, d.row
+	err := d.err
+	var elapsed time.Duration
+	if d.call != nil {
+		err, elapsed = w.run(d)
+	}
+	// Built only when something is logged: this is the hot path.
+	log := func() *slog.Logger {
+		return w.log.With("job_id", row.ID, "kind", row.Kind, "queue", row.Queue, "attempt", row.Attempt)
+	}
+	if !c.finish() {
+		switch claimState(c.state.Load()) {
+		case claimLost:
+			log().Warn("lease lost while the handler ran: its result is discarded; the job runs again elsewhere", "handler_error", err)
+		case claimReleased:
+			log().Info("job given back at shutdown: its result is discarded", "handler_error", err)
+		case claimAbandoned:
+			c.queue.stuck.Add(-1)
+			w.metrics.stuckReturned(row.Queue, row.Kind)
+			log().Warn("abandoned handler returned at last: its result is discarded", "ran_for", elapsed, "handler_error", err)
+		}
+		c.freeSlot()
+		return
+	}
+	c.freeSlot()
+	w.metrics.ran(row.Queue, row.Kind, elapsed)
+	comp := w.completion(d.h, row, c, err)
+	if comp.message != "" {
+		log().Warn("job failed", "error", err, "retry_in", comp.backoff, "dead_reason", comp.deadReason)
+	}
+	if !w.results.push(comp) {
+		w.report(comp, outcomeUnrecorded)
+	}
+}
+
+// run calls the handler with its own context: cancelled when the lease is
+// lost, at the shutdown deadline, or after the run's timeout.
+func (w *Worker) run(d dispatched) (err error, elapsed time.Duration) {
+	ctx, cancel := context.WithCancelCause(w.handlerBase)
+	defer cancel(nil)
+	start := time.Now()
+	d.claim.begin(cancel, start, d.timeout)
+	ctx = context.WithValue(ctx, claimKeyCtx{}, d.claim)
+	if d.timeout > 0 {
+		var cancelTimeout context.CancelFunc
+		ctx, cancelTimeout = context.WithTimeoutCause(ctx, d.timeout, fmt.Errorf("hopper: job timed out after %v", d.timeout))
+		defer cancelTimeout()
+	}
+	err = d.call(ctx)
+	if err != nil && d.timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("timed out after %v: %w", d.timeout, err)
+	}
+	return err, time.Since(start)
+}
+
+// completion turns a handler's result into an ack or a nack.
+func (w *Worker) completion(h *handler, row db.HopperJob, c *claim, err error) completion {
+	comp := completion{claim: c, ok: err == nil}
+	if err == nil {
+		return comp
+	}
+	comp.message = err.Error()
+	if comp.message == "" {
+		comp.message = fmt.Sprintf("%T with an empty message", err)
+	}
+	var undecodable *undecodableError
+	var permanent *permanentError
+	var retryAt *retryAtError
+	switch {
+	case errors.As(err, &undecodable):
+		comp.deadReason = "undecodable payload: " + undecodable.Error()
+	case errors.As(err, &permanent):
+		comp.deadReason = permanent.Error()
+	case errors.As(err, &retryAt):
+		comp.backoff = time.Until(retryAt.at)
+	default:
+		b := h.backoff
+		if b == (Backoff{}) {
+			b = w.cfg.Backoff
+		}
+		comp.backoff = b.Delay(row.Attempt)
+	}
+	comp.backoff = max(comp.backoff, 0)
+	return comp
+}

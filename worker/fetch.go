@@ -1,0 +1,190 @@
+package worker
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/hopperq/hopper/db"
+)
+
+// queueRunner is one queue's claim loop state.
+type queueRunner struct {
+	owner     *Worker
+	name      string
+	max       int
+	running   atomic.Int64  // slots taken: claimed jobs not yet finished or abandoned
+	stuck     atomic.Int64  // abandoned handlers still running in this queue's goroutines
+	wake      chan struct{} // a wake-up arrived for this queue
+	slotFreed chan struct{} // a slot came free
+	// dispatch feeds the queue's handler goroutines. They are started as
+	// needed and live until Run ends, so a burst of short jobs is served by
+	// a few goroutines rather than one new goroutine per job.
+	dispatch chan dispatched
+	spawned  int // handler goroutines started (claim goroutine only)
+}
+
+func newQueueRunner(w *Worker, name string, n int) *queueRunner {
+	return &queueRunner{owner: w, name: name, max: n, wake: make(chan struct{}, 1), slotFreed: make(chan struct{}, 1),
+		dispatch: make(chan dispatched, n)}
+}
+
+// dispatched is a claimed, decoded job on its way to a handler goroutine.
+type dispatched struct {
+	h       *handler
+	row     db.HopperJob
+	claim   *claim
+	call    func(context.Context) error // nil when decoding failed
+	timeout time.Duration               // the run's timeout; 0: none
+	err     error                       // why decoding failed
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Worker) wakeAll() {
+	for _, qr := range w.queues {
+		signal(qr.wake)
+	}
+}
+
+// fetchLoop claims as many jobs as there are free slots. While work is
+// waiting it claims again as soon as a quarter of the slots are free (or
+// after a short pause, whatever is free then), so that claims come in
+// batches rather than one job per freed slot; an idle queue waits for a
+// wake-up or the poll interval.
+func (w *Worker) fetchLoop(ctx context.Context, qr *queueRunner) {
+	poll := time.NewTimer(w.cfg.PollInterval)
+	defer poll.Stop()
+	refill := max(1, qr.max/4)
+	failures := 0
+	for {
+		free := qr.max - int(qr.running.Load())
+		if free > 0 {
+			n, err := w.claim(ctx, qr, free)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				failures++
+				delay := retryDelay(failures)
+				w.log.Warn("claim failed; retrying", "queue", qr.name, "error", err, "in", delay)
+				if !sleep(ctx, delay) {
+					return
+				}
+				continue
+			}
+			failures = 0
+			if n < free {
+				w.awaitWork(ctx, qr, poll) // the queue is drained for now
+				continue
+			}
+		}
+		if !awaitSlots(ctx, qr, refill) { // work is waiting
+			return
+		}
+	}
+}
+
+// refillPause bounds how long a queue with waiting work holds free slots
+// back to claim them in one batch.
+const refillPause = 2 * time.Millisecond
+
+// awaitSlots waits until want slots are free, or refillPause has passed and
+// at least one is. It returns false when ctx ends.
+func awaitSlots(ctx context.Context, qr *queueRunner, want int) bool {
+	pause := time.NewTimer(refillPause)
+	defer pause.Stop()
+	paused := false
+	for {
+		free := qr.max - int(qr.running.Load())
+		if free >= want || (paused && free > 0) {
+			return true
+		}
+		var timeout <-chan time.Time
+		if !paused {
+			timeout = pause.C
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-qr.slotFreed:
+		case <-timeout:
+			paused = true
+		}
+	}
+}
+
+// awaitWork waits for a wake-up or the poll interval.
+func (w *Worker) awaitWork(ctx context.Context, qr *queueRunner, poll *time.Timer) {
+	if !poll.Stop() {
+		select {
+		case <-poll.C:
+		default:
+		}
+	}
+	poll.Reset(w.cfg.PollInterval)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-qr.wake:
+			return
+		case <-poll.C:
+			return
+		case <-qr.slotFreed: // irrelevant while the queue is drained
+		}
+	}
+}
+
+// claim dequeues up to n jobs and starts their handlers.
+func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error) {
+	// The claim is not cut off by shutdown, only by the shutdown's hard
+	// deadline: jobs claimed by a statement whose answer was lost would
+	// wait for their leases to expire.
+	qctx, cancel := context.WithTimeout(w.hard, w.cfg.LeaseDuration/2)
+	defer cancel()
+	sent := time.Now()
+	rows, err := w.q.Dequeue(qctx, db.DequeueParams{
+		Owner:       w.cfg.ID,
+		LeaseMs:     w.cfg.LeaseDuration.Milliseconds(),
+		Queue:       qr.name,
+		Kinds:       w.kinds,
+		MaxVersions: w.versions,
+		MaxJobs:     int32(n),
+	})
+	if err != nil {
+		return 0, err
+	}
+	w.metrics.fetched(qr.name, len(rows))
+	now := time.Now()
+	for _, row := range rows {
+		h := w.handlers[row.Kind]
+		c := w.claims.add(w, row, qr, sent)
+		w.metrics.claimed(row.Queue, row.Kind, now.Sub(row.RunAt))
+		// Decoding here, in one busy goroutine, rather than in the handler
+		// goroutine keeps the decoder's deep stack from being grown anew
+		// for every job.
+		call, timeout, err := h.prepare(row)
+		if timeout == 0 {
+			timeout = w.cfg.JobTimeout
+		}
+		// Never fewer free handler goroutines than jobs in flight, so a
+		// job is never left waiting behind a handler that blocks (an
+		// abandoned one included).
+		running := int(qr.running.Add(1))
+		w.handlerWG.Add(1)
+		for qr.spawned-int(qr.stuck.Load()) < running {
+			qr.spawned++
+			w.poolWG.Add(1)
+			go w.handlerLoop(qr)
+		}
+		// Never blocks: at most max jobs are waiting or running.
+		qr.dispatch <- dispatched{h: h, row: row, claim: c, call: call, timeout: timeout, err: err}
+	}
+	return len(rows), nil
+}

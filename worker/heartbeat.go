@@ -1,0 +1,95 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/hopperq/hopper/db"
+)
+
+// extendBatch bounds one Extend statement.
+const extendBatch = 5000
+
+// heartbeat extends the leases of every claim this worker holds, and
+// abandons handlers that outlived their hard deadline. A claim the database
+// no longer has for us is lost: its handler is cancelled.
+func (w *Worker) heartbeat(ctx context.Context) {
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.abandonStuck(time.Now())
+		held := w.claims.snapshot()
+		for start := 0; start < len(held); start += extendBatch {
+			chunk := held[start:min(start+extendBatch, len(held))]
+			if _, err := w.extend(ctx, chunk, w.cfg.LeaseDuration); err != nil {
+				if ctx.Err() == nil {
+					w.log.Warn("heartbeat failed; retrying at the next beat", "error", err)
+				}
+				break
+			}
+		}
+	}
+}
+
+// abandonStuck gives up on handlers still running past their timeout plus
+// AbandonAfter: they ignore their cancelled context. Their jobs are no
+// longer extended (so they run again elsewhere after the lease) and their
+// slots go back to the queue.
+func (w *Worker) abandonStuck(now time.Time) {
+	for _, c := range w.claims.snapshot() {
+		c.mu.Lock()
+		due := !c.hardStop.IsZero() && now.After(c.hardStop)
+		ranFor := now.Sub(c.started)
+		c.mu.Unlock()
+		if due && c.abandon() {
+			w.log.Error("handler ignores its cancelled context past its timeout: abandoned; its job runs again after the lease expires",
+				"job_id", c.id, "kind", c.kind, "queue", c.queue.name, "attempt", c.attempt, "running_for", ranFor.Round(time.Millisecond))
+		}
+	}
+}
+
+// extend pushes the leases of claims forward (never back) and marks those
+// the database no longer holds for us as lost. It returns how many it
+// extended; a claim whose row another transaction has locked is skipped
+// this time (see queries/lease.sql).
+func (w *Worker) extend(ctx context.Context, claims []*claim, lease time.Duration) (int, error) {
+	p := db.ExtendParams{LeaseMs: lease.Milliseconds(), Ids: make([]int64, len(claims)), Attempts: make([]int32, len(claims))}
+	for i, c := range claims {
+		p.Ids[i], p.Attempts[i] = c.id, c.attempt
+	}
+	ectx, cancel := context.WithTimeout(ctx, w.cfg.LeaseDuration/2)
+	defer cancel()
+	sent := time.Now()
+	rows, err := w.q.Extend(ectx, p)
+	if err != nil {
+		return 0, err
+	}
+	held := make(map[claimKey]bool, len(rows))
+	for _, r := range rows {
+		held[claimKey{r.ID, r.Attempt}] = r.Extended
+	}
+	extended := 0
+	for _, c := range claims {
+		ext, ok := held[claimKey{c.id, c.attempt}]
+		switch {
+		case ext:
+			c.leaseHeldUntil(sent, lease)
+			extended++
+		case ok: // locked by another transaction right now: next beat
+		case c.ackedInTx.Load():
+			// Gone after the handler's own AckTx: most likely committed.
+			// Its result settles that; the handler is not cancelled.
+		case c.lose():
+			// Only a running handler loses its lease: a finished claim
+			// missing from the answer was acked meanwhile, and its
+			// completion settles which.
+			w.log.Warn("lease lost: cancelling the handler", "job_id", c.id, "kind", c.kind, "attempt", c.attempt)
+		}
+	}
+	return extended, nil
+}

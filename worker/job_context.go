@@ -1,0 +1,75 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/jobs"
+)
+
+type claimKeyCtx struct{}
+
+// ErrLeaseBusy is returned by ExtendLease when the job's row is locked by
+// another transaction at that moment (typically the handler's own open
+// transaction after AckTx): nothing was extended; try again after it ends.
+var ErrLeaseBusy = errors.New("hopper: job row locked by another transaction")
+
+func claimFrom(ctx context.Context, id int64) (*claim, error) {
+	c, ok := ctx.Value(claimKeyCtx{}).(*claim)
+	if !ok || c.id != id {
+		return nil, fmt.Errorf("hopper: no running job %d in this context: pass the handler's context", id)
+	}
+	return c, nil
+}
+
+// ExtendLease makes the lease of the job the handler is running last at
+// least d from now, for a step the handler knows will be long. The
+// heartbeat never shortens it: the extension holds until the handler
+// finishes or d has passed, whichever is first. It returns ErrLeaseLost,
+// and cancels the handler's context, when the job is no longer this
+// worker's.
+func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) error {
+	c, err := claimFrom(ctx, job.ID)
+	if err != nil {
+		return err
+	}
+	if d <= 0 {
+		return fmt.Errorf("hopper: extend lease of job %d: %w: non-positive duration %v", job.ID, ErrInvalidConfig, d)
+	}
+	n, err := c.owner.extend(ctx, []*claim{c}, d)
+	switch {
+	case err != nil:
+		return fmt.Errorf("hopper: extend lease of job %d: %w", job.ID, err)
+	case c.is(claimLost):
+		return fmt.Errorf("hopper: extend lease of job %d: %w", job.ID, ErrLeaseLost)
+	case n == 0:
+		return fmt.Errorf("hopper: extend lease of job %d: %w", job.ID, ErrLeaseBusy)
+	}
+	return nil
+}
+
+// AckTx acknowledges the running job inside the handler's own transaction
+// tx, so the job's effects and its completion commit together, or roll
+// back together. The worker counts the job completed only once it has
+// seen that the transaction committed; after a rollback the job takes the
+// normal path: the handler's return value decides (nil acks it as usual,
+// an error retries it). It returns ErrLeaseLost when the job is no longer
+// this worker's: roll back then.
+func AckTx[T any](ctx context.Context, tx db.DBTX, job *jobs.Job[T]) error {
+	c, err := claimFrom(ctx, job.ID)
+	if err != nil {
+		return err
+	}
+	ids, err := db.New(tx).AckBatch(ctx, db.AckBatchParams{Ids: []int64{c.id}, Attempts: []int32{c.attempt}})
+	if err != nil {
+		return fmt.Errorf("hopper: ack job %d in transaction: %w", job.ID, err)
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("hopper: ack job %d in transaction: %w", job.ID, ErrLeaseLost)
+	}
+	c.ackedInTx.Store(true)
+	return nil
+}

@@ -1,0 +1,119 @@
+package worker
+
+import (
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/hopperq/hopper/db"
+)
+
+// outcome is what became of one recorded result. Logs and metrics count
+// exactly these, and a result is only ever given the outcome the database
+// proves.
+type outcome int
+
+const (
+	// outcomeRetry: not settled yet, the statement must run (again).
+	outcomeRetry outcome = iota
+	// outcomeDone: the ack took effect: the job is complete.
+	outcomeDone
+	// outcomeFailed: the nack took effect and the job will be retried.
+	outcomeFailed
+	// outcomeDead: the nack took effect and moved the job to the dead table.
+	outcomeDead
+	// outcomeRefused: the (id, attempt) fence matched another claim (the
+	// lease was lost): the result had no effect and the job runs again or
+	// already ran elsewhere.
+	outcomeRefused
+	// outcomeUnconfirmed: a statement carrying the result may have committed
+	// but its reply was lost, and the database no longer shows which.
+	outcomeUnconfirmed
+	// outcomeUnrecorded: the result could not be sent before the shutdown
+	// deadline: the job runs again once its lease expires.
+	outcomeUnrecorded
+)
+
+func (o outcome) String() string {
+	return [...]string{"retry", "done", "failed", "dead", "refused", "unconfirmed", "unrecorded"}[o]
+}
+
+// notSent reports whether a failed statement certainly had no effect: the
+// server refused it (an error reply means the implicit transaction rolled
+// back), or it never left this process. Anything else — a timeout, a
+// connection lost mid-way — may have committed.
+func notSent(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) || pgconn.SafeToRetry(err)
+}
+
+// fateOfAck settles an ack (or an AckTx'd job) that the fenced delete did
+// not match, or whose statement may have committed unseen, from what the
+// database shows now. heldThen reports whether the claim's lease still held
+// when the fate was read: nobody else could have touched the row before.
+func fateOfAck(f db.ClaimFatesRow, heldThen bool) outcome {
+	switch {
+	case f.LiveAttempt != nil && *f.LiveAttempt == f.Attempt && f.LiveState != nil && *f.LiveState == "running":
+		return outcomeRetry // our claim is intact: nothing took effect yet
+	case f.LiveAttempt != nil || f.DeadAttempt != nil:
+		return outcomeRefused // an ack deletes: a row still there was not ours to delete
+	case heldThen:
+		return outcomeDone // gone while only we could touch it: our delete
+	default:
+		return outcomeUnconfirmed // gone, but someone else may have finished it
+	}
+}
+
+// fateOfNack settles a nack the same way. A committed nack always leaves
+// its error in the job's history (live or dead) under its attempt; a sweep
+// leaves "lease expired" there instead.
+func fateOfNack(f db.ClaimFatesRow, ackedInTx, heldThen bool) outcome {
+	switch {
+	case f.LiveAttempt != nil && *f.LiveAttempt == f.Attempt && f.LiveState != nil && *f.LiveState == "running":
+		return outcomeRetry
+	case f.AttemptRecorded && f.AttemptError == sweptError:
+		return outcomeRefused
+	case f.AttemptRecorded && f.DeadAttempt != nil && *f.DeadAttempt == f.Attempt:
+		return outcomeDead
+	case f.AttemptRecorded:
+		return outcomeFailed
+	case f.LiveAttempt != nil || f.DeadAttempt != nil:
+		return outcomeRefused // claimed again (or released) without our error
+	case ackedInTx && heldThen:
+		return outcomeDone // the handler's AckTx transaction committed
+	default:
+		return outcomeUnconfirmed
+	}
+}
+
+// sweptError is the history entry Sweep writes (queries/sweep.sql).
+const sweptError = "lease expired"
+
+// report counts and logs a settled result, and retires its claim.
+func (w *Worker) report(c completion, o outcome) {
+	q, k := c.claim.queue.name, c.claim.kind
+	switch o {
+	case outcomeDone:
+		w.metrics.completed(q, k)
+	case outcomeFailed:
+		w.metrics.failed(q, k)
+	case outcomeDead:
+		w.metrics.dead(q, k)
+	case outcomeRefused:
+		w.metrics.refused(q, k)
+		w.log.Warn("result refused: the lease was lost and the job runs again elsewhere",
+			"job_id", c.claim.id, "kind", k, "attempt", c.claim.attempt, "ok", c.ok)
+	case outcomeUnconfirmed:
+		w.metrics.unconfirmed(q, k)
+		w.log.Warn("result unconfirmed: its statement may have committed, but the reply was lost and the database no longer shows it",
+			"job_id", c.claim.id, "kind", k, "attempt", c.claim.attempt, "ok", c.ok)
+	case outcomeUnrecorded:
+		w.metrics.unrecorded(q, k)
+		w.log.Error("result not recorded before the shutdown deadline: the job will run again after its lease expires",
+			"job_id", c.claim.id, "kind", k, "attempt", c.claim.attempt, "ok", c.ok)
+	}
+	if w.observe != nil {
+		w.observe(c.claim.id, c.claim.attempt, o)
+	}
+	c.claim.recorded()
+}

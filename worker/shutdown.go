@@ -1,0 +1,67 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/hopperq/hopper/db"
+)
+
+// shutdown waits up to ShutdownTimeout for running handlers, then gives
+// their jobs back (their results will be discarded) and cancels them.
+func (w *Worker) shutdown(hardDeadline time.Time) {
+	if waitUntil(&w.handlerWG, hardDeadline.Add(-w.cfg.ShutdownGrace)) {
+		return
+	}
+	released := w.claims.releaseRunning()
+	w.log.Warn("shutdown deadline passed: cancelling running handlers", "jobs", len(released))
+	// Handlers that honour their context return at once; wait a little for
+	// them, keeping most of the grace for recording results and giving
+	// jobs back.
+	if !waitUntil(&w.handlerWG, time.Now().Add(min(5*time.Second, w.cfg.ShutdownGrace/4))) {
+		w.log.Error("handlers ignore cancellation; going on without them")
+	}
+}
+
+// waitUntil waits for wg until deadline and reports whether it finished.
+func waitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-finished:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// releaseUnfinished gives back every claim whose handler did not finish.
+func (w *Worker) releaseUnfinished() {
+	w.claims.releaseRunning()
+	claims := w.claims.takeReleased()
+	if len(claims) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(w.hard, w.flushTimeout())
+	defer cancel()
+	p := db.ReleaseParams{Ids: make([]int64, len(claims)), Attempts: make([]int32, len(claims))}
+	for i, c := range claims {
+		p.Ids[i], p.Attempts[i] = c.id, c.attempt
+	}
+	rows, err := w.q.Release(ctx, p)
+	if err != nil {
+		w.log.Error("could not give back unfinished jobs; they run again when their leases expire", "jobs", len(claims), "error", err)
+		return
+	}
+	queues := make([]string, len(rows))
+	for i, r := range rows {
+		queues[i] = r.Queue
+	}
+	if err := w.q.Notify(ctx, queues); err != nil {
+		w.log.Warn("wake-up after release failed; workers will poll", "error", err)
+	}
+	w.log.Info("gave back unfinished jobs", "jobs", len(rows))
+}
