@@ -15,3 +15,9 @@ const (
 func ObserveOutcomes(w *Worker, fn func(id int64, attempt int32, outcome string)) {
 	w.observe = func(id int64, attempt int32, o outcome) { fn(id, attempt, o.String()) }
 }
+
+// HeldClaims is how many claims the worker's heartbeat keeps extending.
+func HeldClaims(w *Worker) int { return w.claims.len() }
+
+// Beats is how many heartbeats the worker has done.
+func Beats(w *Worker) int64 { return w.beats.Load() }

@@ -79,11 +79,13 @@ func TestMetricsCount(t *testing.T) {
 		live, dead := b.totals(t)
 		return live == 0 && dead == 1
 	})
+	// The counters move once the worker has read each statement's reply,
+	// a moment after the database shows its effect.
 	waitFor(t, "counters", func() bool {
-		return testutil.ToFloat64(counter(t, reg, "hopper_jobs_completed_total")) == 3
+		return testutil.ToFloat64(counter(t, reg, "hopper_jobs_completed_total")) == 3 &&
+			testutil.ToFloat64(counter(t, reg, "hopper_jobs_dead_total")) == 1
 	})
 	require.Equal(t, 4.0, testutil.ToFloat64(counter(t, reg, "hopper_jobs_claimed_total")))
-	require.Equal(t, 1.0, testutil.ToFloat64(counter(t, reg, "hopper_jobs_dead_total")))
 }
 
 // counter sums a counter family across its labels.
@@ -190,6 +192,7 @@ func TestExtendLease(t *testing.T) {
 	require.NoError(t, <-extended)
 	j := b.job(t, res.ID)
 	require.WithinDuration(t, time.Now().Add(2*time.Hour), j.LeaseUntil.Time, time.Minute)
+	// (TestExtendLeaseSurvivesHeartbeats shows the heartbeat keeps it.)
 
 	b.takeAway(t, j)
 	close(proceed)

@@ -33,6 +33,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 				break
 			}
 		}
+		w.beats.Add(1)
 	}
 }
 

@@ -128,10 +128,18 @@ func (b *bundle) totals(t *testing.T) (live, dead int64) {
 	return live, dead
 }
 
-// waitFor polls cond (against the database, usually) until it holds.
+// waitFor polls cond (against the database, usually) until it holds. It
+// polls in the test's own goroutine, so cond may use require (which
+// require.Eventually, calling it from a goroutine of its own, forbids).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	require.Eventually(t, cond, 60*time.Second, 10*time.Millisecond, what)
+	deadline := time.Now().Add(90 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 90s for: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (b *bundle) job(t *testing.T, id int64) db.HopperJob {

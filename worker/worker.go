@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,6 +49,7 @@ type Worker struct {
 
 	// observe, when set (tests), sees every settled result.
 	observe func(id int64, attempt int32, o outcome)
+	beats   atomic.Int64 // heartbeats done, for tests that must see one pass
 
 	// handlerBase is the parent of every handler's context. It is never
 	// cancelled, so a job's context does not register with it (one shared

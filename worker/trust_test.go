@@ -1,0 +1,343 @@
+package worker_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/worker"
+)
+
+// outcomes collects what a worker reports for each claim.
+type outcomes struct {
+	mu  sync.Mutex
+	got map[[2]int64][]string
+}
+
+func observe(w *worker.Worker) *outcomes {
+	o := &outcomes{got: map[[2]int64][]string{}}
+	worker.ObserveOutcomes(w, func(id int64, attempt int32, outcome string) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		key := [2]int64{id, int64(attempt)}
+		o.got[key] = append(o.got[key], outcome)
+	})
+	return o
+}
+
+func (o *outcomes) of(id int64, attempt int32) []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.got[[2]int64{id, int64(attempt)}]...)
+}
+
+// metricValue sums a counter or gauge family across its labels.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// waitBeats blocks until the worker has done n more heartbeats, or ctx ends.
+func waitBeats(ctx context.Context, w *worker.Worker, n int64) error {
+	target := worker.Beats(w) + n
+	for worker.Beats(w) < target {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// TestExtendLeaseSurvivesHeartbeats: a handler's long ExtendLease is not
+// undone by the heartbeat, whose own extension is much shorter.
+func TestExtendLeaseSurvivesHeartbeats(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "long_step")
+	res, err := k.Enqueue(b.ctx, b.pool, Task{})
+	require.NoError(t, err)
+	extended := make(chan error, 1)
+	beaten := make(chan error, 1)
+	start(t, b, worker.Config{LeaseDuration: time.Second, HeartbeatInterval: 50 * time.Millisecond, ShutdownTimeout: 100 * time.Millisecond}, func(w *worker.Worker) {
+		must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			extended <- worker.ExtendLease(ctx, j, 2*time.Hour)
+			beaten <- waitBeats(ctx, w, 3)
+			<-ctx.Done() // until the test ends
+			return nil
+		}))
+	})
+	require.NoError(t, <-extended)
+	require.NoError(t, <-beaten)
+	require.WithinDuration(t, time.Now().Add(2*time.Hour), b.job(t, res.ID).LeaseUntil.Time, time.Minute,
+		"three heartbeats later the lease is still the handler's two hours")
+}
+
+// TestLostClaimLeavesHeartbeat: a claim found lost is dropped from the set
+// the heartbeat extends at once, not re-sent for the life of the process.
+func TestLostClaimLeavesHeartbeat(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "vanishing")
+	res, err := k.Enqueue(b.ctx, b.pool, Task{})
+	require.NoError(t, err)
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	r := start(t, b, worker.Config{HeartbeatInterval: 50 * time.Millisecond}, func(w *worker.Worker) {
+		must(t, worker.Handle(w, k, func(ctx context.Context, _ *jobs.Job[Task]) error {
+			close(started)
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return nil
+		}))
+	})
+	<-started
+	require.Equal(t, 1, worker.HeldClaims(r.w))
+	_, err = b.pool.Exec(b.ctx, "DELETE FROM hopper_jobs WHERE id = $1", res.ID) // cancelled by an operator, say
+	require.NoError(t, err)
+	require.ErrorIs(t, <-cause, worker.ErrLeaseLost)
+	waitFor(t, "the lost claim left the heartbeat's set", func() bool { return worker.HeldClaims(r.w) == 0 })
+}
+
+// TestAckTxRolledBack: a handler that acks in its transaction, rolls it
+// back and returns nil takes the normal path: the worker acks the job
+// itself, at once, and counts it done once — no lease expiry, no rerun.
+func TestAckTxRolledBack(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "rolled_back")
+	res, err := k.Enqueue(b.ctx, b.pool, Task{})
+	require.NoError(t, err)
+	runs := make(chan int32, 10)
+	reg := prometheus.NewRegistry()
+	var seen *outcomes
+	start(t, b, worker.Config{Registerer: reg}, func(w *worker.Worker) {
+		seen = observe(w)
+		must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			runs <- j.Attempt
+			tx, err := b.pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			if err := worker.AckTx(ctx, tx, j); err != nil {
+				return err
+			}
+			return tx.Rollback(ctx)
+		}))
+	})
+	waitFor(t, "job acked by the worker", func() bool { live, _ := b.totals(t); return live == 0 })
+	require.Equal(t, []string{worker.OutcomeDone}, seen.of(res.ID, 1))
+	require.Equal(t, 1.0, metricValue(t, reg, "hopper_jobs_completed_total"))
+	require.Equal(t, int32(1), <-runs)
+	require.Empty(t, runs, "ran once")
+	_, dead := b.totals(t)
+	require.Zero(t, dead)
+}
+
+// TestAckTxCommittedThenKeepsWorking: after its AckTx transaction
+// committed, a handler that goes on working is not cancelled as lease-lost,
+// and the job counts completed once.
+func TestAckTxCommittedThenKeepsWorking(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "acked_early")
+	res, err := k.Enqueue(b.ctx, b.pool, Task{})
+	require.NoError(t, err)
+	after := make(chan error, 1)
+	reg := prometheus.NewRegistry()
+	var seen *outcomes
+	start(t, b, worker.Config{Registerer: reg, LeaseDuration: time.Second, HeartbeatInterval: 50 * time.Millisecond},
+		func(w *worker.Worker) {
+			seen = observe(w)
+			must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+				tx, err := b.pool.Begin(ctx)
+				if err != nil {
+					return err
+				}
+				defer tx.Rollback(context.Background()) //nolint:errcheck
+				if err := worker.AckTx(ctx, tx, j); err != nil {
+					return err
+				}
+				if err := tx.Commit(ctx); err != nil {
+					return err
+				}
+				err = waitBeats(ctx, w, 3) // the heartbeat finds the row gone
+				after <- err
+				return err
+			}))
+		})
+	require.NoError(t, <-after, "not cancelled after its own committed ack")
+	waitFor(t, "outcome reported", func() bool { return len(seen.of(res.ID, 1)) == 1 })
+	require.Equal(t, []string{worker.OutcomeDone}, seen.of(res.ID, 1))
+	require.Zero(t, metricValue(t, reg, "hopper_jobs_lease_lost_total"))
+	require.Equal(t, 1.0, metricValue(t, reg, "hopper_jobs_completed_total"))
+}
+
+// TestStuckHandlerIsAbandoned: a handler that ignores its cancelled context
+// past its timeout plus AbandonAfter stops being heartbeated, so its job
+// runs again after the lease; its slot goes back to the queue (the only
+// slot here, so other jobs run meanwhile), and it is counted as stuck
+// until it returns.
+func TestStuckHandlerIsAbandoned(t *testing.T) {
+	b := setup(t)
+	stuck, quick := kind(t, "stuck"), kind(t, "quick")
+	res, err := stuck.Enqueue(b.ctx, b.pool, Task{})
+	require.NoError(t, err)
+	unstick := make(chan struct{})
+	started := make(chan struct{})
+	quickRuns := make(chan int64, 10)
+	reg := prometheus.NewRegistry()
+	var seen *outcomes
+	start(t, b, worker.Config{
+		Queues: map[string]int{"default": 1}, LeaseDuration: time.Second, HeartbeatInterval: 50 * time.Millisecond,
+		AbandonAfter: 100 * time.Millisecond, Registerer: reg,
+	}, func(w *worker.Worker) {
+		seen = observe(w)
+		must(t, worker.Handle(w, stuck, func(ctx context.Context, j *jobs.Job[Task]) error {
+			if j.Attempt == 1 {
+				close(started)
+				<-unstick // ignores ctx
+			}
+			return nil
+		}, worker.Timeout(100*time.Millisecond)))
+		must(t, worker.Handle(w, quick, func(ctx context.Context, j *jobs.Job[Task]) error {
+			quickRuns <- j.ID
+			return nil
+		}))
+	})
+	<-started
+	_, err = quick.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{}, Task{}, Task{}))
+	require.NoError(t, err)
+	waitFor(t, "the stuck job ran again, and the quick ones ran in the freed slot", func() bool {
+		live, _ := b.totals(t)
+		return live == 0
+	})
+	require.Len(t, quickRuns, 3)
+	require.Equal(t, []string{worker.OutcomeDone}, seen.of(res.ID, 2), "the second attempt finished the job")
+	require.Empty(t, seen.of(res.ID, 1), "the abandoned attempt reports nothing")
+	require.Equal(t, 1.0, metricValue(t, reg, "hopper_handlers_abandoned_total"))
+	require.Equal(t, 1.0, metricValue(t, reg, "hopper_handlers_stuck"))
+	close(unstick)
+	waitFor(t, "the stuck handler returned", func() bool { return metricValue(t, reg, "hopper_handlers_stuck") == 0 })
+}
+
+// TestTimeoutPrecedence: a run's timeout comes from the job (JobTimeout),
+// else its kind (Timeout), else the worker (Config.JobTimeout, default one
+// minute); negative means none at that level.
+func TestTimeoutPrecedence(t *testing.T) {
+	const none = time.Duration(-1)
+	for _, tc := range []struct {
+		name          string
+		worker, kind  time.Duration
+		job           time.Duration // returned by a JobTimeout func; 0: no func
+		useJobTimeout bool
+		want          time.Duration // none: no deadline
+	}{
+		{name: "worker default", want: time.Minute},
+		{name: "worker set", worker: 3 * time.Minute, want: 3 * time.Minute},
+		{name: "worker off", worker: none, want: none},
+		{name: "kind over worker", worker: 3 * time.Minute, kind: 5 * time.Minute, want: 5 * time.Minute},
+		{name: "kind off", kind: none, want: none},
+		{name: "job over kind", kind: 5 * time.Minute, job: 2 * time.Minute, useJobTimeout: true, want: 2 * time.Minute},
+		{name: "job zero keeps kind", kind: 5 * time.Minute, job: 0, useJobTimeout: true, want: 5 * time.Minute},
+		{name: "job off", kind: 5 * time.Minute, job: none, useJobTimeout: true, want: none},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			k := kind(t, "timed")
+			_, err := k.Enqueue(b.ctx, b.pool, Task{})
+			require.NoError(t, err)
+			left := make(chan time.Duration, 1)
+			start(t, b, worker.Config{JobTimeout: tc.worker}, func(w *worker.Worker) {
+				var opts []worker.HandleOption
+				if tc.kind != 0 {
+					opts = append(opts, worker.Timeout(tc.kind))
+				}
+				if tc.useJobTimeout {
+					opts = append(opts, worker.JobTimeout(func(*jobs.Job[Task]) time.Duration { return tc.job }))
+				}
+				must(t, worker.Handle(w, k, func(ctx context.Context, _ *jobs.Job[Task]) error {
+					deadline, ok := ctx.Deadline()
+					if !ok {
+						left <- none
+					} else {
+						left <- time.Until(deadline)
+					}
+					return nil
+				}, opts...))
+			})
+			got := <-left
+			if tc.want == none {
+				require.Equal(t, none, got, "no deadline")
+				return
+			}
+			// The deadline was set when the run began, moments before.
+			require.LessOrEqual(t, got, tc.want)
+			require.Greater(t, got, tc.want-30*time.Second)
+		})
+	}
+}
+
+// TestShutdownWaitsForFinishingHandlers: a handler still running when
+// shutdown begins, and finishing within ShutdownTimeout, is waited for and
+// its result recorded — Run does not return before it, and the job is not
+// given back.
+func TestShutdownWaitsForFinishingHandlers(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "finishing")
+	_, err := k.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{}, Task{}))
+	require.NoError(t, err)
+	w, err := worker.New(b.pool, fast(worker.Config{ShutdownTimeout: time.Minute}))
+	require.NoError(t, err)
+	seen := observe(w)
+	inHandler := make(chan int64, 2)
+	release := make(chan struct{})
+	var cancelled sync.Map
+	must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+		inHandler <- j.ID
+		<-release
+		if ctx.Err() != nil {
+			cancelled.Store(j.ID, true)
+		}
+		return nil
+	}))
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(ctx) }()
+	ids := []int64{<-inHandler, <-inHandler}
+	cancel() // shutdown begins while both handlers run
+	select {
+	case err := <-errc:
+		t.Fatalf("Run returned (%v) before its running handlers finished", err)
+	default:
+	}
+	close(release)
+	select {
+	case err := <-errc:
+		require.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not return")
+	}
+	live, dead := b.totals(t)
+	require.Zero(t, live, "recorded, not given back")
+	require.Zero(t, dead)
+	for _, id := range ids {
+		require.Equal(t, []string{worker.OutcomeDone}, seen.of(id, 1))
+		_, wasCancelled := cancelled.Load(id)
+		require.False(t, wasCancelled, "a handler within the deadline is not cancelled")
+	}
+}
+
