@@ -206,6 +206,8 @@ func (w *Worker) recordAcks(acks []completion, again, unsure []completion) ([]co
 		switch {
 		case deleted[claimKey{c.claim.id, c.claim.attempt}]:
 			w.report(c, outcomeDone)
+		case c.claim.ackCommitted.Load():
+			w.report(c, outcomeDone)
 		case !c.ambiguous && !c.claim.ackedInTx.Load():
 			w.report(c, outcomeRefused)
 		case c.claim.leaseHeldAt(replied):
@@ -281,7 +283,7 @@ func (w *Worker) resolve(unsure []completion) (again []completion) {
 	}
 	for _, c := range unsure {
 		f := byClaim[claimKey{c.claim.id, c.claim.attempt}]
-		held := c.claim.leaseHeldAt(read)
+		held := c.claim.leaseHeldAt(read) || c.claim.ackCommitted.Load()
 		o := fateOfAck(f, held)
 		if !c.ok {
 			o = fateOfNack(f, c.claim.ackedInTx.Load(), held)

@@ -70,6 +70,7 @@ func (w *Worker) extend(ctx context.Context, claims []*claim, lease time.Duratio
 	if err != nil {
 		return 0, err
 	}
+	replied := time.Now()
 	held := make(map[claimKey]bool, len(rows))
 	for _, r := range rows {
 		held[claimKey{r.ID, r.Attempt}] = r.Extended
@@ -83,8 +84,13 @@ func (w *Worker) extend(ctx context.Context, claims []*claim, lease time.Duratio
 			extended++
 		case ok: // locked by another transaction right now: next beat
 		case c.ackedInTx.Load():
-			// Gone after the handler's own AckTx: most likely committed.
-			// Its result settles that; the handler is not cancelled.
+			// Gone after the handler's own AckTx: its transaction
+			// committed, which is proven if the lease still held (no one
+			// else could have removed the row). The handler is not
+			// cancelled either way; its result settles the rest.
+			if c.leaseHeldAt(replied) {
+				c.ackCommitted.Store(true)
+			}
 		case c.lose():
 			// Only a running handler loses its lease: a finished claim
 			// missing from the answer was acked meanwhile, and its

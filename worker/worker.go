@@ -198,7 +198,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopBG()
 	bgWG.Wait()
 	if !waitUntil(&w.poolWG, hardDeadline) {
-		w.log.Error("handlers ignore cancellation; leaving them behind", "goroutines", w.claims.len())
+		w.log.Error("handlers ignore cancellation; leaving them behind")
 	}
 	w.log.Info("hopper worker stopped")
 	return nil
