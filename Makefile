@@ -71,10 +71,16 @@ vet: ## go vet and gofmt
 	go vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1; }
 
+.PHONY: lint
+lint: ## staticcheck, pinned in tools/go.mod, on Hopper and the embed-sqlc example
+	go tool -modfile=tools/go.mod staticcheck ./...
+	cd $(EXAMPLE) && go tool -modfile=../../tools/go.mod staticcheck ./...
+
 .PHONY: ci
-ci: ## what .ci/run runs once PostgreSQL is up: check-generated, vet, test, the restart scenario, a short fuzz
+ci: ## what .ci/run runs once PostgreSQL is up: check-generated, vet, lint, test, the restart scenario, a short fuzz
 	$(MAKE) check-generated
 	$(MAKE) vet
+	$(MAKE) lint
 	$(MAKE) test
 	$(MAKE) chaos-restart
 	$(MAKE) fuzz FUZZTIME=5s

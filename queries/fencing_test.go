@@ -70,7 +70,7 @@ func TestFencing(t *testing.T) {
 			_, _, ext, _ := stale(b, j)
 			got, err := b.q.Extend(b.ctx, ext)
 			require.NoError(t, err)
-			require.Equal(t, []db.ExtendRow{{ID: j.ID, Attempt: j.Attempt}}, got)
+			require.Equal(t, []db.ExtendRow{{ID: j.ID, Attempt: j.Attempt, Extended: true}}, got)
 		}},
 		{"second claimant releases", func(t *testing.T, b *bundle, j db.HopperJob) {
 			_, _, _, rel := stale(b, j)
@@ -137,17 +137,43 @@ func TestExtend(t *testing.T) {
 	b.enqueue(t, jobSpec{})
 	b.enqueue(t, jobSpec{})
 	claimed := b.claim(t, "w", 2)
+	before := b.dbNow(t)
 	held, err := b.q.Extend(b.ctx, db.ExtendParams{Ids: ids(claimed), Attempts: []int32{1, 1}, LeaseMs: 3_600_000})
 	require.NoError(t, err)
-	require.ElementsMatch(t, []db.ExtendRow{{ID: claimed[0].ID, Attempt: 1}, {ID: claimed[1].ID, Attempt: 1}}, held)
+	after := b.dbNow(t)
+	require.ElementsMatch(t, []db.ExtendRow{{ID: claimed[0].ID, Attempt: 1, Extended: true}, {ID: claimed[1].ID, Attempt: 1, Extended: true}}, held)
 	for _, h := range held {
 		j, err := b.q.GetJob(b.ctx, h.ID)
 		require.NoError(t, err)
-		require.WithinDuration(t, time.Now().Add(time.Hour), j.LeaseUntil.Time, 10*time.Second)
+		requireBetween(t, before.Add(time.Hour), after.Add(time.Hour), j.LeaseUntil.Time, "extended to lease_ms from the extend")
 	}
 	none, err := b.q.Extend(b.ctx, db.ExtendParams{LeaseMs: 1000})
 	require.NoError(t, err)
 	require.Empty(t, none)
+
+	// A shorter extension (the heartbeat's) never shortens a longer one
+	// (a handler's ExtendLease).
+	again, err := b.q.Extend(b.ctx, db.ExtendParams{Ids: ids(claimed), Attempts: []int32{1, 1}, LeaseMs: 1000})
+	require.NoError(t, err)
+	require.Len(t, again, 2)
+	for _, h := range again {
+		require.True(t, h.Extended)
+		j, err := b.q.GetJob(b.ctx, h.ID)
+		require.NoError(t, err)
+		requireBetween(t, before.Add(time.Hour), after.Add(time.Hour), j.LeaseUntil.Time, "kept the longer lease")
+	}
+
+	// A row another transaction holds locked is reported held but not
+	// extended, at once: Extend never waits for a lock.
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	locked, err := db.New(tx).AckBatch(b.ctx, db.AckBatchParams{Ids: ids(claimed[:1]), Attempts: []int32{1}})
+	require.NoError(t, err)
+	require.Len(t, locked, 1)
+	busy, err := b.q.Extend(b.ctx, db.ExtendParams{Ids: ids(claimed), Attempts: []int32{1, 1}, LeaseMs: 7_200_000})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []db.ExtendRow{{ID: claimed[0].ID, Attempt: 1, Extended: false}, {ID: claimed[1].ID, Attempt: 1, Extended: true}}, busy)
 }
 
 func TestRelease(t *testing.T) {

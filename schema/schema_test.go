@@ -46,22 +46,6 @@ func objects(t *testing.T, ctx context.Context, d *testdb.DB, schemaName string)
 	return names
 }
 
-func without(names []string, drop ...string) []string {
-	var out []string
-	for _, n := range names {
-		keep := true
-		for _, d := range drop {
-			if n == d {
-				keep = false
-			}
-		}
-		if keep {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
 func TestUpDownUp(t *testing.T) {
 	ctx, d := setup(t)
 	before := objects(t, ctx, d, d.Schema)

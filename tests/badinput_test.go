@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
@@ -51,14 +52,17 @@ func TestBadInput(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(runCtx) }()
-	require.Eventually(t, func() bool {
+	// The condition runs on a goroutine of its own, so it reports through
+	// CollectT rather than t.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		stats, err := q.Stats(ctx)
-		require.NoError(t, err)
+		require.NoError(c, err)
 		byKind := map[string]db.StatsRow{}
 		for _, s := range stats {
 			byKind[s.Kind] = s
 		}
-		return byKind[odd.Name()].Dead == 1 && byKind[odd.Name()].Ready == 0 && byKind[odd.Name()].Running == 0
+		got := byKind[odd.Name()]
+		require.Equal(c, [3]int64{1, 0, 0}, [3]int64{got.Dead, got.Ready, got.Running}, "dead, ready, running")
 	}, 30*time.Second, 20*time.Millisecond)
 	stop()
 	require.NoError(t, <-errc, "the worker did not crash")

@@ -176,17 +176,40 @@ func (b *chaosBed) count(query string) int64 {
 	return n
 }
 
+// waitFor polls the database from the test's goroutine (count calls
+// require, so this is no require.Eventually) until cond holds, and fails
+// the test after limit: a stuck run, not a slow one, so limits are
+// generous.
+func (b *chaosBed) waitFor(what string, limit time.Duration, cond func() bool) {
+	b.t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.t.Fatalf("%s: not within %v (ledger %d, dead %d, live %d)", what, limit,
+				b.count("SELECT count(*) FROM chaos_ledger"), b.count("SELECT count(*) FROM hopper_dead_jobs"), b.count("SELECT count(*) FROM hopper_jobs"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// done says whether every job is in the ledger (or dead).
+func (b *chaosBed) done(n int) bool {
+	b.t.Helper()
+	return b.count("SELECT (SELECT count(DISTINCT job_id) FROM chaos_ledger) + (SELECT count(*) FROM hopper_dead_jobs)") >= int64(n)
+}
+
 // waitDone waits until every job is in the ledger (or dead).
 func (b *chaosBed) waitDone(n int, limit time.Duration) {
 	b.t.Helper()
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		if b.count("SELECT (SELECT count(DISTINCT job_id) FROM chaos_ledger) + (SELECT count(*) FROM hopper_dead_jobs)") >= int64(n) {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	b.t.Fatalf("not done within %v", limit)
+	b.waitFor("every job done", limit, func() bool { return b.done(n) })
+}
+
+// waitLedger waits until the ledger holds at least n completions.
+func (b *chaosBed) waitLedger(n int) {
+	b.t.Helper()
+	b.waitFor(fmt.Sprintf("%d completions", n), 3*time.Minute, func() bool {
+		return b.count("SELECT count(*) FROM chaos_ledger") >= int64(n)
+	})
 }
 
 // verdict checks the ledger and prints the scenario's figures.
@@ -222,15 +245,15 @@ func TestChaosWorkerCrashes(t *testing.T) {
 		b.start(id)
 	}
 	var lastKill time.Time
-	deadline := time.Now().Add(8 * time.Minute)
-	for b.count("SELECT count(DISTINCT job_id) FROM chaos_ledger") < int64(n) && time.Now().Before(deadline) {
-		time.Sleep(time.Duration(1500+rand.IntN(1000)) * time.Millisecond)
+	deadline := time.Now().Add(5 * time.Minute)
+	for !b.done(n) && time.Now().Before(deadline) {
+		time.Sleep(time.Duration(1500+rand.IntN(1000)) * time.Millisecond) // the kill cadence
 		victim := ids[rand.IntN(len(ids))]
 		b.kill(victim, syscall.SIGKILL)
 		lastKill = time.Now()
 		b.start(victim)
 	}
-	b.waitDone(n, time.Minute)
+	b.waitDone(n, 2*time.Minute)
 	b.verdict("worker crashes", n, time.Since(lastKill))
 }
 
@@ -246,11 +269,13 @@ func TestChaosConnectionsKilled(t *testing.T) {
 	b.start("w1")
 	b.start("w2")
 	var lastKill time.Time
+	workerBackends := "FROM pg_stat_activity WHERE application_name = '" + b.db.Schema + "' AND pid <> pg_backend_pid()"
 	for round := 1; round <= 5; round++ {
-		for b.count("SELECT count(*) FROM chaos_ledger") < int64(round*n/8) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		killed := b.count("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '" + b.db.Schema + "'")
+		// Progress, and connections to kill: the workers have reconnected.
+		b.waitFor(fmt.Sprintf("round %d", round), 3*time.Minute, func() bool {
+			return b.count("SELECT count(*) FROM chaos_ledger") >= int64(round*n/8) && b.count("SELECT count(*) "+workerBackends) > 0
+		})
+		killed := b.count("SELECT count(pg_terminate_backend(pid)) " + workerBackends)
 		require.Positive(t, killed)
 		lastKill = time.Now()
 	}
@@ -278,9 +303,7 @@ func TestChaosDatabaseRestart(t *testing.T) {
 	b.enqueue(n)
 	b.start("w1")
 	b.start("w2")
-	for b.count("SELECT count(*) FROM chaos_ledger") < int64(n/4) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	b.waitLedger(n / 4)
 	version := versions[len(versions)-1].Name()
 	before := b.count("SELECT count(*) FROM chaos_ledger")
 	restarting := time.Now()
@@ -318,9 +341,7 @@ func TestChaosGracefulShutdown(t *testing.T) {
 	for _, id := range []string{"w1", "w2", "w3", "w4"} {
 		b.start(id)
 	}
-	for b.count("SELECT count(*) FROM chaos_ledger") < 200 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	b.waitLedger(200)
 	for _, id := range []string{"w1", "w2", "w3", "w4"} {
 		b.kill(id, syscall.SIGTERM)
 	}

@@ -50,10 +50,12 @@ type result struct {
 	code           int
 }
 
-// hopper runs the binary against url with stdin.
+// hopper runs the binary against url with stdin. The timeout catches a
+// hung command; on a loaded machine the demo and bench take several times
+// their usual 10-20s.
 func hopper(t *testing.T, url, stdin string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, hopperBin, args...)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+url)
@@ -297,7 +299,9 @@ func TestSQLExport(t *testing.T) {
 }
 
 // TestDemo runs the README's first command's program for 10 seconds; its
-// summary must account for every job.
+// summary must account for every job, by the table and by the workers'
+// counters. How many jobs a loaded machine gets through is not its
+// business.
 func TestDemo(t *testing.T) {
 	t.Parallel()
 	r := hopper(t, testdb.Server(t), "", "demo", "--duration", "10s", "--rate", "1000")
@@ -308,10 +312,14 @@ func TestDemo(t *testing.T) {
 		n, _ := strconv.ParseInt(m[1], 10, 64)
 		return n
 	}
-	enqueued, completed, dead, pending, lost := count("enqueued"), count("completed"), count("dead"), count("pending"), count("lost")
+	enqueued, completed, unconfirmed := count("enqueued"), count("completed"), count("unconfirmed")
+	dead, pending, done, lost := count("dead"), count("pending"), count("done"), count("lost")
 	require.Zero(t, lost)
-	require.Equal(t, enqueued, completed+dead+pending)
-	require.Greater(t, enqueued, int64(5000))
+	require.Equal(t, enqueued, done+dead+pending)
+	// An unconfirmed result may or may not have committed: the table says.
+	require.LessOrEqual(t, completed, done, "every reported completion left the table")
+	require.LessOrEqual(t, done, completed+unconfirmed, "every job that left the table was reported")
+	require.Positive(t, enqueued)
 	require.Positive(t, dead, "some jobs exhausted their attempts")
 	require.Regexp(t, `retries\s+[1-9]`, r.stdout, "some jobs were retried")
 }
@@ -342,5 +350,7 @@ func TestBenchRuns(t *testing.T) {
 		}
 	}
 	require.EqualValues(t, 2000, report["drain"]["jobs"])
+	require.Positive(t, report["baseline"]["deleted"], "the baseline moved jobs, however starved")
+	require.Positive(t, report["continuous"]["worked_per_second"], "the continuous run worked jobs, however starved")
 	require.Regexp(t, `hopper bench: unknown mode`, hopper(t, testdb.Server(t), "", "bench", "--mode", "warp").stderr)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
@@ -86,10 +87,14 @@ func TestLeastPrivilege(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(runCtx) }()
 	q := db.New(app)
-	require.Eventually(t, func() bool {
+	// The condition runs on a goroutine of its own, so it reports through
+	// CollectT rather than t.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		stats, err := q.Stats(ctx)
-		require.NoError(t, err)
-		return len(stats) == 1 && stats[0].Ready+stats[0].Scheduled+stats[0].Running == 0 && stats[0].Dead == 1
+		require.NoError(c, err)
+		require.Len(c, stats, 1)
+		require.Zero(c, stats[0].Ready+stats[0].Scheduled+stats[0].Running, "live jobs")
+		require.EqualValues(c, 1, stats[0].Dead)
 	}, 30*time.Second, 20*time.Millisecond)
 	stop()
 	require.NoError(t, <-errc)

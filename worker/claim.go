@@ -49,7 +49,7 @@ type claim struct {
 	// lease still held, when no one else could have removed it: the
 	// handler's transaction committed.
 	ackCommitted atomic.Bool
-	slotFree  atomic.Bool  // the queue's slot was given back
+	slotFree     atomic.Bool // the queue's slot was given back
 
 	mu         sync.Mutex
 	cancel     context.CancelCauseFunc

@@ -27,7 +27,7 @@ func (w *Worker) execute(d dispatched) {
 	err := d.err
 	var elapsed time.Duration
 	if d.call != nil {
-		err, elapsed = w.run(d)
+		elapsed, err = w.run(d)
 	}
 	// Built only when something is logged: this is the hot path.
 	log := func() *slog.Logger {
@@ -60,7 +60,7 @@ func (w *Worker) execute(d dispatched) {
 
 // run calls the handler with its own context: cancelled when the lease is
 // lost, at the shutdown deadline, or after the run's timeout.
-func (w *Worker) run(d dispatched) (err error, elapsed time.Duration) {
+func (w *Worker) run(d dispatched) (elapsed time.Duration, err error) {
 	ctx, cancel := context.WithCancelCause(w.handlerBase)
 	defer cancel(nil)
 	start := time.Now()
@@ -75,7 +75,7 @@ func (w *Worker) run(d dispatched) (err error, elapsed time.Duration) {
 	if err != nil && d.timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("timed out after %v: %w", d.timeout, err)
 	}
-	return err, time.Since(start)
+	return time.Since(start), err
 }
 
 // completion turns a handler's result into an ack or a nack.

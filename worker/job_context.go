@@ -45,8 +45,8 @@ func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) 
 		return fmt.Errorf("hopper: extend lease of job %d: %w", job.ID, err)
 	case c.is(claimLost):
 		return fmt.Errorf("hopper: extend lease of job %d: %w", job.ID, ErrLeaseLost)
-	case c.ackCommitted.Load():
-		return nil // acknowledged for good: no lease left to keep
+	case c.ackedInTx.Load() && !c.is(claimLost):
+		return nil // its row is gone after the handler's own AckTx: no lease left to keep
 	case n == 0:
 		return fmt.Errorf("hopper: extend lease of job %d: %w", job.ID, ErrLeaseBusy)
 	}

@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -188,7 +187,7 @@ var errBoom = errors.New("boom")
 
 func kind(t *testing.T, name string, opts ...jobs.DefineOption) *jobs.Kind[Task] {
 	t.Helper()
-	k, err := jobs.NewKind[Task](fmt.Sprintf("%s", name), opts...)
+	k, err := jobs.NewKind[Task](name, opts...)
 	require.NoError(t, err)
 	return k
 }

@@ -158,7 +158,7 @@ func TestAckTxCommittedThenKeepsWorking(t *testing.T) {
 	after := make(chan error, 1)
 	reg := prometheus.NewRegistry()
 	var seen *outcomes
-	start(t, b, worker.Config{Registerer: reg, LeaseDuration: time.Second, HeartbeatInterval: 50 * time.Millisecond},
+	start(t, b, worker.Config{Registerer: reg, LeaseDuration: 3 * time.Second, HeartbeatInterval: 50 * time.Millisecond},
 		func(w *worker.Worker) {
 			seen = observe(w)
 			must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
@@ -173,10 +173,10 @@ func TestAckTxCommittedThenKeepsWorking(t *testing.T) {
 				if err := tx.Commit(ctx); err != nil {
 					return err
 				}
-				// Work on for longer than a lease (1s at 50ms a beat): the
+				// Work on for longer than a lease (3s at 50ms a beat): the
 				// heartbeat finds the row gone, which must neither cancel
 				// the handler nor leave the outcome in doubt.
-				err = waitBeats(ctx, w, 40)
+				err = waitBeats(ctx, w, 80)
 				if err == nil {
 					err = worker.ExtendLease(ctx, j, time.Minute) // nothing left to keep: no error
 				}
@@ -346,4 +346,3 @@ func TestShutdownWaitsForFinishingHandlers(t *testing.T) {
 		require.False(t, wasCancelled, "a handler within the deadline is not cancelled")
 	}
 }
-

@@ -310,23 +310,23 @@ func TestShutdownReleasesUnfinished(t *testing.T) {
 	first.stop()
 	took := time.Since(began)
 	require.GreaterOrEqual(t, took, 200*time.Millisecond, "waited for the deadline")
-	require.Less(t, took, 10*time.Second)
 
 	stats, err := b.q.Stats(b.ctx)
 	require.NoError(t, err)
 	require.Len(t, stats, 1)
 	require.EqualValues(t, 3, stats[0].Ready, "released, ready at once")
 
-	var done atomic.Int64
+	seen := make(chan [2]int32, 3)
 	start(t, b, worker.Config{PollInterval: time.Hour}, func(w *worker.Worker) {
 		must(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
-			require.Equal(t, int32(2), j.Attempt)
-			require.Equal(t, int32(2), j.MaxAttempts, "the released claim was not charged")
-			done.Add(1)
+			seen <- [2]int32{j.Attempt, j.MaxAttempts}
 			return nil
 		}))
 	})
-	waitFor(t, "second worker finished them", func() bool { return done.Load() == 3 })
+	for range 3 {
+		// attempt 2 of max 2: the released claim was not charged.
+		require.Equal(t, [2]int32{2, 2}, <-seen, "attempt and max attempts of a released job")
+	}
 }
 
 // TestAckTx: a handler acks inside its own transaction; rolled back, the
@@ -414,18 +414,20 @@ func TestWorkerKilled(t *testing.T) {
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_ = cmd.Wait()
 
-	var ran atomic.Int64
+	again := make(chan *jobs.Job[Task], 3)
 	start(t, b, worker.Config{}, func(w *worker.Worker) {
 		must(t, worker.Handle(w, blocking, func(_ context.Context, j *jobs.Job[Task]) error {
-			require.Equal(t, int32(2), j.Attempt)
-			require.Len(t, j.Errors, 1)
-			require.Equal(t, "lease expired", j.Errors[0].Error)
-			require.Equal(t, "doomed", j.Errors[0].Owner)
-			ran.Add(1)
+			again <- j
 			return nil
 		}))
 	})
-	waitFor(t, "all three ran again", func() bool { return ran.Load() == 3 })
+	for range 3 {
+		j := <-again
+		require.Equal(t, int32(2), j.Attempt)
+		require.Len(t, j.Errors, 1)
+		require.Equal(t, "lease expired", j.Errors[0].Error)
+		require.Equal(t, "doomed", j.Errors[0].Owner)
+	}
 	waitFor(t, "table empty", func() bool { live, _ := b.totals(t); return live == 0 })
 }
 

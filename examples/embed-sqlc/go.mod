@@ -9,6 +9,7 @@ require (
 	github.com/hopperq/hopper v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/stretchr/testify v1.12.1
+	go.uber.org/goleak v1.3.0
 )
 
 require (

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"example.com/shop"
@@ -103,10 +104,12 @@ func TestWorkerConfirmsOrder(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(runCtx) }()
-	require.Eventually(t, func() bool {
+	// The condition runs on a goroutine of its own, so it reports through
+	// CollectT rather than t.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		o, err := q.GetOrder(ctx, id)
-		require.NoError(t, err)
-		return o.ConfirmedAt.Valid
+		require.NoError(c, err)
+		require.True(c, o.ConfirmedAt.Valid, "order confirmed")
 	}, 30*time.Second, 20*time.Millisecond)
 	stop()
 	require.NoError(t, <-done)

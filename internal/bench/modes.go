@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,13 +57,20 @@ func machine(ctx context.Context, dbURL string) Machine {
 // ---- the worker process ----
 
 // workerProc is a worker process started for a measurement; it reports its
-// completed count on stdout.
+// counters on stdout: jobs completed, and results unconfirmed (a job's
+// ack sent, its reply lost: the job may be done or not, only the table
+// tells).
 type workerProc struct {
-	cmd       *exec.Cmd
-	completed atomic.Int64
-	ready     chan struct{}
-	exited    chan struct{}
+	cmd         *exec.Cmd
+	completed   atomic.Int64
+	unconfirmed atomic.Int64
+	ready       chan struct{}
+	exited      chan struct{}
 }
+
+// finished is every job whose ack was sent: completed, or perhaps
+// completed.
+func (p *workerProc) finished() int64 { return p.completed.Load() + p.unconfirmed.Load() }
 
 func startWorkers(cfg Config, dbURL string) (*workerProc, error) {
 	args := append(cfg.WorkerCommand[1:len(cfg.WorkerCommand):len(cfg.WorkerCommand)],
@@ -90,8 +96,10 @@ func startWorkers(cfg Config, dbURL string) (*workerProc, error) {
 				close(p.ready)
 				continue
 			}
-			if n, err := strconv.ParseInt(strings.TrimPrefix(line, "completed "), 10, 64); err == nil {
-				p.completed.Store(n)
+			var completed, unconfirmed int64
+			if _, err := fmt.Sscanf(line, workerReport, &completed, &unconfirmed); err == nil {
+				p.completed.Store(completed)
+				p.unconfirmed.Store(unconfirmed)
 			}
 		}
 	}()
@@ -101,19 +109,25 @@ func startWorkers(cfg Config, dbURL string) (*workerProc, error) {
 	case <-p.exited:
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("worker process exited at start")
-	case <-time.After(30 * time.Second):
+	case <-time.After(2 * time.Minute):
 		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("worker process did not start")
+		<-p.exited
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("worker process did not start within 2 minutes")
 	}
 }
 
-// stop ends the worker process and returns its peak memory.
-func (p *workerProc) stop() (peak int64) {
+// stop ends the worker process and returns its peak memory. Once it has
+// returned, the counters hold the process's final report; err says the
+// process failed, and that they may be stale.
+func (p *workerProc) stop() (peak int64, err error) {
 	peak, _ = peakRSS(p.cmd.Process.Pid)
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	<-p.exited
-	_ = p.cmd.Wait()
-	return peak
+	if err := p.cmd.Wait(); err != nil {
+		return peak, fmt.Errorf("worker process: %w", err)
+	}
+	return peak, nil
 }
 
 func (p *workerProc) cpu() float64 {
@@ -121,10 +135,14 @@ func (p *workerProc) cpu() float64 {
 	return s
 }
 
+// workerReport is the line the worker process prints every 50ms, and once
+// more after its workers have stopped.
+const workerReport = "completed %d unconfirmed %d"
+
 // RunWorkerProcess is the worker side of a benchmark (`hopper bench --role
 // worker`): it runs workers workers with a no-op handler (or one that waits
-// handlerTime) until ctx ends, printing "ready" and then its completed
-// count every 50ms.
+// handlerTime) until ctx ends, printing "ready" and then its counters
+// (workerReport) every 50ms.
 func RunWorkerProcess(ctx context.Context, dbURL string, workers, concurrency int, handlerTime time.Duration, out io.Writer) error {
 	if path := os.Getenv("HOPPER_BENCH_CPUPROFILE"); path != "" {
 		f, err := os.Create(path)
@@ -173,7 +191,9 @@ func RunWorkerProcess(ctx context.Context, dbURL string, workers, concurrency in
 	fmt.Fprintln(out, "ready")
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
-	report := func() { fmt.Fprintf(out, "completed %d\n", CounterSum("hopper_jobs_completed_total", reg)) }
+	report := func() {
+		fmt.Fprintf(out, workerReport+"\n", CounterSum(CompletedCounter, reg), CounterSum(UnconfirmedCounter, reg))
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -191,6 +211,59 @@ func RunWorkerProcess(ctx context.Context, dbURL string, workers, concurrency in
 			report()
 		}
 	}
+}
+
+// The worker's counters of job outcomes. A result is unconfirmed when its
+// statement was sent but its reply lost: the job may be done or not.
+const (
+	CompletedCounter   = "hopper_jobs_completed_total"
+	UnconfirmedCounter = "hopper_jobs_unconfirmed_total"
+)
+
+// CheckOutcomes compares what the workers reported with what the table
+// shows. enqueued jobs went in; completed and unconfirmed are the
+// workers' counters; live and dead are the rows still in hopper_jobs and
+// in hopper_dead_jobs. The database's count of done jobs, enqueued - live
+// - dead, must lie between completed (every reported completion is a job
+// gone) and completed + unconfirmed (every job gone was reported, if only
+// as unconfirmed). It returns that count.
+func CheckOutcomes(enqueued, completed, unconfirmed, live, dead int64) (done int64, err error) {
+	done = enqueued - live - dead
+	switch {
+	case done < completed:
+		return done, fmt.Errorf("the workers report %d jobs completed, the database shows %d done (enqueued %d - live %d - dead %d)",
+			completed, done, enqueued, live, dead)
+	case done > completed+unconfirmed:
+		return done, fmt.Errorf("the database shows %d jobs done (enqueued %d - live %d - dead %d), the workers report only %d completed and %d unconfirmed: %d lost",
+			done, enqueued, live, dead, completed, unconfirmed, done-completed-unconfirmed)
+	}
+	return done, nil
+}
+
+// TableCounts reads the jobs still in hopper_jobs (ready, scheduled or
+// running) and those in hopper_dead_jobs.
+func TableCounts(ctx context.Context, pool *pgxpool.Pool) (live, dead int64, err error) {
+	stats, err := db.New(pool).Stats(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, s := range stats {
+		live += s.Ready + s.Scheduled + s.Running
+		dead += s.Dead
+	}
+	return live, dead, nil
+}
+
+// checkTable is CheckOutcomes for a scratch schema holding scheduled
+// far-future jobs besides the enqueued ones, once the worker process has
+// stopped.
+func checkTable(ctx context.Context, pool *pgxpool.Pool, p *workerProc, enqueued int64, scheduled int) error {
+	live, dead, err := TableCounts(ctx, pool)
+	if err != nil {
+		return err
+	}
+	_, err = CheckOutcomes(enqueued, p.completed.Load(), p.unconfirmed.Load(), live-int64(scheduled), dead)
+	return err
 }
 
 // CounterSum adds up a counter family over every label and registry.
@@ -257,7 +330,12 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 	if err != nil {
 		return nil, err
 	}
-	defer p.stop()
+	stopped := false
+	defer func() {
+		if !stopped {
+			_, _ = p.stop()
+		}
+	}()
 
 	var enqueued atomic.Int64
 	prodCtx, stopProducing := context.WithCancel(ctx)
@@ -271,15 +349,15 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 		go func() {
 			defer pwg.Done()
 			for prodCtx.Err() == nil {
-				if enqueued.Load()-p.completed.Load() > maxBacklog {
+				if enqueued.Load()-p.finished() > maxBacklog {
 					time.Sleep(200 * time.Microsecond)
 					continue
 				}
-				res, err := noop.EnqueueMany(prodCtx, s.pool, items)
+				// Not cancelled midway: a batch that commits is counted,
+				// so that the table can be checked against the counters.
+				res, err := noop.EnqueueMany(context.WithoutCancel(prodCtx), s.pool, items)
 				if err != nil {
-					if prodCtx.Err() == nil {
-						perr <- err
-					}
+					perr <- err
 					return
 				}
 				enqueued.Add(int64(res.Inserted))
@@ -287,19 +365,37 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 		}()
 	}
 
-	// Warm up, then measure.
-	time.Sleep(2 * time.Second)
+	// Warm up, then measure for cfg.Duration, and on until a job has been
+	// worked: a starved run reports a low figure, not none.
+	select {
+	case err := <-perr:
+		return nil, err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-p.exited:
+		return nil, fmt.Errorf("worker process died")
+	case <-time.After(2 * time.Second):
+	}
 	startDone, startEnq, startAt := p.completed.Load(), enqueued.Load(), time.Now()
 	startCPU := p.cpu()
 	meter := startPGMeter()
 	var samples []float64
 	last := startDone
-	for t := time.Now(); time.Since(startAt) < cfg.Duration; {
+	for t := time.Now(); time.Since(startAt) < cfg.Duration || last == startDone; {
+		if time.Since(startAt) > cfg.Duration+time.Minute {
+			meter.seconds()
+			return nil, fmt.Errorf("no job worked in %v", time.Since(startAt).Round(time.Second))
+		}
 		select {
 		case err := <-perr:
+			meter.seconds()
 			return nil, err
 		case <-ctx.Done():
+			meter.seconds()
 			return nil, ctx.Err()
+		case <-p.exited:
+			meter.seconds()
+			return nil, fmt.Errorf("worker process died")
 		case <-time.After(time.Until(t.Add(time.Second))):
 		}
 		t = t.Add(time.Second)
@@ -315,12 +411,25 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 	pwg.Wait()
 	r := &ContinuousResult{
 		Seconds: secs, WorkedPerSecond: float64(done) / secs, EnqueuedPerSecond: float64(enq) / secs,
-		Samples: samples, WorkerCPUPer1000: 1000 * workerCPU / float64(max(done, 1)),
+		Samples: samples, WorkerCPUPer1000: 1000 * workerCPU / float64(done),
 	}
 	if pgOK {
-		r.PostgresCPUPer1000 = 1000 * pgCPU / float64(max(done, 1))
+		r.PostgresCPUPer1000 = 1000 * pgCPU / float64(done)
 	}
-	r.WorkerPeakRSSBytes = p.stop()
+	stopped = true
+	if r.WorkerPeakRSSBytes, err = p.stop(); err != nil {
+		return nil, err
+	}
+	select {
+	case err := <-perr: // a producer failed after the measurement
+		return nil, err
+	default:
+	}
+	// The throughput comes from the worker's counters: check them against
+	// the table.
+	if err := checkTable(ctx, s.pool, p, enqueued.Load(), scheduled); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -393,18 +502,41 @@ func runDrain(ctx context.Context, cfg Config) (*DrainResult, error) {
 		return nil, err
 	}
 	began := time.Now()
-	for p.completed.Load() < int64(cfg.Jobs) {
+	// Drained when every job's ack was sent; an unconfirmed one may not
+	// have committed (the job runs again once its lease expires), so the
+	// table has the last word.
+	for drained := false; !drained; {
 		select {
 		case <-ctx.Done():
-			p.stop()
+			_, _ = p.stop()
 			return nil, ctx.Err()
 		case <-p.exited:
+			_ = p.cmd.Wait()
 			return nil, fmt.Errorf("worker process died")
 		case <-time.After(5 * time.Millisecond):
 		}
+		if p.finished() < int64(cfg.Jobs) {
+			continue
+		}
+		if p.unconfirmed.Load() == 0 {
+			break
+		}
+		live, _, err := TableCounts(ctx, s.pool)
+		if err != nil {
+			_, _ = p.stop()
+			return nil, err
+		}
+		drained = live == int64(cfg.Scheduled)
 	}
 	secs := time.Since(began).Seconds()
-	return &DrainResult{Jobs: cfg.Jobs, Seconds: secs, JobsPerSecond: float64(cfg.Jobs) / secs, WorkerPeakRSSBytes: p.stop()}, nil
+	peak, err := p.stop()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTable(ctx, s.pool, p, int64(cfg.Jobs), cfg.Scheduled); err != nil {
+		return nil, err
+	}
+	return &DrainResult{Jobs: cfg.Jobs, Seconds: secs, JobsPerSecond: float64(cfg.Jobs) / secs, WorkerPeakRSSBytes: peak}, nil
 }
 
 // ---- enqueue ----
@@ -502,8 +634,8 @@ func runLatency(ctx context.Context, cfg Config) (*LatencyResult, error) {
 		select {
 		case at := <-started:
 			lat = append(lat, max(at.Sub(committed), 0))
-		case <-time.After(10 * time.Second):
-			return nil, fmt.Errorf("a job was not picked up within 10s")
+		case <-time.After(time.Minute): // a stuck worker, not a slow one
+			return nil, fmt.Errorf("a job was not picked up within a minute")
 		case err := <-errc:
 			return nil, fmt.Errorf("worker stopped: %v", err)
 		}

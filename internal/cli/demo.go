@@ -8,10 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -34,6 +36,11 @@ const (
 	demoSlowFor    = 2500 * time.Millisecond // outlives two leases: the heartbeat keeps it
 	demoTick       = 100 * time.Millisecond
 	demoReportWait = 3 * time.Second
+
+	// The summary's reading of the table: every job's payload carries
+	// the sequence number the producer gave it.
+	demoLiveSeqsSQL = "SELECT (payload->>'seq')::bigint FROM hopper_jobs"
+	demoDeadSeqsSQL = "SELECT (payload->>'seq')::bigint FROM hopper_dead_jobs"
 )
 
 type demoJob struct {
@@ -109,9 +116,10 @@ func runDemo(e *env, duration time.Duration, rate int) error {
 	registries := make([]*prometheus.Registry, demoWorkers)
 	var wg sync.WaitGroup
 	errs := make(chan error, demoWorkers)
+	ran := &demoLedger{}
 	for i := range demoWorkers {
 		registries[i] = prometheus.NewRegistry()
-		w, err := newDemoWorker(pool, i, registries[i], k)
+		w, err := newDemoWorker(pool, i, registries[i], k, ran)
 		if err != nil {
 			return err
 		}
@@ -142,7 +150,7 @@ func runDemo(e *env, duration time.Duration, rate int) error {
 			}
 			running = false
 		case <-ticker.C:
-			done := bench.CounterSum("hopper_jobs_completed_total", registries...)
+			done := bench.CounterSum(bench.CompletedCounter, registries...)
 			line, err := demoProgress(e.ctx, pool, time.Since(began), done-lastDone, registries)
 			if err == nil {
 				fmt.Fprintln(e.stdout, line+fmt.Sprintf("  done %d", done))
@@ -161,10 +169,33 @@ func runDemo(e *env, duration time.Duration, rate int) error {
 			return err
 		}
 	}
-	return demoSummary(e.stdout, pool, enqueued.Load(), bench.CounterSum("hopper_jobs_completed_total", registries...))
+	return demoSummary(e.stdout, pool, enqueued.Load(), bench.CounterSum(bench.CompletedCounter, registries...),
+		bench.CounterSum(bench.UnconfirmedCounter, registries...), ran)
 }
 
-func newDemoWorker(pool *pgxpool.Pool, i int, reg *prometheus.Registry, k demoKinds) (*worker.Worker, error) {
+// demoLedger records, by sequence number, the jobs whose handler
+// succeeded at least once.
+type demoLedger struct {
+	mu   sync.Mutex
+	bits []uint64
+}
+
+func (l *demoLedger) add(seq int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for int64(len(l.bits)) <= seq/64 {
+		l.bits = append(l.bits, 0)
+	}
+	l.bits[seq/64] |= 1 << (seq % 64)
+}
+
+func (l *demoLedger) has(seq int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return seq/64 < int64(len(l.bits)) && l.bits[seq/64]&(1<<(seq%64)) != 0
+}
+
+func newDemoWorker(pool *pgxpool.Pool, i int, reg *prometheus.Registry, k demoKinds, ran *demoLedger) (*worker.Worker, error) {
 	w, err := worker.New(pool, worker.Config{
 		ID:            fmt.Sprintf("demo-worker-%d", i+1),
 		Queues:        map[string]int{jobs.DefaultQueue: 50},
@@ -178,8 +209,9 @@ func newDemoWorker(pool *pgxpool.Pool, i int, reg *prometheus.Registry, k demoKi
 	if err != nil {
 		return nil, err
 	}
-	quick := func(ctx context.Context, _ *jobs.Job[demoJob]) error {
+	quick := func(ctx context.Context, j *jobs.Job[demoJob]) error {
 		time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+		ran.add(j.Payload.Seq)
 		return nil
 	}
 	return w, errors.Join(
@@ -189,14 +221,16 @@ func newDemoWorker(pool *pgxpool.Pool, i int, reg *prometheus.Registry, k demoKi
 			if j.Attempt == 1 {
 				return errors.New("upstream timeout (the demo fails every first attempt)")
 			}
+			ran.add(j.Payload.Seq)
 			return nil
 		}),
 		worker.Handle(w, k.doomed, func(context.Context, *jobs.Job[demoJob]) error {
 			return errors.New("invalid recipient (the demo always fails this kind)")
 		}),
-		worker.Handle(w, k.slow, func(ctx context.Context, _ *jobs.Job[demoJob]) error {
+		worker.Handle(w, k.slow, func(ctx context.Context, j *jobs.Job[demoJob]) error {
 			select {
 			case <-time.After(demoSlowFor):
+				ran.add(j.Payload.Seq)
 				return nil
 			case <-ctx.Done():
 				return context.Cause(ctx)
@@ -275,25 +309,68 @@ func demoProgress(ctx context.Context, pool *pgxpool.Pool, elapsed time.Duration
 		bench.CounterSum("hopper_jobs_failed_total", regs...), dead), nil
 }
 
-func demoSummary(w io.Writer, pool *pgxpool.Pool, enqueued, completed int64) error {
+// demoSummary accounts for every job twice. By the table: each job the
+// producer numbered 1..enqueued is still live (pending), dead, or done
+// (gone), and a done job must have had a successful handler run; one that
+// had none is lost. By the workers' counters: the done count must lie
+// between completed and completed + unconfirmed (a result whose reply was
+// lost may or may not have committed; the table says which).
+func demoSummary(w io.Writer, pool *pgxpool.Pool, enqueued, completed, unconfirmed int64, ran *demoLedger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	stats, err := db.New(pool).Stats(ctx)
-	if err != nil {
-		return err
-	}
+	seen := make([]bool, enqueued+1)
 	var pending, dead int64
-	for _, s := range stats {
-		pending += s.Ready + s.Scheduled + s.Running
-		dead += s.Dead
+	for _, q := range []struct {
+		sql string
+		n   *int64
+	}{{demoLiveSeqsSQL, &pending}, {demoDeadSeqsSQL, &dead}} {
+		seqs, err := demoSeqs(ctx, pool, q.sql)
+		if err != nil {
+			return err
+		}
+		for _, seq := range seqs {
+			if seq < 1 || seq > enqueued {
+				return fmt.Errorf("the table holds job number %d, the producer enqueued 1 to %d", seq, enqueued)
+			}
+			if seen[seq] {
+				return fmt.Errorf("job number %d is in the table twice", seq)
+			}
+			seen[seq] = true
+			*q.n++
+		}
 	}
-	lost := enqueued - completed - dead - pending
+	var lost int64
+	for seq := int64(1); seq <= enqueued; seq++ {
+		if !seen[seq] && !ran.has(seq) {
+			lost++
+		}
+	}
+	done := enqueued - pending - dead
 	fmt.Fprintln(w, "summary:")
-	fmt.Fprintf(w, "  enqueued   %d\n  completed  %d\n  dead       %d   (hopper --database-url ... dead list, with search_path=%s)\n  pending    %d   (scheduled, retrying or given back at shutdown)\n",
-		enqueued, completed, dead, demoSchema, pending)
-	fmt.Fprintf(w, "  lost       %d   (enqueued - completed - dead - pending)\n", lost)
+	line := func(name string, n int64, note string) {
+		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %-11s %8d   %s", name, n, note), " "))
+	}
+	line("enqueued", enqueued, "")
+	line("completed", completed, "(the workers' "+bench.CompletedCounter+")")
+	line("unconfirmed", unconfirmed, "(the workers' "+bench.UnconfirmedCounter+": results whose reply was lost; the table says which committed)")
+	line("dead", dead, "(hopper --database-url ... dead list, with search_path="+demoSchema+")")
+	line("pending", pending, "(scheduled, retrying or given back at shutdown)")
+	line("done", done, "(gone from the table: enqueued - dead - pending; must lie between completed and completed + unconfirmed)")
+	line("lost", lost, "(gone from the table without a successful run, by the payloads' sequence numbers)")
 	if lost != 0 {
 		return fmt.Errorf("%d jobs unaccounted for", lost)
 	}
+	if _, err := bench.CheckOutcomes(enqueued, completed, unconfirmed, pending, dead); err != nil {
+		return fmt.Errorf("the workers' counters disagree with the table: %w", err)
+	}
 	return nil
+}
+
+// demoSeqs reads the sequence numbers of the jobs a query selects.
+func demoSeqs(ctx context.Context, pool *pgxpool.Pool, query string) ([]int64, error) {
+	rows, err := pool.Query(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
 }
