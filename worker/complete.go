@@ -131,18 +131,28 @@ func (w *Worker) flush(batch []completion) {
 		if failures > 0 {
 			delay := retryDelay(failures)
 			w.log.Warn("recording results failed; retrying", "jobs", len(pending), "in", delay)
-			if !sleep(w.hard, delay) {
-				for _, c := range pending {
-					if c.ambiguous || c.claim.ackedInTx.Load() {
-						w.report(c, outcomeUnconfirmed)
-					} else {
-						w.report(c, outcomeUnrecorded)
-					}
-				}
-				return
-			}
+			sleep(w.hard, delay)
+		}
+		if w.hard.Err() != nil {
+			// Past the hard deadline nothing more is sent: a statement
+			// started now would fail before leaving the process, which
+			// proves nothing about earlier tries.
+			w.giveUp(pending)
+			return
 		}
 		pending = w.record(pending)
+	}
+}
+
+// giveUp settles results that can no longer be recorded: unconfirmed when
+// an earlier try may have committed, unrecorded when none did.
+func (w *Worker) giveUp(pending []completion) {
+	for _, c := range pending {
+		if c.ambiguous || c.claim.ackedInTx.Load() {
+			w.report(c, outcomeUnconfirmed)
+		} else {
+			w.report(c, outcomeUnrecorded)
+		}
 	}
 }
 

@@ -25,10 +25,11 @@ func (w *Worker) shutdown(hardDeadline time.Time) {
 }
 
 // waitUntil waits for wg until deadline and reports whether it finished.
+// A group already done says so even when the deadline has passed.
 func waitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
-	t := time.NewTimer(time.Until(deadline))
+	t := time.NewTimer(max(time.Until(deadline), 10*time.Millisecond))
 	defer t.Stop()
 	select {
 	case <-finished:
