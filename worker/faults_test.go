@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/jobs"
@@ -82,28 +81,10 @@ func TestMetricsCount(t *testing.T) {
 	// The counters move once the worker has read each statement's reply,
 	// a moment after the database shows its effect.
 	waitFor(t, "counters", func() bool {
-		return testutil.ToFloat64(counter(t, reg, "hopper_jobs_completed_total")) == 3 &&
-			testutil.ToFloat64(counter(t, reg, "hopper_jobs_dead_total")) == 1
+		return metricValue(t, reg, "hopper_jobs_completed_total") == 3 &&
+			metricValue(t, reg, "hopper_jobs_dead_total") == 1
 	})
-	require.Equal(t, 4.0, testutil.ToFloat64(counter(t, reg, "hopper_jobs_claimed_total")))
-}
-
-// counter sums a counter family across its labels.
-func counter(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
-	t.Helper()
-	families, err := reg.Gather()
-	require.NoError(t, err)
-	sum := 0.0
-	for _, f := range families {
-		if f.GetName() == name {
-			for _, m := range f.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name})
-	c.Add(sum)
-	return c
+	require.Equal(t, 4.0, metricValue(t, reg, "hopper_jobs_claimed_total"))
 }
 
 // TestMetricsEndpoint scrapes the endpoint a worker serves.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
@@ -190,4 +191,20 @@ func kind(t *testing.T, name string, opts ...jobs.DefineOption) *jobs.Kind[Task]
 	k, err := jobs.NewKind[Task](name, opts...)
 	require.NoError(t, err)
 	return k
+}
+
+// metricValue sums a counter or gauge family across its labels.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
 }

@@ -36,22 +36,6 @@ func (o *outcomes) of(id int64, attempt int32) []string {
 	return append([]string(nil), o.got[[2]int64{id, int64(attempt)}]...)
 }
 
-// metricValue sums a counter or gauge family across its labels.
-func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	require.NoError(t, err)
-	sum := 0.0
-	for _, f := range families {
-		if f.GetName() == name {
-			for _, m := range f.GetMetric() {
-				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
-}
-
 // waitBeats blocks until the worker has done n more heartbeats, or ctx ends.
 func waitBeats(ctx context.Context, w *worker.Worker, n int64) error {
 	target := worker.Beats(w) + n
