@@ -39,4 +39,21 @@ fi
 if ! psql -h 127.0.0.1 -d postgres -Atc "SELECT 1 FROM pg_database WHERE datname = '$me'" | grep -q 1; then
 	createdb -h 127.0.0.1 "$me"
 fi
-echo "postgres: ready on 127.0.0.1:5432"
+
+# The test suites run two packages at once, each with parallel tests, worker
+# processes and their pools: Debian's default of 100 connections runs out
+# (seen: "sorry, too many clients already" on a loaded machine). Raise it
+# once, in a conf.d file of the project's own, and restart to apply it.
+want_conns=300
+have_conns=$(psql -h 127.0.0.1 -d postgres -Atc 'SHOW max_connections')
+if [ "$have_conns" -lt "$want_conns" ]; then
+	confd=$(dirname "$(psql -h 127.0.0.1 -d postgres -Atc 'SHOW config_file')")/conf.d
+	echo "postgres: raising max_connections from $have_conns to $want_conns ($confd/95-hopper-tests.conf)"
+	mkdir -p "$confd"
+	echo "max_connections = $want_conns # hopper's test suites (.ci/postgres.sh)" > "$confd/95-hopper-tests.conf"
+	version=$(ls /etc/postgresql | sort -V | tail -n 1)
+	pg_ctlcluster --skip-systemctl-redirect "$version" main restart
+	for _ in $(seq 1 60); do answers && break; sleep 1; done
+	answers || { echo "postgres: does not answer after the restart" >&2; exit 1; }
+fi
+echo "postgres: ready on 127.0.0.1:5432 (max_connections $(psql -h 127.0.0.1 -d postgres -Atc 'SHOW max_connections'))"
