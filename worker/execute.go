@@ -10,6 +10,13 @@ import (
 	"github.com/hopperq/hopper/db"
 )
 
+// timeoutError is the cause of a handler context whose run timed out. It
+// is formatted only when read: every job carries one (JobTimeout has a
+// default), and formatting it per job showed in the worker's CPU.
+type timeoutError struct{ after time.Duration }
+
+func (e *timeoutError) Error() string { return fmt.Sprintf("hopper: job timed out after %v", e.after) }
+
 // errAbandoned is the cause of the context of a handler given up on.
 var errAbandoned = errors.New("hopper: handler abandoned past its timeout")
 
@@ -68,7 +75,7 @@ func (w *Worker) run(d dispatched) (elapsed time.Duration, err error) {
 	ctx = context.WithValue(ctx, claimKeyCtx{}, d.claim)
 	if d.timeout > 0 {
 		var cancelTimeout context.CancelFunc
-		ctx, cancelTimeout = context.WithTimeoutCause(ctx, d.timeout, fmt.Errorf("hopper: job timed out after %v", d.timeout))
+		ctx, cancelTimeout = context.WithTimeoutCause(ctx, d.timeout, &timeoutError{d.timeout})
 		defer cancelTimeout()
 	}
 	err = d.call(ctx)
