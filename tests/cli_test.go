@@ -331,18 +331,21 @@ func TestBenchRuns(t *testing.T) {
 	if _, err := exec.LookPath("pgbench"); err != nil {
 		t.Skip("pgbench not installed")
 	}
-	r := hopper(t, testdb.Server(t), "", "bench", "--mode", "all", "--baseline", "--json", "--duration", "1s",
-		"--jobs", "2000", "--batch-size", "500", "--concurrency", "50", "--singles", "20", "--samples", "5", "--scheduled", "1000")
+	r := hopper(t, testdb.Server(t), "", "bench", "--mode", "all", "--baseline", "--json", "--duration", "1s", "--window", "1s",
+		"--jobs", "2000", "--batch-size", "500", "--concurrency", "50", "--singles", "20", "--samples", "5", "--scheduled", "1000",
+		"--hold-snapshot", "--burst", "500")
 	require.Zero(t, r.code, "stdout %s\nstderr %s", r.stdout, r.stderr)
 	var report map[string]map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &report))
 	for section, fields := range map[string][]string{
-		"continuous": {"worked_per_second", "enqueued_per_second", "worker_peak_rss_bytes", "worker_cpu_seconds_per_1000_jobs", "backlog_worked_per_second"},
-		"drain":      {"jobs_per_second"},
-		"enqueue":    {"copy_jobs_per_second", "single_p50_ms", "single_p99_ms"},
-		"latency":    {"p50_ms", "p95_ms", "p99_ms"},
-		"baseline":   {"jobs_per_second"},
-		"ratios":     {"continuous_to_baseline"},
+		"continuous": {"worked_per_second", "enqueued_per_second", "worker_peak_rss_bytes", "worker_cpu_seconds_per_1000_jobs", "backlog_worked_per_second",
+			"steady_worked_per_second", "windows_worked_per_second", "window_seconds", "table", "hold_snapshot", "burst"},
+		"server":   {"version", "settings"},
+		"drain":    {"jobs_per_second"},
+		"enqueue":  {"copy_jobs_per_second", "single_p50_ms", "single_p99_ms"},
+		"latency":  {"p50_ms", "p95_ms", "p99_ms"},
+		"baseline": {"jobs_per_second"},
+		"ratios":   {"continuous_to_baseline"},
 	} {
 		require.Contains(t, report, section)
 		for _, f := range fields {
@@ -352,5 +355,17 @@ func TestBenchRuns(t *testing.T) {
 	require.EqualValues(t, 2000, report["drain"]["jobs"])
 	require.Positive(t, report["baseline"]["deleted"], "the baseline moved jobs, however starved")
 	require.Positive(t, report["continuous"]["worked_per_second"], "the continuous run worked jobs, however starved")
+	require.Positive(t, report["continuous"]["steady_worked_per_second"])
+	require.EqualValues(t, 500, report["continuous"]["burst"])
+	// The settings that decide what the figures mean are in the report, and
+	// a server with autovacuum off (the CI server's) gets a loud warning.
+	settings, ok := report["server"]["settings"].(map[string]any)
+	require.True(t, ok, "server settings: %v", report["server"])
+	require.Contains(t, settings, "autovacuum")
+	if settings["autovacuum"] == "off" {
+		require.Contains(t, r.stderr, "WARNING: autovacuum is off")
+	} else {
+		require.NotContains(t, r.stderr, "WARNING: autovacuum is off")
+	}
 	require.Regexp(t, `hopper bench: unknown mode`, hopper(t, testdb.Server(t), "", "bench", "--mode", "warp").stderr)
 }

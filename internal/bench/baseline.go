@@ -39,6 +39,12 @@ type BaselineResult struct {
 	ClaimTransactions   int64   `json:"claim_transactions"`
 	FailedTransactions  int64   `json:"failed_transactions"`
 	JobsPerSecond       float64 `json:"jobs_per_second"`
+	// The steady state, measured as for the continuous run: jobs deleted
+	// per window (from the table's statistics), and the mean of the last
+	// half of the windows.
+	WindowSeconds       float64   `json:"window_seconds,omitempty"`
+	Windows             []float64 `json:"windows_jobs_per_second,omitempty"`
+	SteadyJobsPerSecond float64   `json:"steady_jobs_per_second,omitempty"`
 	// CPU per 1000 jobs, to set beside Hopper's worker and PostgreSQL
 	// figures: what the database spends, and what pgbench (the "client")
 	// spends.
@@ -118,7 +124,18 @@ func baselineRounds(ctx context.Context, cfg Config, s *scratch, pgbench string,
 		cmd.Env = append(os.Environ(), "PGOPTIONS=-c search_path="+s.name)
 		out.Reset()
 		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
+		if err := cmd.Start(); err != nil {
+			return 0, fmt.Errorf("pgbench: %w", err)
+		}
+		ran := make(chan struct{})
+		sampled := make(chan []float64, 1)
+		go func() { sampled <- sampleDeletes(ctx, s.pool, cfg.window(), ran) }()
+		err := cmd.Wait()
+		close(ran)
+		if ws := <-sampled; r.Rounds == 1 {
+			r.WindowSeconds, r.Windows, r.SteadyJobsPerSecond = cfg.window().Seconds(), ws, steady(ws)
+		}
+		if err != nil {
 			return 0, fmt.Errorf("pgbench: %v: %s", err, lastLines(out.String(), 5))
 		}
 		clientCPU += (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
@@ -236,4 +253,39 @@ func maintain(ctx context.Context, pool *pgxpool.Pool, name string) error {
 	}
 	_, err = pool.Exec(ctx, string(stmt))
 	return err
+}
+
+// sampleDeletes reads the baseline table's deleted-row count every window
+// until done closes, and returns the rate per whole window.
+func sampleDeletes(ctx context.Context, pool *pgxpool.Pool, window time.Duration, done <-chan struct{}) []float64 {
+	stmt, err := benchSQL.ReadFile("sql/baseline_deleted.sql")
+	if err != nil {
+		return nil
+	}
+	read := func() (int64, bool) {
+		var n int64
+		return n, pool.QueryRow(ctx, string(stmt)).Scan(&n) == nil
+	}
+	last, ok := read()
+	if !ok {
+		return nil
+	}
+	t := time.NewTicker(window)
+	defer t.Stop()
+	var rates []float64
+	for {
+		select {
+		case <-done:
+			return rates
+		case <-ctx.Done():
+			return rates
+		case <-t.C:
+		}
+		n, ok := read()
+		if !ok {
+			return rates
+		}
+		rates = append(rates, float64(n-last)/window.Seconds())
+		last = n
+	}
 }

@@ -36,6 +36,22 @@ type Config struct {
 	Singles     int           // enqueue: single transactional enqueues timed
 	Samples     int           // latency: jobs timed
 
+	// Window is the length of one reported window of the continuous run
+	// and the baseline; the headline rate is the mean of the last half of
+	// the windows (the steady state), not the warm-up.
+	Window time.Duration
+	// HoldSnapshot keeps a REPEATABLE READ transaction with a snapshot open
+	// for the whole continuous run (a long report, an idle-in-transaction
+	// session): dead tuples can then not be removed.
+	HoldSnapshot bool
+	// Burst adds this many ready jobs at once, a third of the way into the
+	// continuous run.
+	Burst int
+	// ScratchCluster: the run starts its own PostgreSQL cluster with
+	// production defaults (initdb into a temporary directory, its own port)
+	// and removes it afterwards; DatabaseURL is then that cluster's.
+	ScratchCluster bool
+
 	// DatabaseURL is the server to use; WorkerCommand starts the worker
 	// process (the hopper binary with "bench --role worker").
 	DatabaseURL   string
@@ -46,6 +62,7 @@ type Config struct {
 // Report is what a run found; --json prints it.
 type Report struct {
 	Machine    Machine            `json:"machine"`
+	Server     *ServerInfo        `json:"server,omitempty"`
 	Config     map[string]any     `json:"config"`
 	Continuous *ContinuousResult  `json:"continuous,omitempty"`
 	Drain      *DrainResult       `json:"drain,omitempty"`
@@ -110,13 +127,30 @@ func (s *scratch) drop() {
 
 // Run measures what cfg asks for.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.ScratchCluster {
+		c, err := startCluster(ctx, cfg.Log)
+		if err != nil {
+			return nil, err
+		}
+		defer c.stop() // also when a mode fails or ctx is cancelled (Ctrl-C)
+		// Everything connects here: the scratch schemas, hence the worker
+		// process (startWorkers passes it the schema's URL), and pgbench.
+		cfg.DatabaseURL = c.URL()
+	}
 	r := &Report{Machine: machine(ctx, cfg.DatabaseURL), Config: cfg.summary(), Ratios: map[string]float64{}}
+	// The settings say what the figures mean; not reading them is no
+	// reason to measure nothing.
+	server, err := readServer(ctx, cfg.DatabaseURL)
+	if err != nil {
+		server = &ServerInfo{Warnings: []string{fmt.Sprintf("could not read the server's settings (%v): the figures' conditions are unknown", err)}}
+	}
+	server.ScratchCluster = cfg.ScratchCluster
+	r.Server = server
 	modes := map[string]bool{cfg.Mode: true}
 	if cfg.Mode == "all" {
 		modes = map[string]bool{"continuous": true, "drain": true, "enqueue": true, "latency": true}
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(cfg.Log, format+"\n", args...) }
-	var err error
 	if modes["enqueue"] {
 		logf("enqueue: COPY in batches of %d, then %d single transactional enqueues", cfg.BatchSize, cfg.Singles)
 		if r.Enqueue, err = runEnqueue(ctx, cfg); err != nil {
@@ -149,6 +183,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if r.Continuous != nil && r.Baseline.JobsPerSecond > 0 {
 			r.Ratios["continuous_to_baseline"] = r.Continuous.WorkedPerSecond / r.Baseline.JobsPerSecond
 		}
+		if r.Continuous != nil && r.Baseline.SteadyJobsPerSecond > 0 {
+			r.Ratios["steady_continuous_to_baseline"] = r.Continuous.SteadyWorkedPerSecond / r.Baseline.SteadyJobsPerSecond
+		}
 		if r.Drain != nil && r.Baseline.JobsPerSecond > 0 {
 			r.Ratios["drain_to_baseline"] = r.Drain.JobsPerSecond / r.Baseline.JobsPerSecond
 		}
@@ -162,4 +199,13 @@ func (cfg Config) summary() map[string]any {
 		"concurrency": cfg.Concurrency, "batch_size": cfg.BatchSize, "producers": cfg.Producers,
 		"payload_size": cfg.PayloadSize, "handler_time": cfg.HandlerTime.String(), "scheduled_backlog": cfg.Scheduled,
 	}
+}
+
+// window is the reporting window: Window, but never longer than the run.
+func (cfg Config) window() time.Duration {
+	w := cfg.Window
+	if w <= 0 {
+		w = 10 * time.Second
+	}
+	return min(w, cfg.Duration)
 }

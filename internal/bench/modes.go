@@ -301,6 +301,25 @@ type ContinuousResult struct {
 	// far-future jobs in the table, and how much slower it was.
 	BacklogWorkedPerSecond float64 `json:"backlog_worked_per_second,omitempty"`
 	BacklogSlowdown        float64 `json:"backlog_slowdown,omitempty"`
+
+	// The steady state: the rate per window of WindowSeconds, and the
+	// headline, the mean of the last half of the windows (the first half
+	// is warm-up). WorkedPerSecond above is the whole run's mean.
+	WindowSeconds         float64   `json:"window_seconds"`
+	Windows               []float64 `json:"windows_worked_per_second"`
+	SteadyWorkedPerSecond float64   `json:"steady_worked_per_second"`
+	LastWindowPerSecond   float64   `json:"last_window_worked_per_second"`
+	// ClaimBuffersPerJob is the claim statement's shared buffers (hit or
+	// read) per job it claimed, per window, from pg_stat_statements; absent
+	// when the server does not load it. A claim that walks dead index
+	// entries shows here first.
+	ClaimBuffersPerJob []float64 `json:"claim_buffers_per_job,omitempty"`
+	// Table is the job table at the end of the run (with the snapshot, if
+	// one was held, still open).
+	Table *TableStats `json:"table,omitempty"`
+	// The pressure the run was under.
+	HoldSnapshot bool `json:"hold_snapshot,omitempty"`
+	Burst        int  `json:"burst,omitempty"`
 }
 
 func runContinuous(ctx context.Context, cfg Config) (*ContinuousResult, error) {
@@ -365,6 +384,15 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 		}()
 	}
 
+	pressure := scheduled == 0 // the backlog run repeats the clean one only
+	if pressure && cfg.HoldSnapshot {
+		release, err := holdSnapshot(ctx, s.url)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
+
 	// Warm up, then measure for cfg.Duration, and on until a job has been
 	// worked: a starved run reports a low figure, not none.
 	select {
@@ -379,6 +407,29 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 	startDone, startEnq, startAt := p.completed.Load(), enqueued.Load(), time.Now()
 	startCPU := p.cpu()
 	meter := startPGMeter()
+	claims := newClaimMeter(ctx, s.pool)
+	perWindow := max(int(cfg.window().Round(time.Second)/time.Second), 1)
+	var claimBuffers []float64
+	burstDone := make(chan error, 1)
+	if pressure && cfg.Burst > 0 {
+		go func() {
+			select {
+			case <-prodCtx.Done():
+				burstDone <- nil
+				return
+			case <-time.After(cfg.Duration / 3):
+			}
+			// A burst arrives at once: COPY, as an import would. Not cut
+			// off midway, so that what committed is counted.
+			err := enqueueCopy(context.WithoutCancel(prodCtx), s.pool, cfg.Burst, 5000, cfg.payload())
+			if err == nil {
+				enqueued.Add(int64(cfg.Burst))
+			}
+			burstDone <- err
+		}()
+	} else {
+		burstDone <- nil
+	}
 	var samples []float64
 	last := startDone
 	for t := time.Now(); time.Since(startAt) < cfg.Duration || last == startDone; {
@@ -402,6 +453,11 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 		now := p.completed.Load()
 		samples = append(samples, float64(now-last))
 		last = now
+		if len(samples)%perWindow == 0 {
+			if b := claims.window(ctx); b >= 0 {
+				claimBuffers = append(claimBuffers, b)
+			}
+		}
 	}
 	secs := time.Since(startAt).Seconds()
 	done, enq := p.completed.Load()-startDone, enqueued.Load()-startEnq
@@ -409,12 +465,28 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 	pgCPU, pgOK := meter.seconds()
 	stopProducing()
 	pwg.Wait()
+	if err := <-burstDone; err != nil {
+		return nil, fmt.Errorf("burst: %w", err)
+	}
 	r := &ContinuousResult{
 		Seconds: secs, WorkedPerSecond: float64(done) / secs, EnqueuedPerSecond: float64(enq) / secs,
 		Samples: samples, WorkerCPUPer1000: 1000 * workerCPU / float64(done),
 	}
 	if pgOK {
 		r.PostgresCPUPer1000 = 1000 * pgCPU / float64(done)
+	}
+	r.WindowSeconds = float64(perWindow)
+	r.Windows = windows(samples, perWindow)
+	r.SteadyWorkedPerSecond = steady(r.Windows)
+	if len(r.Windows) > 0 {
+		r.LastWindowPerSecond = r.Windows[len(r.Windows)-1]
+	}
+	r.ClaimBuffersPerJob = claimBuffers
+	if pressure {
+		r.HoldSnapshot, r.Burst = cfg.HoldSnapshot, cfg.Burst
+	}
+	if r.Table, err = readTableStats(ctx, s.pool); err != nil {
+		return nil, err
 	}
 	stopped = true
 	if r.WorkerPeakRSSBytes, err = p.stop(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/hopperq/hopper/internal/bench"
@@ -21,7 +22,10 @@ func benchCommand() *command {
 		summary: "measure throughput, latency, memory and PostgreSQL CPU on a scratch schema, with a pgbench raw-SQL baseline",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all")
-			fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "continuous and baseline: how long to measure")
+			fs.DurationVar(&cfg.Duration, "duration", time.Minute, "continuous and baseline: how long to measure (the steady state is the last half)")
+			fs.DurationVar(&cfg.Window, "window", 10*time.Second, "continuous and baseline: the length of one reported window")
+			fs.BoolVar(&cfg.HoldSnapshot, "hold-snapshot", false, "continuous: hold a REPEATABLE READ snapshot open for the whole run (a long report, an idle-in-transaction session)")
+			fs.IntVar(&cfg.Burst, "burst", 0, "continuous: this many ready jobs arrive at once a third of the way in")
 			fs.IntVar(&cfg.Jobs, "jobs", 1_000_000, "drain: backlog size; enqueue: jobs sent with COPY")
 			fs.IntVar(&cfg.Workers, "workers", 2, "worker instances in the worker process")
 			fs.IntVar(&cfg.Concurrency, "concurrency", 1000, "handler slots per worker")
@@ -33,6 +37,7 @@ func benchCommand() *command {
 			fs.BoolVar(&cfg.Baseline, "baseline", false, "also run pgbench's insert / SKIP LOCKED claim / delete cycle and report ratios")
 			fs.IntVar(&cfg.Singles, "singles", 2000, "enqueue: single transactional enqueues timed")
 			fs.IntVar(&cfg.Samples, "samples", 300, "latency: jobs timed")
+			fs.BoolVar(&cfg.ScratchCluster, "scratch-cluster", false, "start a throwaway PostgreSQL cluster with production defaults for the run (initdb, own port), removed afterwards")
 			fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 			fs.StringVar(&role, "role", "", "internal: 'worker' runs the benchmark's worker process")
 		},
@@ -49,14 +54,17 @@ func benchCommand() *command {
 				return fmt.Errorf("%w: unknown mode %q", errUsage, cfg.Mode)
 			}
 			if cfg.Duration < time.Second || cfg.Jobs < 1 || cfg.Workers < 1 || cfg.Concurrency < 1 || cfg.BatchSize < 1 ||
-				cfg.Producers < 1 || cfg.PayloadSize < 0 || cfg.HandlerTime < 0 || cfg.Scheduled < 0 || cfg.Singles < 1 || cfg.Samples < 1 {
-				return fmt.Errorf("%w: sizes and counts must be positive, --duration at least 1s", errUsage)
+				cfg.Producers < 1 || cfg.PayloadSize < 0 || cfg.HandlerTime < 0 || cfg.Scheduled < 0 || cfg.Singles < 1 || cfg.Samples < 1 ||
+				cfg.Window < time.Second || cfg.Burst < 0 {
+				return fmt.Errorf("%w: sizes and counts must be positive, --duration and --window at least 1s", errUsage)
 			}
-			pool, err := e.connect() // fail early, with the usual message
-			if err != nil {
-				return err
+			if !cfg.ScratchCluster { // the scratch cluster replaces the default database
+				pool, err := e.connect() // fail early, with the usual message
+				if err != nil {
+					return err
+				}
+				pool.Close()
 			}
-			pool.Close()
 			self, err := os.Executable()
 			if err != nil {
 				return err
@@ -68,6 +76,15 @@ func benchCommand() *command {
 				cfg.Log = e.stdout
 			}
 			report, err := bench.Run(e.ctx, cfg)
+			if report != nil && report.Server != nil {
+				// Loud, on stderr, in both modes: figures taken under these
+				// conditions are not what users will see.
+				defer func() {
+					for _, w := range report.Server.Warnings {
+						fmt.Fprintf(e.stderr, "WARNING: %s\n", w)
+					}
+				}()
+			}
 			if err != nil {
 				return err
 			}
@@ -83,11 +100,25 @@ func benchCommand() *command {
 }
 
 func printBench(w io.Writer, r *bench.Report) {
+	printServer(w, r.Server)
 	m := r.Machine
-	fmt.Fprintf(w, "\nmachine: %d CPUs, %s/%s, %s, PostgreSQL %s\n", m.CPUs, m.GoOS, m.GoArch, m.Go, m.Postgres)
+	fmt.Fprintf(w, "machine: %d CPUs, %s/%s, %s, PostgreSQL %s\n", m.CPUs, m.GoOS, m.GoArch, m.Go, m.Postgres)
 	if c := r.Continuous; c != nil {
 		fmt.Fprintf(w, "continuous: %.0f jobs/s worked, %.0f jobs/s enqueued over %.0fs; worker peak RSS %.0f MB; CPU per 1000 jobs: worker %.3fs, PostgreSQL %.3fs\n",
 			c.WorkedPerSecond, c.EnqueuedPerSecond, c.Seconds, float64(c.WorkerPeakRSSBytes)/1e6, c.WorkerCPUPer1000, c.PostgresCPUPer1000)
+		fmt.Fprintf(w, "  steady state (mean of the last half of %.0fs windows): %.0f jobs/s; last window %.0f jobs/s\n",
+			c.WindowSeconds, c.SteadyWorkedPerSecond, c.LastWindowPerSecond)
+		fmt.Fprintf(w, "  windows: %s\n", rates(c.Windows))
+		if len(c.ClaimBuffersPerJob) > 0 {
+			fmt.Fprintf(w, "  claim buffers per claimed job, per window (pg_stat_statements): %s\n", rates(c.ClaimBuffersPerJob))
+		}
+		if c.HoldSnapshot || c.Burst > 0 {
+			fmt.Fprintf(w, "  under pressure: snapshot held %v, burst of %d jobs\n", c.HoldSnapshot, c.Burst)
+		}
+		if t := c.Table; t != nil {
+			fmt.Fprintf(w, "  hopper_jobs at the end: %d dead / %d live tuples, table %.1f MB, indexes %.1f MB (ready index %.1f MB), autovacuums %d\n",
+				t.DeadTuples, t.LiveTuples, float64(t.TableBytes)/1e6, float64(t.IndexBytes)/1e6, float64(t.ReadyIndexBytes)/1e6, t.Autovacuums)
+		}
 		if c.BacklogWorkedPerSecond > 0 {
 			fmt.Fprintf(w, "  with the scheduled backlog: %.0f jobs/s (%.1f%% slower)\n", c.BacklogWorkedPerSecond, 100*c.BacklogSlowdown)
 		}
@@ -105,8 +136,55 @@ func printBench(w io.Writer, r *bench.Report) {
 	if b := r.Baseline; b != nil {
 		fmt.Fprintf(w, "baseline (pgbench, %d clients, batch %d): %.0f jobs/s; CPU per 1000 jobs: pgbench %.3fs, PostgreSQL %.3fs\n",
 			b.Clients, b.BatchSize, b.JobsPerSecond, b.ClientCPUPer1000, b.PostgresCPUPer1000)
+		if len(b.Windows) > 0 {
+			fmt.Fprintf(w, "  steady state: %.0f jobs/s; windows: %s\n", b.SteadyJobsPerSecond, rates(b.Windows))
+		}
 		for k, v := range r.Ratios {
 			fmt.Fprintf(w, "  ratio %s: %.2f\n", k, v)
 		}
 	}
+}
+
+// printServer prints the settings that decide what the figures mean.
+func printServer(w io.Writer, s *bench.ServerInfo) {
+	fmt.Fprintln(w)
+	if s == nil || s.Version == "" {
+		fmt.Fprintln(w, "server: settings unknown")
+		return
+	}
+	v := func(name string) string {
+		if x, ok := s.Settings[name]; ok {
+			return x
+		}
+		return "?"
+	}
+	origin := ""
+	if s.ScratchCluster {
+		origin = " (scratch cluster: initdb defaults"
+		if s.PgStatStatements {
+			origin += ", pg_stat_statements loaded for measurement"
+		}
+		origin += ")"
+	}
+	fmt.Fprintf(w, "server: PostgreSQL %s%s; autovacuum %s (naptime %s, cost_delay %s), synchronous_commit %s, fsync %s, full_page_writes %s\n",
+		s.Version, origin, v("autovacuum"), v("autovacuum_naptime"), v("autovacuum_vacuum_cost_delay"),
+		v("synchronous_commit"), v("fsync"), v("full_page_writes"))
+	fmt.Fprintf(w, "  shared_buffers %s, max_wal_size %s, work_mem %s, max_connections %s, pg_stat_statements %s\n",
+		v("shared_buffers"), v("max_wal_size"), v("work_mem"), v("max_connections"), map[bool]string{true: "loaded", false: "not loaded"}[s.PgStatStatements])
+}
+
+// rates prints a series of figures compactly: 41.8k 37.0k 32.3k …
+func rates(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		switch {
+		case x >= 10_000:
+			parts[i] = fmt.Sprintf("%.1fk", x/1000)
+		case x >= 100:
+			parts[i] = fmt.Sprintf("%.0f", x)
+		default:
+			parts[i] = fmt.Sprintf("%.1f", x)
+		}
+	}
+	return strings.Join(parts, " ")
 }
