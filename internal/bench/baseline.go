@@ -129,7 +129,7 @@ func baselineRounds(ctx context.Context, cfg Config, s *scratch, pgbench string,
 		}
 		ran := make(chan struct{})
 		sampled := make(chan []float64, 1)
-		go func() { sampled <- sampleDeletes(ctx, s.pool, cfg.window(), ran) }()
+		go func() { sampled <- sampleDeletes(ctx, s.pool, cfg.window(), cfg.Duration, ran) }()
 		err := cmd.Wait()
 		close(ran)
 		if ws := <-sampled; r.Rounds == 1 {
@@ -256,8 +256,10 @@ func maintain(ctx context.Context, pool *pgxpool.Pool, name string) error {
 }
 
 // sampleDeletes reads the baseline table's deleted-row count every window
-// until done closes, and returns the rate per whole window.
-func sampleDeletes(ctx context.Context, pool *pgxpool.Pool, window time.Duration, done <-chan struct{}) []float64 {
+// until done closes or the requested duration is covered, and returns the
+// rate per whole window. pgbench's tail (transactions still running when
+// -T ran out) is left out, as the continuous run leaves out its own.
+func sampleDeletes(ctx context.Context, pool *pgxpool.Pool, window, duration time.Duration, done <-chan struct{}) []float64 {
 	stmt, err := benchSQL.ReadFile("sql/baseline_deleted.sql")
 	if err != nil {
 		return nil
@@ -287,5 +289,9 @@ func sampleDeletes(ctx context.Context, pool *pgxpool.Pool, window time.Duration
 		}
 		rates = append(rates, float64(n-last)/window.Seconds())
 		last = n
+		if time.Duration(len(rates))*window >= duration {
+			<-done // pgbench's tail: not sampled
+			return rates
+		}
 	}
 }
