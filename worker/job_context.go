@@ -12,9 +12,9 @@ import (
 
 type claimKeyCtx struct{}
 
-// ErrLeaseBusy is returned by ExtendLease when the job's row is locked by
-// another transaction at that moment (typically the handler's own open
-// transaction after AckTx): nothing was extended; try again after it ends.
+// ErrLeaseBusy is returned by ExtendLease when the job's row stays locked
+// by another transaction (for example one of the application's that
+// selected it FOR UPDATE) through several tries: nothing was extended.
 var ErrLeaseBusy = errors.New("hopper: job row locked by another transaction")
 
 func claimFrom(ctx context.Context, id int64) (*claim, error) {
@@ -39,18 +39,25 @@ func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) 
 	if d <= 0 {
 		return fmt.Errorf("hopper: extend lease of job %d: %w: non-positive duration %v", job.ID, ErrInvalidConfig, d)
 	}
-	n, err := c.owner.extend(ctx, []*claim{c}, d)
-	switch {
-	case err != nil:
-		return fmt.Errorf("hopper: extend lease of job %d: %w", job.ID, err)
-	case c.is(claimLost):
-		return fmt.Errorf("hopper: extend lease of job %d: %w", job.ID, ErrLeaseLost)
-	case c.ackedInTx.Load() && !c.is(claimLost):
-		return nil // its row is gone after the handler's own AckTx: no lease left to keep
-	case n == 0:
-		return fmt.Errorf("hopper: extend lease of job %d: %w", job.ID, ErrLeaseBusy)
+	if c.ackedInTx.Load() {
+		return nil // its row is the handler's own (AckTx): locked by its transaction, or gone with it
 	}
-	return nil
+	// The row may be locked for a moment by the heartbeat's own Extend or
+	// an ack in flight (Extend skips locked rows rather than wait): try
+	// again a few times before calling it busy.
+	for try := 0; ; try++ {
+		n, err := c.owner.extend(ctx, []*claim{c}, d)
+		switch {
+		case err != nil:
+			return fmt.Errorf("hopper: extend lease of job %d: %w", job.ID, err)
+		case c.is(claimLost):
+			return fmt.Errorf("hopper: extend lease of job %d: %w", job.ID, ErrLeaseLost)
+		case n == 1:
+			return nil
+		case try == 7 || !sleep(ctx, time.Duration(5<<try)*time.Millisecond): // about 1.3s in all
+			return fmt.Errorf("hopper: extend lease of job %d: %w", job.ID, ErrLeaseBusy)
+		}
+	}
 }
 
 // AckTx acknowledges the running job inside the handler's own transaction

@@ -122,7 +122,12 @@ func TestAckTxRolledBack(t *testing.T) {
 			return tx.Rollback(ctx)
 		}))
 	})
-	waitFor(t, "job acked by the worker", func() bool { live, _ := b.totals(t); return live == 0 })
+	// The worker reports once it has read the ack's reply, a moment after
+	// the database shows the row gone: wait for both.
+	waitFor(t, "job acked by the worker", func() bool {
+		live, _ := b.totals(t)
+		return live == 0 && len(seen.of(res.ID, 1)) > 0
+	})
 	require.Equal(t, []string{worker.OutcomeDone}, seen.of(res.ID, 1))
 	require.Equal(t, 1.0, metricValue(t, reg, "hopper_jobs_completed_total"))
 	require.Equal(t, int32(1), <-runs)
@@ -212,7 +217,7 @@ func TestStuckHandlerIsAbandoned(t *testing.T) {
 	require.NoError(t, err)
 	waitFor(t, "the stuck job ran again, and the quick ones ran in the freed slot", func() bool {
 		live, _ := b.totals(t)
-		return live == 0
+		return live == 0 && len(seen.of(res.ID, 2)) > 0 // reported, not only gone
 	})
 	require.Len(t, quickRuns, 3)
 	require.Equal(t, []string{worker.OutcomeDone}, seen.of(res.ID, 2), "the second attempt finished the job")
