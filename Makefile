@@ -34,7 +34,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s): enqueue options, paylo
 	go test -run '^$$' -fuzz '^FuzzDecodePayload$$' -fuzztime $(FUZZTIME) ./jobs
 
 .PHONY: bench
-bench: ## hopper bench: every mode plus the pgbench baseline, on a throwaway cluster with production defaults (about 3 minutes)
+bench: ## hopper bench: every mode plus the pgbench baseline, on a throwaway cluster with production defaults (about 6 minutes)
 	go build -o bin/hopper ./cmd/hopper
 	bin/hopper bench --scratch-cluster --mode all --baseline --scheduled 1000000
 
