@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -17,9 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/pgurl"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/queries"
 	"github.com/hopperq/hopper/schema"
@@ -304,7 +307,10 @@ func TestSQLExport(t *testing.T) {
 // business.
 func TestDemo(t *testing.T) {
 	t.Parallel()
-	r := hopper(t, testdb.Server(t), "", "demo", "--duration", "10s", "--rate", "1000")
+	// --reset: on a shared server, hopper_demo may be left by an older demo
+	// that did not mark its schema (TestDemoKeepsSchemasItDidNotCreate
+	// checks the plain run in a database of its own).
+	r := hopper(t, testdb.Server(t), "", "demo", "--duration", "10s", "--rate", "1000", "--reset")
 	require.Zero(t, r.code, "stdout %s\nstderr %s", r.stdout, r.stderr)
 	count := func(name string) int64 {
 		m := regexp.MustCompile(`(?m)^\s+` + name + `\s+(\d+)`).FindStringSubmatch(r.stdout)
@@ -322,6 +328,58 @@ func TestDemo(t *testing.T) {
 	require.Positive(t, enqueued)
 	require.Positive(t, dead, "some jobs exhausted their attempts")
 	require.Regexp(t, `retries\s+[1-9]`, r.stdout, "some jobs were retried")
+}
+
+// TestDemoKeepsSchemasItDidNotCreate: the demo drops and recreates only
+// the schema it created itself; a hopper_demo schema of someone else's is
+// dropped only with --reset. It runs in a database of its own, so that it
+// does not race TestDemo for the schema.
+func TestDemoKeepsSchemasItDidNotCreate(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	server := testdb.Server(t)
+	admin, err := pgx.Connect(ctx, server)
+	require.NoError(t, err)
+	defer admin.Close(context.Background())
+	name := fmt.Sprintf("hopper_demo_guard_%d", time.Now().UnixNano())
+	// DDL takes no bind parameters; the name is generated and quoted.
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+	dsn := pgurl.WithDatabase(server, name)
+	own, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer own.Close(context.Background())
+	_, err = own.Exec(ctx, "CREATE SCHEMA hopper_demo; CREATE TABLE hopper_demo.precious (x int)")
+	require.NoError(t, err)
+
+	r := hopper(t, dsn, "", "demo", "--duration", "1s")
+	require.Equal(t, 1, r.code, "stdout %s\nstderr %s", r.stdout, r.stderr)
+	require.Contains(t, r.stderr, "schema hopper_demo exists and was not created by the demo; pass --reset")
+	var tables int
+	require.NoError(t, own.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = 'hopper_demo' AND tablename = 'precious'").Scan(&tables))
+	require.Equal(t, 1, tables, "nothing was dropped")
+
+	r = hopper(t, dsn, "", "demo", "--duration", "1s", "--reset")
+	require.Zero(t, r.code, "stdout %s\nstderr %s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, "dropped schema hopper_demo as --reset asked")
+	r = hopper(t, dsn, "", "demo", "--duration", "1s")
+	require.Zero(t, r.code, "stdout %s\nstderr %s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, "recreated schema hopper_demo, the demo's own from an earlier run")
+}
+
+// TestHelpAtTheTop: hopper --help and -h print the usage and succeed.
+func TestHelpAtTheTop(t *testing.T) {
+	t.Parallel()
+	for _, flag := range []string{"--help", "-h", "help"} {
+		r := hopper(t, "", "", flag)
+		require.Zero(t, r.code, "%s: stderr %s", flag, r.stderr)
+		require.Contains(t, r.stdout, "Usage: hopper", flag)
+		require.Empty(t, r.stderr, flag)
+	}
 }
 
 // TestBenchRuns runs every benchmark mode at a tiny size: it checks that

@@ -15,13 +15,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/schema"
 	"github.com/hopperq/hopper/worker"
@@ -71,35 +71,27 @@ func run(n int) error {
 	if err != nil {
 		return err
 	}
+	// Stop once every job this program enqueued has succeeded (other jobs
+	// in the schema are none of its business); Run then records the last
+	// results before it returns.
+	runCtx, done := context.WithCancel(ctx)
+	defer done()
 	var sent, failed atomic.Int64
+	var succeeded sync.Map // user id → true: a job can run twice (at least once)
 	err = worker.Handle(w, welcomeEmail, func(ctx context.Context, job *jobs.Job[Welcome]) error {
 		if job.Payload.UserID%10 == 0 && job.Attempt == 1 {
 			failed.Add(1)
 			return errors.New("mail server busy") // retried after a backoff
 		}
-		sent.Add(1) // a real handler sends the email here; it must be idempotent
+		// A real handler sends the email here; it must be idempotent.
+		if _, again := succeeded.LoadOrStore(job.Payload.UserID, true); !again && sent.Add(1) == int64(n) {
+			done()
+		}
 		return nil
 	}, worker.Timeout(10*time.Second))
 	if err != nil {
 		return err
 	}
-
-	// Stop once the queue is empty.
-	runCtx, done := context.WithCancel(ctx)
-	go func() {
-		defer done()
-		for runCtx.Err() == nil {
-			stats, err := db.New(pool).Stats(runCtx)
-			live := int64(0)
-			for _, s := range stats {
-				live += s.Ready + s.Scheduled + s.Running
-			}
-			if err == nil && live == 0 {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
 	began := time.Now()
 	if err := w.Run(runCtx); err != nil {
 		return err

@@ -67,7 +67,11 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	global.SetOutput(io.Discard)
 	global.StringVar(&e.dbURL, "database-url", "", "")
 	if err := global.Parse(args); err != nil {
-		fmt.Fprintf(stderr, "hopper: %v\n", err)
+		if errors.Is(err, flag.ErrHelp) { // hopper --help, hopper -h
+			printHelp(stdout)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "hopper: %v (run hopper help)\n", err)
 		return exitUsage
 	}
 	args = global.Args()

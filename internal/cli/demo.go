@@ -28,9 +28,14 @@ import (
 // afterwards for exploring. DDL takes no bind parameters, and the name is
 // a constant.
 const (
-	demoSchema     = "hopper_demo"
-	dropDemoSQL    = "DROP SCHEMA IF EXISTS hopper_demo CASCADE"
-	createDemoSQL  = "CREATE SCHEMA hopper_demo"
+	demoSchema    = "hopper_demo"
+	dropDemoSQL   = "DROP SCHEMA IF EXISTS hopper_demo CASCADE"
+	createDemoSQL = "CREATE SCHEMA hopper_demo"
+	// The demo marks the schema it creates, so that it never drops one it
+	// did not create without being told to (--reset).
+	demoMark       = "created by hopper demo; dropped and recreated by every run"
+	markDemoSQL    = "COMMENT ON SCHEMA hopper_demo IS 'created by hopper demo; dropped and recreated by every run'"
+	demoSchemaSQL  = "SELECT coalesce(obj_description(oid, 'pg_namespace'), '') FROM pg_namespace WHERE nspname = $1"
 	demoWorkers    = 3
 	demoLease      = time.Second
 	demoSlowFor    = 2500 * time.Millisecond // outlives two leases: the heartbeat keeps it
@@ -50,6 +55,7 @@ type demoJob struct {
 func demoCommand() *command {
 	var duration time.Duration
 	var rate int
+	var reset bool
 	return &command{
 		name:    "demo",
 		args:    "[--duration D] [--rate N]",
@@ -57,31 +63,58 @@ func demoCommand() *command {
 		flags: func(fs *flag.FlagSet) {
 			fs.DurationVar(&duration, "duration", 30*time.Second, "how long to produce (0: until Ctrl-C)")
 			fs.IntVar(&rate, "rate", 2000, "jobs enqueued per second")
+			fs.BoolVar(&reset, "reset", false, "drop a hopper_demo schema that the demo did not create (and everything in it)")
 		},
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
 			if len(args) > 0 || duration < 0 || rate < 10 {
 				return fmt.Errorf("%w: demo takes no argument, a non-negative --duration and --rate of 10 or more", errUsage)
 			}
-			return runDemo(e, duration, rate)
+			return runDemo(e, duration, rate, reset)
 		},
 	}
+}
+
+// resetDemoSchema drops the demo's schema from an earlier run and creates
+// it anew, marked as the demo's. A hopper_demo schema the demo did not
+// create is dropped only with --reset.
+func resetDemoSchema(e *env, base *pgxpool.Pool, reset bool) error {
+	var mark string
+	err := base.QueryRow(e.ctx, demoSchemaSQL, demoSchema).Scan(&mark)
+	exists := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("look for schema %s: %w", demoSchema, err)
+	}
+	if exists && mark != demoMark && !reset {
+		return fmt.Errorf("schema %s exists and was not created by the demo; pass --reset to drop it and everything in it", demoSchema)
+	}
+	for _, stmt := range []string{dropDemoSQL, createDemoSQL, markDemoSQL} {
+		if _, err := base.Exec(e.ctx, stmt); err != nil {
+			return fmt.Errorf("recreate schema %s: %w", demoSchema, err)
+		}
+	}
+	switch {
+	case !exists:
+		fmt.Fprintf(e.stdout, "created schema %s for the demo (the next run drops and recreates it)\n", demoSchema)
+	case mark == demoMark:
+		fmt.Fprintf(e.stdout, "recreated schema %s, the demo's own from an earlier run\n", demoSchema)
+	default:
+		fmt.Fprintf(e.stdout, "dropped schema %s as --reset asked, and created it anew for the demo\n", demoSchema)
+	}
+	return nil
 }
 
 type demoKinds struct {
 	email, flaky, doomed, report, slow *jobs.Kind[demoJob]
 }
 
-func runDemo(e *env, duration time.Duration, rate int) error {
+func runDemo(e *env, duration time.Duration, rate int, reset bool) error {
 	base, err := e.connect()
 	if err != nil {
 		return err
 	}
 	defer base.Close()
-	if _, err := base.Exec(e.ctx, dropDemoSQL); err != nil {
-		return fmt.Errorf("reset schema %s: %w", demoSchema, err)
-	}
-	if _, err := base.Exec(e.ctx, createDemoSQL); err != nil {
-		return fmt.Errorf("create schema %s: %w", demoSchema, err)
+	if err := resetDemoSchema(e, base, reset); err != nil {
+		return err
 	}
 	cfg := base.Config()
 	cfg.ConnConfig.RuntimeParams["search_path"] = demoSchema

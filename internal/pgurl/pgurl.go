@@ -31,3 +31,15 @@ func ForLibpq(dsn string) string {
 	}
 	return dsn
 }
+
+// WithDatabase returns dsn pointed at database name, in whichever form (URL
+// or keyword/value) dsn is written.
+func WithDatabase(dsn, name string) string {
+	if strings.Contains(dsn, "://") {
+		if u, err := url.Parse(dsn); err == nil {
+			u.Path = "/" + name
+			return u.String()
+		}
+	}
+	return strings.TrimSpace(dsn + " dbname=" + name)
+}
