@@ -148,9 +148,12 @@ func (w *Worker) flush(batch []completion) {
 // an earlier try may have committed, unrecorded when none did.
 func (w *Worker) giveUp(pending []completion) {
 	for _, c := range pending {
-		if c.ambiguous || c.claim.ackedInTx.Load() {
+		switch {
+		case c.ok && c.claim.ackCommitted.Load():
+			w.report(c, outcomeDone) // the handler's AckTx committed: proven already
+		case c.ambiguous || c.claim.ackedInTx.Load():
 			w.report(c, outcomeUnconfirmed)
-		} else {
+		default:
 			w.report(c, outcomeUnrecorded)
 		}
 	}
