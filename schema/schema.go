@@ -2,10 +2,12 @@ package schema
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -36,6 +38,33 @@ const MigrationsTable = "hopper_schema_migrations"
 // Force with the version the schema is really at.
 var ErrDirty = errors.New("hopper: schema migrations table is dirty")
 
+// ErrNoSchema is returned when the schema to migrate does not exist: the
+// one WithSchema names, or, without it, every schema the connection's
+// search_path names. The error says which and how to create it.
+var ErrNoSchema = errors.New("hopper: no schema to migrate")
+
+// ErrUnknownVersion is returned by Force for a version that is not one of
+// Versions (nor 0, no migration applied), and by Up and Down when the
+// database records a version this build of Hopper does not carry.
+var ErrUnknownVersion = errors.New("hopper: unknown schema version")
+
+// ErrDownTooFar is returned by Down when asked to undo more migrations than
+// are applied, nothing being applied included. Nothing is undone.
+var ErrDownTooFar = errors.New("hopper: cannot undo that many migrations")
+
+// migrateError gives one of the errors above a message of its own.
+type migrateError struct {
+	msg      string
+	sentinel error
+}
+
+func (e *migrateError) Error() string { return e.msg }
+func (e *migrateError) Unwrap() error { return e.sentinel }
+
+func errorf(sentinel error, format string, args ...any) error {
+	return &migrateError{msg: fmt.Sprintf(format, args...), sentinel: sentinel}
+}
+
 // Option configures a Migrator.
 type Option func(*options)
 
@@ -60,7 +89,8 @@ func WithLog(logf func(format string, args ...any)) Option {
 
 // Migrator applies Hopper's migrations to one database (and schema).
 type Migrator struct {
-	m *migrate.Migrate
+	m      *migrate.Migrate
+	schema string
 }
 
 // NewMigrator prepares migrations over connections of its own, made from
@@ -77,7 +107,8 @@ func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migr
 			return nil, fmt.Errorf("hopper: migrate: %w", err)
 		}
 		if !exists {
-			return nil, fmt.Errorf("hopper: migrate: schema %q does not exist: create it first", o.schema)
+			return nil, errorf(ErrNoSchema, "hopper: migrate: schema %s does not exist: create it with CREATE SCHEMA %s",
+				pgx.Identifier{o.schema}.Sanitize(), createName(o.schema))
 		}
 		connCfg.RuntimeParams["search_path"] = pgx.Identifier{o.schema}.Sanitize()
 	}
@@ -85,6 +116,13 @@ func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migr
 	// so migrating never changes the sessions of the caller's pool.
 	sqlDB := stdlib.OpenDB(*connCfg)
 	sqlDB.SetMaxOpenConns(2)
+	// golang-migrate reads current_schema() into a string, and fails with a
+	// scan error when it is NULL: no schema of the search_path exists.
+	schemaName, err := currentSchema(ctx, sqlDB)
+	if err != nil {
+		_ = sqlDB.Close()
+		return nil, err
+	}
 	driver, err := migratepgx.WithInstance(sqlDB, &migratepgx.Config{
 		MigrationsTable: MigrationsTable,
 		SchemaName:      o.schema,
@@ -106,8 +144,67 @@ func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migr
 	if o.logf != nil {
 		m.Log = logger(o.logf)
 	}
-	return &Migrator{m: m}, nil
+	return &Migrator{m: m, schema: schemaName}, nil
 }
+
+// currentSchema returns the schema migrations go to, or ErrNoSchema saying
+// which schema to create.
+func currentSchema(ctx context.Context, sqlDB *sql.DB) (string, error) {
+	var current sql.NullString
+	var searchPath, user string
+	err := sqlDB.QueryRowContext(ctx, "SELECT current_schema(), current_setting('search_path'), current_user").Scan(&current, &searchPath, &user)
+	if err != nil {
+		return "", fmt.Errorf("hopper: migrate: %w", err)
+	}
+	if current.Valid {
+		return current.String, nil
+	}
+	var names []string
+	first := ""
+	for _, n := range strings.Split(searchPath, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		names = append(names, n)
+		if uq, ok := strings.CutPrefix(n, `"`); ok {
+			n = strings.ReplaceAll(strings.TrimSuffix(uq, `"`), `""`, `"`)
+		}
+		if first == "" && n != "$user" {
+			first = n
+		}
+	}
+	switch {
+	case len(names) == 0:
+		return "", errorf(ErrNoSchema, "hopper: migrate: search_path is empty, so there is no schema to install into: set search_path to an existing schema")
+	case first == "":
+		first = user
+	}
+	if len(names) == 1 {
+		name := names[0]
+		if name == "$user" {
+			name += " (" + user + ")"
+		}
+		return "", errorf(ErrNoSchema, "hopper: migrate: the schema named in search_path, %s, does not exist: create it with CREATE SCHEMA %s",
+			name, createName(first))
+	}
+	return "", errorf(ErrNoSchema, "hopper: migrate: none of the schemas named in search_path (%s) exists: create one, e.g. CREATE SCHEMA %s",
+		strings.Join(names, ", "), createName(first))
+}
+
+// createName quotes name for CREATE SCHEMA only when it needs quotes.
+func createName(name string) string {
+	if plainName.MatchString(name) {
+		return name
+	}
+	return pgx.Identifier{name}.Sanitize()
+}
+
+var plainName = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// Schema is the schema the migrator works in: the one WithSchema named, else
+// the first existing schema of the search_path.
+func (mg *Migrator) Schema() string { return mg.schema }
 
 // Close releases the migrator's connections.
 func (mg *Migrator) Close() error {
@@ -122,11 +219,76 @@ func (mg *Migrator) Up(ctx context.Context) error {
 }
 
 // Down undoes the last n applied migrations, or all of them when n <= 0.
+// Asked for more than are applied, it undoes nothing and returns
+// ErrDownTooFar.
 func (mg *Migrator) Down(ctx context.Context, n int) error {
+	if _, err := mg.PlanDown(n); err != nil {
+		return err
+	}
 	if n <= 0 {
 		return mg.run(ctx, "down", mg.m.Down)
 	}
 	return mg.run(ctx, "down", func() error { return mg.m.Steps(-n) })
+}
+
+// PlanDown returns the version Down(n) would leave the schema at, or the
+// error it would return (ErrDirty, ErrUnknownVersion, ErrDownTooFar)
+// without undoing anything.
+func (mg *Migrator) PlanDown(n int) (uint, error) {
+	version, err := mg.checkVersion("down")
+	if err != nil || n <= 0 {
+		return 0, err
+	}
+	if version == 0 {
+		return 0, errorf(ErrDownTooFar, "hopper: migrate down: nothing to undo: the schema is at version 0")
+	}
+	applied := Versions()
+	for i, v := range applied {
+		if v == version {
+			applied = applied[:i+1]
+			break
+		}
+	}
+	if n > len(applied) {
+		return 0, errorf(ErrDownTooFar, "hopper: migrate down: cannot go down %d steps from version %d: %s applied",
+			n, version, plural(len(applied), "migration is", "migrations are"))
+	}
+	if n == len(applied) {
+		return 0, nil
+	}
+	return applied[len(applied)-n-1], nil
+}
+
+// checkVersion returns the applied version, or an error when the migrations
+// table is dirty or records a version this build does not carry.
+func (mg *Migrator) checkVersion(what string) (uint, error) {
+	version, dirty, err := mg.Version()
+	if err != nil {
+		return 0, err
+	}
+	if dirty {
+		return 0, errorf(ErrDirty, "hopper: migrate %s: the schema migrations table is dirty: migration %d failed half-way; repair the schema by hand, then force the version it is really at", what, version)
+	}
+	if version != 0 && !known(version) {
+		return 0, errorf(ErrUnknownVersion, "hopper: migrate %s: the schema is at version %d, which this build of Hopper does not carry (its latest is %d): migrate with the Hopper that applied it", what, version, Latest())
+	}
+	return version, nil
+}
+
+func known(version uint) bool {
+	for _, v := range Versions() {
+		if v == version {
+			return true
+		}
+	}
+	return false
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 // Version reports the applied version (0 when none) and whether the last
@@ -144,7 +306,20 @@ func (mg *Migrator) Version() (version uint, dirty bool, err error) {
 
 // Force records version as applied and clears the dirty flag without
 // running anything: the way out after repairing a failed migration by hand.
+// version is one of Versions, or 0 (or -1) for no migration applied; any
+// other is ErrUnknownVersion.
 func (mg *Migrator) Force(version int) error {
+	if version < -1 || (version > 0 && !known(uint(version))) {
+		vs := []string{"0 (none applied)"}
+		for _, v := range Versions() {
+			vs = append(vs, strconv.FormatUint(uint64(v), 10))
+		}
+		return errorf(ErrUnknownVersion, "hopper: migrate force: %d is not a version of Hopper's schema: this build knows %s and %s",
+			version, strings.Join(vs[:len(vs)-1], ", "), vs[len(vs)-1])
+	}
+	if version == 0 {
+		version = -1 // golang-migrate's NilVersion: no migration applied
+	}
 	if err := mg.m.Force(version); err != nil {
 		return fmt.Errorf("hopper: migrate: force %d: %w", version, err)
 	}
@@ -152,10 +327,8 @@ func (mg *Migrator) Force(version int) error {
 }
 
 func (mg *Migrator) run(ctx context.Context, what string, step func() error) error {
-	if _, dirty, err := mg.Version(); err != nil {
+	if _, err := mg.checkVersion(what); err != nil {
 		return err
-	} else if dirty {
-		return fmt.Errorf("hopper: migrate %s: %w", what, ErrDirty)
 	}
 	// golang-migrate takes no context; GracefulStop stops it between
 	// migrations, never inside one.

@@ -109,7 +109,7 @@ func TestUnreachableDatabaseKeepsPasswordSecret(t *testing.T) {
 	url := "postgres://alice:s3cretpw@127.0.0.1:1/nowhere?connect_timeout=2"
 	for _, args := range [][]string{{"stats"}, {"migrate", "up"}, {"demo", "--duration", "1s"}, {"--database-url", url, "dead", "list"}} {
 		r := hopper(t, url, "", args...)
-		requireFailure(t, r, 1, "no PostgreSQL answers")
+		requireFailure(t, r, 1, "nothing listens at 127.0.0.1:1")
 		require.Contains(t, r.stderr, "apt install postgresql")
 		require.NotContains(t, r.stderr+r.stdout, "s3cretpw")
 	}
@@ -127,7 +127,7 @@ func TestMigrate(t *testing.T) {
 	require.Contains(t, r.stdout, "1/u create_hopper", "a progress line per migration")
 	require.Contains(t, r.stdout, "schema version 1 (this build's latest: 1)")
 
-	r = hopper(t, d.URL, "", "migrate", "down")
+	r = hopper(t, d.URL, "", "migrate", "down", "--yes")
 	require.Zero(t, r.code, r.stderr)
 	require.Contains(t, r.stdout, "1/d create_hopper")
 	require.Contains(t, r.stdout, "schema version 0")
@@ -177,10 +177,10 @@ func TestEnqueueStatsCancelPurge(t *testing.T) {
 	// purge asks first; no answer means no.
 	r = hopper(t, d.URL, "", "purge", "--queue", "ops")
 	requireFailure(t, r, 1, "not confirmed")
-	require.Contains(t, r.stdout, "Delete the 1 pending jobs")
+	require.Contains(t, r.stdout, `Delete 1 job of queue "ops" (0 pending, 1 scheduled`)
 	r = hopper(t, d.URL, "y\n", "purge", "--queue", "ops")
 	require.Zero(t, r.code, r.stderr)
-	require.Contains(t, r.stdout, "deleted 1 pending jobs")
+	require.Contains(t, r.stdout, "deleted 1 job (pending and scheduled)")
 	require.Zero(t, hopper(t, d.URL, "", "purge", "--queue", "ops", "--yes").code)
 }
 

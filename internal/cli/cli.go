@@ -9,13 +9,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hopperq/hopper/internal/pgurl"
 )
 
 // Exit codes.
@@ -35,6 +42,27 @@ type env struct {
 	stdout io.Writer
 	stderr io.Writer
 	dbURL  string // --database-url, or "" for DATABASE_URL / libpq defaults
+	schema string // --schema, or "" for the connection string's search_path
+}
+
+// schemaUsage documents the --schema flag every command but migrate takes
+// (migrate has a --schema of its own: the schema to install in).
+const schemaUsage = "use this schema (sets search_path; default: the connection string's search_path)"
+
+// maxIdentifierBytes is PostgreSQL's limit on a name (NAMEDATALEN - 1).
+const maxIdentifierBytes = 63
+
+// checkSchemaName validates a --schema value.
+func checkSchemaName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: --schema needs a schema name", errUsage)
+	case len(name) > maxIdentifierBytes:
+		return fmt.Errorf("%w: --schema %q is %d bytes long, over PostgreSQL's limit of %d", errUsage, name, len(name), maxIdentifierBytes)
+	case strings.ContainsRune(name, 0):
+		return fmt.Errorf("%w: --schema contains a NUL character", errUsage)
+	}
+	return nil
 }
 
 type command struct {
@@ -66,6 +94,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	global := flag.NewFlagSet("hopper", flag.ContinueOnError)
 	global.SetOutput(io.Discard)
 	global.StringVar(&e.dbURL, "database-url", "", "")
+	global.StringVar(&e.schema, "schema", "", "")
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // hopper --help, hopper -h
 			printHelp(stdout)
@@ -75,6 +104,14 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitUsage
 	}
 	args = global.Args()
+	schemaSet := false
+	global.Visit(func(f *flag.Flag) { schemaSet = schemaSet || f.Name == "schema" })
+	if schemaSet {
+		if err := checkSchemaName(e.schema); err != nil {
+			fmt.Fprintf(stderr, "hopper: %s (run hopper help)\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+			return exitUsage
+		}
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		if len(args) > 1 {
 			if c := find(args[1]); c != nil {
@@ -99,6 +136,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if c.flags != nil {
 		c.flags(fs)
 	}
+	if fs.Lookup("schema") == nil {
+		fs.StringVar(&e.schema, "schema", e.schema, schemaUsage)
+	}
 	positional, err := parseInterspersed(fs, args[1:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -108,18 +148,41 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "hopper %s: %v (run hopper %s --help)\n", c.name, err, c.name)
 		return exitUsage
 	}
-	err = c.run(e, fs, positional)
+	fs.Visit(func(f *flag.Flag) { schemaSet = schemaSet || (f.Name == "schema" && f.Usage == schemaUsage) })
+	if schemaSet {
+		err = checkSchemaName(e.schema)
+	}
+	if err == nil {
+		err = c.run(e, fs, positional)
+	}
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.Is(err, errUsage):
 		msg := strings.TrimPrefix(err.Error(), errUsage.Error()+": ")
-		fmt.Fprintf(stderr, "hopper %s: %s (run hopper %s --help)\n", c.name, oneLine(e.redact(msg)), c.name)
+		fmt.Fprintf(stderr, "%s (run hopper %s --help)\n", errorLine(c.name, oneLine(e.redact(msg))), c.name)
 		return exitUsage
 	default:
-		fmt.Fprintf(stderr, "hopper %s: %s\n", c.name, oneLine(e.redact(err.Error())))
+		fmt.Fprintln(stderr, errorLine(c.name, oneLine(e.redact(err.Error()))))
 		return exitError
 	}
+}
+
+// errorLine prefixes msg with "hopper <command>" once. The library's own
+// errors begin "hopper: <operation> ..." (so that they say where they come
+// from in a program's log); when that repeats the command, the two
+// prefixes become one: "hopper: enqueue k: invalid priority" under hopper
+// enqueue prints as "hopper enqueue k: invalid priority".
+func errorLine(command, msg string) string {
+	if rest, ok := strings.CutPrefix(msg, "hopper: "); ok {
+		if r, ok := strings.CutPrefix(rest, command+": "); ok {
+			rest = r
+		} else if r, ok := strings.CutPrefix(rest, command+" "); ok {
+			return "hopper " + command + " " + r
+		}
+		msg = rest
+	}
+	return "hopper " + command + ": " + msg
 }
 
 // parseInterspersed lets flags come before, between or after the
@@ -149,7 +212,7 @@ func find(name string) *command {
 
 func printHelp(w io.Writer) {
 	fmt.Fprintln(w, "hopper: operate a Hopper job queue in PostgreSQL")
-	fmt.Fprintln(w, "\nUsage: hopper [--database-url URL] <command> [flags]\n\nCommands:")
+	fmt.Fprintln(w, "\nUsage: hopper [--database-url URL] [--schema NAME] <command> [flags]\n\nCommands:")
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
@@ -163,6 +226,9 @@ func printUsage(w io.Writer, c *command) {
 	fs.String("database-url", "", "PostgreSQL connection string (default: $DATABASE_URL, then the libpq defaults)")
 	if c.flags != nil {
 		c.flags(fs)
+	}
+	if fs.Lookup("schema") == nil {
+		fs.String("schema", "", schemaUsage)
 	}
 	fmt.Fprintln(w, "\nFlags:")
 	var names []string
@@ -183,8 +249,18 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-// url returns the connection string to use.
+// url returns the connection string to use, with --schema as its
+// search_path.
 func (e *env) url() string {
+	dsn := e.baseURL()
+	if e.schema != "" {
+		dsn = pgurl.WithSearchPath(dsn, pgx.Identifier{e.schema}.Sanitize())
+	}
+	return dsn
+}
+
+// baseURL returns the connection string as given.
+func (e *env) baseURL() string {
 	if e.dbURL != "" {
 		return e.dbURL
 	}
@@ -193,7 +269,7 @@ func (e *env) url() string {
 
 // redact removes the connection string's password from a message.
 func (e *env) redact(msg string) string {
-	cfg, err := pgxpool.ParseConfig(e.url())
+	cfg, err := pgxpool.ParseConfig(e.baseURL())
 	if err != nil || cfg.ConnConfig.Password == "" {
 		return msg
 	}
@@ -202,7 +278,7 @@ func (e *env) redact(msg string) string {
 
 // target describes the database for messages, without the password.
 func (e *env) target() string {
-	cfg, err := pgxpool.ParseConfig(e.url())
+	cfg, err := pgxpool.ParseConfig(e.baseURL())
 	if err != nil {
 		return "the database"
 	}
@@ -214,14 +290,14 @@ func (e *env) target() string {
 	return fmt.Sprintf("host=%s port=%d user=%s database=%s", c.Host, c.Port, c.User, database)
 }
 
-// errUnreachable says how to get a database.
-var errUnreachable = errors.New("no PostgreSQL answers")
-
 // connect opens a pool and checks that the database answers.
 func (e *env) connect() (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(e.url())
+	cfg, err := pgxpool.ParseConfig(e.baseURL())
 	if err != nil {
 		return nil, fmt.Errorf("bad connection string: %w", redactURLError(err))
+	}
+	if e.schema != "" {
+		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{e.schema}.Sanitize()
 	}
 	pool, err := pgxpool.NewWithConfig(e.ctx, cfg)
 	if err != nil {
@@ -231,8 +307,113 @@ func (e *env) connect() (*pgxpool.Pool, error) {
 	defer cancel()
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("%w at %s: %v. Start one (apt install postgresql, or docker run -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:17) or pass --database-url / set DATABASE_URL",
-			errUnreachable, e.target(), err)
+		return nil, connectError(cfg.ConnConfig, err)
+	}
+	return pool, nil
+}
+
+// connectError says why a connection failed: nothing listens at the
+// address, or the server answered and refused (with its one message), or
+// something else on the way.
+func connectError(cfg *pgx.ConnConfig, err error) error {
+	addr := address(cfg.Host, cfg.Port)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		var hint string
+		switch pgErr.Code {
+		case "28P01": // invalid_password
+			hint = fmt.Sprintf("check the password of role %s", cfg.User)
+		case "28000": // invalid_authorization_specification: no such role, or pg_hba.conf rejects it
+			hint = "check the user name in the connection string, or the server's pg_hba.conf"
+		case "3D000": // invalid_catalog_name
+			hint = fmt.Sprintf("check the database name in the connection string, or create it: createdb %s", cfg.Database)
+		case "53300": // too_many_connections
+			hint = "the server has no connection slot free"
+		default:
+			hint = "check the role, database and password in the connection string"
+		}
+		return fmt.Errorf("the server at %s refused the connection: %s (%s)", addr, pgErr.Message, hint)
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+		return fmt.Errorf("nothing listens at %s (is PostgreSQL running? Start one: apt install postgresql, or docker run -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:17; or pass --database-url / set DATABASE_URL)", addr)
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return fmt.Errorf("cannot find host %s: %s (check the host in --database-url / DATABASE_URL)", dnsErr.Name, dnsErr.Err)
+	}
+	var netErr net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()) {
+		return fmt.Errorf("no answer from %s in time (check the host and port, and any firewall between)", addr)
+	}
+	return fmt.Errorf("cannot connect to %s: %s", addr, dialFailures(err))
+}
+
+// dialFailures lists why each attempt of a failed connection failed, once
+// each, without pgconn's "address (host):" prefixes, and without the
+// refused TLS attempt that sslmode=prefer makes before a plain one.
+func dialFailures(err error) string {
+	var ce *pgconn.ConnectError
+	if !errors.As(err, &ce) || ce.Unwrap() == nil {
+		return err.Error()
+	}
+	attempts := []error{ce.Unwrap()}
+	if joined, ok := ce.Unwrap().(interface{ Unwrap() []error }); ok {
+		attempts = joined.Unwrap()
+	}
+	var msgs []string
+	seen := map[string]bool{}
+	for _, a := range attempts {
+		msg := a.Error()
+		if inner := errors.Unwrap(a); inner != nil && strings.HasSuffix(msg, ": "+inner.Error()) {
+			msg = inner.Error() // drop pgconn's per-dial "address (host):"
+		}
+		if seen[msg] || (strings.Contains(msg, "server refused TLS connection") && len(attempts) > 1) {
+			continue
+		}
+		seen[msg] = true
+		msgs = append(msgs, msg)
+	}
+	if len(msgs) == 0 {
+		return ce.Unwrap().Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// address is a server's host and port, or its Unix socket, for messages.
+func address(host string, port uint16) string {
+	if strings.HasPrefix(host, "/") {
+		return fmt.Sprintf("%s/.s.PGSQL.%d", host, port)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(int(port)))
+}
+
+// connectHopper connects, like connect, and checks that the search_path
+// leads to Hopper's tables, so that a command on an unmigrated schema says
+// so rather than that a relation does not exist.
+func (e *env) connectHopper() (*pgxpool.Pool, error) {
+	pool, err := e.connect()
+	if err != nil {
+		return nil, err
+	}
+	var current *string
+	var searchPath string
+	var migrated bool
+	err = pool.QueryRow(e.ctx, "SELECT current_schema(), current_setting('search_path'), to_regclass('hopper_jobs') IS NOT NULL").
+		Scan(&current, &searchPath, &migrated)
+	switch {
+	case err != nil:
+	case current == nil && e.schema != "":
+		err = fmt.Errorf("schema %s does not exist in this database (check --schema, or create it and run hopper migrate up)", e.schema)
+	case current == nil:
+		err = fmt.Errorf("no schema of the search_path (%s) exists in this database (check the connection string's search_path, or pass --schema)", searchPath)
+	case !migrated && e.schema != "":
+		err = fmt.Errorf("schema %s has no Hopper tables: run hopper --schema %s migrate up (with the same --database-url)", *current, e.schema)
+	case !migrated:
+		err = fmt.Errorf("schema %s has no Hopper tables: run hopper migrate up (with the same --database-url / search_path)", *current)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, err
 	}
 	return pool, nil
 }

@@ -30,11 +30,11 @@ func enqueueCommand() *command {
 		summary: "enqueue one job with a raw JSON payload (for operators and scripts)",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&kind, "kind", "", "job kind (required)")
-			fs.StringVar(&payload, "payload", "{}", "payload, as JSON")
+			fs.StringVar(&payload, "payload", "{}", `payload, a JSON object (e.g. {"user_id": 7})`)
 			fs.StringVar(&queue, "queue", jobs.DefaultQueue, "queue")
 			fs.IntVar(&priority, "priority", 0, "0 runs first, 9 last")
 			fs.DurationVar(&delay, "delay", 0, "run no earlier than this long from now (e.g. 90s, 2h)")
-			fs.StringVar(&runAt, "run-at", "", "run no earlier than this RFC 3339 time")
+			fs.StringVar(&runAt, "run-at", "", "run no earlier than this RFC 3339 time (2026-11-22T15:04:05Z), or this long from now (10m)")
 			fs.StringVar(&uniqueKey, "unique-key", "", "skip if a live job holds this key")
 			fs.IntVar(&version, "version", 1, "payload version")
 			fs.IntVar(&maxAttempts, "max-attempts", jobs.DefaultMaxAttempts, "attempts before the job is dead")
@@ -46,8 +46,8 @@ func enqueueCommand() *command {
 			if kind == "" {
 				return fmt.Errorf("%w: --kind is required", errUsage)
 			}
-			if !json.Valid([]byte(payload)) {
-				return fmt.Errorf("%w: --payload is not valid JSON", errUsage)
+			if err := checkPayload(payload); err != nil {
+				return err
 			}
 			if version < 1 || version > math.MaxInt32 {
 				return fmt.Errorf("%w: --version must be 1 or more", errUsage)
@@ -56,14 +56,18 @@ func enqueueCommand() *command {
 			if runAt != "" {
 				t, err := time.Parse(time.RFC3339, runAt)
 				if err != nil {
-					return fmt.Errorf("%w: --run-at: %v", errUsage, err)
+					d, derr := parseDuration(runAt)
+					if derr != nil || d < 0 {
+						return fmt.Errorf("%w: --run-at wants a time like 2026-11-22T15:04:05Z (RFC 3339) or a duration like 10m, not %q", errUsage, runAt)
+					}
+					t = time.Now().Add(d)
 				}
 				opts = append(opts, jobs.RunAt(t))
 			}
 			if uniqueKey != "" {
 				opts = append(opts, jobs.UniqueKey(uniqueKey))
 			}
-			pool, err := e.connect()
+			pool, err := e.connectHopper()
 			if err != nil {
 				return err
 			}
@@ -88,6 +92,38 @@ func enqueueCommand() *command {
 			return nil
 		},
 	}
+}
+
+// checkPayload accepts a JSON object, the only payload a job kind
+// decodes.
+func checkPayload(payload string) error {
+	if !json.Valid([]byte(payload)) {
+		return fmt.Errorf("%w: --payload is not valid JSON; it must be a JSON object like {\"user_id\": 7}", errUsage)
+	}
+	var got string
+	switch strings.TrimLeft(payload, " \t\r\n")[0] {
+	case '{':
+		return nil
+	case 'n':
+		got = "null"
+	case '"':
+		got = "a string"
+	case '[':
+		got = "an array"
+	case 't', 'f':
+		got = "a boolean"
+	default:
+		got = "a number"
+	}
+	return fmt.Errorf("%w: --payload must be a JSON object like {\"user_id\": 7}, not %s", errUsage, got)
+}
+
+// plural says "1 job", "2 jobs".
+func plural(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func parseIDs(args []string) ([]int64, error) {
@@ -115,7 +151,7 @@ func cancelCommand() *command {
 			if err != nil {
 				return err
 			}
-			pool, err := e.connect()
+			pool, err := e.connectHopper()
 			if err != nil {
 				return err
 			}
@@ -154,7 +190,7 @@ func purgeCommand() *command {
 	return &command{
 		name:    "purge",
 		args:    "--queue Q [--yes]",
-		summary: "remove every pending job of a queue (running jobs finish); asks first unless --yes",
+		summary: "remove every pending and scheduled job of a queue (running jobs finish); asks first unless --yes",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&queue, "queue", "", "the queue to empty (required)")
 			fs.BoolVar(&yes, "yes", false, "do not ask for confirmation")
@@ -163,7 +199,7 @@ func purgeCommand() *command {
 			if queue == "" || len(args) > 0 {
 				return fmt.Errorf("%w: --queue is required and nothing else", errUsage)
 			}
-			pool, err := e.connect()
+			pool, err := e.connectHopper()
 			if err != nil {
 				return err
 			}
@@ -174,13 +210,19 @@ func purgeCommand() *command {
 				if err != nil {
 					return err
 				}
-				var pending int64
+				var ready, scheduled int64
 				for _, s := range stats {
 					if s.Queue == queue {
-						pending += s.Ready + s.Scheduled
+						ready += s.Ready
+						scheduled += s.Scheduled
 					}
 				}
-				fmt.Fprintf(e.stdout, "Delete the %d pending jobs of queue %q? [y/N] ", pending, queue)
+				if ready+scheduled == 0 {
+					fmt.Fprintf(e.stdout, "nothing to delete: queue %q has no pending or scheduled jobs\n", queue)
+					return nil
+				}
+				fmt.Fprintf(e.stdout, "Delete %s of queue %q (%d pending, %d scheduled; running jobs finish)? [y/N] ",
+					plural(ready+scheduled, "job"), queue, ready, scheduled)
 				answer, _ := bufio.NewReader(e.stdin).ReadString('\n')
 				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 					return errors.New("not confirmed; nothing deleted (pass --yes to skip the question)")
@@ -190,7 +232,11 @@ func purgeCommand() *command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "deleted %d pending jobs of queue %q\n", n, queue)
+			if n == 0 {
+				fmt.Fprintf(e.stdout, "nothing to delete: queue %q has no pending or scheduled jobs\n", queue)
+				return nil
+			}
+			fmt.Fprintf(e.stdout, "deleted %s (pending and scheduled) of queue %q\n", plural(n, "job"), queue)
 			return nil
 		},
 	}
@@ -243,7 +289,7 @@ func deadCommand() *command {
 			default:
 				return fmt.Errorf("%w: unknown dead action %q", errUsage, action)
 			}
-			pool, err := e.connect()
+			pool, err := e.connectHopper()
 			if err != nil {
 				return err
 			}

@@ -1,28 +1,70 @@
 package cli
 
 import (
+	"bufio"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hopperq/hopper/schema"
 )
 
+const migrateActions = "up, down, version or force"
+
 func migrateCommand() *command {
-	var all bool
+	var all, yes bool
 	var schemaName string
 	return &command{
 		name:    "migrate",
-		args:    "up | down [N] | version | force V",
-		summary: "apply (up), undo (down: the last N, default 1), report (version) or, after a hand repair, record (force) Hopper's schema migrations",
+		args:    "up | down [N] [--yes] | down --all [--yes] | version | force V",
+		summary: "apply (up), undo (down: the last N, default 1; asks first unless --yes), report (version) or, after a hand repair, record (force) Hopper's schema migrations",
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&all, "all", false, "with down: undo every migration (drops Hopper's tables and jobs)")
+			fs.BoolVar(&yes, "yes", false, "with down: do not ask for confirmation")
 			fs.StringVar(&schemaName, "schema", "", "install in this existing schema instead of the search_path's first")
 		},
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
 			if len(args) == 0 {
-				return fmt.Errorf("%w: say up, down or version", errUsage)
+				return fmt.Errorf("%w: say %s", errUsage, migrateActions)
+			}
+			// Check the arguments before connecting.
+			steps, force := 1, 0
+			switch args[0] {
+			case "up", "version":
+				if len(args) > 1 {
+					return fmt.Errorf("%w: %s takes no argument", errUsage, args[0])
+				}
+			case "down":
+				if len(args) > 2 {
+					return fmt.Errorf("%w: down takes a positive number of migrations", errUsage)
+				}
+				if len(args) == 2 {
+					if all {
+						return fmt.Errorf("%w: say down N or down --all, not both", errUsage)
+					}
+					n, err := strconv.Atoi(args[1])
+					if err != nil || n < 1 {
+						return fmt.Errorf("%w: down takes a positive number of migrations", errUsage)
+					}
+					steps = n
+				}
+				if all {
+					steps = 0
+				}
+			case "force":
+				v, err := strconv.Atoi(strings.Join(args[1:], ""))
+				if err != nil || len(args) != 2 || v < 0 {
+					return fmt.Errorf("%w: force takes the version the schema is really at (0 for none)", errUsage)
+				}
+				force = v
+			default:
+				return fmt.Errorf("%w: unknown migrate action %q (%s)", errUsage, args[0], migrateActions)
 			}
 			pool, err := e.connect()
 			if err != nil {
@@ -37,52 +79,110 @@ func migrateCommand() *command {
 			}
 			mg, err := schema.NewMigrator(e.ctx, pool, opts...)
 			if err != nil {
-				return err
+				return migrateErr(err)
 			}
 			defer mg.Close()
-			switch args[0] {
-			case "up":
-				if len(args) > 1 {
-					return fmt.Errorf("%w: up takes no argument", errUsage)
-				}
-				if err := mg.Up(e.ctx); err != nil {
-					return err
-				}
-			case "down":
-				n := 1
-				if len(args) > 1 {
-					n, err = strconv.Atoi(args[1])
-					if err != nil || n < 1 || len(args) > 2 {
-						return fmt.Errorf("%w: down takes a positive number of migrations", errUsage)
-					}
-				}
-				if all {
-					n = 0
-				}
-				if err := mg.Down(e.ctx, n); err != nil {
-					return err
-				}
-			case "version":
-			case "force":
-				v, err := strconv.Atoi(strings.Join(args[1:], ""))
-				if err != nil || len(args) != 2 || v < 0 {
-					return fmt.Errorf("%w: force takes the version the schema is really at", errUsage)
-				}
-				if err := mg.Force(v); err != nil {
-					return err
-				}
-			default:
-				return fmt.Errorf("%w: unknown migrate action %q (up, down or version)", errUsage, args[0])
-			}
 			v, dirty, err := mg.Version()
 			if err != nil {
-				return err
+				return migrateErr(err)
+			}
+			if dirty && (args[0] == "up" || args[0] == "down") {
+				return dirtyErr(v)
+			}
+			switch args[0] {
+			case "up":
+				err = mg.Up(e.ctx)
+			case "down":
+				err = migrateDown(e, pool, mg, v, steps, yes)
+			case "force":
+				err = mg.Force(force)
+			}
+			if err != nil {
+				return migrateErr(err)
+			}
+			v, dirty, err = mg.Version()
+			if err != nil {
+				return migrateErr(err)
 			}
 			fmt.Fprintf(e.stdout, "schema version %d (this build's latest: %d)\n", v, schema.Latest())
 			if dirty {
-				return fmt.Errorf("%w: a migration failed half-way; repair the schema by hand, then run hopper migrate force <version it is at>", schema.ErrDirty)
+				return dirtyErr(v)
 			}
 			return nil
 		},
 	}
+}
+
+// dirtyErr says how to repair a dirty migrations table.
+func dirtyErr(version uint) error {
+	return &cliError{
+		msg: fmt.Sprintf("the schema migrations table is dirty: migration %d failed half-way; repair the schema by hand, then run hopper migrate force <version it is at>", version),
+		err: schema.ErrDirty,
+	}
+}
+
+// migrateDown undoes steps migrations (all when 0) from version from,
+// asking first unless yes.
+func migrateDown(e *env, pool *pgxpool.Pool, mg *schema.Migrator, from uint, steps int, yes bool) error {
+	to, err := mg.PlanDown(steps)
+	if err != nil {
+		return err
+	}
+	if from == 0 { // down --all with nothing applied
+		return nil
+	}
+	if !yes {
+		if to == 0 {
+			live, dead, err := countJobs(e, pool, mg.Schema())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "This drops Hopper's tables and every job in schema %s (%d live, %d dead). Type yes to go on: ",
+				mg.Schema(), live, dead)
+		} else {
+			fmt.Fprintf(e.stdout, "This undoes Hopper's schema migrations in schema %s from version %d to %d. Type yes to go on: ",
+				mg.Schema(), from, to)
+		}
+		answer, err := bufio.NewReader(e.stdin).ReadString('\n')
+		if strings.TrimSpace(answer) == "" && errors.Is(err, io.EOF) {
+			fmt.Fprintln(e.stdout)
+			return errors.New("not confirmed: no answer on stdin; nothing undone (pass --yes to skip the question)")
+		}
+		if strings.ToLower(strings.TrimSpace(answer)) != "yes" {
+			return errors.New("not confirmed; nothing undone (type yes, or pass --yes to skip the question)")
+		}
+	}
+	return mg.Down(e.ctx, steps)
+}
+
+// countJobs counts the live and dead jobs in the schema's Hopper tables.
+func countJobs(e *env, pool *pgxpool.Pool, schemaName string) (live, dead int64, err error) {
+	q := "SELECT (SELECT count(*) FROM " + pgx.Identifier{schemaName, "hopper_jobs"}.Sanitize() +
+		"), (SELECT count(*) FROM " + pgx.Identifier{schemaName, "hopper_dead_jobs"}.Sanitize() + ")"
+	if err := pool.QueryRow(e.ctx, q).Scan(&live, &dead); err != nil {
+		return 0, 0, fmt.Errorf("count the jobs in schema %s: %w", schemaName, err)
+	}
+	return live, dead, nil
+}
+
+// cliError gives an error of the schema package a message without its
+// "hopper: migrate ...:" prefix, which the command's own prefix replaces.
+type cliError struct {
+	msg string
+	err error
+}
+
+func (c *cliError) Error() string { return c.msg }
+func (c *cliError) Unwrap() error { return c.err }
+
+// migrateErr drops the schema package's prefixes from err's message.
+func migrateErr(err error) error {
+	msg := err.Error()
+	for _, prefix := range []string{"hopper: migrate: ", "hopper: migrate up: ", "hopper: migrate down: ", "hopper: migrate force: ", "hopper: migrate version: ", "hopper: "} {
+		if rest, ok := strings.CutPrefix(msg, prefix); ok {
+			msg = rest
+			break
+		}
+	}
+	return &cliError{msg: msg, err: err}
 }

@@ -36,7 +36,7 @@ func statsCommand() *command {
 			if len(args) > 0 || interval <= 0 {
 				return fmt.Errorf("%w: stats takes no argument and a positive --interval", errUsage)
 			}
-			pool, err := e.connect()
+			pool, err := e.connectHopper()
 			if err != nil {
 				return err
 			}
