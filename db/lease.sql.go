@@ -7,6 +7,7 @@ package db
 
 import (
 	"context"
+	"time"
 )
 
 const claimFates = `-- name: ClaimFates :many
@@ -157,7 +158,7 @@ SET state        = 'pending',
     max_attempts = j.max_attempts + 1
 FROM released
 WHERE j.id = released.id
-RETURNING j.id, j.queue
+RETURNING j.id, j.queue, j.priority, j.run_at
 `
 
 type ReleaseParams struct {
@@ -166,8 +167,10 @@ type ReleaseParams struct {
 }
 
 type ReleaseRow struct {
-	ID    int64  `json:"id"`
-	Queue string `json:"queue"`
+	ID       int64     `json:"id"`
+	Queue    string    `json:"queue"`
+	Priority int16     `json:"priority"`
+	RunAt    time.Time `json:"run_at"`
 }
 
 // Gives claims back at once, for example on shutdown: the jobs become
@@ -184,7 +187,12 @@ func (q *Queries) Release(ctx context.Context, arg ReleaseParams) ([]ReleaseRow,
 	items := []ReleaseRow{}
 	for rows.Next() {
 		var i ReleaseRow
-		if err := rows.Scan(&i.ID, &i.Queue); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Priority,
+			&i.RunAt,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -211,12 +219,14 @@ SET state        = 'pending',
     max_attempts = j.max_attempts + 1
 FROM released
 WHERE j.id = released.id
-RETURNING j.id, j.queue
+RETURNING j.id, j.queue, j.priority, j.run_at
 `
 
 type ReleaseOwnerRow struct {
-	ID    int64  `json:"id"`
-	Queue string `json:"queue"`
+	ID       int64     `json:"id"`
+	Queue    string    `json:"queue"`
+	Priority int16     `json:"priority"`
+	RunAt    time.Time `json:"run_at"`
 }
 
 // Gives back every claim still held by owner, uncharged as in Release. A
@@ -232,7 +242,12 @@ func (q *Queries) ReleaseOwner(ctx context.Context, owner string) ([]ReleaseOwne
 	items := []ReleaseOwnerRow{}
 	for rows.Next() {
 		var i ReleaseOwnerRow
-		if err := rows.Scan(&i.ID, &i.Queue); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Priority,
+			&i.RunAt,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -7,6 +7,7 @@ package db
 
 import (
 	"context"
+	"time"
 )
 
 const listen = `-- name: Listen :exec
@@ -14,7 +15,7 @@ LISTEN hopper_jobs
 `
 
 // Subscribes this session to wake-ups. Payloads are JSON objects
-// {"schema": ..., "queue": ...}: the schema names which deployment the jobs
+// {"schema", "queue", "priority", "run_at", "id"}: the schema names which deployment the jobs
 // belong to, so several deployments can share one database. Needs a session
 // of its own (not through PgBouncer in transaction mode; poll there).
 func (q *Queries) Listen(ctx context.Context) error {
@@ -23,18 +24,44 @@ func (q *Queries) Listen(ctx context.Context) error {
 }
 
 const notify = `-- name: Notify :exec
-SELECT pg_notify('hopper_jobs', json_build_object('schema', home.nspname, 'queue', q.queue)::text)
-FROM (SELECT DISTINCT unnest($1::text[]) AS queue) AS q,
+SELECT pg_notify('hopper_jobs', json_build_object(
+           'schema', home.nspname,
+           'queue', k.queue,
+           'priority', k.priority,
+           'run_at', k.run_at,
+           'id', k.id)::text)
+FROM (SELECT u.queue, min(u.priority) AS priority, min(u.run_at) AS run_at, min(u.id) AS id
+      FROM (SELECT unnest($1::text[]) AS queue,
+                   unnest($2::smallint[]) AS priority,
+                   unnest($3::timestamptz[]) AS run_at,
+                   unnest($4::bigint[]) AS id) AS u
+      GROUP BY u.queue) AS k,
      (SELECT n.nspname
       FROM pg_catalog.pg_class AS c
       JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
       WHERE c.oid = to_regclass('hopper_jobs')) AS home
 `
 
-// Wakes workers idling on the given queues (after a release or a sweep put
-// jobs back). Inserts need no call: the trigger on hopper_jobs notifies.
-// The schema named is the one holding hopper_jobs, as in the trigger.
-func (q *Queries) Notify(ctx context.Context, queues []string) error {
-	_, err := q.db.Exec(ctx, notify, queues)
+type NotifyParams struct {
+	Queues     []string    `json:"queues"`
+	Priorities []int16     `json:"priorities"`
+	RunAts     []time.Time `json:"run_ats"`
+	Ids        []int64     `json:"ids"`
+}
+
+// Wakes workers on the queues of jobs that became pending without an insert
+// (a release, a sweep, a promotion; inserts need no call, the trigger on
+// hopper_jobs notifies). The i-th job is in queues[i] at (priorities[i],
+// run_ats[i], ids[i]) in claim order; each queue's wake-up carries the
+// smallest of each, a place at or before all of its jobs, so workers whose
+// cursor has moved past them move it back. The schema named is the one
+// holding hopper_jobs, as in the trigger.
+func (q *Queries) Notify(ctx context.Context, arg NotifyParams) error {
+	_, err := q.db.Exec(ctx, notify,
+		arg.Queues,
+		arg.Priorities,
+		arg.RunAts,
+		arg.Ids,
+	)
 	return err
 }

@@ -7,6 +7,7 @@ package db
 
 import (
 	"context"
+	"time"
 )
 
 const sweep = `-- name: Sweep :many
@@ -33,7 +34,7 @@ WITH expired AS (
         errors      = expired.errors
     FROM expired
     WHERE j.id = expired.id AND NOT expired.exhausted
-    RETURNING j.id, j.queue
+    RETURNING j.id, j.queue, j.priority, j.run_at
 ), removed AS (
     DELETE FROM hopper_jobs AS j
     USING expired
@@ -48,15 +49,17 @@ WITH expired AS (
     JOIN expired ON expired.id = r.id
     RETURNING id, queue
 )
-SELECT requeued.id, requeued.queue, false AS dead FROM requeued
+SELECT requeued.id, requeued.queue, requeued.priority, requeued.run_at, false AS dead FROM requeued
 UNION ALL
-SELECT buried.id, buried.queue, true AS dead FROM buried
+SELECT buried.id, buried.queue, 0::smallint, now(), true AS dead FROM buried
 `
 
 type SweepRow struct {
-	ID    int64  `json:"id"`
-	Queue string `json:"queue"`
-	Dead  bool   `json:"dead"`
+	ID       int64     `json:"id"`
+	Queue    string    `json:"queue"`
+	Priority int16     `json:"priority"`
+	RunAt    time.Time `json:"run_at"`
+	Dead     bool      `json:"dead"`
 }
 
 // Takes up to max_jobs running jobs whose lease has expired and appends
@@ -64,7 +67,8 @@ type SweepRow struct {
 // pending, ready at once; a job on its last attempt moves to
 // hopper_dead_jobs. SKIP LOCKED and the bounded batch make it safe and cheap
 // to run from every worker at the same time: each expired job is moved once.
-// Returns one row per job moved; dead tells where it went.
+// Returns one row per job moved; dead tells where it went. A requeued job's
+// priority and run_at tell workers where it sits in claim order (Notify).
 func (q *Queries) Sweep(ctx context.Context, maxJobs int32) ([]SweepRow, error) {
 	rows, err := q.db.Query(ctx, sweep, maxJobs)
 	if err != nil {
@@ -74,7 +78,13 @@ func (q *Queries) Sweep(ctx context.Context, maxJobs int32) ([]SweepRow, error) 
 	items := []SweepRow{}
 	for rows.Next() {
 		var i SweepRow
-		if err := rows.Scan(&i.ID, &i.Queue, &i.Dead); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Priority,
+			&i.RunAt,
+			&i.Dead,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

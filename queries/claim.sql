@@ -7,11 +7,20 @@
 -- claiming the same job twice. Each claimed job becomes running, its attempt
 -- grows by one (that new attempt fences every later ack, nack and extend),
 -- and it is leased to owner for lease_ms.
+--
+-- The scan starts after (after_priority, after_run_at, after_id): the
+-- worker's cursor, just past the last job it claimed. Entries before it
+-- belong to jobs already claimed; they stay in the index until vacuum can
+-- remove them, which it cannot while any session holds an older snapshot,
+-- and seeking past them keeps a claim's cost flat however many there are.
+-- after_priority -1 scans from the start. Workers move the cursor back when
+-- a wake-up names a job behind it, and scan from the start periodically.
 WITH picked AS (
     SELECT j.id
     FROM hopper_jobs AS j
     WHERE j.state = 'pending'
       AND j.queue = @queue::text
+      AND (j.priority, j.run_at, j.id) > (@after_priority::smallint, @after_run_at::timestamptz, @after_id::bigint)
       AND j.run_at <= now()
       -- array_position finds the slot of the kind; NULL (unknown kind) never passes.
       AND j.version <= (@max_versions::integer[])[array_position(@kinds::text[], j.kind)]
@@ -30,7 +39,8 @@ RETURNING j.*;
 
 -- name: Promote :many
 -- Makes up to max_jobs scheduled jobs whose run_at has come pending, and
--- returns how many per queue (the caller wakes those queues). Every worker
+-- returns how many per queue with the smallest priority, run_at and id among
+-- them (the caller wakes those queues and moves their cursors back there). Every worker
 -- runs it on its poll interval; SKIP LOCKED makes that safe.
 WITH due AS (
     SELECT j.id
@@ -45,8 +55,12 @@ WITH due AS (
     SET state = 'pending'
     FROM due
     WHERE j.id = due.id
-    RETURNING j.queue
+    RETURNING j.queue, j.priority, j.run_at, j.id
 )
-SELECT promoted.queue, count(*) AS promoted
+SELECT promoted.queue,
+       count(*) AS promoted,
+       min(promoted.priority)::smallint AS priority,
+       min(promoted.run_at)::timestamptz AS run_at,
+       min(promoted.id)::bigint AS id
 FROM promoted
 GROUP BY promoted.queue;

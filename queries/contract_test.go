@@ -18,27 +18,7 @@ import (
 // command of each query and the clauses its guarantees rest on.
 func TestRuntimeContract(t *testing.T) {
 	t.Parallel()
-	sqlByName := map[string]string{}
-	cmdByName := map[string]string{}
-	header := regexp.MustCompile(`(?m)^-- name: (\w+) (:\w+)\s*$`)
-	entries, err := fs.ReadDir(queries.Files, ".")
-	require.NoError(t, err)
-	for _, e := range entries {
-		raw, err := fs.ReadFile(queries.Files, e.Name())
-		require.NoError(t, err)
-		text := string(raw)
-		marks := header.FindAllStringSubmatchIndex(text, -1)
-		for i, m := range marks {
-			end := len(text)
-			if i+1 < len(marks) {
-				end = marks[i+1][0]
-			}
-			name := text[m[2]:m[3]]
-			require.NotContains(t, sqlByName, name, "query %s is defined twice", name)
-			cmdByName[name] = text[m[4]:m[5]]
-			sqlByName[name] = stripComments(text[m[1]:end])
-		}
-	}
+	sqlByName, cmdByName := readStatements(t)
 
 	for _, c := range []struct {
 		query, cmd string
@@ -49,7 +29,7 @@ func TestRuntimeContract(t *testing.T) {
 		{"EnqueueBatch", ":copyfrom", nil, "plain batches go through COPY"},
 		{"EnqueueBatchAt", ":copyfrom", []string{"state"}, "scheduled jobs must be stored as scheduled"},
 		{"EnqueueBatchUnique", ":many", []string{"on conflict (unique_key) where unique_key is not null do nothing"}, "duplicates in a batch are skipped"},
-		{"Dequeue", ":many", []string{"for update skip locked", "j.state = 'pending'", "j.run_at <= now()", "order by j.priority, j.run_at, j.id", "attempt = j.attempt + 1", "lease_until ="}, "without SKIP LOCKED two workers can claim one job; without attempt + 1 fencing breaks"},
+		{"Dequeue", ":many", []string{"for update skip locked", "j.state = 'pending'", "j.run_at <= now()", "order by j.priority, j.run_at, j.id", "(j.priority, j.run_at, j.id) > (@after_priority::smallint, @after_run_at::timestamptz, @after_id::bigint)", "attempt = j.attempt + 1", "lease_until ="}, "without SKIP LOCKED two workers can claim one job; without attempt + 1 fencing breaks; without the cursor's seek (a row comparison on the ready index's columns, in its order) every claim walks the entries of jobs already claimed"},
 		{"AckBatch", ":many", []string{"j.attempt = acked.attempt", "j.lease_until is not null", "order by j.id for update of j", "returning j.id, j.attempt"}, "an ack must be fenced by (id, attempt), lock in id order and say which took effect"},
 		{"NackBatch", ":many", []string{"j.attempt = f.attempt", "j.lease_until is not null", "order by j.id for update of j", "insert into hopper_dead_jobs"}, "a nack must be fenced, lock in id order and dead-letter in the same statement"},
 		{"Extend", ":many", []string{"j.attempt = held.attempt", "j.lease_until is not null", "for update of j skip locked", "greatest(j.lease_until,", "as extended"}, "extend must be fenced, never wait on a lock (no deadlock), never shorten a lease and report lost claims"},
@@ -74,6 +54,33 @@ func TestRuntimeContract(t *testing.T) {
 			require.Contains(t, sql, normalise(frag), "query %s lost %q: %s", c.query, frag, c.why)
 		}
 	}
+}
+
+// readStatements reads every query of queries/: its SQL without comments,
+// lower-cased and whitespace-normalised, and its sqlc command, by name.
+func readStatements(t *testing.T) (sqlByName, cmdByName map[string]string) {
+	t.Helper()
+	sqlByName, cmdByName = map[string]string{}, map[string]string{}
+	header := regexp.MustCompile(`(?m)^-- name: (\w+) (:\w+)\s*$`)
+	entries, err := fs.ReadDir(queries.Files, ".")
+	require.NoError(t, err)
+	for _, e := range entries {
+		raw, err := fs.ReadFile(queries.Files, e.Name())
+		require.NoError(t, err)
+		text := string(raw)
+		marks := header.FindAllStringSubmatchIndex(text, -1)
+		for i, m := range marks {
+			end := len(text)
+			if i+1 < len(marks) {
+				end = marks[i+1][0]
+			}
+			name := text[m[2]:m[3]]
+			require.NotContains(t, sqlByName, name, "query %s is defined twice", name)
+			cmdByName[name] = text[m[4]:m[5]]
+			sqlByName[name] = stripComments(text[m[1]:end])
+		}
+	}
+	return sqlByName, cmdByName
 }
 
 func stripComments(sql string) string {

@@ -182,7 +182,9 @@ func TestRelease(t *testing.T) {
 	j := b.claim(t, "w", 1)[0]
 	released, err := b.q.Release(b.ctx, db.ReleaseParams{Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}})
 	require.NoError(t, err)
-	require.Equal(t, []db.ReleaseRow{{ID: j.ID, Queue: "default"}}, released)
+	require.Len(t, released, 1)
+	require.Equal(t, db.ReleaseRow{ID: j.ID, Queue: "default", Priority: j.Priority}, db.ReleaseRow{ID: released[0].ID, Queue: released[0].Queue, Priority: released[0].Priority})
+	require.True(t, j.RunAt.Equal(released[0].RunAt), "the released job's place in claim order is reported, for the wake-up")
 
 	got, err := b.q.GetJob(b.ctx, j.ID)
 	require.NoError(t, err)

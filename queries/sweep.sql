@@ -4,7 +4,8 @@
 -- pending, ready at once; a job on its last attempt moves to
 -- hopper_dead_jobs. SKIP LOCKED and the bounded batch make it safe and cheap
 -- to run from every worker at the same time: each expired job is moved once.
--- Returns one row per job moved; dead tells where it went.
+-- Returns one row per job moved; dead tells where it went. A requeued job's
+-- priority and run_at tell workers where it sits in claim order (Notify).
 WITH expired AS (
     SELECT j.id,
            j.errors || jsonb_build_array(jsonb_build_object(
@@ -28,7 +29,7 @@ WITH expired AS (
         errors      = expired.errors
     FROM expired
     WHERE j.id = expired.id AND NOT expired.exhausted
-    RETURNING j.id, j.queue
+    RETURNING j.id, j.queue, j.priority, j.run_at
 ), removed AS (
     DELETE FROM hopper_jobs AS j
     USING expired
@@ -43,6 +44,6 @@ WITH expired AS (
     JOIN expired ON expired.id = r.id
     RETURNING id, queue
 )
-SELECT requeued.id, requeued.queue, false AS dead FROM requeued
+SELECT requeued.id, requeued.queue, requeued.priority, requeued.run_at, false AS dead FROM requeued
 UNION ALL
-SELECT buried.id, buried.queue, true AS dead FROM buried;
+SELECT buried.id, buried.queue, 0::smallint, now(), true AS dead FROM buried;

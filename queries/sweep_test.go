@@ -25,14 +25,22 @@ func TestSweep(t *testing.T) {
 
 	rows, err := b.q.Sweep(b.ctx, 100)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []db.SweepRow{
-		{ID: requeue, Queue: "default", Dead: false},
-		{ID: bury, Queue: "default", Dead: true},
-	}, rows)
+	moved := map[int64]bool{}
+	for _, r := range rows {
+		require.Equal(t, "default", r.Queue)
+		moved[r.ID] = r.Dead
+	}
+	require.Equal(t, map[int64]bool{requeue: false, bury: true}, moved)
 
 	j, err := b.q.GetJob(b.ctx, requeue)
 	require.NoError(t, err)
 	require.Equal(t, "pending", j.State)
+	for _, r := range rows {
+		if r.ID == requeue {
+			require.True(t, j.RunAt.Equal(r.RunAt), "the requeued job's place in claim order is reported, for the wake-up")
+			require.Equal(t, j.Priority, r.Priority)
+		}
+	}
 	require.Nil(t, j.LeaseOwner)
 	h := history(t, j.Errors)
 	require.Len(t, h, 1)

@@ -101,6 +101,15 @@ type Config struct {
 	// MetricsInterval is how often the queue gauges are refreshed from the
 	// Stats query (a scan of the live table). Default 15s.
 	MetricsInterval time.Duration
+	// FullScanInterval is how often a queue's claim scans the ready jobs
+	// from the start rather than from its cursor, just past the last job it
+	// claimed. Wake-ups move the cursor back for every job that becomes
+	// ready behind it through Hopper (an enqueue that commits late, a
+	// release, a sweep, a promotion); the full scan finds the rest: jobs
+	// whose claim rolled back in a crashed worker, rows changed by hand. It
+	// costs a walk over the index entries of jobs claimed since vacuum last
+	// ran. Default 10s.
+	FullScanInterval time.Duration
 
 	stableID bool // ID was given, not made up
 }
@@ -188,6 +197,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := c.Backoff.validate(); err != nil {
 		return c, err
+	}
+	if c.FullScanInterval == 0 {
+		c.FullScanInterval = 10 * time.Second
+	}
+	if c.FullScanInterval < 0 {
+		return c, fmt.Errorf("%w: full scan interval %v is negative", ErrInvalidConfig, c.FullScanInterval)
 	}
 	if c.MetricsInterval == 0 {
 		c.MetricsInterval = 15 * time.Second

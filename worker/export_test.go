@@ -1,5 +1,7 @@
 package worker
 
+import "time"
+
 // Outcome names, as the tests see them.
 const (
 	OutcomeDone        = "done"
@@ -21,3 +23,14 @@ func HeldClaims(w *Worker) int { return w.claims.len() }
 
 // Beats is how many heartbeats the worker has done.
 func Beats(w *Worker) int64 { return w.beats.Load() }
+
+// Listening reports whether the worker's wake-up listener is subscribed
+// (its claim cursors are in use only then).
+func Listening(w *Worker) bool { return w.listening.Load() }
+
+// CursorAt is where queue's next claim starts: the (priority, run_at, id)
+// of the last job it claimed, or priority -1 for the start.
+func CursorAt(w *Worker, queue string) (priority int16, runAt time.Time, id int64) {
+	k := w.queues[queue].cursor.at()
+	return k.priority, k.runAt, k.id
+}

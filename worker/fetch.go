@@ -22,11 +22,12 @@ type queueRunner struct {
 	// a few goroutines rather than one new goroutine per job.
 	dispatch chan dispatched
 	spawned  int // handler goroutines started (claim goroutine only)
+	cursor   *claimCursor
 }
 
 func newQueueRunner(w *Worker, name string, n int) *queueRunner {
 	return &queueRunner{owner: w, name: name, max: n, wake: make(chan struct{}, 1), slotFreed: make(chan struct{}, 1),
-		dispatch: make(chan dispatched, n)}
+		dispatch: make(chan dispatched, n), cursor: newClaimCursor(w.cfg.FullScanInterval)}
 }
 
 // dispatched is a claimed, decoded job on its way to a handler goroutine.
@@ -43,6 +44,13 @@ func signal(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
 	default:
+	}
+}
+
+// rewindAll makes every queue's next claim scan from the start.
+func (w *Worker) rewindAll() {
+	for _, qr := range w.queues {
+		qr.cursor.rewind(fromStart)
 	}
 }
 
@@ -149,17 +157,23 @@ func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error)
 	qctx, cancel := context.WithTimeout(w.hard, w.cfg.LeaseDuration/2)
 	defer cancel()
 	sent := time.Now()
+	after := qr.cursor.begin(sent, w.listening.Load())
 	rows, err := w.q.Dequeue(qctx, db.DequeueParams{
-		Owner:       w.cfg.ID,
-		LeaseMs:     w.cfg.LeaseDuration.Milliseconds(),
-		Queue:       qr.name,
-		Kinds:       w.kinds,
-		MaxVersions: w.versions,
-		MaxJobs:     int32(n),
+		Owner:         w.cfg.ID,
+		LeaseMs:       w.cfg.LeaseDuration.Milliseconds(),
+		Queue:         qr.name,
+		AfterPriority: after.priority,
+		AfterRunAt:    after.runAt,
+		AfterID:       after.id,
+		Kinds:         w.kinds,
+		MaxVersions:   w.versions,
+		MaxJobs:       int32(n),
 	})
 	if err != nil {
+		qr.cursor.failed()
 		return 0, err
 	}
+	qr.cursor.claimed(rows)
 	w.metrics.fetched(qr.name, len(rows))
 	now := time.Now()
 	for _, row := range rows {

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -10,11 +9,11 @@ import (
 	"github.com/hopperq/hopper/db"
 )
 
-// listen keeps a session of its own subscribed to wake-ups and wakes the
-// queue each one names. A lost session is re-established with backoff;
+// listen keeps a session of its own subscribed to wake-ups, wakes the queue
+// each one names and moves its claim cursor back to the job announced. A lost session is re-established with backoff;
 // after every (re)connect all queues look for work, since wake-ups sent
 // meanwhile were missed. Polling goes on regardless, so a broken LISTEN
-// only costs latency.
+// only costs latency; while it is broken, claims scan from the start.
 func (w *Worker) listen(ctx context.Context) {
 	for failures := 0; ctx.Err() == nil; failures++ {
 		if failures > 0 && !sleep(ctx, retryDelay(failures)) {
@@ -31,6 +30,10 @@ func (w *Worker) listen(ctx context.Context) {
 			continue
 		}
 		failures = 0
+		// Wake-ups sent before LISTEN took effect were missed: every queue
+		// scans from the start, and cursors are usable from now on.
+		w.listening.Store(true)
+		w.rewindAll()
 		w.wakeAll()
 		for {
 			n, err := conn.WaitForNotification(ctx)
@@ -40,17 +43,16 @@ func (w *Worker) listen(ctx context.Context) {
 				}
 				break
 			}
-			var wake struct {
-				Schema string `json:"schema"`
-				Queue  string `json:"queue"`
-			}
-			if json.Unmarshal([]byte(n.Payload), &wake) != nil || wake.Schema != w.schema {
+			wake, ok := parseWakeup(n.Payload)
+			if !ok || wake.Schema != w.schema {
 				continue
 			}
 			if qr := w.queues[wake.Queue]; qr != nil {
+				qr.cursor.rewind(wake.key())
 				signal(qr.wake)
 			}
 		}
+		w.listening.Store(false)
 		closeQuietly(conn)
 	}
 }

@@ -57,12 +57,10 @@ func (w *Worker) releaseUnfinished() {
 		w.log.Error("could not give back unfinished jobs; they run again when their leases expire", "jobs", len(claims), "error", err)
 		return
 	}
-	queues := make([]string, len(rows))
-	for i, r := range rows {
-		queues[i] = r.Queue
+	var wk wakeups
+	for _, r := range rows {
+		wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
 	}
-	if err := w.q.Notify(ctx, queues); err != nil {
-		w.log.Warn("wake-up after release failed; workers will poll", "error", err)
-	}
+	w.announce(ctx, &wk, "release")
 	w.log.Info("gave back unfinished jobs", "jobs", len(rows))
 }

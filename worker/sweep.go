@@ -30,23 +30,19 @@ func (w *Worker) SweepOnce(ctx context.Context) (requeued, dead int) {
 			}
 			return requeued, dead
 		}
-		var queues []string
+		var wk wakeups
 		for _, r := range rows {
 			if r.Dead {
 				dead++
 				w.metrics.dead(r.Queue, "")
 			} else {
 				requeued++
-				queues = append(queues, r.Queue)
+				wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
 			}
 		}
-		if len(queues) > 0 {
-			if err := w.q.Notify(ctx, queues); err != nil {
-				w.log.Warn("wake-up after sweep failed; workers will poll", "error", err)
-			}
-		}
+		w.announce(ctx, &wk, "sweep")
 		if len(rows) > 0 {
-			w.log.Info("swept expired leases", "requeued", len(queues), "dead", len(rows)-len(queues))
+			w.log.Info("swept expired leases", "requeued", len(wk.p.Queues), "dead", len(rows)-len(wk.p.Queues))
 		}
 		if len(rows) < w.cfg.SweepBatch {
 			break
@@ -85,17 +81,13 @@ func (w *Worker) PromoteOnce(ctx context.Context) int {
 			return total
 		}
 		n := 0
-		queues := make([]string, 0, len(rows))
+		var wk wakeups
 		for _, r := range rows {
 			n += int(r.Promoted)
-			queues = append(queues, r.Queue)
+			wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
 		}
 		total += n
-		if len(queues) > 0 {
-			if err := w.q.Notify(ctx, queues); err != nil {
-				w.log.Warn("wake-up after promotion failed; workers will poll", "error", err)
-			}
-		}
+		w.announce(ctx, &wk, "promotion")
 		if n < promoteBatch {
 			break
 		}

@@ -39,8 +39,11 @@ type Worker struct {
 	queues     map[string]*queueRunner
 	metricsSrv *metricsServer
 	schema     string // where hopper_jobs lives: wake-ups for others are ignored
-	claims     claimSet
-	results    *resultQueue
+	// listening: the wake-up listener is subscribed, so wake-ups reach the
+	// claim cursors and they may be used.
+	listening atomic.Bool
+	claims    claimSet
+	results   *resultQueue
 
 	// hard ends at the shutdown's hard deadline (ShutdownTimeout plus
 	// ShutdownGrace after Run's context ended): every statement of the
@@ -223,13 +226,11 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	if len(released) > 0 {
 		w.log.Warn("gave back leases of a previous run of this worker", "jobs", len(released))
-		queues := make([]string, len(released))
-		for i, r := range released {
-			queues[i] = r.Queue
+		var wk wakeups
+		for _, r := range released {
+			wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
 		}
-		if err := w.q.Notify(ctx, queues); err != nil {
-			w.log.Warn("wake-up after release failed; workers will poll", "error", err)
-		}
+		w.announce(ctx, &wk, "release")
 	}
 	return nil
 }

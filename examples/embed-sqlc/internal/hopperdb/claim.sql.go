@@ -7,6 +7,7 @@ package hopperdb
 
 import (
 	"context"
+	"time"
 )
 
 const dequeue = `-- name: Dequeue :many
@@ -15,11 +16,12 @@ WITH picked AS (
     FROM hopper_jobs AS j
     WHERE j.state = 'pending'
       AND j.queue = $3::text
+      AND (j.priority, j.run_at, j.id) > ($4::smallint, $5::timestamptz, $6::bigint)
       AND j.run_at <= now()
       -- array_position finds the slot of the kind; NULL (unknown kind) never passes.
-      AND j.version <= ($4::integer[])[array_position($5::text[], j.kind)]
+      AND j.version <= ($7::integer[])[array_position($8::text[], j.kind)]
     ORDER BY j.priority, j.run_at, j.id
-    LIMIT $6::integer
+    LIMIT $9::integer
     FOR UPDATE SKIP LOCKED
 )
 UPDATE hopper_jobs AS j
@@ -33,12 +35,15 @@ RETURNING j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.ru
 `
 
 type DequeueParams struct {
-	Owner       string
-	LeaseMs     int64
-	Queue       string
-	MaxVersions []int32
-	Kinds       []string
-	MaxJobs     int32
+	Owner         string
+	LeaseMs       int64
+	Queue         string
+	AfterPriority int16
+	AfterRunAt    time.Time
+	AfterID       int64
+	MaxVersions   []int32
+	Kinds         []string
+	MaxJobs       int32
 }
 
 // Claims up to max_jobs ready jobs of one queue, in priority, run_at, id
@@ -49,11 +54,22 @@ type DequeueParams struct {
 // claiming the same job twice. Each claimed job becomes running, its attempt
 // grows by one (that new attempt fences every later ack, nack and extend),
 // and it is leased to owner for lease_ms.
+//
+// The scan starts after (after_priority, after_run_at, after_id): the
+// worker's cursor, just past the last job it claimed. Entries before it
+// belong to jobs already claimed; they stay in the index until vacuum can
+// remove them, which it cannot while any session holds an older snapshot,
+// and seeking past them keeps a claim's cost flat however many there are.
+// after_priority -1 scans from the start. Workers move the cursor back when
+// a wake-up names a job behind it, and scan from the start periodically.
 func (q *Queries) Dequeue(ctx context.Context, arg DequeueParams) ([]HopperJob, error) {
 	rows, err := q.db.Query(ctx, dequeue,
 		arg.Owner,
 		arg.LeaseMs,
 		arg.Queue,
+		arg.AfterPriority,
+		arg.AfterRunAt,
+		arg.AfterID,
 		arg.MaxVersions,
 		arg.Kinds,
 		arg.MaxJobs,
@@ -106,9 +122,13 @@ WITH due AS (
     SET state = 'pending'
     FROM due
     WHERE j.id = due.id
-    RETURNING j.queue
+    RETURNING j.queue, j.priority, j.run_at, j.id
 )
-SELECT promoted.queue, count(*) AS promoted
+SELECT promoted.queue,
+       count(*) AS promoted,
+       min(promoted.priority)::smallint AS priority,
+       min(promoted.run_at)::timestamptz AS run_at,
+       min(promoted.id)::bigint AS id
 FROM promoted
 GROUP BY promoted.queue
 `
@@ -116,10 +136,14 @@ GROUP BY promoted.queue
 type PromoteRow struct {
 	Queue    string
 	Promoted int64
+	Priority int16
+	RunAt    time.Time
+	ID       int64
 }
 
 // Makes up to max_jobs scheduled jobs whose run_at has come pending, and
-// returns how many per queue (the caller wakes those queues). Every worker
+// returns how many per queue with the smallest priority, run_at and id among
+// them (the caller wakes those queues and moves their cursors back there). Every worker
 // runs it on its poll interval; SKIP LOCKED makes that safe.
 func (q *Queries) Promote(ctx context.Context, maxJobs int32) ([]PromoteRow, error) {
 	rows, err := q.db.Query(ctx, promote, maxJobs)
@@ -130,7 +154,13 @@ func (q *Queries) Promote(ctx context.Context, maxJobs int32) ([]PromoteRow, err
 	var items []PromoteRow
 	for rows.Next() {
 		var i PromoteRow
-		if err := rows.Scan(&i.Queue, &i.Promoted); err != nil {
+		if err := rows.Scan(
+			&i.Queue,
+			&i.Promoted,
+			&i.Priority,
+			&i.RunAt,
+			&i.ID,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

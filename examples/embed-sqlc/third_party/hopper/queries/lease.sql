@@ -52,7 +52,7 @@ SET state        = 'pending',
     max_attempts = j.max_attempts + 1
 FROM released
 WHERE j.id = released.id
-RETURNING j.id, j.queue;
+RETURNING j.id, j.queue, j.priority, j.run_at;
 
 -- name: ReleaseOwner :many
 -- Gives back every claim still held by owner, uncharged as in Release. A
@@ -74,7 +74,7 @@ SET state        = 'pending',
     max_attempts = j.max_attempts + 1
 FROM released
 WHERE j.id = released.id
-RETURNING j.id, j.queue;
+RETURNING j.id, j.queue, j.priority, j.run_at;
 
 -- name: ClaimFates :many
 -- What became of claims whose ack or nack may or may not have committed

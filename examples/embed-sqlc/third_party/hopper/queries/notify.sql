@@ -1,16 +1,30 @@
 -- name: Listen :exec
 -- Subscribes this session to wake-ups. Payloads are JSON objects
--- {"schema": ..., "queue": ...}: the schema names which deployment the jobs
+-- {"schema", "queue", "priority", "run_at", "id"}: the schema names which deployment the jobs
 -- belong to, so several deployments can share one database. Needs a session
 -- of its own (not through PgBouncer in transaction mode; poll there).
 LISTEN hopper_jobs;
 
 -- name: Notify :exec
--- Wakes workers idling on the given queues (after a release or a sweep put
--- jobs back). Inserts need no call: the trigger on hopper_jobs notifies.
--- The schema named is the one holding hopper_jobs, as in the trigger.
-SELECT pg_notify('hopper_jobs', json_build_object('schema', home.nspname, 'queue', q.queue)::text)
-FROM (SELECT DISTINCT unnest(@queues::text[]) AS queue) AS q,
+-- Wakes workers on the queues of jobs that became pending without an insert
+-- (a release, a sweep, a promotion; inserts need no call, the trigger on
+-- hopper_jobs notifies). The i-th job is in queues[i] at (priorities[i],
+-- run_ats[i], ids[i]) in claim order; each queue's wake-up carries the
+-- smallest of each, a place at or before all of its jobs, so workers whose
+-- cursor has moved past them move it back. The schema named is the one
+-- holding hopper_jobs, as in the trigger.
+SELECT pg_notify('hopper_jobs', json_build_object(
+           'schema', home.nspname,
+           'queue', k.queue,
+           'priority', k.priority,
+           'run_at', k.run_at,
+           'id', k.id)::text)
+FROM (SELECT u.queue, min(u.priority) AS priority, min(u.run_at) AS run_at, min(u.id) AS id
+      FROM (SELECT unnest(@queues::text[]) AS queue,
+                   unnest(@priorities::smallint[]) AS priority,
+                   unnest(@run_ats::timestamptz[]) AS run_at,
+                   unnest(@ids::bigint[]) AS id) AS u
+      GROUP BY u.queue) AS k,
      (SELECT n.nspname
       FROM pg_catalog.pg_class AS c
       JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace

@@ -1,0 +1,139 @@
+package worker
+
+import (
+	"sync"
+	"time"
+
+	"github.com/hopperq/hopper/db"
+)
+
+// readyKey is a job's place in the order claims take ready jobs: the ready index's (priority,
+// run_at, id).
+type readyKey struct {
+	priority int16
+	runAt    time.Time
+	id       int64
+}
+
+// fromStart is before every job (priorities start at 0).
+var fromStart = readyKey{priority: -1}
+
+func (k readyKey) less(o readyKey) bool {
+	if k.priority != o.priority {
+		return k.priority < o.priority
+	}
+	if !k.runAt.Equal(o.runAt) {
+		return k.runAt.Before(o.runAt)
+	}
+	return k.id < o.id
+}
+
+// justBefore is the cursor from which k itself is claimed again.
+func (k readyKey) justBefore() readyKey {
+	if k.priority < 0 {
+		return fromStart
+	}
+	k.id--
+	return k
+}
+
+func keyOf(row db.HopperJob) readyKey {
+	return readyKey{priority: row.Priority, runAt: row.RunAt, id: row.ID}
+}
+
+// claimCursor is where a queue's next claim starts scanning the ready
+// index: just past the last job it claimed. Everything before it was
+// claimed already, and its index entries, dead but kept while any
+// snapshot older than them is open, are not walked again.
+//
+// A job can become ready behind the cursor: its transaction committed
+// after later jobs were claimed, it was released, swept or promoted, or a
+// claim that locked it rolled back. The wake-up announcing it carries its
+// place and moves the cursor back (rewind); the listener being down makes
+// the cursor unusable until it is back (and has rewound everything, since
+// wake-ups were missed); and a scan from the start every fullScan finds
+// whatever no wake-up announced (a job a crashed worker's claim had locked,
+// a row changed by hand).
+//
+// A claim in flight while a rewind arrives must not move the cursor past
+// it when it returns: rewinds are kept aside for the duration of a claim
+// and win over its answer.
+type claimCursor struct {
+	mu       sync.Mutex
+	pos      readyKey
+	claiming bool
+	// rewound: a rewind arrived during the claim in flight, back to rewindTo.
+	rewound  bool
+	rewindTo readyKey
+	fullScan time.Duration
+	lastFull time.Time
+}
+
+func newClaimCursor(fullScan time.Duration) *claimCursor {
+	return &claimCursor{pos: fromStart, fullScan: fullScan}
+}
+
+// begin starts a claim and returns where it scans from: the cursor, or the
+// start when wake-ups cannot reach it (usable false) or a full scan is due.
+func (c *claimCursor) begin(now time.Time, usable bool) readyKey {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.claiming, c.rewound = true, false
+	if !usable || now.Sub(c.lastFull) >= c.fullScan {
+		c.pos = fromStart
+	}
+	if c.pos.priority < 0 {
+		c.lastFull = now
+	}
+	return c.pos
+}
+
+// claimed ends a claim that answered: the cursor moves past the furthest
+// job it claimed, unless a rewind arrived meanwhile. A claim that found
+// nothing leaves the cursor where it was.
+func (c *claimCursor) claimed(rows []db.HopperJob) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, row := range rows {
+		if k := keyOf(row); c.pos.less(k) {
+			c.pos = k
+		}
+	}
+	c.end()
+}
+
+// failed ends a claim without an answer. Whatever it locked is pending
+// again if it rolled back, so the next claim scans from the start.
+func (c *claimCursor) failed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pos = fromStart
+	c.end()
+}
+
+func (c *claimCursor) end() {
+	if c.rewound && c.rewindTo.less(c.pos) {
+		c.pos = c.rewindTo
+	}
+	c.claiming, c.rewound = false, false
+}
+
+// rewind moves the cursor back so that the job at k is claimed again.
+func (c *claimCursor) rewind(k readyKey) {
+	back := k.justBefore()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if back.less(c.pos) {
+		c.pos = back
+	}
+	if c.claiming && (!c.rewound || back.less(c.rewindTo)) {
+		c.rewound, c.rewindTo = true, back
+	}
+}
+
+// at reports the cursor (tests).
+func (c *claimCursor) at() readyKey {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pos
+}

@@ -1,0 +1,107 @@
+package worker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/db"
+)
+
+// TestClaimCursorRules: the cursor's transitions, one rule per case.
+func TestClaimCursorRules(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	job := func(priority int16, sec int, id int64) db.HopperJob {
+		return db.HopperJob{Priority: priority, RunAt: t0.Add(time.Duration(sec) * time.Second), ID: id}
+	}
+	key := func(priority int16, sec int, id int64) readyKey { return keyOf(job(priority, sec, id)) }
+	const every = time.Minute
+
+	for _, tc := range []struct {
+		name string
+		run  func(c *claimCursor) readyKey // returns where the next claim starts
+		want readyKey
+	}{
+		{"a new cursor scans from the start", func(c *claimCursor) readyKey {
+			return c.begin(t0, true)
+		}, fromStart},
+		{"a claim moves it past the furthest job claimed, whatever the rows' order", func(c *claimCursor) readyKey {
+			c.begin(t0, true)
+			c.claimed([]db.HopperJob{job(0, 2, 9), job(0, 3, 5), job(0, 1, 12)})
+			return c.begin(t0, true)
+		}, key(0, 3, 5)},
+		{"priority comes first in claim order", func(c *claimCursor) readyKey {
+			c.begin(t0, true)
+			c.claimed([]db.HopperJob{job(1, 0, 1), job(0, 9, 2)})
+			return c.begin(t0, true)
+		}, key(1, 0, 1)},
+		{"a claim that finds nothing leaves it", func(c *claimCursor) readyKey {
+			c.begin(t0, true)
+			c.claimed([]db.HopperJob{job(0, 3, 5)})
+			c.begin(t0, true)
+			c.claimed(nil)
+			return c.begin(t0, true)
+		}, key(0, 3, 5)},
+		{"a wake-up behind it moves it back to just before the job", func(c *claimCursor) readyKey {
+			c.begin(t0, true)
+			c.claimed([]db.HopperJob{job(0, 3, 5)})
+			c.rewind(key(0, 1, 7))
+			return c.begin(t0, true)
+		}, key(0, 1, 6)},
+		{"a wake-up ahead of it leaves it", func(c *claimCursor) readyKey {
+			c.begin(t0, true)
+			c.claimed([]db.HopperJob{job(0, 3, 5)})
+			c.rewind(key(0, 4, 7))
+			return c.begin(t0, true)
+		}, key(0, 3, 5)},
+		{"a wake-up during a claim wins over the claim's answer", func(c *claimCursor) readyKey {
+			c.begin(t0, true)
+			c.rewind(key(0, 1, 7))
+			c.claimed([]db.HopperJob{job(0, 3, 5)})
+			return c.begin(t0, true)
+		}, key(0, 1, 6)},
+		{"the earliest of several wake-ups during a claim wins", func(c *claimCursor) readyKey {
+			c.begin(t0, true)
+			c.rewind(key(0, 2, 7))
+			c.rewind(key(0, 1, 8))
+			c.rewind(key(0, 2, 1))
+			c.claimed([]db.HopperJob{job(0, 3, 5)})
+			return c.begin(t0, true)
+		}, key(0, 1, 7)},
+		{"a wake-up without a place rewinds to the start", func(c *claimCursor) readyKey {
+			c.begin(t0, true)
+			c.claimed([]db.HopperJob{job(0, 3, 5)})
+			c.rewind(fromStart)
+			return c.begin(t0, true)
+		}, fromStart},
+		{"a claim without an answer rewinds to the start", func(c *claimCursor) readyKey {
+			c.begin(t0, true)
+			c.claimed([]db.HopperJob{job(0, 3, 5)})
+			c.begin(t0, true)
+			c.failed()
+			return c.begin(t0, true)
+		}, fromStart},
+		{"while wake-ups cannot arrive, claims scan from the start", func(c *claimCursor) readyKey {
+			c.begin(t0, true)
+			c.claimed([]db.HopperJob{job(0, 3, 5)})
+			return c.begin(t0, false)
+		}, fromStart},
+		{"a full scan is due every interval", func(c *claimCursor) readyKey {
+			c.begin(t0, true)
+			c.claimed([]db.HopperJob{job(0, 3, 5)})
+			return c.begin(t0.Add(every), true)
+		}, fromStart},
+		{"and not before", func(c *claimCursor) readyKey {
+			c.begin(t0, true)
+			c.claimed([]db.HopperJob{job(0, 3, 5)})
+			return c.begin(t0.Add(every-time.Millisecond), true)
+		}, key(0, 3, 5)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.want, tc.run(newClaimCursor(every)))
+		})
+	}
+}

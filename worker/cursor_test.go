@@ -1,0 +1,138 @@
+package worker_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/worker"
+)
+
+// TestJobsBehindTheCursorRun: a queue claims from just past the last job it
+// claimed, so a job that becomes ready before that place must move the
+// cursor back through its wake-up. The full scan is an hour away here, so
+// each case fails (the job never runs) if the wake-up does not.
+func TestJobsBehindTheCursorRun(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// before enqueues the jobs that run first; after makes the job that
+		// must run next become ready behind them, and returns its id.
+		before func(t *testing.T, b *bundle, k *jobs.Kind[Task]) (after func() int64)
+	}{
+		{
+			name: "an enqueue that commits after later jobs ran",
+			before: func(t *testing.T, b *bundle, k *jobs.Kind[Task]) func() int64 {
+				tx, err := b.pool.Begin(b.ctx)
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+				late, err := k.Enqueue(b.ctx, tx, Task{N: -1}) // run_at: the transaction's start
+				require.NoError(t, err)
+				enqueueMany(t, b, k, 20)
+				return func() int64 {
+					require.NoError(t, tx.Commit(b.ctx))
+					return late.ID
+				}
+			},
+		},
+		{
+			name: "a more urgent job after less urgent ones ran",
+			before: func(t *testing.T, b *bundle, k *jobs.Kind[Task]) func() int64 {
+				enqueueMany(t, b, k, 20, jobs.Priority(5))
+				return func() int64 {
+					urgent, err := k.Enqueue(b.ctx, b.pool, Task{N: -1}, jobs.Priority(0))
+					require.NoError(t, err)
+					return urgent.ID
+				}
+			},
+		},
+		{
+			name: "a promoted job due before later jobs ran",
+			before: func(t *testing.T, b *bundle, k *jobs.Kind[Task]) func() int64 {
+				due, err := k.Enqueue(b.ctx, b.pool, Task{N: -1}, jobs.Delay(time.Hour))
+				require.NoError(t, err)
+				enqueueMany(t, b, k, 20)
+				return func() int64 {
+					// Due long ago now; the worker's promotion wakes the queue.
+					_, err := b.pool.Exec(b.ctx, "UPDATE hopper_jobs SET run_at = now() - interval '1 minute' WHERE id = $1", due.ID)
+					require.NoError(t, err)
+					return due.ID
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			k := kind(t, "cursor")
+			ran := newRanSet()
+			r := start(t, b, worker.Config{FullScanInterval: time.Hour, Queues: map[string]int{"default": 4}},
+				func(w *worker.Worker) { must(t, worker.Handle(w, k, ran.handler)) })
+			waitFor(t, "the wake-up listener", func() bool { return worker.Listening(r.w) })
+
+			after := tc.before(t, b, k)
+			waitFor(t, "the first jobs run", func() bool { return ran.count() >= 20 })
+			p, _, _ := worker.CursorAt(r.w, "default")
+			require.GreaterOrEqual(t, p, int16(0), "the queue claims from its cursor")
+
+			id := after()
+			waitFor(t, "the job behind the cursor runs", func() bool { return ran.has(id) })
+		})
+	}
+}
+
+// TestFullScanFindsWhatNoWakeUpAnnounced: a row made ready by hand sends
+// no wake-up; the periodic scan from the start finds it.
+func TestFullScanFindsWhatNoWakeUpAnnounced(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "cursor")
+	ran := newRanSet()
+	r := start(t, b, worker.Config{FullScanInterval: 100 * time.Millisecond},
+		func(w *worker.Worker) { must(t, worker.Handle(w, k, ran.handler)) })
+	waitFor(t, "the wake-up listener", func() bool { return worker.Listening(r.w) })
+	enqueueMany(t, b, k, 5)
+	waitFor(t, "the first jobs run", func() bool { return ran.count() >= 5 })
+
+	hidden, err := k.Enqueue(b.ctx, b.pool, Task{N: -1}, jobs.Delay(time.Hour))
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, "UPDATE hopper_jobs SET state = 'pending', run_at = now() - interval '1 hour' WHERE id = $1", hidden.ID)
+	require.NoError(t, err)
+	waitFor(t, "the job made ready by hand runs", func() bool { return ran.has(hidden.ID) })
+}
+
+func enqueueMany(t *testing.T, b *bundle, k *jobs.Kind[Task], n int, opts ...jobs.EnqueueOption) {
+	t.Helper()
+	for i := range n {
+		_, err := k.Enqueue(b.ctx, b.pool, Task{N: i}, opts...)
+		require.NoError(t, err)
+	}
+}
+
+// ranSet records the ids of the jobs a handler ran.
+type ranSet struct {
+	mu  sync.Mutex
+	ids map[int64]bool
+}
+
+func newRanSet() *ranSet { return &ranSet{ids: map[int64]bool{}} }
+
+func (s *ranSet) handler(_ context.Context, j *jobs.Job[Task]) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ids[j.ID] = true
+	return nil
+}
+
+func (s *ranSet) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.ids)
+}
+
+func (s *ranSet) has(id int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ids[id]
+}
