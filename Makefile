@@ -34,9 +34,9 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s): enqueue options, paylo
 	go test -run '^$$' -fuzz '^FuzzDecodePayload$$' -fuzztime $(FUZZTIME) ./jobs
 
 .PHONY: bench
-bench: ## hopper bench: every mode plus the pgbench baseline, on a throwaway cluster with production defaults (about 6 minutes)
+bench: ## hopper bench: every mode, the pgbench baseline and the pressure suite (a snapshot held 5 minutes, a 1M-job burst), on a throwaway cluster with production defaults (about 17 minutes)
 	go build -o bin/hopper ./cmd/hopper
-	bin/hopper bench --scratch-cluster --mode all --baseline --scheduled 1000000
+	bin/hopper bench --scratch-cluster --mode all --baseline --scheduled 1000000 --pressure
 
 .PHONY: bench-go
 bench-go: ## Go benchmarks of the hot paths (dequeue, ack_batch, COPY, decode with upgrades); compare runs with benchstat

@@ -47,6 +47,16 @@ type Config struct {
 	// Burst adds this many ready jobs at once, a third of the way into the
 	// continuous run.
 	Burst int
+	// Recover: with HoldSnapshot, release the snapshot after Duration and
+	// go on measuring this long, with the job table's dead tuples and size
+	// in every window.
+	Recover time.Duration
+	// Pressure runs the pressure suite after the other modes: a continuous
+	// run with a snapshot held for HoldFor then released for Recover (or 3
+	// minutes), and one with a burst of Burst (or 1,000,000) jobs, compared
+	// with the clean continuous and drain runs of the same report.
+	Pressure bool
+	HoldFor  time.Duration
 	// ScratchCluster: the run starts its own PostgreSQL cluster with
 	// production defaults (initdb into a temporary directory, its own port)
 	// and removes it afterwards; DatabaseURL is then that cluster's.
@@ -69,7 +79,14 @@ type Report struct {
 	Enqueue    *EnqueueResult     `json:"enqueue,omitempty"`
 	Latency    *LatencyResult     `json:"latency,omitempty"`
 	Baseline   *BaselineResult    `json:"baseline,omitempty"`
+	Pressure   *PressureReport    `json:"pressure,omitempty"`
 	Ratios     map[string]float64 `json:"ratios,omitempty"`
+}
+
+// PressureReport is the pressure suite's two continuous runs.
+type PressureReport struct {
+	Snapshot *ContinuousResult `json:"snapshot"`
+	Burst    *ContinuousResult `json:"burst"`
 }
 
 // scratch is a schema created for one run.
@@ -171,8 +188,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if modes["continuous"] {
 		logf("continuous: %v of produce + work", cfg.Duration)
-		if r.Continuous, err = runContinuous(ctx, cfg); err != nil {
+		clean := cfg
+		if cfg.Pressure { // the pressure suite's runs have their own
+			clean.HoldSnapshot, clean.Burst, clean.Recover = false, 0, 0
+		}
+		if r.Continuous, err = runContinuous(ctx, clean); err != nil {
 			return r, fmt.Errorf("continuous: %w", err)
+		}
+	}
+	if cfg.Pressure {
+		if r.Pressure, err = runPressure(ctx, cfg, logf); err != nil {
+			return r, fmt.Errorf("pressure: %w", err)
+		}
+		if r.Continuous != nil && r.Continuous.SteadyWorkedPerSecond > 0 {
+			r.Ratios["snapshot_last_minute_to_clean_steady"] = r.Pressure.Snapshot.LastMinutePerSecond / r.Continuous.SteadyWorkedPerSecond
+		}
+		if r.Drain != nil && r.Pressure.Burst.BurstDrainPerSecond > 0 {
+			r.Ratios["burst_drain_to_clean_drain"] = r.Pressure.Burst.BurstDrainPerSecond / r.Drain.JobsPerSecond
 		}
 	}
 	if cfg.Baseline {
@@ -198,6 +230,8 @@ func (cfg Config) summary() map[string]any {
 		"mode": cfg.Mode, "duration": cfg.Duration.String(), "jobs": cfg.Jobs, "workers": cfg.Workers,
 		"concurrency": cfg.Concurrency, "batch_size": cfg.BatchSize, "producers": cfg.Producers,
 		"payload_size": cfg.PayloadSize, "handler_time": cfg.HandlerTime.String(), "scheduled_backlog": cfg.Scheduled,
+		"hold_snapshot": cfg.HoldSnapshot, "burst": cfg.Burst, "recover": cfg.Recover.String(),
+		"pressure": cfg.Pressure, "hold_for": cfg.HoldFor.String(),
 	}
 }
 

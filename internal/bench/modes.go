@@ -317,9 +317,21 @@ type ContinuousResult struct {
 	// Table is the job table at the end of the run (with the snapshot, if
 	// one was held, still open).
 	Table *TableStats `json:"table,omitempty"`
+	// Statements is what each of Hopper's statements cost the server
+	// during the run, the most expensive first (pg_stat_statements).
+	Statements []StatementCost `json:"statements,omitempty"`
+	// LastMinutePerSecond is the mean rate of the run's last minute.
+	LastMinutePerSecond float64 `json:"last_minute_worked_per_second"`
 	// The pressure the run was under.
 	HoldSnapshot bool `json:"hold_snapshot,omitempty"`
 	Burst        int  `json:"burst,omitempty"`
+	// With a burst: how long it took to drain (the backlog back to what
+	// producers keep) from its commit, and the rate meanwhile.
+	BurstDrainSeconds   float64 `json:"burst_drain_seconds,omitempty"`
+	BurstDrainPerSecond float64 `json:"burst_drain_worked_per_second,omitempty"`
+	// Recovery is every window after a held snapshot was released, with
+	// the job table's dead tuples and size at its end.
+	Recovery []RecoveryWindow `json:"recovery,omitempty"`
 }
 
 func runContinuous(ctx context.Context, cfg Config) (*ContinuousResult, error) {
@@ -385,11 +397,13 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 	}
 
 	pressure := scheduled == 0 // the backlog run repeats the clean one only
+	release := func() {}
 	if pressure && cfg.HoldSnapshot {
-		release, err := holdSnapshot(ctx, s.url)
+		rollback, err := holdSnapshot(ctx, s.url)
 		if err != nil {
 			return nil, err
 		}
+		release = sync.OnceFunc(rollback)
 		defer release()
 	}
 
@@ -408,9 +422,16 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 	startCPU := p.cpu()
 	meter := startPGMeter()
 	claims := newClaimMeter(ctx, s.pool)
+	statements := newStatementMeter(ctx, s.pool)
 	perWindow := max(int(cfg.window().Round(time.Second)/time.Second), 1)
 	var claimBuffers []float64
 	burstDone := make(chan error, 1)
+	// burstAt is when the burst committed (0: not yet), burstFrom the jobs
+	// finished then; the burst has drained when the backlog is back to
+	// what the producers keep (they pause above maxBacklog).
+	var burstAt, burstFrom atomic.Int64
+	var burstDrained time.Duration
+	var burstDrainedJobs int64
 	if pressure && cfg.Burst > 0 {
 		go func() {
 			select {
@@ -423,7 +444,9 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 			// off midway, so that what committed is counted.
 			err := enqueueCopy(context.WithoutCancel(prodCtx), s.pool, cfg.Burst, 5000, cfg.payload())
 			if err == nil {
+				burstFrom.Store(p.finished())
 				enqueued.Add(int64(cfg.Burst))
+				burstAt.Store(time.Now().UnixNano())
 			}
 			burstDone <- err
 		}()
@@ -458,17 +481,35 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 				claimBuffers = append(claimBuffers, b)
 			}
 		}
+		if at := burstAt.Load(); at != 0 && burstDrained == 0 && enqueued.Load()-p.finished() <= maxBacklog {
+			burstDrained = time.Since(time.Unix(0, at))
+			burstDrainedJobs = p.finished() - burstFrom.Load()
+		}
 	}
 	secs := time.Since(startAt).Seconds()
 	done, enq := p.completed.Load()-startDone, enqueued.Load()-startEnq
 	workerCPU := p.cpu() - startCPU
 	pgCPU, pgOK := meter.seconds()
+	// The table as the pressure left it, then (with a snapshot held) the
+	// recovery after releasing it, producers still at work.
+	table, err := readTableStats(ctx, s.pool)
+	if err != nil {
+		return nil, err
+	}
+	costs := statements.costs(ctx)
+	var recovery []RecoveryWindow
+	if pressure && cfg.HoldSnapshot && cfg.Recover > 0 {
+		release()
+		if recovery, err = measureRecovery(ctx, s.pool, p, cfg.Recover, perWindow); err != nil {
+			return nil, err
+		}
+	}
 	stopProducing()
 	pwg.Wait()
 	if err := <-burstDone; err != nil {
 		return nil, fmt.Errorf("burst: %w", err)
 	}
-	r := &ContinuousResult{
+	r := &ContinuousResult{Table: table, Statements: costs, Recovery: recovery,
 		Seconds: secs, WorkedPerSecond: float64(done) / secs, EnqueuedPerSecond: float64(enq) / secs,
 		Samples: samples, WorkerCPUPer1000: 1000 * workerCPU / float64(done),
 	}
@@ -481,12 +522,14 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 	if len(r.Windows) > 0 {
 		r.LastWindowPerSecond = r.Windows[len(r.Windows)-1]
 	}
+	r.LastMinutePerSecond = lastMean(samples, 60)
 	r.ClaimBuffersPerJob = claimBuffers
 	if pressure {
 		r.HoldSnapshot, r.Burst = cfg.HoldSnapshot, cfg.Burst
 	}
-	if r.Table, err = readTableStats(ctx, s.pool); err != nil {
-		return nil, err
+	if burstDrained > 0 {
+		r.BurstDrainSeconds = burstDrained.Seconds()
+		r.BurstDrainPerSecond = float64(burstDrainedJobs) / burstDrained.Seconds()
 	}
 	stopped = true
 	if r.WorkerPeakRSSBytes, err = p.stop(); err != nil {

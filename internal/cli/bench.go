@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -25,7 +26,10 @@ func benchCommand() *command {
 			fs.DurationVar(&cfg.Duration, "duration", time.Minute, "continuous and baseline: how long to measure (the steady state is the last half)")
 			fs.DurationVar(&cfg.Window, "window", 10*time.Second, "continuous and baseline: the length of one reported window")
 			fs.BoolVar(&cfg.HoldSnapshot, "hold-snapshot", false, "continuous: hold a REPEATABLE READ snapshot open for the whole run (a long report, an idle-in-transaction session)")
-			fs.IntVar(&cfg.Burst, "burst", 0, "continuous: this many ready jobs arrive at once a third of the way in")
+			fs.IntVar(&cfg.Burst, "burst", 0, "continuous: this many ready jobs arrive at once a third of the way in (--pressure: 1000000)")
+			fs.DurationVar(&cfg.Recover, "recover", 0, "with --hold-snapshot: release the snapshot after --duration and measure this much longer (--pressure: 3m)")
+			fs.BoolVar(&cfg.Pressure, "pressure", false, "after the other modes: a continuous run with a snapshot held for --hold-for then released, and one with a --burst, compared with the clean runs")
+			fs.DurationVar(&cfg.HoldFor, "hold-for", 5*time.Minute, "--pressure: how long the snapshot is held")
 			fs.IntVar(&cfg.Jobs, "jobs", 1_000_000, "drain: backlog size; enqueue: jobs sent with COPY")
 			fs.IntVar(&cfg.Workers, "workers", 2, "worker instances in the worker process")
 			fs.IntVar(&cfg.Concurrency, "concurrency", 1000, "handler slots per worker")
@@ -55,7 +59,7 @@ func benchCommand() *command {
 			}
 			if cfg.Duration < time.Second || cfg.Jobs < 1 || cfg.Workers < 1 || cfg.Concurrency < 1 || cfg.BatchSize < 1 ||
 				cfg.Producers < 1 || cfg.PayloadSize < 0 || cfg.HandlerTime < 0 || cfg.Scheduled < 0 || cfg.Singles < 1 || cfg.Samples < 1 ||
-				cfg.Window < time.Second || cfg.Burst < 0 {
+				cfg.Window < time.Second || cfg.Burst < 0 || cfg.Recover < 0 || cfg.HoldFor < time.Second {
 				return fmt.Errorf("%w: sizes and counts must be positive, --duration and --window at least 1s", errUsage)
 			}
 			if !cfg.ScratchCluster { // the scratch cluster replaces the default database
@@ -104,24 +108,7 @@ func printBench(w io.Writer, r *bench.Report) {
 	m := r.Machine
 	fmt.Fprintf(w, "machine: %d CPUs, %s/%s, %s, PostgreSQL %s\n", m.CPUs, m.GoOS, m.GoArch, m.Go, m.Postgres)
 	if c := r.Continuous; c != nil {
-		fmt.Fprintf(w, "continuous: %.0f jobs/s worked, %.0f jobs/s enqueued over %.0fs; worker peak RSS %.0f MB; CPU per 1000 jobs: worker %.3fs, PostgreSQL %.3fs\n",
-			c.WorkedPerSecond, c.EnqueuedPerSecond, c.Seconds, float64(c.WorkerPeakRSSBytes)/1e6, c.WorkerCPUPer1000, c.PostgresCPUPer1000)
-		fmt.Fprintf(w, "  steady state (mean of the last half of %.0fs windows): %.0f jobs/s; last window %.0f jobs/s\n",
-			c.WindowSeconds, c.SteadyWorkedPerSecond, c.LastWindowPerSecond)
-		fmt.Fprintf(w, "  windows: %s\n", rates(c.Windows))
-		if len(c.ClaimBuffersPerJob) > 0 {
-			fmt.Fprintf(w, "  claim buffers per claimed job, per window (pg_stat_statements): %s\n", rates(c.ClaimBuffersPerJob))
-		}
-		if c.HoldSnapshot || c.Burst > 0 {
-			fmt.Fprintf(w, "  under pressure: snapshot held %v, burst of %d jobs\n", c.HoldSnapshot, c.Burst)
-		}
-		if t := c.Table; t != nil {
-			fmt.Fprintf(w, "  hopper_jobs at the end: %d dead / %d live tuples, table %.1f MB, indexes %.1f MB (ready index %.1f MB), autovacuums %d\n",
-				t.DeadTuples, t.LiveTuples, float64(t.TableBytes)/1e6, float64(t.IndexBytes)/1e6, float64(t.ReadyIndexBytes)/1e6, t.Autovacuums)
-		}
-		if c.BacklogWorkedPerSecond > 0 {
-			fmt.Fprintf(w, "  with the scheduled backlog: %.0f jobs/s (%.1f%% slower)\n", c.BacklogWorkedPerSecond, 100*c.BacklogSlowdown)
-		}
+		printContinuous(w, "continuous", c)
 	}
 	if d := r.Drain; d != nil {
 		fmt.Fprintf(w, "drain: %d jobs in %.1fs = %.0f jobs/s; worker peak RSS %.0f MB\n", d.Jobs, d.Seconds, d.JobsPerSecond, float64(d.WorkerPeakRSSBytes)/1e6)
@@ -133,15 +120,65 @@ func printBench(w io.Writer, r *bench.Report) {
 	if l := r.Latency; l != nil {
 		fmt.Fprintf(w, "pickup latency at idle: p50 %.2f ms, p95 %.2f ms, p99 %.2f ms (%d jobs)\n", l.P50Ms, l.P95Ms, l.P99Ms, l.Samples)
 	}
+	if p := r.Pressure; p != nil {
+		printContinuous(w, "pressure, snapshot held", p.Snapshot)
+		printContinuous(w, "pressure, burst", p.Burst)
+	}
 	if b := r.Baseline; b != nil {
 		fmt.Fprintf(w, "baseline (pgbench, %d clients, batch %d): %.0f jobs/s; CPU per 1000 jobs: pgbench %.3fs, PostgreSQL %.3fs\n",
 			b.Clients, b.BatchSize, b.JobsPerSecond, b.ClientCPUPer1000, b.PostgresCPUPer1000)
 		if len(b.Windows) > 0 {
 			fmt.Fprintf(w, "  steady state: %.0f jobs/s; windows: %s\n", b.SteadyJobsPerSecond, rates(b.Windows))
 		}
-		for k, v := range r.Ratios {
-			fmt.Fprintf(w, "  ratio %s: %.2f\n", k, v)
+	}
+	names := make([]string, 0, len(r.Ratios))
+	for k := range r.Ratios {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		fmt.Fprintf(w, "ratio %s: %.2f\n", k, r.Ratios[k])
+	}
+}
+
+func printContinuous(w io.Writer, label string, c *bench.ContinuousResult) {
+	fmt.Fprintf(w, "%s: %.0f jobs/s worked, %.0f jobs/s enqueued over %.0fs; worker peak RSS %.0f MB; CPU per 1000 jobs: worker %.3fs, PostgreSQL %.3fs\n",
+		label, c.WorkedPerSecond, c.EnqueuedPerSecond, c.Seconds, float64(c.WorkerPeakRSSBytes)/1e6, c.WorkerCPUPer1000, c.PostgresCPUPer1000)
+	fmt.Fprintf(w, "  steady state (mean of the last half of %.0fs windows): %.0f jobs/s; last minute %.0f jobs/s; last window %.0f jobs/s\n",
+		c.WindowSeconds, c.SteadyWorkedPerSecond, c.LastMinutePerSecond, c.LastWindowPerSecond)
+	fmt.Fprintf(w, "  windows: %s\n", rates(c.Windows))
+	if len(c.ClaimBuffersPerJob) > 0 {
+		fmt.Fprintf(w, "  claim buffers per claimed job, per window (pg_stat_statements): %s\n", rates(c.ClaimBuffersPerJob))
+	}
+	if c.HoldSnapshot || c.Burst > 0 {
+		fmt.Fprintf(w, "  under pressure: snapshot held %v, burst of %d jobs\n", c.HoldSnapshot, c.Burst)
+	}
+	if c.BurstDrainSeconds > 0 {
+		fmt.Fprintf(w, "  the burst drained in %.1fs from its commit: %.0f jobs/s\n", c.BurstDrainSeconds, c.BurstDrainPerSecond)
+	} else if c.Burst > 0 {
+		fmt.Fprintf(w, "  the burst had not drained when the run ended\n")
+	}
+	if t := c.Table; t != nil {
+		fmt.Fprintf(w, "  hopper_jobs at the end: %d dead / %d live tuples, table %.1f MB, indexes %.1f MB (ready index %.1f MB), autovacuums %d\n",
+			t.DeadTuples, t.LiveTuples, float64(t.TableBytes)/1e6, float64(t.IndexBytes)/1e6, float64(t.ReadyIndexBytes)/1e6, t.Autovacuums)
+	}
+	for i, st := range c.Statements {
+		if i == 0 {
+			fmt.Fprintf(w, "  server time by statement (pg_stat_statements):\n")
 		}
+		if i == 6 {
+			break
+		}
+		fmt.Fprintf(w, "    %-14s %9d calls  %9.0f ms  %7.3f ms/call  %8.1f buffers/call\n", st.Name, st.Calls, st.TotalMs, st.MeanMs, st.BuffersPerCall)
+	}
+	for i, rw := range c.Recovery {
+		if i == 0 {
+			fmt.Fprintf(w, "  after releasing the snapshot, per %.0fs window: jobs/s, dead tuples, table MB, indexes MB, autovacuums\n", c.WindowSeconds)
+		}
+		fmt.Fprintf(w, "    %6.0f %10d %8.1f %8.1f %3d\n", rw.WorkedPerSecond, rw.DeadTuples, float64(rw.TableBytes)/1e6, float64(rw.IndexBytes)/1e6, rw.Autovacuums)
+	}
+	if c.BacklogWorkedPerSecond > 0 {
+		fmt.Fprintf(w, "  with the scheduled backlog: %.0f jobs/s (%.1f%% slower)\n", c.BacklogWorkedPerSecond, 100*c.BacklogSlowdown)
 	}
 }
 
