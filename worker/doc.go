@@ -32,6 +32,16 @@
 //     LISTEN/NOTIFY wake-up (one per enqueue statement and queue) or the
 //     poll interval, whichever comes first. PollOnly turns LISTEN off, for
 //     PgBouncer in transaction mode. A lost LISTEN session is re-opened.
+//   - Claim cursor: a queue's claim seeks just past the last job it
+//     claimed rather than scanning the ready index from its start, whose
+//     first entries belong to jobs already claimed: dead, but kept until
+//     vacuum runs, and kept however long any session holds an older
+//     snapshot open. A wake-up names where its jobs sit in claim order
+//     (priority, run_at, id) and moves the cursor back when they are
+//     behind it (a transaction that committed late, a more urgent job, a
+//     release, a sweep, a promotion); every FullScanInterval a claim scans
+//     from the start, for what no wake-up announced. Without LISTEN every
+//     claim scans from the start.
 //   - Leases: one heartbeat extends every held claim in batches, at a third
 //     of the lease by default. A claim the database no longer holds for us
 //     cancels its handler's context with cause ErrLeaseLost, and the result
