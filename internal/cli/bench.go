@@ -90,6 +90,9 @@ func benchCommand() *command {
 				}()
 			}
 			if err != nil {
+				if report != nil && !asJSON { // what was measured before the failure
+					printBench(e.stdout, report)
+				}
 				return err
 			}
 			if asJSON {
