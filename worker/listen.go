@@ -10,9 +10,10 @@ import (
 )
 
 // listen keeps a session of its own subscribed to wake-ups, wakes the queue
-// each one names and moves its claim cursor back to the job announced. A lost session is re-established with backoff;
-// after every (re)connect all queues look for work, since wake-ups sent
-// meanwhile were missed. Polling goes on regardless, so a broken LISTEN
+// each one names and moves its claim cursor back to the job announced. A
+// lost session is re-established with backoff; after every (re)connect all
+// queues look for work from the start, since wake-ups sent meanwhile were
+// missed. Polling goes on regardless, so a broken LISTEN
 // only costs latency; while it is broken, claims scan from the start.
 func (w *Worker) listen(ctx context.Context) {
 	for failures := 0; ctx.Err() == nil; failures++ {
