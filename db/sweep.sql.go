@@ -22,8 +22,14 @@ WITH expired AS (
     FROM hopper_jobs AS j
     WHERE j.state = 'running'
       AND j.lease_until < now()
+      -- Only leases that expired within the last within_ms (0: all). The
+      -- lease index's first entries belong to jobs long finished: dead, but
+      -- kept until vacuum runs, and however long any session holds an
+      -- older snapshot open. A worker that swept everything a moment ago
+      -- seeks past them, and sweeps in full now and then.
+      AND j.lease_until >= coalesce(now() - '1 millisecond'::interval * nullif($1::bigint, 0), '-infinity')
     ORDER BY j.lease_until
-    LIMIT $1::integer
+    LIMIT $2::integer
     FOR UPDATE SKIP LOCKED
 ), requeued AS (
     UPDATE hopper_jobs AS j
@@ -54,6 +60,11 @@ UNION ALL
 SELECT buried.id, buried.queue, 0::smallint, now(), true AS dead FROM buried
 `
 
+type SweepParams struct {
+	WithinMs int64 `json:"within_ms"`
+	MaxJobs  int32 `json:"max_jobs"`
+}
+
 type SweepRow struct {
 	ID       int64     `json:"id"`
 	Queue    string    `json:"queue"`
@@ -69,8 +80,8 @@ type SweepRow struct {
 // to run from every worker at the same time: each expired job is moved once.
 // Returns one row per job moved; dead tells where it went. A requeued job's
 // priority and run_at tell workers where it sits in claim order (Notify).
-func (q *Queries) Sweep(ctx context.Context, maxJobs int32) ([]SweepRow, error) {
-	rows, err := q.db.Query(ctx, sweep, maxJobs)
+func (q *Queries) Sweep(ctx context.Context, arg SweepParams) ([]SweepRow, error) {
+	rows, err := q.db.Query(ctx, sweep, arg.WithinMs, arg.MaxJobs)
 	if err != nil {
 		return nil, err
 	}

@@ -84,7 +84,7 @@ func TestFencing(t *testing.T) {
 			b.enqueue(t, jobSpec{maxAttempts: 5})
 			first := b.claim(t, "first", 1)[0]
 			b.expire(t, first)
-			swept, err := b.q.Sweep(b.ctx, 100)
+			swept, err := b.q.Sweep(b.ctx, db.SweepParams{MaxJobs: 100})
 			require.NoError(t, err)
 			require.Len(t, swept, 1)
 			second := b.claim(t, "second", 1)[0]

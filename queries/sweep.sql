@@ -17,6 +17,12 @@ WITH expired AS (
     FROM hopper_jobs AS j
     WHERE j.state = 'running'
       AND j.lease_until < now()
+      -- Only leases that expired within the last within_ms (0: all). The
+      -- lease index's first entries belong to jobs long finished: dead, but
+      -- kept until vacuum runs, and however long any session holds an
+      -- older snapshot open. A worker that swept everything a moment ago
+      -- seeks past them, and sweeps in full now and then.
+      AND j.lease_until >= coalesce(now() - '1 millisecond'::interval * nullif(@within_ms::bigint, 0), '-infinity')
     ORDER BY j.lease_until
     LIMIT @max_jobs::integer
     FOR UPDATE SKIP LOCKED

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -23,7 +24,7 @@ func TestSweep(t *testing.T) {
 		}
 	}
 
-	rows, err := b.q.Sweep(b.ctx, 100)
+	rows, err := b.q.Sweep(b.ctx, db.SweepParams{MaxJobs: 100})
 	require.NoError(t, err)
 	moved := map[int64]bool{}
 	for _, r := range rows {
@@ -57,7 +58,7 @@ func TestSweep(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "running", j.State, "a live lease is left alone")
 
-	again, err := b.q.Sweep(b.ctx, 100)
+	again, err := b.q.Sweep(b.ctx, db.SweepParams{MaxJobs: 100})
 	require.NoError(t, err)
 	require.Empty(t, again)
 	require.Len(t, b.claim(t, "w", 10), 1, "the requeued job is ready at once")
@@ -71,12 +72,36 @@ func TestSweepBounded(t *testing.T) {
 	for _, j := range b.claim(t, "w", 5) {
 		b.expire(t, j)
 	}
-	first, err := b.q.Sweep(b.ctx, 2)
+	first, err := b.q.Sweep(b.ctx, db.SweepParams{MaxJobs: 2})
 	require.NoError(t, err)
 	require.Len(t, first, 2)
-	rest, err := b.q.Sweep(b.ctx, 100)
+	rest, err := b.q.Sweep(b.ctx, db.SweepParams{MaxJobs: 100})
 	require.NoError(t, err)
 	require.Len(t, rest, 3)
+}
+
+// TestSweepWithin: a sweep given within_ms takes only leases that expired
+// that recently; 0 takes them all.
+func TestSweepWithin(t *testing.T) {
+	b := setup(t)
+	old := b.enqueue(t, jobSpec{})
+	recent := b.enqueue(t, jobSpec{})
+	for _, j := range b.claim(t, "w", 2) {
+		ago := "1 hour"
+		if j.ID == recent {
+			ago = "1 second"
+		}
+		_, err := b.pool.Exec(b.ctx, "UPDATE hopper_jobs SET lease_until = now() - $2::interval WHERE id = $1", j.ID, ago)
+		require.NoError(t, err)
+	}
+	got, err := b.q.Sweep(b.ctx, db.SweepParams{MaxJobs: 100, WithinMs: time.Minute.Milliseconds()})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, recent, got[0].ID, "the lease that expired within the minute")
+	got, err = b.q.Sweep(b.ctx, db.SweepParams{MaxJobs: 100})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, old, got[0].ID, "within 0: every expired lease")
 }
 
 // TestSweepConcurrent: sweeps from several connections at once move each
@@ -116,7 +141,7 @@ func TestSweepConcurrent(t *testing.T) {
 			defer conn.Release()
 			q := db.New(conn)
 			for {
-				got, err := q.Sweep(b.ctx, 50)
+				got, err := q.Sweep(b.ctx, db.SweepParams{MaxJobs: 50})
 				if err != nil {
 					errs <- err
 					return

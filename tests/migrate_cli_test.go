@@ -184,25 +184,28 @@ func TestMigrateDownAsks(t *testing.T) {
 	_, err := d.Pool.Exec(ctx, `INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt, max_attempts, errors, reason, created_at)
 		VALUES (1000000, 'default', 'k', 1, '{}', 0, 1, 1, '[]', 'test', now())`)
 	require.NoError(t, err)
-	question := fmt.Sprintf("This drops Hopper's tables and every job in schema %s (2 live, 1 dead). Type yes to go on: ", d.Schema)
+	drop := fmt.Sprintf("This drops Hopper's tables and every job in schema %s (2 live, 1 dead). Type yes to go on: ", d.Schema)
+	undo := fmt.Sprintf("This undoes Hopper's schema migrations in schema %s from version %d to %d. Type yes to go on: ",
+		d.Schema, schema.Latest(), schema.Latest()-1)
 
 	for _, tc := range []struct {
 		name, stdin string
 		args        []string
+		question    string
 		line        string
 	}{
-		{"no stdin", "", []string{"migrate", "down"},
+		{"no stdin", "", []string{"migrate", "down"}, undo,
 			"hopper migrate: not confirmed: no answer on stdin; nothing undone (pass --yes to skip the question)"},
-		{"no stdin, --all", "", []string{"migrate", "down", "--all"},
+		{"no stdin, --all", "", []string{"migrate", "down", "--all"}, drop,
 			"hopper migrate: not confirmed: no answer on stdin; nothing undone (pass --yes to skip the question)"},
-		{"no", "no\n", []string{"migrate", "down"},
+		{"no", "no\n", []string{"migrate", "down", "--all"}, drop,
 			"hopper migrate: not confirmed; nothing undone (type yes, or pass --yes to skip the question)"},
-		{"y is not yes", "y\n", []string{"migrate", "down", "1"},
+		{"y is not yes", "y\n", []string{"migrate", "down", "1"}, undo,
 			"hopper migrate: not confirmed; nothing undone (type yes, or pass --yes to skip the question)"},
 	} {
 		r := hopper(t, d.URL, tc.stdin, tc.args...)
 		requireLine(t, r, 1, tc.line)
-		require.Equal(t, question, strings.TrimSuffix(r.stdout, "\n"), tc.name)
+		require.Equal(t, tc.question, strings.TrimSuffix(r.stdout, "\n"), tc.name)
 		require.Equal(t, versionLine(schema.Latest()), migrateVersion(t, d.URL), tc.name)
 	}
 	var live int
@@ -211,14 +214,14 @@ func TestMigrateDownAsks(t *testing.T) {
 
 	r := hopper(t, d.URL, "yes\n", "migrate", "down", "--all")
 	require.Zero(t, r.code, r.stderr)
-	require.True(t, strings.HasPrefix(r.stdout, question), r.stdout)
+	require.True(t, strings.HasPrefix(r.stdout, drop), r.stdout)
 	require.Contains(t, r.stdout, versionLine(0))
 
 	require.Zero(t, hopper(t, d.URL, "", "migrate", "up").code)
 	r = hopper(t, d.URL, "", "migrate", "down", "--yes")
 	require.Zero(t, r.code, r.stderr)
 	require.NotContains(t, r.stdout, "Type yes")
-	require.Contains(t, r.stdout, versionLine(0))
+	require.Contains(t, r.stdout, versionLine(schema.Latest()-1))
 }
 
 // TestMigrateDirtyDown: down on a dirty migrations table says how to

@@ -106,7 +106,7 @@ func TestLeastPrivilege(t *testing.T) {
 	retried, err := q.RetryDead(ctx, []int64{dead[0].ID})
 	require.NoError(t, err)
 	require.Len(t, retried, 1)
-	swept, err := q.Sweep(ctx, 10)
+	swept, err := q.Sweep(ctx, db.SweepParams{MaxJobs: 10})
 	require.NoError(t, err)
 	require.Empty(t, swept)
 	_, err = q.Cancel(ctx, retried)

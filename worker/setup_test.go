@@ -171,7 +171,7 @@ func (b *bundle) takeAway(t *testing.T, j db.HopperJob) {
 	tag, err := tx.Exec(b.ctx, "UPDATE hopper_jobs SET lease_until = now() - interval '1 second' WHERE id = $1 AND attempt = $2 AND state = 'running'", j.ID, j.Attempt)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
-	swept, err := q.Sweep(b.ctx, 10)
+	swept, err := q.Sweep(b.ctx, db.SweepParams{MaxJobs: 10})
 	require.NoError(t, err)
 	require.Len(t, swept, 1)
 	require.NoError(t, tx.Commit(b.ctx))

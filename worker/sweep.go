@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/hopperq/hopper/db"
 )
 
 // sweep reclaims expired leases (jobs of crashed workers) on a jittered
@@ -22,8 +24,13 @@ func (w *Worker) sweep(ctx context.Context) {
 // SweepOnce runs the sweep now and reports how many expired jobs went back
 // to pending and how many to the dead table.
 func (w *Worker) SweepOnce(ctx context.Context) (requeued, dead int) {
+	start := time.Now()
+	full, complete := true, false
+	defer func() { w.sweeps.done(start, complete, full) }()
 	for ctx.Err() == nil {
-		rows, err := w.q.Sweep(ctx, int32(w.cfg.SweepBatch))
+		within := w.sweeps.window(start, time.Now())
+		full = full && within == 0
+		rows, err := w.q.Sweep(ctx, db.SweepParams{MaxJobs: int32(w.cfg.SweepBatch), WithinMs: within.Milliseconds()})
 		if err != nil {
 			if ctx.Err() == nil {
 				w.log.Warn("sweep failed; retrying at the next interval", "error", err)
@@ -45,6 +52,7 @@ func (w *Worker) SweepOnce(ctx context.Context) (requeued, dead int) {
 			w.log.Info("swept expired leases", "requeued", len(wk.p.Queues), "dead", len(rows)-len(wk.p.Queues))
 		}
 		if len(rows) < w.cfg.SweepBatch {
+			complete = true
 			break
 		}
 	}

@@ -42,6 +42,7 @@ type Worker struct {
 	// listening: the wake-up listener is subscribed, so wake-ups reach the
 	// claim cursors and they may be used.
 	listening atomic.Bool
+	sweeps    sweepHorizon
 	claims    claimSet
 	results   *resultQueue
 
