@@ -188,7 +188,7 @@ func TestScheduledAndPromote(t *testing.T) {
 
 	// The job due in an hour is never promoted; the one due in 50ms may
 	// already be (a loaded machine can take that long between statements).
-	first, err := b.q.Promote(b.ctx, 100)
+	first, err := b.q.Promote(b.ctx, db.PromoteParams{MaxJobs: 100})
 	require.NoError(t, err)
 	for _, r := range first {
 		require.Equal(t, "other", r.Queue, "only the job due in 50ms may be due")
@@ -201,7 +201,7 @@ func TestScheduledAndPromote(t *testing.T) {
 		if len(promoted) > 0 {
 			return
 		}
-		got, err := b.q.Promote(b.ctx, 100)
+		got, err := b.q.Promote(b.ctx, db.PromoteParams{MaxJobs: 100})
 		require.NoError(c, err)
 		require.NotEmpty(c, got, "the job due in 50ms is promoted")
 		promoted = got
@@ -238,7 +238,7 @@ func TestPromoteBoundedAndConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				got, err := b.q.Promote(context.Background(), 70)
+				got, err := b.q.Promote(context.Background(), db.PromoteParams{MaxJobs: 70})
 				if err != nil || len(got) == 0 {
 					return
 				}

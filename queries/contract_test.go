@@ -37,7 +37,7 @@ func TestRuntimeContract(t *testing.T) {
 		{"ClaimFates", ":many", []string{"left join hopper_jobs", "left join hopper_dead_jobs", "(e ->> 'attempt')::integer = c.attempt"}, "the worker settles results whose reply was lost from what became of the claim"},
 		{"ReleaseOwner", ":many", []string{"lease_owner = @owner::text", "order by j.id for update of j"}, "a restarted worker gives back its own leases only"},
 		{"Sweep", ":many", []string{"for update skip locked", "j.lease_until < now()", "limit @max_jobs::integer", "'lease expired'", "j.lease_until >= coalesce(now() - '1 millisecond'::interval * nullif(@within_ms::bigint, 0), '-infinity')"}, "sweeps run from every worker at once and must be bounded; the window lets a sweep seek past the lease-index entries of jobs long finished"},
-		{"Promote", ":many", []string{"for update skip locked", "j.state = 'scheduled'", "j.run_at <= now()"}, "promotion runs from every worker at once"},
+		{"Promote", ":many", []string{"for update skip locked", "j.state = 'scheduled'", "j.run_at <= now()", "j.run_at >= coalesce(now() - '1 millisecond'::interval * nullif(@within_ms::bigint, 0), '-infinity')"}, "promotion runs from every worker at once, and seeks past the scheduled-index entries of jobs promoted long ago"},
 		{"Notify", ":exec", []string{"pg_notify('hopper_jobs'"}, "workers listen on hopper_jobs"},
 		{"Listen", ":exec", []string{"listen hopper_jobs"}, "the channel the trigger notifies"},
 		{"HopperSchema", ":one", nil, "the worker refuses to start on an unmigrated schema"},

@@ -104,6 +104,26 @@ func TestSweepWithin(t *testing.T) {
 	require.Equal(t, old, got[0].ID, "within 0: every expired lease")
 }
 
+// TestPromoteWithin: a promotion given within_ms takes only jobs that fell
+// due that recently; 0 takes them all.
+func TestPromoteWithin(t *testing.T) {
+	b := setup(t)
+	old := b.enqueue(t, jobSpec{delay: time.Hour})
+	recent := b.enqueue(t, jobSpec{delay: time.Hour})
+	for id, ago := range map[int64]string{old: "1 hour", recent: "1 second"} {
+		_, err := b.pool.Exec(b.ctx, "UPDATE hopper_jobs SET run_at = now() - $2::interval WHERE id = $1", id, ago)
+		require.NoError(t, err)
+	}
+	got, err := b.q.Promote(b.ctx, db.PromoteParams{MaxJobs: 100, WithinMs: time.Minute.Milliseconds()})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, recent, got[0].ID, "the job that fell due within the minute")
+	got, err = b.q.Promote(b.ctx, db.PromoteParams{MaxJobs: 100})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, old, got[0].ID, "within 0: every job due")
+}
+
 // TestSweepConcurrent: sweeps from several connections at once move each
 // expired job exactly once.
 func TestSweepConcurrent(t *testing.T) {

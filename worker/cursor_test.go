@@ -20,19 +20,20 @@ func TestJobsBehindTheCursorRun(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// before enqueues the jobs that run first; after makes the job that
-		// must run next become ready behind them, and returns its id.
-		before func(t *testing.T, b *bundle, k *jobs.Kind[Task]) (after func() int64)
+		// must run next become ready behind them (the cursor is at cursor,
+		// the run_at of the last job claimed), and returns its id.
+		before func(t *testing.T, b *bundle, k *jobs.Kind[Task]) (after func(cursor time.Time) int64)
 	}{
 		{
 			name: "an enqueue that commits after later jobs ran",
-			before: func(t *testing.T, b *bundle, k *jobs.Kind[Task]) func() int64 {
+			before: func(t *testing.T, b *bundle, k *jobs.Kind[Task]) func(time.Time) int64 {
 				tx, err := b.pool.Begin(b.ctx)
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
 				late, err := k.Enqueue(b.ctx, tx, Task{N: -1}) // run_at: the transaction's start
 				require.NoError(t, err)
 				enqueueMany(t, b, k, 20)
-				return func() int64 {
+				return func(time.Time) int64 {
 					require.NoError(t, tx.Commit(b.ctx))
 					return late.ID
 				}
@@ -40,9 +41,9 @@ func TestJobsBehindTheCursorRun(t *testing.T) {
 		},
 		{
 			name: "a more urgent job after less urgent ones ran",
-			before: func(t *testing.T, b *bundle, k *jobs.Kind[Task]) func() int64 {
+			before: func(t *testing.T, b *bundle, k *jobs.Kind[Task]) func(time.Time) int64 {
 				enqueueMany(t, b, k, 20, jobs.Priority(5))
-				return func() int64 {
+				return func(time.Time) int64 {
 					urgent, err := k.Enqueue(b.ctx, b.pool, Task{N: -1}, jobs.Priority(0))
 					require.NoError(t, err)
 					return urgent.ID
@@ -51,13 +52,17 @@ func TestJobsBehindTheCursorRun(t *testing.T) {
 		},
 		{
 			name: "a promoted job due before later jobs ran",
-			before: func(t *testing.T, b *bundle, k *jobs.Kind[Task]) func() int64 {
+			before: func(t *testing.T, b *bundle, k *jobs.Kind[Task]) func(time.Time) int64 {
 				due, err := k.Enqueue(b.ctx, b.pool, Task{N: -1}, jobs.Delay(time.Hour))
 				require.NoError(t, err)
 				enqueueMany(t, b, k, 20)
-				return func() int64 {
-					// Due long ago now; the worker's promotion wakes the queue.
-					_, err := b.pool.Exec(b.ctx, "UPDATE hopper_jobs SET run_at = now() - interval '1 minute' WHERE id = $1", due.ID)
+				return func(cursor time.Time) int64 {
+					// Due just before the last job claimed: behind the
+					// cursor, and recent enough for the next promotion,
+					// which only looks back to shortly before the last
+					// one (a full pass comes every minute). The worker's
+					// promotion wakes the queue.
+					_, err := b.pool.Exec(b.ctx, "UPDATE hopper_jobs SET run_at = $2 WHERE id = $1", due.ID, cursor.Add(-time.Microsecond))
 					require.NoError(t, err)
 					return due.ID
 				}
@@ -74,10 +79,10 @@ func TestJobsBehindTheCursorRun(t *testing.T) {
 
 			after := tc.before(t, b, k)
 			waitFor(t, "the first jobs run", func() bool { return ran.count() >= 20 })
-			p, _, _ := worker.CursorAt(r.w, "default")
+			p, cursor, _ := worker.CursorAt(r.w, "default")
 			require.GreaterOrEqual(t, p, int16(0), "the queue claims from its cursor")
 
-			id := after()
+			id := after(cursor)
 			waitFor(t, "the job behind the cursor runs", func() bool { return ran.has(id) })
 		})
 	}

@@ -80,8 +80,13 @@ func (w *Worker) promote(ctx context.Context) {
 // many it promoted.
 func (w *Worker) PromoteOnce(ctx context.Context) int {
 	total := 0
+	start := time.Now()
+	full, complete := true, false
+	defer func() { w.promotions.done(start, complete, full) }()
 	for ctx.Err() == nil {
-		rows, err := w.q.Promote(ctx, promoteBatch)
+		within := w.promotions.window(start, time.Now())
+		full = full && within == 0
+		rows, err := w.q.Promote(ctx, db.PromoteParams{MaxJobs: promoteBatch, WithinMs: within.Milliseconds()})
 		if err != nil {
 			if ctx.Err() == nil {
 				w.log.Warn("promoting scheduled jobs failed; retrying at the next poll", "error", err)
@@ -97,6 +102,7 @@ func (w *Worker) PromoteOnce(ctx context.Context) int {
 		total += n
 		w.announce(ctx, &wk, "promotion")
 		if n < promoteBatch {
+			complete = true
 			break
 		}
 	}

@@ -42,9 +42,11 @@ type Worker struct {
 	// listening: the wake-up listener is subscribed, so wake-ups reach the
 	// claim cursors and they may be used.
 	listening atomic.Bool
-	sweeps    sweepHorizon
-	claims    claimSet
-	results   *resultQueue
+	// sweeps and promotions: how far back the next one looks.
+	sweeps     scanHorizon
+	promotions scanHorizon
+	claims     claimSet
+	results    *resultQueue
 
 	// hard ends at the shutdown's hard deadline (ShutdownTimeout plus
 	// ShutdownGrace after Run's context ended): every statement of the

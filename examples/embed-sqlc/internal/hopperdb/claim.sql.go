@@ -114,8 +114,12 @@ WITH due AS (
     FROM hopper_jobs AS j
     WHERE j.state = 'scheduled'
       AND j.run_at <= now()
+      -- Only jobs that fell due within the last within_ms (0: all), as in
+      -- Sweep: the scheduled index's first entries belong to jobs promoted
+      -- long ago, dead but kept while any older snapshot is open.
+      AND j.run_at >= coalesce(now() - '1 millisecond'::interval * nullif($1::bigint, 0), '-infinity')
     ORDER BY j.run_at
-    LIMIT $1::integer
+    LIMIT $2::integer
     FOR UPDATE SKIP LOCKED
 ), promoted AS (
     UPDATE hopper_jobs AS j
@@ -133,6 +137,11 @@ FROM promoted
 GROUP BY promoted.queue
 `
 
+type PromoteParams struct {
+	WithinMs int64
+	MaxJobs  int32
+}
+
 type PromoteRow struct {
 	Queue    string
 	Promoted int64
@@ -145,8 +154,8 @@ type PromoteRow struct {
 // returns how many per queue with the smallest priority, run_at and id among
 // them (the caller wakes those queues and moves their cursors back there). Every worker
 // runs it on its poll interval; SKIP LOCKED makes that safe.
-func (q *Queries) Promote(ctx context.Context, maxJobs int32) ([]PromoteRow, error) {
-	rows, err := q.db.Query(ctx, promote, maxJobs)
+func (q *Queries) Promote(ctx context.Context, arg PromoteParams) ([]PromoteRow, error) {
+	rows, err := q.db.Query(ctx, promote, arg.WithinMs, arg.MaxJobs)
 	if err != nil {
 		return nil, err
 	}

@@ -47,6 +47,10 @@ WITH due AS (
     FROM hopper_jobs AS j
     WHERE j.state = 'scheduled'
       AND j.run_at <= now()
+      -- Only jobs that fell due within the last within_ms (0: all), as in
+      -- Sweep: the scheduled index's first entries belong to jobs promoted
+      -- long ago, dead but kept while any older snapshot is open.
+      AND j.run_at >= coalesce(now() - '1 millisecond'::interval * nullif(@within_ms::bigint, 0), '-infinity')
     ORDER BY j.run_at
     LIMIT @max_jobs::integer
     FOR UPDATE SKIP LOCKED
