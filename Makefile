@@ -34,7 +34,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s): enqueue options, paylo
 	go test -run '^$$' -fuzz '^FuzzDecodePayload$$' -fuzztime $(FUZZTIME) ./jobs
 
 .PHONY: bench
-bench: ## hopper bench: every mode, the pgbench baseline and the pressure suite (a snapshot held 5 minutes, a 1M-job burst), on a throwaway cluster with production defaults (about 17 minutes)
+bench: ## hopper bench: every mode, the pgbench baseline and the pressure suite (a snapshot held 5 minutes, a 1M-job burst), on a throwaway cluster with production defaults (about 20 minutes)
 	go build -o bin/hopper ./cmd/hopper
 	bin/hopper bench --scratch-cluster --mode all --baseline --scheduled 1000000 --pressure
 

@@ -52,7 +52,7 @@ type Config struct {
 	// in every window.
 	Recover time.Duration
 	// Pressure runs the pressure suite after the other modes: a continuous
-	// run with a snapshot held for HoldFor then released for Recover (or 3
+	// run with a snapshot held for HoldFor then released for Recover (or 6
 	// minutes), and one with a burst of Burst (or 1,000,000) jobs, compared
 	// with the clean continuous and drain runs of the same report.
 	Pressure bool

@@ -148,7 +148,7 @@ func runPressure(ctx context.Context, cfg Config, logf func(string, ...any)) (*P
 	held := cfg
 	held.HoldSnapshot, held.Burst, held.Scheduled = true, 0, 0
 	held.Duration = cmp.Or(cfg.HoldFor, 5*time.Minute)
-	held.Recover = cmp.Or(cfg.Recover, 3*time.Minute)
+	held.Recover = cmp.Or(cfg.Recover, 6*time.Minute)
 	logf("pressure: %v of produce + work with a snapshot held open, then %v after releasing it", held.Duration, held.Recover)
 	snapshot, err := runContinuous(ctx, held)
 	if err != nil {

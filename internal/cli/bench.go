@@ -27,7 +27,7 @@ func benchCommand() *command {
 			fs.DurationVar(&cfg.Window, "window", 10*time.Second, "continuous and baseline: the length of one reported window")
 			fs.BoolVar(&cfg.HoldSnapshot, "hold-snapshot", false, "continuous: hold a REPEATABLE READ snapshot open for the whole run (a long report, an idle-in-transaction session)")
 			fs.IntVar(&cfg.Burst, "burst", 0, "continuous: this many ready jobs arrive at once a third of the way in (--pressure: 1000000)")
-			fs.DurationVar(&cfg.Recover, "recover", 0, "with --hold-snapshot: release the snapshot after --duration and measure this much longer (--pressure: 3m)")
+			fs.DurationVar(&cfg.Recover, "recover", 0, "with --hold-snapshot: release the snapshot after --duration and measure this much longer (--pressure: 6m)")
 			fs.BoolVar(&cfg.Pressure, "pressure", false, "after the other modes: a continuous run with a snapshot held for --hold-for then released, and one with a --burst, compared with the clean runs")
 			fs.DurationVar(&cfg.HoldFor, "hold-for", 5*time.Minute, "--pressure: how long the snapshot is held")
 			fs.IntVar(&cfg.Jobs, "jobs", 1_000_000, "drain: backlog size; enqueue: jobs sent with COPY")
