@@ -300,7 +300,50 @@ func TestSQLExport(t *testing.T) {
 			require.Equal(t, string(want), string(got), e.Name())
 		}
 	}
-	requireFailure(t, hopper(t, "", "", "sql", "import", dir), 2, "say export DIR")
+	requireFailure(t, hopper(t, "", "", "sql", "import", dir), 2, "say export DIR or check DIR")
+
+	r = hopper(t, "", "", "sql", "check", dir)
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, fmt.Sprintf("matches this version of Hopper (schema version %d", schema.Latest()))
+
+	// Drift: a changed file, a missing one, one this version does not have.
+	stale := filepath.Join(dir, "schema", "000099_stale.up.sql")
+	require.NoError(t, os.WriteFile(stale, []byte("-- stale\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "queries", "claim.sql"), []byte("-- edited\n"), 0o644))
+	require.NoError(t, os.Remove(filepath.Join(dir, "queries", "sweep.sql")))
+	r = hopper(t, "", "", "sql", "check", dir)
+	requireFailure(t, r, 1, "differs from this version of Hopper in 3 files")
+	require.Contains(t, r.stdout, "changed: queries/claim.sql")
+	require.Contains(t, r.stdout, "missing: queries/sweep.sql")
+	require.Contains(t, r.stdout, "extra:   schema/000099_stale.up.sql")
+
+	// An export over its own earlier export replaces it, stale files too.
+	r = hopper(t, "", "", "sql", "export", dir)
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "removed schema/000099_stale.up.sql")
+	require.NoFileExists(t, stale)
+	require.Zero(t, hopper(t, "", "", "sql", "check", dir).code)
+}
+
+// TestSQLExportIntoAFolderItDidNotWrite: stale .sql files in a folder no
+// export wrote are the user's; export removes them only with --clean.
+func TestSQLExportIntoAFolderItDidNotWrite(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "schema"), 0o755))
+	mine := filepath.Join(dir, "schema", "000099_mine.up.sql")
+	require.NoError(t, os.WriteFile(mine, []byte("-- mine\n"), 0o644))
+
+	r := hopper(t, "", "", "sql", "export", dir)
+	requireFailure(t, r, 1, "holds schema/000099_mine.up.sql, which this version of Hopper does not have, and no export wrote it (no HOPPER_SQL); nothing written (pass --clean to remove such files)")
+	require.FileExists(t, mine)
+	require.NoFileExists(t, filepath.Join(dir, "HOPPER_SQL"))
+
+	r = hopper(t, "", "", "sql", "export", "--clean", dir)
+	require.Zero(t, r.code, r.stderr)
+	require.NoFileExists(t, mine)
+	require.Zero(t, hopper(t, "", "", "sql", "check", dir).code)
+	requireFailure(t, hopper(t, "", "", "sql", "check", t.TempDir()), 1, "holds no schema/*.sql or queries/*.sql")
 }
 
 // TestDemo runs the README's first command's program for 10 seconds; its

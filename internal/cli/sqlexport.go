@@ -1,49 +1,207 @@
 package cli
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 
 	"github.com/hopperq/hopper/queries"
 	"github.com/hopperq/hopper/schema"
 )
 
+// stampName is the file export writes beside schema/ and queries/: which
+// files it wrote and their digests, so that check can tell drift and a
+// later export knows the folder is Hopper's to replace.
+const stampName = "HOPPER_SQL"
+
 func sqlCommand() *command {
+	var clean bool
 	return &command{
-		name:    "sql",
-		args:    "export DIR",
-		summary: "write this version's schema and query files to DIR/schema and DIR/queries (for your own sqlc project)",
+		name: "sql",
+		args: "export [--clean] DIR | check DIR",
+		summary: "export: write this version's schema and query files to DIR/schema and DIR/queries (for your own sqlc project), " +
+			"replacing an earlier export; check: report how DIR differs from this version",
+		flags: func(fs *flag.FlagSet) {
+			fs.BoolVar(&clean, "clean", false, "export: also remove .sql files in DIR/schema and DIR/queries that this version does not have, in a folder no export wrote")
+		},
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
-			if len(args) != 2 || args[0] != "export" {
-				return fmt.Errorf("%w: say export DIR", errUsage)
+			if len(args) != 2 || (args[0] != "export" && args[0] != "check") {
+				return fmt.Errorf("%w: say export DIR or check DIR", errUsage)
 			}
-			dir := args[1]
-			n := 0
-			for sub, files := range map[string]fs.FS{"schema": schema.Files, "queries": queries.Files} {
-				out := filepath.Join(dir, sub)
-				if err := os.MkdirAll(out, 0o755); err != nil {
-					return err
-				}
-				entries, err := fs.ReadDir(files, ".")
-				if err != nil {
-					return err
-				}
-				for _, entry := range entries {
-					data, err := fs.ReadFile(files, entry.Name())
-					if err != nil {
-						return err
-					}
-					if err := os.WriteFile(filepath.Join(out, entry.Name()), data, 0o644); err != nil {
-						return err
-					}
-					n++
-				}
+			if args[0] == "check" {
+				return sqlCheck(e, args[1])
 			}
-			fmt.Fprintf(e.stdout, "wrote %d files to %s (schema/ and queries/)\n", n, dir)
-			return nil
+			return sqlExport(e, args[1], clean)
 		},
 	}
+}
+
+// sqlFiles is this build's SQL by path relative to the export folder.
+func sqlFiles() (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for sub, files := range map[string]fs.FS{"schema": schema.Files, "queries": queries.Files} {
+		entries, err := fs.ReadDir(files, ".")
+		if err != nil {
+			return nil, err
+		}
+		for _, entry := range entries {
+			data, err := fs.ReadFile(files, entry.Name())
+			if err != nil {
+				return nil, err
+			}
+			out[sub+"/"+entry.Name()] = data
+		}
+	}
+	return out, nil
+}
+
+// foundSQL lists the .sql files in dir/schema and dir/queries, by path
+// relative to dir.
+func foundSQL(dir string) ([]string, error) {
+	var out []string
+	for _, sub := range []string{"schema", "queries"} {
+		matches, err := filepath.Glob(filepath.Join(dir, sub, "*.sql"))
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range matches {
+			out = append(out, sub+"/"+filepath.Base(m))
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func sqlExport(e *env, dir string, clean bool) error {
+	want, err := sqlFiles()
+	if err != nil {
+		return err
+	}
+	found, err := foundSQL(dir)
+	if err != nil {
+		return err
+	}
+	_, stampErr := os.Stat(filepath.Join(dir, stampName))
+	ours := stampErr == nil // an earlier export: Hopper's folder to replace
+	var stale []string
+	for _, rel := range found {
+		if _, ok := want[rel]; !ok {
+			stale = append(stale, rel)
+		}
+	}
+	if len(stale) > 0 && !ours && !clean {
+		return fmt.Errorf("%s holds %s, which this version of Hopper does not have, and no export wrote it (no %s); nothing written (pass --clean to remove such files)",
+			dir, strings.Join(stale, ", "), stampName)
+	}
+	for _, rel := range stale {
+		if err := os.Remove(filepath.Join(dir, filepath.FromSlash(rel))); err != nil {
+			return err
+		}
+	}
+	paths := make([]string, 0, len(want))
+	for rel := range want {
+		paths = append(paths, rel)
+	}
+	sort.Strings(paths)
+	var stamp bytes.Buffer
+	fmt.Fprintf(&stamp, "# Written by hopper sql export: Hopper's schema and queries at schema version %d.\n", schema.Latest())
+	fmt.Fprintf(&stamp, "# Do not edit these files; hopper sql check %s reports any difference from the installed Hopper.\n", filepath.ToSlash(dir))
+	for _, rel := range paths {
+		out := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(out, want[rel], 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(&stamp, "%s %s\n", digest(want[rel]), rel)
+	}
+	if err := os.WriteFile(filepath.Join(dir, stampName), stamp.Bytes(), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "wrote %d files to %s (schema/ and queries/, schema version %d)", len(paths), dir, schema.Latest())
+	if len(stale) > 0 {
+		fmt.Fprintf(e.stdout, "; removed %s", strings.Join(stale, ", "))
+	}
+	fmt.Fprintln(e.stdout)
+	return nil
+}
+
+func digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// sqlCheck reports every difference between dir and this build's SQL.
+func sqlCheck(e *env, dir string) error {
+	want, err := sqlFiles()
+	if err != nil {
+		return err
+	}
+	found, err := foundSQL(dir)
+	if err != nil {
+		return err
+	}
+	if len(found) == 0 {
+		return fmt.Errorf("%s holds no schema/*.sql or queries/*.sql (run hopper sql export %s)", dir, dir)
+	}
+	if v, ok := stampVersion(filepath.Join(dir, stampName)); ok {
+		fmt.Fprintf(e.stdout, "%s was exported at schema version %d; this Hopper is at %d\n", dir, v, schema.Latest())
+	}
+	var drift []string
+	present := map[string]bool{}
+	for _, rel := range found {
+		present[rel] = true
+		data, ok := want[rel]
+		if !ok {
+			drift = append(drift, "extra:   "+rel+" (this version does not have it)")
+			continue
+		}
+		have, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(rel)))
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(have, data) {
+			drift = append(drift, "changed: "+rel)
+		}
+	}
+	for rel := range want {
+		if !present[rel] {
+			drift = append(drift, "missing: "+rel)
+		}
+	}
+	sort.Strings(drift)
+	for _, d := range drift {
+		fmt.Fprintln(e.stdout, d)
+	}
+	if len(drift) > 0 {
+		return fmt.Errorf("%s differs from this version of Hopper in %d files (hopper sql export %s brings it up to date)", dir, len(drift), dir)
+	}
+	fmt.Fprintf(e.stdout, "%s matches this version of Hopper (schema version %d, %d files)\n", dir, schema.Latest(), len(want))
+	return nil
+}
+
+// stampVersion reads the schema version an export's stamp records.
+func stampVersion(path string) (uint, bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	first, _, _ := strings.Cut(string(data), "\n")
+	_, after, ok := strings.Cut(first, "schema version ")
+	if !ok {
+		return 0, false
+	}
+	var v uint
+	if _, err := fmt.Sscanf(after, "%d.", &v); err != nil {
+		return 0, false
+	}
+	return v, true
 }
