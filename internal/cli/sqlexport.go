@@ -112,7 +112,7 @@ func sqlExport(e *env, dir string, clean bool) error {
 	sort.Strings(paths)
 	var stamp bytes.Buffer
 	fmt.Fprintf(&stamp, "# Written by hopper sql export: Hopper's schema and queries at schema version %d.\n", schema.Latest())
-	fmt.Fprintf(&stamp, "# Do not edit these files; hopper sql check %s reports any difference from the installed Hopper.\n", filepath.ToSlash(dir))
+	fmt.Fprintf(&stamp, "# Do not edit these files: hopper sql check DIR reports any difference from the installed Hopper.\n")
 	for _, rel := range paths {
 		out := filepath.Join(dir, filepath.FromSlash(rel))
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
