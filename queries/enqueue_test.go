@@ -3,6 +3,7 @@ package queries_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +30,36 @@ func TestEnqueueDefaults(t *testing.T) {
 	require.JSONEq(t, `[]`, string(j.Errors))
 	require.JSONEq(t, `{"n":1}`, string(j.Payload))
 	require.WithinDuration(t, j.CreatedAt, j.RunAt, time.Second, "no delay and a past run_at mean now")
+}
+
+// TestEnqueueZeroValue: the generated statement fills Hopper's defaults in
+// for zero values, so an embedding application's EnqueueParams{Kind: k} is a
+// valid job (queue default, version 1, payload {}, 25 attempts, due now).
+func TestEnqueueZeroValue(t *testing.T) {
+	b := setup(t)
+	row, err := b.q.Enqueue(b.ctx, db.EnqueueParams{Kind: "k"})
+	require.NoError(t, err)
+	require.True(t, row.Inserted)
+	j := b.job(t, row.ID)
+	require.Equal(t, "default", j.Queue)
+	require.Equal(t, int32(1), j.Version)
+	require.JSONEq(t, `{}`, string(j.Payload))
+	require.Equal(t, int32(25), j.MaxAttempts)
+	require.Equal(t, "pending", j.State)
+
+	got, err := b.q.EnqueueBatchUnique(b.ctx, db.EnqueueBatchUniqueParams{
+		Queues: []string{""}, Kinds: []string{"k"}, Versions: []int32{0}, Payloads: []json.RawMessage{nil},
+		Priorities: []int16{0}, RunAts: []time.Time{{}}, DelaysMs: []int64{0}, MaxAttempts: []int32{0}, UniqueKeys: []string{"u"},
+	})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	j = b.job(t, got[0].ID)
+	require.Equal(t, []any{"default", int32(1), int32(25)}, []any{j.Queue, j.Version, j.MaxAttempts})
+	require.JSONEq(t, `{}`, string(j.Payload))
+
+	// Values that are not zero and still wrong are refused by the table.
+	_, err = b.q.Enqueue(b.ctx, db.EnqueueParams{Kind: "k", MaxAttempts: -1})
+	require.ErrorContains(t, err, "hopper_jobs_max_attempts_check")
 }
 
 func TestEnqueueRunAt(t *testing.T) {
@@ -84,12 +115,13 @@ func TestEnqueueRejectsBadRows(t *testing.T) {
 		spec jobSpec
 		mut  func(*db.EnqueueParams)
 	}{
-		{name: "empty queue", mut: func(p *db.EnqueueParams) { p.Queue = "" }},
+		// Zero queue, version and max attempts take defaults (TestEnqueueZeroValue).
+		{name: "queue too long", mut: func(p *db.EnqueueParams) { p.Queue = strings.Repeat("q", 129) }},
 		{name: "empty kind", mut: func(p *db.EnqueueParams) { p.Kind = "" }},
 		{name: "priority too high", mut: func(p *db.EnqueueParams) { p.Priority = 10 }},
 		{name: "negative priority", mut: func(p *db.EnqueueParams) { p.Priority = -1 }},
-		{name: "zero max attempts", mut: func(p *db.EnqueueParams) { p.MaxAttempts = 0 }},
-		{name: "version zero", mut: func(p *db.EnqueueParams) { p.Version = 0 }},
+		{name: "negative max attempts", mut: func(p *db.EnqueueParams) { p.MaxAttempts = -1 }},
+		{name: "negative version", mut: func(p *db.EnqueueParams) { p.Version = -1 }},
 		{name: "empty unique key", mut: func(p *db.EnqueueParams) { k := ""; p.UniqueKey = &k }},
 	} {
 		p := params(tc.spec)

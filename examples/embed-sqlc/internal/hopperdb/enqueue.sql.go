@@ -15,10 +15,11 @@ const enqueue = `-- name: Enqueue :one
 WITH inserted AS (
     INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key)
     VALUES (
-        $1::text, $2::text, $3::integer, $4::jsonb, $5::smallint,
+        coalesce(nullif($1::text, ''), 'default'), $2::text, coalesce(nullif($3::integer, 0), 1),
+        coalesce($4::jsonb, '{}'), $5::smallint,
         greatest($6::timestamptz, now() + '1 millisecond'::interval * $7::bigint),
         CASE WHEN greatest($6::timestamptz, now() + '1 millisecond'::interval * $7::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
-        $8::integer, $9::text
+        coalesce(nullif($8::integer, 0), 25), $9::text
     )
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id
@@ -55,6 +56,9 @@ type EnqueueRow struct {
 // run_at is the later of run_at and now() + delay_ms, both measured by the
 // database clock; pass -infinity or any past time as run_at for "now". A
 // job due later is stored as scheduled.
+// Zero values take Hopper's defaults, so that a zero EnqueueParams with only
+// a kind is a valid job: queue ” is 'default', version 0 is 1, a NULL
+// payload is {}, max_attempts 0 is 25 (the table's default).
 func (q *Queries) Enqueue(ctx context.Context, arg EnqueueParams) (EnqueueRow, error) {
 	row := q.db.QueryRow(ctx, enqueue,
 		arg.Queue,
@@ -94,10 +98,10 @@ type EnqueueBatchAtParams struct {
 
 const enqueueBatchUnique = `-- name: EnqueueBatchUnique :many
 INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key)
-SELECT b.queue, b.kind, b.version, b.payload, b.priority,
+SELECT coalesce(nullif(b.queue, ''), 'default'), b.kind, coalesce(nullif(b.version, 0), 1), coalesce(b.payload, '{}'), b.priority,
        greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms),
        CASE WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled' ELSE 'pending' END,
-       b.max_attempts, nullif(b.unique_key, '')
+       coalesce(nullif(b.max_attempts, 0), 25), nullif(b.unique_key, '')
 FROM (
     SELECT unnest($1::text[]) AS queue,
            unnest($2::text[]) AS kind,
@@ -133,7 +137,7 @@ type EnqueueBatchUniqueRow struct {
 // A batch in which some jobs carry unique keys (an empty key means none).
 // Jobs whose key a live job (or an earlier job of the same batch) already
 // holds are skipped; the ids and keys of the inserted jobs come back.
-// run_at per job as in Enqueue.
+// run_at and zero values' defaults per job as in Enqueue.
 func (q *Queries) EnqueueBatchUnique(ctx context.Context, arg EnqueueBatchUniqueParams) ([]EnqueueBatchUniqueRow, error) {
 	rows, err := q.db.Query(ctx, enqueueBatchUnique,
 		arg.Queues,

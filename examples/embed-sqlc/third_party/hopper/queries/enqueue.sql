@@ -6,13 +6,17 @@
 -- run_at is the later of run_at and now() + delay_ms, both measured by the
 -- database clock; pass -infinity or any past time as run_at for "now". A
 -- job due later is stored as scheduled.
+-- Zero values take Hopper's defaults, so that a zero EnqueueParams with only
+-- a kind is a valid job: queue '' is 'default', version 0 is 1, a NULL
+-- payload is {}, max_attempts 0 is 25 (the table's default).
 WITH inserted AS (
     INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key)
     VALUES (
-        @queue::text, @kind::text, @version::integer, @payload::jsonb, @priority::smallint,
+        coalesce(nullif(@queue::text, ''), 'default'), @kind::text, coalesce(nullif(@version::integer, 0), 1),
+        coalesce(@payload::jsonb, '{}'), @priority::smallint,
         greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint),
         CASE WHEN greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
-        @max_attempts::integer, sqlc.narg(unique_key)::text
+        coalesce(nullif(@max_attempts::integer, 0), 25), sqlc.narg(unique_key)::text
     )
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id
@@ -40,12 +44,12 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8);
 -- A batch in which some jobs carry unique keys (an empty key means none).
 -- Jobs whose key a live job (or an earlier job of the same batch) already
 -- holds are skipped; the ids and keys of the inserted jobs come back.
--- run_at per job as in Enqueue.
+-- run_at and zero values' defaults per job as in Enqueue.
 INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key)
-SELECT b.queue, b.kind, b.version, b.payload, b.priority,
+SELECT coalesce(nullif(b.queue, ''), 'default'), b.kind, coalesce(nullif(b.version, 0), 1), coalesce(b.payload, '{}'), b.priority,
        greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms),
        CASE WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled' ELSE 'pending' END,
-       b.max_attempts, nullif(b.unique_key, '')
+       coalesce(nullif(b.max_attempts, 0), 25), nullif(b.unique_key, '')
 FROM (
     SELECT unnest(@queues::text[]) AS queue,
            unnest(@kinds::text[]) AS kind,
