@@ -300,7 +300,7 @@ func TestSQLExport(t *testing.T) {
 			require.Equal(t, string(want), string(got), e.Name())
 		}
 	}
-	requireFailure(t, hopper(t, "", "", "sql", "import", dir), 2, "say export DIR or check DIR")
+	requireFailure(t, hopper(t, "", "", "sql", "import", dir), 2, "say export DIR, check DIR or entry DIR")
 
 	r = hopper(t, "", "", "sql", "check", dir)
 	require.Zero(t, r.code, r.stderr)

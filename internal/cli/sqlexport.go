@@ -23,24 +23,64 @@ const stampName = "HOPPER_SQL"
 
 func sqlCommand() *command {
 	var clean bool
+	var pkg, out string
 	return &command{
 		name: "sql",
-		args: "export [--clean] DIR | check DIR",
+		args: "export [--clean] DIR | check DIR | entry [--package P] [--out O] DIR",
 		summary: "export: write this version's schema and query files to DIR/schema and DIR/queries (for your own sqlc project), " +
-			"replacing an earlier export; check: report how DIR differs from this version",
+			"replacing an earlier export; check: report how DIR differs from this version; entry: print the sqlc.yaml entry that compiles DIR's queries",
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&clean, "clean", false, "export: also remove .sql files in DIR/schema and DIR/queries that this version does not have, in a folder no export wrote")
+			fs.StringVar(&pkg, "package", "hopperdb", "entry: the Go package to generate")
+			fs.StringVar(&out, "out", "internal/hopperdb", "entry: where sqlc writes it")
 		},
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
-			if len(args) != 2 || (args[0] != "export" && args[0] != "check") {
-				return fmt.Errorf("%w: say export DIR or check DIR", errUsage)
+			if len(args) != 2 {
+				return fmt.Errorf("%w: say export DIR, check DIR or entry DIR", errUsage)
 			}
-			if args[0] == "check" {
+			switch args[0] {
+			case "export":
+				return sqlExport(e, args[1], clean)
+			case "check":
 				return sqlCheck(e, args[1])
+			case "entry":
+				return sqlEntry(e, args[1], pkg, out)
 			}
-			return sqlExport(e, args[1], clean)
+			return fmt.Errorf("%w: say export DIR, check DIR or entry DIR", errUsage)
 		},
 	}
+}
+
+// sqlEntry prints the sqlc.yaml entry that compiles an export's queries
+// into Go with the same types as Hopper's own db package.
+func sqlEntry(e *env, dir, pkg, out string) error {
+	dir = filepath.ToSlash(filepath.Clean(dir))
+	fmt.Fprintf(e.stdout, `  # Hopper's queries (schema version %d), generated with the options of
+  # Hopper's own db package. Keep this entry's options as they are: emit_*
+  # options or overrides inherited from your other entries change the
+  # generated API (for example emit_pointers_for_null_types: false turns
+  # *string into pgtype.Text). List %s/schema first in the schema of your
+  # own entries too, so your queries can join hopper_jobs.
+  - engine: postgresql
+    schema: %s/schema
+    queries: %s/queries
+    gen:
+      go:
+        package: %s
+        out: %s
+        sql_package: pgx/v5
+        emit_json_tags: true
+        emit_empty_slices: true
+        emit_pointers_for_null_types: true
+        overrides:
+          - db_type: jsonb
+            go_type: encoding/json.RawMessage
+          - db_type: timestamptz
+            go_type: time.Time
+          - db_type: pg_catalog.timestamptz
+            go_type: time.Time
+`, schema.Latest(), dir, dir, dir, pkg, out)
+	return nil
 }
 
 // sqlFiles is this build's SQL by path relative to the export folder.
