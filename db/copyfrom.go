@@ -29,6 +29,7 @@ func (r *iteratorForEnqueueBatch) Next() bool {
 
 func (r iteratorForEnqueueBatch) Values() ([]interface{}, error) {
 	return []interface{}{
+		r.rows[0].ID,
 		r.rows[0].Queue,
 		r.rows[0].Kind,
 		r.rows[0].Version,
@@ -43,9 +44,10 @@ func (r iteratorForEnqueueBatch) Err() error {
 }
 
 // COPY for plain batches of jobs that are ready now (run_at defaults to now()
-// in the database).
+// in the database), with ids from ReserveJobIDs (COPY writes the id given,
+// as INSERT's OVERRIDING SYSTEM VALUE would).
 func (q *Queries) EnqueueBatch(ctx context.Context, arg []EnqueueBatchParams) (int64, error) {
-	return q.db.CopyFrom(ctx, []string{"hopper_jobs"}, []string{"queue", "kind", "version", "payload", "priority", "max_attempts"}, &iteratorForEnqueueBatch{rows: arg})
+	return q.db.CopyFrom(ctx, []string{"hopper_jobs"}, []string{"id", "queue", "kind", "version", "payload", "priority", "max_attempts"}, &iteratorForEnqueueBatch{rows: arg})
 }
 
 // iteratorForEnqueueBatchAt implements pgx.CopyFromSource.
@@ -68,6 +70,7 @@ func (r *iteratorForEnqueueBatchAt) Next() bool {
 
 func (r iteratorForEnqueueBatchAt) Values() ([]interface{}, error) {
 	return []interface{}{
+		r.rows[0].ID,
 		r.rows[0].Queue,
 		r.rows[0].Kind,
 		r.rows[0].Version,
@@ -83,8 +86,9 @@ func (r iteratorForEnqueueBatchAt) Err() error {
 	return nil
 }
 
-// COPY for plain batches with an explicit run_at per job; the caller sets
-// state to scheduled for a job due later, pending otherwise.
+// COPY for plain batches with an explicit run_at per job, with ids from
+// ReserveJobIDs; the caller sets state to scheduled for a job due later,
+// pending otherwise.
 func (q *Queries) EnqueueBatchAt(ctx context.Context, arg []EnqueueBatchAtParams) (int64, error) {
-	return q.db.CopyFrom(ctx, []string{"hopper_jobs"}, []string{"queue", "kind", "version", "payload", "priority", "run_at", "state", "max_attempts"}, &iteratorForEnqueueBatchAt{rows: arg})
+	return q.db.CopyFrom(ctx, []string{"hopper_jobs"}, []string{"id", "queue", "kind", "version", "payload", "priority", "run_at", "state", "max_attempts"}, &iteratorForEnqueueBatchAt{rows: arg})
 }

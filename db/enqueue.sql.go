@@ -77,6 +77,7 @@ func (q *Queries) Enqueue(ctx context.Context, arg EnqueueParams) (EnqueueRow, e
 }
 
 type EnqueueBatchParams struct {
+	ID          int64           `json:"id"`
 	Queue       string          `json:"queue"`
 	Kind        string          `json:"kind"`
 	Version     int32           `json:"version"`
@@ -86,6 +87,7 @@ type EnqueueBatchParams struct {
 }
 
 type EnqueueBatchAtParams struct {
+	ID          int64           `json:"id"`
 	Queue       string          `json:"queue"`
 	Kind        string          `json:"kind"`
 	Version     int32           `json:"version"`
@@ -97,24 +99,40 @@ type EnqueueBatchAtParams struct {
 }
 
 const enqueueBatchUnique = `-- name: EnqueueBatchUnique :many
-INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key)
-SELECT coalesce(nullif(b.queue, ''), 'default'), b.kind, coalesce(nullif(b.version, 0), 1), coalesce(b.payload, '{}'), b.priority,
-       greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms),
-       CASE WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled' ELSE 'pending' END,
-       coalesce(nullif(b.max_attempts, 0), 25), nullif(b.unique_key, '')
-FROM (
-    SELECT unnest($1::text[]) AS queue,
-           unnest($2::text[]) AS kind,
-           unnest($3::integer[]) AS version,
-           unnest($4::jsonb[]) AS payload,
-           unnest($5::smallint[]) AS priority,
-           unnest($6::timestamptz[]) AS run_at,
-           unnest($7::bigint[]) AS delay_ms,
-           unnest($8::integer[]) AS max_attempts,
-           unnest($9::text[]) AS unique_key
-) AS b
-ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-RETURNING id, coalesce(unique_key, '')::text AS unique_key
+WITH batch AS (
+    SELECT b.queue, b.kind, b.version, b.payload, b.priority, b.run_at, b.delay_ms, b.max_attempts, b.unique_key, nextval(pg_get_serial_sequence('hopper_jobs', 'id')) AS id
+    FROM (
+        SELECT unnest($1::text[]) AS queue,
+               unnest($2::text[]) AS kind,
+               unnest($3::integer[]) AS version,
+               unnest($4::jsonb[]) AS payload,
+               unnest($5::smallint[]) AS priority,
+               unnest($6::timestamptz[]) AS run_at,
+               unnest($7::bigint[]) AS delay_ms,
+               unnest($8::integer[]) AS max_attempts,
+               unnest($9::text[]) AS unique_key
+    ) AS b
+), inserted AS (
+    INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key)
+    OVERRIDING SYSTEM VALUE
+    SELECT b.id, coalesce(nullif(b.queue, ''), 'default'), b.kind, coalesce(nullif(b.version, 0), 1), coalesce(b.payload, '{}'), b.priority,
+           greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms),
+           CASE WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled' ELSE 'pending' END,
+           coalesce(nullif(b.max_attempts, 0), 25), nullif(b.unique_key, '')
+    FROM batch AS b
+    ORDER BY b.id
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+    RETURNING id, unique_key
+)
+SELECT coalesce(ins.id, twin.id, live.id, 0)::bigint AS id,
+       (ins.id IS NOT NULL)::boolean AS inserted
+FROM batch
+LEFT JOIN inserted AS ins ON ins.id = batch.id
+LEFT JOIN LATERAL (SELECT min(i.id) AS id
+                   FROM inserted AS i
+                   WHERE ins.id IS NULL AND i.unique_key = nullif(batch.unique_key, '')) AS twin ON true
+LEFT JOIN hopper_jobs AS live ON ins.id IS NULL AND twin.id IS NULL AND live.unique_key = nullif(batch.unique_key, '')
+ORDER BY batch.id
 `
 
 type EnqueueBatchUniqueParams struct {
@@ -130,14 +148,17 @@ type EnqueueBatchUniqueParams struct {
 }
 
 type EnqueueBatchUniqueRow struct {
-	ID        int64  `json:"id"`
-	UniqueKey string `json:"unique_key"`
+	ID       int64 `json:"id"`
+	Inserted bool  `json:"inserted"`
 }
 
 // A batch in which some jobs carry unique keys (an empty key means none).
 // Jobs whose key a live job (or an earlier job of the same batch) already
-// holds are skipped; the ids and keys of the inserted jobs come back.
-// run_at and zero values' defaults per job as in Enqueue.
+// holds are skipped. One row per job of the batch, in its order: the new
+// job's id with inserted = true, or, for a skipped one, the id of the job
+// that holds its key (0 if that job committed after this statement began
+// and is not visible to it) with inserted = false. run_at and zero
+// values' defaults per job as in Enqueue.
 func (q *Queries) EnqueueBatchUnique(ctx context.Context, arg EnqueueBatchUniqueParams) ([]EnqueueBatchUniqueRow, error) {
 	rows, err := q.db.Query(ctx, enqueueBatchUnique,
 		arg.Queues,
@@ -157,10 +178,38 @@ func (q *Queries) EnqueueBatchUnique(ctx context.Context, arg EnqueueBatchUnique
 	items := []EnqueueBatchUniqueRow{}
 	for rows.Next() {
 		var i EnqueueBatchUniqueRow
-		if err := rows.Scan(&i.ID, &i.UniqueKey); err != nil {
+		if err := rows.Scan(&i.ID, &i.Inserted); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const reserveJobIDs = `-- name: ReserveJobIDs :many
+SELECT nextval(pg_get_serial_sequence('hopper_jobs', 'id'))::bigint AS id
+FROM generate_series(1, $1::integer)
+`
+
+// n ids for the jobs of a COPY batch, in ascending order, taken from the
+// job table's own identity sequence: COPY cannot say which ids it gave, so
+// the ids are chosen first and the batch's results name every job.
+func (q *Queries) ReserveJobIDs(ctx context.Context, n int32) ([]int64, error) {
+	rows, err := q.db.Query(ctx, reserveJobIDs, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

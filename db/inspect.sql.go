@@ -10,59 +10,44 @@ import (
 	"time"
 )
 
-const cancel = `-- name: Cancel :many
-WITH cancelled AS (
-    DELETE FROM hopper_jobs
-    WHERE id = ANY($1::bigint[]) AND state <> 'running'
-    RETURNING id
-)
-SELECT requested.id::bigint AS id,
-       (CASE
-           WHEN cancelled.id IS NOT NULL THEN 'cancelled'
-           WHEN live.id IS NOT NULL THEN 'running'
-           WHEN dead.id IS NOT NULL THEN 'dead'
-           ELSE 'not_found'
-       END)::text AS outcome
-FROM (SELECT DISTINCT unnest($1::bigint[]) AS id) AS requested
-LEFT JOIN cancelled ON cancelled.id = requested.id
-LEFT JOIN hopper_jobs AS live ON live.id = requested.id
-LEFT JOIN hopper_dead_jobs AS dead ON dead.id = requested.id
-ORDER BY requested.id
+const findJob = `-- name: FindJob :one
+SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, finished_at, reason, result FROM hopper_all_jobs WHERE id = $1::bigint
 `
 
-type CancelRow struct {
-	ID      int64  `json:"id"`
-	Outcome string `json:"outcome"`
-}
-
-// Deletes the given jobs if they are not running. One row per requested id says
-// what happened: cancelled, running (claimed: not cancelled), dead (in the
-// dead table: use purge) or not_found.
-func (q *Queries) Cancel(ctx context.Context, ids []int64) ([]CancelRow, error) {
-	rows, err := q.db.Query(ctx, cancel, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []CancelRow{}
-	for rows.Next() {
-		var i CancelRow
-		if err := rows.Scan(&i.ID, &i.Outcome); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+// One job by id, wherever it is: live, dead, cancelled or completed (in
+// the history). No row: Hopper has no job of that id (never enqueued,
+// completed without history, or purged).
+func (q *Queries) FindJob(ctx context.Context, id int64) (HopperAllJob, error) {
+	row := q.db.QueryRow(ctx, findJob, id)
+	var i HopperAllJob
+	err := row.Scan(
+		&i.ID,
+		&i.Queue,
+		&i.Kind,
+		&i.Version,
+		&i.Payload,
+		&i.State,
+		&i.Priority,
+		&i.RunAt,
+		&i.Attempt,
+		&i.MaxAttempts,
+		&i.LeaseOwner,
+		&i.LeaseUntil,
+		&i.UniqueKey,
+		&i.Errors,
+		&i.CreatedAt,
+		&i.FinishedAt,
+		&i.Reason,
+		&i.Result,
+	)
+	return i, err
 }
 
 const getDead = `-- name: GetDead :one
-SELECT id, queue, kind, version, payload, priority, attempt, max_attempts, unique_key, errors, reason, created_at, died_at FROM hopper_dead_jobs WHERE id = $1::bigint
+SELECT id, queue, kind, version, payload, priority, attempt, max_attempts, unique_key, errors, reason, created_at, died_at, state, run_at FROM hopper_dead_jobs WHERE id = $1::bigint
 `
 
-// One dead job by id.
+// One dead (or cancelled) job by id.
 func (q *Queries) GetDead(ctx context.Context, id int64) (HopperDeadJob, error) {
 	row := q.db.QueryRow(ctx, getDead, id)
 	var i HopperDeadJob
@@ -80,6 +65,8 @@ func (q *Queries) GetDead(ctx context.Context, id int64) (HopperDeadJob, error) 
 		&i.Reason,
 		&i.CreatedAt,
 		&i.DiedAt,
+		&i.State,
+		&i.RunAt,
 	)
 	return i, err
 }
@@ -129,54 +116,72 @@ func (q *Queries) HopperSchema(ctx context.Context) (string, error) {
 	return schema_name, err
 }
 
-const listDead = `-- name: ListDead :many
-SELECT id, queue, kind, version, payload, priority, attempt, max_attempts, unique_key, errors, reason, created_at, died_at FROM hopper_dead_jobs
-WHERE ($1::text IS NULL OR kind = $1::text)
-  AND ($2::text IS NULL OR queue = $2::text)
-  AND (died_at, id) < ($3::timestamptz, $4::bigint)
-ORDER BY died_at DESC, id DESC
-LIMIT $5::integer
+const listJobs = `-- name: ListJobs :many
+SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, finished_at, reason, result FROM hopper_all_jobs AS a
+WHERE a.id < $1::bigint
+  AND (cardinality($2::text[]) = 0 OR a.state = ANY($2::text[]))
+  AND ($3::text IS NULL OR a.queue = $3::text)
+  AND ($4::text IS NULL OR a.kind = $4::text)
+  AND ($5::timestamptz IS NULL OR a.created_at >= $5::timestamptz)
+  AND ($6::timestamptz IS NULL OR a.created_at < $6::timestamptz)
+ORDER BY a.id DESC
+LIMIT $7::integer
 `
 
-type ListDeadParams struct {
-	Kind         *string   `json:"kind"`
-	Queue        *string   `json:"queue"`
-	BeforeDiedAt time.Time `json:"before_died_at"`
-	BeforeID     int64     `json:"before_id"`
-	MaxJobs      int32     `json:"max_jobs"`
+type ListJobsParams struct {
+	BeforeID    int64      `json:"before_id"`
+	States      []string   `json:"states"`
+	Queue       *string    `json:"queue"`
+	Kind        *string    `json:"kind"`
+	CreatedFrom *time.Time `json:"created_from"`
+	CreatedTo   *time.Time `json:"created_to"`
+	MaxJobs     int32      `json:"max_jobs"`
 }
 
-// Dead jobs, newest first, optionally of one kind and queue, after the
-// keyset cursor (before_died_at, before_id) for paging.
-func (q *Queries) ListDead(ctx context.Context, arg ListDeadParams) ([]HopperDeadJob, error) {
-	rows, err := q.db.Query(ctx, listDead,
-		arg.Kind,
-		arg.Queue,
-		arg.BeforeDiedAt,
+// Jobs of every state, newest (highest id) first, up to max_jobs after the
+// keyset cursor before_id (the last id of the previous page; pass the
+// largest bigint for the first). Every filter is optional: states (empty:
+// all; a table whose states are all excluded is not read), queue, kind,
+// and created_at in [created_from, created_to). The plan is an index scan
+// per table backwards from before_id, merged, so a page costs the rows it
+// reads however deep it is; a filter that matches few rows reads more of
+// them (see README, Operate). Searching by unique key is ListJobsByKey.
+func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]HopperAllJob, error) {
+	rows, err := q.db.Query(ctx, listJobs,
 		arg.BeforeID,
+		arg.States,
+		arg.Queue,
+		arg.Kind,
+		arg.CreatedFrom,
+		arg.CreatedTo,
 		arg.MaxJobs,
 	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []HopperDeadJob{}
+	items := []HopperAllJob{}
 	for rows.Next() {
-		var i HopperDeadJob
+		var i HopperAllJob
 		if err := rows.Scan(
 			&i.ID,
 			&i.Queue,
 			&i.Kind,
 			&i.Version,
 			&i.Payload,
+			&i.State,
 			&i.Priority,
+			&i.RunAt,
 			&i.Attempt,
 			&i.MaxAttempts,
+			&i.LeaseOwner,
+			&i.LeaseUntil,
 			&i.UniqueKey,
 			&i.Errors,
-			&i.Reason,
 			&i.CreatedAt,
-			&i.DiedAt,
+			&i.FinishedAt,
+			&i.Reason,
+			&i.Result,
 		); err != nil {
 			return nil, err
 		}
@@ -188,107 +193,74 @@ func (q *Queries) ListDead(ctx context.Context, arg ListDeadParams) ([]HopperDea
 	return items, nil
 }
 
-const purgeDead = `-- name: PurgeDead :execrows
-DELETE FROM hopper_dead_jobs WHERE died_at < $1::timestamptz
+const listJobsByKey = `-- name: ListJobsByKey :many
+SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, finished_at, reason, result FROM hopper_all_jobs AS a
+WHERE a.unique_key = $1::text
+  AND a.id < $2::bigint
+  AND (cardinality($3::text[]) = 0 OR a.state = ANY($3::text[]))
+  AND ($4::text IS NULL OR a.queue = $4::text)
+  AND ($5::text IS NULL OR a.kind = $5::text)
+  AND ($6::timestamptz IS NULL OR a.created_at >= $6::timestamptz)
+  AND ($7::timestamptz IS NULL OR a.created_at < $7::timestamptz)
+ORDER BY a.id DESC
+LIMIT $8::integer
 `
 
-// Deletes dead jobs that died before died_before.
-func (q *Queries) PurgeDead(ctx context.Context, diedBefore time.Time) (int64, error) {
-	result, err := q.db.Exec(ctx, purgeDead, diedBefore)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+type ListJobsByKeyParams struct {
+	UniqueKey   string     `json:"unique_key"`
+	BeforeID    int64      `json:"before_id"`
+	States      []string   `json:"states"`
+	Queue       *string    `json:"queue"`
+	Kind        *string    `json:"kind"`
+	CreatedFrom *time.Time `json:"created_from"`
+	CreatedTo   *time.Time `json:"created_to"`
+	MaxJobs     int32      `json:"max_jobs"`
 }
 
-const purgeQueue = `-- name: PurgeQueue :execrows
-DELETE FROM hopper_jobs WHERE queue = $1::text AND state <> 'running'
-`
-
-// Deletes every pending and scheduled job of a queue. Running jobs are left
-// to finish.
-func (q *Queries) PurgeQueue(ctx context.Context, queue string) (int64, error) {
-	result, err := q.db.Exec(ctx, purgeQueue, queue)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const retryDead = `-- name: RetryDead :many
-WITH revived AS (
-    INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, attempt,
-                             max_attempts, unique_key, errors, created_at)
-    OVERRIDING SYSTEM VALUE
-    SELECT id, queue, kind, version, payload, priority, 0,
-           max_attempts, unique_key, errors, created_at
-    FROM hopper_dead_jobs
-    WHERE id = ANY($1::bigint[])
-    ON CONFLICT DO NOTHING
-    RETURNING id
-)
-DELETE FROM hopper_dead_jobs AS dead
-USING revived
-WHERE dead.id = revived.id
-RETURNING dead.id
-`
-
-// Moves the given dead jobs back to the live table under their own ids,
-// ready now, with a fresh set of attempts and their error history kept. A
-// job whose unique key a live job holds again stays dead: nothing is lost,
-// and the ids that moved come back.
-func (q *Queries) RetryDead(ctx context.Context, ids []int64) ([]int64, error) {
-	rows, err := q.db.Query(ctx, retryDead, ids)
+// ListJobs for the jobs that carry one unique key: at most one live job,
+// and any number of dead, cancelled and completed ones. Each table is read
+// through its unique_key index, whatever the other filters.
+func (q *Queries) ListJobsByKey(ctx context.Context, arg ListJobsByKeyParams) ([]HopperAllJob, error) {
+	rows, err := q.db.Query(ctx, listJobsByKey,
+		arg.UniqueKey,
+		arg.BeforeID,
+		arg.States,
+		arg.Queue,
+		arg.Kind,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.MaxJobs,
+	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []int64{}
+	items := []HopperAllJob{}
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var i HopperAllJob
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Version,
+			&i.Payload,
+			&i.State,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.LeaseOwner,
+			&i.LeaseUntil,
+			&i.UniqueKey,
+			&i.Errors,
+			&i.CreatedAt,
+			&i.FinishedAt,
+			&i.Reason,
+			&i.Result,
+		); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const retryDeadKind = `-- name: RetryDeadKind :many
-WITH revived AS (
-    INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, attempt,
-                             max_attempts, unique_key, errors, created_at)
-    OVERRIDING SYSTEM VALUE
-    SELECT id, queue, kind, version, payload, priority, 0,
-           max_attempts, unique_key, errors, created_at
-    FROM hopper_dead_jobs
-    WHERE kind = $1::text
-    ON CONFLICT DO NOTHING
-    RETURNING id
-)
-DELETE FROM hopper_dead_jobs AS dead
-USING revived
-WHERE dead.id = revived.id
-RETURNING dead.id
-`
-
-// RetryDead for every dead job of one kind.
-func (q *Queries) RetryDeadKind(ctx context.Context, kind string) ([]int64, error) {
-	rows, err := q.db.Query(ctx, retryDeadKind, kind)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []int64{}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -315,12 +287,13 @@ WITH live AS (
            count(*) FILTER (WHERE state = 'scheduled' OR (state = 'pending' AND run_at > now())) AS scheduled,
            count(*) FILTER (WHERE state = 'running') AS running,
            count(*) FILTER (WHERE errors <> '[]'::jsonb) AS failing,
-           count(*) AS total,
            min(run_at) FILTER (WHERE state = 'pending' AND run_at <= now()) AS oldest_ready
     FROM hopper_jobs
     GROUP BY queue, kind
 ), dead AS (
-    SELECT queue, kind, count(*) AS dead
+    SELECT queue, kind,
+           count(*) FILTER (WHERE state = 'dead') AS dead,
+           count(*) FILTER (WHERE state = 'cancelled') AS cancelled
     FROM hopper_dead_jobs
     GROUP BY queue, kind
 )
@@ -330,10 +303,13 @@ SELECT coalesce(live.queue, dead.queue)::text AS queue,
        coalesce(live.scheduled, 0)::bigint AS scheduled,
        coalesce(live.running, 0)::bigint AS running,
        coalesce(dead.dead, 0)::bigint AS dead,
+       coalesce(dead.cancelled, 0)::bigint AS cancelled,
        coalesce(extract(epoch FROM now() - live.oldest_ready), 0)::float8 AS oldest_ready_seconds,
-       coalesce(live.failing::float8 / nullif(live.total, 0), 0)::float8 AS retry_rate
+       coalesce(live.failing, 0)::bigint AS failing,
+       (q.paused_at IS NOT NULL)::boolean AS paused
 FROM live
 FULL JOIN dead ON dead.queue = live.queue AND dead.kind = live.kind
+LEFT JOIN hopper_queues AS q ON q.name = coalesce(live.queue, dead.queue)
 ORDER BY 1, 2
 `
 
@@ -344,13 +320,17 @@ type StatsRow struct {
 	Scheduled          int64   `json:"scheduled"`
 	Running            int64   `json:"running"`
 	Dead               int64   `json:"dead"`
+	Cancelled          int64   `json:"cancelled"`
 	OldestReadySeconds float64 `json:"oldest_ready_seconds"`
-	RetryRate          float64 `json:"retry_rate"`
+	Failing            int64   `json:"failing"`
+	Paused             bool    `json:"paused"`
 }
 
-// Per queue and kind: ready, scheduled (run_at in the future),
-// running and dead counts; the age of the oldest ready job (claim lag); and
-// the retry rate: the share of live jobs that have failed at least once.
+// Per queue and kind: ready, scheduled (run_at in the future), running,
+// dead and cancelled counts; the age of the oldest ready job (claim lag);
+// failing: the live jobs that have failed at least once (the retry rate is
+// failing over ready + scheduled + running); and whether the queue is
+// paused.
 func (q *Queries) Stats(ctx context.Context) ([]StatsRow, error) {
 	rows, err := q.db.Query(ctx, stats)
 	if err != nil {
@@ -367,8 +347,10 @@ func (q *Queries) Stats(ctx context.Context) ([]StatsRow, error) {
 			&i.Scheduled,
 			&i.Running,
 			&i.Dead,
+			&i.Cancelled,
 			&i.OldestReadySeconds,
-			&i.RetryRate,
+			&i.Failing,
+			&i.Paused,
 		); err != nil {
 			return nil, err
 		}

@@ -7,9 +7,28 @@ package db
 import (
 	"encoding/json"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgtype"
 )
+
+type HopperAllJob struct {
+	ID          int64           `json:"id"`
+	Queue       string          `json:"queue"`
+	Kind        string          `json:"kind"`
+	Version     int32           `json:"version"`
+	Payload     json.RawMessage `json:"payload"`
+	State       string          `json:"state"`
+	Priority    int16           `json:"priority"`
+	RunAt       time.Time       `json:"run_at"`
+	Attempt     int32           `json:"attempt"`
+	MaxAttempts int32           `json:"max_attempts"`
+	LeaseOwner  *string         `json:"lease_owner"`
+	LeaseUntil  *time.Time      `json:"lease_until"`
+	UniqueKey   *string         `json:"unique_key"`
+	Errors      json.RawMessage `json:"errors"`
+	CreatedAt   time.Time       `json:"created_at"`
+	FinishedAt  *time.Time      `json:"finished_at"`
+	Reason      *string         `json:"reason"`
+	Result      json.RawMessage `json:"result"`
+}
 
 type HopperDeadJob struct {
 	ID          int64           `json:"id"`
@@ -25,22 +44,49 @@ type HopperDeadJob struct {
 	Reason      string          `json:"reason"`
 	CreatedAt   time.Time       `json:"created_at"`
 	DiedAt      time.Time       `json:"died_at"`
+	State       string          `json:"state"`
+	RunAt       time.Time       `json:"run_at"`
 }
 
 type HopperJob struct {
-	ID          int64              `json:"id"`
-	Queue       string             `json:"queue"`
-	Kind        string             `json:"kind"`
-	Version     int32              `json:"version"`
-	Payload     json.RawMessage    `json:"payload"`
-	State       string             `json:"state"`
-	Priority    int16              `json:"priority"`
-	RunAt       time.Time          `json:"run_at"`
-	Attempt     int32              `json:"attempt"`
-	MaxAttempts int32              `json:"max_attempts"`
-	LeaseOwner  *string            `json:"lease_owner"`
-	LeaseUntil  pgtype.Timestamptz `json:"lease_until"`
-	UniqueKey   *string            `json:"unique_key"`
-	Errors      json.RawMessage    `json:"errors"`
-	CreatedAt   time.Time          `json:"created_at"`
+	ID          int64           `json:"id"`
+	Queue       string          `json:"queue"`
+	Kind        string          `json:"kind"`
+	Version     int32           `json:"version"`
+	Payload     json.RawMessage `json:"payload"`
+	State       string          `json:"state"`
+	Priority    int16           `json:"priority"`
+	RunAt       time.Time       `json:"run_at"`
+	Attempt     int32           `json:"attempt"`
+	MaxAttempts int32           `json:"max_attempts"`
+	LeaseOwner  *string         `json:"lease_owner"`
+	LeaseUntil  *time.Time      `json:"lease_until"`
+	UniqueKey   *string         `json:"unique_key"`
+	Errors      json.RawMessage `json:"errors"`
+	CreatedAt   time.Time       `json:"created_at"`
+}
+
+type HopperJobHistory struct {
+	ID          int64           `json:"id"`
+	Queue       string          `json:"queue"`
+	Kind        string          `json:"kind"`
+	Version     int32           `json:"version"`
+	Payload     json.RawMessage `json:"payload"`
+	Priority    int16           `json:"priority"`
+	Attempt     int32           `json:"attempt"`
+	MaxAttempts int32           `json:"max_attempts"`
+	UniqueKey   *string         `json:"unique_key"`
+	Errors      json.RawMessage `json:"errors"`
+	RunAt       time.Time       `json:"run_at"`
+	Result      json.RawMessage `json:"result"`
+	CreatedAt   time.Time       `json:"created_at"`
+	FinishedAt  time.Time       `json:"finished_at"`
+	KeepUntil   time.Time       `json:"keep_until"`
+}
+
+type HopperQueue struct {
+	Name      string     `json:"name"`
+	PausedAt  *time.Time `json:"paused_at"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/rows"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -27,8 +28,8 @@ func fixture(t testing.TB, version int) json.RawMessage {
 func TestGoldenFixtures(t *testing.T) {
 	t.Parallel()
 	k := defineWelcome(t, "welcome")
-	for v := int32(1); v <= 3; v++ {
-		got, err := k.DecodePayload(v, fixture(t, int(v)))
+	for v := 1; v <= 3; v++ {
+		got, err := k.DecodePayload(v, fixture(t, v))
 		require.NoError(t, err, "version %d", v)
 		require.Equal(t, ada, got, "version %d", v)
 	}
@@ -45,7 +46,7 @@ func TestDecodeFailures(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		kind    *jobs.Kind[Welcome]
-		version int32
+		version int
 		raw     string
 		msg     string
 	}{
@@ -72,19 +73,19 @@ func TestVersionedClaims(t *testing.T) {
 		jobs.Upgrade(2, jobs.Convert(welcomeV2toV3)),
 		jobs.Upgrade(3, func(raw json.RawMessage) (json.RawMessage, error) { return raw, nil }),
 	)
-	for v := int32(1); v <= 4; v++ {
+	for v := 1; v <= 4; v++ {
 		raw := json.RawMessage(`{"first_name":"Ada","last_name":"Lovelace","email":"ada@example.com","locale":"en"}`)
 		if v < 4 {
-			raw = fixture(t, int(v))
+			raw = fixture(t, v)
 		}
 		_, err := b.q.Enqueue(b.ctx, db.EnqueueParams{
-			Queue: "default", Kind: "welcome", Version: v, Payload: raw, RunAt: longAgo, MaxAttempts: 1,
+			Queue: "default", Kind: "welcome", Version: int32(v), Payload: raw, RunAt: longAgo, MaxAttempts: 1,
 		})
 		require.NoError(t, err)
 	}
 	claim := func(k *jobs.Kind[Welcome]) []db.HopperJob {
 		rows, err := b.q.Dequeue(b.ctx, db.DequeueParams{
-			Queue: "default", Kinds: []string{k.Name()}, MaxVersions: []int32{k.Version()},
+			Queue: "default", Kinds: []string{k.Name()}, MaxVersions: []int32{int32(k.Version())},
 			MaxJobs: 10, Owner: "w", LeaseMs: 60_000,
 		})
 		require.NoError(t, err)
@@ -94,21 +95,21 @@ func TestVersionedClaims(t *testing.T) {
 	old := claim(v3)
 	require.Len(t, old, 3, "the v3 worker takes versions 1 to 3 only")
 	for _, row := range old {
-		job, err := v3.Decode(row)
+		job, err := v3.Decode(liveRow(t, row))
 		require.NoError(t, err)
 		require.Equal(t, ada, job.Payload)
-		require.Equal(t, row.Version, job.Version, "the view keeps the stored version")
-		require.Equal(t, int32(1), job.Attempt)
+		require.EqualValues(t, row.Version, job.Version, "the view keeps the stored version")
+		require.Equal(t, 1, job.Attempt)
 		require.Empty(t, job.Errors)
 	}
 	newer := claim(v4)
 	require.Len(t, newer, 1)
 	require.Equal(t, int32(4), newer[0].Version)
-	job, err := v4.Decode(newer[0])
+	job, err := v4.Decode(liveRow(t, newer[0]))
 	require.NoError(t, err)
 	require.Equal(t, ada, job.Payload)
 
-	_, err = v3.Decode(newer[0])
+	_, err = v3.Decode(liveRow(t, newer[0]))
 	require.ErrorIs(t, err, jobs.ErrUndecodable, "a v3 build refuses a v4 payload if it ever sees one")
 }
 
@@ -117,13 +118,13 @@ func TestVersionedClaims(t *testing.T) {
 func FuzzDecodePayload(f *testing.F) {
 	k := defineWelcome(f, "welcome")
 	for v := 1; v <= 3; v++ {
-		f.Add(int32(v), []byte(fixture(f, v)))
+		f.Add(v, []byte(fixture(f, v)))
 	}
-	f.Add(int32(1), []byte(`{"name":""}`))
-	f.Add(int32(2), []byte(`null`))
-	f.Add(int32(9), []byte(`{}`))
-	f.Add(int32(-1), []byte(`[`))
-	f.Fuzz(func(t *testing.T, version int32, raw []byte) {
+	f.Add(1, []byte(`{"name":""}`))
+	f.Add(2, []byte(`null`))
+	f.Add(9, []byte(`{}`))
+	f.Add(-1, []byte(`[`))
+	f.Fuzz(func(t *testing.T, version int, raw []byte) {
 		_, err := k.DecodePayload(version, raw)
 		if err != nil {
 			require.ErrorIs(t, err, jobs.ErrUndecodable)
@@ -135,8 +136,8 @@ func FuzzDecodePayload(f *testing.F) {
 // upgrades, and a current one with none.
 func BenchmarkDecodeWithUpgrades(b *testing.B) {
 	k := defineWelcome(b, "welcome")
-	for _, v := range []int32{1, 3} {
-		raw := fixture(b, int(v))
+	for _, v := range []int{1, 3} {
+		raw := fixture(b, v)
 		b.Run(fmt.Sprintf("from_v%d", v), func(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
@@ -146,4 +147,12 @@ func BenchmarkDecodeWithUpgrades(b *testing.B) {
 			}
 		})
 	}
+}
+
+// liveRow is the typed row of a claimed job, as the worker makes it.
+func liveRow(t *testing.T, r db.HopperJob) jobs.Row {
+	t.Helper()
+	row, err := rows.Live(r)
+	require.NoError(t, err)
+	return row
 }

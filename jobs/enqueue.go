@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 	"unicode/utf8"
 
@@ -45,7 +46,8 @@ func MaxAttempts(n int) EnqueueOption { return func(o *enqueueOptions) { o.maxAt
 func RunAt(t time.Time) EnqueueOption { return func(o *enqueueOptions) { o.runAt = t } }
 
 // Delay makes the job ready d from now. For a single Enqueue "now" is the
-// database's clock; EnqueueMany measures a delay with this process's clock.
+// database's clock; a batch sent with COPY measures it with this process's
+// clock (see EnqueueBatch).
 func Delay(d time.Duration) EnqueueOption { return func(o *enqueueOptions) { o.delay = d } }
 
 // UniqueKey makes the enqueue a no-op while a live job (pending or running)
@@ -142,8 +144,9 @@ func (k *Kind[T]) Check(payload T, opts ...EnqueueOption) error {
 
 // Enqueue inserts one job through dbtx: a *pgxpool.Pool, a *pgx.Conn, a
 // pgx.Tx, or anything else with the methods sqlc's DBTX has. Given a
-// transaction, the job commits or rolls back with it.
-func (k *Kind[T]) Enqueue(ctx context.Context, dbtx db.DBTX, payload T, opts ...EnqueueOption) (Result, error) {
+// transaction, the job commits or rolls back with it. One statement, one
+// round trip; run_at is computed by the database's clock.
+func (k *Kind[T]) Enqueue(ctx context.Context, dbtx DBTX, payload T, opts ...EnqueueOption) (Result, error) {
 	o, raw, err := k.prepare(payload, opts)
 	if err != nil {
 		return Result{}, fmt.Errorf("hopper: enqueue %s: %w", k.name, err)
@@ -151,7 +154,7 @@ func (k *Kind[T]) Enqueue(ctx context.Context, dbtx db.DBTX, payload T, opts ...
 	row, err := db.New(dbtx).Enqueue(ctx, db.EnqueueParams{
 		Queue:       o.queue,
 		Kind:        k.name,
-		Version:     k.version,
+		Version:     int32(k.version),
 		Payload:     raw,
 		Priority:    int16(o.priority),
 		RunAt:       o.runAtOrLongAgo(),
@@ -168,183 +171,17 @@ func (k *Kind[T]) Enqueue(ctx context.Context, dbtx db.DBTX, payload T, opts ...
 	return Result{ID: row.ID, Duplicate: !row.Inserted}, nil
 }
 
-// Item is one job of an EnqueueMany batch, with options of its own that
-// override the call's.
-type Item[T any] struct {
-	Payload T
-	Options []EnqueueOption
-}
-
-// Items wraps payloads that need no options of their own.
-func Items[T any](payloads ...T) []Item[T] {
-	items := make([]Item[T], len(payloads))
-	for i, p := range payloads {
-		items[i].Payload = p
-	}
-	return items
-}
-
-// BatchResult tells what EnqueueMany did.
-type BatchResult struct {
-	// Inserted counts the jobs inserted.
-	Inserted int
-	// Duplicates counts the jobs skipped because a live job (or an earlier
-	// job of the batch) held their unique key.
-	Duplicates int
-	// IDs holds the new jobs' ids when the batch carried unique keys. A
-	// plain batch goes through COPY, which does not report them: IDs is nil.
-	IDs []int64
-}
-
-// EnqueueMany inserts a batch of jobs in one go. Every item is checked
-// before anything is written: one bad item fails the whole batch. A batch
-// without unique keys is sent with COPY; one with unique keys with a single
-// INSERT … ON CONFLICT DO NOTHING. Either way workers get one wake-up per
-// queue for the batch, and given a transaction the batch commits or rolls
-// back with it. Without a transaction the batch is still all or nothing.
-func (k *Kind[T]) EnqueueMany(ctx context.Context, dbtx db.DBTX, items []Item[T], opts ...EnqueueOption) (BatchResult, error) {
-	if len(items) == 0 {
-		return BatchResult{}, nil
-	}
-	type prepared struct {
-		o   enqueueOptions
-		raw json.RawMessage
-	}
-	all := make([]prepared, len(items))
-	unique := false
-	// Items without options of their own share the call's, checked once.
-	shared, sharedErr := k.options(opts)
-	for i, item := range items {
-		o, err := shared, sharedErr
-		if len(item.Options) > 0 {
-			o, err = k.options(append(opts[:len(opts):len(opts)], item.Options...))
-		}
-		var raw json.RawMessage
-		if err == nil {
-			raw, err = k.encode(item.Payload)
-		}
-		if err != nil {
-			return BatchResult{}, fmt.Errorf("hopper: enqueue many %s: item %d: %w", k.name, i, err)
-		}
-		all[i] = prepared{o, raw}
-		unique = unique || o.uniqueKey != nil
-	}
-	wrap := func(err error) (BatchResult, error) {
-		return BatchResult{}, fmt.Errorf("hopper: enqueue many %s: %w", k.name, err)
-	}
-
-	if unique {
-		p := db.EnqueueBatchUniqueParams{}
-		for _, it := range all {
-			key := ""
-			if it.o.uniqueKey != nil {
-				key = *it.o.uniqueKey
-			}
-			p.Queues = append(p.Queues, it.o.queue)
-			p.Kinds = append(p.Kinds, k.name)
-			p.Versions = append(p.Versions, k.version)
-			p.Payloads = append(p.Payloads, it.raw)
-			p.Priorities = append(p.Priorities, int16(it.o.priority))
-			p.RunAts = append(p.RunAts, it.o.runAtOrLongAgo())
-			p.DelaysMs = append(p.DelaysMs, it.o.delay.Milliseconds())
-			p.MaxAttempts = append(p.MaxAttempts, int32(it.o.maxAttempts))
-			p.UniqueKeys = append(p.UniqueKeys, key)
-		}
-		rows, err := db.New(dbtx).EnqueueBatchUnique(ctx, p)
-		if err != nil {
-			return wrap(err)
-		}
-		res := BatchResult{Inserted: len(rows), Duplicates: len(items) - len(rows), IDs: make([]int64, len(rows))}
-		for i, r := range rows {
-			res.IDs[i] = r.ID
-		}
-		return res, nil
-	}
-
-	// Plain batch: COPY. Jobs ready now take the database's now() as run_at;
-	// scheduled ones need the column, so they go in a second COPY.
-	var now []db.EnqueueBatchParams
-	var later []db.EnqueueBatchAtParams
-	clock := time.Now()
-	for _, it := range all {
-		if it.o.runAt.IsZero() && it.o.delay == 0 {
-			now = append(now, db.EnqueueBatchParams{
-				Queue: it.o.queue, Kind: k.name, Version: k.version, Payload: it.raw,
-				Priority: int16(it.o.priority), MaxAttempts: int32(it.o.maxAttempts),
-			})
-			continue
-		}
-		at := clock.Add(it.o.delay)
-		if it.o.runAt.After(at) {
-			at = it.o.runAt
-		}
-		state := "pending"
-		if at.After(clock) {
-			state = "scheduled" // kept out of the ready index until due
-		}
-		later = append(later, db.EnqueueBatchAtParams{
-			Queue: it.o.queue, Kind: k.name, Version: k.version, Payload: it.raw,
-			Priority: int16(it.o.priority), RunAt: at, State: state, MaxAttempts: int32(it.o.maxAttempts),
-		})
-	}
-	copyAll := func(q *db.Queries) error {
-		if len(now) > 0 {
-			if _, err := q.EnqueueBatch(ctx, now); err != nil {
-				return err
-			}
-		}
-		if len(later) > 0 {
-			if _, err := q.EnqueueBatchAt(ctx, later); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	var err error
-	if len(now) > 0 && len(later) > 0 {
-		// Two statements: run them in a transaction (a savepoint inside
-		// the caller's) so the batch is never half-written.
-		err = inTx(ctx, dbtx, copyAll)
-	} else {
-		err = copyAll(db.New(dbtx))
-	}
-	if err != nil {
-		return wrap(err)
-	}
-	return BatchResult{Inserted: len(items)}, nil
-}
-
-// inTx runs fn in a transaction begun on dbtx (a savepoint when dbtx is
-// already a transaction).
-func inTx(ctx context.Context, dbtx db.DBTX, fn func(*db.Queries) error) error {
-	beginner, ok := dbtx.(interface {
-		Begin(context.Context) (pgx.Tx, error)
-	})
-	if !ok {
-		return fmt.Errorf("%T cannot begin a transaction: pass a pool, a connection or a transaction", dbtx)
-	}
-	tx, err := beginner.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	if err := fn(db.New(tx)); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
-}
-
 // EnqueueRaw inserts one job of the named kind with an already encoded
 // payload stored as payload version version: the path for operators and
 // scripts (`hopper enqueue`) that have no Go type for the kind. It applies
 // the same checks as Enqueue, plus: the kind name's rules, version >= 1,
 // and payload must be valid JSON (ErrMarshal otherwise).
-func EnqueueRaw(ctx context.Context, dbtx db.DBTX, kind string, version int32, payload json.RawMessage, opts ...EnqueueOption) (Result, error) {
+func EnqueueRaw(ctx context.Context, dbtx DBTX, kind string, version int, payload json.RawMessage, opts ...EnqueueOption) (Result, error) {
 	if err := checkName(kind); err != nil {
 		return Result{}, fmt.Errorf("hopper: enqueue: %w: kind name %q %v", ErrInvalidDefinition, kind, err)
 	}
-	if version < 1 {
-		return Result{}, fmt.Errorf("hopper: enqueue %s: %w: version %d is below 1", kind, ErrInvalidDefinition, version)
+	if version < 1 || version > math.MaxInt32 {
+		return Result{}, fmt.Errorf("hopper: enqueue %s: %w: version %d is outside 1 to %d", kind, ErrInvalidDefinition, version, math.MaxInt32)
 	}
 	if !json.Valid(payload) {
 		return Result{}, fmt.Errorf("hopper: enqueue %s: %w: the payload is not valid JSON", kind, ErrMarshal)

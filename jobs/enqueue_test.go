@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -217,7 +218,22 @@ func TestEnqueueMany100k(t *testing.T) {
 	}
 	res, err := noteKind.EnqueueMany(b.ctx, b.pool, jobs.Items(payloads...), jobs.Queue("bulk"), jobs.Priority(5), jobs.MaxAttempts(3))
 	require.NoError(t, err)
-	require.Equal(t, jobs.BatchResult{Inserted: n}, res)
+	require.Equal(t, n, res.Inserted)
+	require.Zero(t, res.Duplicates)
+	require.Len(t, res.Results, n)
+	// COPY reports no ids, so they are reserved first: each result names
+	// the job made of its item, in the batch's order.
+	for i, r := range res.Results {
+		require.False(t, r.Duplicate)
+		if i > 0 {
+			require.Greater(t, r.ID, res.Results[i-1].ID, "ids ascend in batch order")
+		}
+	}
+	for _, i := range []int{0, 1, n / 2, n - 1} {
+		row, err := b.q.GetJob(b.ctx, res.Results[i].ID)
+		require.NoError(t, err)
+		require.JSONEq(t, fmt.Sprintf(`{"text":%q}`, fmt.Sprint(i)), string(row.Payload), "result %d names item %d's job", i, i)
+	}
 
 	var count, right, distinct int64
 	require.NoError(t, b.pool.QueryRow(b.ctx, `
@@ -249,7 +265,17 @@ func TestEnqueueManyMixed(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Inserted)
 	require.Equal(t, 2, res.Duplicates)
-	require.Len(t, res.IDs, 3)
+	require.Len(t, res.Results, 5)
+	// Per item, in order: a, b (held by the first job), c (held by a), d, e.
+	texts := []string{"a", "", "a", "d", "e"} // the payload of the job each result names
+	dup := []bool{false, true, true, false, false}
+	for i, r := range res.Results {
+		require.Equal(t, dup[i], r.Duplicate, "item %d", i)
+		row, err := b.q.GetJob(b.ctx, r.ID)
+		require.NoError(t, err, "item %d names a live job", i)
+		require.JSONEq(t, fmt.Sprintf(`{"text":%q}`, texts[i]), string(row.Payload), "item %d", i)
+	}
+	require.Equal(t, res.Results[0].ID, res.Results[2].ID, "a duplicate within the batch names the earlier item's job")
 
 	stats, err := b.q.Stats(b.ctx)
 	require.NoError(t, err)
@@ -258,12 +284,74 @@ func TestEnqueueManyMixed(t *testing.T) {
 	require.EqualValues(t, 1, stats[0].Scheduled)
 
 	// A plain batch mixing ready and scheduled jobs, without a transaction.
-	items = jobs.Items(Note{}, Note{}, Note{})
+	items = jobs.Items(Note{Text: "x"}, Note{Text: "y"}, Note{Text: "z"})
 	items[1].Options = []jobs.EnqueueOption{jobs.RunAt(time.Now().Add(time.Hour))}
 	res, err = noteKind.EnqueueMany(b.ctx, b.pool, items)
 	require.NoError(t, err)
-	require.Equal(t, jobs.BatchResult{Inserted: 3}, res)
+	require.Equal(t, 3, res.Inserted)
+	for i, r := range res.Results {
+		row, err := b.q.GetJob(b.ctx, r.ID)
+		require.NoError(t, err)
+		require.JSONEq(t, fmt.Sprintf(`{"text":%q}`, []string{"x", "y", "z"}[i]), string(row.Payload))
+		require.Equal(t, map[bool]string{true: "scheduled", false: "pending"}[i == 1], row.State)
+	}
 	require.EqualValues(t, 7, b.live(t))
+}
+
+// TestEnqueueBatchMixedKinds: jobs of several kinds in one call, on both
+// paths (COPY, and unique keys), all or nothing, one result per entry.
+func TestEnqueueBatchMixedKinds(t *testing.T) {
+	b := setup(t)
+	type Invoice struct {
+		Number int `json:"number"`
+	}
+	invoice := jobs.Define[Invoice]("invoice", jobs.Version(2), jobs.Upgrade(1, func(raw json.RawMessage) (json.RawMessage, error) { return raw, nil }),
+		jobs.Defaults(jobs.Queue("billing")))
+
+	res, err := jobs.EnqueueBatch(b.ctx, b.pool, []jobs.Entry{
+		noteKind.Entry(Note{Text: "hi"}),
+		invoice.Entry(Invoice{Number: 7}, jobs.Priority(3)),
+		noteKind.Entry(Note{Text: "later"}, jobs.Delay(time.Hour)),
+	})
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Inserted)
+	want := []struct {
+		kind, queue, state string
+		version            int32
+	}{{"note", "default", "pending", 1}, {"invoice", "billing", "pending", 2}, {"note", "default", "scheduled", 1}}
+	for i, r := range res.Results {
+		row, err := b.q.GetJob(b.ctx, r.ID)
+		require.NoError(t, err)
+		require.Equal(t, want[i].kind, row.Kind, "entry %d", i)
+		require.Equal(t, want[i].queue, row.Queue, "entry %d", i)
+		require.Equal(t, want[i].state, row.State, "entry %d", i)
+		require.Equal(t, want[i].version, row.Version, "entry %d: stored at its kind's version", i)
+	}
+
+	// With a unique key: one statement, duplicates named.
+	res, err = jobs.EnqueueBatch(b.ctx, b.pool, []jobs.Entry{
+		invoice.Entry(Invoice{Number: 8}, jobs.UniqueKey("invoice-8")),
+		noteKind.Entry(Note{Text: "dup"}, jobs.UniqueKey("invoice-8")),
+	})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Inserted)
+	require.Equal(t, []jobs.Result{{ID: res.Results[0].ID}, {ID: res.Results[0].ID, Duplicate: true}}, res.Results)
+
+	// One bad entry refuses the whole batch, naming it; nothing is written.
+	before := b.live(t)
+	_, err = jobs.EnqueueBatch(b.ctx, b.pool, []jobs.Entry{
+		noteKind.Entry(Note{}),
+		invoice.Entry(Invoice{}, jobs.Priority(12)),
+	})
+	require.ErrorIs(t, err, jobs.ErrInvalidPriority)
+	require.Contains(t, err.Error(), "item 1 (invoice)")
+	_, err = jobs.EnqueueBatch(b.ctx, b.pool, []jobs.Entry{{}})
+	require.ErrorIs(t, err, jobs.ErrInvalidDefinition, "a zero Entry is refused")
+	require.Equal(t, before, b.live(t))
+
+	empty, err := jobs.EnqueueBatch(b.ctx, b.pool, nil)
+	require.NoError(t, err)
+	require.Empty(t, empty.Results)
 }
 
 func TestEnqueueRaw(t *testing.T) {
@@ -278,7 +366,7 @@ func TestEnqueueRaw(t *testing.T) {
 
 	for _, tc := range []struct {
 		kind    string
-		version int32
+		version int
 		payload string
 		want    error
 	}{

@@ -25,6 +25,8 @@ var (
 	ErrMarshal = errors.New("payload does not marshal to JSON")
 	// ErrPayloadTooLarge: the encoded payload is over the kind's limit.
 	ErrPayloadTooLarge = errors.New("payload too large")
+	// ErrInvalidState: not the name of a job state (see States).
+	ErrInvalidState = errors.New("invalid job state")
 	// ErrUndecodable: a stored payload could not be upgraded or decoded. A
 	// worker moves such a job to the dead table at once, without retries.
 	ErrUndecodable = errors.New("payload cannot be decoded")

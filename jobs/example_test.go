@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -90,7 +89,7 @@ func ExampleUpgrade() {
 	)
 
 	// A job a version-1 deploy enqueued ...
-	row := db.HopperJob{ID: 1, Kind: "greeting", Version: 1, Payload: json.RawMessage(`{"name":"Grace Hopper"}`)}
+	row := jobs.Row{ID: 1, Kind: "greeting", Version: 1, Payload: json.RawMessage(`{"name":"Grace Hopper"}`)}
 	// ... is handled by this deploy as a version-2 payload.
 	job, err := greeting.Decode(row)
 	if err != nil {

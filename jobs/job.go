@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	"github.com/hopperq/hopper/db"
 )
 
 // Job is what a handler receives: the decoded payload and the job's
@@ -16,13 +14,13 @@ type Job[T any] struct {
 	Kind  string
 	// Version is the payload version the job was stored with; Payload has
 	// already been upgraded to the kind's current version.
-	Version  int32
-	Priority int16
+	Version  int
+	Priority int
 	// Attempt counts claims of this job, this one included (1 on the first
-	// run). A claim given back at shutdown counts here but is not charged
-	// against MaxAttempts, which grows by one instead.
-	Attempt     int32
-	MaxAttempts int32
+	// run). A claim given back at shutdown, or a snooze, counts here but is
+	// not charged against MaxAttempts, which grows by one instead.
+	Attempt     int
+	MaxAttempts int
 	CreatedAt   time.Time
 	RunAt       time.Time
 	// Errors is the history of failed attempts, oldest first.
@@ -30,29 +28,11 @@ type Job[T any] struct {
 	Payload T
 }
 
-// AttemptError is one failed attempt in a job's history.
-type AttemptError struct {
-	Attempt int32     `json:"attempt"`
-	At      time.Time `json:"at"`
-	Owner   string    `json:"owner"`
-	Error   string    `json:"error"`
-}
-
-// ParseErrors decodes a job's stored error history.
-func ParseErrors(raw json.RawMessage) ([]AttemptError, error) {
-	var history []AttemptError
-	if len(raw) == 0 || string(raw) == "[]" { // most jobs have not failed yet
-		return nil, nil
-	}
-	if err := json.Unmarshal(raw, &history); err != nil {
-		return nil, fmt.Errorf("hopper: error history: %w", err)
-	}
-	return history, nil
-}
-
-// Decode builds the handler's view of a claimed row, upgrading and decoding
-// its payload. Errors wrap ErrUndecodable.
-func (k *Kind[T]) Decode(row db.HopperJob) (*Job[T], error) {
+// Decode makes the typed view of a stored job: its payload is upgraded
+// through the kind's chain and decoded into T. It reads jobs of any state:
+// a worker's claims, and rows from the operations API. Errors wrap
+// ErrUndecodable.
+func (k *Kind[T]) Decode(row Row) (*Job[T], error) {
 	if row.Kind != k.name {
 		return nil, fmt.Errorf("hopper: decode job %d: %w: kind %q is not %q", row.ID, ErrUndecodable, row.Kind, k.name)
 	}
@@ -60,14 +40,10 @@ func (k *Kind[T]) Decode(row db.HopperJob) (*Job[T], error) {
 	if err != nil {
 		return nil, fmt.Errorf("hopper: decode job %d: %w", row.ID, err)
 	}
-	history, err := ParseErrors(row.Errors)
-	if err != nil {
-		return nil, fmt.Errorf("hopper: decode job %d: %w: %v", row.ID, ErrUndecodable, err)
-	}
 	return &Job[T]{
 		ID: row.ID, Queue: row.Queue, Kind: row.Kind, Version: row.Version, Priority: row.Priority,
 		Attempt: row.Attempt, MaxAttempts: row.MaxAttempts, CreatedAt: row.CreatedAt, RunAt: row.RunAt,
-		Errors: history, Payload: payload,
+		Errors: row.Errors, Payload: payload,
 	}, nil
 }
 
@@ -75,7 +51,7 @@ func (k *Kind[T]) Decode(row db.HopperJob) (*Job[T], error) {
 // chain to the current version, then unmarshals it into T. It never
 // panics: a panic in an upgrade function or in T's UnmarshalJSON is
 // returned as an error. Errors wrap ErrUndecodable.
-func (k *Kind[T]) DecodePayload(version int32, raw json.RawMessage) (payload T, err error) {
+func (k *Kind[T]) DecodePayload(version int, raw json.RawMessage) (payload T, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: panic while decoding version %d: %v", ErrUndecodable, version, r)

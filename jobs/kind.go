@@ -3,7 +3,8 @@ package jobs
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
+	"math"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -29,7 +30,7 @@ type UpgradeFunc func(json.RawMessage) (json.RawMessage, error)
 // package level; it is safe for concurrent use.
 type Kind[T any] struct {
 	name            string
-	version         int32
+	version         int
 	upgrades        []UpgradeFunc // upgrades[v-1] turns version v into v+1
 	defaults        enqueueOptions
 	maxPayloadBytes int
@@ -40,14 +41,14 @@ func (k *Kind[T]) Name() string { return k.name }
 
 // Version is the kind's current payload version: new jobs are stored with
 // it, and older payloads are upgraded to it before decoding.
-func (k *Kind[T]) Version() int32 { return k.version }
+func (k *Kind[T]) Version() int { return k.version }
 
 // DefineOption configures a kind.
 type DefineOption func(*definition)
 
 type definition struct {
-	version         int32
-	upgrades        map[int32]UpgradeFunc
+	version         int
+	upgrades        map[int]UpgradeFunc
 	defaults        []EnqueueOption
 	maxPayloadBytes int
 	errs            []error
@@ -55,14 +56,14 @@ type definition struct {
 
 // Version sets the kind's current payload version (default 1). Every
 // version below it needs an Upgrade.
-func Version(v int32) DefineOption {
+func Version(v int) DefineOption {
 	return func(d *definition) { d.version = v }
 }
 
 // Upgrade registers how a payload of version from becomes version from+1.
 // Write it against the JSON as it was stored; Convert builds one from typed
 // old and new structs.
-func Upgrade(from int32, fn UpgradeFunc) DefineOption {
+func Upgrade(from int, fn UpgradeFunc) DefineOption {
 	return func(d *definition) {
 		switch {
 		case fn == nil:
@@ -120,7 +121,7 @@ func Define[T any](name string, opts ...DefineOption) *Kind[T] {
 // NewKind is Define returning an error: ErrInvalidDefinition, or the error
 // of an invalid default option.
 func NewKind[T any](name string, opts ...DefineOption) (*Kind[T], error) {
-	d := definition{version: 1, upgrades: map[int32]UpgradeFunc{}, maxPayloadBytes: DefaultMaxPayloadBytes}
+	d := definition{version: 1, upgrades: map[int]UpgradeFunc{}, maxPayloadBytes: DefaultMaxPayloadBytes}
 	for _, opt := range opts {
 		opt(&d)
 	}
@@ -136,25 +137,28 @@ func NewKind[T any](name string, opts ...DefineOption) (*Kind[T], error) {
 	if d.version < 1 {
 		return fail("version %d is below 1", d.version)
 	}
+	if d.version > math.MaxInt32 {
+		return fail("version %d is over %d", d.version, math.MaxInt32)
+	}
 	if d.maxPayloadBytes < 1 {
 		return fail("max payload bytes %d is below 1", d.maxPayloadBytes)
 	}
 	k := &Kind[T]{name: name, version: d.version, maxPayloadBytes: d.maxPayloadBytes}
-	for v := int32(1); v < d.version; v++ {
+	for v := 1; v < d.version; v++ {
 		fn := d.upgrades[v]
 		if fn == nil {
 			return fail("no upgrade from version %d to %d: the chain must run from 1 to %d", v, v+1, d.version)
 		}
 		k.upgrades = append(k.upgrades, fn)
 	}
-	var extra []int32
+	var extra []int
 	for v := range d.upgrades {
 		if v < 1 || v >= d.version {
 			extra = append(extra, v)
 		}
 	}
 	if len(extra) > 0 {
-		sort.Slice(extra, func(i, j int) bool { return extra[i] < extra[j] })
+		slices.Sort(extra)
 		return fail("upgrade from version %d is outside 1..%d", extra[0], d.version-1)
 	}
 	k.defaults = defaultOptions()

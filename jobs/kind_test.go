@@ -54,5 +54,5 @@ func TestDefinePanicsOnInvalid(t *testing.T) {
 	require.PanicsWithError(t, `hopper: define "k": invalid job kind definition: version -1 is below 1`, func() {
 		jobs.Define[struct{}]("k", jobs.Version(-1))
 	})
-	require.Equal(t, int32(2), jobs.Define[struct{}]("k", jobs.Version(2), jobs.Upgrade(1, identity)).Version())
+	require.Equal(t, 2, jobs.Define[struct{}]("k", jobs.Version(2), jobs.Upgrade(1, identity)).Version())
 }

@@ -24,7 +24,7 @@ func benchSetup(b *testing.B, n int) (context.Context, *db.Queries) {
 		rows[i] = db.EnqueueBatchParams{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{"user_id":42}`), MaxAttempts: 5}
 	}
 	for start := 0; start < n; start += 50_000 {
-		if _, err := q.EnqueueBatch(ctx, rows[start:min(start+50_000, n)]); err != nil {
+		if _, err := q.EnqueueBatch(ctx, withIDs(b, q, rows[start:min(start+50_000, n)])); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -47,7 +47,7 @@ func BenchmarkEnqueueBatchCopy(b *testing.B) {
 	}
 	b.ResetTimer()
 	for done := 0; done < b.N; done += benchBatch {
-		if _, err := q.EnqueueBatch(ctx, rows[:min(benchBatch, b.N-done)]); err != nil {
+		if _, err := q.EnqueueBatch(ctx, withIDs(b, q, rows[:min(benchBatch, b.N-done)])); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -19,12 +19,13 @@ func TestDequeueOrder(t *testing.T) {
 	low := b.enqueue(t, jobSpec{priority: 5})
 	high2 := b.enqueue(t, jobSpec{priority: 1})
 	// high1 is enqueued after high2 but was due a minute earlier.
-	_, err := b.q.EnqueueBatchAt(b.ctx, []db.EnqueueBatchAtParams{{
+	rows := withIDsAt(t, b.q, []db.EnqueueBatchAtParams{{
 		Queue: "default", Kind: "k", Version: 1, Priority: 1, Payload: json.RawMessage(`{}`),
 		RunAt: time.Now().Add(-time.Minute), State: "pending", MaxAttempts: 1,
 	}})
+	_, err := b.q.EnqueueBatchAt(b.ctx, rows)
 	require.NoError(t, err)
-	high1 := high2 + 1
+	high1 := rows[0].ID
 	urgent := b.enqueue(t, jobSpec{priority: 0})
 
 	var order []int64
@@ -43,7 +44,7 @@ func TestDequeueSameRunAtOrdersByID(t *testing.T) {
 	for i := range rows {
 		rows[i] = db.EnqueueBatchParams{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), MaxAttempts: 1}
 	}
-	_, err := b.q.EnqueueBatch(b.ctx, rows) // one statement: one run_at for all
+	_, err := b.q.EnqueueBatch(b.ctx, withIDs(t, b.q, rows)) // one statement: one run_at for all
 	require.NoError(t, err)
 	var last int64
 	for range 50 {
@@ -66,8 +67,8 @@ func TestDequeueClaimFields(t *testing.T) {
 	require.Equal(t, "running", j.State)
 	require.Equal(t, int32(1), j.Attempt)
 	require.Equal(t, "worker-7", *j.LeaseOwner)
-	require.True(t, j.LeaseUntil.Valid)
-	requireBetween(t, before.Add(30*time.Second), after.Add(30*time.Second), j.LeaseUntil.Time, "leased for lease_ms from the claim")
+	require.NotNil(t, j.LeaseUntil)
+	requireBetween(t, before.Add(30*time.Second), after.Add(30*time.Second), *j.LeaseUntil, "leased for lease_ms from the claim")
 	require.Empty(t, b.claim(t, "other", 10), "a running job is not claimable")
 }
 
@@ -116,7 +117,7 @@ func TestNoDoubleClaim(t *testing.T) {
 	for i := range rows {
 		rows[i] = db.EnqueueBatchParams{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), MaxAttempts: 1}
 	}
-	_, err := b.q.EnqueueBatch(b.ctx, rows)
+	_, err := b.q.EnqueueBatch(b.ctx, withIDs(t, b.q, rows))
 	require.NoError(t, err)
 
 	var (
@@ -215,7 +216,7 @@ func TestScheduledAndPromote(t *testing.T) {
 	// A nack with no backoff is pending at once; with one, scheduled.
 	got := b.claim(t, "w", 1)
 	require.Len(t, got, 1)
-	rows, err := b.q.NackBatch(b.ctx, db.NackBatchParams{Ids: ids(got), Attempts: []int32{1}, Messages: []string{"x"}, BackoffsMs: []int64{0}, DeadReasons: []string{""}})
+	rows, err := b.q.NackBatch(b.ctx, db.NackBatchParams{Ids: ids(got), Attempts: []int32{1}, Actions: []string{"retry"}, Messages: []string{"x"}, BackoffsMs: []int64{0}, Reasons: []string{""}})
 	require.NoError(t, err)
 	require.Len(t, rows, 1)
 	require.Equal(t, "pending", b.job(t, got[0].ID).State)
@@ -228,7 +229,7 @@ func TestPromoteBoundedAndConcurrent(t *testing.T) {
 		rows[i] = db.EnqueueBatchAtParams{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`),
 			RunAt: time.Now().Add(-time.Second), State: "scheduled", MaxAttempts: 1}
 	}
-	_, err := b.q.EnqueueBatchAt(b.ctx, rows)
+	_, err := b.q.EnqueueBatchAt(b.ctx, withIDsAt(t, b.q, rows))
 	require.NoError(t, err)
 	var mu sync.Mutex
 	total := int64(0)

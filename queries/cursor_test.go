@@ -27,7 +27,7 @@ func TestClaimSeeksPastClaimedJobs(t *testing.T) {
 	for i := range rows {
 		rows[i] = db.EnqueueBatchParams{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), MaxAttempts: 3}
 	}
-	_, err := b.q.EnqueueBatch(b.ctx, rows)
+	_, err := b.q.EnqueueBatch(b.ctx, withIDs(t, b.q, rows))
 	require.NoError(t, err)
 
 	// The snapshot: a report, an idle-in-transaction session.

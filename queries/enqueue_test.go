@@ -3,6 +3,7 @@ package queries_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func TestEnqueueDefaults(t *testing.T) {
 	require.Equal(t, "pending", j.State)
 	require.Zero(t, j.Attempt)
 	require.Nil(t, j.LeaseOwner)
-	require.False(t, j.LeaseUntil.Valid)
+	require.Nil(t, j.LeaseUntil)
 	require.JSONEq(t, `[]`, string(j.Errors))
 	require.JSONEq(t, `{"n":1}`, string(j.Payload))
 	require.WithinDuration(t, j.CreatedAt, j.RunAt, time.Second, "no delay and a past run_at mean now")
@@ -139,23 +140,39 @@ func TestEnqueueBatchCopy(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n, "an empty batch inserts nothing")
 
+	ids, err := b.q.ReserveJobIDs(b.ctx, 1001)
+	require.NoError(t, err)
+	require.Len(t, ids, 1001)
+	require.True(t, slices.IsSorted(ids), "ids come in ascending order")
 	rows := make([]db.EnqueueBatchParams, 1000)
 	for i := range rows {
 		rows[i] = db.EnqueueBatchParams{
-			Queue: "default", Kind: "k", Version: 1, Priority: int16(i % 10), MaxAttempts: 5,
+			ID: ids[i], Queue: "default", Kind: "k", Version: 1, Priority: int16(i % 10), MaxAttempts: 5,
 			Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)),
 		}
 	}
 	n, err = b.q.EnqueueBatch(b.ctx, rows)
 	require.NoError(t, err)
 	require.EqualValues(t, 1000, n)
+	for _, i := range []int{0, 999} {
+		j := b.job(t, ids[i])
+		require.JSONEq(t, fmt.Sprintf(`{"i":%d}`, i), string(j.Payload), "COPY writes the reserved id")
+	}
 
 	future := time.Now().Add(time.Hour)
 	n, err = b.q.EnqueueBatchAt(b.ctx, []db.EnqueueBatchAtParams{
-		{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), RunAt: future, State: "scheduled", MaxAttempts: 1},
+		{ID: ids[1000], Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), RunAt: future, State: "scheduled", MaxAttempts: 1},
 	})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
+
+	// A zero id (a parameter left at its zero value) is refused.
+	_, err = b.q.EnqueueBatch(b.ctx, []db.EnqueueBatchParams{{Queue: "default", Kind: "k", Version: 1, MaxAttempts: 1, Payload: json.RawMessage(`{}`)}})
+	require.ErrorContains(t, err, "hopper_jobs_id_check")
+	next := b.enqueue(t, jobSpec{})
+	require.Greater(t, next, ids[1000], "the sequence goes on past the reserved ids")
+	_, err = b.pool.Exec(b.ctx, "DELETE FROM hopper_jobs WHERE id = $1", next)
+	require.NoError(t, err)
 
 	stats, err := b.q.Stats(b.ctx)
 	require.NoError(t, err)
@@ -171,7 +188,6 @@ func TestEnqueueBatchUnique(t *testing.T) {
 	require.Empty(t, empty)
 
 	holder := b.enqueue(t, jobSpec{uniqueKey: "taken"})
-	_ = holder
 	future := time.Now().Add(time.Hour)
 	keys := []string{"a", "taken", "", "a", "b", ""}
 	p := db.EnqueueBatchUniqueParams{}
@@ -189,13 +205,20 @@ func TestEnqueueBatchUnique(t *testing.T) {
 	p.RunAts[4] = future // "b" is scheduled
 	rows, err := b.q.EnqueueBatchUnique(b.ctx, p)
 	require.NoError(t, err)
-	var got []string
-	for _, r := range rows {
-		got = append(got, r.UniqueKey)
+	// One row per job, in order: "taken" is held by a live job and the
+	// second "a" repeats the first, and each names the holder; jobs
+	// without a key are always inserted.
+	require.Len(t, rows, len(keys))
+	inserted := []bool{true, false, true, false, true, true}
+	for i, r := range rows {
+		require.Equal(t, inserted[i], r.Inserted, "job %d", i)
+		if i > 0 && inserted[i] && inserted[i-1] {
+			require.Greater(t, r.ID, rows[i-1].ID)
+		}
 	}
-	// "taken" is held by a live job and the second "a" repeats the first;
-	// jobs without a key are always inserted.
-	require.ElementsMatch(t, []string{"a", "", "b", ""}, got)
+	require.Equal(t, holder, rows[1].ID, "a duplicate of a live job names it")
+	require.Equal(t, rows[0].ID, rows[3].ID, "a duplicate within the batch names the earlier job")
+	require.JSONEq(t, `{"i":4}`, string(b.job(t, rows[4].ID).Payload))
 
 	stats, err := b.q.Stats(b.ctx)
 	require.NoError(t, err)

@@ -45,7 +45,7 @@ func TestFencing(t *testing.T) {
 		claim := []int64{j.ID}
 		attempt := []int32{j.Attempt}
 		return db.AckBatchParams{Ids: claim, Attempts: attempt},
-			db.NackBatchParams{Ids: claim, Attempts: attempt, Messages: []string{"late"}, BackoffsMs: []int64{0}, DeadReasons: []string{""}},
+			db.NackBatchParams{Ids: claim, Attempts: attempt, Actions: []string{"retry"}, Messages: []string{"late"}, BackoffsMs: []int64{0}, Reasons: []string{""}},
 			db.ExtendParams{Ids: claim, Attempts: attempt, LeaseMs: 60_000},
 			db.ReleaseParams{Ids: claim, Attempts: attempt}
 	}
@@ -111,7 +111,7 @@ func TestFencing(t *testing.T) {
 			require.Equal(t, "running", j.State)
 			require.Equal(t, "second", *j.LeaseOwner)
 			require.Equal(t, second.Attempt, j.Attempt)
-			require.True(t, second.LeaseUntil.Time.Equal(j.LeaseUntil.Time))
+			require.True(t, second.LeaseUntil.Equal(*j.LeaseUntil))
 			require.Len(t, history(t, j.Errors), 1, "only the sweep's entry")
 
 			tc.finish(t, b, second)
@@ -145,7 +145,7 @@ func TestExtend(t *testing.T) {
 	for _, h := range held {
 		j, err := b.q.GetJob(b.ctx, h.ID)
 		require.NoError(t, err)
-		requireBetween(t, before.Add(time.Hour), after.Add(time.Hour), j.LeaseUntil.Time, "extended to lease_ms from the extend")
+		requireBetween(t, before.Add(time.Hour), after.Add(time.Hour), *j.LeaseUntil, "extended to lease_ms from the extend")
 	}
 	none, err := b.q.Extend(b.ctx, db.ExtendParams{LeaseMs: 1000})
 	require.NoError(t, err)
@@ -160,7 +160,7 @@ func TestExtend(t *testing.T) {
 		require.True(t, h.Extended)
 		j, err := b.q.GetJob(b.ctx, h.ID)
 		require.NoError(t, err)
-		requireBetween(t, before.Add(time.Hour), after.Add(time.Hour), j.LeaseUntil.Time, "kept the longer lease")
+		requireBetween(t, before.Add(time.Hour), after.Add(time.Hour), *j.LeaseUntil, "kept the longer lease")
 	}
 
 	// A row another transaction holds locked is reported held but not

@@ -24,43 +24,97 @@ USING done
 WHERE j.id = done.id
 RETURNING j.id, j.attempt;
 
+-- name: AckBatchKeep :many
+-- AckBatch for claims of kinds or queues that keep their completed jobs:
+-- the same fenced delete, and in the same statement a copy of each job
+-- whose keep_ms[i] is positive goes to hopper_job_history, with the
+-- handler's result[i] (NULL: none), kept until now() + keep_ms[i]. The
+-- worker uses it only for batches that keep something, so with history
+-- off the ack is AckBatch, unchanged.
+WITH done AS (
+    SELECT j.id, acked.keep_ms, acked.result
+    FROM hopper_jobs AS j
+    JOIN (SELECT unnest(@ids::bigint[]) AS id,
+                 unnest(@attempts::integer[]) AS attempt,
+                 unnest(@keep_ms::bigint[]) AS keep_ms,
+                 unnest(@results::jsonb[]) AS result) AS acked
+      ON j.id = acked.id AND j.attempt = acked.attempt
+    WHERE j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
+    ORDER BY j.id
+    FOR UPDATE OF j
+), deleted AS (
+    DELETE FROM hopper_jobs AS j
+    USING done
+    WHERE j.id = done.id
+    RETURNING j.*
+), kept AS (
+    INSERT INTO hopper_job_history (id, queue, kind, version, payload, priority, attempt,
+                                    max_attempts, unique_key, errors, run_at, result, created_at, keep_until)
+    SELECT d.id, d.queue, d.kind, d.version, d.payload, d.priority, d.attempt,
+           d.max_attempts, d.unique_key, d.errors, d.run_at, done.result, d.created_at,
+           now() + '1 millisecond'::interval * done.keep_ms
+    FROM deleted AS d
+    JOIN done ON done.id = d.id
+    WHERE done.keep_ms > 0
+)
+SELECT deleted.id, deleted.attempt FROM deleted;
+
 -- name: NackBatch :many
--- Records failed attempts of the given claims, appending
--- {attempt, at, owner, error} to the error history of each job. A job with
--- attempts left and an empty dead_reasons[i] waits, scheduled, until
--- now() + backoffs_ms[i] (pending at once for no backoff); any other moves to hopper_dead_jobs in this same
--- statement, with dead_reasons[i] or 'out of attempts' as its reason.
--- Returns one row per claim that took effect.
+-- Records results other than success for the given claims (ids[i],
+-- attempts[i]); actions[i] says which:
+--
+--   retry   the attempt failed: {attempt, at, owner, error} is appended to
+--           the job's error history and the job waits, scheduled, until
+--           now() + backoffs_ms[i] (pending at once for no backoff); out of
+--           attempts, it moves to hopper_dead_jobs ('out of attempts').
+--   dead    a permanent failure: the entry is appended and the job moves
+--           to hopper_dead_jobs with reasons[i].
+--   cancel  the handler cancelled its own job: the entry is appended (so
+--           the history says who cancelled it and why) and the job moves to
+--           hopper_dead_jobs as cancelled, whatever attempts it had left.
+--   snooze  not now: the job waits until now() + backoffs_ms[i] without
+--           an entry and without being charged: max_attempts grows by one,
+--           as attempt did at the claim (attempt is the fencing token and
+--           never goes down).
+--
+-- Returns one row per claim that took effect; dead says whether it went to
+-- hopper_dead_jobs (dead, cancelled, or out of attempts).
 WITH failed AS (
     SELECT j.id,
-           j.errors || jsonb_build_array(jsonb_build_object(
-               'attempt', j.attempt,
-               'at', now(),
-               'owner', j.lease_owner,
-               'error', f.message)) AS errors,
+           CASE WHEN f.action = 'snooze' THEN j.errors
+                ELSE j.errors || jsonb_build_array(jsonb_build_object(
+                         'attempt', j.attempt,
+                         'at', now(),
+                         'owner', j.lease_owner,
+                         'error', f.message))
+           END AS errors,
+           f.action,
            f.backoff_ms,
            CASE
-               WHEN f.dead_reason <> '' THEN f.dead_reason
-               WHEN j.attempt >= j.max_attempts THEN 'out of attempts'
+               WHEN f.action = 'dead' THEN f.reason
+               WHEN f.action = 'cancel' THEN 'cancelled'
+               WHEN f.action = 'retry' AND j.attempt >= j.max_attempts THEN 'out of attempts'
            END AS dead_reason
     FROM hopper_jobs AS j
     JOIN (
         SELECT unnest(@ids::bigint[]) AS id,
                unnest(@attempts::integer[]) AS attempt,
+               unnest(@actions::text[]) AS action,
                unnest(@messages::text[]) AS message,
                unnest(@backoffs_ms::bigint[]) AS backoff_ms,
-               unnest(@dead_reasons::text[]) AS dead_reason
+               unnest(@reasons::text[]) AS reason
     ) AS f ON j.id = f.id AND j.attempt = f.attempt
     WHERE j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
     ORDER BY j.id -- lock order: see AckBatch
     FOR UPDATE OF j
 ), retried AS (
     UPDATE hopper_jobs AS j
-    SET state       = CASE WHEN failed.backoff_ms > 0 THEN 'scheduled' ELSE 'pending' END,
-        run_at      = now() + '1 millisecond'::interval * failed.backoff_ms,
-        lease_owner = NULL,
-        lease_until = NULL,
-        errors      = failed.errors
+    SET state        = CASE WHEN failed.backoff_ms > 0 THEN 'scheduled' ELSE 'pending' END,
+        run_at       = now() + '1 millisecond'::interval * failed.backoff_ms,
+        lease_owner  = NULL,
+        lease_until  = NULL,
+        errors       = failed.errors,
+        max_attempts = j.max_attempts + CASE WHEN failed.action = 'snooze' THEN 1 ELSE 0 END
     FROM failed
     WHERE j.id = failed.id AND failed.dead_reason IS NULL
     RETURNING j.id, j.attempt
@@ -71,9 +125,10 @@ WITH failed AS (
     RETURNING j.*
 ), buried AS (
     INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt,
-                                  max_attempts, unique_key, errors, reason, created_at)
+                                  max_attempts, unique_key, errors, reason, created_at, run_at, state)
     SELECT r.id, r.queue, r.kind, r.version, r.payload, r.priority, r.attempt,
-           r.max_attempts, r.unique_key, failed.errors, failed.dead_reason, r.created_at
+           r.max_attempts, r.unique_key, failed.errors, failed.dead_reason, r.created_at, r.run_at,
+           CASE WHEN failed.action = 'cancel' THEN 'cancelled' ELSE 'dead' END
     FROM removed AS r
     JOIN failed ON failed.id = r.id
     RETURNING id, attempt

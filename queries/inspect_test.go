@@ -1,10 +1,13 @@
 package queries_test
 
 import (
+	"context"
+	"encoding/json"
 	"math"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
@@ -39,33 +42,96 @@ func TestStats(t *testing.T) {
 	require.EqualValues(t, 1, def.Scheduled)
 	require.EqualValues(t, 1, def.Running)
 	require.EqualValues(t, 1, def.Dead)
-	require.InDelta(t, 1.0/3, def.RetryRate, 1e-9, "one of three live jobs has failed")
+	require.EqualValues(t, 1, def.Failing, "one of three live jobs has failed")
 	require.GreaterOrEqual(t, def.OldestReadySeconds, 0.0)
 	require.Equal(t, db.StatsRow{Queue: "mail", Kind: "send", Ready: 1, OldestReadySeconds: mail.OldestReadySeconds}, mail)
 	require.False(t, math.IsNaN(mail.OldestReadySeconds))
+
+	// Cancelled jobs count apart from dead ones; a paused queue says so.
+	b.enqueue(t, jobSpec{queue: "mail", kind: "send"})
+	rows, err := b.q.Cancel(b.ctx, []int64{b.enqueue(t, jobSpec{queue: "mail", kind: "send"})})
+	require.NoError(t, err)
+	require.True(t, rows[0].Cancelled)
+	_, err = b.q.PauseQueue(b.ctx, "mail")
+	require.NoError(t, err)
+	stats, err = b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	mail = stats[1]
+	require.Equal(t, db.StatsRow{Queue: "mail", Kind: "send", Ready: 2, Cancelled: 1, Paused: true, OldestReadySeconds: mail.OldestReadySeconds}, mail)
+	require.False(t, stats[0].Paused)
 }
 
+// TestCancel: every live state is cancelled into the dead table, as
+// cancelled; finished and unknown jobs are reported as they are.
 func TestCancel(t *testing.T) {
 	b := setup(t)
-	pending := b.enqueue(t, jobSpec{queue: "later", delay: time.Hour})
+	scheduled := b.enqueue(t, jobSpec{queue: "later", delay: time.Hour})
 	b.enqueue(t, jobSpec{})
-	running := b.claim(t, "w", 1)[0].ID
+	running := b.claim(t, "w", 1)[0]
+	pending := b.enqueue(t, jobSpec{})
 	b.enqueue(t, jobSpec{maxAttempts: 1})
-	deadJob := b.claim(t, "w", 1)[0]
+	deadJob := b.claim(t, "w", 2)[1]
+	require.NotEqual(t, pending, deadJob.ID)
 	nack(t, b, deadJob, "x", 0, "")
 
-	rows, err := b.q.Cancel(b.ctx, []int64{running, pending, 424242, deadJob.ID, pending})
+	conn, err := pgx.Connect(b.ctx, b.tdb.URL)
 	require.NoError(t, err)
-	outcome := map[int64]string{}
+	defer conn.Close(b.ctx)
+	_, err = conn.Exec(b.ctx, "LISTEN hopper_jobs")
+	require.NoError(t, err)
+
+	rows, err := b.q.Cancel(b.ctx, []int64{running.ID, scheduled, 424242, deadJob.ID, scheduled, pending})
+	require.NoError(t, err)
+	got := map[int64]db.CancelRow{}
 	for _, r := range rows {
-		outcome[r.ID] = r.Outcome
+		got[r.ID] = r
 	}
-	require.Equal(t, map[int64]string{
-		pending: "cancelled", running: "running", 424242: "not_found", deadJob.ID: "dead",
-	}, outcome)
+	require.Len(t, rows, 5, "one row per distinct id")
+	require.Equal(t, map[int64]db.CancelRow{
+		running.ID: {ID: running.ID, State: "running", Cancelled: true},
+		scheduled:  {ID: scheduled, State: "scheduled", Cancelled: true},
+		pending:    {ID: pending, State: "running", Cancelled: true}, // claimed with deadJob
+		424242:     {ID: 424242, State: "", Cancelled: false},
+		deadJob.ID: {ID: deadJob.ID, State: "dead", Cancelled: false},
+	}, got)
 	live, dead := b.totals(t)
-	require.EqualValues(t, 1, live)
+	require.Zero(t, live)
 	require.EqualValues(t, 1, dead)
+	for _, id := range []int64{running.ID, scheduled, pending} {
+		d, err := b.q.GetDead(b.ctx, id)
+		require.NoError(t, err, "a cancelled job is kept")
+		require.Equal(t, "cancelled", d.State)
+		require.Equal(t, "cancelled", d.Reason)
+	}
+
+	// Each running job's worker hears of it at commit, with the claim.
+	wantNotices := map[int64]bool{running.ID: true, pending: true}
+	for len(wantNotices) > 0 {
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		n, err := conn.WaitForNotification(ctx)
+		cancel()
+		require.NoError(t, err)
+		var notice struct {
+			Schema  string `json:"schema"`
+			Cancel  int64  `json:"cancel"`
+			Attempt int32  `json:"attempt"`
+			Owner   string `json:"owner"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(n.Payload), &notice))
+		if notice.Schema != b.tdb.Schema {
+			continue // other tests' schemas share the channel
+		}
+		require.True(t, wantNotices[notice.Cancel], "a notice for %d: %s", notice.Cancel, n.Payload)
+		delete(wantNotices, notice.Cancel)
+		require.Equal(t, b.tdb.Schema, notice.Schema)
+		require.Equal(t, "w", notice.Owner)
+		require.Equal(t, int32(1), notice.Attempt)
+	}
+
+	// The cancelled claim is fenced out: its ack takes no effect.
+	acked, err := b.q.AckBatch(b.ctx, db.AckBatchParams{Ids: []int64{running.ID}, Attempts: []int32{running.Attempt}})
+	require.NoError(t, err)
+	require.Empty(t, acked)
 
 	empty, err := b.q.Cancel(b.ctx, nil)
 	require.NoError(t, err)
@@ -104,47 +170,44 @@ func killAll(t *testing.T, b *bundle, kind string, n int, uniqueKey string) []in
 	return out
 }
 
-func TestDeadListGetRetryPurge(t *testing.T) {
+func TestDeadRetryPurge(t *testing.T) {
 	b := setup(t)
 	a := killAll(t, b, "alpha", 3, "")
 	z := killAll(t, b, "zeta", 2, "")
+	dead := []string{"dead"}
+	kind := func(k string) *string { return &k }
 
-	all, err := b.q.ListDead(b.ctx, db.ListDeadParams{BeforeDiedAt: time.Now().Add(time.Hour), BeforeID: math.MaxInt64, MaxJobs: 100})
+	retried, err := b.q.RetryDead(b.ctx, db.RetryDeadParams{States: dead, Ids: []int64{a[0], 777}, MaxJobs: 100})
 	require.NoError(t, err)
-	require.Len(t, all, 5)
-	require.Equal(t, z[1], all[0].ID, "newest first")
-
-	kind := "alpha"
-	page1, err := b.q.ListDead(b.ctx, db.ListDeadParams{Kind: &kind, BeforeDiedAt: time.Now().Add(time.Hour), BeforeID: math.MaxInt64, MaxJobs: 2})
-	require.NoError(t, err)
-	require.Equal(t, []int64{a[2], a[1]}, []int64{page1[0].ID, page1[1].ID})
-	page2, err := b.q.ListDead(b.ctx, db.ListDeadParams{Kind: &kind, BeforeDiedAt: page1[1].DiedAt, BeforeID: page1[1].ID, MaxJobs: 2})
-	require.NoError(t, err)
-	require.Len(t, page2, 1)
-	require.Equal(t, a[0], page2[0].ID)
-
-	retried, err := b.q.RetryDead(b.ctx, []int64{a[0], 777})
-	require.NoError(t, err)
-	require.Equal(t, []int64{a[0]}, retried)
+	require.Equal(t, []db.RetryDeadRow{{ID: a[0], Retried: true}}, retried)
 	j, err := b.q.GetJob(b.ctx, a[0])
 	require.NoError(t, err, "the job keeps its id")
 	require.Equal(t, "pending", j.State)
-	require.Zero(t, j.Attempt)
+	require.Equal(t, int32(1), j.Attempt, "attempt, the fencing token, never goes down")
+	require.Equal(t, int32(2), j.MaxAttempts, "as many attempts again as it had")
 	require.Len(t, history(t, j.Errors), 1, "history is kept")
 
-	byKind, err := b.q.RetryDeadKind(b.ctx, "zeta")
+	// Batches: after_id pages through, max_jobs bounds each.
+	first, err := b.q.RetryDead(b.ctx, db.RetryDeadParams{States: dead, Ids: []int64{}, Kind: kind("zeta"), MaxJobs: 1})
 	require.NoError(t, err)
-	require.ElementsMatch(t, z, byKind)
+	require.Equal(t, []db.RetryDeadRow{{ID: z[0], Retried: true}}, first)
+	rest, err := b.q.RetryDead(b.ctx, db.RetryDeadParams{States: dead, Ids: []int64{}, Kind: kind("zeta"), AfterID: z[0], MaxJobs: 1})
+	require.NoError(t, err)
+	require.Equal(t, []db.RetryDeadRow{{ID: z[1], Retried: true}}, rest)
 
-	n, err := b.q.PurgeDead(b.ctx, time.Now().Add(-time.Hour))
+	old := time.Now().Add(-time.Hour)
+	gone, err := b.q.PurgeDead(b.ctx, db.PurgeDeadParams{States: dead, Ids: []int64{}, DiedBefore: &old, MaxJobs: 100})
 	require.NoError(t, err)
-	require.Zero(t, n, "nothing died that long ago")
-	n, err = b.q.PurgeDead(b.ctx, time.Now().Add(time.Hour))
+	require.Empty(t, gone, "nothing died that long ago")
+	gone, err = b.q.PurgeDead(b.ctx, db.PurgeDeadParams{States: []string{"cancelled"}, Ids: []int64{}, MaxJobs: 100})
 	require.NoError(t, err)
-	require.EqualValues(t, 2, n)
-	live, dead := b.totals(t)
+	require.Empty(t, gone, "no cancelled job")
+	gone, err = b.q.PurgeDead(b.ctx, db.PurgeDeadParams{States: dead, Ids: []int64{}, MaxJobs: 100})
+	require.NoError(t, err)
+	require.ElementsMatch(t, a[1:], gone)
+	live, deadN := b.totals(t)
 	require.EqualValues(t, 3, live)
-	require.Zero(t, dead)
+	require.Zero(t, deadN)
 }
 
 // A dead job whose unique key a live job holds again stays dead: retrying
@@ -153,11 +216,84 @@ func TestRetryDeadKeepsConflictingJob(t *testing.T) {
 	b := setup(t)
 	dead := killAll(t, b, "k", 1, "invoice-9")
 	holder := b.enqueue(t, jobSpec{uniqueKey: "invoice-9"})
-	retried, err := b.q.RetryDead(b.ctx, dead)
+	retried, err := b.q.RetryDead(b.ctx, db.RetryDeadParams{States: []string{"dead"}, Ids: dead, MaxJobs: 100})
 	require.NoError(t, err)
-	require.Empty(t, retried)
+	require.Equal(t, []db.RetryDeadRow{{ID: dead[0], Retried: false}}, retried)
 	_, err = b.q.GetDead(b.ctx, dead[0])
 	require.NoError(t, err, "still in the dead table")
 	_, err = b.q.GetJob(b.ctx, holder)
 	require.NoError(t, err)
+}
+
+// TestFindAndListJobsEverywhere: one job in each state, found by id and
+// listed, newest first, through the view over the three tables.
+func TestFindAndListJobsEverywhere(t *testing.T) {
+	b := setup(t)
+	pending := b.enqueue(t, jobSpec{uniqueKey: "p"})
+	scheduled := b.enqueue(t, jobSpec{delay: time.Hour, queue: "later"})
+	b.enqueue(t, jobSpec{maxAttempts: 1})
+	claimed := b.claim(t, "w", 2) // pending and the one that dies
+	dies := claimed[1]
+	nack(t, b, dies, "boom", 0, "")
+	completes := b.enqueue(t, jobSpec{kind: "k", uniqueKey: "c"})
+	running := b.claim(t, "w", 1)[0] // completes
+	require.Equal(t, completes, running.ID)
+	kept, err := b.q.AckBatchKeep(b.ctx, db.AckBatchKeepParams{Ids: []int64{completes}, Attempts: []int32{1},
+		KeepMs: []int64{3_600_000}, Results: []json.RawMessage{json.RawMessage(`{"sent":true}`)}})
+	require.NoError(t, err)
+	require.Len(t, kept, 1)
+	cancelled := b.enqueue(t, jobSpec{})
+	_, err = b.q.Cancel(b.ctx, []int64{cancelled})
+	require.NoError(t, err)
+
+	state := map[int64]string{}
+	for _, id := range []int64{pending, scheduled, dies.ID, completes, cancelled} {
+		j, err := b.q.FindJob(b.ctx, id)
+		require.NoError(t, err)
+		state[id] = j.State
+	}
+	require.Equal(t, map[int64]string{pending: "running", scheduled: "scheduled", dies.ID: "dead",
+		completes: "completed", cancelled: "cancelled"}, state)
+	done, err := b.q.FindJob(b.ctx, completes)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"sent":true}`, string(done.Result))
+	require.NotNil(t, done.FinishedAt)
+	_, err = b.q.FindJob(b.ctx, 987654)
+	require.ErrorIs(t, err, pgx.ErrNoRows)
+
+	all := func(p db.ListJobsParams) []int64 {
+		t.Helper()
+		if p.BeforeID == 0 {
+			p.BeforeID = math.MaxInt64
+		}
+		if p.States == nil {
+			p.States = []string{}
+		}
+		if p.MaxJobs == 0 {
+			p.MaxJobs = 100
+		}
+		rows, err := b.q.ListJobs(b.ctx, p)
+		require.NoError(t, err)
+		return ids2(rows)
+	}
+	require.Equal(t, []int64{cancelled, completes, dies.ID, scheduled, pending}, all(db.ListJobsParams{}), "newest first, every table")
+	require.Equal(t, []int64{completes, dies.ID}, all(db.ListJobsParams{States: []string{"dead", "completed"}}))
+	q := "later"
+	require.Equal(t, []int64{scheduled}, all(db.ListJobsParams{Queue: &q}))
+	require.Equal(t, []int64{cancelled, completes}, all(db.ListJobsParams{MaxJobs: 2}))
+	require.Equal(t, []int64{dies.ID, scheduled}, all(db.ListJobsParams{BeforeID: completes, MaxJobs: 2}), "the keyset page after completes")
+	future := time.Now().Add(time.Hour)
+	require.Empty(t, all(db.ListJobsParams{CreatedFrom: &future}))
+
+	byKey, err := b.q.ListJobsByKey(b.ctx, db.ListJobsByKeyParams{UniqueKey: "c", BeforeID: math.MaxInt64, States: []string{}, MaxJobs: 10})
+	require.NoError(t, err)
+	require.Equal(t, []int64{completes}, ids2(byKey), "a completed job keeps its key in the history")
+}
+
+func ids2(rows []db.HopperAllJob) []int64 {
+	out := make([]int64, len(rows))
+	for i, r := range rows {
+		out[i] = r.ID
+	}
+	return out
 }

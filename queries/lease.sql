@@ -78,15 +78,19 @@ RETURNING j.id, j.queue, j.priority, j.run_at;
 
 -- name: ClaimFates :many
 -- What became of claims whose ack or nack may or may not have committed
--- (the reply was lost): for each claim (ids[i], attempts[i]), the job's
--- live attempt and state if it is still live, its dead attempt if it is
--- dead, and whether an error was recorded for this very attempt, and which. The worker
--- decides from these whether its statement took effect; it never guesses.
+-- (the reply was lost), or that the heartbeat found gone: for each claim
+-- (ids[i], attempts[i]), the job's live attempt and state if it is still
+-- live, its attempt and state (dead or cancelled) if it is in the dead
+-- table, its attempt if it completed into the history, and whether an
+-- entry was recorded for this very attempt, and which. The worker decides
+-- from these whether its statement took effect; it never guesses.
 SELECT c.id::bigint AS id,
        c.attempt::integer AS attempt,
        j.attempt AS live_attempt,
        j.state AS live_state,
        d.attempt AS dead_attempt,
+       d.state AS dead_state,
+       h.attempt AS history_attempt,
        EXISTS (SELECT 1
                FROM jsonb_array_elements(coalesce(j.errors, d.errors)) AS e
                WHERE (e ->> 'attempt')::integer = c.attempt)::boolean AS attempt_recorded,
@@ -96,4 +100,5 @@ SELECT c.id::bigint AS id,
                  LIMIT 1), '')::text AS attempt_error
 FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@attempts::integer[]) AS attempt) AS c
 LEFT JOIN hopper_jobs AS j ON j.id = c.id
-LEFT JOIN hopper_dead_jobs AS d ON d.id = c.id;
+LEFT JOIN hopper_dead_jobs AS d ON d.id = c.id
+LEFT JOIN hopper_job_history AS h ON h.id = c.id;

@@ -1,6 +1,7 @@
 package queries_test
 
 import (
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"slices"
@@ -14,8 +15,9 @@ import (
 )
 
 // TestStatementsNeverDeadlock runs every statement that touches held
-// claims — Extend (the heartbeat), AckBatch, NackBatch and Release, each
-// given the ids in a different order — on the same rows at the same time,
+// claims — Extend (the heartbeat), AckBatch and AckBatchKeep, NackBatch,
+// Release, and an operator's Cancel, each given the ids in a different
+// order — on the same rows at the same time,
 // round after round. The waiting statements lock rows in id order and
 // Extend skips locked rows, so PostgreSQL must never report a deadlock.
 // With the statements as they were (each locking in the order it was
@@ -44,7 +46,7 @@ func TestStatementsNeverDeadlock(t *testing.T) {
 		}
 		half := len(shuffled) / 2
 		nack := db.NackBatchParams{Ids: desc[:half], Attempts: ones(half), Messages: make([]string, half),
-			BackoffsMs: make([]int64, half), DeadReasons: make([]string, half)}
+			Actions: repeat("retry", half), BackoffsMs: make([]int64, half), Reasons: make([]string, half)}
 		steps := []func() error{
 			func() error {
 				_, err := b.q.Extend(b.ctx, db.ExtendParams{Ids: desc, Attempts: ones(jobs), LeaseMs: 60_000})
@@ -68,6 +70,16 @@ func TestStatementsNeverDeadlock(t *testing.T) {
 			},
 			func() error {
 				_, err := b.q.Release(b.ctx, db.ReleaseParams{Ids: shuffled, Attempts: ones(jobs)})
+				return err
+			},
+			func() error {
+				_, err := b.q.AckBatchKeep(b.ctx, db.AckBatchKeepParams{Ids: desc[half:], Attempts: ones(jobs - half),
+					KeepMs: repeat(int64(60_000), jobs-half), Results: make([]json.RawMessage, jobs-half)})
+				return err
+			},
+			func() error {
+				// An operator cancels some of the same jobs meanwhile.
+				_, err := b.q.Cancel(b.ctx, desc[half/2:half+half/2])
 				return err
 			},
 		}
@@ -94,6 +106,8 @@ func TestStatementsNeverDeadlock(t *testing.T) {
 		}
 		// Clear what is left for the next round.
 		_, err := b.pool.Exec(b.ctx, "DELETE FROM hopper_jobs")
+		require.NoError(t, err)
+		_, err = b.pool.Exec(b.ctx, "DELETE FROM hopper_job_history")
 		require.NoError(t, err)
 	}
 }

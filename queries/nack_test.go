@@ -10,11 +10,22 @@ import (
 	"github.com/hopperq/hopper/db"
 )
 
+// nack records a failure: a retry, or with a reason a permanent one.
 func nack(t *testing.T, b *bundle, j db.HopperJob, msg string, backoff time.Duration, deadReason string) []db.NackBatchRow {
 	t.Helper()
+	action := "retry"
+	if deadReason != "" {
+		action = "dead"
+	}
+	return settle(t, b, j, action, msg, backoff, deadReason)
+}
+
+// settle runs NackBatch for one claim with the given action.
+func settle(t *testing.T, b *bundle, j db.HopperJob, action, msg string, backoff time.Duration, reason string) []db.NackBatchRow {
+	t.Helper()
 	rows, err := b.q.NackBatch(b.ctx, db.NackBatchParams{
-		Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}, Messages: []string{msg},
-		BackoffsMs: []int64{backoff.Milliseconds()}, DeadReasons: []string{deadReason},
+		Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}, Actions: []string{action}, Messages: []string{msg},
+		BackoffsMs: []int64{backoff.Milliseconds()}, Reasons: []string{reason},
 	})
 	require.NoError(t, err)
 	return rows
@@ -33,7 +44,7 @@ func TestNackReschedulesWithBackoff(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "scheduled", got.State, "waiting out its backoff, off the ready index")
 	require.Nil(t, got.LeaseOwner)
-	require.False(t, got.LeaseUntil.Valid)
+	require.Nil(t, got.LeaseUntil)
 	requireBetween(t, before.Add(time.Hour), after.Add(time.Hour), got.RunAt, "due one backoff after the nack")
 	h := history(t, got.Errors)
 	require.Len(t, h, 1)
@@ -88,8 +99,8 @@ func TestNackBatchMixed(t *testing.T) {
 	js := b.claim(t, "w", 2)
 	require.Len(t, js, 2)
 	rows, err := b.q.NackBatch(b.ctx, db.NackBatchParams{
-		Ids: ids(js), Attempts: []int32{1, 1}, Messages: []string{"a", "b"},
-		BackoffsMs: []int64{0, 0}, DeadReasons: []string{"", ""},
+		Ids: ids(js), Attempts: []int32{1, 1}, Actions: []string{"retry", "retry"}, Messages: []string{"a", "b"},
+		BackoffsMs: []int64{0, 0}, Reasons: []string{"", ""},
 	})
 	require.NoError(t, err)
 	want := []db.NackBatchRow{
@@ -100,4 +111,64 @@ func TestNackBatchMixed(t *testing.T) {
 	empty, err := b.q.NackBatch(b.ctx, db.NackBatchParams{})
 	require.NoError(t, err)
 	require.Empty(t, empty)
+}
+
+// TestNackSnooze: a snoozed job waits, scheduled, without an entry in its
+// history and without being charged: its next claim has as many attempts
+// left as this one had.
+func TestNackSnooze(t *testing.T) {
+	b := setup(t)
+	id := b.enqueue(t, jobSpec{maxAttempts: 2})
+	j := b.claim(t, "w", 1)[0]
+	before := b.dbNow(t)
+	rows := settle(t, b, j, "snooze", "", time.Hour, "")
+	after := b.dbNow(t)
+	require.Equal(t, []db.NackBatchRow{{ID: id, Attempt: 1, Dead: false}}, rows)
+	got := b.job(t, id)
+	require.Equal(t, "scheduled", got.State)
+	requireBetween(t, before.Add(time.Hour), after.Add(time.Hour), got.RunAt, "due when asked")
+	require.JSONEq(t, "[]", string(got.Errors), "a snooze is not a failure")
+	require.Equal(t, int32(1), got.Attempt, "attempt is the fencing token: it never goes down")
+	require.Equal(t, int32(3), got.MaxAttempts, "the snoozed claim is not charged")
+	require.Nil(t, got.LeaseOwner)
+
+	// Snoozed on every attempt, it never runs out of attempts.
+	for attempt := int32(2); attempt <= 6; attempt++ {
+		_, err := b.pool.Exec(b.ctx, "UPDATE hopper_jobs SET state = 'pending', run_at = now() WHERE id = $1", id)
+		require.NoError(t, err)
+		j = b.claim(t, "w", 1)[0]
+		require.Equal(t, attempt, j.Attempt)
+		require.Equal(t, []db.NackBatchRow{{ID: id, Attempt: attempt, Dead: false}}, settle(t, b, j, "snooze", "", time.Minute, ""))
+	}
+	require.Equal(t, int32(2+6), b.job(t, id).MaxAttempts, "six snoozes, six claims given back")
+}
+
+// TestNackCancel: a handler's own cancel moves the job to the dead table as
+// cancelled, with its entry, whatever attempts it had left.
+func TestNackCancel(t *testing.T) {
+	b := setup(t)
+	id := b.enqueue(t, jobSpec{maxAttempts: 25})
+	j := b.claim(t, "w", 1)[0]
+	rows := settle(t, b, j, "cancel", "cancelled: the account is gone", 0, "")
+	require.Equal(t, []db.NackBatchRow{{ID: id, Attempt: 1, Dead: true}}, rows)
+	d, err := b.q.GetDead(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "cancelled", d.State)
+	require.Equal(t, "cancelled", d.Reason)
+	h := history(t, d.Errors)
+	require.Len(t, h, 1)
+	require.Equal(t, "cancelled: the account is gone", h[0].Error)
+	require.Equal(t, "w", h[0].Owner)
+	live, dead := b.totals(t)
+	require.Zero(t, live)
+	require.Zero(t, dead, "cancelled, not dead")
+
+	// Fenced like every nack: a stale claim's cancel changes nothing.
+	id2 := b.enqueue(t, jobSpec{})
+	j2 := b.claim(t, "w", 1)[0]
+	b.expire(t, j2)
+	_, err = b.q.Sweep(b.ctx, db.SweepParams{MaxJobs: 10})
+	require.NoError(t, err)
+	require.Empty(t, settle(t, b, j2, "cancel", "late", 0, ""))
+	require.Equal(t, "pending", b.job(t, id2).State)
 }

@@ -104,7 +104,7 @@ func TestWakeUps(t *testing.T) {
 		}
 		rows[i] = db.EnqueueBatchParams{Queue: queue, Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), MaxAttempts: 1}
 	}
-	_, err := b.q.EnqueueBatch(b.ctx, rows)
+	_, err := b.q.EnqueueBatch(b.ctx, withIDs(t, b.q, rows))
 	require.NoError(t, err)
 	require.ElementsMatch(t, []wakeUp{{b.tdb.Schema, "a"}, {b.tdb.Schema, "b"}}, drain(t, b, conn),
 		"one wake-up per queue for a whole COPY batch")
@@ -141,7 +141,7 @@ func TestWakeUpsPlaceTheirJobs(t *testing.T) {
 		{Queue: "a", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), MaxAttempts: 1, Priority: 5},
 		{Queue: "a", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), MaxAttempts: 1, Priority: 2},
 	}
-	_, err := b.q.EnqueueBatch(b.ctx, rows)
+	_, err := b.q.EnqueueBatch(b.ctx, withIDs(t, b.q, rows))
 	require.NoError(t, err)
 	var first int64
 	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT min(id) FROM hopper_jobs WHERE queue = 'a'").Scan(&first))

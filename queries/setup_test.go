@@ -141,7 +141,7 @@ func requireBetween(t *testing.T, lo, hi, got time.Time, msg string) {
 	require.False(t, got.Before(lo) || got.After(hi), "%s: %v is outside [%v, %v]", msg, got, lo, hi)
 }
 
-// totals counts live and dead jobs through the Stats query.
+// totals counts live and dead (not cancelled) jobs through the Stats query.
 func (b *bundle) totals(t *testing.T) (live, dead int64) {
 	t.Helper()
 	rows, err := b.q.Stats(b.ctx)
@@ -151,4 +151,42 @@ func (b *bundle) totals(t *testing.T) (live, dead int64) {
 		dead += r.Dead
 	}
 	return live, dead
+}
+
+// repeat is n copies of v.
+func repeat[T any](v T, n int) []T {
+	out := make([]T, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+// withIDs gives a COPY batch its ids, reserved as jobs.EnqueueMany does.
+func withIDs(t testing.TB, q *db.Queries, rows []db.EnqueueBatchParams) []db.EnqueueBatchParams {
+	t.Helper()
+	ids := reserve(t, q, len(rows))
+	for i := range rows {
+		rows[i].ID = ids[i]
+	}
+	return rows
+}
+
+// withIDsAt is withIDs for EnqueueBatchAt.
+func withIDsAt(t testing.TB, q *db.Queries, rows []db.EnqueueBatchAtParams) []db.EnqueueBatchAtParams {
+	t.Helper()
+	ids := reserve(t, q, len(rows))
+	for i := range rows {
+		rows[i].ID = ids[i]
+	}
+	return rows
+}
+
+func reserve(t testing.TB, q *db.Queries, n int) []int64 {
+	t.Helper()
+	ids, err := q.ReserveJobIDs(context.Background(), int32(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
 }

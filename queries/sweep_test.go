@@ -134,7 +134,7 @@ func TestSweepConcurrent(t *testing.T) {
 		// Half have a retry left, half are on their last attempt.
 		rows[i] = db.EnqueueBatchParams{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), MaxAttempts: int32(1 + i%2)}
 	}
-	_, err := b.q.EnqueueBatch(b.ctx, rows)
+	_, err := b.q.EnqueueBatch(b.ctx, withIDs(t, b.q, rows))
 	require.NoError(t, err)
 	claimed, err := b.q.Dequeue(b.ctx, db.DequeueParams{
 		Queue: "default", Kinds: []string{"k"}, MaxVersions: []int32{1}, MaxJobs: total, Owner: "crashed", LeaseMs: -1000,

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,9 +12,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/schema"
 	"github.com/hopperq/hopper/worker"
 )
 
@@ -76,10 +79,10 @@ func TestBadInput(t *testing.T) {
 			require.EqualValues(t, 1, s.Ready, "a kind nobody handles is left alone")
 		}
 	}
-	dead, err := q.ListDead(ctx, db.ListDeadParams{BeforeDiedAt: time.Now().Add(time.Hour), BeforeID: 1 << 62, MaxJobs: 10})
+	dead, err := hopper.NewClient(d.Pool).ListJobs(ctx, hopper.ListParams{States: []jobs.State{jobs.StateDead}})
 	require.NoError(t, err)
-	require.Len(t, dead, 1)
-	require.Contains(t, dead[0].Reason, "undecodable payload")
+	require.Len(t, dead.Jobs, 1)
+	require.Contains(t, dead.Jobs[0].Reason, "undecodable payload")
 }
 
 // TestWorkerWithUnreachableDatabase: Run says why it cannot start.
@@ -103,11 +106,11 @@ func TestMigrateDirty(t *testing.T) {
 	d := testdb.New(t)
 	_, err := d.Pool.Exec(context.Background(), "UPDATE hopper_schema_migrations SET dirty = true")
 	require.NoError(t, err)
-	requireFailure(t, hopper(t, d.URL, "", "migrate", "up"), 1, "dirty")
-	r := hopper(t, d.URL, "", "migrate", "version")
+	requireFailure(t, runHopper(t, d.URL, "", "migrate", "up"), 1, "dirty")
+	r := runHopper(t, d.URL, "", "migrate", "version")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "hopper migrate force")
-	r = hopper(t, d.URL, "", "migrate", "force", "1")
+	r = runHopper(t, d.URL, "", "migrate", "force", strconv.Itoa(int(schema.Latest())))
 	require.Zero(t, r.code, r.stderr)
-	require.Zero(t, hopper(t, d.URL, "", "migrate", "up").code, "clean again")
+	require.Zero(t, runHopper(t, d.URL, "", "migrate", "up").code, "clean again")
 }

@@ -34,7 +34,7 @@ type errorCase struct {
 func runErrorCases(t *testing.T, cases []errorCase) {
 	t.Helper()
 	for _, c := range cases {
-		r := hopper(t, c.url, c.stdin, c.args...)
+		r := runHopper(t, c.url, c.stdin, c.args...)
 		require.Equal(t, c.code, r.code, "%s: stdout %q stderr %q", c.name, r.stdout, r.stderr)
 		line := strings.TrimSuffix(r.stderr, "\n")
 		require.Equal(t, c.stderr, line, c.name)
@@ -108,7 +108,7 @@ func TestCLIErrorTexts(t *testing.T) {
 			stderr: `hopper: --schema "` + strings.Repeat("s", 64) + `" is 64 bytes long, over PostgreSQL's limit of 63 (run hopper help)`},
 	})
 	// The run-at duration form works.
-	r := hopper(t, d.URL, "", "enqueue", "--kind", "k", "--run-at", "10m")
+	r := runHopper(t, d.URL, "", "enqueue", "--kind", "k", "--run-at", "10m")
 	require.Zero(t, r.code, r.stderr)
 }
 
@@ -158,22 +158,22 @@ func TestCLISchemaFlag(t *testing.T) {
 	d := testdb.New(t)
 	other := testdb.NewEmpty(t)
 	// The URL's search_path points at an unmigrated schema; --schema wins.
-	r := hopper(t, other.URL, "", "enqueue", "--kind", "flagged", "--queue", "viaflag", "--schema", d.Schema)
+	r := runHopper(t, other.URL, "", "enqueue", "--kind", "flagged", "--queue", "viaflag", "--schema", d.Schema)
 	require.Zero(t, r.code, r.stderr)
 	require.Regexp(t, `^enqueued job \d+\n$`, r.stdout)
-	r = hopper(t, other.URL, "", "--schema", d.Schema, "enqueue", "--kind", "global", "--queue", "viaflag")
+	r = runHopper(t, other.URL, "", "--schema", d.Schema, "enqueue", "--kind", "global", "--queue", "viaflag")
 	require.Zero(t, r.code, r.stderr)
 	rows, err := db.New(d.Pool).Stats(context.Background())
 	require.NoError(t, err)
 	require.Len(t, rows, 2, "both jobs are in the --schema schema")
 
 	for _, args := range [][]string{{"stats", "--schema", d.Schema}, {"--schema", d.Schema, "stats"}} {
-		r = hopper(t, other.URL, "", args...)
+		r = runHopper(t, other.URL, "", args...)
 		require.Zero(t, r.code, r.stderr)
 		require.Regexp(t, `viaflag\s+flagged\s+1\s+0\s+0\s+0`, r.stdout)
 		require.Regexp(t, `viaflag\s+global\s+1\s+0\s+0\s+0`, r.stdout)
 	}
-	r = hopper(t, other.URL, "", "help", "stats")
+	r = runHopper(t, other.URL, "", "help", "stats")
 	require.Contains(t, r.stdout, "--schema")
 }
 
@@ -183,17 +183,19 @@ func TestCLIPurgeSaysWhatItDeletes(t *testing.T) {
 	runErrorCases(t, []errorCase{
 		{name: "empty queue asks nothing", url: d.URL, args: []string{"purge", "--queue", "ops"},
 			stdout: "nothing to delete: queue \"ops\" has no pending or scheduled jobs\n"},
-		{name: "empty queue, --yes", url: d.URL, args: []string{"purge", "--queue", "ops", "--yes"},
-			stdout: "nothing to delete: queue \"ops\" has no pending or scheduled jobs\n"},
+		{name: "unknown queue, --yes", url: d.URL, args: []string{"purge", "--queue", "ops", "--yes"}, code: 1,
+			stderr: `hopper purge: no queue "ops": no worker serves it and it has no jobs (hopper queue list shows the queues)`},
 	})
-	require.Zero(t, hopper(t, d.URL, "", "enqueue", "--kind", "now", "--queue", "ops").code)
-	require.Zero(t, hopper(t, d.URL, "", "enqueue", "--kind", "later", "--queue", "ops", "--delay", "1h").code)
-	require.Zero(t, hopper(t, d.URL, "", "enqueue", "--kind", "later", "--queue", "ops", "--run-at", "2h").code)
+	require.Zero(t, runHopper(t, d.URL, "", "enqueue", "--kind", "now", "--queue", "ops").code)
+	require.Zero(t, runHopper(t, d.URL, "", "enqueue", "--kind", "later", "--queue", "ops", "--delay", "1h").code)
+	require.Zero(t, runHopper(t, d.URL, "", "enqueue", "--kind", "later", "--queue", "ops", "--run-at", "2h").code)
 	prompt := `Delete 3 jobs of queue "ops" (1 pending, 2 scheduled; running jobs finish)? [y/N] `
 	runErrorCases(t, []errorCase{
 		{name: "no answer", url: d.URL, args: []string{"purge", "--queue", "ops"}, code: 1, stdout: prompt,
 			stderr: "hopper purge: not confirmed; nothing deleted (pass --yes to skip the question)"},
 		{name: "yes", url: d.URL, stdin: "y\n", args: []string{"purge", "--queue", "ops"},
 			stdout: prompt + "deleted 3 jobs (pending and scheduled) of queue \"ops\"\n"},
+		{name: "known and empty, --yes", url: d.URL, args: []string{"purge", "--queue", "ops", "--yes"},
+			stdout: "nothing to delete: queue \"ops\" has no pending or scheduled jobs\n"},
 	})
 }

@@ -53,10 +53,10 @@ type result struct {
 	code           int
 }
 
-// hopper runs the binary against url with stdin. The timeout catches a
+// runHopper runs the binary against url with stdin. The timeout catches a
 // hung command; on a loaded machine the demo and bench take several times
 // their usual 10-20s.
-func hopper(t *testing.T, url, stdin string, args ...string) result {
+func runHopper(t *testing.T, url, stdin string, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -87,28 +87,28 @@ func requireFailure(t *testing.T, r result, code int, contains string) {
 
 func TestHelpAndUsageErrors(t *testing.T) {
 	t.Parallel()
-	r := hopper(t, "", "", "help")
+	r := runHopper(t, "", "", "help")
 	require.Zero(t, r.code)
 	for _, c := range []string{"migrate", "enqueue", "stats", "dead", "cancel", "purge", "sql", "demo"} {
 		require.Contains(t, r.stdout, "  "+c+" ")
-		h := hopper(t, "", "", c, "--help")
+		h := runHopper(t, "", "", c, "--help")
 		require.Zero(t, h.code, c)
 		require.Contains(t, h.stdout, "Usage: hopper "+c, c)
 		require.Contains(t, h.stdout, "--database-url", c)
 	}
-	requireFailure(t, hopper(t, "", "", "frobnicate"), 2, `unknown command "frobnicate"`)
-	requireFailure(t, hopper(t, "", "", "stats", "--bogus"), 2, "flag provided but not defined")
-	requireFailure(t, hopper(t, "", "", "migrate", "sideways"), 2, "unknown migrate action")
-	requireFailure(t, hopper(t, "", "", "cancel", "abc"), 2, `"abc" is not a job id`)
-	requireFailure(t, hopper(t, "", "", "enqueue", "--kind", "k", "--payload", "{nope"), 2, "not valid JSON")
-	requireFailure(t, hopper(t, "", "", "dead", "purge", "--older-than", "-3h"), 2, "positive duration")
+	requireFailure(t, runHopper(t, "", "", "frobnicate"), 2, `unknown command "frobnicate"`)
+	requireFailure(t, runHopper(t, "", "", "stats", "--bogus"), 2, "flag provided but not defined")
+	requireFailure(t, runHopper(t, "", "", "migrate", "sideways"), 2, "unknown migrate action")
+	requireFailure(t, runHopper(t, "", "", "cancel", "abc"), 2, `"abc" is not a job id`)
+	requireFailure(t, runHopper(t, "", "", "enqueue", "--kind", "k", "--payload", "{nope"), 2, "not valid JSON")
+	requireFailure(t, runHopper(t, "", "", "dead", "purge", "--older-than", "-3h"), 2, "positive duration")
 }
 
 func TestUnreachableDatabaseKeepsPasswordSecret(t *testing.T) {
 	t.Parallel()
 	url := "postgres://alice:s3cretpw@127.0.0.1:1/nowhere?connect_timeout=2"
 	for _, args := range [][]string{{"stats"}, {"migrate", "up"}, {"demo", "--duration", "1s"}, {"--database-url", url, "dead", "list"}} {
-		r := hopper(t, url, "", args...)
+		r := runHopper(t, url, "", args...)
 		requireFailure(t, r, 1, "nothing listens at 127.0.0.1:1")
 		require.Contains(t, r.stderr, "apt install postgresql")
 		require.NotContains(t, r.stderr+r.stdout, "s3cretpw")
@@ -118,29 +118,31 @@ func TestUnreachableDatabaseKeepsPasswordSecret(t *testing.T) {
 func TestMigrate(t *testing.T) {
 	t.Parallel()
 	d := testdb.NewEmpty(t)
-	r := hopper(t, d.URL, "", "migrate", "version")
+	r := runHopper(t, d.URL, "", "migrate", "version")
 	require.Zero(t, r.code, r.stderr)
 	require.Contains(t, r.stdout, "schema version 0")
 
-	r = hopper(t, d.URL, "", "migrate", "up")
+	r = runHopper(t, d.URL, "", "migrate", "up")
 	require.Zero(t, r.code, r.stderr)
 	require.Contains(t, r.stdout, "1/u create_hopper", "a progress line per migration")
 	require.Contains(t, r.stdout, "2/u claim_cursor")
-	require.Contains(t, r.stdout, "schema version 2 (this build's latest: 2)")
+	require.Contains(t, r.stdout, "3/u operate")
+	require.Contains(t, r.stdout, "schema version 3 (this build's latest: 3)")
 
-	r = hopper(t, d.URL, "", "migrate", "down", "--all", "--yes")
+	r = runHopper(t, d.URL, "", "migrate", "down", "--all", "--yes")
 	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "3/d operate")
 	require.Contains(t, r.stdout, "2/d claim_cursor")
 	require.Contains(t, r.stdout, "1/d create_hopper")
 	require.Contains(t, r.stdout, "schema version 0")
-	require.Zero(t, hopper(t, d.URL, "", "migrate", "up").code)
-	requireFailure(t, hopper(t, d.URL, "", "migrate", "down", "zero"), 2, "positive number")
+	require.Zero(t, runHopper(t, d.URL, "", "migrate", "up").code)
+	requireFailure(t, runHopper(t, d.URL, "", "migrate", "down", "zero"), 2, "positive number")
 }
 
 func TestEnqueueStatsCancelPurge(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t)
-	r := hopper(t, d.URL, "", "enqueue", "--kind", "report", "--payload", `{"day":"monday"}`, "--queue", "ops", "--priority", "3", "--unique-key", "rep-1")
+	r := runHopper(t, d.URL, "", "enqueue", "--kind", "report", "--payload", `{"day":"monday"}`, "--queue", "ops", "--priority", "3", "--unique-key", "rep-1")
 	require.Zero(t, r.code, r.stderr)
 	m := regexp.MustCompile(`enqueued job (\d+)`).FindStringSubmatch(r.stdout)
 	require.NotNil(t, m, r.stdout)
@@ -151,17 +153,17 @@ func TestEnqueueStatsCancelPurge(t *testing.T) {
 	require.Equal(t, int16(3), row.Priority)
 	require.JSONEq(t, `{"day":"monday"}`, string(row.Payload))
 
-	r = hopper(t, d.URL, "", "enqueue", "--kind", "report", "--queue", "ops", "--unique-key", "rep-1")
+	r = runHopper(t, d.URL, "", "enqueue", "--kind", "report", "--queue", "ops", "--unique-key", "rep-1")
 	require.Zero(t, r.code)
 	require.Contains(t, r.stdout, "duplicate: job "+m[1])
-	requireFailure(t, hopper(t, d.URL, "", "enqueue", "--kind", "report", "--priority", "12"), 2, "invalid priority")
-	require.Zero(t, hopper(t, d.URL, "", "enqueue", "--kind", "later", "--queue", "ops", "--delay", "1h").code)
+	requireFailure(t, runHopper(t, d.URL, "", "enqueue", "--kind", "report", "--priority", "12"), 2, "invalid priority")
+	require.Zero(t, runHopper(t, d.URL, "", "enqueue", "--kind", "later", "--queue", "ops", "--delay", "1h").code)
 
-	r = hopper(t, d.URL, "", "stats")
+	r = runHopper(t, d.URL, "", "stats")
 	require.Zero(t, r.code, r.stderr)
 	require.Regexp(t, `ops\s+report\s+1\s+0\s+0\s+0`, r.stdout)
 	require.Regexp(t, `ops\s+later\s+0\s+1\s+0\s+0`, r.stdout)
-	r = hopper(t, d.URL, "", "stats", "--json")
+	r = runHopper(t, d.URL, "", "stats", "--json")
 	require.Zero(t, r.code, r.stderr)
 	var report struct {
 		Queues []db.StatsRow `json:"queues"`
@@ -170,31 +172,38 @@ func TestEnqueueStatsCancelPurge(t *testing.T) {
 	require.Len(t, report.Queues, 2)
 
 	// cancel: a pending job goes; an unknown one is reported and fails.
-	r = hopper(t, d.URL, "", "cancel", m[1], "999999")
+	r = runHopper(t, d.URL, "", "cancel", m[1], "999999")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stdout, "job "+m[1]+": cancelled")
 	require.Contains(t, r.stdout, "job 999999: no such job")
 	require.Contains(t, r.stderr, "1 of 2 jobs not cancelled")
 
 	// purge asks first; no answer means no.
-	r = hopper(t, d.URL, "", "purge", "--queue", "ops")
+	r = runHopper(t, d.URL, "", "purge", "--queue", "ops")
 	requireFailure(t, r, 1, "not confirmed")
 	require.Contains(t, r.stdout, `Delete 1 job of queue "ops" (0 pending, 1 scheduled`)
-	r = hopper(t, d.URL, "y\n", "purge", "--queue", "ops")
+	r = runHopper(t, d.URL, "y\n", "purge", "--queue", "ops")
 	require.Zero(t, r.code, r.stderr)
 	require.Contains(t, r.stdout, "deleted 1 job (pending and scheduled)")
-	require.Zero(t, hopper(t, d.URL, "", "purge", "--queue", "ops", "--yes").code)
+	require.Zero(t, runHopper(t, d.URL, "", "purge", "--queue", "ops", "--yes").code)
 }
 
 func TestCancelRunningJob(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t)
-	require.Zero(t, hopper(t, d.URL, "", "enqueue", "--kind", "k").code)
+	require.Zero(t, runHopper(t, d.URL, "", "enqueue", "--kind", "k").code)
 	claimed, err := db.New(d.Pool).Dequeue(context.Background(), db.DequeueParams{Queue: "default", Kinds: []string{"k"}, MaxVersions: []int32{1}, MaxJobs: 1, Owner: "w", LeaseMs: 60000})
 	require.NoError(t, err)
-	r := hopper(t, d.URL, "", "cancel", strconv.FormatInt(claimed[0].ID, 10))
-	require.Equal(t, 1, r.code)
-	require.Contains(t, r.stdout, "running, not cancelled")
+	id := strconv.FormatInt(claimed[0].ID, 10)
+	r := runHopper(t, d.URL, "", "cancel", id)
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "job "+id+": cancelled while running")
+	r = runHopper(t, d.URL, "", "cancel", id)
+	requireFailure(t, r, 1, "1 of 1 jobs not cancelled")
+	require.Contains(t, r.stdout, "job "+id+": not cancelled: it is cancelled already")
+	r = runHopper(t, d.URL, "", "dead", "list", "--state", "cancelled")
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, id+`\s+cancelled\s+default\s+k\s+1/25\s+.*cancelled`, r.stdout)
 }
 
 func TestStatsWatch(t *testing.T) {
@@ -244,49 +253,51 @@ func TestDeadTriage(t *testing.T) {
 		if i == 2 {
 			kind = "billing"
 		}
-		require.Zero(t, hopper(t, d.URL, "", "enqueue", "--kind", kind, "--max-attempts", "1").code)
+		require.Zero(t, runHopper(t, d.URL, "", "enqueue", "--kind", kind, "--max-attempts", "1").code)
 		got, err := q.Dequeue(ctx, db.DequeueParams{Queue: "default", Kinds: []string{kind}, MaxVersions: []int32{1}, MaxJobs: 1, Owner: "w-1", LeaseMs: 60000})
 		require.NoError(t, err)
-		_, err = q.NackBatch(ctx, db.NackBatchParams{Ids: []int64{got[0].ID}, Attempts: []int32{1}, Messages: []string{"smtp: 550 no such user\nsecond line"}, BackoffsMs: []int64{0}, DeadReasons: []string{""}})
+		_, err = q.NackBatch(ctx, db.NackBatchParams{Ids: []int64{got[0].ID}, Attempts: []int32{1}, Actions: []string{"retry"}, Messages: []string{"smtp: 550 no such user\nsecond line"}, BackoffsMs: []int64{0}, Reasons: []string{""}})
 		require.NoError(t, err)
 		dead = append(dead, strconv.FormatInt(got[0].ID, 10))
 	}
 
-	r := hopper(t, d.URL, "", "dead", "list")
+	r := runHopper(t, d.URL, "", "dead", "list")
 	require.Zero(t, r.code, r.stderr)
-	require.Regexp(t, dead[2]+`\s+billing\s+default\s+1/1\s+.*out of attempts`, r.stdout)
-	r = hopper(t, d.URL, "", "dead", "list", "--kind", "mailer")
+	require.Regexp(t, dead[2]+`\s+dead\s+default\s+billing\s+1/1\s+.*out of attempts`, r.stdout)
+	r = runHopper(t, d.URL, "", "dead", "list", "--kind", "mailer")
 	require.NotContains(t, r.stdout, "billing")
 
-	r = hopper(t, d.URL, "", "dead", "show", dead[0])
+	r = runHopper(t, d.URL, "", "dead", "show", dead[0])
 	require.Zero(t, r.code, r.stderr)
 	require.Contains(t, r.stdout, "reason: out of attempts")
 	require.Contains(t, r.stdout, "attempt 1 at")
 	require.Contains(t, r.stdout, "by w-1")
 	require.Contains(t, r.stdout, "smtp: 550 no such user\n    second line")
-	requireFailure(t, hopper(t, d.URL, "", "dead", "show", "424242"), 1, "no dead job 424242")
+	requireFailure(t, runHopper(t, d.URL, "", "dead", "show", "424242"), 1, "no job 424242")
 
-	r = hopper(t, d.URL, "", "dead", "retry", dead[0], "424242")
+	r = runHopper(t, d.URL, "", "dead", "retry", dead[0], "424242")
 	requireFailure(t, r, 1, "not retried")
-	require.Contains(t, r.stdout, "retried 1 jobs")
-	r = hopper(t, d.URL, "", "dead", "retry", "--kind", "mailer")
+	require.Contains(t, r.stdout, "retried 1 job\n")
+	requireFailure(t, runHopper(t, d.URL, "", "dead", "show", dead[0]), 1, "job "+dead[0]+" is pending, not dead or cancelled")
+	r = runHopper(t, d.URL, "", "dead", "retry", "--kind", "mailer")
 	require.Zero(t, r.code)
-	require.Contains(t, r.stdout, "retried 1 jobs")
+	require.Contains(t, r.stdout, "retried 1 job\n")
+	requireFailure(t, runHopper(t, d.URL, "", "dead", "retry"), 2, "say which jobs")
 
-	r = hopper(t, d.URL, "", "dead", "purge", "--older-than", "1d")
+	r = runHopper(t, d.URL, "", "dead", "purge", "--older-than", "1d")
 	require.Zero(t, r.code)
-	require.Contains(t, r.stdout, "purged 0 dead jobs")
+	require.Contains(t, r.stdout, "purged 0 jobs")
 	_, err := d.Pool.Exec(ctx, "UPDATE hopper_dead_jobs SET died_at = now() - interval '3 days'")
 	require.NoError(t, err)
-	r = hopper(t, d.URL, "", "dead", "purge", "--older-than", "2d")
+	r = runHopper(t, d.URL, "", "dead", "purge", "--older-than", "2d")
 	require.Zero(t, r.code)
-	require.Contains(t, r.stdout, "purged 1 dead jobs")
+	require.Contains(t, r.stdout, "purged 1 job\n")
 }
 
 func TestSQLExport(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	r := hopper(t, "", "", "sql", "export", dir)
+	r := runHopper(t, "", "", "sql", "export", dir)
 	require.Zero(t, r.code, r.stderr)
 	for sub, files := range map[string]fs.FS{"schema": schema.Files, "queries": queries.Files} {
 		entries, err := fs.ReadDir(files, ".")
@@ -300,9 +311,9 @@ func TestSQLExport(t *testing.T) {
 			require.Equal(t, string(want), string(got), e.Name())
 		}
 	}
-	requireFailure(t, hopper(t, "", "", "sql", "import", dir), 2, "say export DIR, check DIR or entry DIR")
+	requireFailure(t, runHopper(t, "", "", "sql", "import", dir), 2, "say export DIR, check DIR or entry DIR")
 
-	r = hopper(t, "", "", "sql", "check", dir)
+	r = runHopper(t, "", "", "sql", "check", dir)
 	require.Zero(t, r.code, r.stderr)
 	require.Contains(t, r.stdout, fmt.Sprintf("matches this version of Hopper (schema version %d", schema.Latest()))
 
@@ -311,18 +322,18 @@ func TestSQLExport(t *testing.T) {
 	require.NoError(t, os.WriteFile(stale, []byte("-- stale\n"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "queries", "claim.sql"), []byte("-- edited\n"), 0o644))
 	require.NoError(t, os.Remove(filepath.Join(dir, "queries", "sweep.sql")))
-	r = hopper(t, "", "", "sql", "check", dir)
+	r = runHopper(t, "", "", "sql", "check", dir)
 	requireFailure(t, r, 1, "differs from this version of Hopper in 3 files")
 	require.Contains(t, r.stdout, "changed: queries/claim.sql")
 	require.Contains(t, r.stdout, "missing: queries/sweep.sql")
 	require.Contains(t, r.stdout, "extra:   schema/000099_stale.up.sql")
 
 	// An export over its own earlier export replaces it, stale files too.
-	r = hopper(t, "", "", "sql", "export", dir)
+	r = runHopper(t, "", "", "sql", "export", dir)
 	require.Zero(t, r.code, r.stderr)
 	require.Contains(t, r.stdout, "removed schema/000099_stale.up.sql")
 	require.NoFileExists(t, stale)
-	require.Zero(t, hopper(t, "", "", "sql", "check", dir).code)
+	require.Zero(t, runHopper(t, "", "", "sql", "check", dir).code)
 }
 
 // TestSQLExportIntoAFolderItDidNotWrite: stale .sql files in a folder no
@@ -334,16 +345,16 @@ func TestSQLExportIntoAFolderItDidNotWrite(t *testing.T) {
 	mine := filepath.Join(dir, "schema", "000099_mine.up.sql")
 	require.NoError(t, os.WriteFile(mine, []byte("-- mine\n"), 0o644))
 
-	r := hopper(t, "", "", "sql", "export", dir)
+	r := runHopper(t, "", "", "sql", "export", dir)
 	requireFailure(t, r, 1, "holds schema/000099_mine.up.sql, which this version of Hopper does not have, and no export wrote it (no HOPPER_SQL); nothing written (pass --clean to remove such files)")
 	require.FileExists(t, mine)
 	require.NoFileExists(t, filepath.Join(dir, "HOPPER_SQL"))
 
-	r = hopper(t, "", "", "sql", "export", "--clean", dir)
+	r = runHopper(t, "", "", "sql", "export", "--clean", dir)
 	require.Zero(t, r.code, r.stderr)
 	require.NoFileExists(t, mine)
-	require.Zero(t, hopper(t, "", "", "sql", "check", dir).code)
-	requireFailure(t, hopper(t, "", "", "sql", "check", t.TempDir()), 1, "holds no schema/*.sql or queries/*.sql")
+	require.Zero(t, runHopper(t, "", "", "sql", "check", dir).code)
+	requireFailure(t, runHopper(t, "", "", "sql", "check", t.TempDir()), 1, "holds no schema/*.sql or queries/*.sql")
 }
 
 // TestDemo runs the README's first command's program for 10 seconds; its
@@ -355,7 +366,7 @@ func TestDemo(t *testing.T) {
 	// --reset: on a shared server, hopper_demo may be left by an older demo
 	// that did not mark its schema (TestDemoKeepsSchemasItDidNotCreate
 	// checks the plain run in a database of its own).
-	r := hopper(t, testdb.Server(t), "", "demo", "--duration", "10s", "--rate", "1000", "--reset")
+	r := runHopper(t, testdb.Server(t), "", "demo", "--duration", "10s", "--rate", "1000", "--reset")
 	require.Zero(t, r.code, "stdout %s\nstderr %s", r.stdout, r.stderr)
 	count := func(name string) int64 {
 		m := regexp.MustCompile(`(?m)^\s+` + name + `\s+(\d+)`).FindStringSubmatch(r.stdout)
@@ -401,17 +412,17 @@ func TestDemoKeepsSchemasItDidNotCreate(t *testing.T) {
 	_, err = own.Exec(ctx, "CREATE SCHEMA hopper_demo; CREATE TABLE hopper_demo.precious (x int)")
 	require.NoError(t, err)
 
-	r := hopper(t, dsn, "", "demo", "--duration", "1s")
+	r := runHopper(t, dsn, "", "demo", "--duration", "1s")
 	require.Equal(t, 1, r.code, "stdout %s\nstderr %s", r.stdout, r.stderr)
 	require.Contains(t, r.stderr, "schema hopper_demo exists and was not created by the demo; pass --reset")
 	var tables int
 	require.NoError(t, own.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = 'hopper_demo' AND tablename = 'precious'").Scan(&tables))
 	require.Equal(t, 1, tables, "nothing was dropped")
 
-	r = hopper(t, dsn, "", "demo", "--duration", "1s", "--reset")
+	r = runHopper(t, dsn, "", "demo", "--duration", "1s", "--reset")
 	require.Zero(t, r.code, "stdout %s\nstderr %s", r.stdout, r.stderr)
 	require.Contains(t, r.stdout, "dropped schema hopper_demo as --reset asked")
-	r = hopper(t, dsn, "", "demo", "--duration", "1s")
+	r = runHopper(t, dsn, "", "demo", "--duration", "1s")
 	require.Zero(t, r.code, "stdout %s\nstderr %s", r.stdout, r.stderr)
 	require.Contains(t, r.stdout, "recreated schema hopper_demo, the demo's own from an earlier run")
 }
@@ -420,7 +431,7 @@ func TestDemoKeepsSchemasItDidNotCreate(t *testing.T) {
 func TestHelpAtTheTop(t *testing.T) {
 	t.Parallel()
 	for _, flag := range []string{"--help", "-h", "help"} {
-		r := hopper(t, "", "", flag)
+		r := runHopper(t, "", "", flag)
 		require.Zero(t, r.code, "%s: stderr %s", flag, r.stderr)
 		require.Contains(t, r.stdout, "Usage: hopper", flag)
 		require.Empty(t, r.stderr, flag)
@@ -434,7 +445,7 @@ func TestBenchRuns(t *testing.T) {
 	if _, err := exec.LookPath("pgbench"); err != nil {
 		t.Skip("pgbench not installed")
 	}
-	r := hopper(t, testdb.Server(t), "", "bench", "--mode", "all", "--baseline", "--json", "--duration", "1s", "--window", "1s",
+	r := runHopper(t, testdb.Server(t), "", "bench", "--mode", "all", "--baseline", "--json", "--duration", "1s", "--window", "1s",
 		"--jobs", "2000", "--batch-size", "500", "--concurrency", "50", "--singles", "20", "--samples", "5", "--scheduled", "1000",
 		"--hold-snapshot", "--burst", "500")
 	require.Zero(t, r.code, "stdout %s\nstderr %s", r.stdout, r.stderr)
@@ -470,5 +481,5 @@ func TestBenchRuns(t *testing.T) {
 	} else {
 		require.NotContains(t, r.stderr, "WARNING: autovacuum is off")
 	}
-	require.Regexp(t, `hopper bench: unknown mode`, hopper(t, testdb.Server(t), "", "bench", "--mode", "warp").stderr)
+	require.Regexp(t, `hopper bench: unknown mode`, runHopper(t, testdb.Server(t), "", "bench", "--mode", "warp").stderr)
 }

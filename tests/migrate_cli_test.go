@@ -25,7 +25,7 @@ func requireLine(t *testing.T, r result, code int, line string) {
 // migrateVersion is the version hopper migrate version reports.
 func migrateVersion(t *testing.T, url string) string {
 	t.Helper()
-	r := hopper(t, url, "", "migrate", "version")
+	r := runHopper(t, url, "", "migrate", "version")
 	require.Zero(t, r.code, r.stderr)
 	return strings.TrimSpace(r.stdout)
 }
@@ -58,7 +58,7 @@ func TestMigrateMissingSchema(t *testing.T) {
 		{"--schema", d.Schema, []string{"migrate", "up", "--schema", missing},
 			`hopper migrate: schema "` + missing + `" does not exist: create it with CREATE SCHEMA ` + missing},
 	} {
-		r := hopper(t, testdb.WithSearchPath(server, tc.searchPath), "", tc.args...)
+		r := runHopper(t, testdb.WithSearchPath(server, tc.searchPath), "", tc.args...)
 		requireLine(t, r, 1, tc.line)
 	}
 	require.Equal(t, versionLine(0), migrateVersion(t, d.URL), "nothing installed anywhere")
@@ -121,14 +121,14 @@ func TestMigrateRefusesImpossible(t *testing.T) {
 		{"force unknown at 0", []string{"migrate", "force", fmt.Sprint(latest + 6)},
 			fmt.Sprintf("hopper migrate: %d is not a version of Hopper's schema: this build knows %s", latest+6, known)},
 	} {
-		requireLine(t, hopper(t, d.URL, "", tc.args...), 1, tc.line)
+		requireLine(t, runHopper(t, d.URL, "", tc.args...), 1, tc.line)
 		require.Equal(t, versionLine(0), migrateVersion(t, d.URL), tc.name)
 	}
-	r := hopper(t, d.URL, "", "migrate", "down", "--all")
+	r := runHopper(t, d.URL, "", "migrate", "down", "--all")
 	require.Zero(t, r.code, "down --all with nothing applied does nothing: %s", r.stderr)
 	require.Equal(t, versionLine(0), strings.TrimSpace(r.stdout))
 
-	require.Zero(t, hopper(t, d.URL, "", "migrate", "up").code)
+	require.Zero(t, runHopper(t, d.URL, "", "migrate", "up").code)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -141,17 +141,17 @@ func TestMigrateRefusesImpossible(t *testing.T) {
 		{"force unknown", []string{"migrate", "force", fmt.Sprint(latest + 6)},
 			fmt.Sprintf("hopper migrate: %d is not a version of Hopper's schema: this build knows %s", latest+6, known)},
 	} {
-		r := hopper(t, d.URL, "yes\n", tc.args...)
+		r := runHopper(t, d.URL, "yes\n", tc.args...)
 		requireLine(t, r, 1, tc.line)
 		require.Empty(t, r.stdout, "%s: nothing ran, nothing asked", tc.name)
 		require.Equal(t, versionLine(latest), migrateVersion(t, d.URL), tc.name)
 	}
 
 	// 0 is the version with no migration applied; force records it.
-	r = hopper(t, d.URL, "", "migrate", "force", "0")
+	r = runHopper(t, d.URL, "", "migrate", "force", "0")
 	require.Zero(t, r.code, r.stderr)
 	require.Equal(t, versionLine(0), strings.TrimSpace(r.stdout))
-	r = hopper(t, d.URL, "", "migrate", "force", fmt.Sprint(latest))
+	r = runHopper(t, d.URL, "", "migrate", "force", fmt.Sprint(latest))
 	require.Zero(t, r.code, r.stderr)
 	require.Equal(t, versionLine(latest), strings.TrimSpace(r.stdout))
 }
@@ -167,7 +167,7 @@ func TestMigrateUnknownRecordedVersion(t *testing.T) {
 	require.NoError(t, err)
 	line := fmt.Sprintf("hopper migrate: the schema is at version %d, which this build of Hopper does not carry (its latest is %d): migrate with the Hopper that applied it", future, schema.Latest())
 	for _, args := range [][]string{{"migrate", "up"}, {"migrate", "down", "--yes"}, {"migrate", "down", "--all", "--yes"}} {
-		requireLine(t, hopper(t, d.URL, "", args...), 1, line)
+		requireLine(t, runHopper(t, d.URL, "", args...), 1, line)
 	}
 	require.Equal(t, versionLine(future), migrateVersion(t, d.URL))
 }
@@ -179,7 +179,7 @@ func TestMigrateDownAsks(t *testing.T) {
 	d := testdb.New(t)
 	ctx := context.Background()
 	for range 2 {
-		require.Zero(t, hopper(t, d.URL, "", "enqueue", "--kind", "k").code)
+		require.Zero(t, runHopper(t, d.URL, "", "enqueue", "--kind", "k").code)
 	}
 	_, err := d.Pool.Exec(ctx, `INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt, max_attempts, errors, reason, created_at)
 		VALUES (1000000, 'default', 'k', 1, '{}', 0, 1, 1, '[]', 'test', now())`)
@@ -203,7 +203,7 @@ func TestMigrateDownAsks(t *testing.T) {
 		{"y is not yes", "y\n", []string{"migrate", "down", "1"}, undo,
 			"hopper migrate: not confirmed; nothing undone (type yes, or pass --yes to skip the question)"},
 	} {
-		r := hopper(t, d.URL, tc.stdin, tc.args...)
+		r := runHopper(t, d.URL, tc.stdin, tc.args...)
 		requireLine(t, r, 1, tc.line)
 		require.Equal(t, tc.question, strings.TrimSuffix(r.stdout, "\n"), tc.name)
 		require.Equal(t, versionLine(schema.Latest()), migrateVersion(t, d.URL), tc.name)
@@ -212,13 +212,13 @@ func TestMigrateDownAsks(t *testing.T) {
 	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT count(*) FROM hopper_jobs").Scan(&live))
 	require.Equal(t, 2, live, "nothing dropped")
 
-	r := hopper(t, d.URL, "yes\n", "migrate", "down", "--all")
+	r := runHopper(t, d.URL, "yes\n", "migrate", "down", "--all")
 	require.Zero(t, r.code, r.stderr)
 	require.True(t, strings.HasPrefix(r.stdout, drop), r.stdout)
 	require.Contains(t, r.stdout, versionLine(0))
 
-	require.Zero(t, hopper(t, d.URL, "", "migrate", "up").code)
-	r = hopper(t, d.URL, "", "migrate", "down", "--yes")
+	require.Zero(t, runHopper(t, d.URL, "", "migrate", "up").code)
+	r = runHopper(t, d.URL, "", "migrate", "down", "--yes")
 	require.Zero(t, r.code, r.stderr)
 	require.NotContains(t, r.stdout, "Type yes")
 	require.Contains(t, r.stdout, versionLine(schema.Latest()-1))
@@ -233,7 +233,7 @@ func TestMigrateDirtyDown(t *testing.T) {
 	require.NoError(t, err)
 	line := fmt.Sprintf("hopper migrate: the schema migrations table is dirty: migration %d failed half-way; repair the schema by hand, then run hopper migrate force <version it is at>", schema.Latest())
 	for _, args := range [][]string{{"migrate", "down"}, {"migrate", "up"}} {
-		r := hopper(t, d.URL, "", args...)
+		r := runHopper(t, d.URL, "", args...)
 		requireLine(t, r, 1, line)
 		require.Empty(t, r.stdout)
 	}
@@ -256,6 +256,6 @@ func TestMigrateUsage(t *testing.T) {
 		{[]string{"migrate", "force", "x"}, "hopper migrate: force takes the version the schema is really at (0 for none) (run hopper migrate --help)"},
 	} {
 		// An unreachable server: usage errors come first.
-		requireLine(t, hopper(t, "postgres://nobody@127.0.0.1:1/none?connect_timeout=2", "", tc.args...), 2, tc.line)
+		requireLine(t, runHopper(t, "postgres://nobody@127.0.0.1:1/none?connect_timeout=2", "", tc.args...), 2, tc.line)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
@@ -27,8 +28,8 @@ type Chore struct {
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // TestLeastPrivilege: a role with only the grants the README lists (no DDL,
-// no ownership) enqueues, works, retries, dead-letters, sweeps, promotes and
-// triages.
+// no ownership) enqueues, works, retries, dead-letters, sweeps, promotes,
+// keeps and prunes history, and operates: lists, cancels, pauses, triages.
 func TestLeastPrivilege(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t)
@@ -40,7 +41,9 @@ func TestLeastPrivilege(t *testing.T) {
 	for _, stmt := range []string{
 		"CREATE ROLE " + roleID + " LOGIN",
 		"GRANT USAGE ON SCHEMA " + schemaID + " TO " + roleID,
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_jobs, hopper_dead_jobs TO " + roleID,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_jobs, hopper_dead_jobs, hopper_queues, hopper_job_history TO " + roleID,
+		"GRANT SELECT ON hopper_all_jobs TO " + roleID,
+		"GRANT USAGE ON SEQUENCE hopper_jobs_id_seq TO " + roleID,
 	} {
 		_, err := d.Pool.Exec(ctx, stmt)
 		require.NoError(t, err, stmt)
@@ -71,7 +74,8 @@ func TestLeastPrivilege(t *testing.T) {
 
 	var done atomic.Int64
 	w, err := worker.New(app, worker.Config{ID: "least-privilege", PollInterval: 50 * time.Millisecond, SweepInterval: 50 * time.Millisecond,
-		Backoff: worker.Backoff{Base: time.Millisecond, Max: time.Millisecond}})
+		Backoff: worker.Backoff{Base: time.Millisecond, Max: time.Millisecond}, DeadRetention: time.Hour,
+		KeepHistory: map[string]time.Duration{jobs.DefaultQueue: time.Millisecond}})
 	require.NoError(t, err)
 	require.NoError(t, worker.Handle(w, chore, func(_ context.Context, j *jobs.Job[Chore]) error {
 		if j.Payload.N == 4 {
@@ -86,29 +90,38 @@ func TestLeastPrivilege(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(runCtx) }()
-	q := db.New(app)
+	client := hopper.NewClient(app)
 	// The condition runs on a goroutine of its own, so it reports through
 	// CollectT rather than t.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		stats, err := q.Stats(ctx)
+		stats, err := client.Stats(ctx)
 		require.NoError(c, err)
-		require.Len(c, stats, 1)
-		require.Zero(c, stats[0].Ready+stats[0].Scheduled+stats[0].Running, "live jobs")
-		require.EqualValues(c, 1, stats[0].Dead)
+		require.Len(c, stats.Rows, 1)
+		require.Zero(c, stats.Total.Live(), "live jobs")
+		require.EqualValues(c, 1, stats.Total.Dead)
+		kept, err := client.ListJobs(ctx, hopper.ListParams{States: []jobs.State{jobs.StateCompleted}})
+		require.NoError(c, err)
+		require.Empty(c, kept.Jobs, "kept a millisecond, then pruned")
 	}, 30*time.Second, 20*time.Millisecond)
 	stop()
 	require.NoError(t, <-errc)
 	require.EqualValues(t, 4, done.Load())
 
-	dead, err := q.ListDead(ctx, db.ListDeadParams{BeforeDiedAt: time.Now().Add(time.Hour), BeforeID: 1 << 62, MaxJobs: 10})
+	dead, err := client.ListJobs(ctx, hopper.ListParams{States: []jobs.State{jobs.StateDead}})
 	require.NoError(t, err)
-	require.Len(t, dead, 1)
-	retried, err := q.RetryDead(ctx, []int64{dead[0].ID})
+	require.Len(t, dead.Jobs, 1)
+	retried, err := client.RetryDead(ctx, hopper.DeadFilter{IDs: []int64{dead.Jobs[0].ID}})
 	require.NoError(t, err)
-	require.Len(t, retried, 1)
-	swept, err := q.Sweep(ctx, db.SweepParams{MaxJobs: 10})
+	require.Len(t, retried.Retried, 1)
+	_, err = client.PauseQueue(ctx, jobs.DefaultQueue)
+	require.NoError(t, err)
+	_, err = client.ResumeQueue(ctx, jobs.DefaultQueue)
+	require.NoError(t, err)
+	swept, err := db.New(app).Sweep(ctx, db.SweepParams{MaxJobs: 10})
 	require.NoError(t, err)
 	require.Empty(t, swept)
-	_, err = q.Cancel(ctx, retried)
+	require.NoError(t, client.CancelJob(ctx, retried.Retried[0]))
+	purged, err := client.PurgeDead(ctx, hopper.DeadFilter{States: []jobs.State{jobs.StateCancelled}, All: true})
 	require.NoError(t, err)
+	require.EqualValues(t, 1, purged)
 }

@@ -15,9 +15,9 @@ import (
 func TestSQLEntryReproducesDB(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	r := hopper(t, "", "", "sql", "export", filepath.Join(dir, "third_party", "hopper"))
+	r := runHopper(t, "", "", "sql", "export", filepath.Join(dir, "third_party", "hopper"))
 	require.Zero(t, r.code, r.stderr)
-	r = hopper(t, "", "", "sql", "entry", "--package", "db", "--out", "db", "third_party/hopper")
+	r = runHopper(t, "", "", "sql", "entry", "--package", "db", "--out", "db", "third_party/hopper")
 	require.Zero(t, r.code, r.stderr)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "sqlc.yaml"), []byte("version: \"2\"\nsql:\n"+r.stdout), 0o644))
 

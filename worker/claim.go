@@ -32,6 +32,10 @@ const (
 	// (terminal): its lease is no longer extended, so the job runs again
 	// elsewhere once the lease expires, and its slot is free again.
 	claimAbandoned
+	// claimCancelled: an operator cancelled the job while it ran
+	// (terminal): the job is in the dead table already, the handler was
+	// cancelled and its result will be discarded.
+	claimCancelled
 )
 
 // claim is one job this worker holds, from its claim until its outcome is
@@ -42,6 +46,7 @@ type claim struct {
 	kind    string
 	queue   *queueRunner
 	owner   *Worker
+	keep    time.Duration // how long its completion stays in the history; 0: not kept
 
 	state     atomic.Int32 // a claimState
 	ackedInTx atomic.Bool  // AckTx deleted the row in the handler's transaction
@@ -80,6 +85,8 @@ func (c *claim) begin(cancel context.CancelCauseFunc, started time.Time, timeout
 		cancel(ErrLeaseLost)
 	case claimReleased:
 		cancel(ErrShutdown)
+	case claimCancelled:
+		cancel(ErrCancelled)
 	}
 }
 
@@ -140,6 +147,19 @@ func (c *claim) lose() bool {
 	return true
 }
 
+// cancelled: running → cancelled, when the worker learns that an operator
+// cancelled the job; the claim leaves the set (there is no lease left to
+// extend) and its handler is cancelled with ErrCancelled.
+func (c *claim) cancelled() bool {
+	if !c.move(claimRunning, claimCancelled) {
+		return false
+	}
+	c.owner.claims.remove(c)
+	c.owner.metrics.cancelled(c.queue.name, c.kind)
+	c.cancelWith(ErrCancelled)
+	return true
+}
+
 // release: running → released, at the shutdown deadline; the handler is
 // cancelled. The claim stays in the set until Release gave it back.
 func (c *claim) release() bool {
@@ -179,13 +199,20 @@ type claimSet struct {
 	claims map[claimKey]*claim
 }
 
-func (s *claimSet) add(w *Worker, row db.HopperJob, qr *queueRunner, sent time.Time) *claim {
-	c := &claim{id: row.ID, attempt: row.Attempt, kind: row.Kind, queue: qr, owner: w}
+func (s *claimSet) add(w *Worker, row db.HopperJob, qr *queueRunner, sent time.Time, keep time.Duration) *claim {
+	c := &claim{id: row.ID, attempt: row.Attempt, kind: row.Kind, queue: qr, owner: w, keep: keep}
 	c.leaseHeldUntil(sent, w.cfg.LeaseDuration)
 	s.mu.Lock()
 	s.claims[claimKey{row.ID, row.Attempt}] = c
 	s.mu.Unlock()
 	return c
+}
+
+// get returns the claim (id, attempt), or nil.
+func (s *claimSet) get(id int64, attempt int32) *claim {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.claims[claimKey{id, attempt}]
 }
 
 func (s *claimSet) remove(c *claim) {

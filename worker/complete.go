@@ -2,23 +2,53 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"time"
 
 	"github.com/hopperq/hopper/db"
 )
 
+// action is what recording a result does to its job.
+type action int
+
+const (
+	// actAck: the handler succeeded; the job is deleted (or kept in the
+	// history).
+	actAck action = iota
+	// actRetry: the attempt failed; the job waits for its backoff, or is
+	// dead when out of attempts.
+	actRetry
+	// actDead: a permanent failure (Permanent, an undecodable payload).
+	actDead
+	// actCancel: the handler cancelled its own job (Cancel).
+	actCancel
+	// actSnooze: the handler asked to run later, uncharged (Snooze).
+	actSnooze
+)
+
+// sqlName is the action as NackBatch takes it (queries/finish.sql).
+func (a action) sqlName() string {
+	return [...]string{"ack", "retry", "dead", "cancel", "snooze"}[a]
+}
+
 // completion is a handler's result, waiting to be recorded.
 type completion struct {
 	claim      *claim
-	ok         bool
-	message    string
-	backoff    time.Duration
-	deadReason string
+	act        action
+	message    string        // the history entry (retry, dead, cancel)
+	backoff    time.Duration // how long the job waits (retry, snooze)
+	deadReason string        // why it is dead (dead)
+	// keep is how long the completed job stays in the history (0: it is
+	// not kept), with the handler's result (ack).
+	keep   time.Duration
+	result json.RawMessage
 	// ambiguous: an earlier try of its statement may have committed (the
 	// reply was lost), so "no row matched" no longer proves a refusal.
 	ambiguous bool
 }
+
+func (c completion) ok() bool { return c.act == actAck }
 
 // resultQueue hands results from handler goroutines to the completer. A
 // push never blocks a handler; once the queue is closed at shutdown, a late
@@ -149,7 +179,7 @@ func (w *Worker) flush(batch []completion) {
 func (w *Worker) giveUp(pending []completion) {
 	for _, c := range pending {
 		switch {
-		case c.ok && c.claim.ackCommitted.Load():
+		case c.ok() && c.claim.ackCommitted.Load():
 			w.report(c, outcomeDone) // the handler's AckTx committed: proven already
 		case c.ambiguous || c.claim.ackedInTx.Load():
 			w.report(c, outcomeUnconfirmed)
@@ -164,7 +194,7 @@ func (w *Worker) giveUp(pending []completion) {
 func (w *Worker) record(batch []completion) (again []completion) {
 	var acks, nacks []completion
 	for _, c := range batch {
-		if c.ok {
+		if c.ok() {
 			acks = append(acks, c)
 		} else {
 			nacks = append(nacks, c)
@@ -198,23 +228,45 @@ func settleFailed(cs []completion, err error, again []completion) []completion {
 	return again
 }
 
-func (w *Worker) recordAcks(acks []completion, again, unsure []completion) ([]completion, []completion) {
-	p := db.AckBatchParams{Ids: make([]int64, len(acks)), Attempts: make([]int32, len(acks))}
+// ackBatch deletes the jobs of successful results, keeping in the history
+// those whose kind or queue keeps it (AckBatchKeep: same statement, same
+// round trip). A batch that keeps nothing runs plain AckBatch, so history
+// costs nothing where it is off. It returns the claims it deleted.
+func ackBatch(ctx context.Context, q *db.Queries, acks []completion) (map[claimKey]bool, error) {
+	deleted := make(map[claimKey]bool, len(acks))
+	ids, attempts := make([]int64, len(acks)), make([]int32, len(acks))
+	keeps := false
 	for i, c := range acks {
-		p.Ids[i], p.Attempts[i] = c.claim.id, c.claim.attempt
+		ids[i], attempts[i] = c.claim.id, c.claim.attempt
+		keeps = keeps || c.keep > 0
 	}
+	if !keeps {
+		rows, err := q.AckBatch(ctx, db.AckBatchParams{Ids: ids, Attempts: attempts})
+		for _, r := range rows {
+			deleted[claimKey{r.ID, r.Attempt}] = true
+		}
+		return deleted, err
+	}
+	p := db.AckBatchKeepParams{Ids: ids, Attempts: attempts, KeepMs: make([]int64, len(acks)), Results: make([]json.RawMessage, len(acks))}
+	for i, c := range acks {
+		p.KeepMs[i], p.Results[i] = c.keep.Milliseconds(), c.result
+	}
+	rows, err := q.AckBatchKeep(ctx, p)
+	for _, r := range rows {
+		deleted[claimKey{r.ID, r.Attempt}] = true
+	}
+	return deleted, err
+}
+
+func (w *Worker) recordAcks(acks []completion, again, unsure []completion) ([]completion, []completion) {
 	ctx, cancel := w.statementContext()
-	rows, err := w.q.AckBatch(ctx, p)
+	deleted, err := ackBatch(ctx, w.q, acks)
 	cancel()
 	if err != nil {
 		w.log.Warn("ack batch failed", "jobs", len(acks), "error", err)
 		return settleFailed(acks, err, again), unsure
 	}
 	replied := time.Now()
-	deleted := make(map[claimKey]bool, len(rows))
-	for _, r := range rows {
-		deleted[claimKey{r.ID, r.Attempt}] = true
-	}
 	for _, c := range acks {
 		switch {
 		case deleted[claimKey{c.claim.id, c.claim.attempt}]:
@@ -236,12 +288,12 @@ func (w *Worker) recordAcks(acks []completion, again, unsure []completion) ([]co
 
 func (w *Worker) recordNacks(nacks []completion, again, unsure []completion) ([]completion, []completion) {
 	p := db.NackBatchParams{
-		Ids: make([]int64, len(nacks)), Attempts: make([]int32, len(nacks)), Messages: make([]string, len(nacks)),
-		BackoffsMs: make([]int64, len(nacks)), DeadReasons: make([]string, len(nacks)),
+		Ids: make([]int64, len(nacks)), Attempts: make([]int32, len(nacks)), Actions: make([]string, len(nacks)),
+		Messages: make([]string, len(nacks)), BackoffsMs: make([]int64, len(nacks)), Reasons: make([]string, len(nacks)),
 	}
 	for i, c := range nacks {
-		p.Ids[i], p.Attempts[i], p.Messages[i] = c.claim.id, c.claim.attempt, c.message
-		p.BackoffsMs[i], p.DeadReasons[i] = c.backoff.Milliseconds(), c.deadReason
+		p.Ids[i], p.Attempts[i], p.Actions[i] = c.claim.id, c.claim.attempt, c.act.sqlName()
+		p.Messages[i], p.BackoffsMs[i], p.Reasons[i] = c.message, c.backoff.Milliseconds(), c.deadReason
 	}
 	ctx, cancel := w.statementContext()
 	rows, err := w.q.NackBatch(ctx, p)
@@ -257,10 +309,8 @@ func (w *Worker) recordNacks(nacks []completion, again, unsure []completion) ([]
 	for _, c := range nacks {
 		dead, ok := taken[claimKey{c.claim.id, c.claim.attempt}]
 		switch {
-		case ok && dead:
-			w.report(c, outcomeDead)
 		case ok:
-			w.report(c, outcomeFailed)
+			w.report(c, c.act.outcome(dead))
 		case !c.ambiguous && !c.claim.ackedInTx.Load():
 			w.report(c, outcomeRefused)
 		default:
@@ -298,8 +348,8 @@ func (w *Worker) resolve(unsure []completion) (again []completion) {
 		f := byClaim[claimKey{c.claim.id, c.claim.attempt}]
 		held := c.claim.leaseHeldAt(read) || c.claim.ackCommitted.Load()
 		o := fateOfAck(f, held)
-		if !c.ok {
-			o = fateOfNack(f, c.claim.ackedInTx.Load(), held)
+		if !c.ok() {
+			o = fateOfNack(f, c.act, c.claim.ackedInTx.Load(), held)
 		}
 		if o == outcomeRetry {
 			again = append(again, c)

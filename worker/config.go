@@ -111,6 +111,18 @@ type Config struct {
 	// ran. Default 10s.
 	FullScanInterval time.Duration
 
+	// KeepHistory keeps the completed jobs of these queues in the history
+	// table for so long after they complete (no entry, or 0: not kept, the
+	// default). A kind's own KeepHistory overrides its queue's. The job is
+	// copied by the statement that acknowledges it, so keeping history
+	// costs no extra round trip; see the README for what it costs the
+	// database.
+	KeepHistory map[string]time.Duration
+	// DeadRetention, when positive, deletes dead and cancelled jobs that
+	// ended longer ago than this: every worker that sets it prunes them in
+	// bounded batches on its sweep interval. Default 0: kept until purged.
+	DeadRetention time.Duration
+
 	stableID bool // ID was given, not made up
 }
 
@@ -212,6 +224,17 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if strings.HasPrefix(c.MetricsAddr, ":") {
 		c.MetricsAddr = "127.0.0.1" + c.MetricsAddr
+	}
+	for q, d := range c.KeepHistory {
+		if err := jobs.ValidateQueue(q); err != nil {
+			return c, fmt.Errorf("%w: KeepHistory: %w", ErrInvalidConfig, err)
+		}
+		if d < 0 {
+			return c, fmt.Errorf("%w: KeepHistory of queue %q: negative duration %v", ErrInvalidConfig, q, d)
+		}
+	}
+	if c.DeadRetention < 0 {
+		return c, fmt.Errorf("%w: negative dead retention %v", ErrInvalidConfig, c.DeadRetention)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

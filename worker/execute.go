@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,8 +34,9 @@ func (w *Worker) execute(d dispatched) {
 	c, row := d.claim, d.row
 	err := d.err
 	var elapsed time.Duration
+	var result json.RawMessage
 	if d.call != nil {
-		elapsed, err = w.run(d)
+		elapsed, result, err = w.run(d)
 	}
 	// Built only when something is logged: this is the hot path.
 	log := func() *slog.Logger {
@@ -46,6 +48,8 @@ func (w *Worker) execute(d dispatched) {
 			log().Warn("lease lost while the handler ran: its result is discarded; the job runs again elsewhere", "handler_error", err)
 		case claimReleased:
 			log().Info("job given back at shutdown: its result is discarded", "handler_error", err)
+		case claimCancelled:
+			log().Info("job cancelled while it ran: its result is discarded", "handler_error", err)
 		case claimAbandoned:
 			c.queue.stuck.Add(-1)
 			w.metrics.stuckReturned(row.Queue, row.Kind)
@@ -57,7 +61,10 @@ func (w *Worker) execute(d dispatched) {
 	c.freeSlot()
 	w.metrics.ran(row.Queue, row.Kind, elapsed)
 	comp := w.completion(d.h, row, c, err)
-	if comp.message != "" {
+	switch comp.act {
+	case actAck:
+		comp.keep, comp.result = d.keep, result
+	case actRetry, actDead:
 		log().Warn("job failed", "error", err, "retry_in", comp.backoff, "dead_reason", comp.deadReason)
 	}
 	if !w.results.push(comp) {
@@ -66,8 +73,9 @@ func (w *Worker) execute(d dispatched) {
 }
 
 // run calls the handler with its own context: cancelled when the lease is
-// lost, at the shutdown deadline, or after the run's timeout.
-func (w *Worker) run(d dispatched) (elapsed time.Duration, err error) {
+// lost, the job is cancelled, at the shutdown deadline, or after the run's
+// timeout.
+func (w *Worker) run(d dispatched) (elapsed time.Duration, result json.RawMessage, err error) {
 	ctx, cancel := context.WithCancelCause(w.handlerBase)
 	defer cancel(nil)
 	start := time.Now()
@@ -78,31 +86,39 @@ func (w *Worker) run(d dispatched) (elapsed time.Duration, err error) {
 		ctx, cancelTimeout = context.WithTimeoutCause(ctx, d.timeout, &timeoutError{d.timeout})
 		defer cancelTimeout()
 	}
-	err = d.call(ctx)
+	result, err = d.call(ctx)
 	if err != nil && d.timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("timed out after %v: %w", d.timeout, err)
 	}
-	return time.Since(start), err
+	return time.Since(start), result, err
 }
 
-// completion turns a handler's result into an ack or a nack.
+// completion turns a handler's result into what the completer records.
 func (w *Worker) completion(h *handler, row db.HopperJob, c *claim, err error) completion {
-	comp := completion{claim: c, ok: err == nil}
+	comp := completion{claim: c, act: actAck}
 	if err == nil {
 		return comp
 	}
+	comp.act = actRetry
 	comp.message = err.Error()
 	if comp.message == "" {
 		comp.message = fmt.Sprintf("%T with an empty message", err)
 	}
 	var undecodable *undecodableError
+	var cancelled *cancelError
+	var snoozed *snoozeError
 	var permanent *permanentError
 	var retryAt *retryAtError
 	switch {
 	case errors.As(err, &undecodable):
-		comp.deadReason = "undecodable payload: " + undecodable.Error()
+		comp.act, comp.deadReason = actDead, "undecodable payload: "+undecodable.Error()
+	case errors.As(err, &cancelled):
+		comp.act, comp.message = actCancel, cancelled.Error()
+	case errors.As(err, &snoozed):
+		comp.act, comp.message = actSnooze, ""
+		comp.backoff = max(time.Until(snoozed.until), time.Millisecond) // a snoozed job waits, scheduled
 	case errors.As(err, &permanent):
-		comp.deadReason = permanent.Error()
+		comp.act, comp.deadReason = actDead, permanent.Error()
 	case errors.As(err, &retryAt):
 		comp.backoff = time.Until(retryAt.at)
 	default:
@@ -110,7 +126,7 @@ func (w *Worker) completion(h *handler, row db.HopperJob, c *claim, err error) c
 		if b == (Backoff{}) {
 			b = w.cfg.Backoff
 		}
-		comp.backoff = b.Delay(row.Attempt)
+		comp.backoff = b.Delay(int(row.Attempt))
 	}
 	comp.backoff = max(comp.backoff, 0)
 	return comp

@@ -172,7 +172,7 @@ func TestExtendLease(t *testing.T) {
 	})
 	require.NoError(t, <-extended)
 	j := b.job(t, res.ID)
-	require.WithinDuration(t, time.Now().Add(2*time.Hour), j.LeaseUntil.Time, time.Minute)
+	require.WithinDuration(t, time.Now().Add(2*time.Hour), *j.LeaseUntil, time.Minute)
 	// (TestExtendLeaseSurvivesHeartbeats shows the heartbeat keeps it.)
 
 	b.takeAway(t, j)

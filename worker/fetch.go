@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"sync/atomic"
 	"time"
 
@@ -35,9 +36,10 @@ type dispatched struct {
 	h       *handler
 	row     db.HopperJob
 	claim   *claim
-	call    func(context.Context) error // nil when decoding failed
-	timeout time.Duration               // the run's timeout; 0: none
-	err     error                       // why decoding failed
+	call    func(context.Context) (json.RawMessage, error) // nil when decoding failed
+	timeout time.Duration                                  // the run's timeout; 0: none
+	keep    time.Duration                                  // how long its completion is kept; 0: not
+	err     error                                          // why decoding failed
 }
 
 func signal(ch chan struct{}) {
@@ -178,12 +180,13 @@ func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error)
 	now := time.Now()
 	for _, row := range rows {
 		h := w.handlers[row.Kind]
-		c := w.claims.add(w, row, qr, sent)
+		keep := h.keepFor(&w.cfg, row.Queue)
+		c := w.claims.add(w, row, qr, sent, keep)
 		w.metrics.claimed(row.Queue, row.Kind, now.Sub(row.RunAt))
 		// Decoding here, in one busy goroutine, rather than in the handler
 		// goroutine keeps the decoder's deep stack from being grown anew
 		// for every job.
-		call, timeout, err := h.prepare(row)
+		call, timeout, err := h.prepare(row, keep)
 		if timeout == 0 {
 			timeout = w.cfg.JobTimeout
 		}
@@ -198,7 +201,7 @@ func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error)
 			go w.handlerLoop(qr)
 		}
 		// Never blocks: at most max jobs are waiting or running.
-		qr.dispatch <- dispatched{h: h, row: row, claim: c, call: call, timeout: timeout, err: err}
+		qr.dispatch <- dispatched{h: h, row: row, claim: c, call: call, timeout: timeout, keep: keep, err: err}
 	}
 	return len(rows), nil
 }

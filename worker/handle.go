@@ -2,11 +2,13 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"runtime/debug"
 	"time"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/rows"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -17,6 +19,7 @@ type handleOptions struct {
 	timeout    time.Duration
 	jobTimeout func(job any) (time.Duration, bool)
 	backoff    Backoff
+	keep       time.Duration
 }
 
 // Timeout cancels the handler's context when a run of this kind takes
@@ -49,15 +52,28 @@ func WithBackoff(b Backoff) HandleOption {
 	return func(o *handleOptions) { o.backoff = b }
 }
 
+// KeepHistory keeps this kind's completed jobs, with the handler's result
+// (HandleWithResult), in the history table for d after they complete,
+// whatever Config.KeepHistory says of their queue. They are written by the
+// statement that acknowledges them, and every worker deletes them once d
+// has passed. A negative d keeps none of them, even where their queue
+// keeps history.
+func KeepHistory(d time.Duration) HandleOption {
+	return func(o *handleOptions) { o.keep = d }
+}
+
 // handler is a registered kind with its type erased: prepare decodes a
 // claimed row (in the claiming goroutine) and returns the call that runs
 // the typed handler on it (in a handler goroutine) and the run's timeout
-// (0: the worker's JobTimeout; negative: none).
+// (0: the worker's JobTimeout; negative: none). The call returns the
+// handler's result as JSON when keep is positive (the job's completion is
+// kept in the history), nil otherwise.
 type handler struct {
 	kind       string
-	maxVersion int32
+	maxVersion int
 	backoff    Backoff
-	prepare    func(row db.HopperJob) (call func(ctx context.Context) error, timeout time.Duration, err error)
+	keep       time.Duration // the kind's KeepHistory; 0: its queue's
+	prepare    func(row db.HopperJob, keep time.Duration) (call func(ctx context.Context) (json.RawMessage, error), timeout time.Duration, err error)
 }
 
 // undecodableError marks a payload the handler never saw.
@@ -70,6 +86,21 @@ func (e *undecodableError) Unwrap() error { return e.err }
 // of that kind up to the kind's payload version. Register every handler
 // before Run; a kind name registered twice is an error (ErrDuplicateKind).
 func Handle[T any](w *Worker, kind *jobs.Kind[T], fn func(context.Context, *jobs.Job[T]) error, opts ...HandleOption) error {
+	if fn == nil {
+		return fmt.Errorf("hopper: handle: %w: nil handler", ErrInvalidConfig)
+	}
+	return HandleWithResult(w, kind, func(ctx context.Context, job *jobs.Job[T]) (struct{}, error) {
+		return struct{}{}, fn(ctx, job)
+	}, opts...)
+}
+
+// HandleWithResult registers fn as the handler of kind, like Handle, for a
+// handler that returns a result. Where the kind's completed jobs are kept
+// (KeepHistory, Config.KeepHistory) the result is stored with them, as
+// JSON, and read back with the operations API (hopper.Client.Job, the
+// Result of the row); elsewhere it is dropped. A result that does not
+// marshal to JSON, or is over 1 MiB encoded, fails the attempt.
+func HandleWithResult[T, R any](w *Worker, kind *jobs.Kind[T], fn func(context.Context, *jobs.Job[T]) (R, error), opts ...HandleOption) error {
 	if kind == nil || fn == nil {
 		return fmt.Errorf("hopper: handle: %w: nil kind or handler", ErrInvalidConfig)
 	}
@@ -91,7 +122,12 @@ func Handle[T any](w *Worker, kind *jobs.Kind[T], fn func(context.Context, *jobs
 		kind:       kind.Name(),
 		maxVersion: kind.Version(),
 		backoff:    o.backoff,
-		prepare: func(row db.HopperJob) (func(context.Context) error, time.Duration, error) {
+		keep:       o.keep,
+		prepare: func(r db.HopperJob, keep time.Duration) (func(context.Context) (json.RawMessage, error), time.Duration, error) {
+			row, err := rows.Live(r)
+			if err != nil {
+				return nil, 0, &undecodableError{fmt.Errorf("hopper: decode job %d: %w: %v", r.ID, jobs.ErrUndecodable, err)}
+			}
 			job, err := kind.Decode(row)
 			if err != nil {
 				return nil, 0, &undecodableError{err}
@@ -102,15 +138,47 @@ func Handle[T any](w *Worker, kind *jobs.Kind[T], fn func(context.Context, *jobs
 					timeout = d
 				}
 			}
-			return func(ctx context.Context) (err error) {
+			return func(ctx context.Context) (result json.RawMessage, err error) {
 				defer func() {
 					if r := recover(); r != nil {
-						err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+						result, err = nil, fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 					}
 				}()
-				return fn(ctx, job)
+				out, err := fn(ctx, job)
+				if err != nil || keep <= 0 {
+					return nil, err
+				}
+				return encodeResult(out)
 			}, timeout, nil
 		},
 	}
 	return w.register(h)
+}
+
+// maxResultBytes bounds a handler's encoded result, as payloads are.
+const maxResultBytes = jobs.DefaultMaxPayloadBytes
+
+// encodeResult marshals a handler's result for the history; a handler
+// without one (Handle) stores none.
+func encodeResult[R any](out R) (json.RawMessage, error) {
+	if _, none := any(out).(struct{}); none {
+		return nil, nil
+	}
+	raw, err := json.Marshal(out)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("hopper: the handler's result does not marshal to JSON: %w", err)
+	case len(raw) > maxResultBytes:
+		return nil, fmt.Errorf("hopper: the handler's result is %d bytes encoded, over the limit of %d", len(raw), maxResultBytes)
+	}
+	return raw, nil
+}
+
+// keepFor is how long a completed job of this kind in queue is kept: the
+// kind's KeepHistory, else the queue's.
+func (h *handler) keepFor(cfg *Config, queue string) time.Duration {
+	if h.keep != 0 {
+		return max(h.keep, 0)
+	}
+	return cfg.KeepHistory[queue]
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/jobs"
 )
 
 // extendBatch bounds one Extend statement.
@@ -76,6 +77,7 @@ func (w *Worker) extend(ctx context.Context, claims []*claim, lease time.Duratio
 		held[claimKey{r.ID, r.Attempt}] = r.Extended
 	}
 	extended := 0
+	var gone []*claim
 	for _, c := range claims {
 		ext, ok := held[claimKey{c.id, c.attempt}]
 		switch {
@@ -91,12 +93,61 @@ func (w *Worker) extend(ctx context.Context, claims []*claim, lease time.Duratio
 			if c.leaseHeldAt(replied) {
 				c.ackCommitted.Store(true)
 			}
-		case c.lose():
-			// Only a running handler loses its lease: a finished claim
+		case c.is(claimRunning):
+			// Only a running handler loses its job: a finished claim
 			// missing from the answer was acked meanwhile, and its
 			// completion settles which.
+			gone = append(gone, c)
+		}
+	}
+	w.settleGone(ctx, gone)
+	return extended, nil
+}
+
+// settleGone cancels the handlers of running claims the database no longer
+// holds for this worker: with ErrCancelled when an operator cancelled the
+// job (a worker that missed the notification, or has none: PollOnly),
+// with ErrLeaseLost otherwise (swept, claimed again).
+func (w *Worker) settleGone(ctx context.Context, gone []*claim) {
+	if len(gone) == 0 {
+		return
+	}
+	cancelled := map[claimKey]bool{}
+	p := db.ClaimFatesParams{Ids: make([]int64, len(gone)), Attempts: make([]int32, len(gone))}
+	for i, c := range gone {
+		p.Ids[i], p.Attempts[i] = c.id, c.attempt
+	}
+	fctx, cancel := context.WithTimeout(ctx, w.cfg.LeaseDuration/2)
+	fates, err := w.q.ClaimFates(fctx, p)
+	cancel()
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("reading what became of lost jobs failed; taking them as lost leases", "jobs", len(gone), "error", err)
+	}
+	for _, f := range fates {
+		// An operator's cancel moves the job to the dead table under the
+		// same attempt, with no entry for it (a sweep would add one).
+		if f.DeadAttempt != nil && *f.DeadAttempt == f.Attempt && f.DeadState != nil &&
+			*f.DeadState == string(jobs.StateCancelled) && !f.AttemptRecorded {
+			cancelled[claimKey{f.ID, f.Attempt}] = true
+		}
+	}
+	for _, c := range gone {
+		switch {
+		case cancelled[claimKey{c.id, c.attempt}]:
+			if c.cancelled() {
+				w.log.Info("job cancelled while it ran: cancelling the handler", "job_id", c.id, "kind", c.kind, "attempt", c.attempt)
+			}
+		case c.lose():
 			w.log.Warn("lease lost: cancelling the handler", "job_id", c.id, "kind", c.kind, "attempt", c.attempt)
 		}
 	}
-	return extended, nil
+}
+
+// cancelNotice handles an operator's cancel of a running job, announced
+// by the Cancel statement: the claim it names, if this worker holds it,
+// has its handler cancelled.
+func (w *Worker) cancelNotice(id int64, attempt int32) {
+	if c := w.claims.get(id, attempt); c != nil && c.cancelled() {
+		w.log.Info("job cancelled while it ran: cancelling the handler", "job_id", c.id, "kind", c.kind, "attempt", c.attempt)
+	}
 }

@@ -65,19 +65,26 @@ func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) 
 // back together. The worker counts the job completed only once it has
 // seen that the transaction committed; after a rollback the job takes the
 // normal path: the handler's return value decides (nil acks it as usual,
-// an error retries it). It returns ErrLeaseLost when the job is no longer
-// this worker's: roll back then.
-func AckTx[T any](ctx context.Context, tx db.DBTX, job *jobs.Job[T]) error {
+// an error retries it). Where the kind keeps history, the job is kept by
+// this same statement, without a result (a HandleWithResult handler's
+// return value is not stored after an AckTx). It returns ErrLeaseLost
+// when the job is no longer this worker's, ErrCancelled when an operator
+// cancelled it: roll back then.
+func AckTx[T any](ctx context.Context, tx jobs.DBTX, job *jobs.Job[T]) error {
 	c, err := claimFrom(ctx, job.ID)
 	if err != nil {
 		return err
 	}
-	ids, err := db.New(tx).AckBatch(ctx, db.AckBatchParams{Ids: []int64{c.id}, Attempts: []int32{c.attempt}})
+	deleted, err := ackBatch(ctx, db.New(tx), []completion{{claim: c, keep: c.keep}})
 	if err != nil {
 		return fmt.Errorf("hopper: ack job %d in transaction: %w", job.ID, err)
 	}
-	if len(ids) == 0 {
-		return fmt.Errorf("hopper: ack job %d in transaction: %w", job.ID, ErrLeaseLost)
+	if len(deleted) == 0 {
+		cause := ErrLeaseLost
+		if c.is(claimCancelled) {
+			cause = ErrCancelled
+		}
+		return fmt.Errorf("hopper: ack job %d in transaction: %w", job.ID, cause)
 	}
 	c.ackedInTx.Store(true)
 	return nil

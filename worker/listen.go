@@ -48,6 +48,12 @@ func (w *Worker) listen(ctx context.Context) {
 			if !ok || wake.Schema != w.schema {
 				continue
 			}
+			if wake.Cancel != nil {
+				if wake.Attempt != nil && wake.Owner == w.cfg.ID {
+					w.cancelNotice(*wake.Cancel, *wake.Attempt)
+				}
+				continue
+			}
 			if qr := w.queues[wake.Queue]; qr != nil {
 				qr.cursor.rewind(wake.key())
 				signal(qr.wake)

@@ -12,6 +12,7 @@ import (
 type metrics struct {
 	claimedC, completedC, failedC, deadC, leaseLostC, refusedC *prometheus.CounterVec
 	unconfirmedC, unrecordedC, abandonedC                      *prometheus.CounterVec
+	cancelledC, snoozedC                                       *prometheus.CounterVec
 	stuckG                                                     *prometheus.GaugeVec
 	durationH, waitH                                           *prometheus.HistogramVec
 	batchH                                                     *prometheus.HistogramVec
@@ -62,6 +63,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Results whose statement may have committed while its reply was lost, and the database no longer shows whether it did."),
 		unrecordedC: counter("jobs_unrecorded_total",
 			"Results not recorded before the shutdown deadline; their jobs run again once their leases expire."),
+		cancelledC: counter("jobs_cancelled_total",
+			"Jobs that ended as cancelled: by their handler (worker.Cancel), or by an operator while they ran."),
+		snoozedC: counter("jobs_snoozed_total", "Runs that ended with a snooze (worker.Snooze): the job waits, uncharged."),
 		abandonedC: counter("handlers_abandoned_total",
 			"Handlers still running past their timeout plus AbandonAfter: their jobs were given up to run again elsewhere."),
 		stuckG: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -93,7 +97,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.claimedC, m.completedC, m.failedC, m.deadC, m.leaseLostC, m.refusedC,
-		m.unconfirmedC, m.unrecordedC, m.abandonedC, m.stuckG, m.durationH, m.waitH, m.batchH}
+		m.unconfirmedC, m.unrecordedC, m.cancelledC, m.snoozedC, m.abandonedC, m.stuckG, m.durationH, m.waitH, m.batchH}
 }
 
 func (m *metrics) fetched(queue string, n int) { m.batchH.WithLabelValues(queue).Observe(float64(n)) }
@@ -112,6 +116,8 @@ func (m *metrics) leaseLost(queue, kind string)   { m.leaseLostC.WithLabelValues
 func (m *metrics) refused(queue, kind string)     { m.refusedC.WithLabelValues(queue, kind).Inc() }
 func (m *metrics) unconfirmed(queue, kind string) { m.unconfirmedC.WithLabelValues(queue, kind).Inc() }
 func (m *metrics) unrecorded(queue, kind string)  { m.unrecordedC.WithLabelValues(queue, kind).Inc() }
+func (m *metrics) cancelled(queue, kind string)   { m.cancelledC.WithLabelValues(queue, kind).Inc() }
+func (m *metrics) snoozed(queue, kind string)     { m.snoozedC.WithLabelValues(queue, kind).Inc() }
 func (m *metrics) abandoned(queue, kind string) {
 	m.abandonedC.WithLabelValues(queue, kind).Inc()
 	m.stuckG.WithLabelValues(queue, kind).Inc()

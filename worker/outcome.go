@@ -22,6 +22,12 @@ const (
 	outcomeFailed
 	// outcomeDead: the nack took effect and moved the job to the dead table.
 	outcomeDead
+	// outcomeCancelled: the job ended as cancelled: its handler cancelled
+	// it (the nack took effect), or an operator did while it ran.
+	outcomeCancelled
+	// outcomeSnoozed: the handler's snooze took effect: the job waits,
+	// uncharged.
+	outcomeSnoozed
 	// outcomeRefused: the (id, attempt) fence matched another claim (the
 	// lease was lost): the result had no effect and the job runs again or
 	// already ran elsewhere.
@@ -35,7 +41,22 @@ const (
 )
 
 func (o outcome) String() string {
-	return [...]string{"retry", "done", "failed", "dead", "refused", "unconfirmed", "unrecorded"}[o]
+	return [...]string{"retry", "done", "failed", "dead", "cancelled", "snoozed", "refused", "unconfirmed", "unrecorded"}[o]
+}
+
+// outcome is what a nack of this action that took effect did; dead says
+// whether NackBatch moved the job to the dead table.
+func (a action) outcome(dead bool) outcome {
+	switch {
+	case a == actCancel:
+		return outcomeCancelled
+	case a == actSnooze:
+		return outcomeSnoozed
+	case dead:
+		return outcomeDead
+	default:
+		return outcomeFailed
+	}
 }
 
 // notSent reports whether a failed statement certainly had no effect: the
@@ -53,8 +74,10 @@ func notSent(err error) bool {
 // when the fate was read: nobody else could have touched the row before.
 func fateOfAck(f db.ClaimFatesRow, heldThen bool) outcome {
 	switch {
-	case f.LiveAttempt != nil && *f.LiveAttempt == f.Attempt && f.LiveState != nil && *f.LiveState == "running":
-		return outcomeRetry // our claim is intact: nothing took effect yet
+	case claimIntact(f):
+		return outcomeRetry // nothing took effect yet
+	case f.HistoryAttempt != nil && *f.HistoryAttempt == f.Attempt:
+		return outcomeDone // completed by this claim, and kept: only an ack does that
 	case f.LiveAttempt != nil || f.DeadAttempt != nil:
 		return outcomeRefused // an ack deletes: a row still there was not ours to delete
 	case heldThen:
@@ -64,26 +87,41 @@ func fateOfAck(f db.ClaimFatesRow, heldThen bool) outcome {
 	}
 }
 
-// fateOfNack settles a nack the same way. A committed nack always leaves
-// its error in the job's history (live or dead) under its attempt; a sweep
-// leaves "lease expired" there instead.
-func fateOfNack(f db.ClaimFatesRow, ackedInTx, heldThen bool) outcome {
+// fateOfNack settles a nack the same way. A committed retry, dead or
+// cancel always leaves its entry in the job's history (live or dead) under
+// its attempt, which a sweep ("lease expired") or an operator's cancel
+// (none) does not; a snooze leaves no entry, but the job still live under
+// its attempt and no longer running.
+func fateOfNack(f db.ClaimFatesRow, act action, ackedInTx, heldThen bool) outcome {
+	deadNow := f.DeadAttempt != nil && *f.DeadAttempt == f.Attempt
 	switch {
-	case f.LiveAttempt != nil && *f.LiveAttempt == f.Attempt && f.LiveState != nil && *f.LiveState == "running":
+	case claimIntact(f):
 		return outcomeRetry
 	case f.AttemptRecorded && f.AttemptError == sweptError:
 		return outcomeRefused
-	case f.AttemptRecorded && f.DeadAttempt != nil && *f.DeadAttempt == f.Attempt:
+	case act == actSnooze && f.LiveAttempt != nil && *f.LiveAttempt == f.Attempt && !f.AttemptRecorded:
+		return outcomeSnoozed
+	case act == actSnooze && f.LiveAttempt != nil && *f.LiveAttempt > f.Attempt && !f.AttemptRecorded:
+		return outcomeUnconfirmed // snoozed, then claimed again; or given back and claimed: nothing tells which
+	case act == actCancel && f.AttemptRecorded && deadNow && f.DeadState != nil && *f.DeadState == "cancelled":
+		return outcomeCancelled
+	case act != actSnooze && act != actCancel && f.AttemptRecorded && deadNow:
 		return outcomeDead
-	case f.AttemptRecorded:
+	case act != actSnooze && act != actCancel && f.AttemptRecorded:
 		return outcomeFailed
-	case f.LiveAttempt != nil || f.DeadAttempt != nil:
-		return outcomeRefused // claimed again (or released) without our error
+	case f.LiveAttempt != nil || f.DeadAttempt != nil || f.HistoryAttempt != nil:
+		return outcomeRefused // claimed again, cancelled or released without our entry
 	case ackedInTx && heldThen:
 		return outcomeDone // the handler's AckTx transaction committed
 	default:
 		return outcomeUnconfirmed
 	}
+}
+
+// claimIntact: the job is live, running under this very claim: no
+// statement of ours took effect yet.
+func claimIntact(f db.ClaimFatesRow) bool {
+	return f.LiveAttempt != nil && *f.LiveAttempt == f.Attempt && f.LiveState != nil && *f.LiveState == "running"
 }
 
 // sweptError is the history entry Sweep writes (queries/sweep.sql).
@@ -99,18 +137,22 @@ func (w *Worker) report(c completion, o outcome) {
 		w.metrics.failed(q, k)
 	case outcomeDead:
 		w.metrics.dead(q, k)
+	case outcomeCancelled:
+		w.metrics.cancelled(q, k)
+	case outcomeSnoozed:
+		w.metrics.snoozed(q, k)
 	case outcomeRefused:
 		w.metrics.refused(q, k)
-		w.log.Warn("result refused: the lease was lost and the job runs again elsewhere",
-			"job_id", c.claim.id, "kind", k, "attempt", c.claim.attempt, "ok", c.ok)
+		w.log.Warn("result refused: the job is no longer this worker's (its lease was lost and it runs again elsewhere, or it was cancelled)",
+			"job_id", c.claim.id, "kind", k, "attempt", c.claim.attempt, "ok", c.ok())
 	case outcomeUnconfirmed:
 		w.metrics.unconfirmed(q, k)
 		w.log.Warn("result unconfirmed: its statement may have committed, but the reply was lost and the database no longer shows it",
-			"job_id", c.claim.id, "kind", k, "attempt", c.claim.attempt, "ok", c.ok)
+			"job_id", c.claim.id, "kind", k, "attempt", c.claim.attempt, "ok", c.ok())
 	case outcomeUnrecorded:
 		w.metrics.unrecorded(q, k)
 		w.log.Error("result not recorded before the shutdown deadline: the job will run again after its lease expires",
-			"job_id", c.claim.id, "kind", k, "attempt", c.claim.attempt, "ok", c.ok)
+			"job_id", c.claim.id, "kind", k, "attempt", c.claim.attempt, "ok", c.ok())
 	}
 	if w.observe != nil {
 		w.observe(c.claim.id, c.claim.attempt, o)

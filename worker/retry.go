@@ -29,7 +29,7 @@ func (b Backoff) validate() error {
 }
 
 // Delay is the wait after the given failed attempt (1 for the first).
-func (b Backoff) Delay(attempt int32) time.Duration {
+func (b Backoff) Delay(attempt int) time.Duration {
 	d := b.Max
 	if attempt < 1 {
 		attempt = 1

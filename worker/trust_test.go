@@ -68,7 +68,7 @@ func TestExtendLeaseSurvivesHeartbeats(t *testing.T) {
 	})
 	require.NoError(t, <-extended)
 	require.NoError(t, <-beaten)
-	require.WithinDuration(t, time.Now().Add(2*time.Hour), b.job(t, res.ID).LeaseUntil.Time, time.Minute,
+	require.WithinDuration(t, time.Now().Add(2*time.Hour), *b.job(t, res.ID).LeaseUntil, time.Minute,
 		"three heartbeats later the lease is still the handler's two hours")
 }
 
@@ -105,7 +105,7 @@ func TestAckTxRolledBack(t *testing.T) {
 	k := kind(t, "rolled_back")
 	res, err := k.Enqueue(b.ctx, b.pool, Task{})
 	require.NoError(t, err)
-	runs := make(chan int32, 10)
+	runs := make(chan int, 10)
 	reg := prometheus.NewRegistry()
 	var seen *outcomes
 	start(t, b, worker.Config{Registerer: reg}, func(w *worker.Worker) {
@@ -130,7 +130,7 @@ func TestAckTxRolledBack(t *testing.T) {
 	})
 	require.Equal(t, []string{worker.OutcomeDone}, seen.of(res.ID, 1))
 	require.Equal(t, 1.0, metricValue(t, reg, "hopper_jobs_completed_total"))
-	require.Equal(t, int32(1), <-runs)
+	require.Equal(t, 1, <-runs)
 	require.Empty(t, runs, "ran once")
 	_, dead := b.totals(t)
 	require.Zero(t, dead)

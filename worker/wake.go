@@ -33,14 +33,19 @@ func (w *Worker) announce(ctx context.Context, wk *wakeups, after string) {
 
 // wakeup is a notification's payload: the trigger on hopper_jobs and Notify
 // send it. Priority, RunAt and ID place the earliest job announced in claim
-// order; a payload without them (sent by hand, or by an older schema)
-// rewinds the queue's cursor to the start.
+// order; a payload without them (sent by hand, by an older schema, or by
+// ResumeQueue) rewinds the queue's cursor to the start. The Cancel
+// statement sends a notice instead: Cancel and Attempt name a running
+// claim an operator cancelled, Owner the worker holding it.
 type wakeup struct {
 	Schema   string     `json:"schema"`
 	Queue    string     `json:"queue"`
 	Priority *int16     `json:"priority"`
 	RunAt    *time.Time `json:"run_at"`
 	ID       *int64     `json:"id"`
+	Cancel   *int64     `json:"cancel"`
+	Attempt  *int32     `json:"attempt"`
+	Owner    string     `json:"owner"`
 }
 
 func parseWakeup(payload string) (wakeup, bool) {

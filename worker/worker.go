@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hopperq/hopper/db"
@@ -45,6 +46,7 @@ type Worker struct {
 	// sweeps and promotions: how far back the next one looks.
 	sweeps     scanHorizon
 	promotions scanHorizon
+	prunes     scanHorizon
 	claims     claimSet
 	results    *resultQueue
 
@@ -117,7 +119,7 @@ func (w *Worker) register(h *handler) error {
 	sort.Strings(names)
 	for _, name := range names {
 		w.kinds = append(w.kinds, name)
-		w.versions = append(w.versions, w.handlers[name].maxVersion)
+		w.versions = append(w.versions, int32(w.handlers[name].maxVersion))
 	}
 	return nil
 }
@@ -176,6 +178,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	goBG(w.sweep)
 	goBG(w.promote)
+	goBG(w.prune)
 	if !w.cfg.PollOnly {
 		goBG(w.listen)
 	}
@@ -220,6 +223,17 @@ func (w *Worker) start(ctx context.Context) error {
 		return fmt.Errorf("hopper: worker: start: %w", err)
 	}
 	w.schema = schemaName
+	names := make([]string, 0, len(w.queues))
+	for name := range w.queues {
+		names = append(names, name)
+	}
+	if err := w.q.RegisterQueues(ctx, names); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+			return fmt.Errorf("%w: schema %s lacks hopper_queues: it is older than this worker (run `hopper migrate up` or schema.Up)", ErrNotMigrated, schemaName)
+		}
+		return fmt.Errorf("hopper: worker: start: register queues: %w", err)
+	}
 	if !w.cfg.stableID {
 		return nil // a made-up identity has no predecessor
 	}

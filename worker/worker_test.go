@@ -145,7 +145,7 @@ func TestFailureOutcomes(t *testing.T) {
 				}
 			}
 			require.Len(t, h, 1)
-			require.Equal(t, int32(1), h[0].Attempt)
+			require.Equal(t, 1, h[0].Attempt)
 			require.Contains(t, h[0].Error, tc.wantError)
 			require.NotEmpty(t, h[0].Owner)
 		})
@@ -316,16 +316,16 @@ func TestShutdownReleasesUnfinished(t *testing.T) {
 	require.Len(t, stats, 1)
 	require.EqualValues(t, 3, stats[0].Ready, "released, ready at once")
 
-	seen := make(chan [2]int32, 3)
+	seen := make(chan [2]int, 3)
 	start(t, b, worker.Config{PollInterval: time.Hour}, func(w *worker.Worker) {
 		must(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
-			seen <- [2]int32{j.Attempt, j.MaxAttempts}
+			seen <- [2]int{j.Attempt, j.MaxAttempts}
 			return nil
 		}))
 	})
 	for range 3 {
 		// attempt 2 of max 2: the released claim was not charged.
-		require.Equal(t, [2]int32{2, 2}, <-seen, "attempt and max attempts of a released job")
+		require.Equal(t, [2]int{2, 2}, <-seen, "attempt and max attempts of a released job")
 	}
 }
 
@@ -423,7 +423,7 @@ func TestWorkerKilled(t *testing.T) {
 	})
 	for range 3 {
 		j := <-again
-		require.Equal(t, int32(2), j.Attempt)
+		require.Equal(t, 2, j.Attempt)
 		require.Len(t, j.Errors, 1)
 		require.Equal(t, "lease expired", j.Errors[0].Error)
 		require.Equal(t, "doomed", j.Errors[0].Owner)
@@ -493,7 +493,7 @@ func TestNotMigrated(t *testing.T) {
 func TestBackoff(t *testing.T) {
 	t.Parallel()
 	b := worker.Backoff{Base: time.Second, Max: time.Minute}
-	for attempt, want := range map[int32]time.Duration{0: time.Second, 1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 7: time.Minute, 100: time.Minute} {
+	for attempt, want := range map[int]time.Duration{0: time.Second, 1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 7: time.Minute, 100: time.Minute} {
 		require.Equal(t, want, b.Delay(attempt), "attempt %d", attempt)
 	}
 	j := worker.Backoff{Base: time.Second, Max: time.Minute, Jitter: 0.5}

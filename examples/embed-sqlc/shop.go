@@ -107,7 +107,7 @@ func InsertOrderWithEmail(ctx context.Context, tx pgx.Tx, customer string, total
 	if _, err := hopperdb.New(tx).Enqueue(ctx, hopperdb.EnqueueParams{
 		Queue:       "email",
 		Kind:        ConfirmationEmail.Name(),
-		Version:     ConfirmationEmail.Version(),
+		Version:     int32(ConfirmationEmail.Version()),
 		Payload:     payload,
 		RunAt:       time.Unix(0, 0), // "now": Enqueue takes the later of this and now() + delay
 		MaxAttempts: 10,

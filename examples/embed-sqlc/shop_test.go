@@ -109,7 +109,7 @@ func TestWorkerConfirmsOrder(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		o, err := q.GetOrder(ctx, id)
 		require.NoError(c, err)
-		require.True(c, o.ConfirmedAt.Valid, "order confirmed")
+		require.NotNil(c, o.ConfirmedAt, "order confirmed")
 	}, 30*time.Second, 20*time.Millisecond)
 	stop()
 	require.NoError(t, <-done)

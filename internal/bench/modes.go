@@ -3,7 +3,6 @@ package bench
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,7 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -243,15 +242,11 @@ func CheckOutcomes(enqueued, completed, unconfirmed, live, dead int64) (done int
 // TableCounts reads the jobs still in hopper_jobs (ready, scheduled or
 // running) and those in hopper_dead_jobs.
 func TableCounts(ctx context.Context, pool *pgxpool.Pool) (live, dead int64, err error) {
-	stats, err := db.New(pool).Stats(ctx)
+	stats, err := hopper.NewClient(pool).Stats(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, s := range stats {
-		live += s.Ready + s.Scheduled + s.Running
-		dead += s.Dead
-	}
-	return live, dead, nil
+	return stats.Total.Live(), stats.Total.Dead + stats.Total.Cancelled, nil
 }
 
 // checkTable is CheckOutcomes for a scratch schema holding scheduled
@@ -561,12 +556,11 @@ func addScheduled(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	const chunk = 50_000
 	far := time.Now().AddDate(1, 0, 0)
 	for done := 0; done < n; done += chunk {
-		rows := make([]db.EnqueueBatchAtParams, min(chunk, n-done))
-		for i := range rows {
-			rows[i] = db.EnqueueBatchAtParams{Queue: jobs.DefaultQueue, Kind: noop.Name(), Version: 1,
-				Payload: json.RawMessage(`{}`), RunAt: far.Add(time.Duration(i) * time.Millisecond), State: "scheduled", MaxAttempts: 1}
+		items := make([]jobs.Item[benchJob], min(chunk, n-done))
+		for i := range items {
+			items[i].Options = []jobs.EnqueueOption{jobs.RunAt(far.Add(time.Duration(i) * time.Millisecond))}
 		}
-		if _, err := db.New(pool).EnqueueBatchAt(ctx, rows); err != nil {
+		if _, err := noop.EnqueueMany(ctx, pool, items, jobs.MaxAttempts(1)); err != nil {
 			return err
 		}
 	}

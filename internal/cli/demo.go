@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/internal/bench"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/schema"
@@ -326,20 +326,13 @@ func produce(ctx context.Context, pool *pgxpool.Pool, k demoKinds, rate int, enq
 }
 
 func demoProgress(ctx context.Context, pool *pgxpool.Pool, elapsed time.Duration, doneSinceLast int64, regs []*prometheus.Registry) (string, error) {
-	stats, err := db.New(pool).Stats(ctx)
+	stats, err := hopper.NewClient(pool).Stats(ctx)
 	if err != nil {
 		return "", err
 	}
-	var depth, dead int64
-	var lag float64
-	for _, s := range stats {
-		depth += s.Ready + s.Scheduled + s.Running
-		dead += s.Dead
-		lag = max(lag, s.OldestReadySeconds)
-	}
 	return fmt.Sprintf("%5.0fs  %6d jobs/s  depth %6d  claim lag %6s  retries %6d  dead %5d",
-		elapsed.Seconds(), doneSinceLast, depth, time.Duration(lag*float64(time.Second)).Round(time.Millisecond),
-		bench.CounterSum("hopper_jobs_failed_total", regs...), dead), nil
+		elapsed.Seconds(), doneSinceLast, stats.Total.Live(), stats.Total.OldestReady.Round(time.Millisecond),
+		bench.CounterSum("hopper_jobs_failed_total", regs...), stats.Total.Dead), nil
 }
 
 // demoSummary accounts for every job twice. By the table: each job the

@@ -1,121 +1,297 @@
 package cli
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"math"
+	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/jobs"
 )
 
-func enqueueCommand() *command {
-	var (
-		kind, payload, queue, uniqueKey, runAt string
-		priority, maxAttempts, version         int
-		delay                                  time.Duration
-	)
+// listFlags are the filters of every command that lists jobs (jobs list,
+// dead list, history list).
+type listFlags struct {
+	queue, kind, states, uniqueKey, since, until, after string
+	limit                                               int
+	asJSON                                              bool
+}
+
+func (l *listFlags) declare(fs *flag.FlagSet, states bool) {
+	fs.StringVar(&l.queue, "queue", "", "list: only this queue")
+	fs.StringVar(&l.kind, "kind", "", "list: only this kind")
+	if states {
+		fs.StringVar(&l.states, "state", "", "list: only these states, comma-separated (pending, scheduled, running, completed, dead, cancelled)")
+	}
+	fs.StringVar(&l.uniqueKey, "unique-key", "", "list: only jobs with this unique key")
+	fs.StringVar(&l.since, "since", "", "list: only jobs created since this time (RFC 3339, or a duration ago: 2h, 7d)")
+	fs.StringVar(&l.until, "until", "", "list: only jobs created before this time (RFC 3339, or a duration ago)")
+	fs.IntVar(&l.limit, "limit", hopper.DefaultListLimit, fmt.Sprintf("list: at most this many, newest first (1 to %d)", hopper.MaxListLimit))
+	fs.StringVar(&l.after, "after", "", "list: the page after this cursor (printed at the end of a full page)")
+	fs.BoolVar(&l.asJSON, "json", false, "print JSON")
+}
+
+// params turns the flags into ListJobs parameters; fixed, when given, are
+// the states the command lists (dead list, history list).
+func (l *listFlags) params(fixed ...jobs.State) (hopper.ListParams, error) {
+	p := hopper.ListParams{Queue: l.queue, Kind: l.kind, UniqueKey: l.uniqueKey, Limit: l.limit, After: l.after, States: fixed}
+	if l.limit < 1 || l.limit > hopper.MaxListLimit {
+		return p, fmt.Errorf("%w: --limit must be 1 to %d", errUsage, hopper.MaxListLimit)
+	}
+	if l.states != "" {
+		for _, name := range strings.Split(l.states, ",") {
+			s, err := jobs.ParseState(strings.TrimSpace(name))
+			if err != nil {
+				return p, fmt.Errorf("%w: --state %v", errUsage, strings.TrimPrefix(err.Error(), jobs.ErrInvalidState.Error()+": "))
+			}
+			p.States = append(p.States, s)
+		}
+	}
+	var err error
+	if p.CreatedFrom, err = parseWhen("--since", l.since); err != nil {
+		return p, err
+	}
+	if p.CreatedTo, err = parseWhen("--until", l.until); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// parseWhen reads a time flag: RFC 3339, or a duration ago ("" is zero).
+func parseWhen(flagName, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if d, err := parseDuration(s); err == nil && d >= 0 {
+		return time.Now().Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%w: %s wants a time like 2026-11-22T15:04:05Z (RFC 3339) or a duration ago like 2h or 7d, not %q", errUsage, flagName, s)
+}
+
+// listJobs runs a listing and prints it: a table, or JSON.
+func listJobs(e *env, client *hopper.Client, p hopper.ListParams, l *listFlags, again string) error {
+	page, err := client.ListJobs(e.ctx, p)
+	if errors.Is(err, hopper.ErrInvalidCursor) {
+		return fmt.Errorf("%w: --after %q is not a cursor this command printed", errUsage, l.after)
+	}
+	if errors.Is(err, hopper.ErrInvalidFilter) {
+		return fmt.Errorf("%w: %s", errUsage, strings.TrimPrefix(err.Error(), "hopper: list jobs: "))
+	}
+	if err != nil {
+		return err
+	}
+	if l.asJSON {
+		enc := json.NewEncoder(e.stdout)
+		return enc.Encode(struct {
+			Jobs []jobs.Row `json:"jobs"`
+			Next string     `json:"next,omitempty"`
+		}{page.Jobs, page.Next})
+	}
+	printJobTable(e.stdout, page.Jobs)
+	if page.Next != "" {
+		fmt.Fprintf(e.stdout, "more: %s --after %s\n", again, page.Next)
+	}
+	return nil
+}
+
+// printJobTable prints jobs one line each.
+func printJobTable(w io.Writer, rows []jobs.Row) {
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "(no jobs)")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tQUEUE\tKIND\tATTEMPTS\tCREATED\tDUE/ENDED\tDETAIL")
+	for _, r := range rows {
+		when := r.RunAt
+		if r.FinishedAt != nil {
+			when = *r.FinishedAt
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.ID, r.State, r.Queue, r.Kind, r.Attempt, r.MaxAttempts,
+			stamp(r.CreatedAt), stamp(when), oneLine(detail(r)))
+	}
+	tw.Flush()
+}
+
+// detail is the one thing worth knowing about a job in a listing.
+func detail(r jobs.Row) string {
+	switch {
+	case r.State == jobs.StateRunning:
+		return "by " + r.LeaseOwner
+	case r.Reason != "":
+		return r.Reason
+	case len(r.Errors) > 0:
+		return "last error: " + r.Errors[len(r.Errors)-1].Error
+	}
+	return ""
+}
+
+func stamp(t time.Time) string { return t.Local().Format(time.DateTime) }
+
+// printJob prints one job in full: what it is, where it is in its life,
+// its payload, result and error history.
+func printJob(w io.Writer, r jobs.Row) {
+	fmt.Fprintf(w, "job %d  kind %s  queue %s  state %s  payload version %d  priority %d\n",
+		r.ID, r.Kind, r.Queue, r.State, r.Version, r.Priority)
+	fmt.Fprintf(w, "created %s  due %s  attempts %d/%d\n", stamp(r.CreatedAt), stamp(r.RunAt), r.Attempt, r.MaxAttempts)
+	if r.FinishedAt != nil {
+		fmt.Fprintf(w, "%s %s\n", endedWord(r.State), stamp(*r.FinishedAt))
+	}
+	if r.LeaseUntil != nil {
+		fmt.Fprintf(w, "running on %s, lease until %s\n", r.LeaseOwner, r.LeaseUntil.Local().Format(time.DateTime+".000"))
+	}
+	if r.UniqueKey != "" {
+		fmt.Fprintf(w, "unique key: %s\n", r.UniqueKey)
+	}
+	if r.Reason != "" {
+		fmt.Fprintf(w, "reason: %s\n", r.Reason)
+	}
+	fmt.Fprintf(w, "payload: %s\n", r.Payload)
+	if r.Result != nil {
+		fmt.Fprintf(w, "result: %s\n", r.Result)
+	}
+	if len(r.Errors) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "error history:")
+	for _, h := range r.Errors {
+		fmt.Fprintf(w, "  attempt %d at %s by %s:\n    %s\n", h.Attempt, stamp(h.At), h.Owner,
+			strings.ReplaceAll(strings.TrimSpace(h.Error), "\n", "\n    "))
+	}
+}
+
+func endedWord(s jobs.State) string {
+	switch s {
+	case jobs.StateCompleted:
+		return "completed"
+	case jobs.StateCancelled:
+		return "cancelled"
+	}
+	return "died"
+}
+
+// showJob prints the job of the one id in args, as JSON or in full; want,
+// when given, are the states the command shows (dead show: dead and
+// cancelled jobs).
+func showJob(e *env, client *hopper.Client, args []string, asJSON bool, want ...jobs.State) error {
+	ids, err := parseIDs(args)
+	if err != nil || len(ids) != 1 {
+		return fmt.Errorf("%w: show takes one job id", errUsage)
+	}
+	r, err := client.Job(e.ctx, ids[0])
+	if errors.Is(err, hopper.ErrNotFound) {
+		return fmt.Errorf("no job %d (never enqueued, or completed without history, or purged)", ids[0])
+	}
+	if err != nil {
+		return err
+	}
+	if len(want) > 0 && !hasState(want, r.State) {
+		return fmt.Errorf("job %d is %s, not %s (hopper jobs show %d shows it)", r.ID, r.State, joinStates(want, " or "), r.ID)
+	}
+	if asJSON {
+		return json.NewEncoder(e.stdout).Encode(r)
+	}
+	printJob(e.stdout, r)
+	return nil
+}
+
+func hasState(states []jobs.State, s jobs.State) bool {
+	for _, x := range states {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func joinStates(states []jobs.State, sep string) string {
+	names := make([]string, len(states))
+	for i, s := range states {
+		names[i] = string(s)
+	}
+	return strings.Join(names, sep)
+}
+
+func jobsCommand() *command {
+	var l listFlags
 	return &command{
-		name:    "enqueue",
-		args:    "--kind K --payload JSON [flags]",
-		summary: "enqueue one job with a raw JSON payload (for operators and scripts)",
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&kind, "kind", "", "job kind (required)")
-			fs.StringVar(&payload, "payload", "{}", `payload, a JSON object (e.g. {"user_id": 7})`)
-			fs.StringVar(&queue, "queue", jobs.DefaultQueue, "queue")
-			fs.IntVar(&priority, "priority", 0, "0 runs first, 9 last")
-			fs.DurationVar(&delay, "delay", 0, "run no earlier than this long from now (e.g. 90s, 2h)")
-			fs.StringVar(&runAt, "run-at", "", "run no earlier than this RFC 3339 time (2026-11-22T15:04:05Z), or this long from now (10m)")
-			fs.StringVar(&uniqueKey, "unique-key", "", "skip if a live job holds this key")
-			fs.IntVar(&version, "version", 1, "payload version")
-			fs.IntVar(&maxAttempts, "max-attempts", jobs.DefaultMaxAttempts, "attempts before the job is dead")
-		},
+		name:    "jobs",
+		args:    "list [filters] | show ID",
+		summary: "list jobs of every state (newest first, with filters and paging), or show one in full",
+		flags:   func(fs *flag.FlagSet) { l.declare(fs, true) },
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
-			if len(args) > 0 {
-				return fmt.Errorf("%w: unexpected argument %q", errUsage, args[0])
+			if len(args) == 0 {
+				return fmt.Errorf("%w: say list or show", errUsage)
 			}
-			if kind == "" {
-				return fmt.Errorf("%w: --kind is required", errUsage)
-			}
-			if err := checkPayload(payload); err != nil {
-				return err
-			}
-			if version < 1 || version > math.MaxInt32 {
-				return fmt.Errorf("%w: --version must be 1 or more", errUsage)
-			}
-			opts := []jobs.EnqueueOption{jobs.Queue(queue), jobs.Priority(priority), jobs.Delay(delay), jobs.MaxAttempts(maxAttempts)}
-			if runAt != "" {
-				t, err := time.Parse(time.RFC3339, runAt)
-				if err != nil {
-					d, derr := parseDuration(runAt)
-					if derr != nil || d < 0 {
-						return fmt.Errorf("%w: --run-at wants a time like 2026-11-22T15:04:05Z (RFC 3339) or a duration like 10m, not %q", errUsage, runAt)
-					}
-					t = time.Now().Add(d)
+			action, rest := args[0], args[1:]
+			var p hopper.ListParams
+			switch action {
+			case "list":
+				if len(rest) > 0 {
+					return fmt.Errorf("%w: list takes no argument (filters are flags)", errUsage)
 				}
-				opts = append(opts, jobs.RunAt(t))
-			}
-			if uniqueKey != "" {
-				opts = append(opts, jobs.UniqueKey(uniqueKey))
+				var err error
+				if p, err = l.params(); err != nil {
+					return err
+				}
+			case "show":
+			default:
+				return fmt.Errorf("%w: unknown jobs action %q (list or show)", errUsage, action)
 			}
 			pool, err := e.connectHopper()
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			res, err := jobs.EnqueueRaw(e.ctx, pool, kind, int32(version), json.RawMessage(payload), opts...)
-			if err != nil {
-				var invalid bool
-				for _, sentinel := range []error{jobs.ErrInvalidQueue, jobs.ErrInvalidPriority, jobs.ErrInvalidMaxAttempts,
-					jobs.ErrInvalidSchedule, jobs.ErrInvalidUniqueKey, jobs.ErrInvalidDefinition, jobs.ErrPayloadTooLarge} {
-					invalid = invalid || errors.Is(err, sentinel)
-				}
-				if invalid {
-					return fmt.Errorf("%w: %v", errUsage, err)
-				}
-				return err
+			client := hopper.NewClient(pool)
+			if action == "show" {
+				return showJob(e, client, rest, l.asJSON)
 			}
-			if res.Duplicate {
-				fmt.Fprintf(e.stdout, "duplicate: job %d holds unique key %q; nothing enqueued\n", res.ID, uniqueKey)
-				return nil
-			}
-			fmt.Fprintf(e.stdout, "enqueued job %d\n", res.ID)
-			return nil
+			return listJobs(e, client, p, &l, "hopper jobs list"+flagsAgain(&l, true))
 		},
 	}
 }
 
-// checkPayload accepts a JSON object, the only payload a job kind
-// decodes.
-func checkPayload(payload string) error {
-	if !json.Valid([]byte(payload)) {
-		return fmt.Errorf("%w: --payload is not valid JSON; it must be a JSON object like {\"user_id\": 7}", errUsage)
+// flagsAgain repeats a listing's filters, for the "more:" line.
+func flagsAgain(l *listFlags, states bool) string {
+	var b strings.Builder
+	add := func(name, v string) {
+		if v != "" {
+			fmt.Fprintf(&b, " --%s %s", name, shellQuote(v))
+		}
 	}
-	var got string
-	switch strings.TrimLeft(payload, " \t\r\n")[0] {
-	case '{':
-		return nil
-	case 'n':
-		got = "null"
-	case '"':
-		got = "a string"
-	case '[':
-		got = "an array"
-	case 't', 'f':
-		got = "a boolean"
-	default:
-		got = "a number"
+	add("queue", l.queue)
+	add("kind", l.kind)
+	if states {
+		add("state", l.states)
 	}
-	return fmt.Errorf("%w: --payload must be a JSON object like {\"user_id\": 7}, not %s", errUsage, got)
+	add("unique-key", l.uniqueKey)
+	add("since", l.since)
+	add("until", l.until)
+	if l.limit != hopper.DefaultListLimit {
+		add("limit", strconv.Itoa(l.limit))
+	}
+	return b.String()
+}
+
+// shellQuote quotes a value for a shell when it needs it.
+func shellQuote(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '-' || r == '_' || r == '.' || r == ',' || r == ':' || r == '/' ||
+			(r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z'))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // plural says "1 job", "2 jobs".
@@ -139,236 +315,4 @@ func parseIDs(args []string) ([]int64, error) {
 		ids[i] = id
 	}
 	return ids, nil
-}
-
-func cancelCommand() *command {
-	return &command{
-		name:    "cancel",
-		args:    "ID...",
-		summary: "remove pending jobs; running ones are reported, not cancelled",
-		run: func(e *env, _ *flag.FlagSet, args []string) error {
-			ids, err := parseIDs(args)
-			if err != nil {
-				return err
-			}
-			pool, err := e.connectHopper()
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			rows, err := db.New(pool).Cancel(e.ctx, ids)
-			if err != nil {
-				return err
-			}
-			failed := 0
-			for _, r := range rows {
-				switch r.Outcome {
-				case "cancelled":
-					fmt.Fprintf(e.stdout, "job %d: cancelled\n", r.ID)
-				case "running":
-					failed++
-					fmt.Fprintf(e.stdout, "job %d: running, not cancelled (it finishes or fails on its own)\n", r.ID)
-				case "dead":
-					failed++
-					fmt.Fprintf(e.stdout, "job %d: in the dead table, not cancelled (use hopper dead purge)\n", r.ID)
-				default:
-					failed++
-					fmt.Fprintf(e.stdout, "job %d: no such job\n", r.ID)
-				}
-			}
-			if failed > 0 {
-				return fmt.Errorf("%d of %d jobs not cancelled", failed, len(rows))
-			}
-			return nil
-		},
-	}
-}
-
-func purgeCommand() *command {
-	var queue string
-	var yes bool
-	return &command{
-		name:    "purge",
-		args:    "--queue Q [--yes]",
-		summary: "remove every pending and scheduled job of a queue (running jobs finish); asks first unless --yes",
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&queue, "queue", "", "the queue to empty (required)")
-			fs.BoolVar(&yes, "yes", false, "do not ask for confirmation")
-		},
-		run: func(e *env, _ *flag.FlagSet, args []string) error {
-			if queue == "" || len(args) > 0 {
-				return fmt.Errorf("%w: --queue is required and nothing else", errUsage)
-			}
-			pool, err := e.connectHopper()
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			q := db.New(pool)
-			if !yes {
-				stats, err := q.Stats(e.ctx)
-				if err != nil {
-					return err
-				}
-				var ready, scheduled int64
-				for _, s := range stats {
-					if s.Queue == queue {
-						ready += s.Ready
-						scheduled += s.Scheduled
-					}
-				}
-				if ready+scheduled == 0 {
-					fmt.Fprintf(e.stdout, "nothing to delete: queue %q has no pending or scheduled jobs\n", queue)
-					return nil
-				}
-				fmt.Fprintf(e.stdout, "Delete %s of queue %q (%d pending, %d scheduled; running jobs finish)? [y/N] ",
-					plural(ready+scheduled, "job"), queue, ready, scheduled)
-				answer, _ := bufio.NewReader(e.stdin).ReadString('\n')
-				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
-					return errors.New("not confirmed; nothing deleted (pass --yes to skip the question)")
-				}
-			}
-			n, err := q.PurgeQueue(e.ctx, queue)
-			if err != nil {
-				return err
-			}
-			if n == 0 {
-				fmt.Fprintf(e.stdout, "nothing to delete: queue %q has no pending or scheduled jobs\n", queue)
-				return nil
-			}
-			fmt.Fprintf(e.stdout, "deleted %s (pending and scheduled) of queue %q\n", plural(n, "job"), queue)
-			return nil
-		},
-	}
-}
-
-func deadCommand() *command {
-	var kind, queue, olderThan string
-	var limit int
-	return &command{
-		name:    "dead",
-		args:    "list | show ID | retry ID... | retry --kind K | purge --older-than D",
-		summary: "triage the dead table: list, show with error history, retry, purge",
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&kind, "kind", "", "list / retry: only this kind")
-			fs.StringVar(&queue, "queue", "", "list: only this queue")
-			fs.IntVar(&limit, "limit", 50, "list: at most this many, newest first")
-			fs.StringVar(&olderThan, "older-than", "", "purge: jobs that died longer ago than this (e.g. 72h, 30d)")
-		},
-		run: func(e *env, _ *flag.FlagSet, args []string) error {
-			if len(args) == 0 {
-				return fmt.Errorf("%w: say list, show, retry or purge", errUsage)
-			}
-			action, rest := args[0], args[1:]
-			var ids []int64
-			var maxAge time.Duration
-			switch action {
-			case "list":
-				if len(rest) > 0 || limit < 1 {
-					return fmt.Errorf("%w: list takes no argument and a positive --limit", errUsage)
-				}
-			case "show":
-				var err error
-				if ids, err = parseIDs(rest); err != nil || len(ids) != 1 {
-					return fmt.Errorf("%w: show takes one job id", errUsage)
-				}
-			case "retry":
-				if kind == "" {
-					var err error
-					if ids, err = parseIDs(rest); err != nil {
-						return fmt.Errorf("%w: retry takes job ids or --kind", errUsage)
-					}
-				} else if len(rest) > 0 {
-					return fmt.Errorf("%w: retry takes job ids or --kind, not both", errUsage)
-				}
-			case "purge":
-				var err error
-				if maxAge, err = parseDuration(olderThan); err != nil || maxAge <= 0 || len(rest) > 0 {
-					return fmt.Errorf("%w: purge needs --older-than with a positive duration (e.g. 72h, 30d)", errUsage)
-				}
-			default:
-				return fmt.Errorf("%w: unknown dead action %q", errUsage, action)
-			}
-			pool, err := e.connectHopper()
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			q := db.New(pool)
-			switch action {
-			case "list":
-				p := db.ListDeadParams{BeforeDiedAt: time.Now().Add(24 * time.Hour), BeforeID: math.MaxInt64, MaxJobs: int32(limit)}
-				if kind != "" {
-					p.Kind = &kind
-				}
-				if queue != "" {
-					p.Queue = &queue
-				}
-				rows, err := q.ListDead(e.ctx, p)
-				if err != nil {
-					return err
-				}
-				tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tKIND\tQUEUE\tATTEMPTS\tDIED\tREASON")
-				for _, d := range rows {
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\t%s\n", d.ID, d.Kind, d.Queue, d.Attempt, d.MaxAttempts,
-						d.DiedAt.Local().Format(time.DateTime), oneLine(d.Reason))
-				}
-				tw.Flush()
-				if len(rows) == 0 {
-					fmt.Fprintln(e.stdout, "(no dead jobs)")
-				}
-			case "show":
-				d, err := q.GetDead(e.ctx, ids[0])
-				if errors.Is(err, pgx.ErrNoRows) {
-					return fmt.Errorf("no dead job %d", ids[0])
-				}
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(e.stdout, "job %d  kind %s  queue %s  payload version %d  priority %d\n", d.ID, d.Kind, d.Queue, d.Version, d.Priority)
-				fmt.Fprintf(e.stdout, "created %s  died %s  attempts %d/%d\n", d.CreatedAt.Local().Format(time.DateTime), d.DiedAt.Local().Format(time.DateTime), d.Attempt, d.MaxAttempts)
-				fmt.Fprintf(e.stdout, "reason: %s\npayload: %s\nerror history:\n", d.Reason, d.Payload)
-				history, err := jobs.ParseErrors(d.Errors)
-				if err != nil {
-					return err
-				}
-				for _, h := range history {
-					fmt.Fprintf(e.stdout, "  attempt %d at %s by %s:\n    %s\n", h.Attempt, h.At.Local().Format(time.DateTime), h.Owner,
-						strings.ReplaceAll(strings.TrimSpace(h.Error), "\n", "\n    "))
-				}
-			case "retry":
-				var moved []int64
-				if kind != "" {
-					moved, err = q.RetryDeadKind(e.ctx, kind)
-				} else {
-					moved, err = q.RetryDead(e.ctx, ids)
-				}
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(e.stdout, "retried %d jobs\n", len(moved))
-				if kind == "" && len(moved) < len(ids) {
-					done := map[int64]bool{}
-					for _, id := range moved {
-						done[id] = true
-					}
-					var missing []string
-					for _, id := range ids {
-						if !done[id] {
-							missing = append(missing, strconv.FormatInt(id, 10))
-						}
-					}
-					return fmt.Errorf("not retried (no such dead job, or a live job holds its unique key): %s", strings.Join(missing, ", "))
-				}
-			case "purge":
-				n, err := q.PurgeDead(e.ctx, time.Now().Add(-maxAge))
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(e.stdout, "purged %d dead jobs that died more than %s ago\n", n, olderThan)
-			}
-			return nil
-		},
-	}
 }

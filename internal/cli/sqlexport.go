@@ -79,6 +79,19 @@ func sqlEntry(e *env, dir, pkg, out string) error {
             go_type: time.Time
           - db_type: pg_catalog.timestamptz
             go_type: time.Time
+          - db_type: jsonb
+            nullable: true
+            go_type: encoding/json.RawMessage
+          - db_type: timestamptz
+            nullable: true
+            go_type:
+              type: time.Time
+              pointer: true
+          - db_type: pg_catalog.timestamptz
+            nullable: true
+            go_type:
+              type: time.Time
+              pointer: true
 `, schema.Latest(), dir, dir, dir, pkg, out)
 	return nil
 }

@@ -8,16 +8,37 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper"
 )
 
 // statsReport is one refresh of hopper stats, as --json prints it.
 type statsReport struct {
-	Time   time.Time     `json:"time"`
-	Queues []db.StatsRow `json:"queues"`
+	Time   time.Time  `json:"time"`
+	Queues []statsRow `json:"queues"`
 	// Rates over the time since the previous refresh; absent on the first.
 	EnqueuedPerSecond *float64 `json:"enqueued_per_second,omitempty"`
 	FinishedPerSecond *float64 `json:"finished_per_second,omitempty"`
+}
+
+// statsRow is one queue and kind, as --json prints it.
+type statsRow struct {
+	Queue              string  `json:"queue"`
+	Kind               string  `json:"kind"`
+	Paused             bool    `json:"paused"`
+	Ready              int64   `json:"ready"`
+	Scheduled          int64   `json:"scheduled"`
+	Running            int64   `json:"running"`
+	Dead               int64   `json:"dead"`
+	Cancelled          int64   `json:"cancelled"`
+	OldestReadySeconds float64 `json:"oldest_ready_seconds"`
+	RetryRate          float64 `json:"retry_rate"`
+}
+
+func rowOf(s hopper.StatsRow) statsRow {
+	return statsRow{
+		Queue: s.Queue, Kind: s.Kind, Paused: s.Paused, Ready: s.Ready, Scheduled: s.Scheduled, Running: s.Running,
+		Dead: s.Dead, Cancelled: s.Cancelled, OldestReadySeconds: s.OldestReady.Seconds(), RetryRate: s.RetryRate(),
+	}
 }
 
 func statsCommand() *command {
@@ -26,7 +47,7 @@ func statsCommand() *command {
 	return &command{
 		name:    "stats",
 		args:    "[--watch] [--json]",
-		summary: "per queue and kind: ready, scheduled, running, dead, claim lag, retry rate; throughput with --watch",
+		summary: "per queue and kind: ready, scheduled, running, dead, cancelled, claim lag, retry rate, paused; throughput with --watch",
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&watch, "watch", false, "redraw every --interval until Ctrl-C")
 			fs.BoolVar(&asJSON, "json", false, "print JSON (one object per refresh)")
@@ -41,27 +62,22 @@ func statsCommand() *command {
 				return err
 			}
 			defer pool.Close()
-			q := db.New(pool)
-			var prev *db.TableActivityRow
-			var prevAt time.Time
+			client := hopper.NewClient(pool)
+			var prev *hopper.Stats
 			for {
-				rows, err := q.Stats(e.ctx)
+				stats, err := client.Stats(e.ctx)
 				if err != nil {
 					return err
 				}
-				activity, err := q.TableActivity(e.ctx)
-				if err != nil {
-					return err
+				report := statsReport{Time: stats.At, Queues: make([]statsRow, len(stats.Rows))}
+				for i, r := range stats.Rows {
+					report.Queues[i] = rowOf(r)
 				}
-				now := time.Now()
-				report := statsReport{Time: now, Queues: rows}
 				if prev != nil {
-					secs := now.Sub(prevAt).Seconds()
-					enq := float64(activity.Inserted-prev.Inserted) / secs
-					fin := float64(activity.Deleted-prev.Deleted) / secs
+					enq, fin := stats.Rates(*prev)
 					report.EnqueuedPerSecond, report.FinishedPerSecond = &enq, &fin
 				}
-				prev, prevAt = &activity, now
+				prev = &stats
 				if asJSON {
 					if err := json.NewEncoder(e.stdout).Encode(report); err != nil {
 						return err
@@ -92,10 +108,14 @@ func printStats(w io.Writer, r statsReport) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "QUEUE\tKIND\tREADY\tSCHEDULED\tRUNNING\tDEAD\tCLAIM LAG\tRETRY RATE\t")
+	fmt.Fprintln(tw, "QUEUE\tKIND\tREADY\tSCHEDULED\tRUNNING\tDEAD\tCANCELLED\tCLAIM LAG\tRETRY RATE\t")
 	for _, s := range r.Queues {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.1f%%\t\n", s.Queue, s.Kind, s.Ready, s.Scheduled, s.Running, s.Dead,
-			(time.Duration(s.OldestReadySeconds * float64(time.Second))).Round(time.Millisecond), 100*s.RetryRate)
+		queue := s.Queue
+		if s.Paused {
+			queue += " (paused)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%.1f%%\t\n", queue, s.Kind, s.Ready, s.Scheduled, s.Running, s.Dead,
+			s.Cancelled, (time.Duration(s.OldestReadySeconds * float64(time.Second))).Round(time.Millisecond), 100*s.RetryRate)
 	}
 	tw.Flush()
 	if len(r.Queues) == 0 {

@@ -73,7 +73,7 @@ func run(ctx context.Context) error {
 	defer stop()
 	go func() {
 		for runCtx.Err() == nil {
-			if o, err := q.GetOrder(runCtx, id); err == nil && o.ConfirmedAt.Valid {
+			if o, err := q.GetOrder(runCtx, id); err == nil && o.ConfirmedAt != nil {
 				stop()
 				return
 			}
@@ -94,6 +94,6 @@ func printOrders(ctx context.Context, q *shopdb.Queries) {
 		return
 	}
 	for _, r := range rows {
-		fmt.Printf("  order %d (%s): confirmed %v, pending emails %d\n", r.ID, r.Customer, r.ConfirmedAt.Valid, r.PendingEmails)
+		fmt.Printf("  order %d (%s): confirmed %v, pending emails %d\n", r.ID, r.Customer, r.ConfirmedAt != nil, r.PendingEmails)
 	}
 }

@@ -7,6 +7,7 @@ package hopperdb
 
 import (
 	"context"
+	"encoding/json"
 )
 
 const ackBatch = `-- name: AckBatch :many
@@ -66,37 +67,116 @@ func (q *Queries) AckBatch(ctx context.Context, arg AckBatchParams) ([]AckBatchR
 	return items, nil
 }
 
+const ackBatchKeep = `-- name: AckBatchKeep :many
+WITH done AS (
+    SELECT j.id, acked.keep_ms, acked.result
+    FROM hopper_jobs AS j
+    JOIN (SELECT unnest($1::bigint[]) AS id,
+                 unnest($2::integer[]) AS attempt,
+                 unnest($3::bigint[]) AS keep_ms,
+                 unnest($4::jsonb[]) AS result) AS acked
+      ON j.id = acked.id AND j.attempt = acked.attempt
+    WHERE j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
+    ORDER BY j.id
+    FOR UPDATE OF j
+), deleted AS (
+    DELETE FROM hopper_jobs AS j
+    USING done
+    WHERE j.id = done.id
+    RETURNING j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, j.lease_owner, j.lease_until, j.unique_key, j.errors, j.created_at
+), kept AS (
+    INSERT INTO hopper_job_history (id, queue, kind, version, payload, priority, attempt,
+                                    max_attempts, unique_key, errors, run_at, result, created_at, keep_until)
+    SELECT d.id, d.queue, d.kind, d.version, d.payload, d.priority, d.attempt,
+           d.max_attempts, d.unique_key, d.errors, d.run_at, done.result, d.created_at,
+           now() + '1 millisecond'::interval * done.keep_ms
+    FROM deleted AS d
+    JOIN done ON done.id = d.id
+    WHERE done.keep_ms > 0
+)
+SELECT deleted.id, deleted.attempt FROM deleted
+`
+
+type AckBatchKeepParams struct {
+	Ids      []int64
+	Attempts []int32
+	KeepMs   []int64
+	Results  []json.RawMessage
+}
+
+type AckBatchKeepRow struct {
+	ID      int64
+	Attempt int32
+}
+
+// AckBatch for claims of kinds or queues that keep their completed jobs:
+// the same fenced delete, and in the same statement a copy of each job
+// whose keep_ms[i] is positive goes to hopper_job_history, with the
+// handler's result[i] (NULL: none), kept until now() + keep_ms[i]. The
+// worker uses it only for batches that keep something, so with history
+// off the ack is AckBatch, unchanged.
+func (q *Queries) AckBatchKeep(ctx context.Context, arg AckBatchKeepParams) ([]AckBatchKeepRow, error) {
+	rows, err := q.db.Query(ctx, ackBatchKeep,
+		arg.Ids,
+		arg.Attempts,
+		arg.KeepMs,
+		arg.Results,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []AckBatchKeepRow
+	for rows.Next() {
+		var i AckBatchKeepRow
+		if err := rows.Scan(&i.ID, &i.Attempt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const nackBatch = `-- name: NackBatch :many
 WITH failed AS (
     SELECT j.id,
-           j.errors || jsonb_build_array(jsonb_build_object(
-               'attempt', j.attempt,
-               'at', now(),
-               'owner', j.lease_owner,
-               'error', f.message)) AS errors,
+           CASE WHEN f.action = 'snooze' THEN j.errors
+                ELSE j.errors || jsonb_build_array(jsonb_build_object(
+                         'attempt', j.attempt,
+                         'at', now(),
+                         'owner', j.lease_owner,
+                         'error', f.message))
+           END AS errors,
+           f.action,
            f.backoff_ms,
            CASE
-               WHEN f.dead_reason <> '' THEN f.dead_reason
-               WHEN j.attempt >= j.max_attempts THEN 'out of attempts'
+               WHEN f.action = 'dead' THEN f.reason
+               WHEN f.action = 'cancel' THEN 'cancelled'
+               WHEN f.action = 'retry' AND j.attempt >= j.max_attempts THEN 'out of attempts'
            END AS dead_reason
     FROM hopper_jobs AS j
     JOIN (
         SELECT unnest($1::bigint[]) AS id,
                unnest($2::integer[]) AS attempt,
-               unnest($3::text[]) AS message,
-               unnest($4::bigint[]) AS backoff_ms,
-               unnest($5::text[]) AS dead_reason
+               unnest($3::text[]) AS action,
+               unnest($4::text[]) AS message,
+               unnest($5::bigint[]) AS backoff_ms,
+               unnest($6::text[]) AS reason
     ) AS f ON j.id = f.id AND j.attempt = f.attempt
     WHERE j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
     ORDER BY j.id -- lock order: see AckBatch
     FOR UPDATE OF j
 ), retried AS (
     UPDATE hopper_jobs AS j
-    SET state       = CASE WHEN failed.backoff_ms > 0 THEN 'scheduled' ELSE 'pending' END,
-        run_at      = now() + '1 millisecond'::interval * failed.backoff_ms,
-        lease_owner = NULL,
-        lease_until = NULL,
-        errors      = failed.errors
+    SET state        = CASE WHEN failed.backoff_ms > 0 THEN 'scheduled' ELSE 'pending' END,
+        run_at       = now() + '1 millisecond'::interval * failed.backoff_ms,
+        lease_owner  = NULL,
+        lease_until  = NULL,
+        errors       = failed.errors,
+        max_attempts = j.max_attempts + CASE WHEN failed.action = 'snooze' THEN 1 ELSE 0 END
     FROM failed
     WHERE j.id = failed.id AND failed.dead_reason IS NULL
     RETURNING j.id, j.attempt
@@ -107,9 +187,10 @@ WITH failed AS (
     RETURNING j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, j.lease_owner, j.lease_until, j.unique_key, j.errors, j.created_at
 ), buried AS (
     INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt,
-                                  max_attempts, unique_key, errors, reason, created_at)
+                                  max_attempts, unique_key, errors, reason, created_at, run_at, state)
     SELECT r.id, r.queue, r.kind, r.version, r.payload, r.priority, r.attempt,
-           r.max_attempts, r.unique_key, failed.errors, failed.dead_reason, r.created_at
+           r.max_attempts, r.unique_key, failed.errors, failed.dead_reason, r.created_at, r.run_at,
+           CASE WHEN failed.action = 'cancel' THEN 'cancelled' ELSE 'dead' END
     FROM removed AS r
     JOIN failed ON failed.id = r.id
     RETURNING id, attempt
@@ -120,11 +201,12 @@ SELECT buried.id, buried.attempt, true AS dead FROM buried
 `
 
 type NackBatchParams struct {
-	Ids         []int64
-	Attempts    []int32
-	Messages    []string
-	BackoffsMs  []int64
-	DeadReasons []string
+	Ids        []int64
+	Attempts   []int32
+	Actions    []string
+	Messages   []string
+	BackoffsMs []int64
+	Reasons    []string
 }
 
 type NackBatchRow struct {
@@ -133,19 +215,33 @@ type NackBatchRow struct {
 	Dead    bool
 }
 
-// Records failed attempts of the given claims, appending
-// {attempt, at, owner, error} to the error history of each job. A job with
-// attempts left and an empty dead_reasons[i] waits, scheduled, until
-// now() + backoffs_ms[i] (pending at once for no backoff); any other moves to hopper_dead_jobs in this same
-// statement, with dead_reasons[i] or 'out of attempts' as its reason.
-// Returns one row per claim that took effect.
+// Records results other than success for the given claims (ids[i],
+// attempts[i]); actions[i] says which:
+//
+//	retry   the attempt failed: {attempt, at, owner, error} is appended to
+//	        the job's error history and the job waits, scheduled, until
+//	        now() + backoffs_ms[i] (pending at once for no backoff); out of
+//	        attempts, it moves to hopper_dead_jobs ('out of attempts').
+//	dead    a permanent failure: the entry is appended and the job moves
+//	        to hopper_dead_jobs with reasons[i].
+//	cancel  the handler cancelled its own job: the entry is appended (so
+//	        the history says who cancelled it and why) and the job moves to
+//	        hopper_dead_jobs as cancelled, whatever attempts it had left.
+//	snooze  not now: the job waits until now() + backoffs_ms[i] without
+//	        an entry and without being charged: max_attempts grows by one,
+//	        as attempt did at the claim (attempt is the fencing token and
+//	        never goes down).
+//
+// Returns one row per claim that took effect; dead says whether it went to
+// hopper_dead_jobs (dead, cancelled, or out of attempts).
 func (q *Queries) NackBatch(ctx context.Context, arg NackBatchParams) ([]NackBatchRow, error) {
 	rows, err := q.db.Query(ctx, nackBatch,
 		arg.Ids,
 		arg.Attempts,
+		arg.Actions,
 		arg.Messages,
 		arg.BackoffsMs,
-		arg.DeadReasons,
+		arg.Reasons,
 	)
 	if err != nil {
 		return nil, err

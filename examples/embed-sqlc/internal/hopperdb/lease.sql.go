@@ -16,6 +16,8 @@ SELECT c.id::bigint AS id,
        j.attempt AS live_attempt,
        j.state AS live_state,
        d.attempt AS dead_attempt,
+       d.state AS dead_state,
+       h.attempt AS history_attempt,
        EXISTS (SELECT 1
                FROM jsonb_array_elements(coalesce(j.errors, d.errors)) AS e
                WHERE (e ->> 'attempt')::integer = c.attempt)::boolean AS attempt_recorded,
@@ -26,6 +28,7 @@ SELECT c.id::bigint AS id,
 FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::integer[]) AS attempt) AS c
 LEFT JOIN hopper_jobs AS j ON j.id = c.id
 LEFT JOIN hopper_dead_jobs AS d ON d.id = c.id
+LEFT JOIN hopper_job_history AS h ON h.id = c.id
 `
 
 type ClaimFatesParams struct {
@@ -39,15 +42,19 @@ type ClaimFatesRow struct {
 	LiveAttempt     *int32
 	LiveState       *string
 	DeadAttempt     *int32
+	DeadState       *string
+	HistoryAttempt  *int32
 	AttemptRecorded bool
 	AttemptError    string
 }
 
 // What became of claims whose ack or nack may or may not have committed
-// (the reply was lost): for each claim (ids[i], attempts[i]), the job's
-// live attempt and state if it is still live, its dead attempt if it is
-// dead, and whether an error was recorded for this very attempt, and which. The worker
-// decides from these whether its statement took effect; it never guesses.
+// (the reply was lost), or that the heartbeat found gone: for each claim
+// (ids[i], attempts[i]), the job's live attempt and state if it is still
+// live, its attempt and state (dead or cancelled) if it is in the dead
+// table, its attempt if it completed into the history, and whether an
+// entry was recorded for this very attempt, and which. The worker decides
+// from these whether its statement took effect; it never guesses.
 func (q *Queries) ClaimFates(ctx context.Context, arg ClaimFatesParams) ([]ClaimFatesRow, error) {
 	rows, err := q.db.Query(ctx, claimFates, arg.Ids, arg.Attempts)
 	if err != nil {
@@ -63,6 +70,8 @@ func (q *Queries) ClaimFates(ctx context.Context, arg ClaimFatesParams) ([]Claim
 			&i.LiveAttempt,
 			&i.LiveState,
 			&i.DeadAttempt,
+			&i.DeadState,
+			&i.HistoryAttempt,
 			&i.AttemptRecorded,
 			&i.AttemptError,
 		); err != nil {

@@ -7,9 +7,28 @@ package hopperdb
 import (
 	"encoding/json"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgtype"
 )
+
+type HopperAllJob struct {
+	ID          int64
+	Queue       string
+	Kind        string
+	Version     int32
+	Payload     json.RawMessage
+	State       string
+	Priority    int16
+	RunAt       time.Time
+	Attempt     int32
+	MaxAttempts int32
+	LeaseOwner  *string
+	LeaseUntil  *time.Time
+	UniqueKey   *string
+	Errors      json.RawMessage
+	CreatedAt   time.Time
+	FinishedAt  *time.Time
+	Reason      *string
+	Result      json.RawMessage
+}
 
 type HopperDeadJob struct {
 	ID          int64
@@ -25,6 +44,8 @@ type HopperDeadJob struct {
 	Reason      string
 	CreatedAt   time.Time
 	DiedAt      time.Time
+	State       string
+	RunAt       time.Time
 }
 
 type HopperJob struct {
@@ -39,8 +60,33 @@ type HopperJob struct {
 	Attempt     int32
 	MaxAttempts int32
 	LeaseOwner  *string
-	LeaseUntil  pgtype.Timestamptz
+	LeaseUntil  *time.Time
 	UniqueKey   *string
 	Errors      json.RawMessage
 	CreatedAt   time.Time
+}
+
+type HopperJobHistory struct {
+	ID          int64
+	Queue       string
+	Kind        string
+	Version     int32
+	Payload     json.RawMessage
+	Priority    int16
+	Attempt     int32
+	MaxAttempts int32
+	UniqueKey   *string
+	Errors      json.RawMessage
+	RunAt       time.Time
+	Result      json.RawMessage
+	CreatedAt   time.Time
+	FinishedAt  time.Time
+	KeepUntil   time.Time
+}
+
+type HopperQueue struct {
+	Name      string
+	PausedAt  *time.Time
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }

@@ -7,8 +7,7 @@ package shopdb
 
 import (
 	"context"
-
-	"github.com/jackc/pgx/v5/pgtype"
+	"time"
 )
 
 const confirmOrder = `-- name: ConfirmOrder :execrows
@@ -72,7 +71,7 @@ ORDER BY o.id
 type OrdersWithPendingEmailsRow struct {
 	ID            int64
 	Customer      string
-	ConfirmedAt   pgtype.Timestamptz
+	ConfirmedAt   *time.Time
 	PendingEmails int64
 }
 

@@ -15,11 +15,18 @@
 -- and seeking past them keeps a claim's cost flat however many there are.
 -- after_priority -1 scans from the start. Workers move the cursor back when
 -- a wake-up names a job behind it, and scan from the start periodically.
+--
+-- A paused queue (hopper_queues.paused_at set) gives nothing: the check is
+-- part of the claim, so a pause holds for every worker from the moment it
+-- commits. It does not depend on the job rows, so PostgreSQL evaluates it
+-- once, before the scan, and a paused queue's claim reads no index at all.
 WITH picked AS (
     SELECT j.id
     FROM hopper_jobs AS j
     WHERE j.state = 'pending'
       AND j.queue = @queue::text
+      AND NOT EXISTS (SELECT FROM hopper_queues AS paused
+                      WHERE paused.name = @queue::text AND paused.paused_at IS NOT NULL)
       AND (j.priority, j.run_at, j.id) > (@after_priority::smallint, @after_run_at::timestamptz, @after_id::bigint)
       AND j.run_at <= now()
       -- array_position finds the slot of the kind; NULL (unknown kind) never passes.

@@ -28,38 +28,66 @@ FROM hopper_jobs AS live
 WHERE live.unique_key = sqlc.narg(unique_key)::text
   AND NOT EXISTS (SELECT FROM inserted);
 
+-- name: ReserveJobIDs :many
+-- n ids for the jobs of a COPY batch, in ascending order, taken from the
+-- job table's own identity sequence: COPY cannot say which ids it gave, so
+-- the ids are chosen first and the batch's results name every job.
+SELECT nextval(pg_get_serial_sequence('hopper_jobs', 'id'))::bigint AS id
+FROM generate_series(1, @n::integer);
+
 -- name: EnqueueBatch :copyfrom
 -- COPY for plain batches of jobs that are ready now (run_at defaults to now()
--- in the database).
-INSERT INTO hopper_jobs (queue, kind, version, payload, priority, max_attempts)
-VALUES ($1, $2, $3, $4, $5, $6);
+-- in the database), with ids from ReserveJobIDs (COPY writes the id given,
+-- as INSERT's OVERRIDING SYSTEM VALUE would).
+INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, max_attempts)
+VALUES ($1, $2, $3, $4, $5, $6, $7);
 
 -- name: EnqueueBatchAt :copyfrom
--- COPY for plain batches with an explicit run_at per job; the caller sets
--- state to scheduled for a job due later, pending otherwise.
-INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8);
+-- COPY for plain batches with an explicit run_at per job, with ids from
+-- ReserveJobIDs; the caller sets state to scheduled for a job due later,
+-- pending otherwise.
+INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, run_at, state, max_attempts)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9);
 
 -- name: EnqueueBatchUnique :many
 -- A batch in which some jobs carry unique keys (an empty key means none).
 -- Jobs whose key a live job (or an earlier job of the same batch) already
--- holds are skipped; the ids and keys of the inserted jobs come back.
--- run_at and zero values' defaults per job as in Enqueue.
-INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key)
-SELECT coalesce(nullif(b.queue, ''), 'default'), b.kind, coalesce(nullif(b.version, 0), 1), coalesce(b.payload, '{}'), b.priority,
-       greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms),
-       CASE WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled' ELSE 'pending' END,
-       coalesce(nullif(b.max_attempts, 0), 25), nullif(b.unique_key, '')
-FROM (
-    SELECT unnest(@queues::text[]) AS queue,
-           unnest(@kinds::text[]) AS kind,
-           unnest(@versions::integer[]) AS version,
-           unnest(@payloads::jsonb[]) AS payload,
-           unnest(@priorities::smallint[]) AS priority,
-           unnest(@run_ats::timestamptz[]) AS run_at,
-           unnest(@delays_ms::bigint[]) AS delay_ms,
-           unnest(@max_attempts::integer[]) AS max_attempts,
-           unnest(@unique_keys::text[]) AS unique_key
-) AS b
-ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-RETURNING id, coalesce(unique_key, '')::text AS unique_key;
+-- holds are skipped. One row per job of the batch, in its order: the new
+-- job's id with inserted = true, or, for a skipped one, the id of the job
+-- that holds its key (0 if that job committed after this statement began
+-- and is not visible to it) with inserted = false. run_at and zero
+-- values' defaults per job as in Enqueue.
+WITH batch AS (
+    SELECT b.*, nextval(pg_get_serial_sequence('hopper_jobs', 'id')) AS id
+    FROM (
+        SELECT unnest(@queues::text[]) AS queue,
+               unnest(@kinds::text[]) AS kind,
+               unnest(@versions::integer[]) AS version,
+               unnest(@payloads::jsonb[]) AS payload,
+               unnest(@priorities::smallint[]) AS priority,
+               unnest(@run_ats::timestamptz[]) AS run_at,
+               unnest(@delays_ms::bigint[]) AS delay_ms,
+               unnest(@max_attempts::integer[]) AS max_attempts,
+               unnest(@unique_keys::text[]) AS unique_key
+    ) AS b
+), inserted AS (
+    INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key)
+    OVERRIDING SYSTEM VALUE
+    SELECT b.id, coalesce(nullif(b.queue, ''), 'default'), b.kind, coalesce(nullif(b.version, 0), 1), coalesce(b.payload, '{}'), b.priority,
+           greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms),
+           CASE WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled' ELSE 'pending' END,
+           coalesce(nullif(b.max_attempts, 0), 25), nullif(b.unique_key, '')
+    FROM batch AS b
+    ORDER BY b.id
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+    RETURNING id, unique_key
+)
+SELECT coalesce(ins.id, twin.id, live.id, 0)::bigint AS id,
+       (ins.id IS NOT NULL)::boolean AS inserted
+FROM batch
+LEFT JOIN inserted AS ins ON ins.id = batch.id
+LEFT JOIN LATERAL (SELECT min(i.id) AS id
+                   FROM inserted AS i
+                   WHERE ins.id IS NULL AND i.unique_key = nullif(batch.unique_key, '')) AS twin ON true
+LEFT JOIN hopper_jobs AS live ON ins.id IS NULL AND twin.id IS NULL AND live.unique_key = nullif(batch.unique_key, '')
+ORDER BY batch.id;

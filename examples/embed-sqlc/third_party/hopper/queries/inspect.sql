@@ -1,19 +1,22 @@
 -- name: Stats :many
--- Per queue and kind: ready, scheduled (run_at in the future),
--- running and dead counts; the age of the oldest ready job (claim lag); and
--- the retry rate: the share of live jobs that have failed at least once.
+-- Per queue and kind: ready, scheduled (run_at in the future), running,
+-- dead and cancelled counts; the age of the oldest ready job (claim lag);
+-- failing: the live jobs that have failed at least once (the retry rate is
+-- failing over ready + scheduled + running); and whether the queue is
+-- paused.
 WITH live AS (
     SELECT queue, kind,
            count(*) FILTER (WHERE state = 'pending' AND run_at <= now()) AS ready,
            count(*) FILTER (WHERE state = 'scheduled' OR (state = 'pending' AND run_at > now())) AS scheduled,
            count(*) FILTER (WHERE state = 'running') AS running,
            count(*) FILTER (WHERE errors <> '[]'::jsonb) AS failing,
-           count(*) AS total,
            min(run_at) FILTER (WHERE state = 'pending' AND run_at <= now()) AS oldest_ready
     FROM hopper_jobs
     GROUP BY queue, kind
 ), dead AS (
-    SELECT queue, kind, count(*) AS dead
+    SELECT queue, kind,
+           count(*) FILTER (WHERE state = 'dead') AS dead,
+           count(*) FILTER (WHERE state = 'cancelled') AS cancelled
     FROM hopper_dead_jobs
     GROUP BY queue, kind
 )
@@ -23,99 +26,62 @@ SELECT coalesce(live.queue, dead.queue)::text AS queue,
        coalesce(live.scheduled, 0)::bigint AS scheduled,
        coalesce(live.running, 0)::bigint AS running,
        coalesce(dead.dead, 0)::bigint AS dead,
+       coalesce(dead.cancelled, 0)::bigint AS cancelled,
        coalesce(extract(epoch FROM now() - live.oldest_ready), 0)::float8 AS oldest_ready_seconds,
-       coalesce(live.failing::float8 / nullif(live.total, 0), 0)::float8 AS retry_rate
+       coalesce(live.failing, 0)::bigint AS failing,
+       (q.paused_at IS NOT NULL)::boolean AS paused
 FROM live
 FULL JOIN dead ON dead.queue = live.queue AND dead.kind = live.kind
+LEFT JOIN hopper_queues AS q ON q.name = coalesce(live.queue, dead.queue)
 ORDER BY 1, 2;
 
 -- name: GetJob :one
 -- One live job by id.
 SELECT * FROM hopper_jobs WHERE id = @id::bigint;
 
--- name: Cancel :many
--- Deletes the given jobs if they are not running. One row per requested id says
--- what happened: cancelled, running (claimed: not cancelled), dead (in the
--- dead table: use purge) or not_found.
-WITH cancelled AS (
-    DELETE FROM hopper_jobs
-    WHERE id = ANY(@ids::bigint[]) AND state <> 'running'
-    RETURNING id
-)
-SELECT requested.id::bigint AS id,
-       (CASE
-           WHEN cancelled.id IS NOT NULL THEN 'cancelled'
-           WHEN live.id IS NOT NULL THEN 'running'
-           WHEN dead.id IS NOT NULL THEN 'dead'
-           ELSE 'not_found'
-       END)::text AS outcome
-FROM (SELECT DISTINCT unnest(@ids::bigint[]) AS id) AS requested
-LEFT JOIN cancelled ON cancelled.id = requested.id
-LEFT JOIN hopper_jobs AS live ON live.id = requested.id
-LEFT JOIN hopper_dead_jobs AS dead ON dead.id = requested.id
-ORDER BY requested.id;
-
--- name: PurgeQueue :execrows
--- Deletes every pending and scheduled job of a queue. Running jobs are left
--- to finish.
-DELETE FROM hopper_jobs WHERE queue = @queue::text AND state <> 'running';
-
--- name: ListDead :many
--- Dead jobs, newest first, optionally of one kind and queue, after the
--- keyset cursor (before_died_at, before_id) for paging.
-SELECT * FROM hopper_dead_jobs
-WHERE (sqlc.narg(kind)::text IS NULL OR kind = sqlc.narg(kind)::text)
-  AND (sqlc.narg(queue)::text IS NULL OR queue = sqlc.narg(queue)::text)
-  AND (died_at, id) < (@before_died_at::timestamptz, @before_id::bigint)
-ORDER BY died_at DESC, id DESC
-LIMIT @max_jobs::integer;
-
 -- name: GetDead :one
--- One dead job by id.
+-- One dead (or cancelled) job by id.
 SELECT * FROM hopper_dead_jobs WHERE id = @id::bigint;
 
--- name: RetryDead :many
--- Moves the given dead jobs back to the live table under their own ids,
--- ready now, with a fresh set of attempts and their error history kept. A
--- job whose unique key a live job holds again stays dead: nothing is lost,
--- and the ids that moved come back.
-WITH revived AS (
-    INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, attempt,
-                             max_attempts, unique_key, errors, created_at)
-    OVERRIDING SYSTEM VALUE
-    SELECT id, queue, kind, version, payload, priority, 0,
-           max_attempts, unique_key, errors, created_at
-    FROM hopper_dead_jobs
-    WHERE id = ANY(@ids::bigint[])
-    ON CONFLICT DO NOTHING
-    RETURNING id
-)
-DELETE FROM hopper_dead_jobs AS dead
-USING revived
-WHERE dead.id = revived.id
-RETURNING dead.id;
+-- name: FindJob :one
+-- One job by id, wherever it is: live, dead, cancelled or completed (in
+-- the history). No row: Hopper has no job of that id (never enqueued,
+-- completed without history, or purged).
+SELECT * FROM hopper_all_jobs WHERE id = @id::bigint;
 
--- name: RetryDeadKind :many
--- RetryDead for every dead job of one kind.
-WITH revived AS (
-    INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, attempt,
-                             max_attempts, unique_key, errors, created_at)
-    OVERRIDING SYSTEM VALUE
-    SELECT id, queue, kind, version, payload, priority, 0,
-           max_attempts, unique_key, errors, created_at
-    FROM hopper_dead_jobs
-    WHERE kind = @kind::text
-    ON CONFLICT DO NOTHING
-    RETURNING id
-)
-DELETE FROM hopper_dead_jobs AS dead
-USING revived
-WHERE dead.id = revived.id
-RETURNING dead.id;
+-- name: ListJobs :many
+-- Jobs of every state, newest (highest id) first, up to max_jobs after the
+-- keyset cursor before_id (the last id of the previous page; pass the
+-- largest bigint for the first). Every filter is optional: states (empty:
+-- all; a table whose states are all excluded is not read), queue, kind,
+-- and created_at in [created_from, created_to). The plan is an index scan
+-- per table backwards from before_id, merged, so a page costs the rows it
+-- reads however deep it is; a filter that matches few rows reads more of
+-- them (see README, Operate). Searching by unique key is ListJobsByKey.
+SELECT * FROM hopper_all_jobs AS a
+WHERE a.id < @before_id::bigint
+  AND (cardinality(@states::text[]) = 0 OR a.state = ANY(@states::text[]))
+  AND (sqlc.narg(queue)::text IS NULL OR a.queue = sqlc.narg(queue)::text)
+  AND (sqlc.narg(kind)::text IS NULL OR a.kind = sqlc.narg(kind)::text)
+  AND (sqlc.narg(created_from)::timestamptz IS NULL OR a.created_at >= sqlc.narg(created_from)::timestamptz)
+  AND (sqlc.narg(created_to)::timestamptz IS NULL OR a.created_at < sqlc.narg(created_to)::timestamptz)
+ORDER BY a.id DESC
+LIMIT @max_jobs::integer;
 
--- name: PurgeDead :execrows
--- Deletes dead jobs that died before died_before.
-DELETE FROM hopper_dead_jobs WHERE died_at < @died_before::timestamptz;
+-- name: ListJobsByKey :many
+-- ListJobs for the jobs that carry one unique key: at most one live job,
+-- and any number of dead, cancelled and completed ones. Each table is read
+-- through its unique_key index, whatever the other filters.
+SELECT * FROM hopper_all_jobs AS a
+WHERE a.unique_key = @unique_key::text
+  AND a.id < @before_id::bigint
+  AND (cardinality(@states::text[]) = 0 OR a.state = ANY(@states::text[]))
+  AND (sqlc.narg(queue)::text IS NULL OR a.queue = sqlc.narg(queue)::text)
+  AND (sqlc.narg(kind)::text IS NULL OR a.kind = sqlc.narg(kind)::text)
+  AND (sqlc.narg(created_from)::timestamptz IS NULL OR a.created_at >= sqlc.narg(created_from)::timestamptz)
+  AND (sqlc.narg(created_to)::timestamptz IS NULL OR a.created_at < sqlc.narg(created_to)::timestamptz)
+ORDER BY a.id DESC
+LIMIT @max_jobs::integer;
 
 -- name: SchemaExists :one
 -- Whether a schema of that name exists (checked before migrating into it).

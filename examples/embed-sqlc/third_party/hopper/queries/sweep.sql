@@ -43,9 +43,9 @@ WITH expired AS (
     RETURNING j.*
 ), buried AS (
     INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt,
-                                  max_attempts, unique_key, errors, reason, created_at)
+                                  max_attempts, unique_key, errors, reason, created_at, run_at)
     SELECT r.id, r.queue, r.kind, r.version, r.payload, r.priority, r.attempt,
-           r.max_attempts, r.unique_key, expired.errors, 'lease expired on last attempt', r.created_at
+           r.max_attempts, r.unique_key, expired.errors, 'lease expired on last attempt', r.created_at, r.run_at
     FROM removed AS r
     JOIN expired ON expired.id = r.id
     RETURNING id, queue

@@ -1,0 +1,29 @@
+package hopper
+
+import (
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Errors the operations return, to match with errors.Is. Each is wrapped
+// with what was asked ("hopper: job 42: job not found").
+var (
+	// ErrNotFound: no job of that id, live or finished (never enqueued,
+	// completed without history, or purged).
+	ErrNotFound = errors.New("job not found")
+	// ErrFinished: the job has finished already (completed, dead or
+	// cancelled), so it cannot be cancelled.
+	ErrFinished = errors.New("job already finished")
+	// ErrUnknownQueue: no worker has served the queue, no operator has
+	// paused it, and it holds no job.
+	ErrUnknownQueue = errors.New("unknown queue")
+	// ErrInvalidCursor: a page cursor that ListJobs did not make.
+	ErrInvalidCursor = errors.New("invalid page cursor")
+	// ErrInvalidFilter: a filter that makes no sense (a limit out of
+	// range, a time range that ends before it starts, a state of the wrong
+	// table), or one that would match every dead job without All.
+	ErrInvalidFilter = errors.New("invalid filter")
+)
+
+func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

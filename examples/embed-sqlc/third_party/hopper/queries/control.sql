@@ -1,0 +1,195 @@
+-- name: Cancel :many
+-- Cancels the given jobs, whatever their live state: each moves to
+-- hopper_dead_jobs as cancelled (reason 'cancelled'), never dropped. A
+-- running job's worker is told at once (a notification on hopper_jobs
+-- naming the job and its attempt) and cancels its handler; its late result
+-- is refused by the (id, attempt) fence, since the row is gone. Rows are
+-- locked in id order, like every statement that waits for row locks. One
+-- row per requested id says what the job was: pending, scheduled or
+-- running (cancelled now: cancelled is true), dead, cancelled or completed
+-- (finished already), or '' (no such job).
+WITH requested AS (
+    SELECT DISTINCT unnest(@ids::bigint[]) AS id
+), target AS (
+    SELECT j.id
+    FROM hopper_jobs AS j
+    JOIN requested AS r ON r.id = j.id
+    ORDER BY j.id
+    FOR UPDATE OF j
+), removed AS (
+    DELETE FROM hopper_jobs AS j
+    USING target
+    WHERE j.id = target.id
+    RETURNING j.*
+), buried AS (
+    INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt, max_attempts,
+                                  unique_key, errors, reason, created_at, run_at, state)
+    SELECT r.id, r.queue, r.kind, r.version, r.payload, r.priority, r.attempt, r.max_attempts,
+           r.unique_key, r.errors, 'cancelled', r.created_at, r.run_at, 'cancelled'
+    FROM removed AS r
+    RETURNING id
+), told AS (
+    SELECT count(pg_notify('hopper_jobs', json_build_object(
+               'schema', home.nspname,
+               'cancel', r.id,
+               'attempt', r.attempt,
+               'owner', r.lease_owner)::text)) AS sent
+    FROM removed AS r,
+         (SELECT n.nspname
+          FROM pg_catalog.pg_class AS c
+          JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+          WHERE c.oid = to_regclass('hopper_jobs')) AS home
+    WHERE r.state = 'running'
+)
+SELECT requested.id::bigint AS id,
+       coalesce(removed.state, finished.state, '')::text AS state,
+       (removed.id IS NOT NULL)::boolean AS cancelled
+FROM requested
+CROSS JOIN told -- evaluated, so the notifications are sent
+LEFT JOIN removed ON removed.id = requested.id
+LEFT JOIN hopper_all_jobs AS finished ON finished.id = requested.id AND removed.id IS NULL
+ORDER BY requested.id;
+
+-- name: PurgeQueue :execrows
+-- Deletes every pending and scheduled job of a queue, without a trace.
+-- Running jobs are left to finish.
+DELETE FROM hopper_jobs WHERE queue = @queue::text AND state <> 'running';
+
+-- name: RetryDead :many
+-- Moves dead (or cancelled) jobs back to the live table under their own
+-- ids, ready now, with their error history kept and as many attempts again
+-- as they had: max_attempts grows by what it was, and attempt, the fencing
+-- token, never goes down. It picks up to max_jobs jobs after after_id, in
+-- id order, matching the filters: states (which of dead and cancelled),
+-- ids (empty: any), kind, queue, died_before. A job whose unique key a
+-- live job holds again stays dead: nothing is lost. One row per job picked
+-- says whether it moved; the caller goes on after the last id picked until
+-- fewer than max_jobs come back.
+WITH picked AS (
+    SELECT d.id
+    FROM hopper_dead_jobs AS d
+    WHERE d.id > @after_id::bigint
+      AND d.state = ANY(@states::text[])
+      AND (cardinality(@ids::bigint[]) = 0 OR d.id = ANY(@ids::bigint[]))
+      AND (sqlc.narg(kind)::text IS NULL OR d.kind = sqlc.narg(kind)::text)
+      AND (sqlc.narg(queue)::text IS NULL OR d.queue = sqlc.narg(queue)::text)
+      AND (sqlc.narg(died_before)::timestamptz IS NULL OR d.died_at < sqlc.narg(died_before)::timestamptz)
+    ORDER BY d.id
+    LIMIT @max_jobs::integer
+    FOR UPDATE SKIP LOCKED
+), revived AS (
+    INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, attempt,
+                             max_attempts, unique_key, errors, created_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT d.id, d.queue, d.kind, d.version, d.payload, d.priority, d.attempt,
+           d.attempt + d.max_attempts, d.unique_key, d.errors, d.created_at
+    FROM hopper_dead_jobs AS d
+    JOIN picked ON picked.id = d.id
+    ON CONFLICT DO NOTHING
+    RETURNING id
+), moved AS (
+    DELETE FROM hopper_dead_jobs AS dead
+    USING revived
+    WHERE dead.id = revived.id
+    RETURNING dead.id
+)
+SELECT picked.id, (moved.id IS NOT NULL)::boolean AS retried
+FROM picked
+LEFT JOIN moved ON moved.id = picked.id
+ORDER BY picked.id;
+
+-- name: PurgeDead :many
+-- Deletes up to max_jobs dead (or cancelled) jobs after after_id, in id
+-- order, matching the filters of RetryDead, and returns their ids; the
+-- caller goes on after the last until fewer come back. Workers run it for
+-- their dead-job retention (died_before = now - retention); SKIP LOCKED
+-- lets them all at once.
+DELETE FROM hopper_dead_jobs AS dead
+WHERE dead.id IN (
+    SELECT d.id
+    FROM hopper_dead_jobs AS d
+    WHERE d.id > @after_id::bigint
+      AND d.state = ANY(@states::text[])
+      AND (cardinality(@ids::bigint[]) = 0 OR d.id = ANY(@ids::bigint[]))
+      AND (sqlc.narg(kind)::text IS NULL OR d.kind = sqlc.narg(kind)::text)
+      AND (sqlc.narg(queue)::text IS NULL OR d.queue = sqlc.narg(queue)::text)
+      AND (sqlc.narg(died_before)::timestamptz IS NULL OR d.died_at < sqlc.narg(died_before)::timestamptz)
+    ORDER BY d.id
+    LIMIT @max_jobs::integer
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING dead.id;
+
+-- name: PauseQueue :one
+-- Pauses a queue: from this statement's commit no claim takes its jobs
+-- (Dequeue checks hopper_queues). Pausing a paused queue changes nothing;
+-- paused_at stays the time of the first pause, and was_paused says so.
+WITH before AS (
+    SELECT q.paused_at FROM hopper_queues AS q WHERE q.name = @name::text
+), upserted AS (
+    INSERT INTO hopper_queues (name, paused_at)
+    VALUES (@name::text, now())
+    ON CONFLICT (name) DO UPDATE
+    SET paused_at  = coalesce(hopper_queues.paused_at, excluded.paused_at),
+        updated_at = CASE WHEN hopper_queues.paused_at IS NULL THEN now() ELSE hopper_queues.updated_at END
+    RETURNING paused_at
+)
+SELECT upserted.paused_at::timestamptz AS paused_at,
+       EXISTS (SELECT FROM before WHERE before.paused_at IS NOT NULL)::boolean AS was_paused
+FROM upserted;
+
+-- name: ResumeQueue :one
+-- Resumes a paused queue and wakes its workers at once (a wake-up without
+-- a place: their cursors scan from the start). was_paused is false, and
+-- nothing is sent, when the queue was not paused; no row when hopper_queues
+-- has no such queue.
+WITH before AS (
+    SELECT q.name, q.paused_at
+    FROM hopper_queues AS q
+    WHERE q.name = @name::text
+    FOR UPDATE
+), resumed AS (
+    UPDATE hopper_queues AS q
+    SET paused_at = NULL, updated_at = now()
+    FROM before
+    WHERE q.name = before.name AND before.paused_at IS NOT NULL
+    RETURNING q.name
+), woken AS (
+    SELECT count(pg_notify('hopper_jobs', json_build_object('schema', n.nspname, 'queue', resumed.name)::text)) AS sent
+    FROM resumed,
+         pg_catalog.pg_class AS c
+         JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+    WHERE c.oid = to_regclass('hopper_jobs')
+)
+SELECT (before.paused_at IS NOT NULL)::boolean AS was_paused
+FROM before
+CROSS JOIN woken;
+
+-- name: RegisterQueues :exec
+-- Records the queues a worker serves (at its start), so that they are known
+-- to the operations that name a queue, with or without jobs.
+INSERT INTO hopper_queues (name)
+SELECT unnest(@names::text[])
+ON CONFLICT (name) DO NOTHING;
+
+-- name: ListQueues :many
+-- Every queue Hopper knows of: those in hopper_queues (served by a worker,
+-- or paused), and those that have live or dead jobs, with when each was
+-- paused (NULL: it runs).
+SELECT names.name::text AS name, q.paused_at, q.created_at, q.updated_at
+FROM (SELECT name FROM hopper_queues
+      UNION
+      SELECT DISTINCT queue FROM hopper_jobs
+      UNION
+      SELECT DISTINCT queue FROM hopper_dead_jobs) AS names
+LEFT JOIN hopper_queues AS q ON q.name = names.name
+ORDER BY 1;
+
+-- name: QueueKnown :one
+-- Whether a queue is known: in hopper_queues, or holding a live or dead
+-- job. The first two look-ups use indexes; the last resort (a queue that
+-- has only scheduled or running jobs and no row) reads the live table.
+SELECT (EXISTS (SELECT FROM hopper_queues WHERE name = @name::text)
+        OR EXISTS (SELECT FROM hopper_jobs WHERE queue = @name::text AND state = 'pending')
+        OR EXISTS (SELECT FROM hopper_dead_jobs WHERE queue = @name::text)
+        OR EXISTS (SELECT FROM hopper_jobs WHERE queue = @name::text))::boolean AS known;

@@ -1,0 +1,17 @@
+-- name: PruneHistory :execrows
+-- Deletes up to max_jobs completed jobs whose keep_until has passed.
+-- Every worker runs it on its sweep interval; SKIP LOCKED and the bounded
+-- batch make that safe and cheap, as for Sweep. Like Sweep it looks only at
+-- rows that expired within the last within_ms (0: all), so a worker that
+-- pruned everything a moment ago seeks past the index entries of rows it
+-- deleted (kept while any older snapshot is open).
+DELETE FROM hopper_job_history AS h
+WHERE h.id IN (
+    SELECT old.id
+    FROM hopper_job_history AS old
+    WHERE old.keep_until < now()
+      AND old.keep_until >= coalesce(now() - '1 millisecond'::interval * nullif(@within_ms::bigint, 0), '-infinity')
+    ORDER BY old.keep_until
+    LIMIT @max_jobs::integer
+    FOR UPDATE SKIP LOCKED
+);

@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/jobs"
+)
+
+func queueCommand() *command {
+	var asJSON bool
+	return &command{
+		name:    "queue",
+		args:    "list | pause Q | resume Q",
+		summary: "list queues with their state and jobs; pause a queue (no worker claims its jobs) or resume it",
+		flags: func(fs *flag.FlagSet) {
+			fs.BoolVar(&asJSON, "json", false, "list: print JSON")
+		},
+		run: func(e *env, _ *flag.FlagSet, args []string) error {
+			if len(args) == 0 {
+				return fmt.Errorf("%w: say list, pause or resume", errUsage)
+			}
+			action, rest := args[0], args[1:]
+			switch {
+			case action == "list" && len(rest) == 0:
+			case (action == "pause" || action == "resume") && len(rest) == 1:
+				if err := jobs.ValidateQueue(rest[0]); err != nil {
+					return fmt.Errorf("%w: %v", errUsage, err)
+				}
+			case action == "pause" || action == "resume":
+				return fmt.Errorf("%w: %s takes one queue name", errUsage, action)
+			case action == "list":
+				return fmt.Errorf("%w: list takes no argument", errUsage)
+			default:
+				return fmt.Errorf("%w: unknown queue action %q (list, pause or resume)", errUsage, action)
+			}
+			pool, err := e.connectHopper()
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			client := hopper.NewClient(pool)
+			switch action {
+			case "pause":
+				res, err := client.PauseQueue(e.ctx, rest[0])
+				if errors.Is(err, hopper.ErrUnknownQueue) {
+					return unknownQueue(rest[0])
+				}
+				if err != nil {
+					return err
+				}
+				if res.AlreadyPaused {
+					fmt.Fprintf(e.stdout, "queue %s was paused already (since %s)\n", rest[0], stamp(res.PausedAt))
+					return nil
+				}
+				fmt.Fprintf(e.stdout, "queue %s paused: no worker claims its jobs until hopper queue resume %s (running jobs finish)\n", rest[0], rest[0])
+			case "resume":
+				was, err := client.ResumeQueue(e.ctx, rest[0])
+				if errors.Is(err, hopper.ErrUnknownQueue) {
+					return unknownQueue(rest[0])
+				}
+				if err != nil {
+					return err
+				}
+				if !was {
+					fmt.Fprintf(e.stdout, "queue %s was not paused\n", rest[0])
+					return nil
+				}
+				fmt.Fprintf(e.stdout, "queue %s resumed\n", rest[0])
+			case "list":
+				queues, err := client.Queues(e.ctx)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return json.NewEncoder(e.stdout).Encode(queues)
+				}
+				if len(queues) == 0 {
+					fmt.Fprintln(e.stdout, "(no queues)")
+					return nil
+				}
+				tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "QUEUE\tSTATE\tREADY\tSCHEDULED\tRUNNING\tDEAD\tCANCELLED\tCLAIM LAG")
+				for _, q := range queues {
+					state := "running"
+					if q.PausedAt != nil {
+						state = "paused since " + stamp(*q.PausedAt)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", q.Name, state, q.Ready, q.Scheduled, q.Running,
+						q.Dead, q.Cancelled, q.OldestReady.Round(time.Millisecond))
+				}
+				tw.Flush()
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,256 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hopperq/hopper/db"
+)
+
+// Item is one job of an EnqueueMany batch, with options of its own that
+// override the call's.
+type Item[T any] struct {
+	Payload T
+	Options []EnqueueOption
+}
+
+// Items wraps payloads that need no options of their own.
+func Items[T any](payloads ...T) []Item[T] {
+	items := make([]Item[T], len(payloads))
+	for i, p := range payloads {
+		items[i].Payload = p
+	}
+	return items
+}
+
+// Entry is one job of any kind, checked and encoded, for EnqueueBatch.
+// Kind.Entry makes one.
+type Entry struct {
+	kind    string
+	version int
+	raw     json.RawMessage
+	o       enqueueOptions
+	err     error // why the payload or options were refused
+}
+
+// Entry prepares one job of this kind for a mixed-kind EnqueueBatch. The
+// payload and options are checked now; a refusal is reported by
+// EnqueueBatch, with the entry's position.
+func (k *Kind[T]) Entry(payload T, opts ...EnqueueOption) Entry {
+	o, raw, err := k.prepare(payload, opts)
+	return Entry{kind: k.name, version: k.version, raw: raw, o: o, err: err}
+}
+
+// BatchResult tells what a batch enqueue did.
+type BatchResult struct {
+	// Inserted counts the jobs inserted.
+	Inserted int
+	// Duplicates counts the jobs skipped because a live job (or an earlier
+	// job of the batch) held their unique key.
+	Duplicates int
+	// Results has one entry per job of the batch, in its order: the new
+	// job's id, or for a duplicate the id of the job holding its key.
+	Results []Result
+}
+
+// EnqueueMany inserts a batch of jobs of this kind. opts apply to every
+// item; an item's own Options override them. See EnqueueBatch for how the
+// batch is sent and what the result holds.
+func (k *Kind[T]) EnqueueMany(ctx context.Context, dbtx DBTX, items []Item[T], opts ...EnqueueOption) (BatchResult, error) {
+	entries := make([]Entry, len(items))
+	// Items without options of their own share the call's, checked once.
+	shared, sharedErr := k.options(opts)
+	for i, item := range items {
+		o, err := shared, sharedErr
+		if len(item.Options) > 0 {
+			o, err = k.options(append(opts[:len(opts):len(opts)], item.Options...))
+		}
+		var raw json.RawMessage
+		if err == nil {
+			raw, err = k.encode(item.Payload)
+		}
+		entries[i] = Entry{kind: k.name, version: k.version, raw: raw, o: o, err: err}
+	}
+	res, err := enqueueEntries(ctx, dbtx, entries, false)
+	if err != nil {
+		return BatchResult{}, fmt.Errorf("hopper: enqueue many %s: %w", k.name, err)
+	}
+	return res, nil
+}
+
+// EnqueueBatch inserts jobs of any kinds (made with Kind.Entry) together.
+//
+// Every entry is checked before anything is written: one bad entry fails
+// the whole batch, and the error names its position. The batch is all or
+// nothing, and given a transaction it commits or rolls back with it;
+// workers get one wake-up per queue for the whole batch.
+//
+// How it is sent, in round trips: a batch without unique keys is one
+// statement that reserves its ids, then COPY (one COPY for jobs ready now,
+// another for delayed ones; a batch with both runs the two in a
+// transaction, or a savepoint of yours, so two more round trips for BEGIN
+// and COMMIT). A batch where any entry has a unique key is a single INSERT
+// … ON CONFLICT DO NOTHING, one round trip.
+//
+// Which clock sets run_at: a COPY batch computes a delayed job's run_at
+// (Delay, or RunAt) with this process's clock, and a ready job gets the
+// database's now(); the single-statement path computes every run_at with
+// the database's clock, like Enqueue.
+func EnqueueBatch(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, error) {
+	res, err := enqueueEntries(ctx, dbtx, entries, true)
+	if err != nil {
+		return BatchResult{}, fmt.Errorf("hopper: enqueue batch: %w", err)
+	}
+	return res, nil
+}
+
+// enqueueEntries checks and sends a batch; mixed says that its entries may
+// be of several kinds, so that a refusal names the entry's kind.
+func enqueueEntries(ctx context.Context, dbtx DBTX, entries []Entry, mixed bool) (BatchResult, error) {
+	if len(entries) == 0 {
+		return BatchResult{Results: []Result{}}, nil
+	}
+	unique := false
+	for i, e := range entries {
+		if e.kind == "" {
+			return BatchResult{}, fmt.Errorf("item %d: %w: an empty Entry (make entries with Kind.Entry)", i, ErrInvalidDefinition)
+		}
+		if e.err != nil && mixed {
+			return BatchResult{}, fmt.Errorf("item %d (%s): %w", i, e.kind, e.err)
+		}
+		if e.err != nil {
+			return BatchResult{}, fmt.Errorf("item %d: %w", i, e.err)
+		}
+		unique = unique || e.o.uniqueKey != nil
+	}
+	if unique {
+		return insertUnique(ctx, dbtx, entries)
+	}
+	return copyPlain(ctx, dbtx, entries)
+}
+
+// insertUnique sends a batch with unique keys as one INSERT … ON CONFLICT
+// DO NOTHING that reports every entry.
+func insertUnique(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, error) {
+	p := db.EnqueueBatchUniqueParams{}
+	for _, e := range entries {
+		key := ""
+		if e.o.uniqueKey != nil {
+			key = *e.o.uniqueKey
+		}
+		p.Queues = append(p.Queues, e.o.queue)
+		p.Kinds = append(p.Kinds, e.kind)
+		p.Versions = append(p.Versions, int32(e.version))
+		p.Payloads = append(p.Payloads, e.raw)
+		p.Priorities = append(p.Priorities, int16(e.o.priority))
+		p.RunAts = append(p.RunAts, e.o.runAtOrLongAgo())
+		p.DelaysMs = append(p.DelaysMs, e.o.delay.Milliseconds())
+		p.MaxAttempts = append(p.MaxAttempts, int32(e.o.maxAttempts))
+		p.UniqueKeys = append(p.UniqueKeys, key)
+	}
+	rows, err := db.New(dbtx).EnqueueBatchUnique(ctx, p)
+	if err != nil {
+		return BatchResult{}, err
+	}
+	if len(rows) != len(entries) {
+		return BatchResult{}, fmt.Errorf("the batch statement answered %d rows for %d jobs", len(rows), len(entries))
+	}
+	res := BatchResult{Results: make([]Result, len(rows))}
+	for i, r := range rows {
+		res.Results[i] = Result{ID: r.ID, Duplicate: !r.Inserted}
+		if r.Inserted {
+			res.Inserted++
+		} else {
+			res.Duplicates++
+		}
+	}
+	return res, nil
+}
+
+// copyPlain sends a batch without unique keys with COPY, under ids
+// reserved first so that the result names every job.
+func copyPlain(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, error) {
+	ids, err := db.New(dbtx).ReserveJobIDs(ctx, int32(len(entries)))
+	if err != nil {
+		return BatchResult{}, err
+	}
+	if len(ids) != len(entries) {
+		return BatchResult{}, fmt.Errorf("reserved %d ids for %d jobs", len(ids), len(entries))
+	}
+	// Jobs ready now take the database's now() as run_at; scheduled ones
+	// need the column, so they go in a second COPY.
+	var now []db.EnqueueBatchParams
+	var later []db.EnqueueBatchAtParams
+	clock := time.Now()
+	res := BatchResult{Inserted: len(entries), Results: make([]Result, len(entries))}
+	for i, e := range entries {
+		res.Results[i] = Result{ID: ids[i]}
+		if e.o.runAt.IsZero() && e.o.delay == 0 {
+			now = append(now, db.EnqueueBatchParams{
+				ID: ids[i], Queue: e.o.queue, Kind: e.kind, Version: int32(e.version), Payload: e.raw,
+				Priority: int16(e.o.priority), MaxAttempts: int32(e.o.maxAttempts),
+			})
+			continue
+		}
+		at := clock.Add(e.o.delay)
+		if e.o.runAt.After(at) {
+			at = e.o.runAt
+		}
+		state := string(StatePending)
+		if at.After(clock) {
+			state = string(StateScheduled) // kept out of the ready index until due
+		}
+		later = append(later, db.EnqueueBatchAtParams{
+			ID: ids[i], Queue: e.o.queue, Kind: e.kind, Version: int32(e.version), Payload: e.raw,
+			Priority: int16(e.o.priority), RunAt: at, State: state, MaxAttempts: int32(e.o.maxAttempts),
+		})
+	}
+	copyAll := func(q *db.Queries) error {
+		if len(now) > 0 {
+			if _, err := q.EnqueueBatch(ctx, now); err != nil {
+				return err
+			}
+		}
+		if len(later) > 0 {
+			if _, err := q.EnqueueBatchAt(ctx, later); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(now) > 0 && len(later) > 0 {
+		// Two statements: run them in a transaction (a savepoint inside
+		// the caller's) so the batch is never half-written.
+		err = inTx(ctx, dbtx, copyAll)
+	} else {
+		err = copyAll(db.New(dbtx))
+	}
+	if err != nil {
+		return BatchResult{}, err
+	}
+	return res, nil
+}
+
+// inTx runs fn in a transaction begun on dbtx (a savepoint when dbtx is
+// already a transaction).
+func inTx(ctx context.Context, dbtx DBTX, fn func(*db.Queries) error) error {
+	beginner, ok := dbtx.(interface {
+		Begin(context.Context) (pgx.Tx, error)
+	})
+	if !ok {
+		return fmt.Errorf("%T cannot begin a transaction: pass a pool, a connection or a transaction", dbtx)
+	}
+	tx, err := beginner.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if err := fn(db.New(tx)); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}

@@ -1,0 +1,139 @@
+package hopper
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hopperq/hopper/jobs"
+)
+
+// QueueInfo is one queue: whether it is paused and its jobs by state.
+type QueueInfo struct {
+	Name string
+	// PausedAt is when the queue was paused; nil while it runs.
+	PausedAt *time.Time
+	Counts
+}
+
+// Paused reports whether the queue is paused.
+func (q QueueInfo) Paused() bool { return q.PausedAt != nil }
+
+// Queues lists every queue Hopper knows of (served by a worker, paused,
+// or holding jobs), by name.
+func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
+	return c.QueuesTx(ctx, c.db)
+}
+
+// QueuesTx is Queues on the caller's transaction.
+func (c *Client) QueuesTx(ctx context.Context, tx jobs.DBTX) ([]QueueInfo, error) {
+	names, err := queries(tx).ListQueues(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("hopper: queues: %w", err)
+	}
+	stats, err := c.StatsTx(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]QueueInfo, len(names))
+	at := map[string]int{}
+	for i, n := range names {
+		out[i] = QueueInfo{Name: n.Name, PausedAt: n.PausedAt}
+		at[n.Name] = i
+	}
+	for _, r := range stats.Rows {
+		if i, ok := at[r.Queue]; ok {
+			out[i].Counts.add(r.Counts)
+		}
+	}
+	return out, nil
+}
+
+// PauseResult tells what PauseQueue did.
+type PauseResult struct {
+	// PausedAt is when the queue was paused: now, or at the first pause
+	// when it was paused already.
+	PausedAt time.Time
+	// AlreadyPaused: the queue was paused before; nothing changed.
+	AlreadyPaused bool
+}
+
+// PauseQueue pauses a queue: from the moment it commits no worker process
+// claims its jobs (the claim statement itself checks), whatever worker
+// starts later; jobs running already finish, and enqueueing goes on.
+// Pausing a paused queue is not an error. Errors wrap jobs.ErrInvalidQueue
+// or ErrUnknownQueue.
+func (c *Client) PauseQueue(ctx context.Context, name string) (PauseResult, error) {
+	return c.PauseQueueTx(ctx, c.db, name)
+}
+
+// PauseQueueTx is PauseQueue on the caller's transaction.
+func (c *Client) PauseQueueTx(ctx context.Context, tx jobs.DBTX, name string) (PauseResult, error) {
+	if err := c.knownQueue(ctx, tx, name); err != nil {
+		return PauseResult{}, fmt.Errorf("hopper: pause queue: %w", err)
+	}
+	r, err := queries(tx).PauseQueue(ctx, name)
+	if err != nil {
+		return PauseResult{}, fmt.Errorf("hopper: pause queue %s: %w", name, err)
+	}
+	return PauseResult{PausedAt: r.PausedAt, AlreadyPaused: r.WasPaused}, nil
+}
+
+// ResumeQueue resumes a paused queue and wakes its workers at once. It
+// reports whether the queue was paused; resuming a running queue is not
+// an error. Errors wrap jobs.ErrInvalidQueue or ErrUnknownQueue.
+func (c *Client) ResumeQueue(ctx context.Context, name string) (wasPaused bool, err error) {
+	return c.ResumeQueueTx(ctx, c.db, name)
+}
+
+// ResumeQueueTx is ResumeQueue on the caller's transaction: the queue
+// resumes, and its workers wake, when it commits.
+func (c *Client) ResumeQueueTx(ctx context.Context, tx jobs.DBTX, name string) (wasPaused bool, err error) {
+	if err := c.knownQueue(ctx, tx, name); err != nil {
+		return false, fmt.Errorf("hopper: resume queue: %w", err)
+	}
+	wasPaused, err = queries(tx).ResumeQueue(ctx, name)
+	if err != nil && !isNoRows(err) { // no row: known by its jobs only, so never paused
+		return false, fmt.Errorf("hopper: resume queue %s: %w", name, err)
+	}
+	return wasPaused, nil
+}
+
+// PurgeQueue deletes every pending and scheduled job of a queue, without
+// a trace, and returns how many; running jobs finish. Errors wrap
+// jobs.ErrInvalidQueue or ErrUnknownQueue.
+func (c *Client) PurgeQueue(ctx context.Context, name string) (int64, error) {
+	return c.PurgeQueueTx(ctx, c.db, name)
+}
+
+// PurgeQueueTx is PurgeQueue on the caller's transaction.
+func (c *Client) PurgeQueueTx(ctx context.Context, tx jobs.DBTX, name string) (int64, error) {
+	if err := c.knownQueue(ctx, tx, name); err != nil {
+		return 0, fmt.Errorf("hopper: purge queue: %w", err)
+	}
+	n, err := queries(tx).PurgeQueue(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("hopper: purge queue %s: %w", name, err)
+	}
+	return n, nil
+}
+
+// knownQueue checks a queue name: valid, and known to Hopper. A queue
+// known by its jobs alone is recorded in hopper_queues, so that it stays
+// known once an operator has named it, even when its jobs are gone.
+func (c *Client) knownQueue(ctx context.Context, tx jobs.DBTX, name string) error {
+	if err := jobs.ValidateQueue(name); err != nil {
+		return err
+	}
+	known, err := queries(tx).QueueKnown(ctx, name)
+	if err != nil {
+		return fmt.Errorf("queue %s: %w", name, err)
+	}
+	if !known {
+		return fmt.Errorf("%w %q: no worker serves it and it has no jobs", ErrUnknownQueue, name)
+	}
+	if err := queries(tx).RegisterQueues(ctx, []string{name}); err != nil {
+		return fmt.Errorf("queue %s: %w", name, err)
+	}
+	return nil
+}
