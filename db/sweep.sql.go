@@ -12,7 +12,8 @@ import (
 
 const sweep = `-- name: Sweep :many
 WITH expired AS (
-    SELECT j.id,
+    SELECT j.id, j.queue, j.kind, j.version, j.payload, j.priority, j.attempt, j.max_attempts,
+           j.unique_key, j.created_at, j.run_at,
            j.errors || jsonb_build_array(jsonb_build_object(
                'attempt', j.attempt,
                'at', now(),
@@ -45,14 +46,13 @@ WITH expired AS (
     DELETE FROM hopper_jobs AS j
     USING expired
     WHERE j.id = expired.id AND expired.exhausted
-    RETURNING j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, j.lease_owner, j.lease_until, j.unique_key, j.errors, j.created_at
 ), buried AS (
     INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt,
                                   max_attempts, unique_key, errors, reason, created_at, run_at)
-    SELECT r.id, r.queue, r.kind, r.version, r.payload, r.priority, r.attempt,
-           r.max_attempts, r.unique_key, expired.errors, 'lease expired on last attempt', r.created_at, r.run_at
-    FROM removed AS r
-    JOIN expired ON expired.id = r.id
+    SELECT expired.id, expired.queue, expired.kind, expired.version, expired.payload, expired.priority, expired.attempt,
+           expired.max_attempts, expired.unique_key, expired.errors, 'lease expired on last attempt', expired.created_at, expired.run_at
+    FROM expired
+    WHERE expired.exhausted
     RETURNING id, queue
 )
 SELECT requeued.id, requeued.queue, requeued.priority, requeued.run_at, false AS dead FROM requeued
@@ -80,6 +80,8 @@ type SweepRow struct {
 // to run from every worker at the same time: each expired job is moved once.
 // Returns one row per job moved; dead tells where it went. A requeued job's
 // priority and run_at tell workers where it sits in claim order (Notify).
+// The dead table's rows are made from the locked rows themselves, not by
+// joining the delete's answer back (see NackBatch).
 func (q *Queries) Sweep(ctx context.Context, arg SweepParams) ([]SweepRow, error) {
 	rows, err := q.db.Query(ctx, sweep, arg.WithinMs, arg.MaxJobs)
 	if err != nil {

@@ -81,3 +81,28 @@ func BenchmarkAckBatch(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAckBatchKeep is BenchmarkAckBatch for a kind that keeps its
+// completed jobs in the history: the same delete, plus the copy.
+func BenchmarkAckBatchKeep(b *testing.B) {
+	ctx, q := benchSetup(b, b.N)
+	var claims []db.AckBatchKeepParams
+	for done := 0; done < b.N; {
+		jobs := dequeue(ctx, b, q, min(benchBatch, b.N-done))
+		p := db.AckBatchKeepParams{}
+		for _, j := range jobs {
+			p.Ids = append(p.Ids, j.ID)
+			p.Attempts = append(p.Attempts, j.Attempt)
+			p.KeepMs = append(p.KeepMs, 3_600_000)
+			p.Results = append(p.Results, nil)
+		}
+		claims = append(claims, p)
+		done += len(jobs)
+	}
+	b.ResetTimer()
+	for _, p := range claims {
+		if _, err := q.AckBatchKeep(ctx, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

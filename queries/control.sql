@@ -41,14 +41,17 @@ WITH requested AS (
           WHERE c.oid = to_regclass('hopper_jobs')) AS home
     WHERE r.state = 'running'
 )
-SELECT requested.id::bigint AS id,
-       coalesce(removed.state, finished.state, '')::text AS state,
-       (removed.id IS NOT NULL)::boolean AS cancelled
-FROM requested
+SELECT removed.id::bigint AS id, removed.state::text AS state, true AS cancelled
+FROM removed
 CROSS JOIN told -- evaluated, so the notifications are sent
-LEFT JOIN removed ON removed.id = requested.id
-LEFT JOIN hopper_all_jobs AS finished ON finished.id = requested.id AND removed.id IS NULL
-ORDER BY requested.id;
+UNION ALL
+-- The rest, found with EXCEPT ALL (hashed or sorted, never a nested loop
+-- over both, as a generic plan of a join could be).
+SELECT other.id, coalesce(finished.state, '')::text, false
+FROM (SELECT requested.id FROM requested EXCEPT ALL SELECT removed.id FROM removed) AS other
+CROSS JOIN told
+LEFT JOIN hopper_all_jobs AS finished ON finished.id = other.id
+ORDER BY 1;
 
 -- name: PurgeQueue :execrows
 -- Deletes every pending and scheduled job of a queue, without a trace.
@@ -93,10 +96,12 @@ WITH picked AS (
     WHERE dead.id = revived.id
     RETURNING dead.id
 )
-SELECT picked.id, (moved.id IS NOT NULL)::boolean AS retried
-FROM picked
-LEFT JOIN moved ON moved.id = picked.id
-ORDER BY picked.id;
+SELECT moved.id, true AS retried
+FROM moved
+UNION ALL
+SELECT kept.id, false -- EXCEPT ALL: see Cancel
+FROM (SELECT picked.id FROM picked EXCEPT ALL SELECT moved.id FROM moved) AS kept
+ORDER BY 1;
 
 -- name: PurgeDead :many
 -- Deletes up to max_jobs dead (or cancelled) jobs after after_id, in id

@@ -53,7 +53,12 @@ func runChaosWorker() int {
 	heartbeat, _ := time.ParseDuration(os.Getenv("HOPPER_CHAOS_HEARTBEAT"))
 	slowFirst, _ := time.ParseDuration(os.Getenv("HOPPER_CHAOS_SLOW_FIRST"))
 	work, _ := time.ParseDuration(os.Getenv("HOPPER_CHAOS_WORK"))
+	var keep map[string]time.Duration
+	if os.Getenv("HOPPER_CHAOS_HISTORY") != "" {
+		keep = map[string]time.Duration{jobs.DefaultQueue: time.Hour}
+	}
 	w, err := worker.New(pool, worker.Config{
+		KeepHistory:       keep,
 		ID:                os.Getenv("HOPPER_CHAOS_ID"),
 		Queues:            map[string]int{jobs.DefaultQueue: 16},
 		LeaseDuration:     lease,
@@ -229,16 +234,38 @@ func (b *chaosBed) verdict(name string, n int, recovery time.Duration) {
 	require.Equal(b.t, completed, ledgerRows, "a completion was recorded twice: a stale ack was accepted")
 	require.Zero(b.t, claimsRunTwice, "one claim ran twice: a job ran again without its lease expiring")
 	require.EqualValues(b.t, n, completed+dead)
+	if b.history() {
+		// Every completed job is in the history exactly once (the primary
+		// key allows no more), under the attempt whose completion
+		// committed; no refused run left a row.
+		kept := b.count("SELECT count(*) FROM hopper_job_history")
+		matching := b.count("SELECT count(*) FROM hopper_job_history AS h JOIN chaos_ledger AS l ON l.job_id = h.id AND l.attempt = h.attempt")
+		b.t.Logf("%s: history holds %d completed jobs, %d of them under the ledger's attempt", name, kept, matching)
+		require.Equal(b.t, completed, kept, "every completed job kept, once")
+		require.Equal(b.t, completed, matching, "kept under the attempt that completed it")
+	} else {
+		require.Zero(b.t, b.count("SELECT count(*) FROM hopper_job_history"), "history is off")
+	}
 }
 
-// TestChaosWorkerCrashes: 4 worker processes; every ~2s a random one gets
-// SIGKILL and is restarted under its stable ID.
+// history says whether the bed's workers keep history.
+func (b *chaosBed) history() bool {
+	for _, e := range b.env {
+		if strings.HasPrefix(e, "HOPPER_CHAOS_HISTORY=") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestChaosWorkerCrashes: 4 worker processes, keeping history; every ~2s a
+// random one gets SIGKILL and is restarted under its stable ID.
 func TestChaosWorkerCrashes(t *testing.T) {
 	n := 20_000
 	if chaosFull() {
 		n = 100_000
 	}
-	b := newChaosBed(t, "HOPPER_CHAOS_LEASE=2s", "HOPPER_CHAOS_WORK=1ms")
+	b := newChaosBed(t, "HOPPER_CHAOS_LEASE=2s", "HOPPER_CHAOS_WORK=1ms", "HOPPER_CHAOS_HISTORY=1")
 	b.enqueue(n)
 	ids := []string{"w1", "w2", "w3", "w4"}
 	for _, id := range ids {
@@ -318,10 +345,11 @@ func TestChaosDatabaseRestart(t *testing.T) {
 }
 
 // TestChaosLeaseExpiry: with the heartbeat off, first attempts outlive
-// their lease; they are run again elsewhere, and their late acks refused.
+// their lease; they are run again elsewhere, and their late acks refused
+// (history is kept: a refused ack keeps nothing).
 func TestChaosLeaseExpiry(t *testing.T) {
 	n := 300
-	b := newChaosBed(t, "HOPPER_CHAOS_LEASE=300ms", "HOPPER_CHAOS_HEARTBEAT=-1s", "HOPPER_CHAOS_SLOW_FIRST=1s")
+	b := newChaosBed(t, "HOPPER_CHAOS_LEASE=300ms", "HOPPER_CHAOS_HEARTBEAT=-1s", "HOPPER_CHAOS_SLOW_FIRST=1s", "HOPPER_CHAOS_HISTORY=1")
 	b.enqueue(n)
 	b.start("w1")
 	b.start("w2")

@@ -34,6 +34,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(chaosEnv) != "" {
 		os.Exit(runChaosWorker())
 	}
+	if os.Getenv(operateEnv) != "" {
+		os.Exit(runOperateWorker())
+	}
 	dir, err := os.MkdirTemp("", "hopper-cli-test")
 	if err != nil {
 		panic(err)

@@ -7,6 +7,8 @@ const (
 	OutcomeDone        = "done"
 	OutcomeFailed      = "failed"
 	OutcomeDead        = "dead"
+	OutcomeCancelled   = "cancelled"
+	OutcomeSnoozed     = "snoozed"
 	OutcomeRefused     = "refused"
 	OutcomeUnconfirmed = "unconfirmed"
 	OutcomeUnrecorded  = "unrecorded"

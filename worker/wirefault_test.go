@@ -25,6 +25,7 @@ import (
 // they differ only so that Fired counts the stall and the cuts apart.
 const (
 	wfAck         = "-- name: AckBatch :many"
+	wfAckKeep     = "-- name: AckBatchKeep :many"
 	wfNack        = "-- name: NackBatch :many"
 	wfExtendStall = "-- name: Extend :many"
 	wfExtendCut   = "-- name: Extend "
@@ -52,7 +53,8 @@ const (
 // Each scenario adds the stronger checks its setup makes exact without
 // any timing assumption (see wfCheckRuns).
 func TestWireFaults(t *testing.T) {
-	t.Run("AckRepliesLost", wfAckRepliesLost)
+	t.Run("AckRepliesLost", func(t *testing.T) { wfAckRepliesLost(t, false) })
+	t.Run("AckKeepRepliesLost", func(t *testing.T) { wfAckRepliesLost(t, true) })
 	t.Run("NackRepliesLost", wfNackRepliesLost)
 	t.Run("ExtendStalledAndCut", wfExtendStalledAndCut)
 	t.Run("ShutdownDuringOutage", wfShutdownDuringOutage)
@@ -65,30 +67,36 @@ func TestWireFaults(t *testing.T) {
 // so that each cut hits a batch of its own. The faulty worker never sweeps
 // and nobody else runs meanwhile, so no one can take a job from it: every
 // one of its runs must be reported exactly once, "done" or (when its lease
-// may have lapsed before it looked) "unconfirmed", never "refused".
-func wfAckRepliesLost(t *testing.T) {
+// may have lapsed before it looked) "unconfirmed", never "refused". With
+// history kept (AckBatchKeep), the history proves every committed ack: each
+// run is "done".
+func wfAckRepliesLost(t *testing.T, keep bool) {
 	h := newWF(t)
 	quick := kind(t, "wf.quick")
 	const total, cuts = 2000, 5
 
 	p := h.proxy(t)
 	kinds := wfKinds{quick: wfQuick}
-	faulty := h.run(t, h.proxiedPool(t, p), "faulty", worker.Config{
+	cfg := worker.Config{
 		Queues:        map[string]int{"default": 16},
 		LeaseDuration: time.Second, HeartbeatInterval: 100 * time.Millisecond,
 		SweepInterval: time.Hour, // nobody takes a job away from it
-	}, kinds)
+	}
+	marker, outcomes := wfAck, []string{worker.OutcomeDone, worker.OutcomeUnconfirmed}
+	if keep {
+		cfg.KeepHistory = map[string]time.Duration{"default": time.Hour}
+		marker, outcomes = wfAckKeep, []string{worker.OutcomeDone}
+	}
+	faulty := h.run(t, h.proxiedPool(t, p), "faulty", cfg, kinds)
 	for range cuts {
-		h.cutWhile(t, p, wfAck, func() { h.enqueue(t, quick, total/cuts) })
+		h.cutWhile(t, p, marker, func() { h.enqueue(t, quick, total/cuts) })
 	}
 	faulty.stop(t)
 
 	h.drain(t, kinds)
 	led := h.verify(t, nil)
-	h.logFigures(t, led, p, wfAck)
-	wfCheckRuns(t, led, "faulty", func(wfKey, string) []string {
-		return []string{worker.OutcomeDone, worker.OutcomeUnconfirmed}
-	})
+	h.logFigures(t, led, p, marker)
+	wfCheckRuns(t, led, "faulty", func(wfKey, string) []string { return outcomes })
 }
 
 // wfNackRepliesLost: jobs whose first attempt fails; several NackBatch

@@ -32,6 +32,9 @@ type Config struct {
 	PayloadSize int           // bytes of payload padding
 	HandlerTime time.Duration // simulated handler work
 	Scheduled   int           // far-future jobs added before measuring (backlog effect)
+	// History: measure the continuous run again with the workers keeping
+	// every completed job in the history this long (pruned as they expire).
+	History time.Duration
 	Baseline    bool          // also run pgbench's raw-SQL cycle
 	Singles     int           // enqueue: single transactional enqueues timed
 	Samples     int           // latency: jobs timed
@@ -67,6 +70,10 @@ type Config struct {
 	DatabaseURL   string
 	WorkerCommand []string
 	Log           io.Writer
+
+	// keep is how long the worker process keeps completed jobs (the run
+	// with History).
+	keep time.Duration
 }
 
 // Report is what a run found; --json prints it.
@@ -230,6 +237,7 @@ func (cfg Config) summary() map[string]any {
 		"mode": cfg.Mode, "duration": cfg.Duration.String(), "jobs": cfg.Jobs, "workers": cfg.Workers,
 		"concurrency": cfg.Concurrency, "batch_size": cfg.BatchSize, "producers": cfg.Producers,
 		"payload_size": cfg.PayloadSize, "handler_time": cfg.HandlerTime.String(), "scheduled_backlog": cfg.Scheduled,
+		"history": cfg.History.String(),
 		"hold_snapshot": cfg.HoldSnapshot, "burst": cfg.Burst, "recover": cfg.Recover.String(),
 		"pressure": cfg.Pressure, "hold_for": cfg.HoldFor.String(),
 	}

@@ -74,7 +74,7 @@ func (p *workerProc) finished() int64 { return p.completed.Load() + p.unconfirme
 func startWorkers(cfg Config, dbURL string) (*workerProc, error) {
 	args := append(cfg.WorkerCommand[1:len(cfg.WorkerCommand):len(cfg.WorkerCommand)],
 		"--workers", fmt.Sprint(cfg.Workers), "--concurrency", fmt.Sprint(cfg.Concurrency),
-		"--handler-time", cfg.HandlerTime.String())
+		"--handler-time", cfg.HandlerTime.String(), "--keep-history", cfg.keep.String())
 	cmd := exec.Command(cfg.WorkerCommand[0], args...)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
 	cmd.Stderr = os.Stderr
@@ -140,9 +140,9 @@ const workerReport = "completed %d unconfirmed %d"
 
 // RunWorkerProcess is the worker side of a benchmark (`hopper bench --role
 // worker`): it runs workers workers with a no-op handler (or one that waits
-// handlerTime) until ctx ends, printing "ready" and then its counters
-// (workerReport) every 50ms.
-func RunWorkerProcess(ctx context.Context, dbURL string, workers, concurrency int, handlerTime time.Duration, out io.Writer) error {
+// handlerTime), keeping completed jobs for keep (0: not), until ctx ends,
+// printing "ready" and then its counters (workerReport) every 50ms.
+func RunWorkerProcess(ctx context.Context, dbURL string, workers, concurrency int, handlerTime, keep time.Duration, out io.Writer) error {
 	if path := os.Getenv("HOPPER_BENCH_CPUPROFILE"); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
@@ -172,7 +172,8 @@ func RunWorkerProcess(ctx context.Context, dbURL string, workers, concurrency in
 	defer cancel()
 	for i := range workers {
 		r := prometheus.WrapRegistererWith(prometheus.Labels{"instance": fmt.Sprint(i)}, reg)
-		w, err := worker.New(pool, worker.Config{Queues: map[string]int{jobs.DefaultQueue: concurrency}, Registerer: r, Logger: quiet})
+		w, err := worker.New(pool, worker.Config{Queues: map[string]int{jobs.DefaultQueue: concurrency}, Registerer: r, Logger: quiet,
+			KeepHistory: map[string]time.Duration{jobs.DefaultQueue: keep}})
 		if err != nil {
 			return err
 		}
@@ -296,6 +297,11 @@ type ContinuousResult struct {
 	// far-future jobs in the table, and how much slower it was.
 	BacklogWorkedPerSecond float64 `json:"backlog_worked_per_second,omitempty"`
 	BacklogSlowdown        float64 `json:"backlog_slowdown,omitempty"`
+	// With history: the same run again with the workers keeping every
+	// completed job (Config.History), its steady state, how much slower
+	// that is than this run's, and what it cost the server.
+	History         *ContinuousResult `json:"history,omitempty"`
+	HistorySlowdown float64           `json:"history_slowdown,omitempty"`
 
 	// The steady state: the rate per window of WindowSeconds, and the
 	// headline, the mean of the last half of the windows (the first half
@@ -331,15 +337,27 @@ type ContinuousResult struct {
 
 func runContinuous(ctx context.Context, cfg Config) (*ContinuousResult, error) {
 	r, err := continuousOnce(ctx, cfg, 0)
-	if err != nil || cfg.Scheduled == 0 {
-		return r, err
-	}
-	withBacklog, err := continuousOnce(ctx, cfg, cfg.Scheduled)
 	if err != nil {
 		return r, err
 	}
-	r.BacklogWorkedPerSecond = withBacklog.WorkedPerSecond
-	r.BacklogSlowdown = 1 - withBacklog.WorkedPerSecond/r.WorkedPerSecond
+	if cfg.Scheduled > 0 {
+		withBacklog, err := continuousOnce(ctx, cfg, cfg.Scheduled)
+		if err != nil {
+			return r, err
+		}
+		r.BacklogWorkedPerSecond = withBacklog.WorkedPerSecond
+		r.BacklogSlowdown = 1 - withBacklog.WorkedPerSecond/r.WorkedPerSecond
+	}
+	if cfg.History > 0 {
+		kept := cfg
+		kept.keep = cfg.History
+		if r.History, err = continuousOnce(ctx, kept, 0); err != nil {
+			return r, fmt.Errorf("with history: %w", err)
+		}
+		if r.SteadyWorkedPerSecond > 0 {
+			r.HistorySlowdown = 1 - r.History.SteadyWorkedPerSecond/r.SteadyWorkedPerSecond
+		}
+	}
 	return r, nil
 }
 

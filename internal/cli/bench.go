@@ -17,6 +17,7 @@ func benchCommand() *command {
 	cfg := bench.Config{}
 	var asJSON bool
 	var role string
+	var keep time.Duration
 	return &command{
 		name:    "bench",
 		args:    "[--mode continuous|drain|enqueue|latency|all] [--baseline] [--json] [flags]",
@@ -38,6 +39,8 @@ func benchCommand() *command {
 			fs.IntVar(&cfg.PayloadSize, "payload-size", 0, "bytes of padding in each payload")
 			fs.DurationVar(&cfg.HandlerTime, "handler-time", 0, "how long each handler works (0: no-op)")
 			fs.IntVar(&cfg.Scheduled, "scheduled", 0, "continuous: measure again with this many far-future jobs in the table; drain: add them first")
+			fs.DurationVar(&cfg.History, "history", 0, "continuous: measure again with the workers keeping every completed job in the history this long (e.g. 30s: pruned as they expire)")
+			fs.DurationVar(&keep, "keep-history", 0, "internal: the worker process keeps completed jobs this long")
 			fs.BoolVar(&cfg.Baseline, "baseline", false, "also run pgbench's insert / SKIP LOCKED claim / delete cycle and report ratios")
 			fs.IntVar(&cfg.Singles, "singles", 2000, "enqueue: single transactional enqueues timed")
 			fs.IntVar(&cfg.Samples, "samples", 300, "latency: jobs timed")
@@ -50,7 +53,7 @@ func benchCommand() *command {
 				return fmt.Errorf("%w: bench takes no argument", errUsage)
 			}
 			if role == "worker" {
-				return bench.RunWorkerProcess(e.ctx, e.url(), cfg.Workers, cfg.Concurrency, cfg.HandlerTime, e.stdout)
+				return bench.RunWorkerProcess(e.ctx, e.url(), cfg.Workers, cfg.Concurrency, cfg.HandlerTime, keep, e.stdout)
 			}
 			switch cfg.Mode {
 			case "continuous", "drain", "enqueue", "latency", "all":
@@ -59,7 +62,7 @@ func benchCommand() *command {
 			}
 			if cfg.Duration < time.Second || cfg.Jobs < 1 || cfg.Workers < 1 || cfg.Concurrency < 1 || cfg.BatchSize < 1 ||
 				cfg.Producers < 1 || cfg.PayloadSize < 0 || cfg.HandlerTime < 0 || cfg.Scheduled < 0 || cfg.Singles < 1 || cfg.Samples < 1 ||
-				cfg.Window < time.Second || cfg.Burst < 0 || cfg.Recover < 0 || cfg.HoldFor < time.Second {
+				cfg.Window < time.Second || cfg.Burst < 0 || cfg.Recover < 0 || cfg.HoldFor < time.Second || cfg.History < 0 {
 				return fmt.Errorf("%w: sizes and counts must be positive, --duration and --window at least 1s", errUsage)
 			}
 			if !cfg.ScratchCluster { // the scratch cluster replaces the default database
@@ -182,6 +185,11 @@ func printContinuous(w io.Writer, label string, c *bench.ContinuousResult) {
 	}
 	if c.BacklogWorkedPerSecond > 0 {
 		fmt.Fprintf(w, "  with the scheduled backlog: %.0f jobs/s (%.1f%% slower)\n", c.BacklogWorkedPerSecond, 100*c.BacklogSlowdown)
+	}
+	if c.History != nil {
+		fmt.Fprintf(w, "  with history kept (every completed job, pruned as it expires): steady %.0f jobs/s (%.1f%% slower than without)\n",
+			c.History.SteadyWorkedPerSecond, 100*c.HistorySlowdown)
+		printContinuous(w, "  continuous with history", c.History)
 	}
 }
 

@@ -44,14 +44,15 @@ WITH requested AS (
           WHERE c.oid = to_regclass('hopper_jobs')) AS home
     WHERE r.state = 'running'
 )
-SELECT requested.id::bigint AS id,
-       coalesce(removed.state, finished.state, '')::text AS state,
-       (removed.id IS NOT NULL)::boolean AS cancelled
-FROM requested
+SELECT removed.id::bigint AS id, removed.state::text AS state, true AS cancelled
+FROM removed
 CROSS JOIN told -- evaluated, so the notifications are sent
-LEFT JOIN removed ON removed.id = requested.id
-LEFT JOIN hopper_all_jobs AS finished ON finished.id = requested.id AND removed.id IS NULL
-ORDER BY requested.id
+UNION ALL
+SELECT other.id, coalesce(finished.state, '')::text, false
+FROM (SELECT requested.id FROM requested EXCEPT ALL SELECT removed.id FROM removed) AS other
+CROSS JOIN told
+LEFT JOIN hopper_all_jobs AS finished ON finished.id = other.id
+ORDER BY 1
 `
 
 type CancelRow struct {
@@ -69,6 +70,8 @@ type CancelRow struct {
 // row per requested id says what the job was: pending, scheduled or
 // running (cancelled now: cancelled is true), dead, cancelled or completed
 // (finished already), or ” (no such job).
+// The rest, found with EXCEPT ALL (hashed or sorted, never a nested loop
+// over both, as a generic plan of a join could be).
 func (q *Queries) Cancel(ctx context.Context, ids []int64) ([]CancelRow, error) {
 	rows, err := q.db.Query(ctx, cancel, ids)
 	if err != nil {
@@ -335,10 +338,12 @@ WITH picked AS (
     WHERE dead.id = revived.id
     RETURNING dead.id
 )
-SELECT picked.id, (moved.id IS NOT NULL)::boolean AS retried
-FROM picked
-LEFT JOIN moved ON moved.id = picked.id
-ORDER BY picked.id
+SELECT moved.id, true AS retried
+FROM moved
+UNION ALL
+SELECT kept.id, false -- EXCEPT ALL: see Cancel
+FROM (SELECT picked.id FROM picked EXCEPT ALL SELECT moved.id FROM moved) AS kept
+ORDER BY 1
 `
 
 type RetryDeadParams struct {

@@ -30,9 +30,13 @@ RETURNING j.id, j.attempt;
 -- whose keep_ms[i] is positive goes to hopper_job_history, with the
 -- handler's result[i] (NULL: none), kept until now() + keep_ms[i]. The
 -- worker uses it only for batches that keep something, so with history
--- off the ack is AckBatch, unchanged.
+-- off the ack is AckBatch, unchanged. The copy is made from the rows the
+-- statement locked (the very rows it deletes: nobody else can change them
+-- meanwhile), not by joining the delete's answer back to the claims: a
+-- generic plan joined those with a nested loop, 100 ms per 1000 acks.
 WITH done AS (
-    SELECT j.id, acked.keep_ms, acked.result
+    SELECT j.id, j.queue, j.kind, j.version, j.payload, j.priority, j.attempt, j.max_attempts,
+           j.unique_key, j.errors, j.run_at, j.created_at, acked.keep_ms, acked.result
     FROM hopper_jobs AS j
     JOIN (SELECT unnest(@ids::bigint[]) AS id,
                  unnest(@attempts::integer[]) AS attempt,
@@ -46,15 +50,14 @@ WITH done AS (
     DELETE FROM hopper_jobs AS j
     USING done
     WHERE j.id = done.id
-    RETURNING j.*
+    RETURNING j.id, j.attempt
 ), kept AS (
     INSERT INTO hopper_job_history (id, queue, kind, version, payload, priority, attempt,
                                     max_attempts, unique_key, errors, run_at, result, created_at, keep_until)
-    SELECT d.id, d.queue, d.kind, d.version, d.payload, d.priority, d.attempt,
-           d.max_attempts, d.unique_key, d.errors, d.run_at, done.result, d.created_at,
+    SELECT done.id, done.queue, done.kind, done.version, done.payload, done.priority, done.attempt,
+           done.max_attempts, done.unique_key, done.errors, done.run_at, done.result, done.created_at,
            now() + '1 millisecond'::interval * done.keep_ms
-    FROM deleted AS d
-    JOIN done ON done.id = d.id
+    FROM done
     WHERE done.keep_ms > 0
 )
 SELECT deleted.id, deleted.attempt FROM deleted;
@@ -79,8 +82,13 @@ SELECT deleted.id, deleted.attempt FROM deleted;
 --
 -- Returns one row per claim that took effect; dead says whether it went to
 -- hopper_dead_jobs (dead, cancelled, or out of attempts).
+--
+-- The dead table's rows are made from the rows the statement locked (the
+-- very rows it deletes), not by joining the delete's answer back: a
+-- generic plan joined those with a nested loop, 90 ms for 1000 dead jobs.
 WITH failed AS (
-    SELECT j.id,
+    SELECT j.id, j.queue, j.kind, j.version, j.payload, j.priority, j.attempt, j.max_attempts,
+           j.unique_key, j.created_at, j.run_at,
            CASE WHEN f.action = 'snooze' THEN j.errors
                 ELSE j.errors || jsonb_build_array(jsonb_build_object(
                          'attempt', j.attempt,
@@ -122,15 +130,14 @@ WITH failed AS (
     DELETE FROM hopper_jobs AS j
     USING failed
     WHERE j.id = failed.id AND failed.dead_reason IS NOT NULL
-    RETURNING j.*
 ), buried AS (
     INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt,
                                   max_attempts, unique_key, errors, reason, created_at, run_at, state)
-    SELECT r.id, r.queue, r.kind, r.version, r.payload, r.priority, r.attempt,
-           r.max_attempts, r.unique_key, failed.errors, failed.dead_reason, r.created_at, r.run_at,
+    SELECT failed.id, failed.queue, failed.kind, failed.version, failed.payload, failed.priority, failed.attempt,
+           failed.max_attempts, failed.unique_key, failed.errors, failed.dead_reason, failed.created_at, failed.run_at,
            CASE WHEN failed.action = 'cancel' THEN 'cancelled' ELSE 'dead' END
-    FROM removed AS r
-    JOIN failed ON failed.id = r.id
+    FROM failed
+    WHERE failed.dead_reason IS NOT NULL
     RETURNING id, attempt
 )
 SELECT retried.id, retried.attempt, false AS dead FROM retried

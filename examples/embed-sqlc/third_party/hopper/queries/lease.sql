@@ -8,6 +8,11 @@
 -- so never deadlocks with, any other statement; it tries again next beat.
 -- A claim missing from the answer has been lost (swept, claimed again or
 -- acknowledged): a running handler must stop.
+--
+-- The claims not extended are found with EXCEPT ALL, which PostgreSQL
+-- always hashes or sorts: a join of the update's answer back to the claims
+-- was planned, once the plan was generic, as a nested loop over both
+-- (1.5 s for a heartbeat of 5000 claims).
 WITH held AS (
     SELECT unnest(@ids::bigint[]) AS id, unnest(@attempts::integer[]) AS attempt
 ), locked AS (
@@ -24,10 +29,14 @@ WITH held AS (
     WHERE j.id = locked.id
     RETURNING j.id, j.attempt
 )
-SELECT j.id, j.attempt, (extended.id IS NOT NULL)::boolean AS extended
-FROM hopper_jobs AS j
-JOIN held ON j.id = held.id AND j.attempt = held.attempt
-LEFT JOIN extended ON extended.id = j.id
+SELECT extended.id, extended.attempt, true AS extended
+FROM extended
+UNION ALL
+SELECT j.id, j.attempt, false AS extended
+FROM (SELECT held.id, held.attempt FROM held
+      EXCEPT ALL
+      SELECT extended.id, extended.attempt FROM extended) AS skipped
+JOIN hopper_jobs AS j ON j.id = skipped.id AND j.attempt = skipped.attempt
 WHERE j.lease_until IS NOT NULL;
 
 -- name: Release :many
