@@ -34,10 +34,10 @@ type Config struct {
 	Scheduled   int           // far-future jobs added before measuring (backlog effect)
 	// History: measure the continuous run again with the workers keeping
 	// every completed job in the history this long (pruned as they expire).
-	History time.Duration
-	Baseline    bool          // also run pgbench's raw-SQL cycle
-	Singles     int           // enqueue: single transactional enqueues timed
-	Samples     int           // latency: jobs timed
+	History  time.Duration
+	Baseline bool // also run pgbench's raw-SQL cycle
+	Singles  int  // enqueue: single transactional enqueues timed
+	Samples  int  // latency: jobs timed
 
 	// Window is the length of one reported window of the continuous run
 	// and the baseline; the headline rate is the mean of the last half of
@@ -237,7 +237,7 @@ func (cfg Config) summary() map[string]any {
 		"mode": cfg.Mode, "duration": cfg.Duration.String(), "jobs": cfg.Jobs, "workers": cfg.Workers,
 		"concurrency": cfg.Concurrency, "batch_size": cfg.BatchSize, "producers": cfg.Producers,
 		"payload_size": cfg.PayloadSize, "handler_time": cfg.HandlerTime.String(), "scheduled_backlog": cfg.Scheduled,
-		"history": cfg.History.String(),
+		"history":       cfg.History.String(),
 		"hold_snapshot": cfg.HoldSnapshot, "burst": cfg.Burst, "recover": cfg.Recover.String(),
 		"pressure": cfg.Pressure, "hold_for": cfg.HoldFor.String(),
 	}
