@@ -39,11 +39,25 @@
 // a no-op while a live job (pending or running) holds the key, and
 // Result.Duplicate says so, with the holder's id.
 //
-// EnqueueMany inserts a batch in one round trip: COPY for plain batches (the
-// fast path: well over 100,000 jobs per second), a single INSERT … ON
-// CONFLICT DO NOTHING when any item has a unique key. Either way every item
-// is validated before anything is written, the batch is all or nothing, and
-// workers get one wake-up per queue for the whole batch.
+// EnqueueMany inserts a batch of one kind; EnqueueBatch a batch of any
+// kinds (each entry made with Kind.Entry). A plain batch reserves its ids
+// (one round trip), then goes through COPY (the fast path: well over
+// 100,000 jobs per second); a batch where any job has a unique key is a
+// single INSERT … ON CONFLICT DO NOTHING. Either way every item is
+// validated before anything is written, the batch is all or nothing,
+// workers get one wake-up per queue for the whole batch, and the result
+// has one entry per job, in order: its id, or for a duplicate the id of
+// the job holding its key. A COPY batch computes a delayed job's run_at
+// with this process's clock; everything else uses the database's.
+//
+// # Stored jobs
+//
+// Row is a job as Hopper stores it, in any State (pending, scheduled,
+// running, completed, dead, cancelled), with its payload still JSON; the
+// operations API (package hopper) returns rows, and a kind's Decode makes
+// the typed Job of one. DBTX is what enqueueing and the operations run on:
+// the methods sqlc's generated DBTX has, so a pool, a connection, a
+// transaction or your own sqlc code's transaction all fit.
 //
 // Bad input is refused before anything is written, with errors that say
 // what was wrong and match with errors.Is: ErrInvalidQueue,

@@ -70,6 +70,32 @@ func ExampleKind_EnqueueMany() {
 	// Output: inserted: 5000
 }
 
+// Enqueue jobs of several kinds in one call: all or nothing, one result
+// per entry, in order.
+func ExampleEnqueueBatch() {
+	pool, drop := testdb.ForExample()
+	defer drop()
+	ctx := context.Background()
+	type Invoice struct {
+		Number int `json:"number"`
+	}
+	invoice := jobs.Define[Invoice]("invoice", jobs.Defaults(jobs.Queue("billing")))
+
+	res, err := jobs.EnqueueBatch(ctx, pool, []jobs.Entry{
+		signupEmail.Entry(SignupEmail{UserID: 7}),
+		invoice.Entry(Invoice{Number: 42}, jobs.UniqueKey("invoice-42")),
+		invoice.Entry(Invoice{Number: 42}, jobs.UniqueKey("invoice-42")),
+	})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("inserted:", res.Inserted, "duplicates:", res.Duplicates)
+	fmt.Println("the third names the second:", res.Results[2].Duplicate && res.Results[2].ID == res.Results[1].ID)
+	// Output:
+	// inserted: 2 duplicates: 1
+	// the third names the second: true
+}
+
 // Version 1 of this kind stored one "name"; version 2 splits it. Old jobs
 // still in the table are upgraded when a worker decodes them.
 func ExampleUpgrade() {

@@ -44,7 +44,7 @@ func TestRuntimeContract(t *testing.T) {
 		{"Cancel", ":many", []string{"order by j.id for update of j", "insert into hopper_dead_jobs", "'cancelled'", "pg_notify('hopper_jobs'", "cross join told"}, "a cancel keeps the job, locks in id order (no deadlock with a worker's statements), and tells the running job's worker"},
 		{"PauseQueue", ":one", []string{"insert into hopper_queues"}, "the claim reads pauses from hopper_queues"},
 		{"ResumeQueue", ":one", []string{"paused_at = null", "pg_notify('hopper_jobs'", "cross join woken"}, "a resume wakes the queue's workers"},
-		{"ReserveJobIDs", ":many", []string{"nextval(pg_get_serial_sequence('hopper_jobs', 'id'))"}, "COPY batches report their jobs' ids"},
+		{"ReserveJobIDs", ":many", []string{"nextval(seq.id)", "as materialized"}, "COPY batches report their jobs' ids"},
 		{"EnqueueBatchUnique", ":many", []string{"on conflict (unique_key) where unique_key is not null do nothing", "order by batch.id"}, "duplicates in a batch are skipped, and every job gets its row, in order"},
 		{"Notify", ":exec", []string{"pg_notify('hopper_jobs'"}, "workers listen on hopper_jobs"},
 		{"Listen", ":exec", []string{"listen hopper_jobs"}, "the channel the trigger notifies"},

@@ -58,6 +58,25 @@
 //     the panic value and stack. Timeout and JobTimeout bound a run. A
 //     payload that cannot be decoded or upgraded goes to the dead table at
 //     once, without burning retries.
+//   - Snooze and Cancel: a handler that returns Snooze(d) ends the run
+//     without success or failure: the job waits d and runs again, not
+//     charged an attempt and with no error entry. One that returns
+//     Cancel(reason) ends its job as cancelled: kept in the dead table, not
+//     retried, not counted as failed.
+//   - Cancelled by an operator (hopper.Client.Cancel, `hopper cancel`): the
+//     worker running the job hears of it at once (a notification on its
+//     LISTEN session; with PollOnly at its next heartbeat) and cancels the
+//     handler's context with the cause ErrCancelled; whatever the handler
+//     returns afterwards is discarded, and an AckTx is refused.
+//   - Paused queues (hopper.Client.PauseQueue): the claim statement itself
+//     checks the pause, so a paused queue's claims take nothing, in every
+//     worker, from the moment the pause commits; a resume wakes the queue.
+//   - History: a kind (KeepHistory) or queue (Config.KeepHistory) may keep
+//     its completed jobs, with the handler's result (HandleWithResult), in
+//     the history table for a while: the statement that acknowledges them
+//     copies them, so it costs no round trip, and every worker prunes the
+//     expired ones. Config.DeadRetention prunes old dead and cancelled jobs
+//     the same way. With neither set, the ack is the plain statement.
 //   - Sweep: every worker reclaims expired leases on a jittered interval;
 //     concurrent sweeps are safe.
 //   - Identity: ID names the worker in leases and histories. A worker

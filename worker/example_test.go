@@ -2,11 +2,13 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
-	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
@@ -53,8 +55,8 @@ func ExampleHandle() {
 		panic(err)
 	}
 	sort.Ints(sent)
-	stats, _ := db.New(pool).Stats(context.Background())
-	fmt.Println("sent:", sent, "left in the queue:", len(stats))
+	stats, _ := hopper.NewClient(pool).Stats(context.Background())
+	fmt.Println("sent:", sent, "left in the queue:", stats.Total.Live())
 	// Output: sent: [1 2 3] left in the queue: 0
 }
 
@@ -96,7 +98,57 @@ func ExampleAckTx() {
 	}
 	var sent bool
 	_ = pool.QueryRow(context.Background(), "SELECT sent FROM invoices WHERE number = 42").Scan(&sent)
-	stats, _ := db.New(pool).Stats(context.Background())
-	fmt.Println("invoice sent:", sent, "jobs left:", len(stats))
+	stats, _ := hopper.NewClient(pool).Stats(context.Background())
+	fmt.Println("invoice sent:", sent, "jobs left:", stats.Total.Live())
 	// Output: invoice sent: true jobs left: 0
+}
+
+// A handler that cannot do its work yet snoozes: the job runs again later
+// without being charged an attempt or recording an error. A handler for
+// whom the work no longer makes sense cancels its job: it is kept as
+// cancelled, not retried, not counted as failed.
+func ExampleSnooze() {
+	pool, drop := testdb.ForExample()
+	defer drop()
+	ctx, stop := context.WithCancel(context.Background())
+	res, _ := sendInvoice.Enqueue(ctx, pool, Invoice{Number: 7}, jobs.MaxAttempts(1))
+
+	w, _ := worker.New(pool, worker.Config{PollInterval: 10 * time.Millisecond})
+	_ = worker.Handle(w, sendInvoice, func(ctx context.Context, job *jobs.Job[Invoice]) error {
+		if job.Attempt < 3 {
+			return worker.Snooze(10 * time.Millisecond) // the mail server is busy
+		}
+		defer stop()
+		return worker.Cancel(errors.New("the customer closed the account"))
+	})
+	if err := w.Run(ctx); err != nil {
+		panic(err)
+	}
+	row, _ := hopper.NewClient(pool).Job(context.Background(), res.ID)
+	fmt.Println(row.State, "after", row.Attempt, "runs;", len(row.Errors), "entry:", row.Errors[0].Error)
+	// Output: cancelled after 3 runs; 1 entry: cancelled: the customer closed the account
+}
+
+// A handler that returns a result, for a kind that keeps its completed
+// jobs: the result is stored with the job and read back later.
+func ExampleHandleWithResult() {
+	pool, drop := testdb.ForExample()
+	defer drop()
+	ctx, stop := context.WithCancel(context.Background())
+	res, _ := sendInvoice.Enqueue(ctx, pool, Invoice{Number: 42})
+
+	type Receipt struct {
+		MessageID string `json:"message_id"`
+	}
+	w, _ := worker.New(pool, worker.Config{})
+	_ = worker.HandleWithResult(w, sendInvoice, func(ctx context.Context, job *jobs.Job[Invoice]) (Receipt, error) {
+		defer stop()
+		return Receipt{MessageID: fmt.Sprintf("invoice-%d@mail", job.Payload.Number)}, nil
+	}, worker.KeepHistory(7*24*time.Hour))
+	if err := w.Run(ctx); err != nil {
+		panic(err)
+	}
+	row, _ := hopper.NewClient(pool).Job(context.Background(), res.ID)
+	fmt.Println(row.State, string(row.Result))
+	// Output: completed {"message_id": "invoice-42@mail"}
 }

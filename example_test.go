@@ -1,0 +1,185 @@
+package hopper_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/jobs"
+)
+
+type Reminder struct {
+	UserID int64 `json:"user_id"`
+}
+
+var remind = jobs.Define[Reminder]("remind", jobs.Defaults(jobs.Queue("reminders")))
+
+// Look a job up by id, whatever became of it, and decode its payload with
+// its kind.
+func ExampleClient_Job() {
+	pool, drop := testdb.ForExample()
+	defer drop()
+	ctx := context.Background()
+	client := hopper.NewClient(pool)
+
+	res, _ := remind.Enqueue(ctx, pool, Reminder{UserID: 7}, jobs.Delay(time.Hour))
+	row, err := client.Job(ctx, res.ID)
+	if err != nil {
+		panic(err)
+	}
+	job, _ := remind.Decode(row)
+	fmt.Println(row.State, row.Queue, job.Payload.UserID)
+
+	_, err = client.Job(ctx, 424242)
+	fmt.Println(errors.Is(err, hopper.ErrNotFound))
+	// Output:
+	// scheduled reminders 7
+	// true
+}
+
+// List jobs newest first, a page at a time: each page's Next is the
+// cursor of the one after it.
+func ExampleClient_ListJobs() {
+	pool, drop := testdb.ForExample()
+	defer drop()
+	ctx := context.Background()
+	client := hopper.NewClient(pool)
+	for user := int64(1); user <= 5; user++ {
+		_, _ = remind.Enqueue(ctx, pool, Reminder{UserID: user})
+	}
+
+	p := hopper.ListParams{Queue: "reminders", States: []jobs.State{jobs.StatePending}, Limit: 2}
+	for {
+		page, err := client.ListJobs(ctx, p)
+		if err != nil {
+			panic(err)
+		}
+		for _, row := range page.Jobs {
+			job, _ := remind.Decode(row)
+			fmt.Print(job.Payload.UserID, " ")
+		}
+		fmt.Println("|")
+		if page.Next == "" {
+			break
+		}
+		p.After = page.Next
+	}
+	// Output:
+	// 5 4 |
+	// 3 2 |
+	// 1 |
+}
+
+// Cancel jobs, running ones included: each is kept as cancelled, and a
+// running job's worker stops its handler.
+func ExampleClient_Cancel() {
+	pool, drop := testdb.ForExample()
+	defer drop()
+	ctx := context.Background()
+	client := hopper.NewClient(pool)
+	res, _ := remind.Enqueue(ctx, pool, Reminder{UserID: 7})
+
+	results, err := client.Cancel(ctx, res.ID, 424242)
+	if err != nil {
+		panic(err)
+	}
+	for _, r := range results {
+		switch {
+		case r.Err == nil:
+			fmt.Println("cancelled; it was", r.Was)
+		case errors.Is(r.Err, hopper.ErrNotFound):
+			fmt.Println("no such job")
+		}
+	}
+	row, _ := client.Job(ctx, res.ID)
+	fmt.Println(row.State, row.Reason)
+	fmt.Println(errors.Is(client.CancelJob(ctx, res.ID), hopper.ErrFinished))
+	// Output:
+	// cancelled; it was pending
+	// no such job
+	// cancelled cancelled
+	// true
+}
+
+// Pause a queue: from the moment it commits no worker process claims its
+// jobs, until it is resumed. Pausing twice is not an error.
+func ExampleClient_PauseQueue() {
+	pool, drop := testdb.ForExample()
+	defer drop()
+	ctx := context.Background()
+	client := hopper.NewClient(pool)
+	_, _ = remind.Enqueue(ctx, pool, Reminder{UserID: 7})
+
+	first, _ := client.PauseQueue(ctx, "reminders")
+	again, _ := client.PauseQueue(ctx, "reminders")
+	fmt.Println(first.AlreadyPaused, again.AlreadyPaused)
+	queues, _ := client.Queues(ctx)
+	for _, q := range queues {
+		fmt.Println(q.Name, q.Paused(), q.Ready)
+	}
+	wasPaused, _ := client.ResumeQueue(ctx, "reminders")
+	fmt.Println(wasPaused)
+
+	_, err := client.PauseQueue(ctx, "remindres")
+	fmt.Println(errors.Is(err, hopper.ErrUnknownQueue))
+	// Output:
+	// false true
+	// reminders true 1
+	// true
+	// true
+}
+
+// Retry dead jobs of a kind, and purge those that died long ago. A filter
+// that names no job, kind, queue or time must say All.
+func ExampleClient_RetryDead() {
+	pool, drop := testdb.ForExample()
+	defer drop()
+	ctx := context.Background()
+	client := hopper.NewClient(pool)
+	// A job cancelled by an operator is kept with the dead ones.
+	res, _ := remind.Enqueue(ctx, pool, Reminder{UserID: 7})
+	_ = client.CancelJob(ctx, res.ID)
+
+	retried, err := client.RetryDead(ctx, hopper.DeadFilter{Kind: "remind", States: []jobs.State{jobs.StateCancelled}})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("retried", len(retried.Retried))
+	row, _ := client.Job(ctx, res.ID)
+	fmt.Println(row.State)
+
+	_, err = client.PurgeDead(ctx, hopper.DeadFilter{})
+	fmt.Println(errors.Is(err, hopper.ErrInvalidFilter))
+	n, _ := client.PurgeDead(ctx, hopper.DeadFilter{DiedBefore: time.Now().AddDate(0, 0, -30)})
+	fmt.Println("purged", n)
+	// Output:
+	// retried 1
+	// pending
+	// true
+	// purged 0
+}
+
+// Read the queue's counts by queue and kind, with totals.
+func ExampleClient_Stats() {
+	pool, drop := testdb.ForExample()
+	defer drop()
+	ctx := context.Background()
+	client := hopper.NewClient(pool)
+	_, _ = remind.Enqueue(ctx, pool, Reminder{UserID: 1})
+	_, _ = remind.Enqueue(ctx, pool, Reminder{UserID: 2}, jobs.Delay(time.Hour))
+
+	stats, err := client.Stats(ctx)
+	if err != nil {
+		panic(err)
+	}
+	for _, r := range stats.Rows {
+		fmt.Println(r.Queue, r.Kind, "ready", r.Ready, "scheduled", r.Scheduled)
+	}
+	fmt.Println("live", stats.Total.Live())
+	// Output:
+	// reminders remind ready 1 scheduled 1
+	// live 2
+}
