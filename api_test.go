@@ -20,8 +20,8 @@ import (
 func TestPublicAPIMentionsNoGeneratedTypes(t *testing.T) {
 	t.Parallel()
 	forbidden := map[string]bool{
-		"github.com/hopperq/hopper/db":      true,
-		"github.com/jackc/pgx/v5/pgtype":    true,
+		"github.com/hopperq/hopper/db":       true,
+		"github.com/jackc/pgx/v5/pgtype":     true,
 		"github.com/hopperq/hopper/internal": true,
 	}
 	for _, dir := range []string{".", "jobs", "worker", "schema", "queries"} {

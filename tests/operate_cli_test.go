@@ -1,0 +1,111 @@
+package tests
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/jobs"
+)
+
+// TestOperateCLI: jobs list and show with filters and pages, queue pause,
+// resume and list, history, and their answers to bad input.
+func TestOperateCLI(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	enqueue := func(args ...string) string {
+		t.Helper()
+		r := runHopper(t, d.URL, "", append([]string{"enqueue"}, args...)...)
+		require.Zero(t, r.code, r.stderr)
+		m := regexp.MustCompile(`enqueued job (\d+)`).FindStringSubmatch(r.stdout)
+		require.NotNil(t, m, r.stdout)
+		return m[1]
+	}
+	a := enqueue("--kind", "mail", "--queue", "email", "--payload", `{"to":"ada"}`)
+	b := enqueue("--kind", "mail", "--queue", "email", "--unique-key", "mail-b")
+	c := enqueue("--kind", "report", "--delay", "1h")
+
+	r := runHopper(t, d.URL, "", "jobs", "list")
+	require.Zero(t, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 4, r.stdout)
+	require.Regexp(t, `^ID\s+STATE\s+QUEUE\s+KIND`, lines[0])
+	require.Regexp(t, `^`+c+`\s+scheduled\s+default\s+report\s+0/25`, lines[1], "newest first")
+	require.Regexp(t, `^`+a+`\s+pending\s+email\s+mail`, lines[3])
+
+	r = runHopper(t, d.URL, "", "jobs", "list", "--queue", "email", "--state", "pending", "--limit", "1")
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, `(?m)^`+b+`\s+pending`, r.stdout)
+	m := regexp.MustCompile(`more: hopper jobs list --queue email --state pending --limit 1 --after (\S+)`).FindStringSubmatch(r.stdout)
+	require.NotNil(t, m, "a full page says how to get the next: %s", r.stdout)
+	r = runHopper(t, d.URL, "", "jobs", "list", "--queue", "email", "--state", "pending", "--limit", "1", "--after", m[1])
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, `(?m)^`+a+`\s+pending`, r.stdout)
+	require.NotContains(t, r.stdout, "more:", "the last page")
+
+	r = runHopper(t, d.URL, "", "jobs", "list", "--unique-key", "mail-b", "--json")
+	require.Zero(t, r.code, r.stderr)
+	var page struct {
+		Jobs []jobs.Row `json:"jobs"`
+		Next string     `json:"next"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &page))
+	require.Len(t, page.Jobs, 1)
+	require.Equal(t, jobs.StatePending, page.Jobs[0].State)
+	require.Equal(t, "mail-b", page.Jobs[0].UniqueKey)
+
+	r = runHopper(t, d.URL, "", "jobs", "show", a)
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "job "+a+"  kind mail  queue email  state pending")
+	require.Contains(t, r.stdout, `payload: {"to": "ada"}`)
+
+	// Queues: pause (twice), list, resume (twice).
+	r = runHopper(t, d.URL, "", "queue", "pause", "email")
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, "queue email paused: no worker claims its jobs until hopper queue resume email (running jobs finish)\n", r.stdout)
+	r = runHopper(t, d.URL, "", "queue", "pause", "email")
+	require.Zero(t, r.code, "pausing twice is not an error: %s", r.stderr)
+	require.Contains(t, r.stdout, "queue email was paused already (since ")
+	r = runHopper(t, d.URL, "", "queue", "list")
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, `(?m)^email\s+paused since \S+ \S+\s+2\s+0\s+0\s+0\s+0`, r.stdout)
+	require.Regexp(t, `(?m)^default\s+running\s+0\s+1\s+0`, r.stdout)
+	r = runHopper(t, d.URL, "", "stats")
+	require.Regexp(t, `email \(paused\)\s+mail\s+2`, r.stdout)
+	r = runHopper(t, d.URL, "", "queue", "resume", "email")
+	require.Equal(t, "queue email resumed\n", r.stdout)
+	r = runHopper(t, d.URL, "", "queue", "resume", "email")
+	require.Equal(t, "queue email was not paused\n", r.stdout)
+
+	// History: completed jobs only; none kept here.
+	r = runHopper(t, d.URL, "", "history", "list")
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, "(no jobs)\n", r.stdout)
+
+	runErrorCases(t, []errorCase{
+		{name: "unknown queue", url: d.URL, args: []string{"queue", "pause", "emial"}, code: 1,
+			stderr: `hopper queue: no queue "emial": no worker serves it and it has no jobs (hopper queue list shows the queues)`},
+		{name: "bad state", url: d.URL, args: []string{"jobs", "list", "--state", "done"}, code: 2,
+			stderr: `hopper jobs: --state "done" (one of pending, scheduled, running, completed, dead, cancelled) (run hopper jobs --help)`},
+		{name: "bad cursor", url: d.URL, args: []string{"jobs", "list", "--after", "42"}, code: 2,
+			stderr: `hopper jobs: --after "42" is not a cursor this command printed (run hopper jobs --help)`},
+		{name: "bad limit", url: d.URL, args: []string{"jobs", "list", "--limit", "0"}, code: 2,
+			stderr: `hopper jobs: --limit must be 1 to 1000 (run hopper jobs --help)`},
+		{name: "bad time", url: d.URL, args: []string{"jobs", "list", "--since", "yesterday"}, code: 2,
+			stderr: `hopper jobs: --since wants a time like 2026-11-22T15:04:05Z (RFC 3339) or a duration ago like 2h or 7d, not "yesterday" (run hopper jobs --help)`},
+		{name: "unknown job", url: d.URL, args: []string{"jobs", "show", "424242"}, code: 1,
+			stderr: `hopper jobs: no job 424242 (never enqueued, or completed without history, or purged)`},
+		{name: "history of a live job", url: d.URL, args: []string{"history", "show", a}, code: 1,
+			stderr: "hopper history: job " + a + " is pending, not completed (hopper jobs show " + a + " shows it)"},
+		{name: "dead list of live states", url: d.URL, args: []string{"dead", "list", "--state", "pending"}, code: 2,
+			stderr: `hopper dead: --state pending: the dead table holds dead and cancelled jobs (hopper jobs list --state pending) (run hopper dead --help)`},
+		{name: "queue without a name", url: d.URL, args: []string{"queue", "pause"}, code: 2,
+			stderr: `hopper queue: pause takes one queue name (run hopper queue --help)`},
+		{name: "jobs without an action", url: d.URL, args: []string{"jobs"}, code: 2,
+			stderr: `hopper jobs: say list or show (run hopper jobs --help)`},
+	})
+}
