@@ -21,12 +21,12 @@ func cancelCommand() *command {
 			if err != nil {
 				return err
 			}
-			pool, err := e.connectHopper()
+			client, done, err := e.connectClient()
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
-			results, err := hopper.NewClient(pool).Cancel(e.ctx, ids...)
+			defer done()
+			results, err := client.Cancel(e.ctx, ids...)
 			if err != nil {
 				return err
 			}
@@ -68,12 +68,11 @@ func purgeCommand() *command {
 			if queue == "" || len(args) > 0 {
 				return fmt.Errorf("%w: --queue is required and nothing else", errUsage)
 			}
-			pool, err := e.connectHopper()
+			client, done, err := e.connectClient()
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
-			client := hopper.NewClient(pool)
+			defer done()
 			if !yes {
 				stats, err := client.Stats(e.ctx)
 				if err != nil {

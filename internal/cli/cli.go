@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/internal/pgurl"
 )
 
@@ -419,6 +420,16 @@ func (e *env) connectHopper() (*pgxpool.Pool, error) {
 		return nil, err
 	}
 	return pool, nil
+}
+
+// connectClient is connectHopper for the commands that operate: a Client
+// on the pool, and the function that closes it.
+func (e *env) connectClient() (*hopper.Client, func(), error) {
+	pool, err := e.connectHopper()
+	if err != nil {
+		return nil, nil, err
+	}
+	return hopper.NewClient(pool), pool.Close, nil
 }
 
 // redactURLError drops the connection string pgx quotes in parse errors.

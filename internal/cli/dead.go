@@ -62,12 +62,11 @@ func deadCommand() *command {
 			default:
 				return fmt.Errorf("%w: unknown dead action %q (list, show, retry or purge)", errUsage, action)
 			}
-			pool, err := e.connectHopper()
+			client, done, err := e.connectClient()
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
-			client := hopper.NewClient(pool)
+			defer done()
 			switch action {
 			case "list":
 				return listJobs(e, client, list, &l, "hopper dead list"+flagsAgain(&l, true))
@@ -167,44 +166,4 @@ func joinIDs(ids []int64) string {
 		s[i] = fmt.Sprint(id)
 	}
 	return strings.Join(s, ", ")
-}
-
-func historyCommand() *command {
-	var l listFlags
-	return &command{
-		name:    "history",
-		args:    "list [filters] | show ID",
-		summary: "completed jobs kept by the kinds and queues that keep history: list (newest first), or show one with its result",
-		flags:   func(fs *flag.FlagSet) { l.declare(fs, false) },
-		run: func(e *env, _ *flag.FlagSet, args []string) error {
-			if len(args) == 0 {
-				return fmt.Errorf("%w: say list or show", errUsage)
-			}
-			action, rest := args[0], args[1:]
-			var p hopper.ListParams
-			switch action {
-			case "list":
-				if len(rest) > 0 {
-					return fmt.Errorf("%w: list takes no argument (filters are flags)", errUsage)
-				}
-				var err error
-				if p, err = l.params(jobs.StateCompleted); err != nil {
-					return err
-				}
-			case "show":
-			default:
-				return fmt.Errorf("%w: unknown history action %q (list or show)", errUsage, action)
-			}
-			pool, err := e.connectHopper()
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			client := hopper.NewClient(pool)
-			if action == "show" {
-				return showJob(e, client, rest, l.asJSON, jobs.StateCompleted)
-			}
-			return listJobs(e, client, p, &l, "hopper history list"+flagsAgain(&l, false))
-		},
-	}
 }

@@ -222,12 +222,25 @@ func joinStates(states []jobs.State, sep string) string {
 }
 
 func jobsCommand() *command {
+	return listShowCommand("jobs", "list jobs of every state (newest first, with filters and paging), or show one in full")
+}
+
+func historyCommand() *command {
+	return listShowCommand("history", "completed jobs kept by the kinds and queues that keep history: list (newest first), or show one with its result",
+		jobs.StateCompleted)
+}
+
+// listShowCommand is a command that lists jobs with the shared filters or
+// shows one in full (hopper jobs, hopper history); only, when given, are
+// the states it lists and shows (and it then takes no --state).
+func listShowCommand(name, summary string, only ...jobs.State) *command {
 	var l listFlags
+	again := "hopper " + name + " list"
 	return &command{
-		name:    "jobs",
+		name:    name,
 		args:    "list [filters] | show ID",
-		summary: "list jobs of every state (newest first, with filters and paging), or show one in full",
-		flags:   func(fs *flag.FlagSet) { l.declare(fs, true) },
+		summary: summary,
+		flags:   func(fs *flag.FlagSet) { l.declare(fs, len(only) == 0) },
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
 			if len(args) == 0 {
 				return fmt.Errorf("%w: say list or show", errUsage)
@@ -240,23 +253,22 @@ func jobsCommand() *command {
 					return fmt.Errorf("%w: list takes no argument (filters are flags)", errUsage)
 				}
 				var err error
-				if p, err = l.params(); err != nil {
+				if p, err = l.params(only...); err != nil {
 					return err
 				}
 			case "show":
 			default:
-				return fmt.Errorf("%w: unknown jobs action %q (list or show)", errUsage, action)
+				return fmt.Errorf("%w: unknown %s action %q (list or show)", errUsage, name, action)
 			}
-			pool, err := e.connectHopper()
+			client, done, err := e.connectClient()
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
-			client := hopper.NewClient(pool)
+			defer done()
 			if action == "show" {
-				return showJob(e, client, rest, l.asJSON)
+				return showJob(e, client, rest, l.asJSON, only...)
 			}
-			return listJobs(e, client, p, &l, "hopper jobs list"+flagsAgain(&l, true))
+			return listJobs(e, client, p, &l, again+flagsAgain(&l, len(only) == 0))
 		},
 	}
 }

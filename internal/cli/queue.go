@@ -39,12 +39,11 @@ func queueCommand() *command {
 			default:
 				return fmt.Errorf("%w: unknown queue action %q (list, pause or resume)", errUsage, action)
 			}
-			pool, err := e.connectHopper()
+			client, done, err := e.connectClient()
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
-			client := hopper.NewClient(pool)
+			defer done()
 			switch action {
 			case "pause":
 				res, err := client.PauseQueue(e.ctx, rest[0])

@@ -57,12 +57,11 @@ func statsCommand() *command {
 			if len(args) > 0 || interval <= 0 {
 				return fmt.Errorf("%w: stats takes no argument and a positive --interval", errUsage)
 			}
-			pool, err := e.connectHopper()
+			client, done, err := e.connectClient()
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
-			client := hopper.NewClient(pool)
+			defer done()
 			var prev *hopper.Stats
 			for {
 				stats, err := client.Stats(e.ctx)
