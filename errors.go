@@ -18,6 +18,9 @@ var (
 	// ErrUnknownQueue: no worker has served the queue, no operator has
 	// paused it, and it holds no job.
 	ErrUnknownQueue = errors.New("unknown queue")
+	// ErrUnknownSchedule: no schedule of that name (a worker creates it
+	// when it starts with the schedule defined).
+	ErrUnknownSchedule = errors.New("unknown schedule")
 	// ErrInvalidCursor: a page cursor that ListJobs did not make.
 	ErrInvalidCursor = errors.New("invalid page cursor")
 	// ErrInvalidFilter: a filter that makes no sense (a limit out of

@@ -90,3 +90,29 @@ type HopperQueue struct {
 	CreatedAt time.Time  `json:"created_at"`
 	UpdatedAt time.Time  `json:"updated_at"`
 }
+
+type HopperSchedule struct {
+	Name           string     `json:"name"`
+	Kind           string     `json:"kind"`
+	Expression     string     `json:"expression"`
+	TimeZone       string     `json:"time_zone"`
+	Policy         string     `json:"policy"`
+	CatchUp        int32      `json:"catch_up"`
+	Queue          string     `json:"queue"`
+	DefinitionHash string     `json:"definition_hash"`
+	NextFireAt     time.Time  `json:"next_fire_at"`
+	LastFireAt     *time.Time `json:"last_fire_at"`
+	LastSlot       *time.Time `json:"last_slot"`
+	PausedAt       *time.Time `json:"paused_at"`
+	TriggeredAt    *time.Time `json:"triggered_at"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+}
+
+type HopperScheduleVersion struct {
+	Name         string    `json:"name"`
+	Hash         string    `json:"hash"`
+	FirstSeenAt  time.Time `json:"first_seen_at"`
+	LastSeenAt   time.Time `json:"last_seen_at"`
+	StaleAfterMs int64     `json:"stale_after_ms"`
+}

@@ -37,6 +37,18 @@ type Entry struct {
 	err     error // why the payload or options were refused
 }
 
+// Kind, Queue and UniqueKey say what the entry will enqueue ("" for no
+// unique key); Err says why it would be refused (nil: it is valid).
+func (e Entry) Kind() string  { return e.kind }
+func (e Entry) Queue() string { return e.o.queue }
+func (e Entry) UniqueKey() string {
+	if e.o.uniqueKey == nil {
+		return ""
+	}
+	return *e.o.uniqueKey
+}
+func (e Entry) Err() error { return e.err }
+
 // Entry prepares one job of this kind for a mixed-kind EnqueueBatch. The
 // payload and options are checked now; a refusal is reported by
 // EnqueueBatch, with the entry's position.

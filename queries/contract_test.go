@@ -56,6 +56,13 @@ func TestRuntimeContract(t *testing.T) {
 		{"ListJobsByKey", ":many", []string{"a.unique_key = @unique_key::text"}, "a search by key reads the unique_key indexes"},
 		{"PurgeQueue", ":execrows", nil, ""}, {"ListQueues", ":many", nil, ""}, {"QueueKnown", ":one", nil, ""},
 		{"TableActivity", ":one", nil, ""}, {"SchemaExists", ":one", nil, ""},
+		{"DueSchedule", ":one", []string{"for update skip locked", "s.next_fire_at <= now()", "s.triggered_at is not null", "limit 1"}, "every worker looks for due schedules at once, and each is fired by one"},
+		{"AdvanceSchedule", ":execrows", []string{"s.next_fire_at = @expected_next::timestamptz", "s.triggered_at is not distinct from sqlc.narg(expected_trigger)::timestamptz"}, "a schedule moves on by compare-and-set, so a slot fires once"},
+		{"DefineSchedule", ":one", []string{"hopper_schedules.definition_hash <> excluded.definition_hash", "(select mine.first_seen_at from mine) > (select current.first_seen_at from current)", "(select current.stale_at from current) < now()", "then hopper_schedules.next_fire_at"}, "the newest definition a running worker reports is in force, an older one never takes it back, and an unchanged expression keeps its next slot"},
+		{"SeeScheduleVersions", ":exec", nil, "workers report the definitions they hold"},
+		{"NextScheduleFire", ":one", nil, ""}, {"ListSchedules", ":many", nil, ""}, {"PauseSchedule", ":one", nil, ""},
+		{"ResumeSchedule", ":one", []string{"pg_notify('hopper_jobs'"}, "a resume wakes the workers"},
+		{"TriggerSchedule", ":one", []string{"pg_notify('hopper_jobs'"}, "a trigger wakes the workers"}, {"GetSchedule", ":one", nil, ""},
 	} {
 		sql, ok := sqlByName[c.query]
 		require.True(t, ok, "query %s is missing from queries/: the runtime calls it (%s)", c.query, c.why)

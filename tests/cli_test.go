@@ -37,6 +37,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(operateEnv) != "" {
 		os.Exit(runOperateWorker())
 	}
+	if os.Getenv(scheduleEnv) != "" {
+		os.Exit(runScheduleWorker())
+	}
 	dir, err := os.MkdirTemp("", "hopper-cli-test")
 	if err != nil {
 		panic(err)

@@ -1,15 +1,18 @@
 package tests
 
 import (
+	"context"
 	"encoding/json"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/worker"
 )
 
 // TestOperateCLI: jobs list and show with filters and pages, queue pause,
@@ -107,5 +110,66 @@ func TestOperateCLI(t *testing.T) {
 			stderr: `hopper queue: pause takes one queue name (run hopper queue --help)`},
 		{name: "jobs without an action", url: d.URL, args: []string{"jobs"}, code: 2,
 			stderr: `hopper jobs: say list or show (run hopper jobs --help)`},
+	})
+}
+
+// TestSchedulesCLI: list, pause (twice), resume (twice), trigger, and a
+// schedule that does not exist.
+func TestSchedulesCLI(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := worker.New(d.Pool, worker.Config{Logger: quietLog, PollInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, worker.Schedule(w, "nightly", beat, "30 2 * * *", func(slot time.Time) Beat { return Beat{Slot: slot} },
+		worker.InZone("Europe/Berlin"), worker.OnMissed(worker.CatchUp(2)), worker.EnqueueWith(jobs.Queue("reports"))))
+	require.NoError(t, worker.Handle(w, beat, func(context.Context, *jobs.Job[Beat]) error { return nil }))
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-errc) }()
+
+	var r result
+	waitForCLI := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for !cond() {
+			require.True(t, time.Now().Before(deadline), what)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitForCLI("the schedule defined", func() bool {
+		r = runHopper(t, d.URL, "", "schedules", "list")
+		return strings.Contains(r.stdout, "nightly")
+	})
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, `(?m)^NAME\s+KIND\s+WHEN\s+MISSED\s+NEXT FIRE\s+LAST FIRE\s+STATE$`, r.stdout)
+	require.Regexp(t, `(?m)^nightly\s+beat\s+30 2 \* \* \* \(Europe/Berlin\)\s+catch up 2\s+\S+ \S+\s+never\s+running$`, r.stdout)
+
+	r = runHopper(t, d.URL, "", "schedules", "pause", "nightly")
+	require.Equal(t, "schedule nightly paused: no worker fires it until hopper schedules resume nightly\n", r.stdout)
+	r = runHopper(t, d.URL, "", "schedules", "pause", "nightly")
+	require.Equal(t, "schedule nightly was paused already\n", r.stdout)
+	r = runHopper(t, d.URL, "", "schedules", "list")
+	require.Regexp(t, `paused since \S+ \S+`, r.stdout)
+
+	r = runHopper(t, d.URL, "", "schedules", "trigger", "nightly")
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, `^schedule nightly triggered at \S+ \S+: a worker that defines it enqueues the job now\n$`, r.stdout)
+	waitForCLI("the triggered job", func() bool {
+		r = runHopper(t, d.URL, "", "jobs", "list", "--kind", "beat")
+		return strings.Contains(r.stdout, "beat")
+	})
+
+	r = runHopper(t, d.URL, "", "schedules", "resume", "nightly")
+	require.Equal(t, "schedule nightly resumed at its next slot (slots missed while paused do not fire)\n", r.stdout)
+	r = runHopper(t, d.URL, "", "schedules", "resume", "nightly")
+	require.Equal(t, "schedule nightly was not paused\n", r.stdout)
+
+	runErrorCases(t, []errorCase{
+		{name: "unknown schedule", url: d.URL, args: []string{"schedules", "trigger", "weekly"}, code: 1,
+			stderr: `hopper schedules: no schedule "weekly" (a worker that defines it creates it when it starts; hopper schedules list shows them)`},
+		{name: "no name", url: d.URL, args: []string{"schedules", "pause"}, code: 2,
+			stderr: `hopper schedules: pause takes one schedule name (run hopper schedules --help)`},
 	})
 }

@@ -29,7 +29,8 @@ var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // TestLeastPrivilege: a role with only the grants the README lists (no DDL,
 // no ownership) enqueues, works, retries, dead-letters, sweeps, promotes,
-// keeps and prunes history, and operates: lists, cancels, pauses, triages.
+// keeps and prunes history, fires schedules, and operates: lists, cancels,
+// pauses, triages.
 func TestLeastPrivilege(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t)
@@ -41,7 +42,7 @@ func TestLeastPrivilege(t *testing.T) {
 	for _, stmt := range []string{
 		"CREATE ROLE " + roleID + " LOGIN",
 		"GRANT USAGE ON SCHEMA " + schemaID + " TO " + roleID,
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_jobs, hopper_dead_jobs, hopper_queues, hopper_job_history TO " + roleID,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_jobs, hopper_dead_jobs, hopper_queues, hopper_job_history, hopper_schedules, hopper_schedule_versions TO " + roleID,
 		"GRANT SELECT ON hopper_all_jobs TO " + roleID,
 		"GRANT USAGE ON SEQUENCE hopper_jobs_id_seq TO " + roleID,
 	} {
@@ -72,17 +73,22 @@ func TestLeastPrivilege(t *testing.T) {
 	_, err = chore.Enqueue(ctx, app, Chore{5}, jobs.Delay(200*time.Millisecond))
 	require.NoError(t, err)
 
-	var done atomic.Int64
+	var done, scheduled atomic.Int64
 	w, err := worker.New(app, worker.Config{ID: "least-privilege", PollInterval: 50 * time.Millisecond, SweepInterval: 50 * time.Millisecond,
 		Backoff: worker.Backoff{Base: time.Millisecond, Max: time.Millisecond}, DeadRetention: time.Hour,
 		KeepHistory: map[string]time.Duration{jobs.DefaultQueue: time.Millisecond}})
 	require.NoError(t, err)
+	require.NoError(t, worker.Schedule(w, "chores", chore, "@every 1s", func(time.Time) Chore { return Chore{N: 6} }))
 	require.NoError(t, worker.Handle(w, chore, func(_ context.Context, j *jobs.Job[Chore]) error {
 		if j.Payload.N == 4 {
 			return errors.New("always fails")
 		}
 		if j.Payload.N == 3 && j.Attempt == 1 {
 			return errors.New("fails once")
+		}
+		if j.Payload.N == 6 {
+			scheduled.Add(1)
+			return nil
 		}
 		done.Add(1)
 		return nil
@@ -102,6 +108,7 @@ func TestLeastPrivilege(t *testing.T) {
 		kept, err := client.ListJobs(ctx, hopper.ListParams{States: []jobs.State{jobs.StateCompleted}})
 		require.NoError(c, err)
 		require.Empty(c, kept.Jobs, "kept a millisecond, then pruned")
+		require.Positive(c, scheduled.Load(), "the schedule fired")
 	}, 30*time.Second, 20*time.Millisecond)
 	stop()
 	require.NoError(t, <-errc)

@@ -123,6 +123,13 @@ type Config struct {
 	// bounded batches on its sweep interval. Default 0: kept until purged.
 	DeadRetention time.Duration
 
+	// ScheduleStaleAfter is how long a schedule this worker defines is held
+	// to be defined after the worker last said so (it says so every fifth
+	// of this while it runs). A schedule no running worker has defined for
+	// that long is stale: kept, not fired, and reported as such. Default
+	// 5m.
+	ScheduleStaleAfter time.Duration
+
 	stableID bool // ID was given, not made up
 }
 
@@ -232,6 +239,12 @@ func (c Config) withDefaults() (Config, error) {
 		if d < 0 {
 			return c, fmt.Errorf("%w: KeepHistory of queue %q: negative duration %v", ErrInvalidConfig, q, d)
 		}
+	}
+	if c.ScheduleStaleAfter == 0 {
+		c.ScheduleStaleAfter = 5 * time.Minute
+	}
+	if c.ScheduleStaleAfter < time.Second {
+		return c, fmt.Errorf("%w: schedule stale-after %v is below 1s", ErrInvalidConfig, c.ScheduleStaleAfter)
 	}
 	if c.DeadRetention < 0 {
 		return c, fmt.Errorf("%w: negative dead retention %v", ErrInvalidConfig, c.DeadRetention)

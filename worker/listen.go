@@ -48,6 +48,12 @@ func (w *Worker) listen(ctx context.Context) {
 			if !ok || wake.Schema != w.schema {
 				continue
 			}
+			if wake.Schedule != "" {
+				if w.schedules[wake.Schedule] != nil {
+					signal(w.scheduleWake)
+				}
+				continue
+			}
 			if wake.Cancel != nil {
 				if wake.Attempt != nil && wake.Owner == w.cfg.ID {
 					w.cancelNotice(*wake.Cancel, *wake.Attempt)

@@ -13,6 +13,7 @@ type metrics struct {
 	claimedC, completedC, failedC, deadC, leaseLostC, refusedC *prometheus.CounterVec
 	unconfirmedC, unrecordedC, abandonedC                      *prometheus.CounterVec
 	cancelledC, snoozedC                                       *prometheus.CounterVec
+	scheduleFiredC                                             *prometheus.CounterVec
 	stuckG                                                     *prometheus.GaugeVec
 	durationH, waitH                                           *prometheus.HistogramVec
 	batchH                                                     *prometheus.HistogramVec
@@ -66,6 +67,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		cancelledC: counter("jobs_cancelled_total",
 			"Jobs that ended as cancelled: by their handler (worker.Cancel), or by an operator while they ran."),
 		snoozedC: counter("jobs_snoozed_total", "Runs that ended with a snooze (worker.Snooze): the job waits, uncharged."),
+		scheduleFiredC: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "hopper", Name: "schedule_fired_total",
+			Help: "Jobs enqueued by the schedules this worker fired."}, []string{"schedule"}),
 		abandonedC: counter("handlers_abandoned_total",
 			"Handlers still running past their timeout plus AbandonAfter: their jobs were given up to run again elsewhere."),
 		stuckG: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -97,7 +100,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.claimedC, m.completedC, m.failedC, m.deadC, m.leaseLostC, m.refusedC,
-		m.unconfirmedC, m.unrecordedC, m.cancelledC, m.snoozedC, m.abandonedC, m.stuckG, m.durationH, m.waitH, m.batchH}
+		m.unconfirmedC, m.unrecordedC, m.cancelledC, m.snoozedC, m.scheduleFiredC, m.abandonedC, m.stuckG, m.durationH, m.waitH, m.batchH}
 }
 
 func (m *metrics) fetched(queue string, n int) { m.batchH.WithLabelValues(queue).Observe(float64(n)) }
@@ -118,6 +121,9 @@ func (m *metrics) unconfirmed(queue, kind string) { m.unconfirmedC.WithLabelValu
 func (m *metrics) unrecorded(queue, kind string)  { m.unrecordedC.WithLabelValues(queue, kind).Inc() }
 func (m *metrics) cancelled(queue, kind string)   { m.cancelledC.WithLabelValues(queue, kind).Inc() }
 func (m *metrics) snoozed(queue, kind string)     { m.snoozedC.WithLabelValues(queue, kind).Inc() }
+func (m *metrics) scheduleFired(name string, jobs int) {
+	m.scheduleFiredC.WithLabelValues(name).Add(float64(jobs))
+}
 func (m *metrics) abandoned(queue, kind string) {
 	m.abandonedC.WithLabelValues(queue, kind).Inc()
 	m.stuckG.WithLabelValues(queue, kind).Inc()

@@ -46,6 +46,9 @@ type wakeup struct {
 	Cancel   *int64     `json:"cancel"`
 	Attempt  *int32     `json:"attempt"`
 	Owner    string     `json:"owner"`
+	// Schedule names a schedule triggered or resumed (TriggerSchedule,
+	// ResumeSchedule): the firing loop looks at once.
+	Schedule string `json:"schedule"`
 }
 
 func parseWakeup(payload string) (wakeup, bool) {

@@ -33,9 +33,13 @@ type Worker struct {
 
 	mu       sync.Mutex
 	handlers map[string]*handler
-	kinds    []string // parallel to maxVersions, as Dequeue takes them
-	versions []int32
-	running  bool
+	// schedules this worker defines and fires, by name; scheduleWake tells
+	// the firing loop a schedule was triggered or resumed.
+	schedules    map[string]*scheduled
+	scheduleWake chan struct{}
+	kinds        []string // parallel to maxVersions, as Dequeue takes them
+	versions     []int32
+	running      bool
 
 	queues     map[string]*queueRunner
 	metricsSrv *metricsServer
@@ -79,12 +83,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("hopper: worker: %w", err)
 	}
 	w := &Worker{
-		pool:     pool,
-		q:        db.New(pool),
-		cfg:      cfg,
-		log:      cfg.Logger.With("worker", cfg.ID),
-		handlers: map[string]*handler{},
-		queues:   map[string]*queueRunner{},
+		pool:         pool,
+		q:            db.New(pool),
+		cfg:          cfg,
+		log:          cfg.Logger.With("worker", cfg.ID),
+		handlers:     map[string]*handler{},
+		queues:       map[string]*queueRunner{},
+		scheduleWake: make(chan struct{}, 1),
 	}
 	w.claims.claims = map[claimKey]*claim{}
 	w.results = newResultQueue(cfg.AckBatchSize)
@@ -138,9 +143,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.mu.Unlock()
 		return fmt.Errorf("hopper: worker: %w: Run called twice", ErrInvalidConfig)
 	}
-	if len(w.handlers) == 0 {
+	if len(w.handlers) == 0 && len(w.schedules) == 0 {
 		w.mu.Unlock()
-		return fmt.Errorf("hopper: worker: %w: no handlers registered", ErrInvalidConfig)
+		return fmt.Errorf("hopper: worker: %w: no handlers or schedules registered", ErrInvalidConfig)
 	}
 	w.running = true
 	w.mu.Unlock()
@@ -179,6 +184,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	goBG(w.sweep)
 	goBG(w.promote)
 	goBG(w.prune)
+	if len(w.schedules) > 0 {
+		goBG(w.fireSchedules)
+	}
 	if !w.cfg.PollOnly {
 		goBG(w.listen)
 	}
@@ -188,6 +196,9 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	var fetchWG sync.WaitGroup
 	for _, qr := range w.queues {
+		if len(w.handlers) == 0 {
+			break // a worker that only fires schedules claims nothing
+		}
 		fetchWG.Add(1)
 		go func() { defer fetchWG.Done(); w.fetchLoop(ctx, qr) }()
 	}
@@ -233,6 +244,9 @@ func (w *Worker) start(ctx context.Context) error {
 			return fmt.Errorf("%w: schema %s lacks hopper_queues: it is older than this worker (run `hopper migrate up` or schema.Up)", ErrNotMigrated, schemaName)
 		}
 		return fmt.Errorf("hopper: worker: start: register queues: %w", err)
+	}
+	if err := w.defineSchedules(ctx); err != nil {
+		return err
 	}
 	if !w.cfg.stableID {
 		return nil // a made-up identity has no predecessor

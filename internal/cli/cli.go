@@ -81,6 +81,7 @@ func commands() []*command {
 		statsCommand(),
 		jobsCommand(),
 		queueCommand(),
+		schedulesCommand(),
 		cancelCommand(),
 		deadCommand(),
 		historyCommand(),
@@ -218,7 +219,7 @@ func printHelp(w io.Writer) {
 	fmt.Fprintln(w, "hopper: operate a Hopper job queue in PostgreSQL")
 	fmt.Fprintln(w, "\nUsage: hopper [--database-url URL] [--schema NAME] <command> [flags]\n\nCommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nThe database is --database-url, else $DATABASE_URL, else the libpq defaults (PG* variables, localhost:5432).")
 	fmt.Fprintln(w, "Run hopper help <command> (or hopper <command> --help) for a command's flags.")

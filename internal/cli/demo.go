@@ -42,15 +42,29 @@ const (
 	demoTick       = 100 * time.Millisecond
 	demoReportWait = 3 * time.Second
 
-	// The summary's reading of the table: every job's payload carries
-	// the sequence number the producer gave it.
-	demoLiveSeqsSQL = "SELECT (payload->>'seq')::bigint FROM hopper_jobs"
-	demoDeadSeqsSQL = "SELECT (payload->>'seq')::bigint FROM hopper_dead_jobs"
+	// The summary's reading of the table: every job of the producer's
+	// carries the sequence number it gave it (the schedule's jobs do not).
+	demoLiveSeqsSQL = "SELECT (payload->>'seq')::bigint FROM hopper_jobs WHERE kind <> 'demo.heartbeat'"
+	demoDeadSeqsSQL = "SELECT (payload->>'seq')::bigint FROM hopper_dead_jobs WHERE kind <> 'demo.heartbeat'"
+
+	// The periodic job every demo worker defines: whichever takes the slot
+	// fires it, once. Its jobs run in a queue of their own, apart from the
+	// producer's accounting.
+	demoSchedule      = "demo.heartbeat"
+	demoScheduleEvery = "@every 5s"
+	demoScheduleQueue = "demo.schedules"
 )
 
 type demoJob struct {
 	Seq int64 `json:"seq"`
 }
+
+// demoHeartbeat is the schedule's payload: the slot it was fired for.
+type demoHeartbeat struct {
+	Slot time.Time `json:"slot"`
+}
+
+var demoHeartbeatKind = jobs.Define[demoHeartbeat](demoSchedule)
 
 func demoCommand() *command {
 	var duration time.Duration
@@ -159,6 +173,13 @@ func runDemo(e *env, duration time.Duration, rate int, reset bool) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs <- w.Run(workCtx) }()
 	}
+	var beats atomic.Int64
+	beater, err := newDemoBeater(pool, &beats)
+	if err != nil {
+		return err
+	}
+	beaterDone := make(chan error, 1)
+	go func() { beaterDone <- beater.Run(workCtx) }()
 
 	prodCtx := e.ctx
 	if duration > 0 {
@@ -202,8 +223,32 @@ func runDemo(e *env, duration time.Duration, rate int, reset bool) error {
 			return err
 		}
 	}
-	return demoSummary(e.stdout, pool, enqueued.Load(), bench.CounterSum(bench.CompletedCounter, registries...),
-		bench.CounterSum(bench.UnconfirmedCounter, registries...), ran)
+	if err := <-beaterDone; err != nil {
+		return err
+	}
+	if err := demoSummary(e.stdout, pool, enqueued.Load(), bench.CounterSum(bench.CompletedCounter, registries...),
+		bench.CounterSum(bench.UnconfirmedCounter, registries...), ran); err != nil {
+		return err
+	}
+	fired := bench.CounterSum("hopper_schedule_fired_total", registries...)
+	fmt.Fprintf(e.stdout, "  %-11s %8d   (schedule %s, %s, defined by all %d workers: each slot fired once, by whichever took it; %d ran)\n",
+		"scheduled", fired, demoSchedule, demoScheduleEvery, demoWorkers, beats.Load())
+	return nil
+}
+
+// newDemoBeater runs the schedule's jobs, in their own queue.
+func newDemoBeater(pool *pgxpool.Pool, beats *atomic.Int64) (*worker.Worker, error) {
+	w, err := worker.New(pool, worker.Config{
+		ID: "demo-beats", Queues: map[string]int{demoScheduleQueue: 1}, PollInterval: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return w, worker.Handle(w, demoHeartbeatKind, func(context.Context, *jobs.Job[demoHeartbeat]) error {
+		beats.Add(1)
+		return nil
+	})
 }
 
 // demoLedger records, by sequence number, the jobs whose handler
@@ -248,6 +293,9 @@ func newDemoWorker(pool *pgxpool.Pool, i int, reg *prometheus.Registry, k demoKi
 		return nil
 	}
 	return w, errors.Join(
+		worker.Schedule(w, demoSchedule, demoHeartbeatKind, demoScheduleEvery,
+			func(slot time.Time) demoHeartbeat { return demoHeartbeat{Slot: slot} },
+			worker.EnqueueWith(jobs.Queue(demoScheduleQueue))),
 		worker.Handle(w, k.email, quick),
 		worker.Handle(w, k.report, quick),
 		worker.Handle(w, k.flaky, func(ctx context.Context, j *jobs.Job[demoJob]) error {

@@ -91,6 +91,32 @@ type HopperQueue struct {
 	UpdatedAt time.Time
 }
 
+type HopperSchedule struct {
+	Name           string
+	Kind           string
+	Expression     string
+	TimeZone       string
+	Policy         string
+	CatchUp        int32
+	Queue          string
+	DefinitionHash string
+	NextFireAt     time.Time
+	LastFireAt     *time.Time
+	LastSlot       *time.Time
+	PausedAt       *time.Time
+	TriggeredAt    *time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+type HopperScheduleVersion struct {
+	Name         string
+	Hash         string
+	FirstSeenAt  time.Time
+	LastSeenAt   time.Time
+	StaleAfterMs int64
+}
+
 type Order struct {
 	ID          int64
 	Customer    string

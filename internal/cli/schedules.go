@@ -1,0 +1,117 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hopperq/hopper"
+)
+
+func schedulesCommand() *command {
+	var asJSON bool
+	return &command{
+		name:    "schedules",
+		args:    "list | pause NAME | resume NAME | trigger NAME",
+		summary: "periodic jobs: list them (next and last fire, policy, paused, stale); pause or resume one; fire one now",
+		flags: func(fs *flag.FlagSet) {
+			fs.BoolVar(&asJSON, "json", false, "list: print JSON")
+		},
+		run: func(e *env, _ *flag.FlagSet, args []string) error {
+			if len(args) == 0 {
+				return fmt.Errorf("%w: say list, pause, resume or trigger", errUsage)
+			}
+			action, rest := args[0], args[1:]
+			switch {
+			case action == "list" && len(rest) == 0:
+			case action == "list":
+				return fmt.Errorf("%w: list takes no argument", errUsage)
+			case action == "pause" || action == "resume" || action == "trigger":
+				if len(rest) != 1 {
+					return fmt.Errorf("%w: %s takes one schedule name", errUsage, action)
+				}
+			default:
+				return fmt.Errorf("%w: unknown schedules action %q (list, pause, resume or trigger)", errUsage, action)
+			}
+			client, done, err := e.connectClient()
+			if err != nil {
+				return err
+			}
+			defer done()
+			var was bool
+			var at time.Time
+			switch action {
+			case "list":
+				return listSchedules(e, client, asJSON)
+			case "pause":
+				was, err = client.PauseSchedule(e.ctx, rest[0])
+			case "resume":
+				was, err = client.ResumeSchedule(e.ctx, rest[0])
+			case "trigger":
+				at, err = client.TriggerSchedule(e.ctx, rest[0])
+			}
+			if errors.Is(err, hopper.ErrUnknownSchedule) {
+				return fmt.Errorf("no schedule %q (a worker that defines it creates it when it starts; hopper schedules list shows them)", rest[0])
+			}
+			if err != nil {
+				return err
+			}
+			switch {
+			case action == "pause" && was:
+				fmt.Fprintf(e.stdout, "schedule %s was paused already\n", rest[0])
+			case action == "pause":
+				fmt.Fprintf(e.stdout, "schedule %s paused: no worker fires it until hopper schedules resume %s\n", rest[0], rest[0])
+			case action == "resume" && was:
+				fmt.Fprintf(e.stdout, "schedule %s resumed at its next slot (slots missed while paused do not fire)\n", rest[0])
+			case action == "resume":
+				fmt.Fprintf(e.stdout, "schedule %s was not paused\n", rest[0])
+			default:
+				fmt.Fprintf(e.stdout, "schedule %s triggered at %s: a worker that defines it enqueues the job now\n", rest[0], at.Local().Format(time.DateTime))
+			}
+			return nil
+		},
+	}
+}
+
+func listSchedules(e *env, client *hopper.Client, asJSON bool) error {
+	list, err := client.Schedules(e.ctx)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(e.stdout).Encode(list)
+	}
+	if len(list) == 0 {
+		fmt.Fprintln(e.stdout, "(no schedules)")
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tKIND\tWHEN\tMISSED\tNEXT FIRE\tLAST FIRE\tSTATE")
+	for _, s := range list {
+		missed := s.Policy
+		if s.Policy == "catch_up" {
+			missed = fmt.Sprintf("catch up %d", s.CatchUp)
+		}
+		last := "never"
+		if s.LastFireAt != nil {
+			last = stamp(*s.LastFireAt)
+		}
+		state := "running"
+		switch {
+		case s.Stale && s.LastReported != nil:
+			state = "stale: no worker defines it since " + stamp(*s.LastReported)
+		case s.Stale:
+			state = "stale: no worker defines it"
+		case s.PausedAt != nil:
+			state = "paused since " + stamp(*s.PausedAt)
+		}
+		if s.TriggeredAt != nil {
+			state += ", triggered"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s (%s)\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, s.Expression, s.TimeZone, missed, stamp(s.NextFireAt), last, state)
+	}
+	return tw.Flush()
+}

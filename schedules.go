@@ -1,0 +1,126 @@
+package hopper
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/schedule"
+	"github.com/hopperq/hopper/jobs"
+)
+
+// ScheduleInfo is one periodic job (see worker.Schedule), as its row says.
+type ScheduleInfo struct {
+	Name string
+	// Kind, Expression, TimeZone, Queue and the missed-slot policy (Policy:
+	// skip, once or catch_up; CatchUp slots for catch_up) are the
+	// definition in force: the newest one a running worker reports.
+	Kind       string
+	Expression string
+	TimeZone   string
+	Queue      string
+	Policy     string
+	CatchUp    int
+	// NextFireAt is its next slot; LastFireAt when a worker last fired it,
+	// LastSlot the slot it fired then.
+	NextFireAt time.Time
+	LastFireAt *time.Time
+	LastSlot   *time.Time
+	// PausedAt is when it was paused (nil: it runs); TriggeredAt a fire an
+	// operator asked for that no worker has made yet.
+	PausedAt    *time.Time
+	TriggeredAt *time.Time
+	// Stale: no running worker has defined it lately (LastReported is when
+	// one last did); it is kept, and fires again once a worker defines it.
+	Stale        bool
+	LastReported *time.Time
+}
+
+// Schedules lists every schedule, by name.
+func (c *Client) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
+	return c.SchedulesTx(ctx, c.db)
+}
+
+// SchedulesTx is Schedules on the caller's transaction.
+func (c *Client) SchedulesTx(ctx context.Context, tx jobs.DBTX) ([]ScheduleInfo, error) {
+	rows, err := queries(tx).ListSchedules(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("hopper: schedules: %w", err)
+	}
+	out := make([]ScheduleInfo, len(rows))
+	for i, r := range rows {
+		out[i] = ScheduleInfo{
+			Name: r.Name, Kind: r.Kind, Expression: r.Expression, TimeZone: r.TimeZone, Queue: r.Queue,
+			Policy: r.Policy, CatchUp: int(r.CatchUp), NextFireAt: r.NextFireAt, LastFireAt: r.LastFireAt,
+			LastSlot: r.LastSlot, PausedAt: r.PausedAt, TriggeredAt: r.TriggeredAt, Stale: r.Stale, LastReported: r.LastSeenAt,
+		}
+	}
+	return out, nil
+}
+
+// PauseSchedule stops every worker from firing a schedule until it is
+// resumed (a trigger still fires). Pausing a paused schedule is not an
+// error: wasPaused says so. Errors wrap ErrUnknownSchedule.
+func (c *Client) PauseSchedule(ctx context.Context, name string) (wasPaused bool, err error) {
+	return c.PauseScheduleTx(ctx, c.db, name)
+}
+
+// PauseScheduleTx is PauseSchedule on the caller's transaction.
+func (c *Client) PauseScheduleTx(ctx context.Context, tx jobs.DBTX, name string) (wasPaused bool, err error) {
+	wasPaused, err = queries(tx).PauseSchedule(ctx, name)
+	if isNoRows(err) {
+		return false, fmt.Errorf("hopper: pause schedule: %w %q", ErrUnknownSchedule, name)
+	}
+	if err != nil {
+		return false, fmt.Errorf("hopper: pause schedule %s: %w", name, err)
+	}
+	return wasPaused, nil
+}
+
+// ResumeSchedule resumes a paused schedule at its next slot: the slots that
+// fell due while it was paused do not fire. Resuming a running schedule is
+// not an error. Errors wrap ErrUnknownSchedule.
+func (c *Client) ResumeSchedule(ctx context.Context, name string) (wasPaused bool, err error) {
+	return c.ResumeScheduleTx(ctx, c.db, name)
+}
+
+// ResumeScheduleTx is ResumeSchedule on the caller's transaction.
+func (c *Client) ResumeScheduleTx(ctx context.Context, tx jobs.DBTX, name string) (wasPaused bool, err error) {
+	row, err := queries(tx).GetSchedule(ctx, name)
+	if isNoRows(err) {
+		return false, fmt.Errorf("hopper: resume schedule: %w %q", ErrUnknownSchedule, name)
+	}
+	if err != nil {
+		return false, fmt.Errorf("hopper: resume schedule %s: %w", name, err)
+	}
+	spec, err := schedule.Parse(row.Expression, row.TimeZone)
+	if err != nil {
+		return false, fmt.Errorf("hopper: resume schedule %s: %w", name, err)
+	}
+	wasPaused, err = queries(tx).ResumeSchedule(ctx, db.ResumeScheduleParams{Name: name, NextFireAt: spec.Next(time.Now())})
+	if err != nil && !isNoRows(err) {
+		return false, fmt.Errorf("hopper: resume schedule %s: %w", name, err)
+	}
+	return wasPaused, nil
+}
+
+// TriggerSchedule asks for one fire of a schedule now, paused or not: a
+// worker that defines it enqueues the job at once (its slot is the time of
+// the trigger), without moving the schedule on. It returns that time.
+// Errors wrap ErrUnknownSchedule.
+func (c *Client) TriggerSchedule(ctx context.Context, name string) (time.Time, error) {
+	return c.TriggerScheduleTx(ctx, c.db, name)
+}
+
+// TriggerScheduleTx is TriggerSchedule on the caller's transaction.
+func (c *Client) TriggerScheduleTx(ctx context.Context, tx jobs.DBTX, name string) (time.Time, error) {
+	at, err := queries(tx).TriggerSchedule(ctx, name)
+	if isNoRows(err) {
+		return time.Time{}, fmt.Errorf("hopper: trigger schedule: %w %q", ErrUnknownSchedule, name)
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("hopper: trigger schedule %s: %w", name, err)
+	}
+	return at, nil
+}

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS hopper_schedule_versions;
+DROP TABLE IF EXISTS hopper_schedules;

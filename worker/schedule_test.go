@@ -1,0 +1,240 @@
+package worker_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/worker"
+)
+
+type Tick struct {
+	Slot time.Time `json:"slot"`
+}
+
+var tick = jobs.Define[Tick]("tick")
+
+func slotOf(s time.Time) Tick { return Tick{Slot: s} }
+
+// fireLog records every job a schedule enqueues, in the transaction that
+// enqueues it (a BEFORE INSERT trigger: attempts that a unique key would
+// skip are logged too, so a slot fired twice shows even when its first job
+// still holds the key).
+func fireLog(t *testing.T, b *bundle) {
+	t.Helper()
+	for _, stmt := range []string{
+		"CREATE TABLE fire_log (unique_key text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())",
+		`CREATE FUNCTION fire_logged() RETURNS trigger LANGUAGE plpgsql AS $$
+		 BEGIN INSERT INTO fire_log (unique_key) VALUES (NEW.unique_key); RETURN NEW; END $$`,
+		`CREATE TRIGGER fire_logged BEFORE INSERT ON hopper_jobs FOR EACH ROW
+		 WHEN (NEW.unique_key LIKE 'schedule:%') EXECUTE FUNCTION fire_logged()`,
+	} {
+		_, err := b.pool.Exec(b.ctx, stmt)
+		require.NoError(t, err)
+	}
+}
+
+// fires is the fire log: slots by schedule, oldest first, and how many
+// times each was fired.
+func fires(t *testing.T, b *bundle, name string) (slots []time.Time, twice int) {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, "SELECT unique_key, count(*) FROM fire_log WHERE unique_key LIKE $1 GROUP BY 1 ORDER BY 1", "schedule:"+name+"@%")
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var key string
+		var n int
+		require.NoError(t, rows.Scan(&key, &n))
+		slot, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(key, "schedule:"+name+"@"))
+		require.NoError(t, err)
+		slots = append(slots, slot)
+		if n > 1 {
+			twice++
+		}
+	}
+	require.NoError(t, rows.Err())
+	slices.SortFunc(slots, func(a, b time.Time) int { return a.Compare(b) })
+	return slots, twice
+}
+
+func requireEvery(t *testing.T, slots []time.Time, step time.Duration, msg string) {
+	t.Helper()
+	for i := 1; i < len(slots); i++ {
+		require.Equal(t, step, slots[i].Sub(slots[i-1]), "%s: slots %d and %d", msg, i-1, i)
+	}
+}
+
+// TestScheduleFires: a schedule every second enqueues a job per slot, whose
+// payload and unique key carry the slot; the handler sees it.
+func TestScheduleFires(t *testing.T) {
+	b := setup(t)
+	fireLog(t, b)
+	seen := make(chan Tick, 100)
+	start(t, b, worker.Config{}, func(w *worker.Worker) {
+		must(t, worker.Schedule(w, "every-second", tick, "@every 1s", slotOf, worker.OnMissed(worker.CatchUp(100))))
+		must(t, worker.Handle(w, tick, func(_ context.Context, j *jobs.Job[Tick]) error { seen <- j.Payload; return nil }))
+	})
+	var got []time.Time
+	for len(got) < 3 {
+		select {
+		case p := <-seen:
+			got = append(got, p.Slot)
+		case <-time.After(time.Minute):
+			t.Fatal("no slot fired")
+		}
+	}
+	slots, twice := fires(t, b, "every-second")
+	require.Zero(t, twice)
+	require.GreaterOrEqual(t, len(slots), 3)
+	requireEvery(t, slots, time.Second, "every second")
+	list, err := hopper.NewClient(b.pool).Schedules(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, "@every 1s", list[0].Expression)
+	require.Equal(t, "UTC", list[0].TimeZone)
+	require.Equal(t, "catch_up", list[0].Policy)
+	require.NotNil(t, list[0].LastFireAt)
+	require.False(t, list[0].Stale)
+	require.True(t, list[0].NextFireAt.After(*list[0].LastSlot))
+}
+
+// TestScheduleRejects: bad definitions are refused at registration.
+func TestScheduleRejects(t *testing.T) {
+	b := setup(t)
+	w, err := worker.New(b.pool, fast(worker.Config{}))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name, expr string
+		opts       []worker.ScheduleOption
+		msg        string
+	}{
+		{"", "@hourly", nil, "name is empty"},
+		{"bad", "61 * * * *", nil, "above maximum"},
+		{"bad", "* * * *", nil, "expected 5 to 6 fields"},
+		{"bad", "0 0 30 2 *", nil, "never fires"},
+		{"bad", "@every 0s", nil, "at least 1s"},
+		{"bad", "0 * * * *", []worker.ScheduleOption{worker.InZone("Mars/Olympus")}, "unknown time zone"},
+		{"bad", "0 * * * *", []worker.ScheduleOption{worker.OnMissed(worker.CatchUp(0))}, "CatchUp(0)"},
+		{"bad", "0 * * * *", []worker.ScheduleOption{worker.EnqueueWith(jobs.UniqueKey("mine"))}, "unique key names its schedule"},
+		{"bad", "0 * * * *", []worker.ScheduleOption{worker.EnqueueWith(jobs.Priority(42))}, "invalid priority"},
+	} {
+		err := worker.Schedule(w, tc.name, tick, tc.expr, slotOf, tc.opts...)
+		require.ErrorIs(t, err, worker.ErrInvalidSchedule, tc.msg)
+		require.ErrorContains(t, err, tc.msg)
+	}
+	must(t, worker.Schedule(w, "good", tick, "0 9 * * MON-FRI", slotOf, worker.InZone("America/New_York")))
+	require.ErrorContains(t, worker.Schedule(w, "good", tick, "@hourly", slotOf), "defined twice")
+}
+
+// TestScheduleDeploys: a changed definition takes over without firing a
+// slot twice; an older definition that comes back while the newer one
+// runs (an old pod restarting mid-deploy) does not take it back; a
+// definition nobody runs any more is stale, kept, and reported.
+func TestScheduleDeploys(t *testing.T) {
+	b := setup(t)
+	fireLog(t, b)
+	client := hopper.NewClient(b.pool)
+	cfg := worker.Config{ScheduleStaleAfter: 2 * time.Second}
+	define := func(expr string) func(*worker.Worker) {
+		return func(w *worker.Worker) {
+			must(t, worker.Schedule(w, "report", tick, expr, slotOf, worker.OnMissed(worker.CatchUp(100))))
+			must(t, worker.Handle(w, tick, func(context.Context, *jobs.Job[Tick]) error { return nil }))
+		}
+	}
+	inForce := func() hopper.ScheduleInfo {
+		list, err := client.Schedules(b.ctx)
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+		return list[0]
+	}
+	waitSlots := func(n int) {
+		waitFor(t, "slots fired", func() bool { slots, _ := fires(t, b, "report"); return len(slots) >= n })
+	}
+
+	old := start(t, b, cfg, define("@every 2s"))
+	waitSlots(2)
+	// The new deploy starts beside the old one: its definition is newer.
+	newer := start(t, b, cfg, define("@every 1s"))
+	waitFor(t, "the new definition in force", func() bool { return inForce().Expression == "@every 1s" })
+	before, _ := fires(t, b, "report")
+	waitSlots(len(before) + 3)
+	// An old pod restarts while the new one runs: it does not win back.
+	old.stop()
+	stopped := time.Now()
+	restarted := start(t, b, cfg, define("@every 2s"))
+	waitFor(t, "the restarted old worker at work", func() bool {
+		var n int
+		require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT count(*) FROM hopper_schedule_versions WHERE name = 'report' AND last_seen_at > $1", stopped).Scan(&n))
+		return n == 2 // both definitions reported since the old one stopped
+	})
+	require.Equal(t, "@every 1s", inForce().Expression, "the older definition does not come back")
+	waitSlots(len(before) + 6)
+	slots, twice := fires(t, b, "report")
+	require.Zero(t, twice, "no slot fired twice through the change")
+	requireEvery(t, slots[len(before):], time.Second, "the new cadence, whoever fires it")
+
+	// Every worker stops: the schedule is kept, and goes stale.
+	newer.stop()
+	restarted.stop()
+	waitFor(t, "stale", func() bool { return inForce().Stale })
+	require.Equal(t, "@every 1s", inForce().Expression, "kept as it was")
+}
+
+// TestSchedulePauseResumeTrigger: a paused schedule does not fire; a
+// trigger fires it once even so, at the trigger's time; a resume goes on at
+// the next slot, not at those missed while paused.
+func TestSchedulePauseResumeTrigger(t *testing.T) {
+	b := setup(t)
+	fireLog(t, b)
+	client := hopper.NewClient(b.pool)
+	start(t, b, worker.Config{}, func(w *worker.Worker) {
+		must(t, worker.Schedule(w, "beat", tick, "@every 1s", slotOf))
+		must(t, worker.Handle(w, tick, func(context.Context, *jobs.Job[Tick]) error { return nil }))
+	})
+	waitFor(t, "a slot", func() bool { s, _ := fires(t, b, "beat"); return len(s) >= 1 })
+	was, err := client.PauseSchedule(b.ctx, "beat")
+	require.NoError(t, err)
+	require.False(t, was)
+	was, err = client.PauseSchedule(b.ctx, "beat")
+	require.NoError(t, err)
+	require.True(t, was, "pausing twice is not an error")
+	var pausedAt time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT clock_timestamp()").Scan(&pausedAt))
+
+	at, err := client.TriggerSchedule(b.ctx, "beat")
+	require.NoError(t, err)
+	waitFor(t, "the trigger fired", func() bool {
+		s, _ := fires(t, b, "beat")
+		return len(s) > 0 && s[len(s)-1].Equal(at)
+	})
+	// Three seconds paused: no slot fired in them, but the trigger.
+	waitFor(t, "three seconds", func() bool { return time.Since(pausedAt) > 3*time.Second })
+	slots, _ := fires(t, b, "beat")
+	for _, s := range slots {
+		require.False(t, s.After(pausedAt.Add(time.Second)) && !s.Equal(at), "slot %v fired while paused", s)
+	}
+
+	resumed := time.Now()
+	was, err = client.ResumeSchedule(b.ctx, "beat")
+	require.NoError(t, err)
+	require.True(t, was)
+	waitFor(t, "fires again", func() bool { s, _ := fires(t, b, "beat"); return len(s) >= len(slots)+2 })
+	after, twice := fires(t, b, "beat")
+	require.Zero(t, twice)
+	for _, s := range after[len(slots):] {
+		require.False(t, s.Before(resumed.Add(-time.Second)), "slot %v was missed while paused and fired anyway", s)
+	}
+
+	_, err = client.PauseSchedule(b.ctx, "nope")
+	require.ErrorIs(t, err, hopper.ErrUnknownSchedule)
+	_, err = client.TriggerSchedule(b.ctx, "nope")
+	require.ErrorIs(t, err, hopper.ErrUnknownSchedule)
+	_, err = client.ResumeSchedule(b.ctx, "nope")
+	require.ErrorIs(t, err, hopper.ErrUnknownSchedule)
+}
