@@ -63,11 +63,19 @@
 // it or it has jobs; operations on a queue Hopper does not know fail with
 // ErrUnknownQueue, so that a typo is not silently "paused".
 //
+// # Schedules
+//
+// Periodic jobs are defined in code (worker.Schedule) and live in the
+// database: Schedules lists them with their next and last fire, their
+// policy, and whether they are paused or stale (no running worker defines
+// them); PauseSchedule and ResumeSchedule stop and restart one (slots
+// missed while paused do not fire); TriggerSchedule asks for one fire now.
+//
 // # Errors
 //
 // Bad input and missing things come back as errors that match with
 // errors.Is: ErrNotFound (no such job), ErrFinished (cancelling a job that
-// has finished), ErrUnknownQueue, ErrInvalidCursor (a page cursor ListJobs
+// has finished), ErrUnknownQueue, ErrUnknownSchedule, ErrInvalidCursor (a page cursor ListJobs
 // did not make), ErrInvalidFilter (a limit out of range, an empty time
 // range, a dead-job filter that would match every job without All), and
 // jobs.ErrInvalidQueue, jobs.ErrInvalidState for malformed names.

@@ -9,6 +9,7 @@ import (
 	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/worker"
 )
 
 type Reminder struct {
@@ -182,4 +183,53 @@ func ExampleClient_Stats() {
 	// Output:
 	// reminders remind ready 1 scheduled 1
 	// live 2
+}
+
+type Digest struct {
+	Slot time.Time `json:"slot"`
+}
+
+var digest = jobs.Define[Digest]("digest")
+
+// Pause a periodic job, ask for one fire of it anyway, and resume it.
+// Schedules are defined by workers (worker.Schedule); the client operates
+// on the rows they keep.
+func ExampleClient_TriggerSchedule() {
+	pool, drop := testdb.ForExample()
+	defer drop()
+	ctx, stop := context.WithCancel(context.Background())
+	client := hopper.NewClient(pool)
+
+	w, _ := worker.New(pool, worker.Config{Queues: map[string]int{"default": 1}})
+	_ = worker.Schedule(w, "digest", digest, "@every 1s", func(slot time.Time) Digest { return Digest{Slot: slot} })
+	var triggeredAt time.Time
+	_ = worker.Handle(w, digest, func(ctx context.Context, job *jobs.Job[Digest]) error {
+		switch {
+		case triggeredAt.IsZero(): // the first slot: pause the schedule, then ask for one fire
+			if _, err := client.PauseSchedule(ctx, "digest"); err != nil {
+				return err
+			}
+			at, err := client.TriggerSchedule(ctx, "digest")
+			triggeredAt = at
+			return err
+		case job.Payload.Slot.Equal(triggeredAt): // the triggered fire: its slot is the trigger's time
+			stop()
+		}
+		return nil
+	})
+	if err := w.Run(ctx); err != nil {
+		panic(err)
+	}
+
+	ctx = context.Background()
+	schedules, _ := client.Schedules(ctx)
+	fmt.Println(schedules[0].Name, "paused:", schedules[0].PausedAt != nil)
+	wasPaused, _ := client.ResumeSchedule(ctx, "digest") // at its next slot; missed ones do not fire
+	fmt.Println("resumed a paused schedule:", wasPaused)
+	_, err := client.TriggerSchedule(ctx, "no-such-schedule")
+	fmt.Println(errors.Is(err, hopper.ErrUnknownSchedule))
+	// Output:
+	// digest paused: true
+	// resumed a paused schedule: true
+	// true
 }

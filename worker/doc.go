@@ -77,6 +77,18 @@
 //     copies them, so it costs no round trip, and every worker prunes the
 //     expired ones. Config.DeadRetention prunes old dead and cancelled jobs
 //     the same way. With neither set, the ack is the plain statement.
+//   - Periodic jobs (Schedule): a schedule names a kind, a cron expression
+//     (five fields, an optional seconds field, or @every/@daily …), a time
+//     zone, a payload function of the slot, and a policy for missed slots
+//     (FireOnce, SkipMissed, CatchUp). Every worker that defines it takes
+//     part in firing it, with no leader: the one that takes its row (FOR
+//     UPDATE SKIP LOCKED) enqueues the slot's job and moves the schedule on
+//     by compare-and-set in the same transaction, so each slot fires once
+//     whatever crashes. The job's unique key is "schedule:<name>@<slot>".
+//     Workers report the definitions they hold: a changed definition takes
+//     over from the one it replaces (the newest wins, and an older one that
+//     comes back mid-deploy does not take it back), and a schedule no
+//     running worker defines is kept, reported stale, and not fired.
 //   - Sweep: every worker reclaims expired leases on a jittered interval;
 //     concurrent sweeps are safe.
 //   - Identity: ID names the worker in leases and histories. A worker

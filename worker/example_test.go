@@ -152,3 +152,44 @@ func ExampleHandleWithResult() {
 	fmt.Println(row.State, string(row.Result))
 	// Output: completed {"message_id": "invoice-42@mail"}
 }
+
+// A periodic job: every worker that defines the schedule takes part in
+// firing it, and each slot becomes exactly one job, whose payload is made
+// from the slot and whose unique key names it.
+func ExampleSchedule() {
+	pool, drop := testdb.ForExample()
+	defer drop()
+	ctx, stop := context.WithCancel(context.Background())
+
+	w, _ := worker.New(pool, worker.Config{})
+	err := worker.Schedule(w, "every-second", tick, "@every 1s",
+		func(slot time.Time) Tick { return Tick{Slot: slot} },
+		worker.OnMissed(worker.SkipMissed()), // default: worker.FireOnce()
+		worker.EnqueueWith(jobs.Priority(5)))
+	if err != nil {
+		panic(err) // a bad expression, zone or option: worker.ErrInvalidSchedule
+	}
+	client := hopper.NewClient(pool)
+	var fired *jobs.Job[Tick]
+	var key string
+	_ = worker.Handle(w, tick, func(ctx context.Context, job *jobs.Job[Tick]) error {
+		defer stop()
+		fired = job
+		row, err := client.Job(ctx, job.ID) // the running job's row
+		key = row.UniqueKey
+		return err
+	})
+	if err := w.Run(ctx); err != nil {
+		panic(err)
+	}
+
+	fmt.Println("slot on a whole second:", fired.Payload.Slot.Equal(fired.Payload.Slot.Truncate(time.Second)))
+	fmt.Println("unique key names the slot:", key == worker.SlotKey("every-second", fired.Payload.Slot))
+	schedules, _ := client.Schedules(context.Background())
+	s := schedules[0]
+	fmt.Println(s.Name, s.Expression, s.Policy, "next after last:", s.NextFireAt.After(*s.LastSlot))
+	// Output:
+	// slot on a whole second: true
+	// unique key names the slot: true
+	// every-second @every 1s skip next after last: true
+}
