@@ -25,7 +25,7 @@ var (
 
 // parser takes standard 5-field expressions, an optional leading seconds
 // field (6 fields), and descriptors (@every 10m, @daily, @hourly …).
-var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+var parser = cron.MustNewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // Spec is a parsed expression in its time zone.
 type Spec struct {
