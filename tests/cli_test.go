@@ -133,10 +133,12 @@ func TestMigrate(t *testing.T) {
 	require.Contains(t, r.stdout, "1/u create_hopper", "a progress line per migration")
 	require.Contains(t, r.stdout, "2/u claim_cursor")
 	require.Contains(t, r.stdout, "3/u operate")
-	require.Contains(t, r.stdout, "schema version 3 (this build's latest: 3)")
+	require.Contains(t, r.stdout, "4/u schedules")
+	require.Contains(t, r.stdout, "schema version 4 (this build's latest: 4)")
 
 	r = runHopper(t, d.URL, "", "migrate", "down", "--all", "--yes")
 	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "4/d schedules")
 	require.Contains(t, r.stdout, "3/d operate")
 	require.Contains(t, r.stdout, "2/d claim_cursor")
 	require.Contains(t, r.stdout, "1/d create_hopper")
