@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -203,7 +204,7 @@ func TestStats(t *testing.T) {
 	// Rates come from two readings.
 	before := s
 	b.enqueue(t, report, "one more", jobs.Queue("idle"))
-	waitFor(t, "the statistics collector counts the insert", func() bool {
+	testdb.WaitFor(t, "the statistics collector counts the insert", func() bool {
 		s, err = b.client.Stats(b.ctx)
 		require.NoError(t, err)
 		return s.Enqueued > before.Enqueued

@@ -76,18 +76,5 @@ func (b *bundle) runUntil(t *testing.T, cfg worker.Config, register func(*worker
 		stop()
 		require.NoError(t, <-errc)
 	}()
-	waitFor(t, what, cond)
-}
-
-// waitFor polls cond from the test's goroutine until it holds, failing
-// after a minute: a stuck test, not a slow one.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within a minute", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testdb.WaitFor(t, what, cond)
 }

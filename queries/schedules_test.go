@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/testdb"
 )
 
 func define(t *testing.T, b *bundle, q *db.Queries, hash, expr string, staleAfter time.Duration) (db.DefineScheduleRow, error) {
@@ -65,7 +66,7 @@ func TestDefineScheduleRules(t *testing.T) {
 
 	// v3 goes stale (nobody reports it): the older v2 may take over again,
 	// and the schedule reads stale until it does.
-	waitFor(t, "stale", func() bool { return schedule(t, b).Stale })
+	testdb.WaitFor(t, "stale", func() bool { return schedule(t, b).Stale })
 	row, err = define(t, b, b.q, "v2", "@every 1m", time.Hour)
 	require.NoError(t, err)
 	require.True(t, row.InForce, "a stale definition gives way")
@@ -88,7 +89,7 @@ func TestDefineScheduleRace(t *testing.T) {
 			Expression: "@every 1m", TimeZone: "UTC", Policy: "once", Queue: "default", NextFireAt: time.Now()})
 		second <- err
 	}()
-	waitFor(t, "the second waiting on the first's insert", func() bool {
+	testdb.WaitFor(t, "the second waiting on the first's insert", func() bool {
 		var n int
 		require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%DefineSchedule%'").Scan(&n))
 		return n > 0
@@ -164,16 +165,4 @@ func TestFireSchedule(t *testing.T) {
 	require.True(t, schedule(t, b).NextFireAt.Equal(resumeAt), "resumed at the next slot, not the missed ones")
 	_, err = b.q.PauseSchedule(b.ctx, "nope")
 	require.ErrorIs(t, err, pgx.ErrNoRows)
-}
-
-// waitFor polls cond until it holds (a minute at most: a stuck test).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within a minute", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -110,60 +109,33 @@ func runChaosWorker() int {
 
 // chaosBed is one scenario's database and worker processes.
 type chaosBed struct {
-	t       *testing.T
-	ctx     context.Context
-	db      *testdb.DB
-	url     string // for workers: a bigger pool, tagged with application_name
-	env     []string
-	workers map[string]*exec.Cmd
+	*processBed
+	url string // for workers: a bigger pool, tagged with application_name
+	env []string
 }
 
 func newChaosBed(t *testing.T, env ...string) *chaosBed {
 	t.Helper()
-	d := testdb.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	t.Cleanup(cancel)
-	for _, stmt := range []string{
+	pb := newProcessBed(t, 10*time.Minute,
 		"CREATE TABLE chaos_runs (job_id bigint NOT NULL, attempt int NOT NULL, worker text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())",
-		"CREATE TABLE chaos_ledger (job_id bigint NOT NULL, attempt int NOT NULL, worker text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())",
-	} {
-		_, err := d.Pool.Exec(ctx, stmt)
-		require.NoError(t, err)
-	}
-	url := d.URL
+		"CREATE TABLE chaos_ledger (job_id bigint NOT NULL, attempt int NOT NULL, worker text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())")
+	url := pb.db.URL
 	if strings.Contains(url, "://") {
-		url += "&pool_max_conns=24&application_name=" + d.Schema
+		url += "&pool_max_conns=24&application_name=" + pb.db.Schema
 	} else {
-		url += " pool_max_conns=24 application_name=" + d.Schema
+		url += " pool_max_conns=24 application_name=" + pb.db.Schema
 	}
-	b := &chaosBed{t: t, ctx: ctx, db: d, url: url, env: env, workers: map[string]*exec.Cmd{}}
-	t.Cleanup(func() {
-		for _, cmd := range b.workers {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
+	b := &chaosBed{processBed: pb, url: url, env: env}
+	pb.explain = func() string {
+		return fmt.Sprintf("ledger %d, dead %d, live %d",
+			b.count("SELECT count(*) FROM chaos_ledger"), b.count("SELECT count(*) FROM hopper_dead_jobs"), b.count("SELECT count(*) FROM hopper_jobs"))
+	}
 	return b
 }
 
 func (b *chaosBed) start(id string) {
 	b.t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), chaosEnv+"="+b.url, "HOPPER_CHAOS_ID="+id), b.env...)
-	cmd.Stderr = os.Stderr
-	require.NoError(b.t, cmd.Start())
-	b.workers[id] = cmd
-}
-
-func (b *chaosBed) kill(id string, sig syscall.Signal) {
-	b.t.Helper()
-	cmd := b.workers[id]
-	require.NoError(b.t, cmd.Process.Signal(sig))
-	err := cmd.Wait()
-	if sig == syscall.SIGTERM {
-		require.NoError(b.t, err, "worker %s exits cleanly on SIGTERM", id)
-	}
-	delete(b.workers, id)
+	b.spawn(id, append([]string{chaosEnv + "=" + b.url, "HOPPER_CHAOS_ID=" + id}, b.env...)...)
 }
 
 func (b *chaosBed) enqueue(n int) {
@@ -171,29 +143,6 @@ func (b *chaosBed) enqueue(n int) {
 	for left := n; left > 0; left -= 5000 {
 		_, err := chaosTask.EnqueueMany(b.ctx, b.db.Pool, jobs.Items(make([]Chore, min(5000, left))...))
 		require.NoError(b.t, err)
-	}
-}
-
-func (b *chaosBed) count(query string) int64 {
-	b.t.Helper()
-	var n int64
-	require.NoError(b.t, b.db.Pool.QueryRow(b.ctx, query).Scan(&n))
-	return n
-}
-
-// waitFor polls the database from the test's goroutine (count calls
-// require, so this is no require.Eventually) until cond holds, and fails
-// the test after limit: a stuck run, not a slow one, so limits are
-// generous.
-func (b *chaosBed) waitFor(what string, limit time.Duration, cond func() bool) {
-	b.t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			b.t.Fatalf("%s: not within %v (ledger %d, dead %d, live %d)", what, limit,
-				b.count("SELECT count(*) FROM chaos_ledger"), b.count("SELECT count(*) FROM hopper_dead_jobs"), b.count("SELECT count(*) FROM hopper_jobs"))
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -206,13 +155,13 @@ func (b *chaosBed) done(n int) bool {
 // waitDone waits until every job is in the ledger (or dead).
 func (b *chaosBed) waitDone(n int, limit time.Duration) {
 	b.t.Helper()
-	b.waitFor("every job done", limit, func() bool { return b.done(n) })
+	b.waitWithin("every job done", limit, func() bool { return b.done(n) })
 }
 
 // waitLedger waits until the ledger holds at least n completions.
 func (b *chaosBed) waitLedger(n int) {
 	b.t.Helper()
-	b.waitFor(fmt.Sprintf("%d completions", n), 3*time.Minute, func() bool {
+	b.waitWithin(fmt.Sprintf("%d completions", n), 3*time.Minute, func() bool {
 		return b.count("SELECT count(*) FROM chaos_ledger") >= int64(n)
 	})
 }
@@ -276,7 +225,7 @@ func TestChaosWorkerCrashes(t *testing.T) {
 	for !b.done(n) && time.Now().Before(deadline) {
 		time.Sleep(time.Duration(1500+rand.IntN(1000)) * time.Millisecond) // the kill cadence
 		victim := ids[rand.IntN(len(ids))]
-		b.kill(victim, syscall.SIGKILL)
+		b.stop(victim, syscall.SIGKILL)
 		lastKill = time.Now()
 		b.start(victim)
 	}
@@ -299,7 +248,7 @@ func TestChaosConnectionsKilled(t *testing.T) {
 	workerBackends := "FROM pg_stat_activity WHERE application_name = '" + b.db.Schema + "' AND pid <> pg_backend_pid()"
 	for round := 1; round <= 5; round++ {
 		// Progress, and connections to kill: the workers have reconnected.
-		b.waitFor(fmt.Sprintf("round %d", round), 3*time.Minute, func() bool {
+		b.waitWithin(fmt.Sprintf("round %d", round), 3*time.Minute, func() bool {
 			return b.count("SELECT count(*) FROM chaos_ledger") >= int64(round*n/8) && b.count("SELECT count(*) "+workerBackends) > 0
 		})
 		killed := b.count("SELECT count(pg_terminate_backend(pid)) " + workerBackends)
@@ -371,7 +320,7 @@ func TestChaosGracefulShutdown(t *testing.T) {
 	}
 	b.waitLedger(200)
 	for _, id := range []string{"w1", "w2", "w3", "w4"} {
-		b.kill(id, syscall.SIGTERM)
+		b.stop(id, syscall.SIGTERM)
 	}
 	require.Zero(t, b.count("SELECT count(*) FROM hopper_jobs WHERE state = 'running'"), "every unfinished job was given back")
 	began := time.Now()

@@ -110,6 +110,18 @@ func TestOperateCLI(t *testing.T) {
 			stderr: `hopper queue: pause takes one queue name (run hopper queue --help)`},
 		{name: "jobs without an action", url: d.URL, args: []string{"jobs"}, code: 2,
 			stderr: `hopper jobs: say list or show (run hopper jobs --help)`},
+		{name: "unknown history action", url: d.URL, args: []string{"history", "drop"}, code: 2,
+			stderr: `hopper history: unknown history action "drop" (list or show) (run hopper history --help)`},
+		{name: "dead without an action", url: d.URL, args: []string{"dead"}, code: 2,
+			stderr: `hopper dead: say list, show, retry or purge (run hopper dead --help)`},
+		{name: "unknown dead action", url: d.URL, args: []string{"dead", "revive"}, code: 2,
+			stderr: `hopper dead: unknown dead action "revive" (list, show, retry or purge) (run hopper dead --help)`},
+		{name: "queue list with a name", url: d.URL, args: []string{"queue", "list", "a"}, code: 2,
+			stderr: `hopper queue: list takes no argument (run hopper queue --help)`},
+		{name: "bad queue name", url: d.URL, args: []string{"queue", "pause", ""}, code: 2,
+			stderr: `hopper queue: invalid queue name: queue name "" is empty (run hopper queue --help)`},
+		{name: "unknown queue action", url: d.URL, args: []string{"queue", "drain", "a"}, code: 2,
+			stderr: `hopper queue: unknown queue action "drain" (list, pause or resume) (run hopper queue --help)`},
 	})
 }
 
@@ -171,5 +183,9 @@ func TestSchedulesCLI(t *testing.T) {
 			stderr: `hopper schedules: no schedule "weekly" (a worker that defines it creates it when it starts; hopper schedules list shows them)`},
 		{name: "no name", url: d.URL, args: []string{"schedules", "pause"}, code: 2,
 			stderr: `hopper schedules: pause takes one schedule name (run hopper schedules --help)`},
+		{name: "no action", url: d.URL, args: []string{"schedules"}, code: 2,
+			stderr: `hopper schedules: say list, pause, resume or trigger (run hopper schedules --help)`},
+		{name: "unknown action", url: d.URL, args: []string{"schedules", "delete", "nightly"}, code: 2,
+			stderr: `hopper schedules: unknown schedules action "delete" (list, pause, resume or trigger) (run hopper schedules --help)`},
 	})
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
-	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -94,20 +93,14 @@ func runOperateWorker() int {
 
 // operateBed is a schema and its worker processes.
 type operateBed struct {
-	t       *testing.T
-	ctx     context.Context
-	db      *testdb.DB
-	client  *hopper.Client
-	workers map[string]*exec.Cmd
+	*processBed
+	client *hopper.Client
 }
 
 func newOperateBed(t *testing.T) *operateBed {
 	t.Helper()
 	t.Parallel()
-	d := testdb.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	t.Cleanup(cancel)
-	for _, stmt := range []string{
+	pb := newProcessBed(t, 5*time.Minute,
 		`CREATE TABLE op_runs (job_id bigint NOT NULL, attempt int NOT NULL, worker text NOT NULL, queue text NOT NULL,
 			cause text NOT NULL, ack_error text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`,
 		"CREATE TABLE chaos_ledger (job_id bigint NOT NULL, attempt int NOT NULL, worker text NOT NULL)",
@@ -117,63 +110,30 @@ func newOperateBed(t *testing.T) *operateBed {
 		`CREATE FUNCTION op_claimed() RETURNS trigger LANGUAGE plpgsql AS $$
 		 BEGIN INSERT INTO op_claims VALUES (NEW.id, NEW.queue, now()); RETURN NULL; END $$`,
 		`CREATE TRIGGER op_claimed AFTER UPDATE OF state ON hopper_jobs FOR EACH ROW
-		 WHEN (OLD.state = 'pending' AND NEW.state = 'running') EXECUTE FUNCTION op_claimed()`,
-	} {
-		_, err := d.Pool.Exec(ctx, stmt)
-		require.NoError(t, err)
-	}
-	b := &operateBed{t: t, ctx: ctx, db: d, client: hopper.NewClient(d.Pool), workers: map[string]*exec.Cmd{}}
-	t.Cleanup(func() {
-		for _, cmd := range b.workers {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+		 WHEN (OLD.state = 'pending' AND NEW.state = 'running') EXECUTE FUNCTION op_claimed()`)
+	pb.explain = func() string {
+		rows, _ := pb.db.Pool.Query(pb.ctx, "SELECT worker, queue, count(*), count(*) FILTER (WHERE cause <> '') FROM op_runs GROUP BY 1, 2 ORDER BY 1, 2")
+		defer rows.Close()
+		var runs []string
+		for rows.Next() {
+			var w, q string
+			var n, cancelled int64
+			_ = rows.Scan(&w, &q, &n, &cancelled)
+			runs = append(runs, fmt.Sprintf("runs by %s of queue %s: %d (%d cancelled)", w, q, n, cancelled))
 		}
-	})
-	return b
+		return strings.Join(runs, "; ")
+	}
+	return &operateBed{processBed: pb, client: hopper.NewClient(pb.db.Pool)}
 }
 
 func (b *operateBed) start(id string) {
 	b.t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), operateEnv+"="+b.db.URL, "HOPPER_OPERATE_ID="+id)
-	cmd.Stderr = os.Stderr
-	require.NoError(b.t, cmd.Start())
-	b.workers[id] = cmd
+	b.spawn(id, operateEnv+"="+b.db.URL, "HOPPER_OPERATE_ID="+id)
 }
 
 func (b *operateBed) kill(id string) {
 	b.t.Helper()
-	require.NoError(b.t, b.workers[id].Process.Kill())
-	_ = b.workers[id].Wait()
-	delete(b.workers, id)
-}
-
-func (b *operateBed) count(query string, args ...any) int64 {
-	b.t.Helper()
-	var n int64
-	require.NoError(b.t, b.db.Pool.QueryRow(b.ctx, query, args...).Scan(&n))
-	return n
-}
-
-// waitFor polls cond from the test's goroutine; the limit catches a stuck
-// run, not a slow one.
-func (b *operateBed) waitFor(what string, cond func() bool) {
-	b.t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			rows, _ := b.db.Pool.Query(b.ctx, "SELECT worker, queue, count(*), count(*) FILTER (WHERE cause <> '') FROM op_runs GROUP BY 1, 2 ORDER BY 1, 2")
-			for rows.Next() {
-				var w, q string
-				var n, cancelled int64
-				_ = rows.Scan(&w, &q, &n, &cancelled)
-				b.t.Logf("runs by %s of queue %s: %d (%d cancelled)", w, q, n, cancelled)
-			}
-			rows.Close()
-			b.t.Fatalf("%s: not within 2 minutes", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	b.stop(id, syscall.SIGKILL)
 }
 
 func (b *operateBed) enqueue(k *jobs.Kind[Chore], queue string, n int) []int64 {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -15,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -80,24 +78,16 @@ func runScheduleWorker() int {
 }
 
 // scheduleBed is a schema with a fire log, and its worker processes.
-type scheduleBed struct {
-	t       *testing.T
-	ctx     context.Context
-	db      *testdb.DB
-	workers map[string]*exec.Cmd
-}
+type scheduleBed struct{ *processBed }
 
 func newScheduleBed(t *testing.T) *scheduleBed {
 	t.Helper()
 	t.Parallel()
-	d := testdb.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	t.Cleanup(cancel)
 	// Every job a schedule enqueues, logged in the transaction that enqueues
 	// it, before the unique key is checked: a slot fired twice shows even
 	// while its first job holds the key; a transaction that rolled back (a
 	// worker killed mid-fire) leaves nothing.
-	for _, stmt := range []string{
+	pb := newProcessBed(t, 5*time.Minute,
 		"CREATE TABLE fire_log (schedule text NOT NULL, slot timestamptz NOT NULL, tx bigint NOT NULL DEFAULT txid_current(), at timestamptz NOT NULL DEFAULT clock_timestamp())",
 		`CREATE FUNCTION fire_logged() RETURNS trigger LANGUAGE plpgsql AS $$
 		 BEGIN
@@ -106,56 +96,14 @@ func newScheduleBed(t *testing.T) *scheduleBed {
 		     RETURN NEW;
 		 END $$`,
 		`CREATE TRIGGER fire_logged BEFORE INSERT ON hopper_jobs FOR EACH ROW
-		 WHEN (NEW.unique_key LIKE 'schedule:%') EXECUTE FUNCTION fire_logged()`,
-	} {
-		_, err := d.Pool.Exec(ctx, stmt)
-		require.NoError(t, err)
-	}
-	b := &scheduleBed{t: t, ctx: ctx, db: d, workers: map[string]*exec.Cmd{}}
-	t.Cleanup(func() {
-		for _, cmd := range b.workers {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	return b
+		 WHEN (NEW.unique_key LIKE 'schedule:%') EXECUTE FUNCTION fire_logged()`)
+	pb.explain = func() string { return fmt.Sprintf("fires: %d", pb.count("SELECT count(*) FROM fire_log")) }
+	return &scheduleBed{pb}
 }
 
 func (b *scheduleBed) start(id string) {
 	b.t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), scheduleEnv+"="+b.db.URL, "HOPPER_SCHEDULE_ID="+id)
-	cmd.Stderr = os.Stderr
-	require.NoError(b.t, cmd.Start())
-	b.workers[id] = cmd
-}
-
-func (b *scheduleBed) stop(id string, sig syscall.Signal) {
-	b.t.Helper()
-	require.NoError(b.t, b.workers[id].Process.Signal(sig))
-	err := b.workers[id].Wait()
-	if sig == syscall.SIGTERM {
-		require.NoError(b.t, err, "worker %s exits cleanly on SIGTERM", id)
-	}
-	delete(b.workers, id)
-}
-
-func (b *scheduleBed) count(query string, args ...any) int64 {
-	b.t.Helper()
-	var n int64
-	require.NoError(b.t, b.db.Pool.QueryRow(b.ctx, query, args...).Scan(&n))
-	return n
-}
-
-func (b *scheduleBed) waitFor(what string, cond func() bool) {
-	b.t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			b.t.Fatalf("%s: not within 2 minutes (fires: %d)", what, b.count("SELECT count(*) FROM fire_log"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	b.spawn(id, scheduleEnv+"="+b.db.URL, "HOPPER_SCHEDULE_ID="+id)
 }
 
 // firing is what the log shows of one schedule: its slots in order, how

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -75,15 +76,15 @@ func TestJobsBehindTheCursorRun(t *testing.T) {
 			ran := newRanSet()
 			r := start(t, b, worker.Config{FullScanInterval: time.Hour, Queues: map[string]int{"default": 4}},
 				func(w *worker.Worker) { must(t, worker.Handle(w, k, ran.handler)) })
-			waitFor(t, "the wake-up listener", func() bool { return worker.Listening(r.w) })
+			testdb.WaitFor(t, "the wake-up listener", func() bool { return worker.Listening(r.w) })
 
 			after := tc.before(t, b, k)
-			waitFor(t, "the first jobs run", func() bool { return ran.count() >= 20 })
+			testdb.WaitFor(t, "the first jobs run", func() bool { return ran.count() >= 20 })
 			p, cursor, _ := worker.CursorAt(r.w, "default")
 			require.GreaterOrEqual(t, p, int16(0), "the queue claims from its cursor")
 
 			id := after(cursor)
-			waitFor(t, "the job behind the cursor runs", func() bool { return ran.has(id) })
+			testdb.WaitFor(t, "the job behind the cursor runs", func() bool { return ran.has(id) })
 		})
 	}
 }
@@ -96,15 +97,15 @@ func TestFullScanFindsWhatNoWakeUpAnnounced(t *testing.T) {
 	ran := newRanSet()
 	r := start(t, b, worker.Config{FullScanInterval: 100 * time.Millisecond},
 		func(w *worker.Worker) { must(t, worker.Handle(w, k, ran.handler)) })
-	waitFor(t, "the wake-up listener", func() bool { return worker.Listening(r.w) })
+	testdb.WaitFor(t, "the wake-up listener", func() bool { return worker.Listening(r.w) })
 	enqueueMany(t, b, k, 5)
-	waitFor(t, "the first jobs run", func() bool { return ran.count() >= 5 })
+	testdb.WaitFor(t, "the first jobs run", func() bool { return ran.count() >= 5 })
 
 	hidden, err := k.Enqueue(b.ctx, b.pool, Task{N: -1}, jobs.Delay(time.Hour))
 	require.NoError(t, err)
 	_, err = b.pool.Exec(b.ctx, "UPDATE hopper_jobs SET state = 'pending', run_at = now() - interval '1 hour' WHERE id = $1", hidden.ID)
 	require.NoError(t, err)
-	waitFor(t, "the job made ready by hand runs", func() bool { return ran.has(hidden.ID) })
+	testdb.WaitFor(t, "the job made ready by hand runs", func() bool { return ran.has(hidden.ID) })
 }
 
 func enqueueMany(t *testing.T, b *bundle, k *jobs.Kind[Task], n int, opts ...jobs.EnqueueOption) {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -42,14 +43,14 @@ func TestConnectionsKilled(t *testing.T) {
 
 	killed := 0
 	for round := 0; round < 5; round++ {
-		waitFor(t, "progress since the last kill", func() bool { return ran.Load() > int64(round+1)*total/10 })
+		testdb.WaitFor(t, "progress since the last kill", func() bool { return ran.Load() > int64(round+1)*total/10 })
 		var n int
 		require.NoError(t, b.pool.QueryRow(b.ctx,
 			"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", b.tdb.Schema).Scan(&n))
 		killed += n
 	}
 	require.Positive(t, killed)
-	waitFor(t, "every job done despite the kills", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "every job done despite the kills", func() bool { live, _ := b.totals(t); return live == 0 })
 	cancel()
 	require.NoError(t, <-errc)
 	require.GreaterOrEqual(t, ran.Load(), int64(total))
@@ -74,13 +75,13 @@ func TestMetricsCount(t *testing.T) {
 			return nil
 		}))
 	})
-	waitFor(t, "all recorded", func() bool {
+	testdb.WaitFor(t, "all recorded", func() bool {
 		live, dead := b.totals(t)
 		return live == 0 && dead == 1
 	})
 	// The counters move once the worker has read each statement's reply,
 	// a moment after the database shows its effect.
-	waitFor(t, "counters", func() bool {
+	testdb.WaitFor(t, "counters", func() bool {
 		return metricValue(t, reg, "hopper_jobs_completed_total") == 3 &&
 			metricValue(t, reg, "hopper_jobs_dead_total") == 1
 	})
@@ -98,10 +99,10 @@ func TestMetricsEndpoint(t *testing.T) {
 	r := start(t, b, worker.Config{MetricsAddr: ":0", MetricsInterval: 20 * time.Millisecond}, func(w *worker.Worker) {
 		must(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { return nil }))
 	})
-	waitFor(t, "listening", func() bool { return r.w.MetricsAddr() != "" })
+	testdb.WaitFor(t, "listening", func() bool { return r.w.MetricsAddr() != "" })
 	require.True(t, strings.HasPrefix(r.w.MetricsAddr(), "127.0.0.1:"), "bound to loopback by default")
 	var body string
-	waitFor(t, "both jobs counted and the gauges refreshed", func() bool {
+	testdb.WaitFor(t, "both jobs counted and the gauges refreshed", func() bool {
 		resp, err := http.Get("http://" + r.w.MetricsAddr() + "/metrics")
 		if err != nil {
 			return false
@@ -138,15 +139,15 @@ func TestListenReconnects(t *testing.T) {
 			"SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE '%LISTEN hopper_jobs%'", b.tdb.Schema).Scan(&n))
 		return n
 	}
-	waitFor(t, "listening", func() bool { return listening() == 1 })
+	testdb.WaitFor(t, "listening", func() bool { return listening() == 1 })
 	_, err = b.pool.Exec(b.ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE '%LISTEN hopper_jobs%'", b.tdb.Schema)
 	require.NoError(t, err)
-	waitFor(t, "listening again", func() bool { return listening() == 1 })
+	testdb.WaitFor(t, "listening again", func() bool { return listening() == 1 })
 
 	for i := 1; i <= 3; i++ {
 		_, err = k.Enqueue(b.ctx, b.pool, Task{N: i})
 		require.NoError(t, err)
-		waitFor(t, "woken, not polled", func() bool { return ran.Load() == int64(i) })
+		testdb.WaitFor(t, "woken, not polled", func() bool { return ran.Load() == int64(i) })
 	}
 }
 

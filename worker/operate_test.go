@@ -11,6 +11,7 @@ import (
 
 	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -36,7 +37,7 @@ func TestSnoozeIsNotCharged(t *testing.T) {
 			return nil
 		}))
 	})
-	waitFor(t, "done after two snoozes", func() bool { return len(seen.of(res.ID, 3)) > 0 })
+	testdb.WaitFor(t, "done after two snoozes", func() bool { return len(seen.of(res.ID, 3)) > 0 })
 	require.Equal(t, []run{{1, 1, 0}, {2, 2, 0}, {3, 3, 0}}, []run{<-runs, <-runs, <-runs},
 		"each snooze gives its claim back: attempts left stay, no error entry")
 	require.Equal(t, []string{worker.OutcomeSnoozed}, seen.of(res.ID, 1))
@@ -90,7 +91,7 @@ func TestHandlerCancelsItsOwnJob(t *testing.T) {
 			return worker.Cancel(errors.New("the account is gone"))
 		}))
 	})
-	waitFor(t, "outcome reported", func() bool { return len(seen.of(res.ID, 1)) > 0 })
+	testdb.WaitFor(t, "outcome reported", func() bool { return len(seen.of(res.ID, 1)) > 0 })
 	require.Equal(t, []string{worker.OutcomeCancelled}, seen.of(res.ID, 1))
 	row, err := hopper.NewClient(b.pool).Job(b.ctx, res.ID)
 	require.NoError(t, err)
@@ -142,7 +143,7 @@ func TestOperatorCancelsRunningJob(t *testing.T) {
 			case <-time.After(time.Minute):
 				t.Fatal("the handler was not cancelled")
 			}
-			waitFor(t, "slot freed", func() bool { return worker.HeldClaims(r.w) == 0 })
+			testdb.WaitFor(t, "slot freed", func() bool { return worker.HeldClaims(r.w) == 0 })
 			r.stop()
 			require.Empty(t, seen.of(res.ID, 1), "the late result is discarded: no outcome recorded for it")
 			require.Equal(t, 1.0, metricValue(t, reg, "hopper_jobs_cancelled_total"))
@@ -225,7 +226,7 @@ func TestKeepHistory(t *testing.T) {
 		}))
 		must(t, worker.Handle(w, never, func(context.Context, *jobs.Job[Task]) error { return nil }, worker.KeepHistory(-1)))
 	})
-	waitFor(t, "every job done", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "every job done", func() bool { live, _ := b.totals(t); return live == 0 })
 
 	row, err := client.Job(b.ctx, ids["with_result"])
 	require.NoError(t, err)
@@ -272,6 +273,6 @@ func (b *bundle) enqueueDead(t *testing.T) int64 {
 
 func waitDead(t *testing.T, b *bundle, id int64) (d db.HopperDeadJob) {
 	t.Helper()
-	waitFor(t, "job dead", func() (ok bool) { d, ok = b.dead(t, id); return ok })
+	testdb.WaitFor(t, "job dead", func() (ok bool) { d, ok = b.dead(t, id); return ok })
 	return d
 }

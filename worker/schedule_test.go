@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -154,21 +155,21 @@ func TestScheduleDeploys(t *testing.T) {
 		return list[0]
 	}
 	waitSlots := func(n int) {
-		waitFor(t, "slots fired", func() bool { slots, _ := fires(t, b, "report"); return len(slots) >= n })
+		testdb.WaitFor(t, "slots fired", func() bool { slots, _ := fires(t, b, "report"); return len(slots) >= n })
 	}
 
 	old := start(t, b, cfg, define("@every 2s"))
 	waitSlots(2)
 	// The new deploy starts beside the old one: its definition is newer.
 	newer := start(t, b, cfg, define("@every 1s"))
-	waitFor(t, "the new definition in force", func() bool { return inForce().Expression == "@every 1s" })
+	testdb.WaitFor(t, "the new definition in force", func() bool { return inForce().Expression == "@every 1s" })
 	before, _ := fires(t, b, "report")
 	waitSlots(len(before) + 3)
 	// An old pod restarts while the new one runs: it does not win back.
 	old.stop()
 	stopped := time.Now()
 	restarted := start(t, b, cfg, define("@every 2s"))
-	waitFor(t, "the restarted old worker at work", func() bool {
+	testdb.WaitFor(t, "the restarted old worker at work", func() bool {
 		var n int
 		require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT count(*) FROM hopper_schedule_versions WHERE name = 'report' AND last_seen_at > $1", stopped).Scan(&n))
 		return n == 2 // both definitions reported since the old one stopped
@@ -182,7 +183,7 @@ func TestScheduleDeploys(t *testing.T) {
 	// Every worker stops: the schedule is kept, and goes stale.
 	newer.stop()
 	restarted.stop()
-	waitFor(t, "stale", func() bool { return inForce().Stale })
+	testdb.WaitFor(t, "stale", func() bool { return inForce().Stale })
 	require.Equal(t, "@every 1s", inForce().Expression, "kept as it was")
 }
 
@@ -197,7 +198,7 @@ func TestSchedulePauseResumeTrigger(t *testing.T) {
 		must(t, worker.Schedule(w, "beat", tick, "@every 1s", slotOf))
 		must(t, worker.Handle(w, tick, func(context.Context, *jobs.Job[Tick]) error { return nil }))
 	})
-	waitFor(t, "a slot", func() bool { s, _ := fires(t, b, "beat"); return len(s) >= 1 })
+	testdb.WaitFor(t, "a slot", func() bool { s, _ := fires(t, b, "beat"); return len(s) >= 1 })
 	was, err := client.PauseSchedule(b.ctx, "beat")
 	require.NoError(t, err)
 	require.False(t, was)
@@ -209,12 +210,12 @@ func TestSchedulePauseResumeTrigger(t *testing.T) {
 
 	at, err := client.TriggerSchedule(b.ctx, "beat")
 	require.NoError(t, err)
-	waitFor(t, "the trigger fired", func() bool {
+	testdb.WaitFor(t, "the trigger fired", func() bool {
 		s, _ := fires(t, b, "beat")
 		return len(s) > 0 && s[len(s)-1].Equal(at)
 	})
 	// Three seconds paused: no slot fired in them, but the trigger.
-	waitFor(t, "three seconds", func() bool { return time.Since(pausedAt) > 3*time.Second })
+	testdb.WaitFor(t, "three seconds", func() bool { return time.Since(pausedAt) > 3*time.Second })
 	slots, _ := fires(t, b, "beat")
 	for _, s := range slots {
 		require.False(t, s.After(pausedAt.Add(time.Second)) && !s.Equal(at), "slot %v fired while paused", s)
@@ -224,7 +225,7 @@ func TestSchedulePauseResumeTrigger(t *testing.T) {
 	was, err = client.ResumeSchedule(b.ctx, "beat")
 	require.NoError(t, err)
 	require.True(t, was)
-	waitFor(t, "fires again", func() bool { s, _ := fires(t, b, "beat"); return len(s) >= len(slots)+2 })
+	testdb.WaitFor(t, "fires again", func() bool { s, _ := fires(t, b, "beat"); return len(s) >= len(slots)+2 })
 	after, twice := fires(t, b, "beat")
 	require.Zero(t, twice)
 	for _, s := range after[len(slots):] {

@@ -128,20 +128,6 @@ func (b *bundle) totals(t *testing.T) (live, dead int64) {
 	return live, dead
 }
 
-// waitFor polls cond (against the database, usually) until it holds. It
-// polls in the test's own goroutine, so cond may use require (which
-// require.Eventually, calling it from a goroutine of its own, forbids).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 90s for: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func (b *bundle) job(t *testing.T, id int64) db.HopperJob {
 	t.Helper()
 	j, err := b.q.GetJob(b.ctx, id)

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -94,7 +95,7 @@ func TestLostClaimLeavesHeartbeat(t *testing.T) {
 	_, err = b.pool.Exec(b.ctx, "DELETE FROM hopper_jobs WHERE id = $1", res.ID) // cancelled by an operator, say
 	require.NoError(t, err)
 	require.ErrorIs(t, <-cause, worker.ErrLeaseLost)
-	waitFor(t, "the lost claim left the heartbeat's set", func() bool { return worker.HeldClaims(r.w) == 0 })
+	testdb.WaitFor(t, "the lost claim left the heartbeat's set", func() bool { return worker.HeldClaims(r.w) == 0 })
 }
 
 // TestAckTxRolledBack: a handler that acks in its transaction, rolls it
@@ -124,7 +125,7 @@ func TestAckTxRolledBack(t *testing.T) {
 	})
 	// The worker reports once it has read the ack's reply, a moment after
 	// the database shows the row gone: wait for both.
-	waitFor(t, "job acked by the worker", func() bool {
+	testdb.WaitFor(t, "job acked by the worker", func() bool {
 		live, _ := b.totals(t)
 		return live == 0 && len(seen.of(res.ID, 1)) > 0
 	})
@@ -174,7 +175,7 @@ func TestAckTxCommittedThenKeepsWorking(t *testing.T) {
 			}))
 		})
 	require.NoError(t, <-after, "not cancelled after its own committed ack")
-	waitFor(t, "outcome reported", func() bool { return len(seen.of(res.ID, 1)) == 1 })
+	testdb.WaitFor(t, "outcome reported", func() bool { return len(seen.of(res.ID, 1)) == 1 })
 	require.Equal(t, []string{worker.OutcomeDone}, seen.of(res.ID, 1))
 	require.Zero(t, metricValue(t, reg, "hopper_jobs_lease_lost_total"))
 	require.Equal(t, 1.0, metricValue(t, reg, "hopper_jobs_completed_total"))
@@ -215,7 +216,7 @@ func TestStuckHandlerIsAbandoned(t *testing.T) {
 	<-started
 	_, err = quick.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{}, Task{}, Task{}))
 	require.NoError(t, err)
-	waitFor(t, "the stuck job ran again, and the quick ones ran in the freed slot", func() bool {
+	testdb.WaitFor(t, "the stuck job ran again, and the quick ones ran in the freed slot", func() bool {
 		live, _ := b.totals(t)
 		return live == 0 && len(seen.of(res.ID, 2)) > 0 // reported, not only gone
 	})
@@ -225,7 +226,7 @@ func TestStuckHandlerIsAbandoned(t *testing.T) {
 	require.Equal(t, 1.0, metricValue(t, reg, "hopper_handlers_abandoned_total"))
 	require.Equal(t, 1.0, metricValue(t, reg, "hopper_handlers_stuck"))
 	close(unstick)
-	waitFor(t, "the stuck handler returned", func() bool { return metricValue(t, reg, "hopper_handlers_stuck") == 0 })
+	testdb.WaitFor(t, "the stuck handler returned", func() bool { return metricValue(t, reg, "hopper_handlers_stuck") == 0 })
 }
 
 // TestTimeoutPrecedence: a run's timeout comes from the job (JobTimeout),

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/internal/wirefault"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
@@ -184,7 +185,7 @@ func wfExtendStalledAndCut(t *testing.T) {
 	// has run out in the database (or it holds nothing any more).
 	p.Stall()
 	var expired int
-	waitFor(t, "a lease of the partitioned worker ran out", func() bool {
+	testdb.WaitFor(t, "a lease of the partitioned worker ran out", func() bool {
 		var held int
 		require.NoError(t, h.b.pool.QueryRow(h.b.ctx,
 			"SELECT count(*), count(*) FILTER (WHERE lease_until < now()) FROM hopper_jobs WHERE state = 'running' AND lease_owner = $1",
@@ -192,14 +193,14 @@ func wfExtendStalledAndCut(t *testing.T) {
 		return expired > 0 || held == 0
 	})
 	clean := h.runClean(t, wfKinds{slow: wfQuick})
-	waitFor(t, "the clean worker re-ran a job taken from the faulty one", func() bool {
+	testdb.WaitFor(t, "the clean worker re-ran a job taken from the faulty one", func() bool {
 		return h.reportsAfterFirst("clean") > 0 || h.liveOf(t, slow.Name()) == 0
 	})
 	p.Unstall()
 	faulty.stop(t)
 	p.Release() // a second stall may have fired after the first Release
 
-	waitFor(t, "every job gone", func() bool { return h.live(t) == 0 })
+	testdb.WaitFor(t, "every job gone", func() bool { return h.live(t) == 0 })
 	clean.stop(t)
 	led := h.verify(t, nil)
 	t.Logf("ExtendStalledAndCut: %d leases of the faulty worker had run out in the partition", expired)
@@ -259,12 +260,12 @@ func wfShutdownDuringOutage(t *testing.T) {
 			require.FailNow(t, "the gated and blocking handlers did not all start")
 		}
 	}
-	waitFor(t, "the warm jobs acked", func() bool { return h.liveOf(t, warm.Name()) == 0 })
+	testdb.WaitFor(t, "the warm jobs acked", func() bool { return h.liveOf(t, warm.Name()) == 0 })
 
 	p.StallAfterRequest(wfAck, 1)
 	close(gate)
 	h.waitFired(t, p, wfAck, 1) // an ack of gated results committed; its reply hangs
-	waitFor(t, "every gated handler finished", func() bool { return h.ledgerOf(t, gated.Name()) == held })
+	testdb.WaitFor(t, "every gated handler finished", func() bool { return h.ledgerOf(t, gated.Name()) == held })
 	p.Stall()
 	began := time.Now()
 	faulty.stop(t) // bounded by ShutdownTimeout + ShutdownGrace + 30s
@@ -425,7 +426,7 @@ func (h *wf) cutWhile(t *testing.T, p *wirefault.Proxy, marker string, enqueue f
 	p.CutAfterReply(marker, 1)
 	enqueue()
 	h.waitFired(t, p, marker, target)
-	waitFor(t, "every first attempt so far reported", func() bool {
+	testdb.WaitFor(t, "every first attempt so far reported", func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		for id := range h.kinds {
@@ -610,7 +611,7 @@ func (h *wf) runClean(t *testing.T, kinds wfKinds) *wfRunner {
 func (h *wf) drain(t *testing.T, kinds wfKinds) {
 	t.Helper()
 	clean := h.runClean(t, kinds)
-	waitFor(t, "every job gone", func() bool { return h.live(t) == 0 })
+	testdb.WaitFor(t, "every job gone", func() bool { return h.live(t) == 0 })
 	clean.stop(t)
 }
 

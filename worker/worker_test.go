@@ -58,7 +58,7 @@ func TestEndToEnd(t *testing.T) {
 	cfg := worker.Config{Queues: map[string]int{"q1": 20, "q2": 10, "q3": 5}}
 	start(t, b, cfg, register)
 	start(t, b, cfg, register)
-	waitFor(t, "every job handled and acked", func() bool {
+	testdb.WaitFor(t, "every job handled and acked", func() bool {
 		live, _ := b.totals(t)
 		return live == 0
 	})
@@ -132,13 +132,13 @@ func TestFailureOutcomes(t *testing.T) {
 			var h []jobs.AttemptError
 			if tc.wantDead != "" {
 				var d db.HopperDeadJob
-				waitFor(t, "job dead", func() (ok bool) { d, ok = b.dead(t, res.ID); return ok })
+				testdb.WaitFor(t, "job dead", func() (ok bool) { d, ok = b.dead(t, res.ID); return ok })
 				require.Equal(t, tc.wantDead, d.Reason)
 				require.Equal(t, int32(1), d.Attempt)
 				h = history(t, d.Errors)
 			} else {
 				var j db.HopperJob
-				waitFor(t, "failure recorded", func() bool { j = b.job(t, res.ID); return j.State == "scheduled" && j.Attempt == 1 })
+				testdb.WaitFor(t, "failure recorded", func() bool { j = b.job(t, res.ID); return j.State == "scheduled" && j.Attempt == 1 })
 				h = history(t, j.Errors)
 				if tc.delayCheck {
 					require.WithinDuration(t, before.Add(tc.wantRunAt), j.RunAt, time.Minute)
@@ -180,12 +180,12 @@ func TestUndecodablePayloadIsDeadAtOnce(t *testing.T) {
 	})
 	for id, reason := range map[int64]string{bad.ID: "cannot unmarshal string", oldBad.ID: "upgrade from version 1 to 2: v1 had no id"} {
 		var d db.HopperDeadJob
-		waitFor(t, "undecodable job dead", func() (ok bool) { d, ok = b.dead(t, id); return ok })
+		testdb.WaitFor(t, "undecodable job dead", func() (ok bool) { d, ok = b.dead(t, id); return ok })
 		require.True(t, strings.HasPrefix(d.Reason, "undecodable payload: "), d.Reason)
 		require.Contains(t, d.Reason, reason)
 		require.Equal(t, int32(1), d.Attempt, "no retries burnt")
 	}
-	waitFor(t, "good job done", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "good job done", func() bool { live, _ := b.totals(t); return live == 0 })
 	require.EqualValues(t, 1, seen.Load())
 	require.Equal(t, good.ID, seenID.Load(), "only the decodable job reached the handler")
 }
@@ -208,7 +208,7 @@ func TestVersionGate(t *testing.T) {
 			return nil
 		}))
 	})
-	waitFor(t, "old worker took its job", func() bool { return oldRan.Load() == 1 })
+	testdb.WaitFor(t, "old worker took its job", func() bool { return oldRan.Load() == 1 })
 	require.Equal(t, older.ID, oldID.Load())
 	old.stop() // its polls since then left the v2 job alone
 	require.Equal(t, "pending", b.job(t, newer.ID).State)
@@ -217,7 +217,7 @@ func TestVersionGate(t *testing.T) {
 	start(t, b, worker.Config{}, func(w *worker.Worker) {
 		must(t, worker.Handle(w, v2, func(context.Context, *jobs.Job[Task]) error { newRan.Add(1); return nil }))
 	})
-	waitFor(t, "new worker took the v2 job", func() bool { return newRan.Load() == 1 })
+	testdb.WaitFor(t, "new worker took the v2 job", func() bool { return newRan.Load() == 1 })
 }
 
 // TestHeartbeatKeepsLongJob: a job three times longer than its lease keeps
@@ -240,7 +240,7 @@ func TestHeartbeatKeepsLongJob(t *testing.T) {
 	cfg := worker.Config{LeaseDuration: time.Second, SweepInterval: 50 * time.Millisecond}
 	start(t, b, cfg, func(w *worker.Worker) { must(t, worker.Handle(w, k, handler)) })
 	start(t, b, cfg, func(w *worker.Worker) { must(t, worker.Handle(w, k, handler)) })
-	waitFor(t, "job done", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "job done", func() bool { live, _ := b.totals(t); return live == 0 })
 	require.EqualValues(t, 1, runs.Load())
 	_, dead := b.totals(t)
 	require.Zero(t, dead)
@@ -281,7 +281,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 	}
 	// The late success was not recorded: the job lives on (claimed again
 	// by the worker, attempt 2) with the sweep's history entry.
-	waitFor(t, "claimed again", func() bool { return b.job(t, res.ID).Attempt == 2 })
+	testdb.WaitFor(t, "claimed again", func() bool { return b.job(t, res.ID).Attempt == 2 })
 	h := history(t, b.job(t, res.ID).Errors)
 	require.Len(t, h, 1)
 	require.Equal(t, "lease expired", h[0].Error)
@@ -305,7 +305,7 @@ func TestShutdownReleasesUnfinished(t *testing.T) {
 			return context.Cause(ctx)
 		}))
 	})
-	waitFor(t, "all three running", func() bool { return inHandler.Load() == 3 })
+	testdb.WaitFor(t, "all three running", func() bool { return inHandler.Load() == 3 })
 	began := time.Now()
 	first.stop()
 	took := time.Since(began)
@@ -358,7 +358,7 @@ func TestAckTx(t *testing.T) {
 			return tx.Commit(ctx)
 		}))
 	})
-	waitFor(t, "job done", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "job done", func() bool { live, _ := b.totals(t); return live == 0 })
 	r.stop()
 	var rows []int32
 	r2, err := b.pool.Query(b.ctx, "SELECT attempt FROM effects WHERE job_id = $1", res.ID)
@@ -391,9 +391,9 @@ func TestStableIdentityReleasesPredecessor(t *testing.T) {
 	start(t, b, worker.Config{ID: "pod-7", SweepInterval: time.Hour}, func(w *worker.Worker) {
 		must(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { ran.Add(1); return nil }))
 	})
-	waitFor(t, "the job ran without waiting an hour", func() bool { return ran.Load() == 1 })
+	testdb.WaitFor(t, "the job ran without waiting an hour", func() bool { return ran.Load() == 1 })
 	_ = res
-	waitFor(t, "acked", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "acked", func() bool { live, _ := b.totals(t); return live == 0 })
 }
 
 // TestWorkerKilled: a worker process killed with SIGKILL mid-job; its job
@@ -406,7 +406,7 @@ func TestWorkerKilled(t *testing.T) {
 	require.Equal(t, 3, res.Inserted)
 
 	cmd := startHelper(t, b, "doomed")
-	waitFor(t, "the helper holds all three", func() bool {
+	testdb.WaitFor(t, "the helper holds all three", func() bool {
 		stats, err := b.q.Stats(b.ctx)
 		require.NoError(t, err)
 		return len(stats) == 1 && stats[0].Running == 3
@@ -428,7 +428,7 @@ func TestWorkerKilled(t *testing.T) {
 		require.Equal(t, "lease expired", j.Errors[0].Error)
 		require.Equal(t, "doomed", j.Errors[0].Owner)
 	}
-	waitFor(t, "table empty", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "table empty", func() bool { live, _ := b.totals(t); return live == 0 })
 }
 
 // TestWorkerSIGTERM: a worker process told to stop gives its jobs back at
@@ -439,7 +439,7 @@ func TestWorkerSIGTERM(t *testing.T) {
 	_, err := blocking.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{}, Task{}))
 	require.NoError(t, err)
 	cmd := startHelper(t, b, "graceful")
-	waitFor(t, "helper holds both", func() bool {
+	testdb.WaitFor(t, "helper holds both", func() bool {
 		stats, _ := b.q.Stats(b.ctx)
 		return len(stats) == 1 && stats[0].Running == 2
 	})
@@ -514,13 +514,13 @@ func TestNoGoroutineLeak(t *testing.T) {
 	r := start(t, b, worker.Config{Queues: map[string]int{"default": 8, "other": 2}}, func(w *worker.Worker) {
 		must(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { return nil }))
 	})
-	waitFor(t, "done", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "done", func() bool { live, _ := b.totals(t); return live == 0 })
 	require.Positive(t, workerGoroutines(r.w), "the check sees a running worker's goroutines")
 	r.stop()
 	// A goroutine that has just signalled its WaitGroup is still returning:
 	// wait for them to be gone (a real leak never is; goleak in TestMain
 	// checks the whole package too).
-	waitFor(t, "no goroutine of the worker left after Run returned", func() bool { return workerGoroutines(r.w) == 0 })
+	testdb.WaitFor(t, "no goroutine of the worker left after Run returned", func() bool { return workerGoroutines(r.w) == 0 })
 }
 
 // workerGoroutines counts goroutines running code of the worker package on
@@ -561,7 +561,7 @@ func TestScheduledAndRetriedJobsRun(t *testing.T) {
 				return nil
 			}))
 		})
-	waitFor(t, "ran twice and done", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "ran twice and done", func() bool { live, _ := b.totals(t); return live == 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, runs, 2)
@@ -592,9 +592,9 @@ func TestBlockingHandlersDoNotStarveQueuedJobs(t *testing.T) {
 	})
 	_, err := k.Enqueue(b.ctx, b.pool, Task{N: 0})
 	require.NoError(t, err)
-	waitFor(t, "warm-up done", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "warm-up done", func() bool { live, _ := b.totals(t); return live == 0 })
 	_, err = k.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{N: 1}, Task{N: 2}, Task{N: 3}, Task{N: 4}))
 	require.NoError(t, err)
-	waitFor(t, "all four blocking handlers run at once", func() bool { return inHandler.Load() == 4 })
+	testdb.WaitFor(t, "all four blocking handlers run at once", func() bool { return inHandler.Load() == 4 })
 	close(release)
 }

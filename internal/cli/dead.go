@@ -30,10 +30,10 @@ func deadCommand() *command {
 			fs.BoolVar(&all, "all", false, "retry, purge: every dead job (with no other filter)")
 		},
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
-			if len(args) == 0 {
-				return fmt.Errorf("%w: say list, show, retry or purge", errUsage)
+			action, rest, err := pickAction("dead", args, "list", "show", "retry", "purge")
+			if err != nil {
+				return err
 			}
-			action, rest := args[0], args[1:]
 			var list hopper.ListParams
 			var filter hopper.DeadFilter
 			switch action {
@@ -41,7 +41,6 @@ func deadCommand() *command {
 				if len(rest) > 0 {
 					return fmt.Errorf("%w: list takes no argument (filters are flags)", errUsage)
 				}
-				var err error
 				if list, err = l.params(); err != nil {
 					return err
 				}
@@ -55,12 +54,9 @@ func deadCommand() *command {
 				}
 			case "show":
 			case "retry", "purge":
-				var err error
 				if filter, err = deadFilter(rest, &l, olderThan, all); err != nil {
 					return err
 				}
-			default:
-				return fmt.Errorf("%w: unknown dead action %q (list, show, retry or purge)", errUsage, action)
 			}
 			client, done, err := e.connectClient()
 			if err != nil {

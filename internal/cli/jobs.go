@@ -8,7 +8,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/hopperq/hopper"
@@ -96,7 +95,9 @@ func listJobs(e *env, client *hopper.Client, p hopper.ListParams, l *listFlags, 
 			Next string     `json:"next,omitempty"`
 		}{page.Jobs, page.Next})
 	}
-	printJobTable(e.stdout, page.Jobs)
+	if err := printJobTable(e.stdout, page.Jobs); err != nil {
+		return err
+	}
 	if page.Next != "" {
 		fmt.Fprintf(e.stdout, "more: %s --after %s\n", again, page.Next)
 	}
@@ -104,22 +105,15 @@ func listJobs(e *env, client *hopper.Client, p hopper.ListParams, l *listFlags, 
 }
 
 // printJobTable prints jobs one line each.
-func printJobTable(w io.Writer, rows []jobs.Row) {
-	if len(rows) == 0 {
-		fmt.Fprintln(w, "(no jobs)")
-		return
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tQUEUE\tKIND\tATTEMPTS\tCREATED\tDUE/ENDED\tDETAIL")
-	for _, r := range rows {
+func printJobTable(w io.Writer, rows []jobs.Row) error {
+	return printTable(w, "jobs", "ID\tSTATE\tQUEUE\tKIND\tATTEMPTS\tCREATED\tDUE/ENDED\tDETAIL", rows, func(r jobs.Row) string {
 		when := r.RunAt
 		if r.FinishedAt != nil {
 			when = *r.FinishedAt
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.ID, r.State, r.Queue, r.Kind, r.Attempt, r.MaxAttempts,
+		return fmt.Sprintf("%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s", r.ID, r.State, r.Queue, r.Kind, r.Attempt, r.MaxAttempts,
 			stamp(r.CreatedAt), stamp(when), oneLine(detail(r)))
-	}
-	tw.Flush()
+	})
 }
 
 // detail is the one thing worth knowing about a job in a listing.
@@ -242,23 +236,19 @@ func listShowCommand(name, summary string, only ...jobs.State) *command {
 		summary: summary,
 		flags:   func(fs *flag.FlagSet) { l.declare(fs, len(only) == 0) },
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
-			if len(args) == 0 {
-				return fmt.Errorf("%w: say list or show", errUsage)
+			action, rest, err := pickAction(name, args, "list", "show")
+			if err != nil {
+				return err
 			}
-			action, rest := args[0], args[1:]
 			var p hopper.ListParams
 			switch action {
 			case "list":
 				if len(rest) > 0 {
 					return fmt.Errorf("%w: list takes no argument (filters are flags)", errUsage)
 				}
-				var err error
 				if p, err = l.params(only...); err != nil {
 					return err
 				}
-			case "show":
-			default:
-				return fmt.Errorf("%w: unknown %s action %q (list or show)", errUsage, name, action)
 			}
 			client, done, err := e.connectClient()
 			if err != nil {

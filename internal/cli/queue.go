@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"github.com/hopperq/hopper"
@@ -22,22 +21,18 @@ func queueCommand() *command {
 			fs.BoolVar(&asJSON, "json", false, "list: print JSON")
 		},
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
-			if len(args) == 0 {
-				return fmt.Errorf("%w: say list, pause or resume", errUsage)
-			}
-			action, rest := args[0], args[1:]
+			action, rest, err := pickAction("queue", args, "list", "pause", "resume")
 			switch {
-			case action == "list" && len(rest) == 0:
-			case (action == "pause" || action == "resume") && len(rest) == 1:
+			case err != nil:
+				return err
+			case action == "list" && len(rest) > 0:
+				return fmt.Errorf("%w: list takes no argument", errUsage)
+			case action != "list" && len(rest) != 1:
+				return fmt.Errorf("%w: %s takes one queue name", errUsage, action)
+			case action != "list":
 				if err := jobs.ValidateQueue(rest[0]); err != nil {
 					return fmt.Errorf("%w: %v", errUsage, err)
 				}
-			case action == "pause" || action == "resume":
-				return fmt.Errorf("%w: %s takes one queue name", errUsage, action)
-			case action == "list":
-				return fmt.Errorf("%w: list takes no argument", errUsage)
-			default:
-				return fmt.Errorf("%w: unknown queue action %q (list, pause or resume)", errUsage, action)
 			}
 			client, done, err := e.connectClient()
 			if err != nil {
@@ -79,21 +74,14 @@ func queueCommand() *command {
 				if asJSON {
 					return json.NewEncoder(e.stdout).Encode(queues)
 				}
-				if len(queues) == 0 {
-					fmt.Fprintln(e.stdout, "(no queues)")
-					return nil
-				}
-				tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "QUEUE\tSTATE\tREADY\tSCHEDULED\tRUNNING\tDEAD\tCANCELLED\tCLAIM LAG")
-				for _, q := range queues {
+				return printTable(e.stdout, "queues", "QUEUE\tSTATE\tREADY\tSCHEDULED\tRUNNING\tDEAD\tCANCELLED\tCLAIM LAG", queues, func(q hopper.QueueInfo) string {
 					state := "running"
 					if q.PausedAt != nil {
 						state = "paused since " + stamp(*q.PausedAt)
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", q.Name, state, q.Ready, q.Scheduled, q.Running,
+					return fmt.Sprintf("%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s", q.Name, state, q.Ready, q.Scheduled, q.Running,
 						q.Dead, q.Cancelled, q.OldestReady.Round(time.Millisecond))
-				}
-				tw.Flush()
+				})
 			}
 			return nil
 		},

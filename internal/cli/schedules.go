@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"github.com/hopperq/hopper"
@@ -21,20 +20,14 @@ func schedulesCommand() *command {
 			fs.BoolVar(&asJSON, "json", false, "list: print JSON")
 		},
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
-			if len(args) == 0 {
-				return fmt.Errorf("%w: say list, pause, resume or trigger", errUsage)
-			}
-			action, rest := args[0], args[1:]
+			action, rest, err := pickAction("schedules", args, "list", "pause", "resume", "trigger")
 			switch {
-			case action == "list" && len(rest) == 0:
-			case action == "list":
+			case err != nil:
+				return err
+			case action == "list" && len(rest) > 0:
 				return fmt.Errorf("%w: list takes no argument", errUsage)
-			case action == "pause" || action == "resume" || action == "trigger":
-				if len(rest) != 1 {
-					return fmt.Errorf("%w: %s takes one schedule name", errUsage, action)
-				}
-			default:
-				return fmt.Errorf("%w: unknown schedules action %q (list, pause, resume or trigger)", errUsage, action)
+			case action != "list" && len(rest) != 1:
+				return fmt.Errorf("%w: %s takes one schedule name", errUsage, action)
 			}
 			client, done, err := e.connectClient()
 			if err != nil {
@@ -84,13 +77,7 @@ func listSchedules(e *env, client *hopper.Client, asJSON bool) error {
 	if asJSON {
 		return json.NewEncoder(e.stdout).Encode(list)
 	}
-	if len(list) == 0 {
-		fmt.Fprintln(e.stdout, "(no schedules)")
-		return nil
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tKIND\tWHEN\tMISSED\tNEXT FIRE\tLAST FIRE\tSTATE")
-	for _, s := range list {
+	return printTable(e.stdout, "schedules", "NAME\tKIND\tWHEN\tMISSED\tNEXT FIRE\tLAST FIRE\tSTATE", list, func(s hopper.ScheduleInfo) string {
 		missed := s.Policy
 		if s.Policy == "catch_up" {
 			missed = fmt.Sprintf("catch up %d", s.CatchUp)
@@ -111,7 +98,6 @@ func listSchedules(e *env, client *hopper.Client, asJSON bool) error {
 		if s.TriggeredAt != nil {
 			state += ", triggered"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s (%s)\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, s.Expression, s.TimeZone, missed, stamp(s.NextFireAt), last, state)
-	}
-	return tw.Flush()
+		return fmt.Sprintf("%s\t%s\t%s (%s)\t%s\t%s\t%s\t%s", s.Name, s.Kind, s.Expression, s.TimeZone, missed, stamp(s.NextFireAt), last, state)
+	})
 }

@@ -1,0 +1,25 @@
+package testdb
+
+import (
+	"testing"
+	"time"
+)
+
+// WaitLimit is how long WaitFor waits: long enough for a loaded CI
+// machine, so reaching it means a stuck test, not a slow one.
+const WaitLimit = 90 * time.Second
+
+// WaitFor polls cond (against the database, usually) until it holds, and
+// fails the test after WaitLimit. It polls in the test's own goroutine, so
+// cond may use require (which require.Eventually, calling it from a
+// goroutine of its own, forbids).
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(WaitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for: %s", WaitLimit, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
