@@ -392,6 +392,8 @@ func TestDemo(t *testing.T) {
 	require.Positive(t, enqueued)
 	require.Positive(t, dead, "some jobs exhausted their attempts")
 	require.Regexp(t, `retries\s+[1-9]`, r.stdout, "some jobs were retried")
+	require.Regexp(t, `(?m)^\s+scheduled\s+[1-9]\d*\s+\(.*; (1 slot ran|[1-9]\d* slots ran, each once, none skipped)\)$`, r.stdout,
+		"the demo's schedule fired, each slot once")
 }
 
 // TestDemoKeepsSchemasItDidNotCreate: the demo drops and recreates only
