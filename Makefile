@@ -40,12 +40,13 @@ bench: ## hopper bench: every mode, the pgbench baseline and the pressure suite 
 
 .PHONY: bench-go
 bench-go: ## Go benchmarks of the hot paths (dequeue, ack_batch, COPY, decode with upgrades); compare runs with benchstat
-	go test -run '^$$' -bench . -benchmem -count 5 ./queries ./jobs
+	go test -run '^$$' -bench . -benchmem -count 5 . ./queries ./jobs
 
 EXAMPLE := examples/embed-sqlc
 
 .PHONY: test
 test: ## run every test (race detector on) against a real PostgreSQL, the embed-sqlc example's included
+	bash .ci/pgbouncer.sh
 	go test -race -count=1 ./...
 	cd $(EXAMPLE) && go vet ./... && go test -race -count=1 ./...
 

@@ -36,7 +36,7 @@ func (c *Client) CancelTx(ctx context.Context, tx jobs.DBTX, ids ...int64) ([]Ca
 	if len(ids) == 0 {
 		return []CancelResult{}, nil
 	}
-	found, err := queries(tx).Cancel(ctx, ids)
+	found, err := c.queries(tx).Cancel(ctx, ids)
 	if err != nil {
 		return nil, fmt.Errorf("hopper: cancel: %w", err)
 	}

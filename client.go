@@ -2,6 +2,7 @@ package hopper
 
 import (
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/schemascope"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -12,16 +13,29 @@ import (
 // it commits or rolls back with the caller's own writes. A Client is safe
 // for concurrent use and holds no state of its own.
 type Client struct {
-	db jobs.DBTX
+	db    jobs.DBTX
+	scope *schemascope.DB // jobs.InSchema's, when db came from it
 }
 
 // NewClient returns a Client that runs its operations on dbtx, usually a
-// *pgxpool.Pool whose search_path leads to Hopper's tables.
+// *pgxpool.Pool whose search_path leads to Hopper's tables. Given a pool
+// scoped with jobs.InSchema, the Client scopes the transactions passed to
+// its Tx methods to the same schema.
 func NewClient(dbtx jobs.DBTX) *Client {
 	if dbtx == nil {
 		panic("hopper: NewClient: nil database")
 	}
-	return &Client{db: dbtx}
+	c := &Client{db: dbtx}
+	if s, ok := dbtx.(*schemascope.DB); ok {
+		c.scope = s
+	}
+	return c
 }
 
-func queries(dbtx jobs.DBTX) *db.Queries { return db.New(dbtx) }
+// queries runs on tx, in the Client's schema when it has one.
+func (c *Client) queries(tx jobs.DBTX) *db.Queries {
+	if c.scope != nil {
+		return db.New(c.scope.On(tx))
+	}
+	return db.New(tx)
+}

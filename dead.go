@@ -78,7 +78,7 @@ func (c *Client) RetryDeadTx(ctx context.Context, tx jobs.DBTX, f DeadFilter) (R
 		return res, fmt.Errorf("hopper: retry dead jobs: %w", err)
 	}
 	for {
-		picked, err := queries(tx).RetryDead(ctx, p)
+		picked, err := c.queries(tx).RetryDead(ctx, p)
 		if err != nil {
 			return res, fmt.Errorf("hopper: retry dead jobs: %w", err)
 		}
@@ -111,7 +111,7 @@ func (c *Client) PurgeDeadTx(ctx context.Context, tx jobs.DBTX, f DeadFilter) (i
 	}
 	var n int64
 	for {
-		ids, err := queries(tx).PurgeDead(ctx, db.PurgeDeadParams(p))
+		ids, err := c.queries(tx).PurgeDead(ctx, db.PurgeDeadParams(p))
 		n += int64(len(ids))
 		if err != nil {
 			return n, fmt.Errorf("hopper: purge dead jobs: %w", err)

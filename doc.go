@@ -16,7 +16,7 @@
 // # A client
 //
 // A Client runs on a pool (or a *pgx.Conn) whose search_path leads to
-// Hopper's tables:
+// Hopper's tables, or on one scoped to their schema with jobs.InSchema:
 //
 //	client := hopper.NewClient(pool)
 //	row, err := client.Job(ctx, 42)

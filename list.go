@@ -26,7 +26,7 @@ func (c *Client) JobTx(ctx context.Context, tx jobs.DBTX, id int64) (jobs.Row, e
 	if id < 1 {
 		return jobs.Row{}, fmt.Errorf("hopper: job %d: %w", id, ErrNotFound)
 	}
-	r, err := queries(tx).FindJob(ctx, id)
+	r, err := c.queries(tx).FindJob(ctx, id)
 	if isNoRows(err) {
 		return jobs.Row{}, fmt.Errorf("hopper: job %d: %w", id, ErrNotFound)
 	}
@@ -96,12 +96,12 @@ func (c *Client) ListJobsTx(ctx context.Context, tx jobs.DBTX, p ListParams) (Jo
 	q.MaxJobs++
 	var found []db.HopperAllJob
 	if p.UniqueKey != "" {
-		found, err = queries(tx).ListJobsByKey(ctx, db.ListJobsByKeyParams{
+		found, err = c.queries(tx).ListJobsByKey(ctx, db.ListJobsByKeyParams{
 			UniqueKey: p.UniqueKey, BeforeID: q.BeforeID, States: q.States, Queue: q.Queue, Kind: q.Kind,
 			CreatedFrom: q.CreatedFrom, CreatedTo: q.CreatedTo, MaxJobs: q.MaxJobs,
 		})
 	} else {
-		found, err = queries(tx).ListJobs(ctx, q)
+		found, err = c.queries(tx).ListJobs(ctx, q)
 	}
 	if err != nil {
 		return JobPage{}, fmt.Errorf("hopper: list jobs: %w", err)

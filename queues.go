@@ -27,7 +27,7 @@ func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
 
 // QueuesTx is Queues on the caller's transaction.
 func (c *Client) QueuesTx(ctx context.Context, tx jobs.DBTX) ([]QueueInfo, error) {
-	names, err := queries(tx).ListQueues(ctx)
+	names, err := c.queries(tx).ListQueues(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("hopper: queues: %w", err)
 	}
@@ -72,7 +72,7 @@ func (c *Client) PauseQueueTx(ctx context.Context, tx jobs.DBTX, name string) (P
 	if err := c.knownQueue(ctx, tx, name); err != nil {
 		return PauseResult{}, fmt.Errorf("hopper: pause queue: %w", err)
 	}
-	r, err := queries(tx).PauseQueue(ctx, name)
+	r, err := c.queries(tx).PauseQueue(ctx, name)
 	if err != nil {
 		return PauseResult{}, fmt.Errorf("hopper: pause queue %s: %w", name, err)
 	}
@@ -92,7 +92,7 @@ func (c *Client) ResumeQueueTx(ctx context.Context, tx jobs.DBTX, name string) (
 	if err := c.knownQueue(ctx, tx, name); err != nil {
 		return false, fmt.Errorf("hopper: resume queue: %w", err)
 	}
-	wasPaused, err = queries(tx).ResumeQueue(ctx, name)
+	wasPaused, err = c.queries(tx).ResumeQueue(ctx, name)
 	if err != nil && !isNoRows(err) { // no row: known by its jobs only, so never paused
 		return false, fmt.Errorf("hopper: resume queue %s: %w", name, err)
 	}
@@ -111,7 +111,7 @@ func (c *Client) PurgeQueueTx(ctx context.Context, tx jobs.DBTX, name string) (i
 	if err := c.knownQueue(ctx, tx, name); err != nil {
 		return 0, fmt.Errorf("hopper: purge queue: %w", err)
 	}
-	n, err := queries(tx).PurgeQueue(ctx, name)
+	n, err := c.queries(tx).PurgeQueue(ctx, name)
 	if err != nil {
 		return 0, fmt.Errorf("hopper: purge queue %s: %w", name, err)
 	}
@@ -125,14 +125,14 @@ func (c *Client) knownQueue(ctx context.Context, tx jobs.DBTX, name string) erro
 	if err := jobs.ValidateQueue(name); err != nil {
 		return err
 	}
-	known, err := queries(tx).QueueKnown(ctx, name)
+	known, err := c.queries(tx).QueueKnown(ctx, name)
 	if err != nil {
 		return fmt.Errorf("queue %s: %w", name, err)
 	}
 	if !known {
 		return fmt.Errorf("%w %q: no worker serves it and it has no jobs", ErrUnknownQueue, name)
 	}
-	if err := queries(tx).RegisterQueues(ctx, []string{name}); err != nil {
+	if err := c.queries(tx).RegisterQueues(ctx, []string{name}); err != nil {
 		return fmt.Errorf("queue %s: %w", name, err)
 	}
 	return nil

@@ -44,7 +44,7 @@ func (c *Client) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
 
 // SchedulesTx is Schedules on the caller's transaction.
 func (c *Client) SchedulesTx(ctx context.Context, tx jobs.DBTX) ([]ScheduleInfo, error) {
-	rows, err := queries(tx).ListSchedules(ctx)
+	rows, err := c.queries(tx).ListSchedules(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("hopper: schedules: %w", err)
 	}
@@ -68,7 +68,7 @@ func (c *Client) PauseSchedule(ctx context.Context, name string) (wasPaused bool
 
 // PauseScheduleTx is PauseSchedule on the caller's transaction.
 func (c *Client) PauseScheduleTx(ctx context.Context, tx jobs.DBTX, name string) (wasPaused bool, err error) {
-	wasPaused, err = queries(tx).PauseSchedule(ctx, name)
+	wasPaused, err = c.queries(tx).PauseSchedule(ctx, name)
 	if isNoRows(err) {
 		return false, fmt.Errorf("hopper: pause schedule: %w %q", ErrUnknownSchedule, name)
 	}
@@ -87,7 +87,7 @@ func (c *Client) ResumeSchedule(ctx context.Context, name string) (wasPaused boo
 
 // ResumeScheduleTx is ResumeSchedule on the caller's transaction.
 func (c *Client) ResumeScheduleTx(ctx context.Context, tx jobs.DBTX, name string) (wasPaused bool, err error) {
-	row, err := queries(tx).GetSchedule(ctx, name)
+	row, err := c.queries(tx).GetSchedule(ctx, name)
 	if isNoRows(err) {
 		return false, fmt.Errorf("hopper: resume schedule: %w %q", ErrUnknownSchedule, name)
 	}
@@ -98,7 +98,7 @@ func (c *Client) ResumeScheduleTx(ctx context.Context, tx jobs.DBTX, name string
 	if err != nil {
 		return false, fmt.Errorf("hopper: resume schedule %s: %w", name, err)
 	}
-	wasPaused, err = queries(tx).ResumeSchedule(ctx, db.ResumeScheduleParams{Name: name, NextFireAt: spec.Next(time.Now())})
+	wasPaused, err = c.queries(tx).ResumeSchedule(ctx, db.ResumeScheduleParams{Name: name, NextFireAt: spec.Next(time.Now())})
 	if err != nil && !isNoRows(err) {
 		return false, fmt.Errorf("hopper: resume schedule %s: %w", name, err)
 	}
@@ -115,7 +115,7 @@ func (c *Client) TriggerSchedule(ctx context.Context, name string) (time.Time, e
 
 // TriggerScheduleTx is TriggerSchedule on the caller's transaction.
 func (c *Client) TriggerScheduleTx(ctx context.Context, tx jobs.DBTX, name string) (time.Time, error) {
-	at, err := queries(tx).TriggerSchedule(ctx, name)
+	at, err := c.queries(tx).TriggerSchedule(ctx, name)
 	if isNoRows(err) {
 		return time.Time{}, fmt.Errorf("hopper: trigger schedule: %w %q", ErrUnknownSchedule, name)
 	}

@@ -86,11 +86,11 @@ func (c *Client) Stats(ctx context.Context) (Stats, error) {
 
 // StatsTx is Stats on the caller's transaction.
 func (c *Client) StatsTx(ctx context.Context, tx jobs.DBTX) (Stats, error) {
-	found, err := queries(tx).Stats(ctx)
+	found, err := c.queries(tx).Stats(ctx)
 	if err != nil {
 		return Stats{}, fmt.Errorf("hopper: stats: %w", err)
 	}
-	activity, err := queries(tx).TableActivity(ctx)
+	activity, err := c.queries(tx).TableActivity(ctx)
 	if err != nil {
 		return Stats{}, fmt.Errorf("hopper: stats: %w", err)
 	}

@@ -34,6 +34,13 @@
 //	...
 //	tx.Commit(ctx)
 //
+// Hopper's tables are found through the connection's search_path. Where it
+// cannot be set (PgBouncer in transaction mode refuses it in the
+// connection string), InSchema names the schema per statement:
+//
+//	jobsDB, err := jobs.InSchema(pool, "jobs")
+//	res, err := WelcomeEmail.Enqueue(ctx, jobsDB, Welcome{UserID: 7})
+//
 // Options: Queue, Priority (0 runs first, 9 last; default 0), RunAt, Delay,
 // MaxAttempts (default 25) and UniqueKey. With a unique key, the enqueue is
 // a no-op while a live job (pending or running) holds the key, and

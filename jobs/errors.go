@@ -31,3 +31,7 @@ var (
 	// worker moves such a job to the dead table at once, without retries.
 	ErrUndecodable = errors.New("payload cannot be decoded")
 )
+
+// ErrInvalidSchema is returned by InSchema for a name PostgreSQL cannot
+// have as a schema, or a database handle it cannot scope.
+var ErrInvalidSchema = errors.New("invalid schema")

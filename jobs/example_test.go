@@ -3,9 +3,13 @@ package jobs_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
@@ -123,4 +127,40 @@ func ExampleUpgrade() {
 	}
 	fmt.Printf("%+v (stored as version %d)\n", job.Payload, job.Version)
 	// Output: {First:Grace Last:Hopper} (stored as version 1)
+}
+
+// Name the schema in Go when the pool cannot set search_path, as through
+// PgBouncer in transaction mode (which also needs pgx's exec mode). Pass
+// what InSchema returns wherever Hopper takes a DBTX.
+func ExampleInSchema() {
+	pool, drop := testdb.ForExample() // Hopper's tables, in a schema of their own
+	defer drop()
+	ctx := context.Background()
+	jobsSchema := pool.Config().ConnConfig.RuntimeParams["search_path"]
+
+	// A pool like one through PgBouncer: exec mode, no search_path.
+	cfg := pool.Config()
+	delete(cfg.ConnConfig.RuntimeParams, "search_path")
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	bouncer, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		panic(err)
+	}
+	defer bouncer.Close()
+
+	jobsDB, err := jobs.InSchema(bouncer, jobsSchema)
+	if err != nil {
+		panic(err)
+	}
+	res, err := signupEmail.Enqueue(ctx, jobsDB, SignupEmail{UserID: 9})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("enqueued:", res.ID > 0)
+
+	_, err = jobs.InSchema(bouncer, "")
+	fmt.Println(errors.Is(err, jobs.ErrInvalidSchema))
+	// Output:
+	// enqueued: true
+	// true
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hopperq/hopper/internal/schemascope"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -46,6 +47,14 @@ type Config struct {
 	// PollOnly turns LISTEN/NOTIFY off: use it behind PgBouncer in
 	// transaction mode, where LISTEN does not work.
 	PollOnly bool
+
+	// Schema names the schema holding Hopper's tables, for a pool whose
+	// search_path cannot lead there (PgBouncer in transaction mode refuses
+	// search_path in the connection string). Each statement then sets
+	// search_path for its own transaction only; with pgx's exec or
+	// simple-protocol mode, in the same round trip. Default: the pool's
+	// search_path decides.
+	Schema string
 
 	// AckBatchSize and AckFlushInterval bound how long completions wait to
 	// be sent: a batch is flushed when it is this large or this old.
@@ -146,6 +155,11 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		if n < 1 {
 			return c, fmt.Errorf("%w: queue %q: concurrency %d is below 1", ErrInvalidConfig, q, n)
+		}
+	}
+	if c.Schema != "" {
+		if err := schemascope.CheckName(c.Schema); err != nil {
+			return c, fmt.Errorf("%w: schema: %w", ErrInvalidConfig, err)
 		}
 	}
 	if c.ID == "" {

@@ -13,8 +13,12 @@
 //	}, worker.Timeout(time.Minute))
 //	err = w.Run(ctx) // blocks until ctx is cancelled, then shuts down
 //
-// The pool's search_path decides which schema's jobs the worker runs. Run
-// refuses to start when hopper_jobs is not there (ErrNotMigrated).
+// The pool's search_path decides which schema's jobs the worker runs, or
+// Config.Schema, which names it per statement for pools whose search_path
+// cannot be set (PgBouncer in transaction mode; run it there with pgx's
+// exec mode and PollOnly). Run refuses to start when hopper_jobs is not
+// there (ErrNotMigrated), and warns at start when the pool goes through a
+// pooler with pgx's statement cache or LISTEN on.
 //
 // # Delivery: at least once
 //

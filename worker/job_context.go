@@ -75,7 +75,7 @@ func AckTx[T any](ctx context.Context, tx jobs.DBTX, job *jobs.Job[T]) error {
 	if err != nil {
 		return err
 	}
-	deleted, err := ackBatch(ctx, db.New(tx), []completion{{claim: c, keep: c.keep}})
+	deleted, err := ackBatch(ctx, db.New(c.owner.dbtx(tx)), []completion{{claim: c, keep: c.keep}})
 	if err != nil {
 		return fmt.Errorf("hopper: ack job %d in transaction: %w", job.ID, err)
 	}

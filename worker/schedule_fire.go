@@ -179,7 +179,7 @@ func (w *Worker) fireOne(ctx context.Context, names []string) (bool, error) {
 		return false, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	q := db.New(tx)
+	q := db.New(w.dbtx(tx))
 	row, err := q.DueSchedule(ctx, names)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil

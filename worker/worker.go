@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/schemascope"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -27,6 +28,7 @@ var ErrNotMigrated = errors.New("hopper: schema not migrated")
 type Worker struct {
 	pool    *pgxpool.Pool
 	q       *db.Queries
+	scope   *schemascope.DB // Config.Schema's scope; nil: the pool's search_path
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
@@ -84,13 +86,16 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{
 		pool:         pool,
-		q:            db.New(pool),
 		cfg:          cfg,
 		log:          cfg.Logger.With("worker", cfg.ID),
 		handlers:     map[string]*handler{},
 		queues:       map[string]*queueRunner{},
 		scheduleWake: make(chan struct{}, 1),
 	}
+	if cfg.Schema != "" {
+		w.scope = schemascope.Wrap(pool, cfg.Schema)
+	}
+	w.q = db.New(w.dbtx(pool))
 	w.claims.claims = map[claimKey]*claim{}
 	w.results = newResultQueue(cfg.AckBatchSize)
 	w.metrics, err = newMetrics(cfg.Registerer)
@@ -101,6 +106,15 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		w.queues[name] = newQueueRunner(w, name, n)
 	}
 	return w, nil
+}
+
+// dbtx is what the worker runs statements on, given a pool or a
+// transaction: scoped to Config.Schema when one is set.
+func (w *Worker) dbtx(d db.DBTX) db.DBTX {
+	if w.scope == nil {
+		return d
+	}
+	return w.scope.On(d)
 }
 
 // ID is the worker's identity in leases and error histories.
@@ -228,12 +242,16 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) start(ctx context.Context) error {
 	schemaName, err := w.q.HopperSchema(ctx)
 	if errors.Is(err, pgx.ErrNoRows) {
+		if w.scope != nil {
+			return fmt.Errorf("%w: no hopper_jobs table in schema %s (run `hopper migrate up --schema %s` or schema.Up with schema.WithSchema)", ErrNotMigrated, w.cfg.Schema, w.cfg.Schema)
+		}
 		return fmt.Errorf("%w: no hopper_jobs table on the search_path (run `hopper migrate up` or schema.Up)", ErrNotMigrated)
 	}
 	if err != nil {
 		return fmt.Errorf("hopper: worker: start: %w", err)
 	}
 	w.schema = schemaName
+	w.warnIfPooled(ctx)
 	names := make([]string, 0, len(w.queues))
 	for name := range w.queues {
 		names = append(names, name)

@@ -13,6 +13,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/hopperq/hopper/internal/pgcluster"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -152,11 +154,11 @@ func (s *scratch) drop() {
 // Run measures what cfg asks for.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.ScratchCluster {
-		c, err := startCluster(ctx, cfg.Log)
+		c, err := pgcluster.Start(ctx, cfg.Log)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("bench: %w", err)
 		}
-		defer c.stop() // also when a mode fails or ctx is cancelled (Ctrl-C)
+		defer c.Stop() // also when a mode fails or ctx is cancelled (Ctrl-C)
 		// Everything connects here: the scratch schemas, hence the worker
 		// process (startWorkers passes it the schema's URL), and pgbench.
 		cfg.DatabaseURL = c.URL()

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hopperq/hopper/internal/pgcluster"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
@@ -16,16 +18,16 @@ import (
 const autovacuumWarning = "autovacuum is off: dead tuples pile up and the figures fall over time; not what a production server shows"
 
 func TestScratchCluster(t *testing.T) {
-	if _, err := postgresBin(); err != nil && os.Getenv("CI") == "" {
+	if err := pgcluster.Available(); err != nil && os.Getenv("CI") == "" {
 		t.Skip(err)
 	}
 	// initdb and a first start are slow on a loaded machine.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var log strings.Builder
-	c, err := startCluster(ctx, &log)
+	c, err := pgcluster.Start(ctx, &log)
 	require.NoError(t, err)
-	defer c.stop() // if an assertion below fails
+	defer c.Stop() // if an assertion below fails
 
 	conn, err := pgx.Connect(ctx, c.URL())
 	require.NoError(t, err)
@@ -39,14 +41,14 @@ func TestScratchCluster(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, s.Warnings, autovacuumWarning)
 	require.Equal(t, "on", s.Settings["fsync"])
-	require.Equal(t, c.statements, s.PgStatStatements)
+	require.Equal(t, c.Statements, s.PgStatStatements)
 	require.Contains(t, log.String(), "scratch cluster: PostgreSQL "+s.Version)
 
-	c.stop()
-	c.stop() // twice is harmless
-	_, err = os.Stat(c.dir)
+	c.Stop()
+	c.Stop() // twice is harmless
+	_, err = os.Stat(c.Dir())
 	require.True(t, os.IsNotExist(err), "the directory is removed: %v", err)
-	require.Empty(t, processesOf(t, c.data), "no server of the data directory remains")
+	require.Empty(t, processesOf(t, filepath.Join(c.Dir(), "data")), "no server of the data directory remains")
 	require.Contains(t, log.String(), "scratch cluster: stopped")
 }
 

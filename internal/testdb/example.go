@@ -34,6 +34,9 @@ func Main(m *testing.M, ignore ...goleak.Option) {
 		os.Exit(0)
 	}
 	code := m.Run()
+	if scratch != nil {
+		scratch.Stop()
+	}
 	// A failed test may have skipped its cleanups: its leaks are noise.
 	if code == 0 {
 		if err := findLeaks(ignore...); err != nil {

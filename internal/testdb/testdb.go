@@ -4,9 +4,11 @@
 //
 // The server is picked once per test binary, in this order:
 // HOPPER_TEST_DATABASE_URL, DATABASE_URL, the libpq defaults (PG* variables,
-// localhost:5432); when none answers and a Docker daemon answers Ping, a
-// throwaway postgres container is started with dockertest. With no database
-// at all a test is skipped, or fails when the CI variable is set.
+// localhost:5432); when none answers and PostgreSQL's server programs are
+// installed (initdb on the PATH or in /usr/lib/postgresql/*/bin), a
+// throwaway cluster of the binary's own (package pgcluster), stopped and
+// removed when its tests end. With no database at all a test is skipped,
+// or fails when the CI variable is set.
 package testdb
 
 import (
@@ -23,9 +25,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/ory/dockertest/v3"
-	"github.com/ory/dockertest/v3/docker"
 
+	"github.com/hopperq/hopper/internal/pgcluster"
 	"github.com/hopperq/hopper/internal/pgurl"
 	"github.com/hopperq/hopper/schema"
 )
@@ -145,11 +146,11 @@ func findServer() (string, error) {
 		}
 		tried = append(tried, fmt.Sprintf("%s: %v", candidate.name, err))
 	}
-	dsn, err := startDocker()
+	dsn, err := startScratch()
 	if err == nil {
 		return dsn, nil
 	}
-	tried = append(tried, fmt.Sprintf("docker: %v", err))
+	tried = append(tried, fmt.Sprintf("scratch cluster: %v", err))
 	return "", errors.New(strings.Join(tried, "; "))
 }
 
@@ -164,34 +165,20 @@ func ping(dsn string) error {
 	return conn.Ping(ctx)
 }
 
-// startDocker runs a throwaway postgres container. It is removed by
-// dockertest's expiry (a few minutes after the test binary ends), since a
-// test binary has no hook that runs after its last test.
-func startDocker() (string, error) {
-	pool, err := dockertest.NewPool("")
+// scratch is the cluster startScratch started, if any; Main stops it.
+var scratch *pgcluster.Cluster
+
+// startScratch starts a throwaway cluster for this test binary.
+func startScratch() (string, error) {
+	if err := pgcluster.Available(); err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := pgcluster.Start(ctx, os.Stderr)
 	if err != nil {
 		return "", err
 	}
-	if err := pool.Client.Ping(); err != nil {
-		return "", fmt.Errorf("no Docker daemon: %w", err)
-	}
-	res, err := pool.RunWithOptions(&dockertest.RunOptions{
-		Repository: "postgres",
-		Tag:        "17",
-		Env:        []string{"POSTGRES_HOST_AUTH_METHOD=trust"},
-	}, func(hc *docker.HostConfig) {
-		hc.AutoRemove = true
-		hc.RestartPolicy = docker.RestartPolicy{Name: "no"}
-	})
-	if err != nil {
-		return "", fmt.Errorf("start postgres container: %w", err)
-	}
-	_ = res.Expire(600)
-	dsn := fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", res.GetHostPort("5432/tcp"))
-	pool.MaxWait = 60 * time.Second
-	if err := pool.Retry(func() error { return ping(dsn) }); err != nil {
-		_ = pool.Purge(res)
-		return "", fmt.Errorf("postgres container did not answer: %w", err)
-	}
-	return dsn, nil
+	scratch = c
+	return c.URL(), nil
 }

@@ -10,6 +10,20 @@ import (
 	"time"
 )
 
+const backendPID = `-- name: BackendPID :one
+SELECT pg_backend_pid()::integer AS pid
+`
+
+// The server process this statement ran in. A client that reached the
+// server directly was told the same number when it connected; behind a
+// pooler such as PgBouncer it was told the pooler's own, so the two differ.
+func (q *Queries) BackendPID(ctx context.Context) (int32, error) {
+	row := q.db.QueryRow(ctx, backendPID)
+	var pid int32
+	err := row.Scan(&pid)
+	return pid, err
+}
+
 const findJob = `-- name: FindJob :one
 SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, finished_at, reason, result FROM hopper_all_jobs WHERE id = $1::bigint
 `

@@ -102,3 +102,9 @@ WHERE c.oid = to_regclass('hopper_jobs');
 SELECT coalesce(n_tup_ins, 0)::bigint AS inserted, coalesce(n_tup_del, 0)::bigint AS deleted
 FROM pg_catalog.pg_stat_user_tables
 WHERE relid = to_regclass('hopper_jobs');
+
+-- name: BackendPID :one
+-- The server process this statement ran in. A client that reached the
+-- server directly was told the same number when it connected; behind a
+-- pooler such as PgBouncer it was told the pooler's own, so the two differ.
+SELECT pg_backend_pid()::integer AS pid;

@@ -1,4 +1,11 @@
-package bench
+// Package pgcluster starts throwaway PostgreSQL clusters: initdb's
+// defaults, which are what a fresh production install runs with
+// (autovacuum on, fsync on, synchronous_commit on), in a temporary
+// directory, on a free port of their own. `hopper bench --scratch-cluster`
+// measures on one (a shared CI server is often tuned for speed instead,
+// which flatters some figures and ruins others), and the test bed starts
+// one when no PostgreSQL answers.
+package pgcluster
 
 import (
 	"context"
@@ -19,104 +26,104 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// cluster is a throwaway PostgreSQL cluster: initdb's defaults, which are
-// what a fresh production install runs with (autovacuum on, fsync on,
-// synchronous_commit on), in a temporary directory, on its own port. A
-// shared CI server is often tuned for speed instead (autovacuum or fsync
-// off), which flatters some figures and ruins others.
-type cluster struct {
-	dir, data  string // the temporary directory, and the data directory in it
-	bin        string // the directory of initdb and pg_ctl
-	port       int
-	version    string
-	statements bool                // pg_stat_statements is loaded
-	cred       *syscall.Credential // the postgres OS user's, when we run as root
-	log        io.Writer
-	started    bool
-	once       sync.Once
+// Cluster is one throwaway PostgreSQL cluster.
+type Cluster struct {
+	// Version is the server's version; Statements says whether
+	// pg_stat_statements is loaded (when it is installed, for measurement).
+	Version    string
+	Statements bool
+
+	dir, data string // the temporary directory, and the data directory in it
+	bin       string // the directory of initdb and pg_ctl
+	port      int
+	cred      *syscall.Credential // the postgres OS user's, when we run as root
+	log       io.Writer
+	started   bool
+	once      sync.Once
 }
 
-// startCluster creates and starts a scratch cluster; stop removes it. On an
-// error nothing is left behind.
-func startCluster(ctx context.Context, log io.Writer) (_ *cluster, err error) {
+// Start creates and starts a cluster, saying so (and later that it
+// stopped) on log; Stop removes it. On an error nothing is left behind.
+func Start(ctx context.Context, log io.Writer) (_ *Cluster, err error) {
 	if log == nil {
 		log = io.Discard
 	}
-	c := &cluster{log: log}
+	c := &Cluster{log: log}
 	if c.bin, err = postgresBin(); err != nil {
-		return nil, fmt.Errorf("bench: scratch cluster: %w", err)
+		return nil, fmt.Errorf("scratch cluster: %w", err)
 	}
-	// initdb and postgres refuse to run as root.
-	if os.Geteuid() == 0 {
-		if c.cred, err = postgresUser(); err != nil {
-			return nil, fmt.Errorf("bench: scratch cluster: running as root, initdb needs a non-root user: %w", err)
-		}
+	if c.cred, err = NonRoot(); err != nil {
+		return nil, fmt.Errorf("scratch cluster: %w", err)
 	}
-	if c.dir, err = os.MkdirTemp("", "hopper-bench-cluster-"); err != nil {
-		return nil, fmt.Errorf("bench: scratch cluster: %w", err)
+	if c.dir, err = os.MkdirTemp("", "hopper-scratch-cluster-"); err != nil {
+		return nil, fmt.Errorf("scratch cluster: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			c.stop()
+			c.Stop()
 		}
 	}()
 	if c.cred != nil {
 		if err := os.Chown(c.dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
-			return nil, fmt.Errorf("bench: scratch cluster: %w", err)
+			return nil, fmt.Errorf("scratch cluster: %w", err)
 		}
 	}
 	c.data = filepath.Join(c.dir, "data")
 	if err := c.run(ctx, "initdb", "-D", c.data, "--auth=trust", "--username=postgres", "--encoding=UTF8", "--no-instructions"); err != nil {
-		return nil, fmt.Errorf("bench: scratch cluster: %w", err)
+		return nil, fmt.Errorf("scratch cluster: %w", err)
 	}
 	if c.port, err = freePort(); err != nil {
-		return nil, fmt.Errorf("bench: scratch cluster: free port: %w", err)
+		return nil, fmt.Errorf("scratch cluster: free port: %w", err)
 	}
 	// Where to listen is not a production default but has to be chosen;
 	// pg_stat_statements is the one extra, for measurement only (the run
 	// reports buffers per claim from it), and only if it is installed.
-	conf := fmt.Sprintf("\n# hopper bench scratch cluster\nport = %d\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\n",
+	conf := fmt.Sprintf("\n# hopper scratch cluster\nport = %d\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\n",
 		c.port, strings.ReplaceAll(c.dir, "'", "''"))
-	if c.statements = c.hasStatements(); c.statements {
+	if c.Statements = c.hasStatements(); c.Statements {
 		conf += "shared_preload_libraries = 'pg_stat_statements'\n"
 	}
 	if err := appendFile(filepath.Join(c.data, "postgresql.conf"), conf); err != nil {
-		return nil, fmt.Errorf("bench: scratch cluster: %w", err)
+		return nil, fmt.Errorf("scratch cluster: %w", err)
 	}
 	logFile := filepath.Join(c.dir, "postgres.log")
 	if err := c.run(ctx, "pg_ctl", "start", "-w", "-t", "120", "-D", c.data, "-l", logFile); err != nil {
 		serverLog, _ := os.ReadFile(logFile)
-		return nil, fmt.Errorf("bench: scratch cluster: %w; server log: %s", err, tail(serverLog))
+		return nil, fmt.Errorf("scratch cluster: %w; server log: %s", err, tail(serverLog))
 	}
 	c.started = true
 	conn, err := pgx.Connect(ctx, c.URL())
 	if err != nil {
-		return nil, fmt.Errorf("bench: scratch cluster: connect: %w", err)
+		return nil, fmt.Errorf("scratch cluster: connect: %w", err)
 	}
 	defer conn.Close(ctx)
-	c.version = conn.PgConn().ParameterStatus("server_version")
-	if c.statements {
+	c.Version = conn.PgConn().ParameterStatus("server_version")
+	if c.Statements {
 		if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
-			return nil, fmt.Errorf("bench: scratch cluster: create extension pg_stat_statements: %w", err)
+			return nil, fmt.Errorf("scratch cluster: create extension pg_stat_statements: %w", err)
 		}
 	}
 	extra := ""
-	if c.statements {
+	if c.Statements {
 		extra = " (plus pg_stat_statements, for measurement)"
 	}
-	fmt.Fprintf(c.log, "scratch cluster: PostgreSQL %s in %s, port %d, production defaults%s\n", c.version, c.dir, c.port, extra)
+	fmt.Fprintf(c.log, "scratch cluster: PostgreSQL %s in %s, port %d, production defaults%s\n", c.Version, c.dir, c.port, extra)
 	return c, nil
 }
 
-// URL is the cluster's connection string.
-func (c *cluster) URL() string {
+// URL is the cluster's connection string (role and database postgres).
+func (c *Cluster) URL() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
 }
 
-// stop shuts the server down and removes its directory. It is safe to call
+// Dir is the cluster's temporary directory, which holds its data directory
+// ("data") and server log; Stop removes it.
+func (c *Cluster) Dir() string { return c.dir }
+
+// Stop shuts the server down and removes its directory. It is safe to call
 // more than once, and after a failed start. It does not take the run's
 // context: it must work after an interrupt cancelled that.
-func (c *cluster) stop() {
+func (c *Cluster) Stop() {
 	c.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -139,7 +146,7 @@ func (c *cluster) stop() {
 // run runs one of the cluster's programs (as the postgres OS user when we
 // are root), in a process group of its own so that a Ctrl-C at the terminal
 // reaches only hopper, which then stops the cluster in order.
-func (c *cluster) run(ctx context.Context, program string, args ...string) error {
+func (c *Cluster) run(ctx context.Context, program string, args ...string) error {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, program), args...)
 	cmd.Dir = c.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: c.cred}
@@ -151,13 +158,19 @@ func (c *cluster) run(ctx context.Context, program string, args ...string) error
 
 // hasStatements says whether pg_stat_statements' library is installed next
 // to this server.
-func (c *cluster) hasStatements() bool {
+func (c *Cluster) hasStatements() bool {
 	libdir := filepath.Join(c.bin, "..", "lib")
 	if out, err := exec.Command(filepath.Join(c.bin, "pg_config"), "--pkglibdir").Output(); err == nil {
 		libdir = strings.TrimSpace(string(out))
 	}
 	found, _ := filepath.Glob(filepath.Join(libdir, "pg_stat_statements.*"))
 	return len(found) > 0
+}
+
+// Available says why no cluster can be started here (nil: one can).
+func Available() error {
+	_, err := postgresBin()
+	return err
 }
 
 // postgresBin finds the directory holding initdb and pg_ctl: initdb's on the
@@ -185,6 +198,20 @@ func postgresBin() (string, error) {
 		}
 	}
 	return "", errors.New("initdb and pg_ctl not found on the PATH nor in /usr/lib/postgresql/*/bin (install the PostgreSQL server)")
+}
+
+// NonRoot is the credential to run PostgreSQL's programs with (initdb,
+// postgres and pgbouncer refuse root): the postgres OS user's when this
+// process is root, else nil (run them as this user).
+func NonRoot() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	cred, err := postgresUser()
+	if err != nil {
+		return nil, fmt.Errorf("running as root, and PostgreSQL's programs need a non-root user: %w", err)
+	}
+	return cred, nil
 }
 
 // postgresUser is the credential of the postgres OS user.
