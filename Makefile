@@ -39,16 +39,18 @@ bench: ## hopper bench: every mode, the pgbench baseline and the pressure suite 
 	bin/hopper bench --scratch-cluster --mode all --baseline --scheduled 1000000 --pressure
 
 .PHONY: bench-go
-bench-go: ## Go benchmarks of the hot paths (dequeue, ack_batch, COPY, decode with upgrades); compare runs with benchstat
-	go test -run '^$$' -bench . -benchmem -count 5 . ./queries ./jobs
+bench-go: ## Go benchmarks of the hot paths (dequeue, ack_batch, COPY, decode with upgrades, a run with and without middleware); compare runs with benchstat
+	go test -run '^$$' -bench . -benchmem -count 5 . ./queries ./jobs ./worker
 
 EXAMPLE := examples/embed-sqlc
+OTEL := hopperotel
 
 .PHONY: test
-test: ## run every test (race detector on) against a real PostgreSQL, the embed-sqlc example's included
+test: ## run every test (race detector on) against a real PostgreSQL, the embed-sqlc example's and the OpenTelemetry module's included
 	bash .ci/pgbouncer.sh
 	go test -race -count=1 ./...
 	cd $(EXAMPLE) && go vet ./... && go test -race -count=1 ./...
+	cd $(OTEL) && go vet ./... && go test -race -count=1 ./...
 
 .PHONY: generate
 generate: ## regenerate db/ from schema/ and queries/ with sqlc, then the embed-sqlc example's code
@@ -73,9 +75,10 @@ vet: ## go vet and gofmt
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1; }
 
 .PHONY: lint
-lint: ## staticcheck, pinned in tools/go.mod, on Hopper and the embed-sqlc example
+lint: ## staticcheck, pinned in tools/go.mod, on Hopper, the embed-sqlc example and hopperotel
 	go tool -modfile=tools/go.mod staticcheck ./...
 	cd $(EXAMPLE) && go tool -modfile=../../tools/go.mod staticcheck ./...
+	cd $(OTEL) && go tool -modfile=../tools/go.mod staticcheck ./...
 
 .PHONY: ci
 ci: ## what .ci/run runs once PostgreSQL is up: check-generated, vet, lint, test, the restart scenario, a short fuzz

@@ -13,13 +13,14 @@ import (
 
 const enqueue = `-- name: Enqueue :one
 WITH inserted AS (
-    INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key)
+    INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta)
     VALUES (
         coalesce(nullif($1::text, ''), 'default'), $2::text, coalesce(nullif($3::integer, 0), 1),
         coalesce($4::jsonb, '{}'), $5::smallint,
         greatest($6::timestamptz, now() + '1 millisecond'::interval * $7::bigint),
         CASE WHEN greatest($6::timestamptz, now() + '1 millisecond'::interval * $7::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
-        coalesce(nullif($8::integer, 0), 25), $9::text
+        coalesce(nullif($8::integer, 0), 25), $9::text,
+        $10::jsonb
     )
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id
@@ -42,6 +43,7 @@ type EnqueueParams struct {
 	DelayMs     int64           `json:"delay_ms"`
 	MaxAttempts int32           `json:"max_attempts"`
 	UniqueKey   *string         `json:"unique_key"`
+	Meta        json.RawMessage `json:"meta"`
 }
 
 type EnqueueRow struct {
@@ -58,7 +60,8 @@ type EnqueueRow struct {
 // job due later is stored as scheduled.
 // Zero values take Hopper's defaults, so that a zero EnqueueParams with only
 // a kind is a valid job: queue ” is 'default', version 0 is 1, a NULL
-// payload is {}, max_attempts 0 is 25 (the table's default).
+// payload is {}, max_attempts 0 is 25 (the table's default); a NULL meta
+// is none.
 func (q *Queries) Enqueue(ctx context.Context, arg EnqueueParams) (EnqueueRow, error) {
 	row := q.db.QueryRow(ctx, enqueue,
 		arg.Queue,
@@ -70,6 +73,7 @@ func (q *Queries) Enqueue(ctx context.Context, arg EnqueueParams) (EnqueueRow, e
 		arg.DelayMs,
 		arg.MaxAttempts,
 		arg.UniqueKey,
+		arg.Meta,
 	)
 	var i EnqueueRow
 	err := row.Scan(&i.ID, &i.Inserted)
@@ -84,6 +88,7 @@ type EnqueueBatchParams struct {
 	Payload     json.RawMessage `json:"payload"`
 	Priority    int16           `json:"priority"`
 	MaxAttempts int32           `json:"max_attempts"`
+	Meta        json.RawMessage `json:"meta"`
 }
 
 type EnqueueBatchAtParams struct {
@@ -96,13 +101,14 @@ type EnqueueBatchAtParams struct {
 	RunAt       time.Time       `json:"run_at"`
 	State       string          `json:"state"`
 	MaxAttempts int32           `json:"max_attempts"`
+	Meta        json.RawMessage `json:"meta"`
 }
 
 const enqueueBatchUnique = `-- name: EnqueueBatchUnique :many
 WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     SELECT pg_get_serial_sequence('hopper_jobs', 'id')::regclass AS id
 ), batch AS (
-    SELECT b.queue, b.kind, b.version, b.payload, b.priority, b.run_at, b.delay_ms, b.max_attempts, b.unique_key, nextval(seq.id) AS id
+    SELECT b.queue, b.kind, b.version, b.payload, b.priority, b.run_at, b.delay_ms, b.max_attempts, b.unique_key, b.meta, nextval(seq.id) AS id
     FROM seq, (
         SELECT unnest($1::text[]) AS queue,
                unnest($2::text[]) AS kind,
@@ -112,15 +118,16 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
                unnest($6::timestamptz[]) AS run_at,
                unnest($7::bigint[]) AS delay_ms,
                unnest($8::integer[]) AS max_attempts,
-               unnest($9::text[]) AS unique_key
+               unnest($9::text[]) AS unique_key,
+               unnest($10::jsonb[]) AS meta
     ) AS b
 ), inserted AS (
-    INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key)
+    INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta)
     OVERRIDING SYSTEM VALUE
     SELECT b.id, coalesce(nullif(b.queue, ''), 'default'), b.kind, coalesce(nullif(b.version, 0), 1), coalesce(b.payload, '{}'), b.priority,
            greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms),
            CASE WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled' ELSE 'pending' END,
-           coalesce(nullif(b.max_attempts, 0), 25), nullif(b.unique_key, '')
+           coalesce(nullif(b.max_attempts, 0), 25), nullif(b.unique_key, ''), b.meta
     FROM batch AS b
     ORDER BY b.id
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
@@ -147,6 +154,7 @@ type EnqueueBatchUniqueParams struct {
 	DelaysMs    []int64           `json:"delays_ms"`
 	MaxAttempts []int32           `json:"max_attempts"`
 	UniqueKeys  []string          `json:"unique_keys"`
+	Metas       []json.RawMessage `json:"metas"`
 }
 
 type EnqueueBatchUniqueRow struct {
@@ -172,6 +180,7 @@ func (q *Queries) EnqueueBatchUnique(ctx context.Context, arg EnqueueBatchUnique
 		arg.DelaysMs,
 		arg.MaxAttempts,
 		arg.UniqueKeys,
+		arg.Metas,
 	)
 	if err != nil {
 		return nil, err

@@ -25,7 +25,7 @@ func (q *Queries) BackendPID(ctx context.Context) (int32, error) {
 }
 
 const findJob = `-- name: FindJob :one
-SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, finished_at, reason, result FROM hopper_all_jobs WHERE id = $1::bigint
+SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, finished_at, reason, result, meta FROM hopper_all_jobs WHERE id = $1::bigint
 `
 
 // One job by id, wherever it is: live, dead, cancelled or completed (in
@@ -53,12 +53,13 @@ func (q *Queries) FindJob(ctx context.Context, id int64) (HopperAllJob, error) {
 		&i.FinishedAt,
 		&i.Reason,
 		&i.Result,
+		&i.Meta,
 	)
 	return i, err
 }
 
 const getDead = `-- name: GetDead :one
-SELECT id, queue, kind, version, payload, priority, attempt, max_attempts, unique_key, errors, reason, created_at, died_at, state, run_at FROM hopper_dead_jobs WHERE id = $1::bigint
+SELECT id, queue, kind, version, payload, priority, attempt, max_attempts, unique_key, errors, reason, created_at, died_at, state, run_at, meta FROM hopper_dead_jobs WHERE id = $1::bigint
 `
 
 // One dead (or cancelled) job by id.
@@ -81,12 +82,13 @@ func (q *Queries) GetDead(ctx context.Context, id int64) (HopperDeadJob, error) 
 		&i.DiedAt,
 		&i.State,
 		&i.RunAt,
+		&i.Meta,
 	)
 	return i, err
 }
 
 const getJob = `-- name: GetJob :one
-SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at FROM hopper_jobs WHERE id = $1::bigint
+SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, meta FROM hopper_jobs WHERE id = $1::bigint
 `
 
 // One live job by id.
@@ -109,6 +111,7 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (HopperJob, error) {
 		&i.UniqueKey,
 		&i.Errors,
 		&i.CreatedAt,
+		&i.Meta,
 	)
 	return i, err
 }
@@ -131,7 +134,7 @@ func (q *Queries) HopperSchema(ctx context.Context) (string, error) {
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, finished_at, reason, result FROM hopper_all_jobs AS a
+SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, finished_at, reason, result, meta FROM hopper_all_jobs AS a
 WHERE a.id < $1::bigint
   AND (cardinality($2::text[]) = 0 OR a.state = ANY($2::text[]))
   AND ($3::text IS NULL OR a.queue = $3::text)
@@ -196,6 +199,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]HopperAll
 			&i.FinishedAt,
 			&i.Reason,
 			&i.Result,
+			&i.Meta,
 		); err != nil {
 			return nil, err
 		}
@@ -208,7 +212,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]HopperAll
 }
 
 const listJobsByKey = `-- name: ListJobsByKey :many
-SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, finished_at, reason, result FROM hopper_all_jobs AS a
+SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, finished_at, reason, result, meta FROM hopper_all_jobs AS a
 WHERE a.unique_key = $1::text
   AND a.id < $2::bigint
   AND (cardinality($3::text[]) = 0 OR a.state = ANY($3::text[]))
@@ -271,6 +275,7 @@ func (q *Queries) ListJobsByKey(ctx context.Context, arg ListJobsByKeyParams) ([
 			&i.FinishedAt,
 			&i.Reason,
 			&i.Result,
+			&i.Meta,
 		); err != nil {
 			return nil, err
 		}

@@ -28,6 +28,7 @@ type HopperAllJob struct {
 	FinishedAt  *time.Time      `json:"finished_at"`
 	Reason      *string         `json:"reason"`
 	Result      json.RawMessage `json:"result"`
+	Meta        json.RawMessage `json:"meta"`
 }
 
 type HopperDeadJob struct {
@@ -46,6 +47,7 @@ type HopperDeadJob struct {
 	DiedAt      time.Time       `json:"died_at"`
 	State       string          `json:"state"`
 	RunAt       time.Time       `json:"run_at"`
+	Meta        json.RawMessage `json:"meta"`
 }
 
 type HopperJob struct {
@@ -64,6 +66,7 @@ type HopperJob struct {
 	UniqueKey   *string         `json:"unique_key"`
 	Errors      json.RawMessage `json:"errors"`
 	CreatedAt   time.Time       `json:"created_at"`
+	Meta        json.RawMessage `json:"meta"`
 }
 
 type HopperJobHistory struct {
@@ -82,6 +85,7 @@ type HopperJobHistory struct {
 	CreatedAt   time.Time       `json:"created_at"`
 	FinishedAt  time.Time       `json:"finished_at"`
 	KeepUntil   time.Time       `json:"keep_until"`
+	Meta        json.RawMessage `json:"meta"`
 }
 
 type HopperQueue struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,7 +35,8 @@ type Entry struct {
 	version int
 	raw     json.RawMessage
 	o       enqueueOptions
-	err     error // why the payload or options were refused
+	hooks   []EnqueueHook // the kind's own (OnEnqueue)
+	err     error         // why the payload or options were refused
 }
 
 // Kind, Queue and UniqueKey say what the entry will enqueue ("" for no
@@ -49,12 +51,19 @@ func (e Entry) UniqueKey() string {
 }
 func (e Entry) Err() error { return e.err }
 
+// Priority and MaxAttempts are the entry's, its kind's defaults applied.
+func (e Entry) Priority() int    { return e.o.priority }
+func (e Entry) MaxAttempts() int { return e.o.maxAttempts }
+
+// Meta is the entry's metadata (nil: none).
+func (e Entry) Meta() Meta { return e.o.meta }
+
 // Entry prepares one job of this kind for a mixed-kind EnqueueBatch. The
 // payload and options are checked now; a refusal is reported by
 // EnqueueBatch, with the entry's position.
 func (k *Kind[T]) Entry(payload T, opts ...EnqueueOption) Entry {
 	o, raw, err := k.prepare(payload, opts)
-	return Entry{kind: k.name, version: k.version, raw: raw, o: o, err: err}
+	return Entry{kind: k.name, version: k.version, raw: raw, o: o, hooks: k.hooks, err: err}
 }
 
 // BatchResult tells what a batch enqueue did.
@@ -126,7 +135,7 @@ func enqueueEntries(ctx context.Context, dbtx DBTX, entries []Entry, mixed bool)
 	if len(entries) == 0 {
 		return BatchResult{Results: []Result{}}, nil
 	}
-	unique := false
+	unique, cloned := false, false
 	for i, e := range entries {
 		if e.kind == "" {
 			return BatchResult{}, fmt.Errorf("item %d: %w: an empty Entry (make entries with Kind.Entry)", i, ErrInvalidDefinition)
@@ -137,7 +146,15 @@ func enqueueEntries(ctx context.Context, dbtx DBTX, entries []Entry, mixed bool)
 		if e.err != nil {
 			return BatchResult{}, fmt.Errorf("item %d: %w", i, e.err)
 		}
-		unique = unique || e.o.uniqueKey != nil
+		if hooked(e.hooks) {
+			if !cloned { // the hooks change options: never in the caller's slice
+				entries, cloned = slices.Clone(entries), true
+			}
+			if err := runHooks(ctx, dbtx, e.kind, e.version, e.raw, e.hooks, &entries[i].o); err != nil {
+				return BatchResult{}, fmt.Errorf("item %d (%s): %w", i, e.kind, err)
+			}
+		}
+		unique = unique || entries[i].o.uniqueKey != nil
 	}
 	if unique {
 		return insertUnique(ctx, dbtx, entries)
@@ -163,6 +180,7 @@ func insertUnique(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult,
 		p.DelaysMs = append(p.DelaysMs, e.o.delay.Milliseconds())
 		p.MaxAttempts = append(p.MaxAttempts, int32(e.o.maxAttempts))
 		p.UniqueKeys = append(p.UniqueKeys, key)
+		p.Metas = append(p.Metas, e.o.metaRaw)
 	}
 	rows, err := db.New(dbtx).EnqueueBatchUnique(ctx, p)
 	if err != nil {
@@ -204,7 +222,7 @@ func copyPlain(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, er
 		if e.o.runAt.IsZero() && e.o.delay == 0 {
 			now = append(now, db.EnqueueBatchParams{
 				ID: ids[i], Queue: e.o.queue, Kind: e.kind, Version: int32(e.version), Payload: e.raw,
-				Priority: int16(e.o.priority), MaxAttempts: int32(e.o.maxAttempts),
+				Priority: int16(e.o.priority), MaxAttempts: int32(e.o.maxAttempts), Meta: e.o.metaRaw,
 			})
 			continue
 		}
@@ -219,6 +237,7 @@ func copyPlain(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, er
 		later = append(later, db.EnqueueBatchAtParams{
 			ID: ids[i], Queue: e.o.queue, Kind: e.kind, Version: int32(e.version), Payload: e.raw,
 			Priority: int16(e.o.priority), RunAt: at, State: state, MaxAttempts: int32(e.o.maxAttempts),
+			Meta: e.o.metaRaw,
 		})
 	}
 	copyAll := func(q *db.Queries) error {

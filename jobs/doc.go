@@ -57,6 +57,16 @@
 // the job holding its key. A COPY batch computes a delayed job's run_at
 // with this process's clock; everything else uses the database's.
 //
+// # Metadata and enqueue hooks
+//
+// A job carries Meta, string tags set with WithMeta (or a kind's Defaults)
+// and seen by its handler as Job.Meta; the dead table and the history keep
+// it. Enqueue hooks see, and may change, every job before it is inserted,
+// in the caller's context and transaction: UseEnqueue registers them for
+// every kind (the hopperotel module's writes the trace context into the
+// metadata), OnEnqueue for one kind. With none registered, an enqueue does
+// no extra work.
+//
 // # Stored jobs
 //
 // Row is a job as Hopper stores it, in any State (pending, scheduled,

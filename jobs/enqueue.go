@@ -25,6 +25,8 @@ type enqueueOptions struct {
 	runAt       time.Time
 	delay       time.Duration
 	uniqueKey   *string
+	meta        Meta
+	metaRaw     json.RawMessage // meta encoded, by validate
 }
 
 func defaultOptions() enqueueOptions {
@@ -59,6 +61,11 @@ func (o *enqueueOptions) validate() error {
 	if err := ValidateQueue(o.queue); err != nil {
 		return err
 	}
+	raw, err := o.meta.encode()
+	if err != nil {
+		return err
+	}
+	o.metaRaw = raw
 	if o.priority < MinPriority || o.priority > MaxPriority {
 		return fmt.Errorf("%w: %d is outside %d (first) to %d (last)", ErrInvalidPriority, o.priority, MinPriority, MaxPriority)
 	}
@@ -148,6 +155,9 @@ func (k *Kind[T]) Check(payload T, opts ...EnqueueOption) error {
 // round trip; run_at is computed by the database's clock.
 func (k *Kind[T]) Enqueue(ctx context.Context, dbtx DBTX, payload T, opts ...EnqueueOption) (Result, error) {
 	o, raw, err := k.prepare(payload, opts)
+	if err == nil {
+		err = runHooks(ctx, dbtx, k.name, k.version, raw, k.hooks, &o)
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("hopper: enqueue %s: %w", k.name, err)
 	}
@@ -161,6 +171,7 @@ func (k *Kind[T]) Enqueue(ctx context.Context, dbtx DBTX, payload T, opts ...Enq
 		DelayMs:     o.delay.Milliseconds(),
 		MaxAttempts: int32(o.maxAttempts),
 		UniqueKey:   o.uniqueKey,
+		Meta:        o.metaRaw,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Result{Duplicate: true}, nil

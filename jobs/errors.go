@@ -35,3 +35,7 @@ var (
 // ErrInvalidSchema is returned by InSchema for a name PostgreSQL cannot
 // have as a schema, or a database handle it cannot scope.
 var ErrInvalidSchema = errors.New("invalid schema")
+
+// ErrInvalidMeta is returned for metadata with an empty key, text that is
+// not UTF-8, or over MaxMetaBytes encoded.
+var ErrInvalidMeta = errors.New("invalid metadata")

@@ -24,7 +24,10 @@ type Job[T any] struct {
 	CreatedAt   time.Time
 	RunAt       time.Time
 	// Errors is the history of failed attempts, oldest first.
-	Errors  []AttemptError
+	Errors []AttemptError
+	// Meta is the job's metadata: tags set at enqueue (WithMeta, enqueue
+	// hooks) and trace context.
+	Meta    Meta
 	Payload T
 }
 
@@ -43,7 +46,7 @@ func (k *Kind[T]) Decode(row Row) (*Job[T], error) {
 	return &Job[T]{
 		ID: row.ID, Queue: row.Queue, Kind: row.Kind, Version: row.Version, Priority: row.Priority,
 		Attempt: row.Attempt, MaxAttempts: row.MaxAttempts, CreatedAt: row.CreatedAt, RunAt: row.RunAt,
-		Errors: row.Errors, Payload: payload,
+		Errors: row.Errors, Meta: row.Meta, Payload: payload,
 	}, nil
 }
 

@@ -34,6 +34,7 @@ type Kind[T any] struct {
 	upgrades        []UpgradeFunc // upgrades[v-1] turns version v into v+1
 	defaults        enqueueOptions
 	maxPayloadBytes int
+	hooks           []EnqueueHook // OnEnqueue's
 }
 
 // Name is the kind's stable name, stored with every job.
@@ -51,6 +52,7 @@ type definition struct {
 	upgrades        map[int]UpgradeFunc
 	defaults        []EnqueueOption
 	maxPayloadBytes int
+	hooks           []EnqueueHook
 	errs            []error
 }
 
@@ -143,7 +145,7 @@ func NewKind[T any](name string, opts ...DefineOption) (*Kind[T], error) {
 	if d.maxPayloadBytes < 1 {
 		return fail("max payload bytes %d is below 1", d.maxPayloadBytes)
 	}
-	k := &Kind[T]{name: name, version: d.version, maxPayloadBytes: d.maxPayloadBytes}
+	k := &Kind[T]{name: name, version: d.version, maxPayloadBytes: d.maxPayloadBytes, hooks: d.hooks}
 	for v := 1; v < d.version; v++ {
 		fn := d.upgrades[v]
 		if fn == nil {

@@ -106,6 +106,8 @@ type Row struct {
 	// Result is what the handler returned (a completed job of a kind
 	// handled with a result), as JSON; nil otherwise.
 	Result json.RawMessage `json:"result,omitempty"`
+	// Meta is the job's metadata (WithMeta, enqueue hooks).
+	Meta Meta `json:"meta,omitempty"`
 }
 
 // AttemptError is one attempt in a job's history that did not succeed: a

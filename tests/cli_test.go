@@ -134,7 +134,7 @@ func TestMigrate(t *testing.T) {
 	require.Contains(t, r.stdout, "2/u claim_cursor")
 	require.Contains(t, r.stdout, "3/u operate")
 	require.Contains(t, r.stdout, "4/u schedules")
-	require.Contains(t, r.stdout, "schema version 4 (this build's latest: 4)")
+	require.Contains(t, r.stdout, "schema version 5 (this build's latest: 5)")
 
 	r = runHopper(t, d.URL, "", "migrate", "down", "--all", "--yes")
 	require.Zero(t, r.code, r.stderr)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/jobs"
 )
 
 // claimState is where one claim is in its life inside the worker. Every
@@ -55,6 +56,12 @@ type claim struct {
 	// handler's transaction committed.
 	ackCommitted atomic.Bool
 	slotFree     atomic.Bool // the queue's slot was given back
+
+	// view is the job as middleware and hooks see it, nil when none is
+	// registered; runErr is what its run returned, for the outcome hooks
+	// (written by the run's goroutine before the result is handed on).
+	view   *jobs.Row
+	runErr error
 
 	mu         sync.Mutex
 	cancel     context.CancelCauseFunc

@@ -48,6 +48,15 @@ type Config struct {
 	// transaction mode, where LISTEN does not work.
 	PollOnly bool
 
+	// Middleware wraps every kind's handler, the first outermost (see
+	// Middleware; a kind's own, given with Use, run inside these).
+	// OnOutcome hooks are told what became of each run; OnError hooks of
+	// each run that failed or panicked. None by default: a run then takes
+	// no extra step.
+	Middleware []Middleware
+	OnOutcome  []OutcomeHook
+	OnError    []ErrorHook
+
 	// Schema names the schema holding Hopper's tables, for a pool whose
 	// search_path cannot lead there (PgBouncer in transaction mode refuses
 	// search_path in the connection string). Each statement then sets

@@ -29,6 +29,16 @@
 // worker whose lease expired and whose job was taken over cannot ack, fail
 // or extend it; its result is refused, logged and counted.
 //
+// # Middleware and hooks
+//
+// Config.Middleware wraps every run of every handler, and the Use option
+// of Handle a kind's own: each sees the job as stored (jobs.Row, with its
+// metadata) and calls next. Config.OnOutcome hooks are told what became of
+// each run once the database recorded it (Outcome); Config.OnError hooks of
+// each run that failed or panicked (*PanicError). Judge reads a run's
+// result as the worker does. With none registered, a run takes no extra
+// step. The hopperotel module traces runs through them.
+//
 // # How it runs
 //
 //   - Claiming: each queue asks for exactly as many jobs as it has free

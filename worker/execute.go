@@ -42,18 +42,23 @@ func (w *Worker) execute(d dispatched) {
 	log := func() *slog.Logger {
 		return w.log.With("job_id", row.ID, "kind", row.Kind, "queue", row.Queue, "attempt", row.Attempt)
 	}
+	c.runErr = err
 	if !c.finish() {
 		switch claimState(c.state.Load()) {
 		case claimLost:
 			log().Warn("lease lost while the handler ran: its result is discarded; the job runs again elsewhere", "handler_error", err)
+			w.told(c, OutcomeRefused)
 		case claimReleased:
 			log().Info("job given back at shutdown: its result is discarded", "handler_error", err)
+			w.told(c, OutcomeReleased)
 		case claimCancelled:
 			log().Info("job cancelled while it ran: its result is discarded", "handler_error", err)
+			w.told(c, OutcomeCancelled)
 		case claimAbandoned:
 			c.queue.stuck.Add(-1)
 			w.metrics.stuckReturned(row.Queue, row.Kind)
 			log().Warn("abandoned handler returned at last: its result is discarded", "ran_for", elapsed, "handler_error", err)
+			w.told(c, OutcomeAbandoned)
 		}
 		c.freeSlot()
 		return
@@ -86,42 +91,30 @@ func (w *Worker) run(d dispatched) (elapsed time.Duration, result json.RawMessag
 		ctx, cancelTimeout = context.WithTimeoutCause(ctx, d.timeout, &timeoutError{d.timeout})
 		defer cancelTimeout()
 	}
-	result, err = d.call(ctx)
+	if d.claim.view != nil {
+		result, err = w.callHooked(ctx, d)
+	} else {
+		result, err = d.call(ctx)
+	}
 	if err != nil && d.timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("timed out after %v: %w", d.timeout, err)
+	}
+	if err != nil && d.claim.view != nil {
+		w.tellError(ctx, d.claim.view, err)
 	}
 	return time.Since(start), result, err
 }
 
 // completion turns a handler's result into what the completer records.
 func (w *Worker) completion(h *handler, row db.HopperJob, c *claim, err error) completion {
-	comp := completion{claim: c, act: actAck}
-	if err == nil {
-		return comp
-	}
-	comp.act = actRetry
-	comp.message = err.Error()
-	if comp.message == "" {
-		comp.message = fmt.Sprintf("%T with an empty message", err)
-	}
-	var undecodable *undecodableError
-	var cancelled *cancelError
-	var snoozed *snoozeError
-	var permanent *permanentError
-	var retryAt *retryAtError
+	v := judge(err)
+	comp := completion{claim: c, act: v.act, message: v.message, deadReason: v.deadReason}
 	switch {
-	case errors.As(err, &undecodable):
-		comp.act, comp.deadReason = actDead, "undecodable payload: "+undecodable.Error()
-	case errors.As(err, &cancelled):
-		comp.act, comp.message = actCancel, cancelled.Error()
-	case errors.As(err, &snoozed):
-		comp.act, comp.message = actSnooze, ""
-		comp.backoff = max(time.Until(snoozed.until), time.Millisecond) // a snoozed job waits, scheduled
-	case errors.As(err, &permanent):
-		comp.act, comp.deadReason = actDead, permanent.Error()
-	case errors.As(err, &retryAt):
-		comp.backoff = time.Until(retryAt.at)
-	default:
+	case v.act == actSnooze:
+		comp.backoff = max(time.Until(v.until), time.Millisecond) // a snoozed job waits, scheduled
+	case v.act == actRetry && !v.until.IsZero():
+		comp.backoff = time.Until(v.until)
+	case v.act == actRetry:
 		b := h.backoff
 		if b == (Backoff{}) {
 			b = w.cfg.Backoff

@@ -187,6 +187,9 @@ func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error)
 		// goroutine keeps the decoder's deep stack from being grown anew
 		// for every job.
 		call, timeout, err := h.prepare(row, keep)
+		if w.hooked(h) {
+			c.view = view(row)
+		}
 		if timeout == 0 {
 			timeout = w.cfg.JobTimeout
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"runtime/debug"
 	"time"
 
 	"github.com/hopperq/hopper/db"
@@ -20,6 +19,7 @@ type handleOptions struct {
 	jobTimeout func(job any) (time.Duration, bool)
 	backoff    Backoff
 	keep       time.Duration
+	middleware []Middleware
 }
 
 // Timeout cancels the handler's context when a run of this kind takes
@@ -73,6 +73,7 @@ type handler struct {
 	maxVersion int
 	backoff    Backoff
 	keep       time.Duration // the kind's KeepHistory; 0: its queue's
+	middleware []Middleware  // Use's, inside the worker's
 	prepare    func(row db.HopperJob, keep time.Duration) (call func(ctx context.Context) (json.RawMessage, error), timeout time.Duration, err error)
 }
 
@@ -123,6 +124,7 @@ func HandleWithResult[T, R any](w *Worker, kind *jobs.Kind[T], fn func(context.C
 		maxVersion: kind.Version(),
 		backoff:    o.backoff,
 		keep:       o.keep,
+		middleware: o.middleware,
 		prepare: func(r db.HopperJob, keep time.Duration) (func(context.Context) (json.RawMessage, error), time.Duration, error) {
 			row, err := rows.Live(r)
 			if err != nil {
@@ -141,7 +143,7 @@ func HandleWithResult[T, R any](w *Worker, kind *jobs.Kind[T], fn func(context.C
 			return func(ctx context.Context) (result json.RawMessage, err error) {
 				defer func() {
 					if r := recover(); r != nil {
-						result, err = nil, fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+						result, err = nil, recovered(r)
 					}
 				}()
 				out, err := fn(ctx, job)

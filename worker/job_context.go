@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/testrun"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -32,12 +33,16 @@ func claimFrom(ctx context.Context, id int64) (*claim, error) {
 // and cancels the handler's context, when the job is no longer this
 // worker's.
 func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("hopper: extend lease of job %d: %w: non-positive duration %v", job.ID, ErrInvalidConfig, d)
+	}
+	if r := testrun.From(ctx); r != nil { // hoppertest.Work: no lease to extend
+		r.Extend(d)
+		return nil
+	}
 	c, err := claimFrom(ctx, job.ID)
 	if err != nil {
 		return err
-	}
-	if d <= 0 {
-		return fmt.Errorf("hopper: extend lease of job %d: %w: non-positive duration %v", job.ID, ErrInvalidConfig, d)
 	}
 	if c.ackedInTx.Load() {
 		return nil // its row is the handler's own (AckTx): locked by its transaction, or gone with it
@@ -71,6 +76,13 @@ func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) 
 // when the job is no longer this worker's, ErrCancelled when an operator
 // cancelled it: roll back then.
 func AckTx[T any](ctx context.Context, tx jobs.DBTX, job *jobs.Job[T]) error {
+	if r := testrun.From(ctx); r != nil { // hoppertest.Work: no row to delete
+		if tx == nil {
+			return fmt.Errorf("hopper: ack job %d in transaction: nil transaction", job.ID)
+		}
+		r.AckTx(tx)
+		return nil
+	}
 	c, err := claimFrom(ctx, job.ID)
 	if err != nil {
 		return err

@@ -40,9 +40,9 @@ func TestSnoozeIsNotCharged(t *testing.T) {
 	testdb.WaitFor(t, "done after two snoozes", func() bool { return len(seen.of(res.ID, 3)) > 0 })
 	require.Equal(t, []run{{1, 1, 0}, {2, 2, 0}, {3, 3, 0}}, []run{<-runs, <-runs, <-runs},
 		"each snooze gives its claim back: attempts left stay, no error entry")
-	require.Equal(t, []string{worker.OutcomeSnoozed}, seen.of(res.ID, 1))
-	require.Equal(t, []string{worker.OutcomeSnoozed}, seen.of(res.ID, 2))
-	require.Equal(t, []string{worker.OutcomeDone}, seen.of(res.ID, 3))
+	require.Equal(t, []string{string(worker.OutcomeSnoozed)}, seen.of(res.ID, 1))
+	require.Equal(t, []string{string(worker.OutcomeSnoozed)}, seen.of(res.ID, 2))
+	require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(res.ID, 3))
 	require.Equal(t, 2.0, metricValue(t, reg, "hopper_jobs_snoozed_total"))
 	require.Zero(t, metricValue(t, reg, "hopper_jobs_failed_total"))
 }
@@ -92,7 +92,7 @@ func TestHandlerCancelsItsOwnJob(t *testing.T) {
 		}))
 	})
 	testdb.WaitFor(t, "outcome reported", func() bool { return len(seen.of(res.ID, 1)) > 0 })
-	require.Equal(t, []string{worker.OutcomeCancelled}, seen.of(res.ID, 1))
+	require.Equal(t, []string{string(worker.OutcomeCancelled)}, seen.of(res.ID, 1))
 	row, err := hopper.NewClient(b.pool).Job(b.ctx, res.ID)
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateCancelled, row.State)
@@ -177,7 +177,7 @@ func TestCancelAfterTheHandlerReturned(t *testing.T) {
 	<-returned
 	require.NoError(t, hopper.NewClient(b.pool).CancelJob(b.ctx, res.ID))
 	r.stop() // records the waiting ack
-	require.Equal(t, []string{worker.OutcomeRefused}, seen.of(res.ID, 1), "the ack, sent at shutdown, matched nothing")
+	require.Equal(t, []string{string(worker.OutcomeRefused)}, seen.of(res.ID, 1), "the ack, sent at shutdown, matched nothing")
 	row, err := hopper.NewClient(b.pool).Job(b.ctx, res.ID)
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateCancelled, row.State)

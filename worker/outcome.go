@@ -40,6 +40,12 @@ const (
 	outcomeUnrecorded
 )
 
+// public is the outcome as hooks are told it.
+func (o outcome) public() Outcome {
+	return [...]Outcome{"", OutcomeDone, OutcomeFailed, OutcomeDead, OutcomeCancelled, OutcomeSnoozed,
+		OutcomeRefused, OutcomeUnconfirmed, OutcomeUnrecorded}[o]
+}
+
 func (o outcome) String() string {
 	return [...]string{"retry", "done", "failed", "dead", "cancelled", "snoozed", "refused", "unconfirmed", "unrecorded"}[o]
 }
@@ -157,5 +163,6 @@ func (w *Worker) report(c completion, o outcome) {
 	if w.observe != nil {
 		w.observe(c.claim.id, c.claim.attempt, o)
 	}
+	w.told(c.claim, o.public())
 	c.claim.recorded()
 }

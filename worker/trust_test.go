@@ -129,7 +129,7 @@ func TestAckTxRolledBack(t *testing.T) {
 		live, _ := b.totals(t)
 		return live == 0 && len(seen.of(res.ID, 1)) > 0
 	})
-	require.Equal(t, []string{worker.OutcomeDone}, seen.of(res.ID, 1))
+	require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(res.ID, 1))
 	require.Equal(t, 1.0, metricValue(t, reg, "hopper_jobs_completed_total"))
 	require.Equal(t, 1, <-runs)
 	require.Empty(t, runs, "ran once")
@@ -176,7 +176,7 @@ func TestAckTxCommittedThenKeepsWorking(t *testing.T) {
 		})
 	require.NoError(t, <-after, "not cancelled after its own committed ack")
 	testdb.WaitFor(t, "outcome reported", func() bool { return len(seen.of(res.ID, 1)) == 1 })
-	require.Equal(t, []string{worker.OutcomeDone}, seen.of(res.ID, 1))
+	require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(res.ID, 1))
 	require.Zero(t, metricValue(t, reg, "hopper_jobs_lease_lost_total"))
 	require.Equal(t, 1.0, metricValue(t, reg, "hopper_jobs_completed_total"))
 }
@@ -221,7 +221,7 @@ func TestStuckHandlerIsAbandoned(t *testing.T) {
 		return live == 0 && len(seen.of(res.ID, 2)) > 0 // reported, not only gone
 	})
 	require.Len(t, quickRuns, 3)
-	require.Equal(t, []string{worker.OutcomeDone}, seen.of(res.ID, 2), "the second attempt finished the job")
+	require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(res.ID, 2), "the second attempt finished the job")
 	require.Empty(t, seen.of(res.ID, 1), "the abandoned attempt reports nothing")
 	require.Equal(t, 1.0, metricValue(t, reg, "hopper_handlers_abandoned_total"))
 	require.Equal(t, 1.0, metricValue(t, reg, "hopper_handlers_stuck"))
@@ -331,7 +331,7 @@ func TestShutdownWaitsForFinishingHandlers(t *testing.T) {
 	require.Zero(t, live, "recorded, not given back")
 	require.Zero(t, dead)
 	for _, id := range ids {
-		require.Equal(t, []string{worker.OutcomeDone}, seen.of(id, 1))
+		require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(id, 1))
 		_, wasCancelled := cancelled.Load(id)
 		require.False(t, wasCancelled, "a handler within the deadline is not cancelled")
 	}

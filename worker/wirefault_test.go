@@ -83,10 +83,10 @@ func wfAckRepliesLost(t *testing.T, keep bool) {
 		LeaseDuration: time.Second, HeartbeatInterval: 100 * time.Millisecond,
 		SweepInterval: time.Hour, // nobody takes a job away from it
 	}
-	marker, outcomes := wfAck, []string{worker.OutcomeDone, worker.OutcomeUnconfirmed}
+	marker, outcomes := wfAck, []string{string(worker.OutcomeDone), string(worker.OutcomeUnconfirmed)}
 	if keep {
 		cfg.KeepHistory = map[string]time.Duration{"default": time.Hour}
-		marker, outcomes = wfAckKeep, []string{worker.OutcomeDone}
+		marker, outcomes = wfAckKeep, []string{string(worker.OutcomeDone)}
 	}
 	faulty := h.run(t, h.proxiedPool(t, p), "faulty", cfg, kinds)
 	for range cuts {
@@ -133,11 +133,11 @@ func wfNackRepliesLost(t *testing.T) {
 	nackOutcomes := func(k wfKey, kindName string) []string {
 		switch {
 		case kindName == doomed.Name():
-			return []string{worker.OutcomeDead, worker.OutcomeUnconfirmed}
+			return []string{string(worker.OutcomeDead), string(worker.OutcomeUnconfirmed)}
 		case k.attempt == 1:
-			return []string{worker.OutcomeFailed, worker.OutcomeUnconfirmed}
+			return []string{string(worker.OutcomeFailed), string(worker.OutcomeUnconfirmed)}
 		default:
-			return []string{worker.OutcomeDone, worker.OutcomeUnconfirmed}
+			return []string{string(worker.OutcomeDone), string(worker.OutcomeUnconfirmed)}
 		}
 	}
 	wfCheckRuns(t, led, "faulty", nackOutcomes)
@@ -145,7 +145,7 @@ func wfNackRepliesLost(t *testing.T) {
 	for id := range led.kinds {
 		reps := led.reports[wfKey{id, 1}]
 		require.Len(t, reps, 1, "job %d: attempt 1 reported once", id)
-		require.NotEqual(t, worker.OutcomeRefused, reps[0].outcome, "job %d: a nack whose reply was lost reported refused", id)
+		require.NotEqual(t, string(worker.OutcomeRefused), reps[0].outcome, "job %d: a nack whose reply was lost reported refused", id)
 	}
 }
 
@@ -280,27 +280,27 @@ func wfShutdownDuringOutage(t *testing.T) {
 	wfCheckRuns(t, led, "faulty", func(_ wfKey, kindName string) []string {
 		switch kindName {
 		case warm.Name():
-			return []string{worker.OutcomeDone}
+			return []string{string(worker.OutcomeDone)}
 		case block.Name():
 			return nil // cancelled at the deadline: its result is discarded
 		default:
-			return []string{worker.OutcomeUnconfirmed, worker.OutcomeUnrecorded}
+			return []string{string(worker.OutcomeUnconfirmed), string(worker.OutcomeUnrecorded)}
 		}
 	})
-	require.Equal(t, warmed, led.byWorker["faulty"][worker.OutcomeDone])
-	require.Equal(t, held, led.byWorker["faulty"][worker.OutcomeUnconfirmed]+led.byWorker["faulty"][worker.OutcomeUnrecorded])
+	require.Equal(t, warmed, led.byWorker["faulty"][string(worker.OutcomeDone)])
+	require.Equal(t, held, led.byWorker["faulty"][string(worker.OutcomeUnconfirmed)]+led.byWorker["faulty"][string(worker.OutcomeUnrecorded)])
 	committed := 0
 	for id, k := range led.kinds {
 		if k == gated.Name() && led.runs[wfKey{id, led.final[id]}] == "faulty" {
 			committed++ // the faulty worker's ack took effect: it must say it cannot tell
 			reps := led.reports[wfKey{id, led.final[id]}]
 			require.Len(t, reps, 1)
-			require.Equal(t, worker.OutcomeUnconfirmed, reps[0].outcome, "job %d: its ack committed, so it is never unrecorded", id)
+			require.Equal(t, string(worker.OutcomeUnconfirmed), reps[0].outcome, "job %d: its ack committed, so it is never unrecorded", id)
 		}
 	}
 	// Results never sent before the deadline are unrecorded, not unconfirmed:
 	// only the held batch may have committed.
-	require.Equal(t, committed, led.byWorker["faulty"][worker.OutcomeUnconfirmed], "unconfirmed = the held batch")
+	require.Equal(t, committed, led.byWorker["faulty"][string(worker.OutcomeUnconfirmed)], "unconfirmed = the held batch")
 	require.Positive(t, committed, "the held ack committed gated results")
 	t.Logf("ShutdownDuringOutage: %d of %d gated results committed by the ack whose reply hung", committed, held)
 }
@@ -729,17 +729,17 @@ func (h *wf) verify(t *testing.T, dying map[string]bool) *wfLedger {
 		require.Equal(t, dies, dead[id], "job %d (%s): dead only if its kind dies", id, kindName)
 		final, ran := led.final[id]
 		require.True(t, ran, "job %d (%s) finished without a run in the ledger", id, kindName)
-		want := worker.OutcomeDone
+		want := string(worker.OutcomeDone)
 		if dies {
-			want = worker.OutcomeDead
+			want = string(worker.OutcomeDead)
 		}
 		reps := led.reports[wfKey{id, final}]
 		require.Len(t, reps, 1, "job %d: its final attempt %d reported exactly once: %v", id, final, reps)
-		require.Contains(t, []string{want, worker.OutcomeUnconfirmed}, reps[0].outcome,
+		require.Contains(t, []string{want, string(worker.OutcomeUnconfirmed)}, reps[0].outcome,
 			"job %d: its final attempt %d, which took effect, reported %q", id, final, reps[0].outcome)
 		for a := int32(1); a < final; a++ {
 			for _, r := range led.reports[wfKey{id, a}] {
-				require.NotContains(t, []string{worker.OutcomeDone, worker.OutcomeDead}, r.outcome,
+				require.NotContains(t, []string{string(worker.OutcomeDone), string(worker.OutcomeDead)}, r.outcome,
 					"job %d: attempt %d reported %q by %s, but attempt %d ran after it", id, a, r.outcome, r.worker, final)
 			}
 		}
@@ -752,16 +752,16 @@ func (h *wf) verify(t *testing.T, dying map[string]bool) *wfLedger {
 		require.Len(t, reps, 1, "job %d attempt %d reported more than once: %v", k.id, k.attempt, reps)
 		require.Equal(t, name, reps[0].worker, "job %d attempt %d reported by another worker than the one that ran it", k.id, k.attempt)
 		switch reps[0].outcome {
-		case worker.OutcomeDone:
+		case string(worker.OutcomeDone):
 			require.True(t, succeeded[k], "job %d attempt %d reported done, but its handler failed", k.id, k.attempt)
-		case worker.OutcomeFailed, worker.OutcomeDead:
+		case string(worker.OutcomeFailed), string(worker.OutcomeDead):
 			require.False(t, succeeded[k], "job %d attempt %d reported %s, but its handler succeeded", k.id, k.attempt, reps[0].outcome)
 		}
 	}
 	// The clean worker works on a healthy connection with a lease nobody
 	// can outlast: each of its runs is recorded exactly, and at once.
 	wfCheckRuns(t, led, "clean", func(wfKey, string) []string {
-		return []string{worker.OutcomeDone, worker.OutcomeFailed, worker.OutcomeDead}
+		return []string{string(worker.OutcomeDone), string(worker.OutcomeFailed), string(worker.OutcomeDead)}
 	})
 	return led
 }
@@ -815,6 +815,6 @@ func (h *wf) logFigures(t *testing.T, led *wfLedger, p *wirefault.Proxy, markers
 	}
 	t.Logf("%s: jobs=%d runs=%d (jobs run more than once: %d) dead=%d cuts/stalls fired [%s]; done=%d failed=%d dead=%d refused=%d unconfirmed=%d unrecorded=%d; by worker: %s",
 		t.Name(), len(led.kinds), len(led.runs), retried, led.dead, strings.Join(fired, " "),
-		total[worker.OutcomeDone], total[worker.OutcomeFailed], total[worker.OutcomeDead], total[worker.OutcomeRefused],
-		total[worker.OutcomeUnconfirmed], total[worker.OutcomeUnrecorded], strings.Join(per, "; "))
+		total[string(worker.OutcomeDone)], total[string(worker.OutcomeFailed)], total[string(worker.OutcomeDead)], total[string(worker.OutcomeRefused)],
+		total[string(worker.OutcomeUnconfirmed)], total[string(worker.OutcomeUnrecorded)], strings.Join(per, "; "))
 }

@@ -4,34 +4,38 @@
 package rows
 
 import (
+	"errors"
+
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/jobs"
 )
 
-// Live converts a row of hopper_jobs (a claim, or GetJob). The error
-// (from a malformed error history) wraps jobs.ErrUndecodable.
+// Live converts a row of hopper_jobs (a claim, or GetJob). The error is
+// from a malformed error history or metadata.
 func Live(r db.HopperJob) (jobs.Row, error) {
 	history, err := jobs.ParseErrors(r.Errors)
+	meta, metaErr := jobs.ParseMeta(r.Meta)
 	return jobs.Row{
 		ID: r.ID, Queue: r.Queue, Kind: r.Kind, Version: int(r.Version), Payload: r.Payload,
 		State: jobs.State(r.State), Priority: int(r.Priority), RunAt: r.RunAt,
 		Attempt: int(r.Attempt), MaxAttempts: int(r.MaxAttempts),
 		LeaseOwner: deref(r.LeaseOwner), LeaseUntil: r.LeaseUntil, UniqueKey: deref(r.UniqueKey),
-		Errors: history, CreatedAt: r.CreatedAt,
-	}, err
+		Errors: history, CreatedAt: r.CreatedAt, Meta: meta,
+	}, errors.Join(err, metaErr)
 }
 
 // Any converts a row of hopper_all_jobs: a job in any state.
 func Any(r db.HopperAllJob) (jobs.Row, error) {
 	history, err := jobs.ParseErrors(r.Errors)
+	meta, metaErr := jobs.ParseMeta(r.Meta)
 	return jobs.Row{
 		ID: r.ID, Queue: r.Queue, Kind: r.Kind, Version: int(r.Version), Payload: r.Payload,
 		State: jobs.State(r.State), Priority: int(r.Priority), RunAt: r.RunAt,
 		Attempt: int(r.Attempt), MaxAttempts: int(r.MaxAttempts),
 		LeaseOwner: deref(r.LeaseOwner), LeaseUntil: r.LeaseUntil, UniqueKey: deref(r.UniqueKey),
 		Errors: history, CreatedAt: r.CreatedAt, FinishedAt: r.FinishedAt, Reason: deref(r.Reason),
-		Result: r.Result,
-	}, err
+		Result: r.Result, Meta: meta,
+	}, errors.Join(err, metaErr)
 }
 
 func deref(s *string) string {

@@ -7,11 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/hopperq/hopper/schema"
+	"github.com/hopperq/hopper/internal/freshschema"
 )
 
 // Main runs a package's tests and examples when a PostgreSQL answers. When
@@ -75,31 +74,24 @@ func ForExample() (*pgxpool.Pool, func()) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	name := "hopper_example_" + randomSuffix()
-	admin, err := pgx.Connect(ctx, serverDSN)
+	pool, drop, err := freshschema.Migrated(ctx, serverDSN, "hopper_example_")
 	if err != nil {
-		panic(err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
-		panic(err)
-	}
-	pool, err := pgxpool.New(ctx, WithSearchPath(serverDSN, name))
-	if err != nil {
-		panic(err)
-	}
-	if err := schema.Up(ctx, pool); err != nil {
 		panic(err)
 	}
 	return pool, func() {
-		pool.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, serverDSN)
-		if err != nil {
-			return
-		}
-		defer conn.Close(ctx)
-		_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")
+		_ = drop(ctx)
 	}
+}
+
+// URL is the test server's connection string, for examples (which have no
+// testing.TB); it panics when there is none: call it only from packages
+// whose TestMain is Main.
+func URL() string {
+	serverOnce.Do(func() { serverDSN, serverErr = findServer() })
+	if serverErr != nil {
+		panic(serverErr)
+	}
+	return serverDSN
 }

@@ -13,8 +13,6 @@ package testdb
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -26,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hopperq/hopper/internal/freshschema"
 	"github.com/hopperq/hopper/internal/pgcluster"
 	"github.com/hopperq/hopper/internal/pgurl"
 	"github.com/hopperq/hopper/schema"
@@ -81,15 +80,9 @@ func NewEmpty(t testing.TB) *DB {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	name := "hopper_test_" + randomSuffix()
-	admin, err := pgx.Connect(ctx, dsn)
+	name, err := freshschema.Create(ctx, dsn, "hopper_test_")
 	if err != nil {
-		t.Fatalf("testdb: connect: %v", err)
-	}
-	defer admin.Close(ctx)
-	// DDL takes no bind parameters; the name is ours and quoted.
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
-		t.Fatalf("testdb: create schema: %v", err)
+		t.Fatalf("testdb: %v", err)
 	}
 	t.Cleanup(func() { dropSchema(t, dsn, name) })
 
@@ -113,21 +106,9 @@ func WithSearchPath(dsn, schemaName string) string { return pgurl.WithSearchPath
 func dropSchema(t testing.TB, dsn, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Errorf("testdb: connect to drop %s: %v", name, err)
-		return
+	if err := freshschema.Drop(ctx, dsn, name); err != nil {
+		t.Errorf("testdb: %v", err)
 	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-		t.Errorf("testdb: drop schema %s: %v", name, err)
-	}
-}
-
-func randomSuffix() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func findServer() (string, error) {

@@ -36,6 +36,7 @@ func (r iteratorForEnqueueBatch) Values() ([]interface{}, error) {
 		r.rows[0].Payload,
 		r.rows[0].Priority,
 		r.rows[0].MaxAttempts,
+		r.rows[0].Meta,
 	}, nil
 }
 
@@ -45,9 +46,10 @@ func (r iteratorForEnqueueBatch) Err() error {
 
 // COPY for plain batches of jobs that are ready now (run_at defaults to now()
 // in the database), with ids from ReserveJobIDs (COPY writes the id given,
-// as INSERT's OVERRIDING SYSTEM VALUE would).
+// as INSERT's OVERRIDING SYSTEM VALUE would). meta: a JSON object, or NULL
+// for none.
 func (q *Queries) EnqueueBatch(ctx context.Context, arg []EnqueueBatchParams) (int64, error) {
-	return q.db.CopyFrom(ctx, []string{"hopper_jobs"}, []string{"id", "queue", "kind", "version", "payload", "priority", "max_attempts"}, &iteratorForEnqueueBatch{rows: arg})
+	return q.db.CopyFrom(ctx, []string{"hopper_jobs"}, []string{"id", "queue", "kind", "version", "payload", "priority", "max_attempts", "meta"}, &iteratorForEnqueueBatch{rows: arg})
 }
 
 // iteratorForEnqueueBatchAt implements pgx.CopyFromSource.
@@ -79,6 +81,7 @@ func (r iteratorForEnqueueBatchAt) Values() ([]interface{}, error) {
 		r.rows[0].RunAt,
 		r.rows[0].State,
 		r.rows[0].MaxAttempts,
+		r.rows[0].Meta,
 	}, nil
 }
 
@@ -88,7 +91,7 @@ func (r iteratorForEnqueueBatchAt) Err() error {
 
 // COPY for plain batches with an explicit run_at per job, with ids from
 // ReserveJobIDs; the caller sets state to scheduled for a job due later,
-// pending otherwise.
+// pending otherwise. meta as in EnqueueBatch.
 func (q *Queries) EnqueueBatchAt(ctx context.Context, arg []EnqueueBatchAtParams) (int64, error) {
-	return q.db.CopyFrom(ctx, []string{"hopper_jobs"}, []string{"id", "queue", "kind", "version", "payload", "priority", "run_at", "state", "max_attempts"}, &iteratorForEnqueueBatchAt{rows: arg})
+	return q.db.CopyFrom(ctx, []string{"hopper_jobs"}, []string{"id", "queue", "kind", "version", "payload", "priority", "run_at", "state", "max_attempts", "meta"}, &iteratorForEnqueueBatchAt{rows: arg})
 }

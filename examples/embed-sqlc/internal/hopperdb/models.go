@@ -28,6 +28,7 @@ type HopperAllJob struct {
 	FinishedAt  *time.Time
 	Reason      *string
 	Result      json.RawMessage
+	Meta        json.RawMessage
 }
 
 type HopperDeadJob struct {
@@ -46,6 +47,7 @@ type HopperDeadJob struct {
 	DiedAt      time.Time
 	State       string
 	RunAt       time.Time
+	Meta        json.RawMessage
 }
 
 type HopperJob struct {
@@ -64,6 +66,7 @@ type HopperJob struct {
 	UniqueKey   *string
 	Errors      json.RawMessage
 	CreatedAt   time.Time
+	Meta        json.RawMessage
 }
 
 type HopperJobHistory struct {
@@ -82,6 +85,7 @@ type HopperJobHistory struct {
 	CreatedAt   time.Time
 	FinishedAt  time.Time
 	KeepUntil   time.Time
+	Meta        json.RawMessage
 }
 
 type HopperQueue struct {

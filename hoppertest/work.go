@@ -1,0 +1,102 @@
+package hoppertest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/hopperq/hopper/internal/testrun"
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/worker"
+)
+
+// Result is what one run of Work did.
+type Result struct {
+	// Verdict is what the worker would record: its Outcome (done, failed,
+	// dead, cancelled or snoozed), when the job may run again (Until, for a
+	// snooze or RetryAt), and the history entry (Message, Reason).
+	worker.Verdict
+	// Err is what the handler returned (a *worker.PanicError if it
+	// panicked).
+	Err error
+	// Extensions are the durations the handler passed to
+	// worker.ExtendLease, in order.
+	Extensions []time.Duration
+	// AckedInTx is the transaction the handler passed to worker.AckTx (nil:
+	// none). In a worker the job counts done only once that transaction
+	// commits; Work cannot know, so Outcome is what the return value says.
+	AckedInTx jobs.DBTX
+}
+
+// WorkOption sets how Work presents the job to the handler.
+type WorkOption func(*jobs.Row)
+
+// Attempt runs the job as its nth attempt (default 1); a plain failure on
+// the last attempt (MaxAttempts, default the kind's) is dead.
+func Attempt(n int) WorkOption { return func(r *jobs.Row) { r.Attempt = n } }
+
+// MaxAttempts sets the job's attempt budget.
+func MaxAttempts(n int) WorkOption { return func(r *jobs.Row) { r.MaxAttempts = n } }
+
+// WithMeta gives the job metadata, as jobs.WithMeta would at enqueue.
+func WithMeta(m jobs.Meta) WorkOption { return func(r *jobs.Row) { r.Meta = m } }
+
+// ID gives the job an id (default 1).
+func ID(id int64) WorkOption { return func(r *jobs.Row) { r.ID = id } }
+
+// Work runs handler once on payload as a worker would, without a worker or
+// a database: the payload goes through JSON and the kind's decoding, as
+// it does between enqueue and claim; worker.ExtendLease and worker.AckTx
+// are recorded instead of run; a panic is recovered; and the result is
+// read with worker.Judge, so Snooze, Cancel, Permanent and RetryAt come
+// back as the outcomes a worker would record.
+func Work[T any](ctx context.Context, kind *jobs.Kind[T], handler func(context.Context, *jobs.Job[T]) error, payload T, opts ...WorkOption) Result {
+	entry := kind.Entry(payload)
+	if err := entry.Err(); err != nil {
+		return judged(err, 1, 1, nil)
+	}
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return judged(err, 1, 1, nil)
+	}
+	now := time.Now()
+	row := jobs.Row{
+		ID: 1, Queue: entry.Queue(), Kind: kind.Name(), Version: kind.Version(), Payload: raw,
+		State: jobs.StateRunning, Priority: entry.Priority(), RunAt: now, Attempt: 1,
+		MaxAttempts: entry.MaxAttempts(), CreatedAt: now, Meta: entry.Meta(),
+	}
+	for _, opt := range opts {
+		opt(&row)
+	}
+	job, err := kind.Decode(row)
+	if err != nil {
+		return judged(worker.Permanent(err), row.Attempt, row.MaxAttempts, nil)
+	}
+	run := &testrun.Run{}
+	err = call(testrun.With(ctx, run), handler, job)
+	res := judged(err, row.Attempt, row.MaxAttempts, run)
+	return res
+}
+
+func call[T any](ctx context.Context, handler func(context.Context, *jobs.Job[T]) error, job *jobs.Job[T]) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &worker.PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	if handler == nil {
+		return fmt.Errorf("hoppertest: nil handler")
+	}
+	return handler(ctx, job)
+}
+
+func judged(err error, attempt, maxAttempts int, run *testrun.Run) Result {
+	res := Result{Verdict: worker.Judge(err, attempt, maxAttempts), Err: err}
+	if run != nil {
+		res.Extensions = run.Extensions()
+		res.AckedInTx, _ = run.AckedInTx().(jobs.DBTX)
+	}
+	return res
+}

@@ -1,0 +1,25 @@
+package worker
+
+import (
+	"context"
+	"testing"
+
+	"github.com/hopperq/hopper/jobs"
+)
+
+// BenchmarkRunMiddleware is BenchmarkRun with one and with three no-op
+// middleware and an outcome hook: what hooks cost per run.
+func BenchmarkRunMiddleware(b *testing.B) {
+	noop := func(ctx context.Context, _ *jobs.Row, next func(context.Context) error) error { return next(ctx) }
+	for _, n := range []int{1, 3} {
+		b.Run(map[int]string{1: "one", 3: "three"}[n], func(b *testing.B) {
+			benchRun(b, func(w *Worker, d *dispatched) {
+				for range n {
+					w.cfg.Middleware = append(w.cfg.Middleware, noop)
+				}
+				w.cfg.OnOutcome = []OutcomeHook{func(*jobs.Row, Outcome, error) {}}
+				d.claim.view = &jobs.Row{ID: 1, Kind: "k"}
+			})
+		})
+	}
+}
