@@ -98,6 +98,8 @@ func TestCLIErrorTexts(t *testing.T) {
 			stderr: `hopper enqueue: --payload must be a JSON object like {"user_id": 7}, not null (run hopper enqueue --help)`},
 		{name: "payload array", url: d.URL, args: []string{"enqueue", "--kind", "k", "--payload", "[1,2]"}, code: 2,
 			stderr: `hopper enqueue: --payload must be a JSON object like {"user_id": 7}, not an array (run hopper enqueue --help)`},
+		{name: "meta without a value", url: d.URL, args: []string{"enqueue", "--kind", "k", "--meta", "tenant"}, code: 2,
+			stderr: `hopper enqueue: invalid value "tenant" for flag -meta: want KEY=VALUE, not "tenant" (run hopper enqueue --help)`},
 		{name: "payload number", url: d.URL, args: []string{"enqueue", "--kind", "k", "--payload", " 7"}, code: 2,
 			stderr: `hopper enqueue: --payload must be a JSON object like {"user_id": 7}, not a number (run hopper enqueue --help)`},
 		{name: "payload invalid", url: d.URL, args: []string{"enqueue", "--kind", "k", "--payload", "{nope"}, code: 2,

@@ -28,7 +28,7 @@ func TestOperateCLI(t *testing.T) {
 		require.NotNil(t, m, r.stdout)
 		return m[1]
 	}
-	a := enqueue("--kind", "mail", "--queue", "email", "--payload", `{"to":"ada"}`)
+	a := enqueue("--kind", "mail", "--queue", "email", "--payload", `{"to":"ada"}`, "--meta", "tenant=acme", "--meta", "region=eu")
 	b := enqueue("--kind", "mail", "--queue", "email", "--unique-key", "mail-b")
 	c := enqueue("--kind", "report", "--delay", "1h")
 
@@ -65,6 +65,7 @@ func TestOperateCLI(t *testing.T) {
 	require.Zero(t, r.code, r.stderr)
 	require.Contains(t, r.stdout, "job "+a+"  kind mail  queue email  state pending")
 	require.Contains(t, r.stdout, `payload: {"to": "ada"}`)
+	require.Contains(t, r.stdout, "meta: region=eu tenant=acme\n")
 
 	// Queues: pause (twice), list, resume (twice).
 	r = runHopper(t, d.URL, "", "queue", "pause", "email")

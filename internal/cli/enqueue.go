@@ -17,6 +17,7 @@ func enqueueCommand() *command {
 		kind, payload, queue, uniqueKey, runAt string
 		priority, maxAttempts, version         int
 		delay                                  time.Duration
+		meta                                   jobs.Meta
 	)
 	return &command{
 		name:    "enqueue",
@@ -32,6 +33,17 @@ func enqueueCommand() *command {
 			fs.StringVar(&uniqueKey, "unique-key", "", "skip if a live job holds this key")
 			fs.IntVar(&version, "version", 1, "payload version")
 			fs.IntVar(&maxAttempts, "max-attempts", jobs.DefaultMaxAttempts, "attempts before the job is dead")
+			fs.Func("meta", "metadata tag KEY=VALUE (repeat for more)", func(kv string) error {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" {
+					return fmt.Errorf("want KEY=VALUE, not %q", kv)
+				}
+				if meta == nil {
+					meta = jobs.Meta{}
+				}
+				meta[k] = v
+				return nil
+			})
 		},
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
 			if len(args) > 0 {
@@ -60,6 +72,9 @@ func enqueueCommand() *command {
 			}
 			if uniqueKey != "" {
 				opts = append(opts, jobs.UniqueKey(uniqueKey))
+			}
+			if meta != nil {
+				opts = append(opts, jobs.WithMeta(meta))
 			}
 			pool, err := e.connectHopper()
 			if err != nil {

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -148,6 +150,14 @@ func printJob(w io.Writer, r jobs.Row) {
 	}
 	if r.Reason != "" {
 		fmt.Fprintf(w, "reason: %s\n", r.Reason)
+	}
+	if len(r.Meta) > 0 {
+		keys := slices.Sorted(maps.Keys(r.Meta))
+		tags := make([]string, len(keys))
+		for i, k := range keys {
+			tags[i] = k + "=" + r.Meta[k]
+		}
+		fmt.Fprintf(w, "meta: %s\n", strings.Join(tags, " "))
 	}
 	fmt.Fprintf(w, "payload: %s\n", r.Payload)
 	if r.Result != nil {
