@@ -18,6 +18,8 @@ import (
 	"github.com/hopperq/hopper/worker"
 )
 
+var beat = jobs.Define[Email]("scoped_beat", jobs.Defaults(jobs.Queue("mail")))
+
 // unscopedPool connects in exec mode mode with the server's default
 // search_path, which does not lead to the test's schema.
 func unscopedPool(t *testing.T, ctx context.Context, mode string) *pgxpool.Pool {
@@ -140,13 +142,20 @@ func TestInSchema(t *testing.T) {
 				done.Add(1)
 				return nil
 			}))
+			// A schedule fires in the schema too (its enqueue included).
+			var beats atomic.Int32
+			require.NoError(t, worker.Handle(w, beat, func(context.Context, *jobs.Job[Email]) error {
+				beats.Add(1)
+				return nil
+			}))
+			require.NoError(t, worker.Schedule(w, "scoped-beat", beat, "@every 1s", func(time.Time) Email { return Email{To: "beat"} }))
 			ctx, stop := context.WithCancel(b.ctx)
 			errc := make(chan error, 1)
 			go func() { errc <- w.Run(ctx) }()
-			testdb.WaitFor(t, "the five ready jobs to be done", func() bool {
+			testdb.WaitFor(t, "the five ready jobs to be done, and a scheduled one", func() bool {
 				s, err := client.Stats(b.ctx)
 				require.NoError(t, err)
-				return done.Load() == 5 && s.Total.Running == 0 && s.Total.Ready == 0
+				return done.Load() == 5 && beats.Load() >= 1 && s.Total.Running == 0 && s.Total.Ready == 0
 			})
 			stop()
 			require.NoError(t, <-errc)

@@ -84,6 +84,9 @@ func EnqueueHook(opts ...Option) jobs.EnqueueHook {
 	o := resolve(opts)
 	return func(ctx context.Context, e *jobs.Enqueueing) error {
 		if trace.SpanContextFromContext(ctx).IsValid() {
+			if e.Meta == nil {
+				e.Meta = jobs.Meta{}
+			}
 			o.propagator.Inject(ctx, propagation.MapCarrier(e.Meta))
 		}
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"runtime/debug"
 	"time"
 
@@ -41,7 +42,7 @@ func Attempt(n int) WorkOption { return func(r *jobs.Row) { r.Attempt = n } }
 func MaxAttempts(n int) WorkOption { return func(r *jobs.Row) { r.MaxAttempts = n } }
 
 // WithMeta gives the job metadata, as jobs.WithMeta would at enqueue.
-func WithMeta(m jobs.Meta) WorkOption { return func(r *jobs.Row) { r.Meta = m } }
+func WithMeta(m jobs.Meta) WorkOption { return func(r *jobs.Row) { r.Meta = maps.Clone(m) } }
 
 // ID gives the job an id (default 1).
 func ID(id int64) WorkOption { return func(r *jobs.Row) { r.ID = id } }
@@ -51,15 +52,16 @@ func ID(id int64) WorkOption { return func(r *jobs.Row) { r.ID = id } }
 // it does between enqueue and claim; worker.ExtendLease and worker.AckTx
 // are recorded instead of run; a panic is recovered; and the result is
 // read with worker.Judge, so Snooze, Cancel, Permanent and RetryAt come
-// back as the outcomes a worker would record.
+// back as the outcomes a worker would record. A payload the kind would
+// refuse at enqueue comes back as Err, with no Outcome.
 func Work[T any](ctx context.Context, kind *jobs.Kind[T], handler func(context.Context, *jobs.Job[T]) error, payload T, opts ...WorkOption) Result {
 	entry := kind.Entry(payload)
 	if err := entry.Err(); err != nil {
-		return judged(err, 1, 1, nil)
+		return Result{Err: err} // enqueue would refuse it: no outcome
 	}
 	raw, err := json.Marshal(payload)
 	if err != nil {
-		return judged(err, 1, 1, nil)
+		return Result{Err: err}
 	}
 	now := time.Now()
 	row := jobs.Row{
@@ -71,8 +73,8 @@ func Work[T any](ctx context.Context, kind *jobs.Kind[T], handler func(context.C
 		opt(&row)
 	}
 	job, err := kind.Decode(row)
-	if err != nil {
-		return judged(worker.Permanent(err), row.Attempt, row.MaxAttempts, nil)
+	if err != nil { // as a worker records an undecodable payload
+		return Result{Err: err, Verdict: worker.Verdict{Outcome: worker.OutcomeDead, Message: err.Error(), Reason: "undecodable payload: " + err.Error()}}
 	}
 	run := &testrun.Run{}
 	err = call(testrun.With(ctx, run), handler, job)

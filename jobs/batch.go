@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -55,8 +56,8 @@ func (e Entry) Err() error { return e.err }
 func (e Entry) Priority() int    { return e.o.priority }
 func (e Entry) MaxAttempts() int { return e.o.maxAttempts }
 
-// Meta is the entry's metadata (nil: none).
-func (e Entry) Meta() Meta { return e.o.meta }
+// Meta is a copy of the entry's metadata (nil: none).
+func (e Entry) Meta() Meta { return maps.Clone(e.o.meta) }
 
 // Entry prepares one job of this kind for a mixed-kind EnqueueBatch. The
 // payload and options are checked now; a refusal is reported by
@@ -94,7 +95,7 @@ func (k *Kind[T]) EnqueueMany(ctx context.Context, dbtx DBTX, items []Item[T], o
 		if err == nil {
 			raw, err = k.encode(item.Payload)
 		}
-		entries[i] = Entry{kind: k.name, version: k.version, raw: raw, o: o, err: err}
+		entries[i] = Entry{kind: k.name, version: k.version, raw: raw, o: o, hooks: k.hooks, err: err}
 	}
 	res, err := enqueueEntries(ctx, dbtx, entries, false)
 	if err != nil {

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -54,6 +55,11 @@ type registeredHook struct {
 // function that unregisters them. With none registered, an enqueue does no
 // extra work.
 func UseEnqueue(hooks ...EnqueueHook) (remove func()) {
+	for _, h := range hooks {
+		if h == nil {
+			panic("hopper: UseEnqueue: nil hook")
+		}
+	}
 	globalHooksMu.Lock()
 	defer globalHooksMu.Unlock()
 	var next []registeredHook
@@ -80,7 +86,15 @@ func UseEnqueue(hooks ...EnqueueHook) (remove func()) {
 // OnEnqueue registers hooks for this kind's enqueues, run after the
 // global ones (UseEnqueue).
 func OnEnqueue(hooks ...EnqueueHook) DefineOption {
-	return func(d *definition) { d.hooks = append(d.hooks, hooks...) }
+	return func(d *definition) {
+		for _, h := range hooks {
+			if h == nil {
+				d.errs = append(d.errs, errors.New("a nil enqueue hook"))
+				return
+			}
+		}
+		d.hooks = append(d.hooks, hooks...)
+	}
 }
 
 // hooked reports whether an enqueue of a kind with these hooks of its own

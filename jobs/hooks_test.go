@@ -79,6 +79,9 @@ func TestEnqueueHooks(t *testing.T) {
 	require.NoError(t, err)
 	for _, id := range []int64{many.Results[0].ID, many.Results[1].ID, unique.Results[0].ID} {
 		require.Equal(t, "00-trace", storedMeta(t, q, id)["traceparent"])
+		row, err := q.GetJob(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, "hooked", row.Queue, "the kind's own hook ran too")
 	}
 	require.Nil(t, items[0].Options, "the caller's items are not changed")
 

@@ -166,6 +166,21 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("%w: queue %q: concurrency %d is below 1", ErrInvalidConfig, q, n)
 		}
 	}
+	for i, mw := range c.Middleware {
+		if mw == nil {
+			return c, fmt.Errorf("%w: Middleware[%d] is nil", ErrInvalidConfig, i)
+		}
+	}
+	for i, h := range c.OnOutcome {
+		if h == nil {
+			return c, fmt.Errorf("%w: OnOutcome[%d] is nil", ErrInvalidConfig, i)
+		}
+	}
+	for i, h := range c.OnError {
+		if h == nil {
+			return c, fmt.Errorf("%w: OnError[%d] is nil", ErrInvalidConfig, i)
+		}
+	}
 	if c.Schema != "" {
 		if err := schemascope.CheckName(c.Schema); err != nil {
 			return c, fmt.Errorf("%w: schema: %w", ErrInvalidConfig, err)

@@ -112,7 +112,7 @@ func (w *Worker) completion(h *handler, row db.HopperJob, c *claim, err error) c
 	switch {
 	case v.act == actSnooze:
 		comp.backoff = max(time.Until(v.until), time.Millisecond) // a snoozed job waits, scheduled
-	case v.act == actRetry && !v.until.IsZero():
+	case v.act == actRetry && v.retryAt:
 		comp.backoff = time.Until(v.until)
 	case v.act == actRetry:
 		b := h.backoff

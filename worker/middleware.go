@@ -140,8 +140,18 @@ func (w *Worker) callHooked(ctx context.Context, d dispatched) (json.RawMessage,
 // tellError calls the error hooks.
 func (w *Worker) tellError(ctx context.Context, job *jobs.Row, err error) {
 	for _, h := range w.cfg.OnError {
-		h(ctx, job, err)
+		w.safely("error", job, func() { h(ctx, job, err) })
 	}
+}
+
+// safely runs a hook; a panic in it is logged, never the worker's end.
+func (w *Worker) safely(what string, job *jobs.Row, hook func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.log.Error("a "+what+" hook panicked", "job_id", job.ID, "kind", job.Kind, "panic", r)
+		}
+	}()
+	hook()
 }
 
 // told calls the outcome hooks for a run that had a view.
@@ -150,6 +160,6 @@ func (w *Worker) told(c *claim, o Outcome) {
 		return
 	}
 	for _, h := range w.cfg.OnOutcome {
-		h(c.view, o, c.runErr)
+		w.safely("outcome", c.view, func() { h(c.view, o, c.runErr) })
 	}
 }

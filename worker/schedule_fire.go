@@ -210,7 +210,7 @@ func (w *Worker) fireOne(ctx context.Context, names []string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("schedule %q: %w", row.Name, err)
 	}
-	res, err := jobs.EnqueueBatch(ctx, tx, entries)
+	res, err := jobs.EnqueueBatch(ctx, w.dbtx(tx), entries)
 	if err != nil {
 		return false, fmt.Errorf("schedule %q: %w", row.Name, err)
 	}

@@ -11,7 +11,8 @@ type verdict struct {
 	act        action
 	message    string    // the history entry (retry, dead, cancel)
 	deadReason string    // actDead's reason
-	until      time.Time // a snooze's end, or RetryAt's time; zero: the backoff
+	until      time.Time // a snooze's end, or RetryAt's time
+	retryAt    bool      // RetryAt chose the time (a zero one: now)
 }
 
 // judge reads a run's result: nil acks; Snooze, Cancel, Permanent and
@@ -40,7 +41,7 @@ func judge(err error) verdict {
 	case errors.As(err, &permanent):
 		v.act, v.deadReason = actDead, permanent.Error()
 	case errors.As(err, &retryAt):
-		v.until = retryAt.at
+		v.until, v.retryAt = retryAt.at, true
 	}
 	return v
 }

@@ -231,17 +231,25 @@ func (d *DB) queryInCallersTx(ctx context.Context, sql string, args []any) (pgx.
 	if _, err := d.inner.Exec(ctx, d.enter.sql, d.enter.args...); err != nil {
 		return nil, err
 	}
+	restore := func(stmtErr error) error {
+		var pgErr *pgconn.PgError
+		if errors.As(stmtErr, &pgErr) {
+			return nil // the server refused it: the transaction is aborted, nothing to restore
+		}
+		// Success, or an error of this side (an argument that did not
+		// encode, a value that did not scan): the transaction goes on.
+		_, err := d.inner.Exec(ctx, d.leave.sql, d.leave.args...)
+		if stmtErr != nil {
+			return nil // the statement's own error is the one to report
+		}
+		return err
+	}
 	rows, err := d.inner.Query(ctx, sql, args...)
 	if err != nil {
+		_ = restore(err)
 		return nil, err
 	}
-	return &scopedRows{Rows: rows, done: func(stmtErr error) error {
-		if stmtErr != nil {
-			return nil // the transaction is aborted; nothing to restore
-		}
-		_, err := d.inner.Exec(ctx, d.leave.sql, d.leave.args...)
-		return err
-	}}, nil
+	return &scopedRows{Rows: rows, done: restore}, nil
 }
 
 // queryInOwnTx runs the statement in a transaction of its own, committed
