@@ -44,13 +44,20 @@ bench-go: ## Go benchmarks of the hot paths (dequeue, ack_batch, COPY, decode wi
 
 EXAMPLE := examples/embed-sqlc
 OTEL := hopperotel
+E2E := e2e
 
 .PHONY: test
-test: ## run every test (race detector on) against a real PostgreSQL, the embed-sqlc example's and the OpenTelemetry module's included
-	bash .ci/pgbouncer.sh
+test: ## run every test (race detector on) against a real PostgreSQL, the embed-sqlc example's, the OpenTelemetry module's and the dashboard's browser test included
+	bash .ci/debian-package.sh pgbouncer /usr/sbin/pgbouncer
+	bash .ci/debian-package.sh chromium /usr/bin/chromium
 	go test -race -count=1 ./...
 	cd $(EXAMPLE) && go vet ./... && go test -race -count=1 ./...
 	cd $(OTEL) && go vet ./... && go test -race -count=1 ./...
+	cd $(E2E) && go vet ./... && go test -count=1 ./...
+
+.PHONY: screenshot
+screenshot: ## retake docs/dashboard.png with the dashboard's browser test
+	cd $(E2E) && HOPPER_UPDATE_SCREENSHOT=1 go test -count=1 -run TestDashboardInABrowser ./...
 
 .PHONY: generate
 generate: ## regenerate db/ from schema/ and queries/ with sqlc, then the embed-sqlc example's code
@@ -75,10 +82,11 @@ vet: ## go vet and gofmt
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1; }
 
 .PHONY: lint
-lint: ## staticcheck, pinned in tools/go.mod, on Hopper, the embed-sqlc example and hopperotel
+lint: ## staticcheck, pinned in tools/go.mod, on Hopper, the embed-sqlc example, hopperotel and e2e
 	go tool -modfile=tools/go.mod staticcheck ./...
 	cd $(EXAMPLE) && go tool -modfile=../../tools/go.mod staticcheck ./...
 	cd $(OTEL) && go tool -modfile=../tools/go.mod staticcheck ./...
+	cd $(E2E) && go tool -modfile=../tools/go.mod staticcheck ./...
 
 .PHONY: ci
 ci: ## what .ci/run runs once PostgreSQL is up: check-generated, vet, lint, test, the restart scenario, a short fuzz

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -25,27 +26,7 @@ func TestListJobsOverAMillion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(b.ctx, 3*time.Minute)
 	defer cancel()
 	began := time.Now()
-	for _, stmt := range []string{
-		// Ten jobs of a rare kind, the oldest: the worst case of a filter.
-		`INSERT INTO hopper_jobs (queue, kind, payload) SELECT 'q0', 'rare', '{}' FROM generate_series(1, 10)`,
-		`INSERT INTO hopper_jobs (queue, kind, payload, state, run_at, unique_key)
-		 SELECT 'q' || (g % 3), 'k' || (g % 7), '{"n":1}',
-		        CASE WHEN g % 10 = 0 THEN 'scheduled' ELSE 'pending' END,
-		        CASE WHEN g % 10 = 0 THEN now() + interval '1 day' ELSE now() END,
-		        CASE WHEN g % 1000 = 0 THEN 'key-' || g END
-		 FROM generate_series(1, 900000) AS g`,
-		`INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt, max_attempts, errors, reason, created_at, state)
-		 SELECT 2000000 + g, 'q' || (g % 3), 'k' || (g % 7), 1, '{}', 0, 1, 1, '[]', 'x', now(),
-		        CASE WHEN g % 2 = 0 THEN 'dead' ELSE 'cancelled' END
-		 FROM generate_series(1, 50000) AS g`,
-		`INSERT INTO hopper_job_history (id, queue, kind, version, payload, priority, attempt, max_attempts, errors, created_at, run_at, keep_until)
-		 SELECT 3000000 + g, 'q' || (g % 3), 'k' || (g % 7), 1, '{}', 0, 1, 1, '[]', now(), now(), now() + interval '1 day'
-		 FROM generate_series(1, 50000) AS g`,
-		"ANALYZE hopper_jobs, hopper_dead_jobs, hopper_job_history",
-	} {
-		_, err := b.pool.Exec(ctx, stmt)
-		require.NoError(t, err)
-	}
+	testdb.SeedMillion(t, ctx, b.pool)
 	t.Logf("1,000,000 jobs written in %v", time.Since(began).Round(time.Millisecond))
 
 	// A client whose statements are captured, to EXPLAIN the real one.

@@ -41,9 +41,9 @@ func startPgBouncer(t *testing.T) *pgx.ConnConfig {
 	}
 	if _, err := os.Stat(bin); err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("pgbouncer is not installed (make test installs it: .ci/pgbouncer.sh): %v", err)
+			t.Fatalf("pgbouncer is not installed (make test installs it: .ci/debian-package.sh): %v", err)
 		}
-		t.Skip("pgbouncer is not installed: run .ci/pgbouncer.sh")
+		t.Skip("pgbouncer is not installed: run .ci/debian-package.sh pgbouncer /usr/sbin/pgbouncer")
 	}
 	server, err := pgx.ParseConfig(testdb.Server(t))
 	require.NoError(t, err)

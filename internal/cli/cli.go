@@ -87,6 +87,7 @@ func commands() []*command {
 		historyCommand(),
 		purgeCommand(),
 		sqlCommand(),
+		uiCommand(),
 		demoCommand(),
 		benchCommand(),
 	}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install a Debian package that a test needs, unless PROGRAM is there
+# already: .ci/debian-package.sh PACKAGE PROGRAM. make test uses it for
+# pgbouncer (tests/pgbouncer_test.go starts its own instance; the
+# package's service is not used) and chromium (e2e/, the dashboard's
+# browser test; no test downloads a browser of its own). Idempotent;
+# without root it can only say what is missing, and the test skips (or,
+# with CI set, fails).
+set -euo pipefail
+package=$1 program=$2
+
+if [ -x "$program" ]; then
+	exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+	echo "$package: not installed, and installing it needs root: apt-get install $package" >&2
+	exit 0
+fi
+echo "$package: not installed; installing from Debian's packages"
+export DEBIAN_FRONTEND=noninteractive
+apt-get install -y -qq "$package" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$package" >/dev/null; }

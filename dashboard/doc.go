@@ -1,0 +1,35 @@
+// Package dashboard is Hopper's web dashboard: an http.Handler that a Go
+// service can mount under its own mux and auth, and what `hopper ui`
+// serves on 127.0.0.1. Server-rendered with html/template; its styles,
+// script and charts (inline SVG) are embedded: no build step, no CDN.
+//
+//	d, err := dashboard.New(dashboard.Config{DB: pool, Token: token})
+//	go d.Run(ctx) // samples the queues for the overview's charts
+//	mux.Handle("/jobs/", http.StripPrefix("/jobs", d))
+//
+// # Pages
+//
+// The overview (per queue: ready, scheduled, running, dead, cancelled,
+// claim lag, paused; charts of depth, claim lag and completions over the
+// last hour; it refreshes itself every 5 seconds without a reload); the
+// jobs list with filters (queue, kind, state, age) and keyset paging; a
+// job in full (payload pretty-printed, version, metadata, attempts, the
+// error history with stacks; cancel, retry); dead-letter triage (retry or
+// purge selected jobs, retry a kind); queue pause and resume; schedules
+// (pause, resume, fire now).
+//
+// # Safety
+//
+// Reading needs nothing; a change needs the Token (opened once as
+// ?token=…, then kept in an HttpOnly SameSite=Strict cookie; programs send
+// "Authorization: Bearer …"), unless the mounting service authenticates
+// requests itself (OwnAuth). ReadOnly refuses every change. Every form
+// carries a CSRF token derived from the browser's session, and
+// cross-origin state-changing requests are refused by the standard
+// library's http.CrossOriginProtection. html/template escapes payloads,
+// metadata and error messages; pages carry a Content-Security-Policy that
+// allows only the dashboard's own script. The dashboard never sees a
+// connection string. Bad input (unknown ids, malformed filters and
+// cursors, bodies over 64 KiB) gets a 4xx page with one sentence; a
+// server-side failure a 500 page without a stack (the error is logged).
+package dashboard

@@ -1,0 +1,434 @@
+package dashboard
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/jobs"
+)
+
+//go:embed templates/*.html static/*
+var files embed.FS
+
+var pages = template.Must(template.New("").Funcs(template.FuncMap{
+	"stamp": func(t time.Time) string { return t.Local().Format(time.DateTime) },
+	"stampp": func(t *time.Time) string {
+		if t == nil {
+			return "—"
+		}
+		return t.Local().Format(time.DateTime)
+	},
+	"since": func(d time.Duration) string { return d.Round(time.Second).String() },
+}).ParseFS(files, "templates/*.html"))
+
+// page is what every page's template gets.
+type page struct {
+	Base     string // the dashboard's root as the browser sees it, for <base>
+	Title    string
+	CSRF     string
+	ReadOnly bool
+	Flash    string
+	Data     any
+}
+
+func (d *Dashboard) routes() http.Handler {
+	mux := http.NewServeMux()
+	static := http.FileServerFS(files)
+	mux.Handle("GET /static/", static)
+	mux.HandleFunc("GET /{$}", d.overview)
+	mux.HandleFunc("GET /overview/live", d.overviewLive)
+	mux.HandleFunc("GET /jobs", d.jobsList)
+	mux.HandleFunc("GET /jobs/{id}", d.jobDetail)
+	mux.HandleFunc("POST /jobs/{id}/cancel", d.change(d.cancelJob))
+	mux.HandleFunc("GET /dead", d.deadList)
+	mux.HandleFunc("POST /dead/retry", d.change(d.retryDead))
+	mux.HandleFunc("POST /dead/purge", d.change(d.purgeDead))
+	mux.HandleFunc("POST /queues/{name}/{action}", d.change(d.queueAction))
+	mux.HandleFunc("GET /schedules", d.schedulesList)
+	mux.HandleFunc("POST /schedules/{name}/{action}", d.change(d.scheduleAction))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		d.fail(w, r, http.StatusNotFound, "No such page.")
+	})
+	// Cross-origin state-changing requests are refused by the standard
+	// library's check (Sec-Fetch-Site / Origin), before the form's own
+	// CSRF token is looked at.
+	return d.recovering(http.NewCrossOriginProtection().Handler(mux))
+}
+
+// recovering turns a panic into a plain 500 page; the stack goes to the
+// log, never to the browser.
+func (d *Dashboard) recovering(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				d.cfg.Logger.Error("dashboard: panic", "path", r.URL.Path, "panic", v)
+				d.fail(w, r, http.StatusInternalServerError, "Something went wrong on the server; it is in the log.")
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// base is the dashboard's root as the browser sees it: the request's path
+// without the part this handler saw (a prefix it is mounted under).
+func base(r *http.Request) string {
+	u, err := url.ParseRequestURI(r.RequestURI)
+	if err != nil {
+		return "/"
+	}
+	full, seen := u.EscapedPath(), r.URL.EscapedPath()
+	if !strings.HasSuffix(full, seen) {
+		return "/"
+	}
+	return strings.TrimSuffix(full, seen) + "/"
+}
+
+func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
+	d.rememberToken(w, r)
+	p := page{Base: base(r), Title: title, CSRF: d.csrf(d.session(w, r)), ReadOnly: d.cfg.ReadOnly,
+		Flash: r.URL.Query().Get("done"), Data: data}
+	var buf bytes.Buffer
+	if err := pages.ExecuteTemplate(&buf, name, p); err != nil {
+		d.cfg.Logger.Error("dashboard: render", "page", name, "error", err)
+		http.Error(w, "render failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Referrer-Policy", "same-origin")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// fail renders an error page: a status and one sentence, never a stack.
+func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	d.render(w, r, status, "error", http.StatusText(status), struct {
+		Status int
+		Text   string
+	}{status, msg})
+}
+
+// failErr maps an operations error to a page.
+func (d *Dashboard) failErr(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, hopper.ErrNotFound), errors.Is(err, hopper.ErrUnknownQueue), errors.Is(err, hopper.ErrUnknownSchedule):
+		d.fail(w, r, http.StatusNotFound, firstLine(err))
+	case errors.Is(err, hopper.ErrInvalidCursor), errors.Is(err, hopper.ErrInvalidFilter), errors.Is(err, jobs.ErrInvalidState),
+		errors.Is(err, jobs.ErrInvalidQueue):
+		d.fail(w, r, http.StatusBadRequest, firstLine(err))
+	case errors.Is(err, hopper.ErrFinished):
+		d.fail(w, r, http.StatusConflict, firstLine(err))
+	case r.Context().Err() != nil:
+		d.fail(w, r, http.StatusServiceUnavailable, "The request was cancelled.")
+	default:
+		d.cfg.Logger.Error("dashboard: request failed", "path", r.URL.Path, "error", err)
+		d.fail(w, r, http.StatusInternalServerError, "The database did not answer as expected; the error is in the log.")
+	}
+}
+
+func firstLine(err error) string { return strings.SplitN(err.Error(), "\n", 2)[0] }
+
+// change wraps a state-changing handler: a bounded body, the token, the
+// CSRF token, then a redirect with what was done.
+func (d *Dashboard) change(fn func(r *http.Request) (redirect, done string, err error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		if err := r.ParseForm(); err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				d.fail(w, r, http.StatusRequestEntityTooLarge, "The request is too large.")
+				return
+			}
+			d.fail(w, r, http.StatusBadRequest, "The form could not be read.")
+			return
+		}
+		if status, msg := d.authorized(r); status != 0 {
+			d.fail(w, r, status, msg)
+			return
+		}
+		to, done, err := fn(r)
+		if err != nil {
+			d.failErr(w, r, err)
+			return
+		}
+		http.Redirect(w, r, base(r)+to+sep(to)+"done="+url.QueryEscape(done), http.StatusSeeOther)
+	}
+}
+
+func sep(u string) string {
+	if strings.Contains(u, "?") {
+		return "&"
+	}
+	return "?"
+}
+
+// overviewData is the overview: queues and charts.
+type overviewData struct {
+	Queues    []hopper.QueueInfo
+	Total     hopper.Counts
+	Charts    []chart
+	Schedules int
+	At        time.Time
+}
+
+func (d *Dashboard) overviewData(r *http.Request) (overviewData, error) {
+	qs, err := d.client.Queues(r.Context())
+	if err != nil {
+		return overviewData{}, err
+	}
+	stats, err := d.client.Stats(r.Context())
+	if err != nil {
+		return overviewData{}, err
+	}
+	if len(d.samples.all()) == 0 {
+		d.samples.add(stats) // a first point before Run's first tick
+	}
+	scheds, err := d.client.Schedules(r.Context())
+	if err != nil {
+		return overviewData{}, err
+	}
+	return overviewData{Queues: qs, Total: stats.Total, Charts: charts(d.samples.all()), Schedules: len(scheds), At: stats.At}, nil
+}
+
+func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
+	data, err := d.overviewData(r)
+	if err != nil {
+		d.failErr(w, r, err)
+		return
+	}
+	d.render(w, r, http.StatusOK, "overview", "Overview", data)
+}
+
+// overviewLive is the overview's live part, fetched by the page's script
+// every few seconds: no reload, nothing else on the page is touched.
+func (d *Dashboard) overviewLive(w http.ResponseWriter, r *http.Request) {
+	data, err := d.overviewData(r)
+	if err != nil {
+		d.failErr(w, r, err)
+		return
+	}
+	d.render(w, r, http.StatusOK, "overview-live", "", data)
+}
+
+// listData is a page of jobs with its filters.
+type listData struct {
+	Queue, Kind, State, Age string
+	States                  []jobs.State
+	Jobs                    []jobs.Row
+	Next                    template.URL // the next page, "" on the last one
+}
+
+func (d *Dashboard) jobsList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	data := listData{Queue: q.Get("queue"), Kind: q.Get("kind"), State: q.Get("state"), Age: q.Get("age"), States: jobs.States()}
+	p := hopper.ListParams{Queue: data.Queue, Kind: data.Kind, After: q.Get("after"), Limit: 50}
+	if data.State != "" {
+		s, err := jobs.ParseState(data.State)
+		if err != nil {
+			d.fail(w, r, http.StatusBadRequest, firstLine(err))
+			return
+		}
+		p.States = []jobs.State{s}
+	}
+	if data.Age != "" {
+		age, err := time.ParseDuration(data.Age)
+		if err != nil || age <= 0 {
+			d.fail(w, r, http.StatusBadRequest, fmt.Sprintf("age %q is not a duration like 15m or 24h", data.Age))
+			return
+		}
+		p.CreatedFrom = time.Now().Add(-age)
+	}
+	d.listPage(w, r, p, &data, "jobs", "Jobs")
+}
+
+func (d *Dashboard) deadList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	data := listData{Queue: q.Get("queue"), Kind: q.Get("kind")}
+	p := hopper.ListParams{Queue: data.Queue, Kind: data.Kind, After: q.Get("after"), Limit: 50,
+		States: []jobs.State{jobs.StateDead, jobs.StateCancelled}}
+	d.listPage(w, r, p, &data, "dead", "Dead jobs")
+}
+
+func (d *Dashboard) listPage(w http.ResponseWriter, r *http.Request, p hopper.ListParams, data *listData, name, title string) {
+	page, err := d.client.ListJobs(r.Context(), p)
+	if err != nil {
+		d.failErr(w, r, err)
+		return
+	}
+	data.Jobs = page.Jobs
+	if page.Next != "" {
+		q := r.URL.Query()
+		q.Set("after", page.Next)
+		q.Del("done")
+		// Built here from escaped parts: a template would escape the
+		// query's own = and & again.
+		data.Next = template.URL(name + "?" + q.Encode())
+	}
+	d.render(w, r, http.StatusOK, name, title, data)
+}
+
+// detailData is one job in full.
+type detailData struct {
+	Job     jobs.Row
+	Payload string // pretty-printed
+	Result  string
+	Meta    []metaPair
+	Live    bool
+}
+
+type metaPair struct{ Key, Value string }
+
+func parseID(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, fmt.Errorf("%q is not a job id (a positive number)", s)
+	}
+	return id, nil
+}
+
+func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) {
+	id, err := parseID(r.PathValue("id"))
+	if err != nil {
+		d.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	job, err := d.client.Job(r.Context(), id)
+	if err != nil {
+		d.failErr(w, r, err)
+		return
+	}
+	data := detailData{Job: job, Payload: pretty(job.Payload), Result: pretty(job.Result),
+		Live: job.State == jobs.StatePending || job.State == jobs.StateScheduled || job.State == jobs.StateRunning}
+	for k, v := range job.Meta {
+		data.Meta = append(data.Meta, metaPair{k, v})
+	}
+	sort.Slice(data.Meta, func(i, j int) bool { return data.Meta[i].Key < data.Meta[j].Key })
+	d.render(w, r, http.StatusOK, "job", fmt.Sprintf("Job %d", id), data)
+}
+
+func pretty(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var b bytes.Buffer
+	if json.Indent(&b, raw, "", "  ") != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+func (d *Dashboard) cancelJob(r *http.Request) (string, string, error) {
+	id, err := parseID(r.PathValue("id"))
+	if err != nil {
+		return "", "", fmt.Errorf("%w: %v", hopper.ErrInvalidFilter, err)
+	}
+	if err := d.client.CancelJob(r.Context(), id); err != nil {
+		return "", "", err
+	}
+	return fmt.Sprintf("jobs/%d", id), fmt.Sprintf("Job %d cancelled.", id), nil
+}
+
+// deadFilter reads the dead-job form: the ids ticked, or a kind.
+func deadFilter(r *http.Request) (hopper.DeadFilter, string, error) {
+	f := hopper.DeadFilter{States: []jobs.State{jobs.StateDead, jobs.StateCancelled}}
+	for _, s := range r.PostForm["id"] {
+		id, err := parseID(s)
+		if err != nil {
+			return f, "", fmt.Errorf("%w: %v", hopper.ErrInvalidFilter, err)
+		}
+		f.IDs = append(f.IDs, id)
+	}
+	f.Kind = r.PostFormValue("kind")
+	switch {
+	case len(f.IDs) > 0:
+		return f, fmt.Sprintf("%d selected job(s)", len(f.IDs)), nil
+	case f.Kind != "":
+		return f, "the dead jobs of kind " + f.Kind, nil
+	}
+	return f, "", fmt.Errorf("%w: tick some jobs, or name a kind", hopper.ErrInvalidFilter)
+}
+
+func (d *Dashboard) retryDead(r *http.Request) (string, string, error) {
+	f, what, err := deadFilter(r)
+	if err != nil {
+		return "", "", err
+	}
+	res, err := d.client.RetryDead(r.Context(), f)
+	if err != nil {
+		return "", "", err
+	}
+	done := fmt.Sprintf("Retried %d of %s.", len(res.Retried), what)
+	if len(res.Kept) > 0 {
+		done += fmt.Sprintf(" %d kept dead: a live job holds their unique key.", len(res.Kept))
+	}
+	return "dead", done, nil
+}
+
+func (d *Dashboard) purgeDead(r *http.Request) (string, string, error) {
+	f, what, err := deadFilter(r)
+	if err != nil {
+		return "", "", err
+	}
+	n, err := d.client.PurgeDead(r.Context(), f)
+	if err != nil {
+		return "", "", err
+	}
+	return "dead", fmt.Sprintf("Purged %d of %s.", n, what), nil
+}
+
+func (d *Dashboard) queueAction(r *http.Request) (string, string, error) {
+	name := r.PathValue("name")
+	switch r.PathValue("action") {
+	case "pause":
+		if _, err := d.client.PauseQueue(r.Context(), name); err != nil {
+			return "", "", err
+		}
+		return "", "Queue " + name + " paused.", nil
+	case "resume":
+		if _, err := d.client.ResumeQueue(r.Context(), name); err != nil {
+			return "", "", err
+		}
+		return "", "Queue " + name + " resumed.", nil
+	}
+	return "", "", fmt.Errorf("%w: no such queue action", hopper.ErrInvalidFilter)
+}
+
+func (d *Dashboard) schedulesList(w http.ResponseWriter, r *http.Request) {
+	s, err := d.client.Schedules(r.Context())
+	if err != nil {
+		d.failErr(w, r, err)
+		return
+	}
+	d.render(w, r, http.StatusOK, "schedules", "Schedules", s)
+}
+
+func (d *Dashboard) scheduleAction(r *http.Request) (string, string, error) {
+	name := r.PathValue("name")
+	var err error
+	switch r.PathValue("action") {
+	case "pause":
+		_, err = d.client.PauseSchedule(r.Context(), name)
+	case "resume":
+		_, err = d.client.ResumeSchedule(r.Context(), name)
+	case "trigger":
+		_, err = d.client.TriggerSchedule(r.Context(), name)
+	default:
+		err = fmt.Errorf("%w: no such schedule action", hopper.ErrInvalidFilter)
+	}
+	if err != nil {
+		return "", "", err
+	}
+	return "schedules", "Schedule " + name + ": " + r.PathValue("action") + " done.", nil
+}
