@@ -5,9 +5,12 @@
 -- it: 8 KiB of JSON text at most (enqueue checks the same limit first, with
 -- a clearer error). NULL is none: most jobs have none, and a zero-valued
 -- parameter (a COPY row of an embedder's own) stays valid.
+-- The check is added NOT VALID, then validated: validation does not block
+-- the workers' writes on a large table (and every row is NULL so far).
 ALTER TABLE hopper_jobs
     ADD COLUMN meta jsonb,
-    ADD CONSTRAINT hopper_jobs_meta_check CHECK (meta IS NULL OR (jsonb_typeof(meta) = 'object' AND octet_length(meta::text) <= 8192));
+    ADD CONSTRAINT hopper_jobs_meta_check CHECK (meta IS NULL OR (jsonb_typeof(meta) = 'object' AND octet_length(meta::text) <= 8192)) NOT VALID;
+ALTER TABLE hopper_jobs VALIDATE CONSTRAINT hopper_jobs_meta_check;
 ALTER TABLE hopper_dead_jobs ADD COLUMN meta jsonb;
 ALTER TABLE hopper_job_history ADD COLUMN meta jsonb;
 
