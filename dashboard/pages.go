@@ -91,7 +91,11 @@ func base(r *http.Request) string {
 	if !strings.HasSuffix(full, seen) {
 		return "/"
 	}
-	return strings.TrimSuffix(full, seen) + "/"
+	prefix := strings.TrimSuffix(full, seen)
+	if strings.HasPrefix(prefix, "//") || strings.Contains(prefix, "\\") {
+		return "/" // never a base (or a redirect) that leaves this host
+	}
+	return prefix + "/"
 }
 
 func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
