@@ -33,7 +33,7 @@ SET state       = 'running',
     lease_until = now() + '1 millisecond'::interval * $2::bigint
 FROM picked
 WHERE j.id = picked.id
-RETURNING j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, j.lease_owner, j.lease_until, j.unique_key, j.errors, j.created_at, j.meta
+RETURNING j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, j.lease_owner, j.lease_until, j.unique_key, j.errors, j.created_at, j.meta, j.concurrency_key
 `
 
 type DequeueParams struct {
@@ -105,6 +105,7 @@ func (q *Queries) Dequeue(ctx context.Context, arg DequeueParams) ([]HopperJob, 
 			&i.Errors,
 			&i.CreatedAt,
 			&i.Meta,
+			&i.ConcurrencyKey,
 		); err != nil {
 			return nil, err
 		}

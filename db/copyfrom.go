@@ -37,6 +37,7 @@ func (r iteratorForEnqueueBatch) Values() ([]interface{}, error) {
 		r.rows[0].Priority,
 		r.rows[0].MaxAttempts,
 		r.rows[0].Meta,
+		r.rows[0].ConcurrencyKey,
 	}, nil
 }
 
@@ -47,9 +48,9 @@ func (r iteratorForEnqueueBatch) Err() error {
 // COPY for plain batches of jobs that are ready now (run_at defaults to now()
 // in the database), with ids from ReserveJobIDs (COPY writes the id given,
 // as INSERT's OVERRIDING SYSTEM VALUE would). meta: a JSON object, or NULL
-// for none.
+// for none; concurrency_key: NULL for none.
 func (q *Queries) EnqueueBatch(ctx context.Context, arg []EnqueueBatchParams) (int64, error) {
-	return q.db.CopyFrom(ctx, []string{"hopper_jobs"}, []string{"id", "queue", "kind", "version", "payload", "priority", "max_attempts", "meta"}, &iteratorForEnqueueBatch{rows: arg})
+	return q.db.CopyFrom(ctx, []string{"hopper_jobs"}, []string{"id", "queue", "kind", "version", "payload", "priority", "max_attempts", "meta", "concurrency_key"}, &iteratorForEnqueueBatch{rows: arg})
 }
 
 // iteratorForEnqueueBatchAt implements pgx.CopyFromSource.
@@ -82,6 +83,7 @@ func (r iteratorForEnqueueBatchAt) Values() ([]interface{}, error) {
 		r.rows[0].State,
 		r.rows[0].MaxAttempts,
 		r.rows[0].Meta,
+		r.rows[0].ConcurrencyKey,
 	}, nil
 }
 
@@ -91,7 +93,7 @@ func (r iteratorForEnqueueBatchAt) Err() error {
 
 // COPY for plain batches with an explicit run_at per job, with ids from
 // ReserveJobIDs; the caller sets state to scheduled for a job due later,
-// pending otherwise. meta as in EnqueueBatch.
+// pending otherwise. meta and concurrency_key as in EnqueueBatch.
 func (q *Queries) EnqueueBatchAt(ctx context.Context, arg []EnqueueBatchAtParams) (int64, error) {
-	return q.db.CopyFrom(ctx, []string{"hopper_jobs"}, []string{"id", "queue", "kind", "version", "payload", "priority", "run_at", "state", "max_attempts", "meta"}, &iteratorForEnqueueBatchAt{rows: arg})
+	return q.db.CopyFrom(ctx, []string{"hopper_jobs"}, []string{"id", "queue", "kind", "version", "payload", "priority", "run_at", "state", "max_attempts", "meta", "concurrency_key"}, &iteratorForEnqueueBatchAt{rows: arg})
 }

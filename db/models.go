@@ -10,82 +10,86 @@ import (
 )
 
 type HopperAllJob struct {
-	ID          int64           `json:"id"`
-	Queue       string          `json:"queue"`
-	Kind        string          `json:"kind"`
-	Version     int32           `json:"version"`
-	Payload     json.RawMessage `json:"payload"`
-	State       string          `json:"state"`
-	Priority    int16           `json:"priority"`
-	RunAt       time.Time       `json:"run_at"`
-	Attempt     int32           `json:"attempt"`
-	MaxAttempts int32           `json:"max_attempts"`
-	LeaseOwner  *string         `json:"lease_owner"`
-	LeaseUntil  *time.Time      `json:"lease_until"`
-	UniqueKey   *string         `json:"unique_key"`
-	Errors      json.RawMessage `json:"errors"`
-	CreatedAt   time.Time       `json:"created_at"`
-	FinishedAt  *time.Time      `json:"finished_at"`
-	Reason      *string         `json:"reason"`
-	Result      json.RawMessage `json:"result"`
-	Meta        json.RawMessage `json:"meta"`
+	ID             int64           `json:"id"`
+	Queue          string          `json:"queue"`
+	Kind           string          `json:"kind"`
+	Version        int32           `json:"version"`
+	Payload        json.RawMessage `json:"payload"`
+	State          string          `json:"state"`
+	Priority       int16           `json:"priority"`
+	RunAt          time.Time       `json:"run_at"`
+	Attempt        int32           `json:"attempt"`
+	MaxAttempts    int32           `json:"max_attempts"`
+	LeaseOwner     *string         `json:"lease_owner"`
+	LeaseUntil     *time.Time      `json:"lease_until"`
+	UniqueKey      *string         `json:"unique_key"`
+	Errors         json.RawMessage `json:"errors"`
+	CreatedAt      time.Time       `json:"created_at"`
+	FinishedAt     *time.Time      `json:"finished_at"`
+	Reason         *string         `json:"reason"`
+	Result         json.RawMessage `json:"result"`
+	Meta           json.RawMessage `json:"meta"`
+	ConcurrencyKey *string         `json:"concurrency_key"`
 }
 
 type HopperDeadJob struct {
-	ID          int64           `json:"id"`
-	Queue       string          `json:"queue"`
-	Kind        string          `json:"kind"`
-	Version     int32           `json:"version"`
-	Payload     json.RawMessage `json:"payload"`
-	Priority    int16           `json:"priority"`
-	Attempt     int32           `json:"attempt"`
-	MaxAttempts int32           `json:"max_attempts"`
-	UniqueKey   *string         `json:"unique_key"`
-	Errors      json.RawMessage `json:"errors"`
-	Reason      string          `json:"reason"`
-	CreatedAt   time.Time       `json:"created_at"`
-	DiedAt      time.Time       `json:"died_at"`
-	State       string          `json:"state"`
-	RunAt       time.Time       `json:"run_at"`
-	Meta        json.RawMessage `json:"meta"`
+	ID             int64           `json:"id"`
+	Queue          string          `json:"queue"`
+	Kind           string          `json:"kind"`
+	Version        int32           `json:"version"`
+	Payload        json.RawMessage `json:"payload"`
+	Priority       int16           `json:"priority"`
+	Attempt        int32           `json:"attempt"`
+	MaxAttempts    int32           `json:"max_attempts"`
+	UniqueKey      *string         `json:"unique_key"`
+	Errors         json.RawMessage `json:"errors"`
+	Reason         string          `json:"reason"`
+	CreatedAt      time.Time       `json:"created_at"`
+	DiedAt         time.Time       `json:"died_at"`
+	State          string          `json:"state"`
+	RunAt          time.Time       `json:"run_at"`
+	Meta           json.RawMessage `json:"meta"`
+	ConcurrencyKey *string         `json:"concurrency_key"`
 }
 
 type HopperJob struct {
-	ID          int64           `json:"id"`
-	Queue       string          `json:"queue"`
-	Kind        string          `json:"kind"`
-	Version     int32           `json:"version"`
-	Payload     json.RawMessage `json:"payload"`
-	State       string          `json:"state"`
-	Priority    int16           `json:"priority"`
-	RunAt       time.Time       `json:"run_at"`
-	Attempt     int32           `json:"attempt"`
-	MaxAttempts int32           `json:"max_attempts"`
-	LeaseOwner  *string         `json:"lease_owner"`
-	LeaseUntil  *time.Time      `json:"lease_until"`
-	UniqueKey   *string         `json:"unique_key"`
-	Errors      json.RawMessage `json:"errors"`
-	CreatedAt   time.Time       `json:"created_at"`
-	Meta        json.RawMessage `json:"meta"`
+	ID             int64           `json:"id"`
+	Queue          string          `json:"queue"`
+	Kind           string          `json:"kind"`
+	Version        int32           `json:"version"`
+	Payload        json.RawMessage `json:"payload"`
+	State          string          `json:"state"`
+	Priority       int16           `json:"priority"`
+	RunAt          time.Time       `json:"run_at"`
+	Attempt        int32           `json:"attempt"`
+	MaxAttempts    int32           `json:"max_attempts"`
+	LeaseOwner     *string         `json:"lease_owner"`
+	LeaseUntil     *time.Time      `json:"lease_until"`
+	UniqueKey      *string         `json:"unique_key"`
+	Errors         json.RawMessage `json:"errors"`
+	CreatedAt      time.Time       `json:"created_at"`
+	Meta           json.RawMessage `json:"meta"`
+	ConcurrencyKey *string         `json:"concurrency_key"`
 }
 
 type HopperJobHistory struct {
-	ID          int64           `json:"id"`
-	Queue       string          `json:"queue"`
-	Kind        string          `json:"kind"`
-	Version     int32           `json:"version"`
-	Payload     json.RawMessage `json:"payload"`
-	Priority    int16           `json:"priority"`
-	Attempt     int32           `json:"attempt"`
-	MaxAttempts int32           `json:"max_attempts"`
-	UniqueKey   *string         `json:"unique_key"`
-	Errors      json.RawMessage `json:"errors"`
-	RunAt       time.Time       `json:"run_at"`
-	Result      json.RawMessage `json:"result"`
-	CreatedAt   time.Time       `json:"created_at"`
-	FinishedAt  time.Time       `json:"finished_at"`
-	KeepUntil   time.Time       `json:"keep_until"`
-	Meta        json.RawMessage `json:"meta"`
+	ID             int64           `json:"id"`
+	Queue          string          `json:"queue"`
+	Kind           string          `json:"kind"`
+	Version        int32           `json:"version"`
+	Payload        json.RawMessage `json:"payload"`
+	Priority       int16           `json:"priority"`
+	Attempt        int32           `json:"attempt"`
+	MaxAttempts    int32           `json:"max_attempts"`
+	UniqueKey      *string         `json:"unique_key"`
+	Errors         json.RawMessage `json:"errors"`
+	RunAt          time.Time       `json:"run_at"`
+	Result         json.RawMessage `json:"result"`
+	CreatedAt      time.Time       `json:"created_at"`
+	FinishedAt     time.Time       `json:"finished_at"`
+	KeepUntil      time.Time       `json:"keep_until"`
+	Meta           json.RawMessage `json:"meta"`
+	ConcurrencyKey *string         `json:"concurrency_key"`
 }
 
 type HopperQueue struct {
@@ -93,6 +97,15 @@ type HopperQueue struct {
 	PausedAt  *time.Time `json:"paused_at"`
 	CreatedAt time.Time  `json:"created_at"`
 	UpdatedAt time.Time  `json:"updated_at"`
+}
+
+type HopperRateClaim struct {
+	Queue     string    `json:"queue"`
+	RateGroup string    `json:"rate_group"`
+	ClaimedAt time.Time `json:"claimed_at"`
+	Jobs      int32     `json:"jobs"`
+	RateLimit int32     `json:"rate_limit"`
+	WindowMs  int64     `json:"window_ms"`
 }
 
 type HopperSchedule struct {

@@ -13,7 +13,7 @@ import (
 const sweep = `-- name: Sweep :many
 WITH expired AS (
     SELECT j.id, j.queue, j.kind, j.version, j.payload, j.priority, j.attempt, j.max_attempts,
-           j.unique_key, j.created_at, j.run_at, j.meta,
+           j.unique_key, j.created_at, j.run_at, j.meta, j.concurrency_key,
            j.errors || jsonb_build_array(jsonb_build_object(
                'attempt', j.attempt,
                'at', now(),
@@ -48,10 +48,10 @@ WITH expired AS (
     WHERE j.id = expired.id AND expired.exhausted
 ), buried AS (
     INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt,
-                                  max_attempts, unique_key, errors, reason, created_at, run_at, meta)
+                                  max_attempts, unique_key, errors, reason, created_at, run_at, meta, concurrency_key)
     SELECT expired.id, expired.queue, expired.kind, expired.version, expired.payload, expired.priority, expired.attempt,
            expired.max_attempts, expired.unique_key, expired.errors, 'lease expired on last attempt', expired.created_at, expired.run_at,
-           expired.meta
+           expired.meta, expired.concurrency_key
     FROM expired
     WHERE expired.exhausted
     RETURNING id, queue

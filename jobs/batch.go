@@ -52,6 +52,14 @@ func (e Entry) UniqueKey() string {
 }
 func (e Entry) Err() error { return e.err }
 
+// ConcurrencyKey is the entry's concurrency key, "" for none.
+func (e Entry) ConcurrencyKey() string {
+	if e.o.key == nil {
+		return ""
+	}
+	return *e.o.key
+}
+
 // Priority and MaxAttempts are the entry's, its kind's defaults applied.
 func (e Entry) Priority() int    { return e.o.priority }
 func (e Entry) MaxAttempts() int { return e.o.maxAttempts }
@@ -90,6 +98,9 @@ func (k *Kind[T]) EnqueueMany(ctx context.Context, dbtx DBTX, items []Item[T], o
 		o, err := shared, sharedErr
 		if len(item.Options) > 0 {
 			o, err = k.options(append(opts[:len(opts):len(opts)], item.Options...))
+		}
+		if err == nil {
+			err = k.deriveKey(item.Payload, &o)
 		}
 		var raw json.RawMessage
 		if err == nil {
@@ -182,6 +193,7 @@ func insertUnique(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult,
 		p.MaxAttempts = append(p.MaxAttempts, int32(e.o.maxAttempts))
 		p.UniqueKeys = append(p.UniqueKeys, key)
 		p.Metas = append(p.Metas, e.o.metaRaw)
+		p.ConcurrencyKeys = append(p.ConcurrencyKeys, e.ConcurrencyKey())
 	}
 	rows, err := db.New(dbtx).EnqueueBatchUnique(ctx, p)
 	if err != nil {
@@ -223,7 +235,7 @@ func copyPlain(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, er
 		if e.o.runAt.IsZero() && e.o.delay == 0 {
 			now = append(now, db.EnqueueBatchParams{
 				ID: ids[i], Queue: e.o.queue, Kind: e.kind, Version: int32(e.version), Payload: e.raw,
-				Priority: int16(e.o.priority), MaxAttempts: int32(e.o.maxAttempts), Meta: e.o.metaRaw,
+				Priority: int16(e.o.priority), MaxAttempts: int32(e.o.maxAttempts), Meta: e.o.metaRaw, ConcurrencyKey: e.o.key,
 			})
 			continue
 		}
@@ -238,7 +250,7 @@ func copyPlain(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, er
 		later = append(later, db.EnqueueBatchAtParams{
 			ID: ids[i], Queue: e.o.queue, Kind: e.kind, Version: int32(e.version), Payload: e.raw,
 			Priority: int16(e.o.priority), RunAt: at, State: state, MaxAttempts: int32(e.o.maxAttempts),
-			Meta: e.o.metaRaw,
+			Meta: e.o.metaRaw, ConcurrencyKey: e.o.key,
 		})
 	}
 	copyAll := func(q *db.Queries) error {

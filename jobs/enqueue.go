@@ -25,6 +25,7 @@ type enqueueOptions struct {
 	runAt       time.Time
 	delay       time.Duration
 	uniqueKey   *string
+	key         *string // concurrency key
 	meta        Meta
 	metaRaw     json.RawMessage // meta encoded, by validate
 }
@@ -57,6 +58,14 @@ func Delay(d time.Duration) EnqueueOption { return func(o *enqueueOptions) { o.d
 // key.
 func UniqueKey(key string) EnqueueOption { return func(o *enqueueOptions) { o.uniqueKey = &key } }
 
+// ConcurrencyKey puts the job under a concurrency key: a customer, a
+// tenant, an API account. Workers limit how many jobs of one key run at
+// once across all processes (worker.FlowControl.KeyLimit, worker.KeyLimit),
+// rate-limit per key, and share a fair queue round-robin among keys. It
+// overrides the key a kind derives from its payload (KeyBy). At most
+// MaxConcurrencyKeyLength characters of valid UTF-8.
+func ConcurrencyKey(key string) EnqueueOption { return func(o *enqueueOptions) { o.key = &key } }
+
 func (o *enqueueOptions) validate() error {
 	if err := ValidateQueue(o.queue); err != nil {
 		return err
@@ -75,14 +84,23 @@ func (o *enqueueOptions) validate() error {
 	if o.delay < 0 {
 		return fmt.Errorf("%w: negative delay %v", ErrInvalidSchedule, o.delay)
 	}
-	if k := o.uniqueKey; k != nil {
+	if err := checkKey(o.key, ErrInvalidConcurrencyKey, MaxConcurrencyKeyLength); err != nil {
+		return err
+	}
+	return checkKey(o.uniqueKey, ErrInvalidUniqueKey, MaxUniqueKeyLength)
+}
+
+// checkKey applies a key's rules: none, or 1 to max characters of valid
+// UTF-8 without NUL.
+func checkKey(k *string, invalid error, max int) error {
+	if k != nil {
 		switch n := utf8.RuneCountInString(*k); {
 		case *k == "":
-			return fmt.Errorf("%w: empty (leave the option out for no key)", ErrInvalidUniqueKey)
-		case n > MaxUniqueKeyLength:
-			return fmt.Errorf("%w: %d characters long, over the limit of %d", ErrInvalidUniqueKey, n, MaxUniqueKeyLength)
+			return fmt.Errorf("%w: empty (leave the option out for no key)", invalid)
+		case n > max:
+			return fmt.Errorf("%w: %d characters long, over the limit of %d", invalid, n, max)
 		case !utf8.ValidString(*k) || containsNUL(*k):
-			return fmt.Errorf("%w: not valid UTF-8 text", ErrInvalidUniqueKey)
+			return fmt.Errorf("%w: not valid UTF-8 text", invalid)
 		}
 	}
 	return nil
@@ -115,8 +133,25 @@ func (k *Kind[T]) prepare(payload T, opts []EnqueueOption) (enqueueOptions, json
 	if err != nil {
 		return o, nil, err
 	}
+	if err := k.deriveKey(payload, &o); err != nil {
+		return o, nil, err
+	}
 	raw, err := k.encode(payload)
 	return o, raw, err
+}
+
+// deriveKey sets the concurrency key from the payload (KeyBy) when no
+// option gave one.
+func (k *Kind[T]) deriveKey(payload T, o *enqueueOptions) error {
+	if k.keyOf == nil || o.key != nil {
+		return nil
+	}
+	key, err := k.keyOf(payload)
+	if err != nil || key == "" {
+		return err
+	}
+	o.key = &key
+	return checkKey(o.key, ErrInvalidConcurrencyKey, MaxConcurrencyKeyLength)
 }
 
 // options applies opts over the kind's defaults and validates the result.
@@ -162,16 +197,17 @@ func (k *Kind[T]) Enqueue(ctx context.Context, dbtx DBTX, payload T, opts ...Enq
 		return Result{}, fmt.Errorf("hopper: enqueue %s: %w", k.name, err)
 	}
 	row, err := db.New(dbtx).Enqueue(ctx, db.EnqueueParams{
-		Queue:       o.queue,
-		Kind:        k.name,
-		Version:     int32(k.version),
-		Payload:     raw,
-		Priority:    int16(o.priority),
-		RunAt:       o.runAtOrLongAgo(),
-		DelayMs:     o.delay.Milliseconds(),
-		MaxAttempts: int32(o.maxAttempts),
-		UniqueKey:   o.uniqueKey,
-		Meta:        o.metaRaw,
+		Queue:          o.queue,
+		Kind:           k.name,
+		Version:        int32(k.version),
+		Payload:        raw,
+		Priority:       int16(o.priority),
+		RunAt:          o.runAtOrLongAgo(),
+		DelayMs:        o.delay.Milliseconds(),
+		MaxAttempts:    int32(o.maxAttempts),
+		UniqueKey:      o.uniqueKey,
+		Meta:           o.metaRaw,
+		ConcurrencyKey: o.key,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Result{Duplicate: true}, nil

@@ -21,6 +21,9 @@ var (
 	ErrInvalidSchedule = errors.New("invalid schedule")
 	// ErrInvalidUniqueKey: empty, over-long, or not valid UTF-8.
 	ErrInvalidUniqueKey = errors.New("invalid unique key")
+	// ErrInvalidConcurrencyKey: empty, over-long, not valid UTF-8, or a
+	// KeyBy function that panicked.
+	ErrInvalidConcurrencyKey = errors.New("invalid concurrency key")
 	// ErrMarshal: the payload could not be encoded as JSON.
 	ErrMarshal = errors.New("payload does not marshal to JSON")
 	// ErrPayloadTooLarge: the encoded payload is over the kind's limit.

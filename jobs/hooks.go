@@ -28,6 +28,8 @@ type Enqueueing struct {
 	RunAt       time.Time     // zero: now
 	Delay       time.Duration // from now
 	UniqueKey   string        // "": none
+	// ConcurrencyKey is the job's concurrency key ("": none), after KeyBy.
+	ConcurrencyKey string
 	// Meta is the job's metadata, a copy of its own: change it freely.
 	Meta Meta
 }
@@ -123,6 +125,9 @@ func runHooks(ctx context.Context, dbtx DBTX, kind string, version int, raw json
 	if o.uniqueKey != nil {
 		e.UniqueKey = *o.uniqueKey
 	}
+	if o.key != nil {
+		e.ConcurrencyKey = *o.key
+	}
 	if p != nil {
 		for _, r := range *p {
 			if err := r.hook(ctx, &e); err != nil {
@@ -139,6 +144,10 @@ func runHooks(ctx context.Context, dbtx DBTX, kind string, version int, raw json
 	o.uniqueKey = nil
 	if e.UniqueKey != "" {
 		o.uniqueKey = &e.UniqueKey
+	}
+	o.key = nil
+	if e.ConcurrencyKey != "" {
+		o.key = &e.ConcurrencyKey
 	}
 	return o.validate()
 }

@@ -27,8 +27,10 @@ type Job[T any] struct {
 	Errors []AttemptError
 	// Meta is the job's metadata: tags set at enqueue (WithMeta, enqueue
 	// hooks) and trace context.
-	Meta    Meta
-	Payload T
+	Meta Meta
+	// ConcurrencyKey is the job's concurrency key, "" for none.
+	ConcurrencyKey string
+	Payload        T
 }
 
 // Decode makes the typed view of a stored job: its payload is upgraded
@@ -46,7 +48,7 @@ func (k *Kind[T]) Decode(row Row) (*Job[T], error) {
 	return &Job[T]{
 		ID: row.ID, Queue: row.Queue, Kind: row.Kind, Version: row.Version, Priority: row.Priority,
 		Attempt: row.Attempt, MaxAttempts: row.MaxAttempts, CreatedAt: row.CreatedAt, RunAt: row.RunAt,
-		Errors: row.Errors, Meta: row.Meta, Payload: payload,
+		Errors: row.Errors, Meta: row.Meta, ConcurrencyKey: row.ConcurrencyKey, Payload: payload,
 	}, nil
 }
 

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -12,8 +13,10 @@ import (
 const (
 	MaxNameLength      = 128
 	MaxUniqueKeyLength = 512
-	MinPriority        = 0
-	MaxPriority        = 9
+	// MaxConcurrencyKeyLength bounds a concurrency key, in characters.
+	MaxConcurrencyKeyLength = 255
+	MinPriority             = 0
+	MaxPriority             = 9
 	// DefaultMaxPayloadBytes is the encoded payload size a kind accepts
 	// unless it sets MaxPayloadBytes.
 	DefaultMaxPayloadBytes = 1 << 20
@@ -34,7 +37,8 @@ type Kind[T any] struct {
 	upgrades        []UpgradeFunc // upgrades[v-1] turns version v into v+1
 	defaults        enqueueOptions
 	maxPayloadBytes int
-	hooks           []EnqueueHook // OnEnqueue's
+	hooks           []EnqueueHook           // OnEnqueue's
+	keyOf           func(T) (string, error) // KeyBy's
 }
 
 // Name is the kind's stable name, stored with every job.
@@ -53,6 +57,7 @@ type definition struct {
 	defaults        []EnqueueOption
 	maxPayloadBytes int
 	hooks           []EnqueueHook
+	keyOf           any // KeyBy's func(T) string
 	errs            []error
 }
 
@@ -105,6 +110,19 @@ func MaxPayloadBytes(n int) DefineOption {
 	return func(d *definition) { d.maxPayloadBytes = n }
 }
 
+// KeyBy derives each job's concurrency key from its payload (for example
+// the customer it is for), unless the enqueue gives one (ConcurrencyKey).
+// An empty key means none. T must be the kind's payload type.
+func KeyBy[T any](fn func(T) string) DefineOption {
+	return func(d *definition) {
+		if fn == nil {
+			d.errs = append(d.errs, errors.New("KeyBy: nil function"))
+			return
+		}
+		d.keyOf = fn
+	}
+}
+
 // Define declares a kind and panics if the definition is invalid: kinds are
 // declared once at package level, where a mistake should stop the program
 // at start. NewKind returns the error instead.
@@ -146,6 +164,21 @@ func NewKind[T any](name string, opts ...DefineOption) (*Kind[T], error) {
 		return fail("max payload bytes %d is below 1", d.maxPayloadBytes)
 	}
 	k := &Kind[T]{name: name, version: d.version, maxPayloadBytes: d.maxPayloadBytes, hooks: d.hooks}
+	if d.keyOf != nil {
+		fn, ok := d.keyOf.(func(T) string)
+		if !ok {
+			var zero T
+			return fail("KeyBy takes a func(%T) string for this kind, not %T", zero, d.keyOf)
+		}
+		k.keyOf = func(payload T) (key string, err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("%w: KeyBy panicked: %v", ErrInvalidConcurrencyKey, p)
+				}
+			}()
+			return fn(payload), nil
+		}
+	}
 	for v := 1; v < d.version; v++ {
 		fn := d.upgrades[v]
 		if fn == nil {

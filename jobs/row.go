@@ -95,6 +95,9 @@ type Row struct {
 	LeaseUntil *time.Time `json:"lease_until,omitempty"`
 	// UniqueKey is the job's unique key, "" for none.
 	UniqueKey string `json:"unique_key,omitempty"`
+	// ConcurrencyKey is the job's concurrency key (flow control), "" for
+	// none.
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 	// Errors is the history of attempts that did not succeed, oldest first.
 	Errors    []AttemptError `json:"errors"`
 	CreatedAt time.Time      `json:"created_at"`

@@ -23,9 +23,9 @@ WITH requested AS (
     RETURNING j.*
 ), buried AS (
     INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt, max_attempts,
-                                  unique_key, errors, reason, created_at, run_at, state, meta)
+                                  unique_key, errors, reason, created_at, run_at, state, meta, concurrency_key)
     SELECT r.id, r.queue, r.kind, r.version, r.payload, r.priority, r.attempt, r.max_attempts,
-           r.unique_key, r.errors, 'cancelled', r.created_at, r.run_at, 'cancelled', r.meta
+           r.unique_key, r.errors, 'cancelled', r.created_at, r.run_at, 'cancelled', r.meta, r.concurrency_key
     FROM removed AS r
     RETURNING id
 ), told AS (
@@ -82,10 +82,10 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED
 ), revived AS (
     INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, attempt,
-                             max_attempts, unique_key, errors, created_at, meta)
+                             max_attempts, unique_key, errors, created_at, meta, concurrency_key)
     OVERRIDING SYSTEM VALUE
     SELECT d.id, d.queue, d.kind, d.version, d.payload, d.priority, d.attempt,
-           d.attempt + d.max_attempts, d.unique_key, d.errors, d.created_at, d.meta
+           d.attempt + d.max_attempts, d.unique_key, d.errors, d.created_at, d.meta, d.concurrency_key
     FROM hopper_dead_jobs AS d
     JOIN picked ON picked.id = d.id
     ON CONFLICT DO NOTHING

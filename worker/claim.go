@@ -48,6 +48,7 @@ type claim struct {
 	queue   *queueRunner
 	owner   *Worker
 	keep    time.Duration // how long its completion stays in the history; 0: not kept
+	keyed   bool          // a keyed job of a queue under flow control
 
 	state     atomic.Int32 // a claimState
 	ackedInTx atomic.Bool  // AckTx deleted the row in the handler's transaction
@@ -139,6 +140,11 @@ func (c *claim) finish() bool { return c.move(claimRunning, claimFinished) }
 func (c *claim) recorded() {
 	if c.move(claimFinished, claimRecorded) {
 		c.owner.claims.remove(c)
+		if c.keyed {
+			// The key's slot is free now that the result is in: jobs of
+			// the key held back by its limit may be claimed.
+			signal(c.queue.wake)
+		}
 	}
 }
 
@@ -207,7 +213,8 @@ type claimSet struct {
 }
 
 func (s *claimSet) add(w *Worker, row db.HopperJob, qr *queueRunner, sent time.Time, keep time.Duration) *claim {
-	c := &claim{id: row.ID, attempt: row.Attempt, kind: row.Kind, queue: qr, owner: w, keep: keep}
+	c := &claim{id: row.ID, attempt: row.Attempt, kind: row.Kind, queue: qr, owner: w, keep: keep,
+		keyed: row.ConcurrencyKey != nil && qr.flow != nil}
 	c.leaseHeldUntil(sent, w.cfg.LeaseDuration)
 	s.mu.Lock()
 	s.claims[claimKey{row.ID, row.Attempt}] = c

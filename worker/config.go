@@ -22,6 +22,12 @@ type Config struct {
 	// may run at once. Default: {"default": 10}.
 	Queues map[string]int
 
+	// FlowControl shapes how the named queues' jobs are claimed: per-key
+	// concurrency limits, rate limits and fairness across keys (see
+	// FlowControl). Queues without an entry claim in strict order with no
+	// limit, at no extra cost.
+	FlowControl map[string]FlowControl
+
 	// ID names this worker in leases and error histories. Default: host
 	// name, process id and a random suffix, unique to this Worker. Set a
 	// stable ID (for example a pod name) to have a restarted worker give
@@ -165,6 +171,9 @@ func (c Config) withDefaults() (Config, error) {
 		if n < 1 {
 			return c, fmt.Errorf("%w: queue %q: concurrency %d is below 1", ErrInvalidConfig, q, n)
 		}
+	}
+	if err := validateFlow(c.FlowControl, c.Queues); err != nil {
+		return c, err
 	}
 	for i, mw := range c.Middleware {
 		if mw == nil {

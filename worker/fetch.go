@@ -24,6 +24,8 @@ type queueRunner struct {
 	dispatch chan dispatched
 	spawned  int // handler goroutines started (claim goroutine only)
 	cursor   *claimCursor
+	flow     *queueFlow    // nil: no flow control (set as Run starts)
+	budget   time.Duration // flow control: the last claim was cut short by a rate limit until then
 }
 
 func newQueueRunner(w *Worker, name string, n int) *queueRunner {
@@ -137,7 +139,11 @@ func (w *Worker) awaitWork(ctx context.Context, qr *queueRunner, poll *time.Time
 		default:
 		}
 	}
-	poll.Reset(w.cfg.PollInterval)
+	next := w.cfg.PollInterval
+	if qr.budget > 0 && qr.budget < next {
+		next = qr.budget // a rate limit gives budget back then
+	}
+	poll.Reset(next)
 	for {
 		select {
 		case <-ctx.Done():
@@ -151,16 +157,16 @@ func (w *Worker) awaitWork(ctx context.Context, qr *queueRunner, poll *time.Time
 	}
 }
 
-// claim dequeues up to n jobs and starts their handlers.
-func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error) {
-	// The claim is not cut off by shutdown, only by the shutdown's hard
-	// deadline: jobs claimed by a statement whose answer was lost would
-	// wait for their leases to expire.
-	qctx, cancel := context.WithTimeout(w.hard, w.cfg.LeaseDuration/2)
-	defer cancel()
-	sent := time.Now()
+// dequeue claims up to n jobs of the queue: from the claim cursor on, or,
+// under flow control, by the limited claim.
+func (w *Worker) dequeue(ctx context.Context, qr *queueRunner, n int, sent time.Time) ([]db.HopperJob, error) {
+	if qr.flow != nil {
+		rows, wait, err := w.dequeueLimited(ctx, qr, n)
+		qr.budget = wait
+		return rows, err
+	}
 	after := qr.cursor.begin(sent, w.listening.Load())
-	rows, err := w.q.Dequeue(qctx, db.DequeueParams{
+	rows, err := w.q.Dequeue(ctx, db.DequeueParams{
 		Owner:         w.cfg.ID,
 		LeaseMs:       w.cfg.LeaseDuration.Milliseconds(),
 		Queue:         qr.name,
@@ -173,9 +179,24 @@ func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error)
 	})
 	if err != nil {
 		qr.cursor.failed()
-		return 0, err
+		return nil, err
 	}
 	qr.cursor.claimed(rows)
+	return rows, nil
+}
+
+// claim dequeues up to n jobs and starts their handlers.
+func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error) {
+	// The claim is not cut off by shutdown, only by the shutdown's hard
+	// deadline: jobs claimed by a statement whose answer was lost would
+	// wait for their leases to expire.
+	qctx, cancel := context.WithTimeout(w.hard, w.cfg.LeaseDuration/2)
+	defer cancel()
+	sent := time.Now()
+	rows, err := w.dequeue(qctx, qr, n, sent)
+	if err != nil {
+		return 0, err
+	}
 	w.metrics.fetched(qr.name, len(rows))
 	now := time.Now()
 	for _, row := range rows {

@@ -20,6 +20,7 @@ type handleOptions struct {
 	backoff    Backoff
 	keep       time.Duration
 	middleware []Middleware
+	keyLimit   int
 }
 
 // Timeout cancels the handler's context when a run of this kind takes
@@ -74,6 +75,7 @@ type handler struct {
 	backoff    Backoff
 	keep       time.Duration // the kind's KeepHistory; 0: its queue's
 	middleware []Middleware  // Use's, inside the worker's
+	keyLimit   int           // KeyLimit's; 0: the queue's
 	prepare    func(row db.HopperJob, keep time.Duration) (call func(ctx context.Context) (json.RawMessage, error), timeout time.Duration, err error)
 }
 
@@ -114,6 +116,9 @@ func HandleWithResult[T, R any](w *Worker, kind *jobs.Kind[T], fn func(context.C
 			return fmt.Errorf("hopper: handle %s: %w: JobTimeout is for another payload type", kind.Name(), ErrInvalidConfig)
 		}
 	}
+	if err := validateKeyLimit(o.keyLimit); err != nil {
+		return fmt.Errorf("hopper: handle %s: %w: %w", kind.Name(), ErrInvalidConfig, err)
+	}
 	if o.backoff != (Backoff{}) {
 		if err := o.backoff.validate(); err != nil {
 			return fmt.Errorf("hopper: handle %s: %w", kind.Name(), err)
@@ -125,6 +130,7 @@ func HandleWithResult[T, R any](w *Worker, kind *jobs.Kind[T], fn func(context.C
 		backoff:    o.backoff,
 		keep:       o.keep,
 		middleware: o.middleware,
+		keyLimit:   o.keyLimit,
 		prepare: func(r db.HopperJob, keep time.Duration) (func(context.Context) (json.RawMessage, error), time.Duration, error) {
 			row, err := rows.Live(r)
 			if err != nil {

@@ -39,8 +39,9 @@ type Worker struct {
 	// the firing loop a schedule was triggered or resumed.
 	schedules    map[string]*scheduled
 	scheduleWake chan struct{}
-	kinds        []string // parallel to maxVersions, as Dequeue takes them
+	kinds        []string // parallel to versions and keyLimits, as Dequeue takes them
 	versions     []int32
+	keyLimits    []int32
 	running      bool
 
 	queues     map[string]*queueRunner
@@ -130,7 +131,7 @@ func (w *Worker) register(h *handler) error {
 		return fmt.Errorf("hopper: handle %s: %w", h.kind, jobs.ErrDuplicateKind)
 	}
 	w.handlers[h.kind] = h
-	w.kinds, w.versions = w.kinds[:0], w.versions[:0]
+	w.kinds, w.versions, w.keyLimits = w.kinds[:0], w.versions[:0], w.keyLimits[:0]
 	names := make([]string, 0, len(w.handlers))
 	for name := range w.handlers {
 		names = append(names, name)
@@ -139,6 +140,7 @@ func (w *Worker) register(h *handler) error {
 	for _, name := range names {
 		w.kinds = append(w.kinds, name)
 		w.versions = append(w.versions, int32(w.handlers[name].maxVersion))
+		w.keyLimits = append(w.keyLimits, int32(w.handlers[name].keyLimit))
 	}
 	return nil
 }
@@ -252,6 +254,7 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	w.schema = schemaName
 	w.warnIfPooled(ctx)
+	w.setUpFlow()
 	names := make([]string, 0, len(w.queues))
 	for name := range w.queues {
 		names = append(names, name)

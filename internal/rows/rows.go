@@ -20,7 +20,7 @@ func Live(r db.HopperJob) (jobs.Row, error) {
 		State: jobs.State(r.State), Priority: int(r.Priority), RunAt: r.RunAt,
 		Attempt: int(r.Attempt), MaxAttempts: int(r.MaxAttempts),
 		LeaseOwner: deref(r.LeaseOwner), LeaseUntil: r.LeaseUntil, UniqueKey: deref(r.UniqueKey),
-		Errors: history, CreatedAt: r.CreatedAt, Meta: meta,
+		Errors: history, CreatedAt: r.CreatedAt, Meta: meta, ConcurrencyKey: deref(r.ConcurrencyKey),
 	}, errors.Join(err, metaErr)
 }
 
@@ -34,7 +34,7 @@ func Any(r db.HopperAllJob) (jobs.Row, error) {
 		Attempt: int(r.Attempt), MaxAttempts: int(r.MaxAttempts),
 		LeaseOwner: deref(r.LeaseOwner), LeaseUntil: r.LeaseUntil, UniqueKey: deref(r.UniqueKey),
 		Errors: history, CreatedAt: r.CreatedAt, FinishedAt: r.FinishedAt, Reason: deref(r.Reason),
-		Result: r.Result, Meta: meta,
+		Result: r.Result, Meta: meta, ConcurrencyKey: deref(r.ConcurrencyKey),
 	}, errors.Join(err, metaErr)
 }
 

@@ -23,12 +23,12 @@ WITH requested AS (
     DELETE FROM hopper_jobs AS j
     USING target
     WHERE j.id = target.id
-    RETURNING j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, j.lease_owner, j.lease_until, j.unique_key, j.errors, j.created_at, j.meta
+    RETURNING j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, j.lease_owner, j.lease_until, j.unique_key, j.errors, j.created_at, j.meta, j.concurrency_key
 ), buried AS (
     INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt, max_attempts,
-                                  unique_key, errors, reason, created_at, run_at, state, meta)
+                                  unique_key, errors, reason, created_at, run_at, state, meta, concurrency_key)
     SELECT r.id, r.queue, r.kind, r.version, r.payload, r.priority, r.attempt, r.max_attempts,
-           r.unique_key, r.errors, 'cancelled', r.created_at, r.run_at, 'cancelled', r.meta
+           r.unique_key, r.errors, 'cancelled', r.created_at, r.run_at, 'cancelled', r.meta, r.concurrency_key
     FROM removed AS r
     RETURNING id
 ), told AS (
@@ -324,10 +324,10 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED
 ), revived AS (
     INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, attempt,
-                             max_attempts, unique_key, errors, created_at, meta)
+                             max_attempts, unique_key, errors, created_at, meta, concurrency_key)
     OVERRIDING SYSTEM VALUE
     SELECT d.id, d.queue, d.kind, d.version, d.payload, d.priority, d.attempt,
-           d.attempt + d.max_attempts, d.unique_key, d.errors, d.created_at, d.meta
+           d.attempt + d.max_attempts, d.unique_key, d.errors, d.created_at, d.meta, d.concurrency_key
     FROM hopper_dead_jobs AS d
     JOIN picked ON picked.id = d.id
     ON CONFLICT DO NOTHING

@@ -13,14 +13,14 @@ import (
 
 const enqueue = `-- name: Enqueue :one
 WITH inserted AS (
-    INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta)
+    INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)
     VALUES (
         coalesce(nullif($1::text, ''), 'default'), $2::text, coalesce(nullif($3::integer, 0), 1),
         coalesce($4::jsonb, '{}'), $5::smallint,
         greatest($6::timestamptz, now() + '1 millisecond'::interval * $7::bigint),
         CASE WHEN greatest($6::timestamptz, now() + '1 millisecond'::interval * $7::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
         coalesce(nullif($8::integer, 0), 25), $9::text,
-        $10::jsonb
+        $10::jsonb, $11::text
     )
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id
@@ -34,16 +34,17 @@ WHERE live.unique_key = $9::text
 `
 
 type EnqueueParams struct {
-	Queue       string
-	Kind        string
-	Version     int32
-	Payload     json.RawMessage
-	Priority    int16
-	RunAt       time.Time
-	DelayMs     int64
-	MaxAttempts int32
-	UniqueKey   *string
-	Meta        json.RawMessage
+	Queue          string
+	Kind           string
+	Version        int32
+	Payload        json.RawMessage
+	Priority       int16
+	RunAt          time.Time
+	DelayMs        int64
+	MaxAttempts    int32
+	UniqueKey      *string
+	Meta           json.RawMessage
+	ConcurrencyKey *string
 }
 
 type EnqueueRow struct {
@@ -61,7 +62,7 @@ type EnqueueRow struct {
 // Zero values take Hopper's defaults, so that a zero EnqueueParams with only
 // a kind is a valid job: queue ” is 'default', version 0 is 1, a NULL
 // payload is {}, max_attempts 0 is 25 (the table's default); a NULL meta
-// is none.
+// or concurrency_key is none.
 func (q *Queries) Enqueue(ctx context.Context, arg EnqueueParams) (EnqueueRow, error) {
 	row := q.db.QueryRow(ctx, enqueue,
 		arg.Queue,
@@ -74,6 +75,7 @@ func (q *Queries) Enqueue(ctx context.Context, arg EnqueueParams) (EnqueueRow, e
 		arg.MaxAttempts,
 		arg.UniqueKey,
 		arg.Meta,
+		arg.ConcurrencyKey,
 	)
 	var i EnqueueRow
 	err := row.Scan(&i.ID, &i.Inserted)
@@ -81,34 +83,36 @@ func (q *Queries) Enqueue(ctx context.Context, arg EnqueueParams) (EnqueueRow, e
 }
 
 type EnqueueBatchParams struct {
-	ID          int64
-	Queue       string
-	Kind        string
-	Version     int32
-	Payload     json.RawMessage
-	Priority    int16
-	MaxAttempts int32
-	Meta        json.RawMessage
+	ID             int64
+	Queue          string
+	Kind           string
+	Version        int32
+	Payload        json.RawMessage
+	Priority       int16
+	MaxAttempts    int32
+	Meta           json.RawMessage
+	ConcurrencyKey *string
 }
 
 type EnqueueBatchAtParams struct {
-	ID          int64
-	Queue       string
-	Kind        string
-	Version     int32
-	Payload     json.RawMessage
-	Priority    int16
-	RunAt       time.Time
-	State       string
-	MaxAttempts int32
-	Meta        json.RawMessage
+	ID             int64
+	Queue          string
+	Kind           string
+	Version        int32
+	Payload        json.RawMessage
+	Priority       int16
+	RunAt          time.Time
+	State          string
+	MaxAttempts    int32
+	Meta           json.RawMessage
+	ConcurrencyKey *string
 }
 
 const enqueueBatchUnique = `-- name: EnqueueBatchUnique :many
 WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     SELECT pg_get_serial_sequence('hopper_jobs', 'id')::regclass AS id
 ), batch AS (
-    SELECT b.queue, b.kind, b.version, b.payload, b.priority, b.run_at, b.delay_ms, b.max_attempts, b.unique_key, b.meta, nextval(seq.id) AS id
+    SELECT b.queue, b.kind, b.version, b.payload, b.priority, b.run_at, b.delay_ms, b.max_attempts, b.unique_key, b.meta, b.concurrency_key, nextval(seq.id) AS id
     FROM seq, (
         SELECT unnest($1::text[]) AS queue,
                unnest($2::text[]) AS kind,
@@ -119,15 +123,17 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
                unnest($7::bigint[]) AS delay_ms,
                unnest($8::integer[]) AS max_attempts,
                unnest($9::text[]) AS unique_key,
-               unnest($10::jsonb[]) AS meta
+               unnest($10::jsonb[]) AS meta,
+               unnest($11::text[]) AS concurrency_key
     ) AS b
 ), inserted AS (
-    INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta)
+    INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)
     OVERRIDING SYSTEM VALUE
     SELECT b.id, coalesce(nullif(b.queue, ''), 'default'), b.kind, coalesce(nullif(b.version, 0), 1), coalesce(b.payload, '{}'), b.priority,
            greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms),
            CASE WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled' ELSE 'pending' END,
-           coalesce(nullif(b.max_attempts, 0), 25), nullif(b.unique_key, ''), b.meta
+           coalesce(nullif(b.max_attempts, 0), 25), nullif(b.unique_key, ''), b.meta,
+           nullif(b.concurrency_key, '')
     FROM batch AS b
     ORDER BY b.id
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
@@ -145,16 +151,17 @@ ORDER BY batch.id
 `
 
 type EnqueueBatchUniqueParams struct {
-	Queues      []string
-	Kinds       []string
-	Versions    []int32
-	Payloads    []json.RawMessage
-	Priorities  []int16
-	RunAts      []time.Time
-	DelaysMs    []int64
-	MaxAttempts []int32
-	UniqueKeys  []string
-	Metas       []json.RawMessage
+	Queues          []string
+	Kinds           []string
+	Versions        []int32
+	Payloads        []json.RawMessage
+	Priorities      []int16
+	RunAts          []time.Time
+	DelaysMs        []int64
+	MaxAttempts     []int32
+	UniqueKeys      []string
+	Metas           []json.RawMessage
+	ConcurrencyKeys []string
 }
 
 type EnqueueBatchUniqueRow struct {
@@ -162,7 +169,8 @@ type EnqueueBatchUniqueRow struct {
 	Inserted bool
 }
 
-// A batch in which some jobs carry unique keys (an empty key means none).
+// A batch in which some jobs carry unique keys (an empty key means none;
+// likewise an empty concurrency key).
 // Jobs whose key a live job (or an earlier job of the same batch) already
 // holds are skipped. One row per job of the batch, in its order: the new
 // job's id with inserted = true, or, for a skipped one, the id of the job
@@ -181,6 +189,7 @@ func (q *Queries) EnqueueBatchUnique(ctx context.Context, arg EnqueueBatchUnique
 		arg.MaxAttempts,
 		arg.UniqueKeys,
 		arg.Metas,
+		arg.ConcurrencyKeys,
 	)
 	if err != nil {
 		return nil, err

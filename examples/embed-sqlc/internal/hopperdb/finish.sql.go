@@ -70,7 +70,7 @@ func (q *Queries) AckBatch(ctx context.Context, arg AckBatchParams) ([]AckBatchR
 const ackBatchKeep = `-- name: AckBatchKeep :many
 WITH done AS (
     SELECT j.id, j.queue, j.kind, j.version, j.payload, j.priority, j.attempt, j.max_attempts,
-           j.unique_key, j.errors, j.run_at, j.created_at, j.meta, acked.keep_ms, acked.result
+           j.unique_key, j.errors, j.run_at, j.created_at, j.meta, j.concurrency_key, acked.keep_ms, acked.result
     FROM hopper_jobs AS j
     JOIN (SELECT unnest($1::bigint[]) AS id,
                  unnest($2::integer[]) AS attempt,
@@ -87,9 +87,9 @@ WITH done AS (
     RETURNING j.id, j.attempt
 ), kept AS (
     INSERT INTO hopper_job_history (id, queue, kind, version, payload, priority, attempt,
-                                    max_attempts, unique_key, errors, run_at, result, created_at, meta, keep_until)
+                                    max_attempts, unique_key, errors, run_at, result, created_at, meta, concurrency_key, keep_until)
     SELECT done.id, done.queue, done.kind, done.version, done.payload, done.priority, done.attempt,
-           done.max_attempts, done.unique_key, done.errors, done.run_at, done.result, done.created_at, done.meta,
+           done.max_attempts, done.unique_key, done.errors, done.run_at, done.result, done.created_at, done.meta, done.concurrency_key,
            now() + '1 millisecond'::interval * done.keep_ms
     FROM done
     WHERE done.keep_ms > 0
@@ -146,7 +146,7 @@ func (q *Queries) AckBatchKeep(ctx context.Context, arg AckBatchKeepParams) ([]A
 const nackBatch = `-- name: NackBatch :many
 WITH failed AS (
     SELECT j.id, j.queue, j.kind, j.version, j.payload, j.priority, j.attempt, j.max_attempts,
-           j.unique_key, j.created_at, j.run_at, j.meta,
+           j.unique_key, j.created_at, j.run_at, j.meta, j.concurrency_key,
            CASE WHEN f.action = 'snooze' THEN j.errors
                 ELSE j.errors || jsonb_build_array(jsonb_build_object(
                          'attempt', j.attempt,
@@ -190,10 +190,10 @@ WITH failed AS (
     WHERE j.id = failed.id AND failed.dead_reason IS NOT NULL
 ), buried AS (
     INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt,
-                                  max_attempts, unique_key, errors, reason, created_at, run_at, state, meta)
+                                  max_attempts, unique_key, errors, reason, created_at, run_at, state, meta, concurrency_key)
     SELECT failed.id, failed.queue, failed.kind, failed.version, failed.payload, failed.priority, failed.attempt,
            failed.max_attempts, failed.unique_key, failed.errors, failed.dead_reason, failed.created_at, failed.run_at,
-           CASE WHEN failed.action = 'cancel' THEN 'cancelled' ELSE 'dead' END, failed.meta
+           CASE WHEN failed.action = 'cancel' THEN 'cancelled' ELSE 'dead' END, failed.meta, failed.concurrency_key
     FROM failed
     WHERE failed.dead_reason IS NOT NULL
     RETURNING id, attempt

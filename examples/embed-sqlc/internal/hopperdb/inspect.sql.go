@@ -25,7 +25,7 @@ func (q *Queries) BackendPID(ctx context.Context) (int32, error) {
 }
 
 const findJob = `-- name: FindJob :one
-SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, finished_at, reason, result, meta FROM hopper_all_jobs WHERE id = $1::bigint
+SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, finished_at, reason, result, meta, concurrency_key FROM hopper_all_jobs WHERE id = $1::bigint
 `
 
 // One job by id, wherever it is: live, dead, cancelled or completed (in
@@ -54,12 +54,13 @@ func (q *Queries) FindJob(ctx context.Context, id int64) (HopperAllJob, error) {
 		&i.Reason,
 		&i.Result,
 		&i.Meta,
+		&i.ConcurrencyKey,
 	)
 	return i, err
 }
 
 const getDead = `-- name: GetDead :one
-SELECT id, queue, kind, version, payload, priority, attempt, max_attempts, unique_key, errors, reason, created_at, died_at, state, run_at, meta FROM hopper_dead_jobs WHERE id = $1::bigint
+SELECT id, queue, kind, version, payload, priority, attempt, max_attempts, unique_key, errors, reason, created_at, died_at, state, run_at, meta, concurrency_key FROM hopper_dead_jobs WHERE id = $1::bigint
 `
 
 // One dead (or cancelled) job by id.
@@ -83,12 +84,13 @@ func (q *Queries) GetDead(ctx context.Context, id int64) (HopperDeadJob, error) 
 		&i.State,
 		&i.RunAt,
 		&i.Meta,
+		&i.ConcurrencyKey,
 	)
 	return i, err
 }
 
 const getJob = `-- name: GetJob :one
-SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, meta FROM hopper_jobs WHERE id = $1::bigint
+SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, meta, concurrency_key FROM hopper_jobs WHERE id = $1::bigint
 `
 
 // One live job by id.
@@ -112,6 +114,7 @@ func (q *Queries) GetJob(ctx context.Context, id int64) (HopperJob, error) {
 		&i.Errors,
 		&i.CreatedAt,
 		&i.Meta,
+		&i.ConcurrencyKey,
 	)
 	return i, err
 }
@@ -134,7 +137,7 @@ func (q *Queries) HopperSchema(ctx context.Context) (string, error) {
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, finished_at, reason, result, meta FROM hopper_all_jobs AS a
+SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, finished_at, reason, result, meta, concurrency_key FROM hopper_all_jobs AS a
 WHERE a.id < $1::bigint
   AND (cardinality($2::text[]) = 0 OR a.state = ANY($2::text[]))
   AND ($3::text IS NULL OR a.queue = $3::text)
@@ -200,6 +203,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]HopperAll
 			&i.Reason,
 			&i.Result,
 			&i.Meta,
+			&i.ConcurrencyKey,
 		); err != nil {
 			return nil, err
 		}
@@ -212,7 +216,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]HopperAll
 }
 
 const listJobsByKey = `-- name: ListJobsByKey :many
-SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, finished_at, reason, result, meta FROM hopper_all_jobs AS a
+SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, finished_at, reason, result, meta, concurrency_key FROM hopper_all_jobs AS a
 WHERE a.unique_key = $1::text
   AND a.id < $2::bigint
   AND (cardinality($3::text[]) = 0 OR a.state = ANY($3::text[]))
@@ -276,6 +280,7 @@ func (q *Queries) ListJobsByKey(ctx context.Context, arg ListJobsByKeyParams) ([
 			&i.Reason,
 			&i.Result,
 			&i.Meta,
+			&i.ConcurrencyKey,
 		); err != nil {
 			return nil, err
 		}

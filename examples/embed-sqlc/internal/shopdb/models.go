@@ -10,82 +10,86 @@ import (
 )
 
 type HopperAllJob struct {
-	ID          int64
-	Queue       string
-	Kind        string
-	Version     int32
-	Payload     json.RawMessage
-	State       string
-	Priority    int16
-	RunAt       time.Time
-	Attempt     int32
-	MaxAttempts int32
-	LeaseOwner  *string
-	LeaseUntil  *time.Time
-	UniqueKey   *string
-	Errors      json.RawMessage
-	CreatedAt   time.Time
-	FinishedAt  *time.Time
-	Reason      *string
-	Result      json.RawMessage
-	Meta        json.RawMessage
+	ID             int64
+	Queue          string
+	Kind           string
+	Version        int32
+	Payload        json.RawMessage
+	State          string
+	Priority       int16
+	RunAt          time.Time
+	Attempt        int32
+	MaxAttempts    int32
+	LeaseOwner     *string
+	LeaseUntil     *time.Time
+	UniqueKey      *string
+	Errors         json.RawMessage
+	CreatedAt      time.Time
+	FinishedAt     *time.Time
+	Reason         *string
+	Result         json.RawMessage
+	Meta           json.RawMessage
+	ConcurrencyKey *string
 }
 
 type HopperDeadJob struct {
-	ID          int64
-	Queue       string
-	Kind        string
-	Version     int32
-	Payload     json.RawMessage
-	Priority    int16
-	Attempt     int32
-	MaxAttempts int32
-	UniqueKey   *string
-	Errors      json.RawMessage
-	Reason      string
-	CreatedAt   time.Time
-	DiedAt      time.Time
-	State       string
-	RunAt       time.Time
-	Meta        json.RawMessage
+	ID             int64
+	Queue          string
+	Kind           string
+	Version        int32
+	Payload        json.RawMessage
+	Priority       int16
+	Attempt        int32
+	MaxAttempts    int32
+	UniqueKey      *string
+	Errors         json.RawMessage
+	Reason         string
+	CreatedAt      time.Time
+	DiedAt         time.Time
+	State          string
+	RunAt          time.Time
+	Meta           json.RawMessage
+	ConcurrencyKey *string
 }
 
 type HopperJob struct {
-	ID          int64
-	Queue       string
-	Kind        string
-	Version     int32
-	Payload     json.RawMessage
-	State       string
-	Priority    int16
-	RunAt       time.Time
-	Attempt     int32
-	MaxAttempts int32
-	LeaseOwner  *string
-	LeaseUntil  *time.Time
-	UniqueKey   *string
-	Errors      json.RawMessage
-	CreatedAt   time.Time
-	Meta        json.RawMessage
+	ID             int64
+	Queue          string
+	Kind           string
+	Version        int32
+	Payload        json.RawMessage
+	State          string
+	Priority       int16
+	RunAt          time.Time
+	Attempt        int32
+	MaxAttempts    int32
+	LeaseOwner     *string
+	LeaseUntil     *time.Time
+	UniqueKey      *string
+	Errors         json.RawMessage
+	CreatedAt      time.Time
+	Meta           json.RawMessage
+	ConcurrencyKey *string
 }
 
 type HopperJobHistory struct {
-	ID          int64
-	Queue       string
-	Kind        string
-	Version     int32
-	Payload     json.RawMessage
-	Priority    int16
-	Attempt     int32
-	MaxAttempts int32
-	UniqueKey   *string
-	Errors      json.RawMessage
-	RunAt       time.Time
-	Result      json.RawMessage
-	CreatedAt   time.Time
-	FinishedAt  time.Time
-	KeepUntil   time.Time
-	Meta        json.RawMessage
+	ID             int64
+	Queue          string
+	Kind           string
+	Version        int32
+	Payload        json.RawMessage
+	Priority       int16
+	Attempt        int32
+	MaxAttempts    int32
+	UniqueKey      *string
+	Errors         json.RawMessage
+	RunAt          time.Time
+	Result         json.RawMessage
+	CreatedAt      time.Time
+	FinishedAt     time.Time
+	KeepUntil      time.Time
+	Meta           json.RawMessage
+	ConcurrencyKey *string
 }
 
 type HopperQueue struct {
@@ -93,6 +97,15 @@ type HopperQueue struct {
 	PausedAt  *time.Time
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+type HopperRateClaim struct {
+	Queue     string
+	RateGroup string
+	ClaimedAt time.Time
+	Jobs      int32
+	RateLimit int32
+	WindowMs  int64
 }
 
 type HopperSchedule struct {

@@ -9,16 +9,16 @@
 -- Zero values take Hopper's defaults, so that a zero EnqueueParams with only
 -- a kind is a valid job: queue '' is 'default', version 0 is 1, a NULL
 -- payload is {}, max_attempts 0 is 25 (the table's default); a NULL meta
--- is none.
+-- or concurrency_key is none.
 WITH inserted AS (
-    INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta)
+    INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)
     VALUES (
         coalesce(nullif(@queue::text, ''), 'default'), @kind::text, coalesce(nullif(@version::integer, 0), 1),
         coalesce(@payload::jsonb, '{}'), @priority::smallint,
         greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint),
         CASE WHEN greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
         coalesce(nullif(@max_attempts::integer, 0), 25), sqlc.narg(unique_key)::text,
-        sqlc.narg(meta)::jsonb
+        sqlc.narg(meta)::jsonb, sqlc.narg(concurrency_key)::text
     )
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id
@@ -47,19 +47,20 @@ CROSS JOIN generate_series(1, @n::integer);
 -- COPY for plain batches of jobs that are ready now (run_at defaults to now()
 -- in the database), with ids from ReserveJobIDs (COPY writes the id given,
 -- as INSERT's OVERRIDING SYSTEM VALUE would). meta: a JSON object, or NULL
--- for none.
-INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, max_attempts, meta)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8);
+-- for none; concurrency_key: NULL for none.
+INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, max_attempts, meta, concurrency_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9);
 
 -- name: EnqueueBatchAt :copyfrom
 -- COPY for plain batches with an explicit run_at per job, with ids from
 -- ReserveJobIDs; the caller sets state to scheduled for a job due later,
--- pending otherwise. meta as in EnqueueBatch.
-INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, run_at, state, max_attempts, meta)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
+-- pending otherwise. meta and concurrency_key as in EnqueueBatch.
+INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, run_at, state, max_attempts, meta, concurrency_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
 
 -- name: EnqueueBatchUnique :many
--- A batch in which some jobs carry unique keys (an empty key means none).
+-- A batch in which some jobs carry unique keys (an empty key means none;
+-- likewise an empty concurrency key).
 -- Jobs whose key a live job (or an earlier job of the same batch) already
 -- holds are skipped. One row per job of the batch, in its order: the new
 -- job's id with inserted = true, or, for a skipped one, the id of the job
@@ -80,15 +81,17 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
                unnest(@delays_ms::bigint[]) AS delay_ms,
                unnest(@max_attempts::integer[]) AS max_attempts,
                unnest(@unique_keys::text[]) AS unique_key,
-               unnest(@metas::jsonb[]) AS meta
+               unnest(@metas::jsonb[]) AS meta,
+               unnest(@concurrency_keys::text[]) AS concurrency_key
     ) AS b
 ), inserted AS (
-    INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta)
+    INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)
     OVERRIDING SYSTEM VALUE
     SELECT b.id, coalesce(nullif(b.queue, ''), 'default'), b.kind, coalesce(nullif(b.version, 0), 1), coalesce(b.payload, '{}'), b.priority,
            greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms),
            CASE WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled' ELSE 'pending' END,
-           coalesce(nullif(b.max_attempts, 0), 25), nullif(b.unique_key, ''), b.meta
+           coalesce(nullif(b.max_attempts, 0), 25), nullif(b.unique_key, ''), b.meta,
+           nullif(b.concurrency_key, '')
     FROM batch AS b
     ORDER BY b.id
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING

@@ -1,0 +1,194 @@
+-- name: LockClaims :exec
+-- Serializes the claims of one queue under flow control: a claim that
+-- counts running jobs per key, or jobs claimed in a rate window, must see
+-- every claim that committed before it. It runs first in the claim's
+-- transaction (DequeueLimited then takes its snapshot after the lock is
+-- granted) and holds until commit. The lock is named by the job table's
+-- oid and the queue, so schemas sharing a database do not wait on each
+-- other (a hash collision can only make two queues wait, never break a
+-- limit).
+SELECT pg_advisory_xact_lock(to_regclass('hopper_jobs')::oid::integer, hashtext(@queue::text));
+
+-- name: DequeueLimited :many
+-- Dequeue for a queue under flow control; run in a transaction after
+-- LockClaims. It claims up to max_jobs ready jobs, as Dequeue does (kinds,
+-- versions, pause, lease, attempt), with three more rules:
+--
+--  * Per-key concurrency. A job with a concurrency key whose limit is set
+--    (key_limits[i] for kinds[i], else key_limit; 0 is none) is claimed only
+--    while fewer than the limit of that key's jobs are running in the
+--    queue. Running means state running, so a crashed worker's job holds
+--    its slot until the sweep takes it back, and a lost lease frees it.
+--  * A rate limit. With rate_limit > 0, no more than rate_limit jobs of a
+--    group (rate_by: 'queue', 'kind' or 'key') are claimed in any window of
+--    rate_window_ms: every claim logs what it took in hopper_rate_claims,
+--    counts the log's rows in its window and removes older ones.
+--  * Fairness. With fair, the claim goes round-robin across keys: it takes
+--    the next keys with ready work after after_key (up to max_jobs of them,
+--    skipping from key to key in hopper_jobs_key_idx), a share of each
+--    one's first jobs, and orders them first by their rank within their key,
+--    then by priority, run_at and id; jobs without a key count as one more
+--    key, found among the queue's first max_jobs ready jobs. Without fair
+--    the order is Dequeue's, among the first scan ready jobs whose key is
+--    not at its limit.
+WITH clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS at
+), paused AS MATERIALIZED (
+    SELECT EXISTS (SELECT 1 FROM hopper_queues AS q
+                   WHERE q.name = @queue::text AND q.paused_at IS NOT NULL) AS yes
+), running AS MATERIALIZED (
+    SELECT r.concurrency_key AS key, count(1)::integer AS jobs
+    FROM hopper_jobs AS r
+    WHERE r.queue = @queue::text AND r.state = 'running' AND r.concurrency_key IS NOT NULL
+    GROUP BY r.concurrency_key
+), used AS MATERIALIZED (
+    SELECT c.rate_group, sum(c.jobs)::integer AS jobs
+    FROM hopper_rate_claims AS c, clock
+    WHERE @rate_limit::integer > 0
+      AND c.queue = @queue::text
+      AND c.claimed_at > clock.at - '1 millisecond'::interval * @rate_window_ms::bigint
+    GROUP BY c.rate_group
+), fair_keys AS MATERIALIZED (
+    SELECT k::text AS key
+    FROM hopper_ready_keys(@queue::text, @after_key::text, @max_jobs::integer) AS k
+    WHERE @fair::boolean
+), key_share AS MATERIALIZED (
+    SELECT (greatest(@max_jobs::integer, 1) - 1) / greatest(count(1)::integer, 1) + 1 AS jobs
+    FROM fair_keys
+), candidates AS (
+    -- strict: the first scan ready jobs, skipping keys at their limit
+    (SELECT j.id, j.kind, j.concurrency_key, j.priority, j.run_at
+     FROM hopper_jobs AS j
+     WHERE NOT @fair::boolean
+       AND NOT (SELECT yes FROM paused)
+       AND j.state = 'pending'
+       AND j.queue = @queue::text
+       AND j.run_at <= now()
+       AND j.version <= (@max_versions::integer[])[array_position(@kinds::text[], j.kind)]
+       AND (j.concurrency_key IS NULL
+            OR coalesce(nullif((@key_limits::integer[])[array_position(@kinds::text[], j.kind)], 0), nullif(@key_limit::integer, 0)) IS NULL
+            OR coalesce((SELECT running.jobs FROM running WHERE running.key = j.concurrency_key), 0)
+               < coalesce(nullif((@key_limits::integer[])[array_position(@kinds::text[], j.kind)], 0), nullif(@key_limit::integer, 0)))
+     ORDER BY j.priority, j.run_at, j.id
+     LIMIT @scan::integer)
+    UNION ALL
+    -- fair: each key's share of its first ready jobs
+    SELECT h.id, h.kind, h.concurrency_key, h.priority, h.run_at
+    FROM fair_keys AS f
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.kind, j.concurrency_key, j.priority, j.run_at
+        FROM hopper_jobs AS j
+        WHERE j.queue = @queue::text
+          AND j.state = 'pending'
+          AND j.concurrency_key = f.key
+          AND j.run_at <= now()
+          AND j.version <= (@max_versions::integer[])[array_position(@kinds::text[], j.kind)]
+        ORDER BY j.priority, j.run_at, j.id
+        LIMIT (SELECT key_share.jobs FROM key_share)
+    ) AS h
+    WHERE NOT (SELECT yes FROM paused)
+    UNION ALL
+    -- fair: jobs without a key, among the queue's first ready jobs
+    SELECT head.id, head.kind, head.concurrency_key, head.priority, head.run_at
+    FROM (SELECT j.id, j.kind, j.concurrency_key, j.priority, j.run_at, j.version
+          FROM hopper_jobs AS j
+          WHERE @fair::boolean
+            AND NOT (SELECT yes FROM paused)
+            AND j.state = 'pending'
+            AND j.queue = @queue::text
+            AND j.run_at <= now()
+          ORDER BY j.priority, j.run_at, j.id
+          LIMIT @max_jobs::integer) AS head
+    WHERE head.concurrency_key IS NULL
+      AND head.version <= (@max_versions::integer[])[array_position(@kinds::text[], head.kind)]
+), keyed AS (
+    SELECT c.id, c.kind, c.concurrency_key, c.priority, c.run_at,
+           row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.priority, c.run_at, c.id) AS key_rank,
+           coalesce(nullif((@key_limits::integer[])[array_position(@kinds::text[], c.kind)], 0), nullif(@key_limit::integer, 0)) AS key_limit,
+           CASE @rate_by::text WHEN 'kind' THEN c.kind WHEN 'key' THEN coalesce(c.concurrency_key, '') ELSE '' END AS rate_group
+    FROM candidates AS c
+), within_key AS (
+    SELECT k.id, k.concurrency_key, k.priority, k.run_at, k.key_rank, k.rate_group,
+           row_number() OVER (PARTITION BY k.rate_group
+                              ORDER BY CASE WHEN @fair::boolean THEN k.key_rank ELSE 0 END, k.priority, k.run_at, k.id) AS rate_rank
+    FROM keyed AS k
+    WHERE k.concurrency_key IS NULL OR k.key_limit IS NULL
+       OR k.key_rank + coalesce((SELECT running.jobs FROM running WHERE running.key = k.concurrency_key), 0) <= k.key_limit
+), allowed AS (
+    SELECT w.id, w.rate_group
+    FROM within_key AS w
+    WHERE @rate_limit::integer <= 0
+       OR w.rate_rank + coalesce((SELECT used.jobs FROM used WHERE used.rate_group = w.rate_group), 0) <= @rate_limit::integer
+    ORDER BY CASE WHEN @fair::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id
+    LIMIT @max_jobs::integer
+), picked AS (
+    SELECT j.id, allowed.rate_group
+    FROM hopper_jobs AS j
+    JOIN allowed ON allowed.id = j.id
+    WHERE j.state = 'pending' -- checked again on the locked row
+    FOR UPDATE OF j SKIP LOCKED
+), logged AS (
+    INSERT INTO hopper_rate_claims (queue, rate_group, claimed_at, jobs, rate_limit, window_ms)
+    SELECT @queue::text, picked.rate_group, clock.at, count(1), @rate_limit::integer, @rate_window_ms::bigint
+    FROM picked, clock
+    WHERE @rate_limit::integer > 0
+    GROUP BY picked.rate_group, clock.at
+), pruned AS (
+    DELETE FROM hopper_rate_claims AS c
+    USING clock
+    WHERE @rate_limit::integer > 0
+      AND c.queue = @queue::text
+      AND c.claimed_at <= clock.at - '1 millisecond'::interval * @rate_window_ms::bigint
+)
+UPDATE hopper_jobs AS j
+SET state       = 'running',
+    attempt     = j.attempt + 1,
+    lease_owner = @owner::text,
+    -- from the moment the claim held its lock: the lease, and the claim
+    -- time (lease_until - lease_ms) that rate limits count, are exact
+    lease_until = (SELECT clock.at FROM clock) + '1 millisecond'::interval * @lease_ms::bigint
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.*;
+
+-- name: RateWait :one
+-- How long, in milliseconds, until the oldest claim in a queue's rate
+-- window leaves it and gives its budget back (0: the window is empty).
+-- A worker whose claim was cut short by its rate limit sleeps that long
+-- rather than polling.
+SELECT coalesce(ceil(1000 * extract(epoch FROM min(c.claimed_at) - clock_timestamp())) + @rate_window_ms::bigint, 0)::bigint AS wait_ms
+FROM hopper_rate_claims AS c
+WHERE c.queue = @queue::text
+  AND c.claimed_at > clock_timestamp() - '1 millisecond'::interval * @rate_window_ms::bigint;
+
+-- name: KeyStats :many
+-- The keys with the most ready jobs (ties: the most running), per queue
+-- (queue '' : every queue), up to max_keys: what flow control holds back.
+SELECT j.queue, j.concurrency_key::text AS concurrency_key,
+       count(*) FILTER (WHERE j.state = 'pending')::bigint AS ready,
+       count(*) FILTER (WHERE j.state = 'running')::bigint AS running,
+       count(*) FILTER (WHERE j.state = 'scheduled')::bigint AS scheduled
+FROM hopper_jobs AS j
+WHERE j.concurrency_key IS NOT NULL
+  AND (@queue::text = '' OR j.queue = @queue::text)
+GROUP BY j.queue, j.concurrency_key
+ORDER BY ready DESC, running DESC, j.queue, j.concurrency_key
+LIMIT @max_keys::integer;
+
+-- name: RateStats :many
+-- Global rate limits in use, per queue and group: the limit and window
+-- the latest claim ran with, and how many jobs were claimed in that
+-- window up to now (the budget left is the difference).
+WITH latest AS (
+    SELECT DISTINCT ON (c.queue) c.queue, c.rate_limit, c.window_ms
+    FROM hopper_rate_claims AS c
+    ORDER BY c.queue, c.claimed_at DESC
+)
+SELECT latest.queue, c.rate_group, latest.rate_limit, latest.window_ms,
+       sum(c.jobs)::bigint AS used
+FROM latest
+JOIN hopper_rate_claims AS c
+  ON c.queue = latest.queue
+ AND c.claimed_at > now() - '1 millisecond'::interval * latest.window_ms
+GROUP BY latest.queue, c.rate_group, latest.rate_limit, latest.window_ms
+ORDER BY latest.queue, c.rate_group;

@@ -1,0 +1,173 @@
+package worker
+
+import (
+	"fmt"
+	"time"
+)
+
+// FlowControl shapes how a queue's jobs are claimed: at most KeyLimit jobs
+// of one concurrency key running at once, at most Rate's limit claimed per
+// interval, and, with Fair, keys served round-robin. The rules are decided
+// by the claim statement in the database, so they hold across every worker
+// process and through crashes; every worker serving the queue must be
+// given the same FlowControl (a worker without it claims by the plain
+// rules). The zero value is no flow control.
+type FlowControl struct {
+	// KeyLimit is the most jobs of one concurrency key (jobs.ConcurrencyKey,
+	// jobs.KeyBy) that may run at once in the queue, across all workers; 0
+	// means no limit. A kind's own limit (the KeyLimit handle option)
+	// overrides it for that kind's jobs. A job counts as running from its
+	// claim until its result is recorded, or its expired lease is swept.
+	KeyLimit int
+	// Rate caps how many jobs are claimed per interval.
+	Rate Rate
+	// Fair claims round-robin across concurrency keys, so that a flood of
+	// jobs under one key does not hold the others back: each claim takes
+	// the next keys with ready jobs (one index descent per key), a share of
+	// each one's first jobs, and orders them by their rank within their key,
+	// then by priority. Jobs without a key count as one more key, but are
+	// only seen among the queue's first ready jobs: give every job of a fair
+	// queue a key. Off, the order is strict: priority, run_at, id.
+	Fair bool
+}
+
+// Rate is a rate limit: no more than Limit jobs claimed in any window of
+// length Per. The zero value is none.
+type Rate struct {
+	Limit int
+	Per   time.Duration
+	// By says what the limit counts: the whole queue (RateByQueue, the
+	// default), each kind apart (RateByKind), or each concurrency key apart
+	// (RateByKey; jobs without a key share one budget).
+	By RateGroup
+	// Local keeps the count in this worker's memory instead of the
+	// database: the limit is then per worker process, and costs no database
+	// work. Only with RateByQueue.
+	Local bool
+}
+
+// RateGroup is what a Rate counts jobs by.
+type RateGroup string
+
+// The groups a rate limit counts by.
+const (
+	RateByQueue RateGroup = "queue"
+	RateByKind  RateGroup = "kind"
+	RateByKey   RateGroup = "key"
+)
+
+// Bounds of a rate limit's window: shorter than a millisecond cannot be
+// measured by the claim; longer than a day is almost certainly a mistake
+// (and keeps a day of claims in the rate table).
+const (
+	MinRatePer = time.Millisecond
+	MaxRatePer = 24 * time.Hour
+	// MaxKeyLimit bounds KeyLimit: a larger limit is no limit.
+	MaxKeyLimit = 1 << 20
+)
+
+func (r Rate) set() bool { return r != Rate{} }
+
+func (r Rate) validate() error {
+	if !r.set() {
+		return nil
+	}
+	if r.Limit < 1 || r.Limit > 1<<30 {
+		return fmt.Errorf("rate limit %d jobs is outside 1 to %d", r.Limit, 1<<30)
+	}
+	if r.Per < MinRatePer || r.Per > MaxRatePer {
+		return fmt.Errorf("rate window %v is outside %v to %v", r.Per, MinRatePer, MaxRatePer)
+	}
+	switch r.By {
+	case "", RateByQueue, RateByKind, RateByKey:
+	default:
+		return fmt.Errorf("rate group %q is not one of %q, %q, %q", r.By, RateByQueue, RateByKind, RateByKey)
+	}
+	if r.Local && r.By != "" && r.By != RateByQueue {
+		return fmt.Errorf("a local rate limit counts the whole queue only, not by %s", r.By)
+	}
+	return nil
+}
+
+func validateKeyLimit(n int) error {
+	if n < 0 || n > MaxKeyLimit {
+		return fmt.Errorf("key limit %d is outside 0 (none) to %d", n, MaxKeyLimit)
+	}
+	return nil
+}
+
+func (f FlowControl) validate() error {
+	if err := validateKeyLimit(f.KeyLimit); err != nil {
+		return err
+	}
+	return f.Rate.validate()
+}
+
+// validateFlow checks Config.FlowControl against the queues served.
+func validateFlow(flow map[string]FlowControl, queues map[string]int) error {
+	for q, f := range flow {
+		if _, ok := queues[q]; !ok {
+			return fmt.Errorf("%w: flow control for queue %q, which this worker does not serve (Queues)", ErrInvalidConfig, q)
+		}
+		if err := f.validate(); err != nil {
+			return fmt.Errorf("%w: queue %q: %w", ErrInvalidConfig, q, err)
+		}
+	}
+	return nil
+}
+
+// KeyLimit caps how many jobs of this kind with one concurrency key run at
+// once, across all workers, overriding the queue's FlowControl.KeyLimit.
+// The count is of the key's running jobs in the queue, of any kind. A
+// worker with a kind under a KeyLimit claims all its queues under flow
+// control.
+func KeyLimit(n int) HandleOption {
+	return func(o *handleOptions) { o.keyLimit = n }
+}
+
+// queueFlow is a queue's flow control as its claim loop uses it.
+type queueFlow struct {
+	FlowControl
+	local    *localRate // Rate.Local's window; nil: none
+	afterKey string     // Fair: the next claim takes keys after this one
+}
+
+func newQueueFlow(f FlowControl) *queueFlow {
+	qf := &queueFlow{FlowControl: f}
+	if f.Rate.Local {
+		qf.local = newLocalRate(f.Rate.Limit, f.Rate.Per)
+	}
+	return qf
+}
+
+// global reports whether the rate is kept in the database.
+func (f *queueFlow) global() bool { return f.Rate.set() && !f.Rate.Local }
+
+func (f *queueFlow) rateBy() string {
+	if f.Rate.By == "" {
+		return string(RateByQueue)
+	}
+	return string(f.Rate.By)
+}
+
+// usesFlowControl reports whether any kind sets its own key limit: then
+// every queue is claimed under flow control.
+func (w *Worker) kindKeyLimits() bool {
+	for _, n := range w.keyLimits {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// setUpFlow gives each queue its flow control, once, as Run starts.
+func (w *Worker) setUpFlow() {
+	byKind := w.kindKeyLimits()
+	for name, qr := range w.queues {
+		f, ok := w.cfg.FlowControl[name]
+		if ok || byKind {
+			qr.flow = newQueueFlow(f)
+		}
+	}
+}

@@ -1,0 +1,113 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hopperq/hopper/db"
+)
+
+// dequeueLimited claims up to n jobs of a queue under flow control, in a
+// transaction of its own: LockClaims serializes the queue's limited claims
+// (each then sees what the previous one took), DequeueLimited claims. A
+// fair claim that started after a key and found too few jobs goes round
+// once more from the first key, in the same transaction. It also sets
+// qr.flow's wait: how long until a rate limit gives budget back, when it
+// cut the claim short.
+func (w *Worker) dequeueLimited(ctx context.Context, qr *queueRunner, n int) ([]db.HopperJob, time.Duration, error) {
+	f := qr.flow
+	if f.local != nil {
+		got, wait := f.local.take(time.Now(), n)
+		if got == 0 {
+			return nil, wait, nil
+		}
+		n = got
+	}
+	var claimed []db.HopperJob
+	var wait time.Duration
+	err := pgx.BeginFunc(ctx, w.beginner(), func(tx pgx.Tx) error {
+		q := db.New(tx)
+		if err := q.LockClaims(ctx, qr.name); err != nil {
+			return err
+		}
+		p := db.DequeueLimitedParams{
+			Owner:        w.cfg.ID,
+			LeaseMs:      w.cfg.LeaseDuration.Milliseconds(),
+			Queue:        qr.name,
+			Kinds:        w.kinds,
+			MaxVersions:  w.versions,
+			KeyLimits:    w.keyLimits,
+			KeyLimit:     int32(f.KeyLimit),
+			Fair:         f.Fair,
+			AfterKey:     f.afterKey,
+			MaxJobs:      int32(n),
+			Scan:         int32(scanFor(n)),
+			RateBy:       f.rateBy(),
+			RateLimit:    0,
+			RateWindowMs: f.Rate.Per.Milliseconds(),
+		}
+		if f.global() {
+			p.RateLimit = int32(f.Rate.Limit)
+		}
+		rows, err := q.DequeueLimited(ctx, p)
+		if err != nil {
+			return err
+		}
+		if f.Fair && p.AfterKey != "" && len(rows) < n {
+			p.AfterKey, p.MaxJobs = "", int32(n-len(rows))
+			more, err := q.DequeueLimited(ctx, p)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, more...)
+		}
+		if f.global() && len(rows) < n {
+			ms, err := q.RateWait(ctx, db.RateWaitParams{Queue: qr.name, RateWindowMs: p.RateWindowMs})
+			if err != nil {
+				return err
+			}
+			wait = time.Duration(max(ms, 1)) * time.Millisecond
+		}
+		claimed = rows
+		return nil
+	})
+	if f.local != nil {
+		f.local.giveBack(n - len(claimed))
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if f.Fair {
+		f.afterKey = lastKey(claimed)
+	}
+	return claimed, wait, nil
+}
+
+// scanFor is how many ready jobs a strict limited claim of n looks at:
+// enough that a few keys at their limit near the head do not starve it.
+func scanFor(n int) int { return max(4*n, 64) }
+
+// lastKey is the greatest concurrency key among claimed jobs: a fair
+// queue's next claim starts after it. "" starts from the first key.
+func lastKey(claimed []db.HopperJob) string {
+	last := ""
+	for _, r := range claimed {
+		if r.ConcurrencyKey != nil && *r.ConcurrencyKey > last {
+			last = *r.ConcurrencyKey
+		}
+	}
+	return last
+}
+
+// beginner starts the worker's own transactions, in Config.Schema when
+// one is set.
+func (w *Worker) beginner() interface {
+	Begin(context.Context) (pgx.Tx, error)
+} {
+	if w.scope != nil {
+		return w.scope
+	}
+	return w.pool
+}

@@ -1,0 +1,273 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/worker"
+)
+
+// keyLedger records, per concurrency key, how many runs are in their
+// handlers at once and the most ever seen.
+type keyLedger struct {
+	mu      sync.Mutex
+	running map[string]int
+	most    map[string]int
+	done    int
+	order   []string // keys in the order their runs started
+}
+
+func newKeyLedger() *keyLedger {
+	return &keyLedger{running: map[string]int{}, most: map[string]int{}}
+}
+
+func (l *keyLedger) enter(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.running[key]++
+	l.most[key] = max(l.most[key], l.running[key])
+	l.order = append(l.order, key)
+}
+
+func (l *keyLedger) leave(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.running[key]--
+	l.done++
+}
+
+func (l *keyLedger) finished() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.done
+}
+
+// TestKeyLimitAcrossWorkers: three workers of 10 slots each share a
+// per-key limit of 2 (and a kind of their own with a limit of 1): no key
+// ever has more runs at once than its limit, and every job runs.
+func TestKeyLimitAcrossWorkers(t *testing.T) {
+	b := setup(t)
+	limited := kind(t, "limited", jobs.KeyBy(func(p Task) string { return fmt.Sprintf("customer-%d", p.N%5) }))
+	single := kind(t, "single")
+	ledger, singles := newKeyLedger(), newKeyLedger()
+	hold := func(l *keyLedger) func(context.Context, *jobs.Job[Task]) error {
+		return func(ctx context.Context, j *jobs.Job[Task]) error {
+			l.enter(j.ConcurrencyKey)
+			defer l.leave(j.ConcurrencyKey)
+			select { // long enough for runs of a key to meet, were they allowed to
+			case <-time.After(3 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			return nil
+		}
+	}
+	for i := range 3 {
+		start(t, b, worker.Config{
+			ID:          fmt.Sprintf("w%d", i),
+			Queues:      map[string]int{"default": 10},
+			FlowControl: map[string]worker.FlowControl{"default": {KeyLimit: 2}},
+		}, func(w *worker.Worker) {
+			must(t, worker.Handle(w, limited, hold(ledger)))
+			must(t, worker.Handle(w, single, hold(singles), worker.KeyLimit(1)))
+		})
+	}
+	items := make([]jobs.Item[Task], 200)
+	for i := range items {
+		items[i] = jobs.Item[Task]{Payload: Task{N: i}}
+	}
+	_, err := limited.EnqueueMany(b.ctx, b.pool, items)
+	require.NoError(t, err)
+	for i := range 40 {
+		_, err := single.Enqueue(b.ctx, b.pool, Task{N: i}, jobs.ConcurrencyKey(fmt.Sprintf("account-%d", i%2)))
+		require.NoError(t, err)
+	}
+	testdb.WaitFor(t, "every job to run", func() bool { return ledger.finished() == 200 && singles.finished() == 40 })
+	for key, most := range ledger.most {
+		require.LessOrEqual(t, most, 2, "key %s", key)
+	}
+	require.Len(t, ledger.most, 5)
+	for key, most := range singles.most {
+		require.Equal(t, 1, most, "key %s", key)
+	}
+	require.Len(t, singles.most, 2)
+}
+
+// TestFairQueue: one slot, 40 jobs of tenant a enqueued before 5 each of
+// b and c. Strict order runs b and c last; a fair queue takes the keys in
+// turn, so b's and c's jobs are done within the first 15 runs.
+func TestFairQueue(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fair=%v", fair), func(t *testing.T) {
+			b := setup(t)
+			k := kind(t, "tenant")
+			var entries []jobs.Entry
+			for _, tenant := range []struct {
+				key string
+				n   int
+			}{{"a", 40}, {"b", 5}, {"c", 5}} {
+				for i := range tenant.n {
+					entries = append(entries, k.Entry(Task{N: i}, jobs.ConcurrencyKey(tenant.key)))
+				}
+			}
+			_, err := jobs.EnqueueBatch(b.ctx, b.pool, entries)
+			require.NoError(t, err)
+			ledger := newKeyLedger()
+			start(t, b, worker.Config{
+				Queues:      map[string]int{"default": 1},
+				FlowControl: map[string]worker.FlowControl{"default": {Fair: fair}},
+			}, func(w *worker.Worker) {
+				must(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
+					ledger.enter(j.ConcurrencyKey)
+					ledger.leave(j.ConcurrencyKey)
+					return nil
+				}))
+			})
+			testdb.WaitFor(t, "every job to run", func() bool { return ledger.finished() == 50 })
+			last := max(lastIndex(ledger.order, "b"), lastIndex(ledger.order, "c"))
+			if fair {
+				require.Less(t, last, 15, "order: %s", strings.Join(ledger.order, ""))
+				require.Equal(t, "abcabc", strings.Join(ledger.order[:6], ""))
+			} else {
+				require.Equal(t, 49, last, "strict order runs them last")
+			}
+		})
+	}
+}
+
+func lastIndex(s []string, v string) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == v {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestRateLimitAcrossWorkers: two workers share a limit of 15 jobs per
+// 300ms. The claim times (the database's clock, read from each running
+// job's lease) never put more than 15 claims in any window of 300ms, and
+// every job runs.
+func TestRateLimitAcrossWorkers(t *testing.T) {
+	for _, by := range []worker.RateGroup{worker.RateByQueue, worker.RateByKey} {
+		t.Run(string(by), func(t *testing.T) {
+			b := setup(t)
+			k := kind(t, "call")
+			const lease = 30 * time.Second
+			var mu sync.Mutex
+			claimed := map[string][]time.Time{}
+			for i := range 2 {
+				start(t, b, worker.Config{
+					ID:            fmt.Sprintf("w%d", i),
+					LeaseDuration: lease,
+					Queues:        map[string]int{"default": 20},
+					FlowControl: map[string]worker.FlowControl{"default": {
+						Rate: worker.Rate{Limit: 15, Per: 300 * time.Millisecond, By: by},
+					}},
+				}, func(w *worker.Worker) {
+					must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+						var until time.Time
+						if err := b.pool.QueryRow(ctx, "SELECT lease_until FROM hopper_jobs WHERE id = $1", j.ID).Scan(&until); err != nil {
+							return err
+						}
+						mu.Lock()
+						claimed[j.ConcurrencyKey] = append(claimed[j.ConcurrencyKey], until.Add(-lease))
+						mu.Unlock()
+						return nil
+					}))
+				})
+			}
+			var entries []jobs.Entry
+			for i := range 60 {
+				entries = append(entries, k.Entry(Task{N: i}, jobs.ConcurrencyKey([]string{"x", "y"}[i%2])))
+			}
+			_, err := jobs.EnqueueBatch(b.ctx, b.pool, entries)
+			require.NoError(t, err)
+			testdb.WaitFor(t, "every job to run", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(claimed["x"])+len(claimed["y"]) == 60
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			groups := [][]time.Time{append(claimed["x"], claimed["y"]...)}
+			if by == worker.RateByKey {
+				groups = [][]time.Time{claimed["x"], claimed["y"]}
+			}
+			for _, times := range groups {
+				slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+				for i, end := range times {
+					in := 0 // claims in the window (end - 300ms, end]
+					for _, t0 := range times[:i+1] {
+						if t0.After(end.Add(-300 * time.Millisecond)) {
+							in++
+						}
+					}
+					require.LessOrEqual(t, in, 15, "claims in the 300ms before %v", end)
+				}
+			}
+		})
+	}
+}
+
+// TestFlowControlRejectsBadInput: limits and keys are checked where they
+// are given, with errors users can match.
+func TestFlowControlRejectsBadInput(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t).Pool
+	for _, tc := range []struct {
+		name string
+		flow worker.FlowControl
+		want string
+	}{
+		{"negative key limit", worker.FlowControl{KeyLimit: -1}, "key limit -1"},
+		{"rate without limit", worker.FlowControl{Rate: worker.Rate{Per: time.Second}}, "rate limit 0 jobs"},
+		{"negative rate", worker.FlowControl{Rate: worker.Rate{Limit: -5, Per: time.Second}}, "rate limit -5 jobs"},
+		{"rate without window", worker.FlowControl{Rate: worker.Rate{Limit: 5}}, "rate window 0s"},
+		{"window too short", worker.FlowControl{Rate: worker.Rate{Limit: 5, Per: time.Microsecond}}, "rate window 1µs"},
+		{"window too long", worker.FlowControl{Rate: worker.Rate{Limit: 5, Per: 48 * time.Hour}}, "rate window 48h0m0s"},
+		{"unknown group", worker.FlowControl{Rate: worker.Rate{Limit: 5, Per: time.Second, By: "tenant"}}, `rate group "tenant"`},
+		{"local by key", worker.FlowControl{Rate: worker.Rate{Limit: 5, Per: time.Second, By: worker.RateByKey, Local: true}}, "local rate limit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := worker.New(pool, worker.Config{FlowControl: map[string]worker.FlowControl{"default": tc.flow}})
+			require.ErrorIs(t, err, worker.ErrInvalidConfig)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	_, err := worker.New(pool, worker.Config{FlowControl: map[string]worker.FlowControl{"other": {KeyLimit: 1}}})
+	require.ErrorIs(t, err, worker.ErrInvalidConfig)
+	require.ErrorContains(t, err, `queue "other", which this worker does not serve`)
+
+	w, err := worker.New(pool, worker.Config{})
+	require.NoError(t, err)
+	err = worker.Handle(w, kind(t, "k"), func(context.Context, *jobs.Job[Task]) error { return nil }, worker.KeyLimit(-2))
+	require.ErrorIs(t, err, worker.ErrInvalidConfig)
+	require.ErrorContains(t, err, "key limit -2")
+
+	k := kind(t, "keyed")
+	long := kind(t, "long", jobs.KeyBy(func(Task) string { return strings.Repeat("k", 256) }))
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"empty", k.Check(Task{}, jobs.ConcurrencyKey(""))},
+		{"too long", k.Check(Task{}, jobs.ConcurrencyKey(strings.Repeat("é", 256)))},
+		{"not UTF-8", k.Check(Task{}, jobs.ConcurrencyKey("\xff"))},
+		{"NUL", k.Check(Task{}, jobs.ConcurrencyKey("a\x00b"))},
+		{"derived too long", long.Check(Task{})},
+	} {
+		require.ErrorIs(t, tc.err, jobs.ErrInvalidConcurrencyKey, tc.name)
+	}
+	require.NoError(t, k.Check(Task{}, jobs.ConcurrencyKey(strings.Repeat("é", 255))))
+	_, err = jobs.NewKind[Task]("wrong", jobs.KeyBy(func(string) string { return "" }))
+	require.ErrorIs(t, err, jobs.ErrInvalidDefinition)
+}
