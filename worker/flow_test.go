@@ -3,6 +3,8 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
@@ -270,4 +273,77 @@ func TestFlowControlRejectsBadInput(t *testing.T) {
 	require.NoError(t, k.Check(Task{}, jobs.ConcurrencyKey(strings.Repeat("é", 255))))
 	_, err = jobs.NewKind[Task]("wrong", jobs.KeyBy(func(string) string { return "" }))
 	require.ErrorIs(t, err, jobs.ErrInvalidDefinition)
+}
+
+// TestFlowStats: with a per-key limit of 1 and handlers that hold their
+// jobs, the operations API, the CLI's source, and the metrics endpoint show
+// each key's ready and running jobs, and the rate limit's window.
+func TestFlowStats(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "held")
+	release := make(chan struct{})
+	r := start(t, b, worker.Config{
+		Queues:          map[string]int{"default": 10},
+		MetricsAddr:     ":0",
+		MetricsInterval: 20 * time.Millisecond,
+		FlowControl: map[string]worker.FlowControl{"default": {
+			KeyLimit: 1,
+			Rate:     worker.Rate{Limit: 1000, Per: time.Hour, By: worker.RateByKey},
+		}},
+	}, func(w *worker.Worker) {
+		must(t, worker.Handle(w, k, func(ctx context.Context, _ *jobs.Job[Task]) error {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}))
+	})
+	var entries []jobs.Entry
+	for i := range 5 {
+		entries = append(entries, k.Entry(Task{N: i}, jobs.ConcurrencyKey("big")))
+	}
+	entries = append(entries, k.Entry(Task{}, jobs.ConcurrencyKey("small")), k.Entry(Task{}))
+	_, err := jobs.EnqueueBatch(b.ctx, b.pool, entries)
+	require.NoError(t, err)
+	client := hopper.NewClient(b.pool)
+	var keys []hopper.KeyCount
+	testdb.WaitFor(t, "one job of each key running", func() bool {
+		keys, err = client.Keys(b.ctx, "", 0)
+		require.NoError(t, err)
+		return len(keys) == 2 && keys[0].Running == 1 && keys[1].Running == 1
+	})
+	require.Equal(t, []hopper.KeyCount{
+		{Queue: "default", Key: "big", Ready: 4, Running: 1},
+		{Queue: "default", Key: "small", Running: 1},
+	}, keys)
+	budgets, err := client.RateBudgets(b.ctx)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []hopper.RateBudget{
+		{Queue: "default", Group: "", Limit: 1000, Per: time.Hour, Used: 1}, // the job without a key
+		{Queue: "default", Group: "big", Limit: 1000, Per: time.Hour, Used: 1},
+		{Queue: "default", Group: "small", Limit: 1000, Per: time.Hour, Used: 1},
+	}, budgets)
+	require.Equal(t, 999, budgets[0].Left())
+	_, err = client.Keys(b.ctx, "", hopper.MaxKeysLimit+1)
+	require.ErrorIs(t, err, hopper.ErrInvalidFilter)
+
+	testdb.WaitFor(t, "the flow gauges", func() bool {
+		resp, err := http.Get("http://" + r.w.MetricsAddr() + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		body := string(raw)
+		return strings.Contains(body, `hopper_key_jobs{key="big",queue="default",state="ready"} 4`) &&
+			strings.Contains(body, `hopper_key_jobs{key="big",queue="default",state="running"} 1`) &&
+			strings.Contains(body, `hopper_rate_limit_used{group="small",queue="default"} 1`) &&
+			strings.Contains(body, `hopper_rate_limit_jobs{group="small",queue="default"} 1000`)
+	})
+	close(release)
+	testdb.WaitFor(t, "every job done", func() bool {
+		live, _ := b.totals(t)
+		return live == 0
+	})
 }

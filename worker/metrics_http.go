@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hopperq/hopper/db"
 )
 
 // metricsServer serves /metrics: the worker's own metrics, Go runtime
@@ -19,6 +21,9 @@ type metricsServer struct {
 	registry *prometheus.Registry
 	jobs     *prometheus.GaugeVec
 	oldest   *prometheus.GaugeVec
+	keys     *prometheus.GaugeVec // the top keys' jobs (flow control)
+	rateUsed *prometheus.GaugeVec // global rate limits: claimed in the window
+	rateMax  *prometheus.GaugeVec // and the limit
 	listener net.Listener
 	server   *http.Server
 }
@@ -32,8 +37,18 @@ func (w *Worker) newMetricsServer() (*metricsServer, error) {
 		oldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "hopper", Name: "queue_oldest_ready_seconds", Help: "Age of the oldest ready job per queue (claim lag).",
 		}, []string{"queue"}),
+		keys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "hopper", Name: "key_jobs",
+			Help: fmt.Sprintf("Jobs per concurrency key and state (ready, running), for the %d keys with the most ready jobs.", metricKeys),
+		}, []string{"queue", "key", "state"}),
+		rateUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "hopper", Name: "rate_limit_used", Help: "Jobs claimed in a global rate limit's current window, per queue and group.",
+		}, []string{"queue", "group"}),
+		rateMax: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "hopper", Name: "rate_limit_jobs", Help: "A global rate limit: jobs allowed per window, per queue and group.",
+		}, []string{"queue", "group"}),
 	}
-	for _, c := range append(w.metrics.collectors(), ms.jobs, ms.oldest, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})) {
+	for _, c := range append(w.metrics.collectors(), ms.jobs, ms.oldest, ms.keys, ms.rateUsed, ms.rateMax, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})) {
 		if err := ms.registry.Register(c); err != nil {
 			return nil, err
 		}
@@ -92,6 +107,7 @@ func (w *Worker) serveMetrics(ctx context.Context, ms *metricsServer) {
 		for q, age := range oldest {
 			ms.oldest.WithLabelValues(q).Set(age)
 		}
+		w.refreshFlowGauges(ctx, ms)
 	}
 	refresh()
 	t := time.NewTicker(w.cfg.MetricsInterval)
@@ -106,5 +122,42 @@ func (w *Worker) serveMetrics(ctx context.Context, ms *metricsServer) {
 		case <-t.C:
 			refresh()
 		}
+	}
+}
+
+// metricKeys bounds the keys exported as gauges: a label per key would
+// otherwise grow with the number of tenants.
+const metricKeys = 20
+
+// refreshFlowGauges sets the flow-control gauges: the top keys' ready and
+// running jobs, and each global rate limit's window.
+func (w *Worker) refreshFlowGauges(ctx context.Context, ms *metricsServer) {
+	keys, err := w.q.KeyStats(ctx, db.KeyStatsParams{MaxKeys: metricKeys})
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("metrics: key stats query failed", "error", err)
+		}
+		return
+	}
+	ms.keys.Reset()
+	for _, k := range keys {
+		ms.keys.WithLabelValues(k.Queue, k.ConcurrencyKey, "ready").Set(float64(k.Ready))
+		ms.keys.WithLabelValues(k.Queue, k.ConcurrencyKey, "running").Set(float64(k.Running))
+	}
+	rates, err := w.q.RateStats(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("metrics: rate stats query failed", "error", err)
+		}
+		return
+	}
+	ms.rateUsed.Reset()
+	ms.rateMax.Reset()
+	for i, r := range rates {
+		if i == metricKeys*5 { // a limit by key has a group per key
+			break
+		}
+		ms.rateUsed.WithLabelValues(r.Queue, r.RateGroup).Set(float64(r.Used))
+		ms.rateMax.WithLabelValues(r.Queue, r.RateGroup).Set(float64(r.RateLimit))
 	}
 }

@@ -21,6 +21,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(flowHelperEnv); mode != "" {
+		os.Exit(runFlowHelper(mode))
+	}
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(runHelper())
 	}

@@ -79,6 +79,7 @@ func commands() []*command {
 		migrateCommand(),
 		enqueueCommand(),
 		statsCommand(),
+		keysCommand(),
 		jobsCommand(),
 		queueCommand(),
 		schedulesCommand(),
