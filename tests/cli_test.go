@@ -493,3 +493,24 @@ func TestBenchRuns(t *testing.T) {
 	}
 	require.Regexp(t, `hopper bench: unknown mode`, runHopper(t, testdb.Server(t), "", "bench", "--mode", "warp").stderr)
 }
+
+// TestKeys: hopper keys lists the keys with the most ready jobs, and the
+// rate limits' budgets (none here), as a table and as JSON.
+func TestKeys(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	for _, key := range []string{"acme", "acme", "acme", "globex"} {
+		r := runHopper(t, d.URL, "", "enqueue", "--kind", "sync", "--concurrency-key", key)
+		require.Zero(t, r.code, r.stderr)
+	}
+	require.Zero(t, runHopper(t, d.URL, "", "enqueue", "--kind", "sync").code)
+	r := runHopper(t, d.URL, "", "keys")
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, `(?s)default\s+acme\s+3\s+0\s+0\n.*default\s+globex\s+1\s+0\s+0\n`, r.stdout)
+	require.Contains(t, r.stdout, "(no global rate limit in use)")
+	r = runHopper(t, d.URL, "", "keys", "--json", "--limit", "1")
+	require.Zero(t, r.code, r.stderr)
+	require.JSONEq(t, `{"keys":[{"queue":"default","key":"acme","ready":3,"running":0,"scheduled":0}],"rate_limits":[]}`, r.stdout)
+	requireFailure(t, runHopper(t, d.URL, "", "keys", "--limit", "0"), 2, "--limit 0 is outside 1 to 1000")
+	requireFailure(t, runHopper(t, d.URL, "", "enqueue", "--kind", "sync", "--concurrency-key", strings.Repeat("k", 256)), 2, "invalid concurrency key")
+}

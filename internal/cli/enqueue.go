@@ -14,7 +14,7 @@ import (
 
 func enqueueCommand() *command {
 	var (
-		kind, payload, queue, uniqueKey, runAt string
+		kind, payload, queue, uniqueKey, runAt, key string
 		priority, maxAttempts, version         int
 		delay                                  time.Duration
 		meta                                   jobs.Meta
@@ -31,6 +31,7 @@ func enqueueCommand() *command {
 			fs.DurationVar(&delay, "delay", 0, "run no earlier than this long from now (e.g. 90s, 2h)")
 			fs.StringVar(&runAt, "run-at", "", "run no earlier than this RFC 3339 time (2026-11-22T15:04:05Z), or this long from now (10m)")
 			fs.StringVar(&uniqueKey, "unique-key", "", "skip if a live job holds this key")
+			fs.StringVar(&key, "concurrency-key", "", "the job's concurrency key (flow control: per-key limits, fairness)")
 			fs.IntVar(&version, "version", 1, "payload version")
 			fs.IntVar(&maxAttempts, "max-attempts", jobs.DefaultMaxAttempts, "attempts before the job is dead")
 			fs.Func("meta", "metadata tag KEY=VALUE (repeat for more)", func(kv string) error {
@@ -70,6 +71,9 @@ func enqueueCommand() *command {
 				}
 				opts = append(opts, jobs.RunAt(t))
 			}
+			if key != "" {
+				opts = append(opts, jobs.ConcurrencyKey(key))
+			}
 			if uniqueKey != "" {
 				opts = append(opts, jobs.UniqueKey(uniqueKey))
 			}
@@ -85,7 +89,7 @@ func enqueueCommand() *command {
 			if err != nil {
 				var invalid bool
 				for _, sentinel := range []error{jobs.ErrInvalidQueue, jobs.ErrInvalidPriority, jobs.ErrInvalidMaxAttempts,
-					jobs.ErrInvalidSchedule, jobs.ErrInvalidUniqueKey, jobs.ErrInvalidDefinition, jobs.ErrPayloadTooLarge} {
+					jobs.ErrInvalidSchedule, jobs.ErrInvalidUniqueKey, jobs.ErrInvalidConcurrencyKey, jobs.ErrInvalidDefinition, jobs.ErrPayloadTooLarge} {
 					invalid = invalid || errors.Is(err, sentinel)
 				}
 				if invalid {

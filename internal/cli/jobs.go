@@ -148,6 +148,9 @@ func printJob(w io.Writer, r jobs.Row) {
 	if r.UniqueKey != "" {
 		fmt.Fprintf(w, "unique key: %s\n", r.UniqueKey)
 	}
+	if r.ConcurrencyKey != "" {
+		fmt.Fprintf(w, "concurrency key: %s\n", r.ConcurrencyKey)
+	}
 	if r.Reason != "" {
 		fmt.Fprintf(w, "reason: %s\n", r.Reason)
 	}
