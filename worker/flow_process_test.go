@@ -82,8 +82,9 @@ func runFlowHelper(mode string) int {
 
 // flowProc is a started flow helper.
 type flowProc struct {
-	cmd *exec.Cmd
-	id  string
+	cmd      *exec.Cmd
+	id       string
+	killedAt time.Time
 }
 
 func startFlowHelper(t *testing.T, b *bundle, mode, id string) *flowProc {
@@ -98,13 +99,21 @@ func startFlowHelper(t *testing.T, b *bundle, mode, id string) *flowProc {
 	return &flowProc{cmd: cmd, id: id}
 }
 
-// kill SIGKILLs the process and closes its ledger rows at the database's
-// clock now: the process is gone, so its runs have ended by then.
+// kill SIGKILLs the process and notes when, by the database's clock: the
+// process is gone, so its runs have ended by then.
 func (p *flowProc) kill(t *testing.T, b *bundle) {
 	t.Helper()
 	require.NoError(t, p.cmd.Process.Kill())
 	_ = p.cmd.Wait()
-	_, err := b.pool.Exec(b.ctx, "UPDATE flow_ledger SET ended_at = clock_timestamp(), outcome = 'killed' WHERE worker = $1 AND ended_at IS NULL", p.id)
+	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT clock_timestamp()").Scan(&p.killedAt))
+}
+
+// closeRuns ends the killed process's open ledger rows at its death (a row
+// its dying session wrote after that ran no handler code).
+func (p *flowProc) closeRuns(t *testing.T, b *bundle) {
+	t.Helper()
+	_, err := b.pool.Exec(b.ctx, `UPDATE flow_ledger SET ended_at = greatest(started_at, $2), outcome = 'killed'
+		WHERE worker = $1 AND ended_at IS NULL`, p.id, p.killedAt)
 	require.NoError(t, err)
 }
 
@@ -153,6 +162,7 @@ func TestKeyLimitAcrossProcesses(t *testing.T) {
 	startFlowHelper(t, b, "keys", "replacement")
 	testdb.WaitFor(t, "every job done, every run's outcome recorded", func() bool {
 		live, _ := b.totals(t)
+		victim.closeRuns(t, b)
 		return live == 0 && b.count(t, "SELECT count(*) FROM flow_ledger WHERE outcome IS NULL") == 0
 	})
 	require.Positive(t, b.count(t, "SELECT count(*) FROM flow_ledger WHERE outcome = 'refused'"), "the lossy worker lost leases")

@@ -347,3 +347,59 @@ func TestFlowStats(t *testing.T) {
 		return live == 0
 	})
 }
+
+// TestKeyLimitDoesNotBlockOtherKeys: strict order with a per-key limit of
+// 1, and 300 jobs of one key ahead of 10 each of ten others. The head of
+// the queue is all the one key, at its limit: the claim looks past it for
+// the other keys, which finish while most of the first key's backlog still
+// waits (it runs one at a time).
+func TestKeyLimitDoesNotBlockOtherKeys(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "tenant")
+	var entries []jobs.Entry
+	for i := range 300 {
+		entries = append(entries, k.Entry(Task{N: i}, jobs.ConcurrencyKey("flood")))
+	}
+	_, err := jobs.EnqueueBatch(b.ctx, b.pool, entries)
+	require.NoError(t, err)
+	entries = entries[:0]
+	for i := range 100 {
+		entries = append(entries, k.Entry(Task{N: i}, jobs.ConcurrencyKey(fmt.Sprintf("tenant-%d", i%10))))
+	}
+	_, err = jobs.EnqueueBatch(b.ctx, b.pool, entries)
+	require.NoError(t, err)
+	ledger := newKeyLedger()
+	var mu sync.Mutex
+	others, floodDone := 0, 0
+	floodLeftWhenOthersDone := -1
+	start(t, b, worker.Config{
+		Queues:      map[string]int{"default": 10},
+		FlowControl: map[string]worker.FlowControl{"default": {KeyLimit: 1}},
+	}, func(w *worker.Worker) {
+		must(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
+			ledger.enter(j.ConcurrencyKey)
+			defer ledger.leave(j.ConcurrencyKey)
+			mu.Lock()
+			defer mu.Unlock()
+			if j.ConcurrencyKey == "flood" {
+				floodDone++
+				return nil
+			}
+			if others++; others == 100 {
+				floodLeftWhenOthersDone = 300 - floodDone
+			}
+			return nil
+		}))
+	})
+	testdb.WaitFor(t, "the other keys' jobs to run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return others == 100
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	require.Greater(t, floodLeftWhenOthersDone, 200, "the flood runs one at a time, the others beside it")
+	for key, most := range ledger.most {
+		require.Equal(t, 1, most, key)
+	}
+}

@@ -27,69 +27,65 @@ WITH clock AS MATERIALIZED (
       AND c.queue = $3::text
       AND c.claimed_at > clock.at - '1 millisecond'::interval * $5::bigint
     GROUP BY c.rate_group
-), fair_keys AS MATERIALIZED (
-    SELECT k::text AS key
-    FROM hopper_ready_keys($3::text, $6::text, $7::integer) AS k
-    WHERE $8::boolean
-), key_share AS MATERIALIZED (
-    SELECT (greatest($7::integer, 1) - 1) / greatest(count(1)::integer, 1) + 1 AS jobs
-    FROM fair_keys
-), candidates AS (
-    -- strict: the first scan ready jobs, skipping keys at their limit
-    (SELECT j.id, j.kind, j.concurrency_key, j.priority, j.run_at
-     FROM hopper_jobs AS j
-     WHERE NOT $8::boolean
-       AND NOT (SELECT yes FROM paused)
-       AND j.state = 'pending'
-       AND j.queue = $3::text
-       AND j.run_at <= now()
-       AND j.version <= ($9::integer[])[array_position($10::text[], j.kind)]
-       AND (j.concurrency_key IS NULL
-            OR coalesce(nullif(($11::integer[])[array_position($10::text[], j.kind)], 0), nullif($12::integer, 0)) IS NULL
-            OR coalesce((SELECT running.jobs FROM running WHERE running.key = j.concurrency_key), 0)
-               < coalesce(nullif(($11::integer[])[array_position($10::text[], j.kind)], 0), nullif($12::integer, 0)))
-     ORDER BY j.priority, j.run_at, j.id
-     LIMIT $13::integer)
-    UNION ALL
-    -- fair: each key's share of its first ready jobs
+), head AS MATERIALIZED (
+    -- the first scan ready jobs, in Dequeue's order
+    SELECT j.id, j.kind, j.concurrency_key, j.priority, j.run_at,
+           coalesce(nullif(($6::integer[])[array_position($7::text[], j.kind)], 0), nullif($8::integer, 0)) AS key_limit
+    FROM hopper_jobs AS j
+    WHERE NOT (SELECT yes FROM paused)
+      AND j.state = 'pending'
+      AND j.queue = $3::text
+      AND j.run_at <= now()
+      AND j.version <= ($9::integer[])[array_position($7::text[], j.kind)]
+    ORDER BY j.priority, j.run_at, j.id
+    LIMIT $10::integer
+), open_head AS MATERIALIZED (
+    -- strict: those whose key is not at its limit; fair: those without a key
     SELECT h.id, h.kind, h.concurrency_key, h.priority, h.run_at
-    FROM fair_keys AS f
+    FROM head AS h
+    WHERE CASE WHEN $11::boolean THEN h.concurrency_key IS NULL
+               ELSE h.concurrency_key IS NULL OR h.key_limit IS NULL
+                    OR coalesce((SELECT running.jobs FROM running WHERE running.key = h.concurrency_key), 0) < h.key_limit
+          END
+), round_keys AS MATERIALIZED (
+    -- the next keys with ready work: always when fair, else only when the
+    -- head is crowded by keys at their limit
+    SELECT k::text AS key
+    FROM hopper_ready_keys($3::text, $12::text, $13::integer) AS k
+    WHERE NOT (SELECT yes FROM paused)
+      AND ($11::boolean
+           OR ((SELECT count(1) FROM head) >= $10::integer AND (SELECT count(1) FROM open_head) < $13::integer))
+), key_share AS MATERIALIZED (
+    SELECT (greatest($13::integer, 1) - 1) / greatest(count(1)::integer, 1) + 1 AS jobs
+    FROM round_keys
+), candidates AS (
+    SELECT o.id, o.kind, o.concurrency_key, o.priority, o.run_at
+    FROM open_head AS o
+    UNION
+    -- each round key's share of its first ready jobs
+    SELECT r.id, r.kind, r.concurrency_key, r.priority, r.run_at
+    FROM round_keys AS rk
     CROSS JOIN LATERAL (
         SELECT j.id, j.kind, j.concurrency_key, j.priority, j.run_at
         FROM hopper_jobs AS j
         WHERE j.queue = $3::text
           AND j.state = 'pending'
-          AND j.concurrency_key = f.key
+          AND j.concurrency_key = rk.key
           AND j.run_at <= now()
-          AND j.version <= ($9::integer[])[array_position($10::text[], j.kind)]
+          AND j.version <= ($9::integer[])[array_position($7::text[], j.kind)]
         ORDER BY j.priority, j.run_at, j.id
         LIMIT (SELECT key_share.jobs FROM key_share)
-    ) AS h
-    WHERE NOT (SELECT yes FROM paused)
-    UNION ALL
-    -- fair: jobs without a key, among the queue's first ready jobs
-    SELECT head.id, head.kind, head.concurrency_key, head.priority, head.run_at
-    FROM (SELECT j.id, j.kind, j.concurrency_key, j.priority, j.run_at, j.version
-          FROM hopper_jobs AS j
-          WHERE $8::boolean
-            AND NOT (SELECT yes FROM paused)
-            AND j.state = 'pending'
-            AND j.queue = $3::text
-            AND j.run_at <= now()
-          ORDER BY j.priority, j.run_at, j.id
-          LIMIT $7::integer) AS head
-    WHERE head.concurrency_key IS NULL
-      AND head.version <= ($9::integer[])[array_position($10::text[], head.kind)]
+    ) AS r
 ), keyed AS (
     SELECT c.id, c.kind, c.concurrency_key, c.priority, c.run_at,
            row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.priority, c.run_at, c.id) AS key_rank,
-           coalesce(nullif(($11::integer[])[array_position($10::text[], c.kind)], 0), nullif($12::integer, 0)) AS key_limit,
+           coalesce(nullif(($6::integer[])[array_position($7::text[], c.kind)], 0), nullif($8::integer, 0)) AS key_limit,
            CASE $14::text WHEN 'kind' THEN c.kind WHEN 'key' THEN coalesce(c.concurrency_key, '') ELSE '' END AS rate_group
     FROM candidates AS c
 ), within_key AS (
     SELECT k.id, k.concurrency_key, k.priority, k.run_at, k.key_rank, k.rate_group,
            row_number() OVER (PARTITION BY k.rate_group
-                              ORDER BY CASE WHEN $8::boolean THEN k.key_rank ELSE 0 END, k.priority, k.run_at, k.id) AS rate_rank
+                              ORDER BY CASE WHEN $11::boolean THEN k.key_rank ELSE 0 END, k.priority, k.run_at, k.id) AS rate_rank
     FROM keyed AS k
     WHERE k.concurrency_key IS NULL OR k.key_limit IS NULL
        OR k.key_rank + coalesce((SELECT running.jobs FROM running WHERE running.key = k.concurrency_key), 0) <= k.key_limit
@@ -98,8 +94,8 @@ WITH clock AS MATERIALIZED (
     FROM within_key AS w
     WHERE $4::integer <= 0
        OR w.rate_rank + coalesce((SELECT used.jobs FROM used WHERE used.rate_group = w.rate_group), 0) <= $4::integer
-    ORDER BY CASE WHEN $8::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id
-    LIMIT $7::integer
+    ORDER BY CASE WHEN $11::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id
+    LIMIT $13::integer
 ), picked AS (
     SELECT j.id, allowed.rate_group
     FROM hopper_jobs AS j
@@ -137,14 +133,14 @@ type DequeueLimitedParams struct {
 	Queue        string
 	RateLimit    int32
 	RateWindowMs int64
+	KeyLimits    []int32
+	Kinds        []string
+	KeyLimit     int32
+	MaxVersions  []int32
+	Scan         int32
+	Fair         bool
 	AfterKey     string
 	MaxJobs      int32
-	Fair         bool
-	MaxVersions  []int32
-	Kinds        []string
-	KeyLimits    []int32
-	KeyLimit     int32
-	Scan         int32
 	RateBy       string
 }
 
@@ -166,9 +162,13 @@ type DequeueLimitedParams struct {
 //     skipping from key to key in hopper_jobs_key_idx), a share of each
 //     one's first jobs, and orders them first by their rank within their key,
 //     then by priority, run_at and id; jobs without a key count as one more
-//     key, found among the queue's first max_jobs ready jobs. Without fair
-//     the order is Dequeue's, among the first scan ready jobs whose key is
-//     not at its limit.
+//     key, found among the queue's first scan ready jobs.
+//
+// Without fair the order is Dequeue's, among the first scan ready jobs
+// whose key is not at its limit. When those are crowded by keys at their
+// limit (the scan is full and leaves fewer than max_jobs), the claim also
+// takes the next keys with ready work after after_key, as a fair claim
+// does, so one key's backlog never blocks the others' jobs behind it.
 func (q *Queries) DequeueLimited(ctx context.Context, arg DequeueLimitedParams) ([]HopperJob, error) {
 	rows, err := q.db.Query(ctx, dequeueLimited,
 		arg.Owner,
@@ -176,14 +176,14 @@ func (q *Queries) DequeueLimited(ctx context.Context, arg DequeueLimitedParams) 
 		arg.Queue,
 		arg.RateLimit,
 		arg.RateWindowMs,
+		arg.KeyLimits,
+		arg.Kinds,
+		arg.KeyLimit,
+		arg.MaxVersions,
+		arg.Scan,
+		arg.Fair,
 		arg.AfterKey,
 		arg.MaxJobs,
-		arg.Fair,
-		arg.MaxVersions,
-		arg.Kinds,
-		arg.KeyLimits,
-		arg.KeyLimit,
-		arg.Scan,
 		arg.RateBy,
 	)
 	if err != nil {

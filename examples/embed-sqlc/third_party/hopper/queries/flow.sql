@@ -28,9 +28,13 @@ SELECT pg_advisory_xact_lock(to_regclass('hopper_jobs')::oid::integer, hashtext(
 --    skipping from key to key in hopper_jobs_key_idx), a share of each
 --    one's first jobs, and orders them first by their rank within their key,
 --    then by priority, run_at and id; jobs without a key count as one more
---    key, found among the queue's first max_jobs ready jobs. Without fair
---    the order is Dequeue's, among the first scan ready jobs whose key is
---    not at its limit.
+--    key, found among the queue's first scan ready jobs.
+--
+-- Without fair the order is Dequeue's, among the first scan ready jobs
+-- whose key is not at its limit. When those are crowded by keys at their
+-- limit (the scan is full and leaves fewer than max_jobs), the claim also
+-- takes the next keys with ready work after after_key, as a fair claim
+-- does, so one key's backlog never blocks the others' jobs behind it.
 WITH clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
 ), paused AS MATERIALIZED (
@@ -48,59 +52,55 @@ WITH clock AS MATERIALIZED (
       AND c.queue = @queue::text
       AND c.claimed_at > clock.at - '1 millisecond'::interval * @rate_window_ms::bigint
     GROUP BY c.rate_group
-), fair_keys AS MATERIALIZED (
+), head AS MATERIALIZED (
+    -- the first scan ready jobs, in Dequeue's order
+    SELECT j.id, j.kind, j.concurrency_key, j.priority, j.run_at,
+           coalesce(nullif((@key_limits::integer[])[array_position(@kinds::text[], j.kind)], 0), nullif(@key_limit::integer, 0)) AS key_limit
+    FROM hopper_jobs AS j
+    WHERE NOT (SELECT yes FROM paused)
+      AND j.state = 'pending'
+      AND j.queue = @queue::text
+      AND j.run_at <= now()
+      AND j.version <= (@max_versions::integer[])[array_position(@kinds::text[], j.kind)]
+    ORDER BY j.priority, j.run_at, j.id
+    LIMIT @scan::integer
+), open_head AS MATERIALIZED (
+    -- strict: those whose key is not at its limit; fair: those without a key
+    SELECT h.id, h.kind, h.concurrency_key, h.priority, h.run_at
+    FROM head AS h
+    WHERE CASE WHEN @fair::boolean THEN h.concurrency_key IS NULL
+               ELSE h.concurrency_key IS NULL OR h.key_limit IS NULL
+                    OR coalesce((SELECT running.jobs FROM running WHERE running.key = h.concurrency_key), 0) < h.key_limit
+          END
+), round_keys AS MATERIALIZED (
+    -- the next keys with ready work: always when fair, else only when the
+    -- head is crowded by keys at their limit
     SELECT k::text AS key
     FROM hopper_ready_keys(@queue::text, @after_key::text, @max_jobs::integer) AS k
-    WHERE @fair::boolean
+    WHERE NOT (SELECT yes FROM paused)
+      AND (@fair::boolean
+           OR ((SELECT count(1) FROM head) >= @scan::integer AND (SELECT count(1) FROM open_head) < @max_jobs::integer))
 ), key_share AS MATERIALIZED (
     SELECT (greatest(@max_jobs::integer, 1) - 1) / greatest(count(1)::integer, 1) + 1 AS jobs
-    FROM fair_keys
+    FROM round_keys
 ), candidates AS (
-    -- strict: the first scan ready jobs, skipping keys at their limit
-    (SELECT j.id, j.kind, j.concurrency_key, j.priority, j.run_at
-     FROM hopper_jobs AS j
-     WHERE NOT @fair::boolean
-       AND NOT (SELECT yes FROM paused)
-       AND j.state = 'pending'
-       AND j.queue = @queue::text
-       AND j.run_at <= now()
-       AND j.version <= (@max_versions::integer[])[array_position(@kinds::text[], j.kind)]
-       AND (j.concurrency_key IS NULL
-            OR coalesce(nullif((@key_limits::integer[])[array_position(@kinds::text[], j.kind)], 0), nullif(@key_limit::integer, 0)) IS NULL
-            OR coalesce((SELECT running.jobs FROM running WHERE running.key = j.concurrency_key), 0)
-               < coalesce(nullif((@key_limits::integer[])[array_position(@kinds::text[], j.kind)], 0), nullif(@key_limit::integer, 0)))
-     ORDER BY j.priority, j.run_at, j.id
-     LIMIT @scan::integer)
-    UNION ALL
-    -- fair: each key's share of its first ready jobs
-    SELECT h.id, h.kind, h.concurrency_key, h.priority, h.run_at
-    FROM fair_keys AS f
+    SELECT o.id, o.kind, o.concurrency_key, o.priority, o.run_at
+    FROM open_head AS o
+    UNION
+    -- each round key's share of its first ready jobs
+    SELECT r.id, r.kind, r.concurrency_key, r.priority, r.run_at
+    FROM round_keys AS rk
     CROSS JOIN LATERAL (
         SELECT j.id, j.kind, j.concurrency_key, j.priority, j.run_at
         FROM hopper_jobs AS j
         WHERE j.queue = @queue::text
           AND j.state = 'pending'
-          AND j.concurrency_key = f.key
+          AND j.concurrency_key = rk.key
           AND j.run_at <= now()
           AND j.version <= (@max_versions::integer[])[array_position(@kinds::text[], j.kind)]
         ORDER BY j.priority, j.run_at, j.id
         LIMIT (SELECT key_share.jobs FROM key_share)
-    ) AS h
-    WHERE NOT (SELECT yes FROM paused)
-    UNION ALL
-    -- fair: jobs without a key, among the queue's first ready jobs
-    SELECT head.id, head.kind, head.concurrency_key, head.priority, head.run_at
-    FROM (SELECT j.id, j.kind, j.concurrency_key, j.priority, j.run_at, j.version
-          FROM hopper_jobs AS j
-          WHERE @fair::boolean
-            AND NOT (SELECT yes FROM paused)
-            AND j.state = 'pending'
-            AND j.queue = @queue::text
-            AND j.run_at <= now()
-          ORDER BY j.priority, j.run_at, j.id
-          LIMIT @max_jobs::integer) AS head
-    WHERE head.concurrency_key IS NULL
-      AND head.version <= (@max_versions::integer[])[array_position(@kinds::text[], head.kind)]
+    ) AS r
 ), keyed AS (
     SELECT c.id, c.kind, c.concurrency_key, c.priority, c.run_at,
            row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.priority, c.run_at, c.id) AS key_rank,
