@@ -9,6 +9,50 @@ import (
 	"context"
 )
 
+const agePriorities = `-- name: AgePriorities :execrows
+WITH due AS (
+    UPDATE hopper_queues AS q
+    SET aged_at = now()
+    WHERE q.name = $1::text
+      AND (q.aged_at IS NULL OR q.aged_at <= now() - '1 millisecond'::interval * $2::bigint)
+    RETURNING q.name
+), aged AS (
+    SELECT j.id
+    FROM hopper_jobs AS j
+    JOIN due ON due.name = j.queue
+    WHERE j.state = 'pending'
+      AND j.priority > 0
+      AND j.run_at <= now() - '1 millisecond'::interval * $2::bigint
+    ORDER BY j.run_at
+    LIMIT $3::integer
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE hopper_jobs AS j
+SET priority = j.priority - 1
+FROM aged
+WHERE j.id = aged.id
+`
+
+type AgePrioritiesParams struct {
+	Queue   string `json:"queue"`
+	AgingMs int64  `json:"aging_ms"`
+	MaxJobs int32  `json:"max_jobs"`
+}
+
+// Priority aging for a queue: at most once per aging_ms across all workers
+// (compare-and-set on hopper_queues.aged_at), every ready job that has
+// waited longer than aging_ms moves one priority step up (its number goes
+// down by one, to 0 at the least), up to max_jobs of them, the longest
+// waiting first. A job that has waited k intervals has gained about k steps,
+// so a low priority cannot starve behind a steady stream of higher ones.
+func (q *Queries) AgePriorities(ctx context.Context, arg AgePrioritiesParams) (int64, error) {
+	result, err := q.db.Exec(ctx, agePriorities, arg.Queue, arg.AgingMs, arg.MaxJobs)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const dequeueLimited = `-- name: DequeueLimited :many
 WITH clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at

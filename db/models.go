@@ -97,6 +97,7 @@ type HopperQueue struct {
 	PausedAt  *time.Time `json:"paused_at"`
 	CreatedAt time.Time  `json:"created_at"`
 	UpdatedAt time.Time  `json:"updated_at"`
+	AgedAt    *time.Time `json:"aged_at"`
 }
 
 type HopperRateClaim struct {

@@ -29,6 +29,13 @@ type FlowControl struct {
 	// only seen among the queue's first ready jobs: give every job of a fair
 	// queue a key. Off, the order is strict: priority, run_at, id.
 	Fair bool
+	// PriorityAging, when positive, moves every ready job that has waited
+	// longer than this one priority step up (its number down by one) per
+	// interval waited, so that low priorities cannot starve behind a steady
+	// stream of higher ones: a job enqueued at 9 runs as 0 after nine
+	// intervals. The workers age a queue at most once per interval between
+	// them, in bounded batches. The stored priority changes.
+	PriorityAging time.Duration
 }
 
 // Rate is a rate limit: no more than Limit jobs claimed in any window of
@@ -64,6 +71,9 @@ const (
 	MaxRatePer = 24 * time.Hour
 	// MaxKeyLimit bounds KeyLimit: a larger limit is no limit.
 	MaxKeyLimit = 1 << 20
+	// Bounds of PriorityAging.
+	MinPriorityAging = 100 * time.Millisecond
+	MaxPriorityAging = 7 * 24 * time.Hour
 )
 
 func (r Rate) set() bool { return r != Rate{} }
@@ -100,6 +110,9 @@ func (f FlowControl) validate() error {
 	if err := validateKeyLimit(f.KeyLimit); err != nil {
 		return err
 	}
+	if a := f.PriorityAging; a != 0 && (a < MinPriorityAging || a > MaxPriorityAging) {
+		return fmt.Errorf("priority aging %v is outside %v to %v (0: none)", a, MinPriorityAging, MaxPriorityAging)
+	}
 	return f.Rate.validate()
 }
 
@@ -128,8 +141,9 @@ func KeyLimit(n int) HandleOption {
 // queueFlow is a queue's flow control as its claim loop uses it.
 type queueFlow struct {
 	FlowControl
-	local    *localRate // Rate.Local's window; nil: none
-	afterKey string     // Fair: the next claim takes keys after this one
+	local     *localRate // Rate.Local's window; nil: none
+	afterKey  string     // the next round of keys starts after this one
+	nextAging time.Time  // when this worker next tries to age priorities
 }
 
 func newQueueFlow(f FlowControl) *queueFlow {

@@ -18,6 +18,9 @@ import (
 // cut the claim short.
 func (w *Worker) dequeueLimited(ctx context.Context, qr *queueRunner, n int) ([]db.HopperJob, time.Duration, error) {
 	f := qr.flow
+	if f.PriorityAging > 0 && !time.Now().Before(f.nextAging) {
+		w.agePriorities(ctx, qr)
+	}
 	if f.local != nil {
 		got, wait := f.local.take(time.Now(), n)
 		if got == 0 {
@@ -83,6 +86,29 @@ func (w *Worker) dequeueLimited(ctx context.Context, qr *queueRunner, n int) ([]
 		f.afterKey = lastKey(claimed)
 	}
 	return claimed, wait, nil
+}
+
+// agingBatch bounds one aging statement.
+const agingBatch = 10000
+
+// agePriorities ages the queue's waiting jobs if no worker has in the last
+// interval. It tries four times per interval, so that the interval between
+// two agings stays close to PriorityAging whichever worker does it.
+func (w *Worker) agePriorities(ctx context.Context, qr *queueRunner) {
+	f := qr.flow
+	f.nextAging = time.Now().Add(f.PriorityAging / 4)
+	n, err := w.q.AgePriorities(ctx, db.AgePrioritiesParams{
+		Queue: qr.name, AgingMs: f.PriorityAging.Milliseconds(), MaxJobs: agingBatch,
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("priority aging failed", "queue", qr.name, "error", err)
+		}
+		return
+	}
+	if n > 0 {
+		w.log.Debug("priorities aged", "queue", qr.name, "jobs", n)
+	}
 }
 
 // scanFor is how many ready jobs a strict limited claim of n looks at:

@@ -238,6 +238,8 @@ func TestFlowControlRejectsBadInput(t *testing.T) {
 		{"window too short", worker.FlowControl{Rate: worker.Rate{Limit: 5, Per: time.Microsecond}}, "rate window 1µs"},
 		{"window too long", worker.FlowControl{Rate: worker.Rate{Limit: 5, Per: 48 * time.Hour}}, "rate window 48h0m0s"},
 		{"unknown group", worker.FlowControl{Rate: worker.Rate{Limit: 5, Per: time.Second, By: "tenant"}}, `rate group "tenant"`},
+		{"aging too short", worker.FlowControl{PriorityAging: time.Millisecond}, "priority aging 1ms"},
+		{"negative aging", worker.FlowControl{PriorityAging: -time.Second}, "priority aging -1s"},
 		{"local by key", worker.FlowControl{Rate: worker.Rate{Limit: 5, Per: time.Second, By: worker.RateByKey, Local: true}}, "local rate limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -402,4 +404,48 @@ func TestKeyLimitDoesNotBlockOtherKeys(t *testing.T) {
 	for key, most := range ledger.most {
 		require.Equal(t, 1, most, key)
 	}
+}
+
+// TestPriorityAging: one slot, and chains of priority-0 jobs that each
+// enqueue the next, so that a priority-0 job is always ready. A job of
+// priority 9 would wait forever; aged every 100ms, it runs, at priority 0
+// by then.
+func TestPriorityAging(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "chain")
+	low := kind(t, "low")
+	var mu sync.Mutex
+	ranAt := -1
+	stop := false
+	start(t, b, worker.Config{
+		Queues:      map[string]int{"default": 1},
+		FlowControl: map[string]worker.FlowControl{"default": {PriorityAging: 100 * time.Millisecond}},
+	}, func(w *worker.Worker) {
+		must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			mu.Lock()
+			done := stop
+			mu.Unlock()
+			if done {
+				return nil
+			}
+			_, err := k.Enqueue(ctx, b.pool, Task{N: j.Payload.N + 1})
+			return err
+		}))
+		must(t, worker.Handle(w, low, func(_ context.Context, j *jobs.Job[Task]) error {
+			mu.Lock()
+			defer mu.Unlock()
+			ranAt, stop = j.Priority, true
+			return nil
+		}))
+	})
+	_, err := low.Enqueue(b.ctx, b.pool, Task{}, jobs.Priority(9))
+	require.NoError(t, err)
+	_, err = k.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{}, Task{}, Task{}))
+	require.NoError(t, err)
+	testdb.WaitFor(t, "the priority-9 job to run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return ranAt >= 0
+	})
+	require.Equal(t, 0, ranAt)
 }

@@ -97,6 +97,7 @@ type HopperQueue struct {
 	PausedAt  *time.Time
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	AgedAt    *time.Time
 }
 
 type HopperRateClaim struct {

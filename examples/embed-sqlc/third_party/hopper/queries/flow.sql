@@ -151,6 +151,35 @@ FROM picked
 WHERE j.id = picked.id
 RETURNING j.*;
 
+-- name: AgePriorities :execrows
+-- Priority aging for a queue: at most once per aging_ms across all workers
+-- (compare-and-set on hopper_queues.aged_at), every ready job that has
+-- waited longer than aging_ms moves one priority step up (its number goes
+-- down by one, to 0 at the least), up to max_jobs of them, the longest
+-- waiting first. A job that has waited k intervals has gained about k steps,
+-- so a low priority cannot starve behind a steady stream of higher ones.
+WITH due AS (
+    UPDATE hopper_queues AS q
+    SET aged_at = now()
+    WHERE q.name = @queue::text
+      AND (q.aged_at IS NULL OR q.aged_at <= now() - '1 millisecond'::interval * @aging_ms::bigint)
+    RETURNING q.name
+), aged AS (
+    SELECT j.id
+    FROM hopper_jobs AS j
+    JOIN due ON due.name = j.queue
+    WHERE j.state = 'pending'
+      AND j.priority > 0
+      AND j.run_at <= now() - '1 millisecond'::interval * @aging_ms::bigint
+    ORDER BY j.run_at
+    LIMIT @max_jobs::integer
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE hopper_jobs AS j
+SET priority = j.priority - 1
+FROM aged
+WHERE j.id = aged.id;
+
 -- name: RateWait :one
 -- How long, in milliseconds, until the oldest claim in a queue's rate
 -- window leaves it and gives its budget back (0: the window is empty).

@@ -18,6 +18,7 @@ SELECT h.id, h.queue, h.kind, h.version, h.payload, 'completed'::text, h.priorit
        h.created_at, h.finished_at, NULL::text, h.result, h.meta
 FROM hopper_job_history AS h;
 DROP TABLE IF EXISTS hopper_rate_claims;
+ALTER TABLE hopper_queues DROP COLUMN IF EXISTS aged_at;
 DROP FUNCTION IF EXISTS hopper_ready_keys(text, text, integer);
 DROP INDEX IF EXISTS hopper_jobs_key_idx;
 ALTER TABLE hopper_job_history DROP COLUMN IF EXISTS concurrency_key;

@@ -18,6 +18,10 @@ ALTER TABLE hopper_job_history ADD COLUMN concurrency_key text;
 CREATE INDEX hopper_jobs_key_idx ON hopper_jobs (queue, state, concurrency_key, priority, run_at, id)
     WHERE concurrency_key IS NOT NULL;
 
+-- When a queue's priorities were last aged (FlowControl.PriorityAging): the
+-- workers age them at most once per interval, by compare-and-set.
+ALTER TABLE hopper_queues ADD COLUMN aged_at timestamptz;
+
 -- The first max_keys keys with ready jobs in a queue after after_key, in
 -- order: a skip scan of hopper_jobs_key_idx, one index descent per key
 -- however many jobs each key has. Fair claims go round-robin with it.
