@@ -44,7 +44,10 @@
 // Options: Queue, Priority (0 runs first, 9 last; default 0), RunAt, Delay,
 // MaxAttempts (default 25) and UniqueKey. With a unique key, the enqueue is
 // a no-op while a live job (pending or running) holds the key, and
-// Result.Duplicate says so, with the holder's id.
+// Result.Duplicate says so, with the holder's id. ConcurrencyKey (or a
+// kind's KeyBy, which derives it from the payload) puts the job under a
+// concurrency key, for the workers' flow control: per-key limits, rate
+// limits per key and fair queues (see worker.FlowControl).
 //
 // EnqueueMany inserts a batch of one kind; EnqueueBatch a batch of any
 // kinds (each entry made with Kind.Entry). A plain batch reserves its ids
@@ -79,7 +82,7 @@
 // Bad input is refused before anything is written, with errors that say
 // what was wrong and match with errors.Is: ErrInvalidQueue,
 // ErrInvalidPriority, ErrInvalidMaxAttempts, ErrInvalidSchedule,
-// ErrInvalidUniqueKey, ErrMarshal, ErrPayloadTooLarge (1 MiB unless the
+// ErrInvalidUniqueKey, ErrInvalidConcurrencyKey, ErrMarshal, ErrPayloadTooLarge (1 MiB unless the
 // kind sets MaxPayloadBytes).
 //
 // # Changing a payload: versions and upgrades

@@ -29,6 +29,17 @@
 // worker whose lease expired and whose job was taken over cannot ack, fail
 // or extend it; its result is refused, logged and counted.
 //
+// # Flow control
+//
+// Config.FlowControl shapes how a queue's jobs are claimed, in the claim
+// statement itself, so the rules hold across every worker process and
+// through crashes: KeyLimit (at most N running jobs per concurrency key;
+// the KeyLimit handle option sets a kind's own), Rate (at most N jobs
+// claimed per interval, per queue, kind or key: a sliding window kept in
+// the database, or in memory with Local), Fair (keys served round-robin)
+// and PriorityAging. A queue without FlowControl claims with the plain,
+// cursor-driven statement and pays nothing.
+//
 // # Middleware and hooks
 //
 // Config.Middleware wraps every run of every handler, and the Use option

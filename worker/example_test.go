@@ -193,3 +193,49 @@ func ExampleSchedule() {
 	// unique key names the slot: true
 	// every-second @every 1s skip next after last: true
 }
+
+type Sync struct {
+	Customer string `json:"customer"`
+}
+
+// Flow control: at most one sync per customer at a time, across every
+// worker process, and customers served in turn, so one customer's backlog
+// does not hold the others back. The key comes from the payload (KeyBy).
+func ExampleFlowControl() {
+	pool, drop := testdb.ForExample()
+	defer drop()
+	ctx, stop := context.WithCancel(context.Background())
+	syncAccount := jobs.Define[Sync]("sync_account",
+		jobs.KeyBy(func(s Sync) string { return "customer:" + s.Customer }))
+	var entries []jobs.Entry
+	for _, customer := range []string{"acme", "acme", "acme", "globex"} {
+		entries = append(entries, syncAccount.Entry(Sync{Customer: customer}))
+	}
+	if _, err := jobs.EnqueueBatch(ctx, pool, entries); err != nil {
+		panic(err)
+	}
+
+	w, err := worker.New(pool, worker.Config{
+		Queues:      map[string]int{"default": 1},
+		FlowControl: map[string]worker.FlowControl{"default": {KeyLimit: 1, Fair: true}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	var order []string
+	err = worker.Handle(w, syncAccount, func(ctx context.Context, job *jobs.Job[Sync]) error {
+		order = append(order, job.Payload.Customer) // one slot: one handler at a time
+		if len(order) == 4 {
+			stop()
+		}
+		return nil
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := w.Run(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println(order)
+	// Output: [acme globex acme acme]
+}
