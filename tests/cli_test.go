@@ -134,10 +134,12 @@ func TestMigrate(t *testing.T) {
 	require.Contains(t, r.stdout, "2/u claim_cursor")
 	require.Contains(t, r.stdout, "3/u operate")
 	require.Contains(t, r.stdout, "4/u schedules")
-	require.Contains(t, r.stdout, "schema version 5 (this build's latest: 5)")
+	require.Contains(t, r.stdout, "6/u flow_control")
+	require.Contains(t, r.stdout, "schema version 6 (this build's latest: 6)")
 
 	r = runHopper(t, d.URL, "", "migrate", "down", "--all", "--yes")
 	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "6/d flow_control")
 	require.Contains(t, r.stdout, "4/d schedules")
 	require.Contains(t, r.stdout, "3/d operate")
 	require.Contains(t, r.stdout, "2/d claim_cursor")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -46,6 +47,13 @@ func (l *keyLedger) leave(key string) {
 	defer l.mu.Unlock()
 	l.running[key]--
 	l.done++
+}
+
+// mostByKey is a copy of the most runs seen at once, per key.
+func (l *keyLedger) mostByKey() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.most)
 }
 
 func (l *keyLedger) finished() int {
@@ -94,14 +102,14 @@ func TestKeyLimitAcrossWorkers(t *testing.T) {
 		require.NoError(t, err)
 	}
 	testdb.WaitFor(t, "every job to run", func() bool { return ledger.finished() == 200 && singles.finished() == 40 })
-	for key, most := range ledger.most {
+	for key, most := range ledger.mostByKey() {
 		require.LessOrEqual(t, most, 2, "key %s", key)
 	}
-	require.Len(t, ledger.most, 5)
-	for key, most := range singles.most {
+	require.Len(t, ledger.mostByKey(), 5)
+	for key, most := range singles.mostByKey() {
 		require.Equal(t, 1, most, "key %s", key)
 	}
-	require.Len(t, singles.most, 2)
+	require.Len(t, singles.mostByKey(), 2)
 }
 
 // TestFairQueue: one slot, 40 jobs of tenant a enqueued before 5 each of
@@ -401,7 +409,7 @@ func TestKeyLimitDoesNotBlockOtherKeys(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Greater(t, floodLeftWhenOthersDone, 200, "the flood runs one at a time, the others beside it")
-	for key, most := range ledger.most {
+	for key, most := range ledger.mostByKey() {
 		require.Equal(t, 1, most, key)
 	}
 }
@@ -417,6 +425,12 @@ func TestPriorityAging(t *testing.T) {
 	var mu sync.Mutex
 	ranAt := -1
 	stop := false
+	// Enqueued before the worker starts: from its first claim on, a
+	// priority-0 job is always ready ahead of the priority-9 one.
+	_, err := k.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{}, Task{}, Task{}))
+	require.NoError(t, err)
+	_, err = low.Enqueue(b.ctx, b.pool, Task{}, jobs.Priority(9))
+	require.NoError(t, err)
 	start(t, b, worker.Config{
 		Queues:      map[string]int{"default": 1},
 		FlowControl: map[string]worker.FlowControl{"default": {PriorityAging: 100 * time.Millisecond}},
@@ -438,10 +452,6 @@ func TestPriorityAging(t *testing.T) {
 			return nil
 		}))
 	})
-	_, err := low.Enqueue(b.ctx, b.pool, Task{}, jobs.Priority(9))
-	require.NoError(t, err)
-	_, err = k.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{}, Task{}, Task{}))
-	require.NoError(t, err)
 	testdb.WaitFor(t, "the priority-9 job to run", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
