@@ -2,8 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -103,13 +101,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	require.True(t, strings.HasPrefix(r.w.MetricsAddr(), "127.0.0.1:"), "bound to loopback by default")
 	var body string
 	testdb.WaitFor(t, "both jobs counted and the gauges refreshed", func() bool {
-		resp, err := http.Get("http://" + r.w.MetricsAddr() + "/metrics")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		body = string(raw)
+		body = scrape(r.w)
 		return strings.Contains(body, `hopper_jobs_completed_total{kind="scraped",queue="default"} 2`) &&
 			strings.Contains(body, `hopper_queue_jobs{kind="scraped",queue="idle",state="scheduled"} 1`)
 	})

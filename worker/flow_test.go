@@ -3,9 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"maps"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -339,13 +337,7 @@ func TestFlowStats(t *testing.T) {
 	require.ErrorIs(t, err, hopper.ErrInvalidFilter)
 
 	testdb.WaitFor(t, "the flow gauges", func() bool {
-		resp, err := http.Get("http://" + r.w.MetricsAddr() + "/metrics")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		body := string(raw)
+		body := scrape(r.w)
 		return strings.Contains(body, `hopper_key_jobs{key="big",queue="default",state="ready"} 4`) &&
 			strings.Contains(body, `hopper_key_jobs{key="big",queue="default",state="running"} 1`) &&
 			strings.Contains(body, `hopper_rate_limit_used{group="small",queue="default"} 1`) &&

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"sync"
 	"testing"
@@ -196,4 +197,15 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// scrape reads the worker's metrics endpoint; "" when it does not answer.
+func scrape(w *worker.Worker) string {
+	resp, err := http.Get("http://" + w.MetricsAddr() + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return string(raw)
 }
