@@ -95,7 +95,7 @@ WITH clock AS MATERIALIZED (
     -- the next keys with ready work: always when fair, else only when the
     -- head is crowded by keys at their limit
     SELECT k::text AS key
-    FROM hopper_ready_keys($3::text, $12::text, $13::integer) AS k
+    FROM hopper_ready_keys($3::text, $12::text, $13::integer, $8::integer) AS k
     WHERE NOT (SELECT yes FROM paused)
       AND ($11::boolean
            OR ((SELECT count(1) FROM head) >= $10::integer AND (SELECT count(1) FROM open_head) < $13::integer))
@@ -203,7 +203,8 @@ type DequeueLimitedParams struct {
 //     counts the log's rows in its window and removes older ones.
 //   - Fairness. With fair, the claim goes round-robin across keys: it takes
 //     the next keys with ready work after after_key (up to max_jobs of them,
-//     skipping from key to key in hopper_jobs_key_idx), a share of each
+//     skipping from key to key in hopper_jobs_key_idx, and past keys with
+//     key_limit running jobs), a share of each
 //     one's first jobs, and orders them first by their rank within their key,
 //     then by priority, run_at and id; jobs without a key count as one more
 //     key, found among the queue's first scan ready jobs.

@@ -19,7 +19,7 @@ SELECT h.id, h.queue, h.kind, h.version, h.payload, 'completed'::text, h.priorit
 FROM hopper_job_history AS h;
 DROP TABLE IF EXISTS hopper_rate_claims;
 ALTER TABLE hopper_queues DROP COLUMN IF EXISTS aged_at;
-DROP FUNCTION IF EXISTS hopper_ready_keys(text, text, integer);
+DROP FUNCTION IF EXISTS hopper_ready_keys(text, text, integer, integer);
 DROP INDEX IF EXISTS hopper_jobs_key_idx;
 ALTER TABLE hopper_job_history DROP COLUMN IF EXISTS concurrency_key;
 ALTER TABLE hopper_dead_jobs DROP COLUMN IF EXISTS concurrency_key;

@@ -23,25 +23,40 @@ CREATE INDEX hopper_jobs_key_idx ON hopper_jobs (queue, state, concurrency_key, 
 ALTER TABLE hopper_queues ADD COLUMN aged_at timestamptz;
 
 -- The first max_keys keys with ready jobs in a queue after after_key, in
--- order: a skip scan of hopper_jobs_key_idx, one index descent per key
--- however many jobs each key has. Fair claims go round-robin with it.
-CREATE FUNCTION hopper_ready_keys(in_queue text, after_key text, max_keys integer)
+-- order, skipping keys with key_limit or more running jobs (0: none
+-- skipped): a skip scan of hopper_jobs_key_idx, one index descent per key
+-- however many jobs each key has (and one more per key to count its
+-- running jobs, when key_limit is set). It looks at 20 times max_keys keys
+-- at most. Claims go round the keys with it.
+CREATE FUNCTION hopper_ready_keys(in_queue text, after_key text, max_keys integer, key_limit integer)
 RETURNS SETOF text
 LANGUAGE sql STABLE AS $$
     WITH RECURSIVE keys AS (
-        SELECT (SELECT min(j.concurrency_key)
-                FROM hopper_jobs AS j
-                WHERE j.queue = in_queue AND j.state = 'pending' AND j.concurrency_key > after_key) AS key,
-               1 AS n
+        SELECT first.key, first.open, first.open::integer AS found, 1 AS steps
+        FROM (SELECT k.key,
+                     key_limit <= 0 OR (SELECT count(*) FROM (SELECT FROM hopper_jobs AS r
+                                                             WHERE r.queue = in_queue AND r.state = 'running'
+                                                               AND r.concurrency_key = k.key
+                                                             LIMIT key_limit) AS busy) < key_limit AS open
+              FROM (SELECT min(j.concurrency_key) AS key
+                    FROM hopper_jobs AS j
+                    WHERE j.queue = in_queue AND j.state = 'pending' AND j.concurrency_key > after_key) AS k) AS first
         UNION ALL
-        SELECT (SELECT min(j.concurrency_key)
-                FROM hopper_jobs AS j
-                WHERE j.queue = in_queue AND j.state = 'pending' AND j.concurrency_key > keys.key),
-               keys.n + 1
+        SELECT nxt.key, nxt.open, keys.found + nxt.open::integer, keys.steps + 1
         FROM keys
-        WHERE keys.key IS NOT NULL AND keys.n < max_keys
+        CROSS JOIN LATERAL (
+            SELECT k.key,
+                   key_limit <= 0 OR (SELECT count(*) FROM (SELECT FROM hopper_jobs AS r
+                                                           WHERE r.queue = in_queue AND r.state = 'running'
+                                                             AND r.concurrency_key = k.key
+                                                           LIMIT key_limit) AS busy) < key_limit AS open
+            FROM (SELECT min(j.concurrency_key) AS key
+                  FROM hopper_jobs AS j
+                  WHERE j.queue = in_queue AND j.state = 'pending' AND j.concurrency_key > keys.key) AS k
+        ) AS nxt
+        WHERE keys.key IS NOT NULL AND keys.found < max_keys AND keys.steps < 20 * max_keys
     )
-    SELECT keys.key FROM keys WHERE keys.key IS NOT NULL
+    SELECT keys.key FROM keys WHERE keys.key IS NOT NULL AND keys.open
 $$;
 
 -- Global rate limits: one row per claim that took jobs under a limit, with

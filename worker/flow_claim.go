@@ -13,9 +13,9 @@ import (
 // transaction of its own: LockClaims serializes the queue's limited claims
 // (each then sees what the previous one took), DequeueLimited claims. A
 // fair claim that started after a key and found too few jobs goes round
-// once more from the first key, in the same transaction. It also sets
-// qr.flow's wait: how long until a rate limit gives budget back, when it
-// cut the claim short.
+// once more from the first key, in the same transaction. It also returns
+// how long until a rate limit gives budget back, when one cut the claim
+// short.
 func (w *Worker) dequeueLimited(ctx context.Context, qr *queueRunner, n int) ([]db.HopperJob, time.Duration, error) {
 	f := qr.flow
 	if f.PriorityAging > 0 && !time.Now().Before(f.nextAging) {
@@ -82,8 +82,16 @@ func (w *Worker) dequeueLimited(ctx context.Context, qr *queueRunner, n int) ([]
 	if err != nil {
 		return nil, 0, err
 	}
-	if f.Fair {
+	switch {
+	case f.Fair:
 		f.afterKey = lastKey(claimed)
+	case len(claimed) == n:
+		// A full strict claim: if it went round the keys (its head was
+		// crowded by keys at their limit), the next round starts after
+		// the keys it served, so that every key gets its turn.
+		f.afterKey = lastKey(claimed)
+	default:
+		f.afterKey = "" // a partial one found every open key it could
 	}
 	return claimed, wait, nil
 }
