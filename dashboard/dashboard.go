@@ -6,12 +6,16 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/jobs"
@@ -30,7 +34,10 @@ type Config struct {
 	// cookie), or send it as "Authorization: Bearer …".
 	Token string
 	// OwnAuth says the mounting service authenticates every request itself
-	// (its own middleware around Handler): no token is asked for.
+	// (its own middleware around Handler): no token is asked for. Forms
+	// still need their CSRF token; an "Authorization: Bearer" header
+	// (which may be the service's own) exempts a request from it only when
+	// it carries Token.
 	OwnAuth bool
 	// ReadOnly refuses every change (403), whoever asks.
 	ReadOnly bool
@@ -106,8 +113,19 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) { d.mux.Se
 const (
 	tokenCookie   = "hopper_token"
 	sessionCookie = "hopper_session"
+	flashCookie   = "hopper_flash"
+	flashMaxAge   = 60       // seconds: the flash is for the page the redirect leads to
 	maxBody       = 64 << 10 // forms are small; anything bigger is refused
 )
+
+// setCookie sets one of the dashboard's cookies: HttpOnly, SameSite
+// Strict, Secure over TLS, and scoped to the dashboard's mount point, so
+// that two dashboards on one host keep theirs apart. maxAge < 0 deletes
+// it; 0 makes a session cookie.
+func setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: cookiePath(r), MaxAge: maxAge,
+		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+}
 
 // session returns the browser's session id, setting one if it has none;
 // the CSRF token of its forms is derived from it.
@@ -118,7 +136,7 @@ func (d *Dashboard) session(w http.ResponseWriter, r *http.Request) string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	id := hex.EncodeToString(b)
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	setCookie(w, r, sessionCookie, id, 0)
 	return id
 }
 
@@ -129,12 +147,93 @@ func (d *Dashboard) csrf(session string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// rememberToken keeps a token given as ?token= in a cookie, so that the
-// page's own forms carry it.
-func (d *Dashboard) rememberToken(w http.ResponseWriter, r *http.Request) {
-	if t := r.URL.Query().Get("token"); t != "" && d.tokenOK(t) {
-		http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: t, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+// flashMAC signs a flash cookie's value. The "flash" prefix and its NUL
+// keep it apart from a CSRF token (a session id is 32 hex digits).
+func (d *Dashboard) flashMAC(value string) string {
+	m := hmac.New(sha256.New, d.secret)
+	m.Write([]byte("flash\x00" + value))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// setFlash keeps what a change did for the page its redirect leads to, in
+// a short-lived cookie signed by this process: never in the URL, where
+// anyone could write a link that makes the dashboard say anything.
+func (d *Dashboard) setFlash(w http.ResponseWriter, r *http.Request, msg string) {
+	v := base64.RawURLEncoding.EncodeToString([]byte(msg))
+	setCookie(w, r, flashCookie, v+"."+d.flashMAC(v), flashMaxAge)
+}
+
+// takeFlash returns the flash a change left, once: the cookie is cleared.
+// One this process did not sign shows nothing.
+func (d *Dashboard) takeFlash(w http.ResponseWriter, r *http.Request) string {
+	c, err := r.Cookie(flashCookie)
+	if err != nil {
+		return ""
 	}
+	setCookie(w, r, flashCookie, "", -1)
+	v, mac, ok := strings.Cut(c.Value, ".")
+	if !ok || !hmac.Equal([]byte(mac), []byte(d.flashMAC(v))) {
+		return ""
+	}
+	msg, err := base64.RawURLEncoding.DecodeString(v)
+	if err != nil || !utf8.Valid(msg) {
+		return ""
+	}
+	return string(msg)
+}
+
+// takeToken keeps a token given as ?token= in a cookie, so that the
+// page's own forms carry it, and sends the browser to the same page
+// without it: the token leaves the address bar, the history and what the
+// page's links carry.
+func (d *Dashboard) takeToken(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if t := r.URL.Query().Get("token"); t == "" || !d.tokenOK(t) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		setCookie(w, r, tokenCookie, d.cfg.Token, 0)
+		loc := "./" + lastSegment(r.URL.EscapedPath())
+		if q := withoutToken(r.URL.RawQuery); q != "" {
+			loc += "?" + q
+		}
+		seeOther(w, loc)
+	})
+}
+
+// lastSegment is the last segment of an escaped path: relative to the
+// page's own directory, it names the page ("" for a directory).
+func lastSegment(escapedPath string) string {
+	return escapedPath[strings.LastIndex(escapedPath, "/")+1:]
+}
+
+// withoutToken is a raw query without its token parameters, the others
+// kept as they were written.
+func withoutToken(rawQuery string) string {
+	var kept []string
+	for _, kv := range strings.Split(rawQuery, "&") {
+		k, _, _ := strings.Cut(kv, "=")
+		if kv == "" {
+			continue
+		}
+		if k, err := url.QueryUnescape(k); err == nil && k == "token" {
+			continue
+		}
+		kept = append(kept, kv)
+	}
+	return strings.Join(kept, "&")
+}
+
+// seeOther answers with a 303 to location, written as given: unlike
+// http.Redirect, a relative location stays relative, so that it holds
+// behind a proxy that strips a prefix.
+func seeOther(w http.ResponseWriter, location string) {
+	w.Header().Set("Location", location)
+	w.WriteHeader(http.StatusSeeOther)
 }
 
 func (d *Dashboard) tokenOK(t string) bool {
@@ -147,11 +246,16 @@ func (d *Dashboard) authorized(r *http.Request) (int, string) {
 	if d.cfg.ReadOnly {
 		return http.StatusForbidden, "This dashboard is read-only."
 	}
-	if h := r.Header.Get("Authorization"); len(h) > 7 && h[:7] == "Bearer " {
-		if d.tokenOK(h[7:]) || d.cfg.OwnAuth {
+	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "Bearer ") {
+		if d.tokenOK(h[7:]) {
 			return 0, "" // a program, not a browser: no cookie for another site to ride on
 		}
-		return http.StatusUnauthorized, "Wrong token."
+		if !d.cfg.OwnAuth {
+			return http.StatusUnauthorized, "Wrong token."
+		}
+		// With OwnAuth the header may be the mounting service's own, which a
+		// browser can send by itself: it proves nothing here, and the
+		// form's CSRF token is still needed.
 	}
 	if !d.cfg.OwnAuth {
 		given := ""

@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -118,6 +119,40 @@ func (b *bed) post(path string, form url.Values, header ...string) (int, string,
 	return res.StatusCode, res.Header.Get("Location"), string(body)
 }
 
+var flashText = regexp.MustCompile(`<p class="flash">([^<]*)</p>`)
+
+// flash is the flash message the page at path shows, or "".
+func (b *bed) flash(path string) string {
+	b.t.Helper()
+	status, body := b.get(path)
+	require.Equal(b.t, http.StatusOK, status, body)
+	if m := flashText.FindStringSubmatch(body); m != nil {
+		return html.UnescapeString(m[1])
+	}
+	require.NotContains(b.t, body, `class="flash"`)
+	return ""
+}
+
+// send sends req with the bed's client, and returns the response with its
+// body read.
+func (b *bed) send(req *http.Request) (*http.Response, string) {
+	b.t.Helper()
+	res, err := b.http.Do(req)
+	require.NoError(b.t, err)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(b.t, err)
+	return res, string(body)
+}
+
+// getRes is get with the response's headers.
+func (b *bed) getRes(path string) (*http.Response, string) {
+	b.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, b.srv.URL+path, nil)
+	require.NoError(b.t, err)
+	return b.send(req)
+}
+
 func (b *bed) state(id int64) jobs.State {
 	b.t.Helper()
 	row, err := b.client.Job(b.ctx, id)
@@ -191,9 +226,8 @@ func TestChangesNeedTokenAndCSRF(t *testing.T) {
 
 	status, location, _ := b.post(pause, url.Values{"csrf": {csrf}})
 	require.Equal(t, http.StatusSeeOther, status)
-	require.Equal(t, "/?done=Queue+email+paused.", location)
-	_, body = b.get(location)
-	require.Contains(t, body, "Queue email paused.")
+	require.Equal(t, "../../", location, "relative: from queues/email/pause to the overview")
+	require.Equal(t, "Queue email paused.", b.flash("/"))
 	qs, err = b.client.Queues(b.ctx)
 	require.NoError(t, err)
 	require.True(t, qs[0].Paused())
@@ -230,7 +264,8 @@ func TestActions(t *testing.T) {
 
 	status, location, _ := b.post("/dead/retry", url.Values{"csrf": {csrf}, "id": {id(b.dead)}})
 	require.Equal(t, http.StatusSeeOther, status)
-	require.Contains(t, location, "Retried+1+of+1+selected")
+	require.Equal(t, "../dead", location)
+	require.Equal(t, "Retried 1 of 1 selected job(s).", b.flash("/dead"))
 	require.Equal(t, jobs.StatePending, b.state(b.dead))
 
 	status, _, _ = b.post("/dead/purge", url.Values{"csrf": {csrf}, "id": {id(b.done)}})
@@ -238,9 +273,9 @@ func TestActions(t *testing.T) {
 	_, err := b.client.Job(b.ctx, b.done)
 	require.ErrorIs(t, err, hopper.ErrNotFound, "purged")
 
-	status, location, _ = b.post("/dead/retry", url.Values{"csrf": {csrf}, "kind": {"mail"}})
+	status, _, _ = b.post("/dead/retry", url.Values{"csrf": {csrf}, "kind": {"mail"}})
 	require.Equal(t, http.StatusSeeOther, status)
-	require.Contains(t, location, "Retried+1+of+the+dead+jobs+of+kind+mail")
+	require.Equal(t, "Retried 1 of the dead jobs of kind mail.", b.flash("/dead"))
 	require.Equal(t, jobs.StatePending, b.state(b.live))
 
 	for _, tc := range []struct {
@@ -293,6 +328,7 @@ func TestMounted(t *testing.T) {
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	mux.Handle("/admin/jobs/", http.StripPrefix("/admin/jobs", d))
+	mux.Handle("/admin/jobs", http.StripPrefix("/admin/jobs", d)) // the prefix itself too: the dashboard sees ""
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	res, err := http.Get(srv.URL + "/admin/jobs/jobs/" + strconv.FormatInt(b.live, 10))
@@ -300,7 +336,20 @@ func TestMounted(t *testing.T) {
 	body, _ := io.ReadAll(res.Body)
 	res.Body.Close()
 	require.Equal(t, 200, res.StatusCode)
-	require.Contains(t, string(body), `<base href="/admin/jobs/">`)
+	require.Contains(t, string(body), `<base href="../">`, "relative: /admin/jobs/jobs/ID to /admin/jobs/")
+
+	// Asked for the prefix itself, it sends the browser to the root under
+	// it, not to the host's.
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err = noFollow.Get(srv.URL + "/admin/jobs")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusTemporaryRedirect, res.StatusCode)
+	require.Equal(t, "./jobs/", res.Header.Get("Location"))
+	res, err = noFollow.Get(srv.URL + "/admin/jobs/static")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, "./static/", res.Header.Get("Location"), "the mux's own redirects are relative too")
 }
 
 // TestMillionRows: the jobs list's first page and a page 550,000 jobs deep,

@@ -30,11 +30,14 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		return t.Local().Format(time.DateTime)
 	},
 	"since": func(d time.Duration) string { return d.Round(time.Second).String() },
+	// pathesc makes a name one path segment: a queue "a/b" is
+	// queues/a%2Fb/pause, and "a%2Fb" is queues/a%252Fb/pause.
+	"pathesc": url.PathEscape,
 }).ParseFS(files, "templates/*.html"))
 
 // page is what every page's template gets.
 type page struct {
-	Base     string // the dashboard's root as the browser sees it, for <base>
+	Base     string // the dashboard's root relative to this page, for <base>
 	Title    string
 	CSRF     string
 	ReadOnly bool
@@ -63,8 +66,65 @@ func (d *Dashboard) routes() http.Handler {
 	// Cross-origin state-changing requests are refused by the standard
 	// library's check (Sec-Fetch-Site / Origin), before the form's own
 	// CSRF token is looked at.
-	return d.recovering(http.NewCrossOriginProtection().Handler(mux))
+	return d.recovering(secure(relativeRedirects(http.NewCrossOriginProtection().Handler(d.takeToken(mux)))))
 }
+
+// csp allows the dashboard's own styles, script and images only, in no
+// frame (no clickjacking), with no <base> and no form pointing elsewhere.
+const csp = "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:; " +
+	"frame-ancestors 'none'; base-uri 'self'; form-action 'self'"
+
+// secure sets the security headers of every response.
+func secure(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", csp)
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// relativeRedirects makes the redirects of the mux (a path cleaned, a
+// slash added) relative, like the dashboard's own: the absolute path the
+// mux writes is the one it saw, without the prefix the dashboard is
+// mounted under. Mounted with http.StripPrefix("/p", …), a request for
+// "/p" itself is sent to "/p/".
+func relativeRedirects(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "" {
+			loc := "./"
+			if u, err := url.ParseRequestURI(r.RequestURI); err == nil {
+				if seg := lastSegment(u.EscapedPath()); seg != "" && seg != "." && seg != ".." {
+					loc += seg + "/"
+				}
+			}
+			if r.URL.RawQuery != "" {
+				loc += "?" + r.URL.RawQuery
+			}
+			w.Header().Set("Location", loc)
+			w.WriteHeader(http.StatusTemporaryRedirect)
+			return
+		}
+		next.ServeHTTP(relativeWriter{w, r}, r)
+	})
+}
+
+type relativeWriter struct {
+	http.ResponseWriter
+	r *http.Request
+}
+
+func (w relativeWriter) WriteHeader(code int) {
+	h := w.Header()
+	if loc := h.Get("Location"); code/100 == 3 && strings.HasPrefix(loc, "/") && !strings.HasPrefix(loc, "//") {
+		h.Set("Location", relBase(w.r)+loc[1:])
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w relativeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // recovering turns a panic into a plain 500 page; the stack goes to the
 // log, never to the browser.
@@ -80,9 +140,22 @@ func (d *Dashboard) recovering(next http.Handler) http.Handler {
 	})
 }
 
-// base is the dashboard's root as the browser sees it: the request's path
-// without the part this handler saw (a prefix it is mounted under).
-func base(r *http.Request) string {
+// relBase is the dashboard's root relative to the page r asks for: "./"
+// at the root's level, then "../" for each path segment below it (counted
+// in the escaped path, as the browser counts them: a queue "a/b" is one
+// segment). Relative, it holds behind a proxy that strips a prefix the
+// handler never sees, and it cannot point to another host.
+func relBase(r *http.Request) string {
+	if n := strings.Count(r.URL.EscapedPath(), "/") - 1; n > 0 {
+		return strings.Repeat("../", n)
+	}
+	return "./"
+}
+
+// cookiePath is the path the dashboard is mounted under, as far as this
+// handler can tell (the request's path without the part it saw): its
+// cookies' Path. Behind a proxy that strips a prefix it is "/".
+func cookiePath(r *http.Request) string {
 	u, err := url.ParseRequestURI(r.RequestURI)
 	if err != nil {
 		return "/"
@@ -92,16 +165,17 @@ func base(r *http.Request) string {
 		return "/"
 	}
 	prefix := strings.TrimSuffix(full, seen)
-	if strings.HasPrefix(prefix, "//") || strings.Contains(prefix, "\\") {
-		return "/" // never a base (or a redirect) that leaves this host
+	if prefix == "" || strings.HasPrefix(prefix, "//") || strings.Contains(prefix, "\\") {
+		return "/"
 	}
-	return prefix + "/"
+	return prefix
 }
 
 func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
-	d.rememberToken(w, r)
-	p := page{Base: base(r), Title: title, CSRF: d.csrf(d.session(w, r)), ReadOnly: d.cfg.ReadOnly,
-		Flash: r.URL.Query().Get("done"), Data: data}
+	p := page{Base: relBase(r), Title: title, CSRF: d.csrf(d.session(w, r)), ReadOnly: d.cfg.ReadOnly, Data: data}
+	if r.Method == http.MethodGet && name != "overview-live" { // a page the browser shows, not a part of one
+		p.Flash = d.takeFlash(w, r)
+	}
 	var buf bytes.Buffer
 	if err := pages.ExecuteTemplate(&buf, name, p); err != nil {
 		d.cfg.Logger.Error("dashboard: render", "page", name, "error", err)
@@ -109,9 +183,6 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, n
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Referrer-Policy", "same-origin")
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }
@@ -145,7 +216,8 @@ func (d *Dashboard) failErr(w http.ResponseWriter, r *http.Request, err error) {
 func firstLine(err error) string { return strings.SplitN(err.Error(), "\n", 2)[0] }
 
 // change wraps a state-changing handler: a bounded body, the token, the
-// CSRF token, then a redirect with what was done.
+// CSRF token, then a redirect (relative: to, from the dashboard's root)
+// and what was done in a flash cookie for the page it leads to.
 func (d *Dashboard) change(fn func(r *http.Request) (redirect, done string, err error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
@@ -167,15 +239,9 @@ func (d *Dashboard) change(fn func(r *http.Request) (redirect, done string, err 
 			d.failErr(w, r, err)
 			return
 		}
-		http.Redirect(w, r, base(r)+to+sep(to)+"done="+url.QueryEscape(done), http.StatusSeeOther)
+		d.setFlash(w, r, done)
+		seeOther(w, relBase(r)+to)
 	}
-}
-
-func sep(u string) string {
-	if strings.Contains(u, "?") {
-		return "&"
-	}
-	return "?"
 }
 
 // overviewData is the overview: queues and charts.
@@ -187,23 +253,32 @@ type overviewData struct {
 	At        time.Time
 }
 
+// overviewData reads the queues (and with them the stats, once) and adds
+// them up: Stats' totals are the sum of the same rows.
 func (d *Dashboard) overviewData(r *http.Request) (overviewData, error) {
 	qs, err := d.client.Queues(r.Context())
 	if err != nil {
 		return overviewData{}, err
 	}
-	stats, err := d.client.Stats(r.Context())
-	if err != nil {
-		return overviewData{}, err
+	at := time.Now()
+	var total hopper.Counts
+	for _, q := range qs {
+		total.Ready += q.Ready
+		total.Scheduled += q.Scheduled
+		total.Running += q.Running
+		total.Dead += q.Dead
+		total.Cancelled += q.Cancelled
+		total.Failing += q.Failing
+		total.OldestReady = max(total.OldestReady, q.OldestReady)
 	}
 	if len(d.samples.all()) == 0 {
-		d.samples.add(stats) // a first point before Run's first tick
+		d.sample(r.Context()) // a first point before Run's first tick (the charts need the finished count too)
 	}
 	scheds, err := d.client.Schedules(r.Context())
 	if err != nil {
 		return overviewData{}, err
 	}
-	return overviewData{Queues: qs, Total: stats.Total, Charts: charts(d.samples.all()), Schedules: len(scheds), At: stats.At}, nil
+	return overviewData{Queues: qs, Total: total, Charts: charts(d.samples.all()), Schedules: len(scheds), At: at}, nil
 }
 
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
@@ -275,7 +350,8 @@ func (d *Dashboard) listPage(w http.ResponseWriter, r *http.Request, p hopper.Li
 	if page.Next != "" {
 		q := r.URL.Query()
 		q.Set("after", page.Next)
-		q.Del("done")
+		q.Del("done")  // a flash of old links, never shown again
+		q.Del("token") // a link carries no secret
 		// Built here from escaped parts: a template would escape the
 		// query's own = and & again.
 		data.Next = template.URL(name + "?" + q.Encode())

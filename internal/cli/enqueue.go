@@ -15,9 +15,9 @@ import (
 func enqueueCommand() *command {
 	var (
 		kind, payload, queue, uniqueKey, runAt, key string
-		priority, maxAttempts, version         int
-		delay                                  time.Duration
-		meta                                   jobs.Meta
+		priority, maxAttempts, version              int
+		delay                                       time.Duration
+		meta                                        jobs.Meta
 	)
 	return &command{
 		name:    "enqueue",

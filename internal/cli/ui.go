@@ -55,16 +55,6 @@ func uiCommand() *command {
 			if err != nil {
 				return fmt.Errorf("listen on %s: %w", addr, err)
 			}
-			ctx, cancel := context.WithCancel(e.ctx)
-			defer cancel()
-			go d.Run(ctx)
-			srv := &http.Server{Handler: d, ReadHeaderTimeout: 10 * time.Second}
-			go func() {
-				<-ctx.Done()
-				shut, stop := context.WithTimeout(context.Background(), 5*time.Second)
-				defer stop()
-				_ = srv.Shutdown(shut)
-			}()
 			url := "http://" + ln.Addr().String() + "/"
 			switch {
 			case readOnly:
@@ -72,10 +62,46 @@ func uiCommand() *command {
 			default:
 				fmt.Fprintf(e.stdout, "Hopper dashboard: %s?token=%s\n(the token is needed to change anything; without it the pages are read-only)\n", url, token)
 			}
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
+			// Every request and the sampler are done before the pool closes
+			// (deferred above).
+			return serveDashboard(e.ctx, ln, d, d.Run, shutdownGrace)
 		},
 	}
+}
+
+// shutdownGrace bounds how long the dashboard's requests in flight may
+// take to finish once the command is stopped; then they are cut.
+const shutdownGrace = 5 * time.Second
+
+// serveDashboard serves h on ln, and runs run (the dashboard's sampler),
+// until ctx ends or serving fails. It returns only once both are done: the
+// server shut down (its requests in flight finished, or cut after grace)
+// and run returned, so that the caller may close what they use.
+func serveDashboard(ctx context.Context, ln net.Listener, h http.Handler, run func(context.Context), grace time.Duration) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		run(ctx)
+	}()
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	shut := make(chan struct{})
+	go func() {
+		defer close(shut)
+		<-ctx.Done()
+		sctx, stop := context.WithTimeout(context.Background(), grace)
+		defer stop()
+		if err := srv.Shutdown(sctx); err != nil {
+			_ = srv.Close() // the grace is over: cut the requests still running
+		}
+	}()
+	err := srv.Serve(ln) // returns as soon as Shutdown begins
+	cancel()
+	<-shut
+	<-ran
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }
