@@ -55,7 +55,7 @@ func newBed(t *testing.T, cfg dashboard.Config) *bed {
 	t.Cleanup(cancel)
 	pool := testdb.New(t).Pool
 	b := &bed{t: t, ctx: ctx, pool: pool, client: hopper.NewClient(pool)}
-	res, err := mail.Enqueue(ctx, pool, Mail{To: `<script>alert("x")</script>`}, jobs.WithMeta(jobs.Meta{"tenant": "<b>acme</b>"}))
+	res, err := mail.Enqueue(ctx, pool, Mail{To: `<script>alert("x")</script>`}, jobs.WithMeta(jobs.Meta{"tenant": "<b>acme</b>"}), jobs.ConcurrencyKey("tenant:<i>acme</i>"))
 	require.NoError(t, err)
 	b.live = res.ID
 	res, err = mail.Enqueue(ctx, pool, Mail{To: "dead"})
@@ -196,6 +196,7 @@ func TestPages(t *testing.T) {
 	require.NotContains(t, body, "<script>alert", "payloads are user data: escaped")
 	require.Contains(t, body, `&lt;script&gt;alert(\&#34;x\&#34;)&lt;/script&gt;`)
 	require.Contains(t, body, "&lt;b&gt;acme&lt;/b&gt;", "so is metadata")
+	require.Contains(t, body, "<dt>Concurrency key</dt><dd>tenant:&lt;i&gt;acme&lt;/i&gt;</dd>", "and the concurrency key")
 }
 
 // TestChangesNeedTokenAndCSRF: reading needs nothing; a change needs the
