@@ -32,8 +32,8 @@ SELECT pg_advisory_xact_lock(to_regclass('hopper_jobs')::oid::integer, hashtext(
 --    key, found among the queue's first scan ready jobs.
 --
 -- Without fair the order is Dequeue's, among the first scan ready jobs
--- whose key is not at its limit. When those are crowded by keys at their
--- limit (the scan is full and leaves fewer than max_jobs), the claim also
+-- that their keys' limits let run. When those are crowded by keys at their
+-- limit (the scan is full and lets fewer than max_jobs run), the claim also
 -- takes the next keys with ready work after after_key, as a fair claim
 -- does, so one key's backlog never blocks the others' jobs behind it.
 WITH clock AS MATERIALIZED (
@@ -66,12 +66,15 @@ WITH clock AS MATERIALIZED (
     ORDER BY j.priority, j.run_at, j.id
     LIMIT @scan::integer
 ), open_head AS MATERIALIZED (
-    -- strict: those whose key is not at its limit; fair: those without a key
+    -- strict: those its key's limit lets run (no more of a key than its
+    -- limit less its running jobs); fair: those without a key
     SELECT h.id, h.kind, h.concurrency_key, h.priority, h.run_at
-    FROM head AS h
+    FROM (SELECT hd.id, hd.kind, hd.concurrency_key, hd.priority, hd.run_at, hd.key_limit,
+                 row_number() OVER (PARTITION BY hd.concurrency_key ORDER BY hd.priority, hd.run_at, hd.id) AS key_rank
+          FROM head AS hd) AS h
     WHERE CASE WHEN @fair::boolean THEN h.concurrency_key IS NULL
                ELSE h.concurrency_key IS NULL OR h.key_limit IS NULL
-                    OR coalesce((SELECT running.jobs FROM running WHERE running.key = h.concurrency_key), 0) < h.key_limit
+                    OR h.key_rank + coalesce((SELECT running.jobs FROM running WHERE running.key = h.concurrency_key), 0) <= h.key_limit
           END
 ), round_keys AS MATERIALIZED (
     -- the next keys with ready work: always when fair, else only when the
