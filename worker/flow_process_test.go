@@ -55,6 +55,9 @@ func runFlowHelper(mode string) int {
 		cfg.HeartbeatInterval = -1
 		work = 1500 * time.Millisecond
 	case "rate":
+		// The claim time is read back as lease_until less the lease: no
+		// heartbeat may move the lease meanwhile.
+		cfg.LeaseDuration, cfg.HeartbeatInterval = 30*time.Second, -1
 		cfg.FlowControl = map[string]worker.FlowControl{"default": {Rate: worker.Rate{Limit: 20, Per: 500 * time.Millisecond}}}
 		work = time.Millisecond
 	}
@@ -64,8 +67,8 @@ func runFlowHelper(mode string) int {
 	}
 	if worker.Handle(w, jobs.Define[Task]("flow"), func(ctx context.Context, j *jobs.Job[Task]) error {
 		if _, err := pool.Exec(ctx, `INSERT INTO flow_ledger (id, attempt, key, worker, claimed_at, started_at)
-			SELECT $1, $2, $3, $4, lease_until - interval '1 second', clock_timestamp() FROM hopper_jobs WHERE id = $1`,
-			j.ID, j.Attempt, j.ConcurrencyKey, cfg.ID); err != nil {
+			SELECT $1, $2, $3, $4, lease_until - $5::bigint * interval '1 millisecond', clock_timestamp() FROM hopper_jobs WHERE id = $1`,
+			j.ID, j.Attempt, j.ConcurrencyKey, cfg.ID, cfg.LeaseDuration.Milliseconds()); err != nil {
 			return err
 		}
 		time.Sleep(work) // the work itself

@@ -177,7 +177,10 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 				start(t, b, worker.Config{
 					ID:            fmt.Sprintf("w%d", i),
 					LeaseDuration: lease,
-					Queues:        map[string]int{"default": 20},
+					// The claim time is read back as lease_until less the
+					// lease: no heartbeat may move the lease meanwhile.
+					HeartbeatInterval: -1,
+					Queues:            map[string]int{"default": 20},
 					FlowControl: map[string]worker.FlowControl{"default": {
 						Rate: worker.Rate{Limit: 15, Per: 300 * time.Millisecond, By: by},
 					}},
