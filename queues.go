@@ -43,7 +43,7 @@ func (c *Client) QueuesTx(ctx context.Context, tx jobs.DBTX) ([]QueueInfo, error
 	}
 	for _, r := range stats.Rows {
 		if i, ok := at[r.Queue]; ok {
-			out[i].Counts.add(r.Counts)
+			out[i].Counts.Add(r.Counts)
 		}
 	}
 	return out, nil

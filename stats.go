@@ -35,7 +35,9 @@ func (c Counts) RetryRate() float64 {
 	return float64(c.Failing) / float64(c.Live())
 }
 
-func (c *Counts) add(o Counts) {
+// Add adds o's counts to c's, and keeps the longer of the two claim lags:
+// how Stats' Total and Queues' per-queue counts are made from rows.
+func (c *Counts) Add(o Counts) {
 	c.Ready += o.Ready
 	c.Scheduled += o.Scheduled
 	c.Running += o.Running
@@ -97,7 +99,7 @@ func (c *Client) StatsTx(ctx context.Context, tx jobs.DBTX) (Stats, error) {
 	s := Stats{At: time.Now(), Rows: make([]StatsRow, len(found)), Enqueued: activity.Inserted, Finished: activity.Deleted}
 	for i, r := range found {
 		s.Rows[i] = StatsRow{Queue: r.Queue, Kind: r.Kind, Paused: r.Paused, Counts: countsOf(r)}
-		s.Total.add(s.Rows[i].Counts)
+		s.Total.Add(s.Rows[i].Counts)
 	}
 	return s, nil
 }

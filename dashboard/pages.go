@@ -263,13 +263,7 @@ func (d *Dashboard) overviewData(r *http.Request) (overviewData, error) {
 	at := time.Now()
 	var total hopper.Counts
 	for _, q := range qs {
-		total.Ready += q.Ready
-		total.Scheduled += q.Scheduled
-		total.Running += q.Running
-		total.Dead += q.Dead
-		total.Cancelled += q.Cancelled
-		total.Failing += q.Failing
-		total.OldestReady = max(total.OldestReady, q.OldestReady)
+		total.Add(q.Counts)
 	}
 	if len(d.samples.all()) == 0 {
 		d.sample(r.Context()) // a first point before Run's first tick (the charts need the finished count too)
