@@ -136,6 +136,12 @@ func TestOperatorCancelsRunningJob(t *testing.T) {
 				}))
 			})
 			<-started
+			if !tc.cfg.PollOnly {
+				// A notice sent before the listener subscribes is lost (the
+				// next heartbeat finds the cancel instead): this case is
+				// about the notice, so it waits for the subscription.
+				testdb.WaitFor(t, "the wake-up listener subscribed", func() bool { return worker.Listening(r.w) })
+			}
 			require.NoError(t, hopper.NewClient(b.pool).CancelJob(b.ctx, res.ID))
 			select {
 			case err := <-cause:
