@@ -38,6 +38,11 @@ bench: ## hopper bench: every mode, the pgbench baseline and the pressure suite 
 	go build -o bin/hopper ./cmd/hopper
 	bin/hopper bench --scratch-cluster --mode all --baseline --scheduled 1000000 --pressure
 
+.PHONY: bench-flow
+bench-flow: ## hopper bench's flow-control modes (a noisy neighbour, 1,000 keys at speed, a rate limit across 3 processes) on a throwaway cluster (about 6 minutes)
+	go build -o bin/hopper ./cmd/hopper
+	bin/hopper bench --scratch-cluster --mode flow
+
 .PHONY: bench-go
 bench-go: ## Go benchmarks of the hot paths (dequeue, ack_batch, COPY, decode with upgrades, a run with and without middleware); compare runs with benchstat
 	go test -run '^$$' -bench . -benchmem -count 5 . ./queries ./jobs ./worker

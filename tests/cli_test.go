@@ -496,6 +496,55 @@ func TestBenchRuns(t *testing.T) {
 	require.Regexp(t, `hopper bench: unknown mode`, runHopper(t, testdb.Server(t), "", "bench", "--mode", "warp").stderr)
 }
 
+// TestBenchFlowRuns runs the flow-control modes at a tiny size: every
+// figure is reported, and the rate limit held by claim time (a guarantee,
+// not a speed).
+func TestBenchFlowRuns(t *testing.T) {
+	t.Parallel()
+	r := runHopper(t, testdb.Server(t), "", "bench", "--mode", "flow", "--json", "--duration", "2s", "--window", "1s",
+		"--concurrency", "50", "--batch-size", "500", "--flood", "3000", "--neighbours", "3", "--neighbour-jobs", "20",
+		"--keys", "20", "--key-limit", "2", "--rate", "40", "--rate-per", "500ms", "--rate-processes", "2", "--rate-duration", "2s")
+	require.Zero(t, r.code, "stdout %s\nstderr %s", r.stdout, r.stderr)
+	var report struct {
+		Noisy struct {
+			Off map[string]any `json:"fairness_off"`
+			On  map[string]any `json:"fairness_on"`
+		} `json:"noisy"`
+		Keys map[string]any `json:"keys"`
+		Rate struct {
+			Limit              int     `json:"limit"`
+			Claimed            int     `json:"claimed"`
+			AchievedToLimit    float64 `json:"achieved_to_limit"`
+			MaxClaimedInWindow int     `json:"max_claimed_in_any_window"`
+			MaxStartedInWindow int     `json:"max_started_in_any_window"`
+		} `json:"rate"`
+		Ratios map[string]float64 `json:"ratios"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &report))
+	for run, fields := range map[string]map[string]any{"off": report.Noisy.Off, "on": report.Noisy.On} {
+		require.NotNil(t, fields, run)
+		for _, f := range []string{"pickup_p50_ms", "pickup_p99_ms", "completed_after_seconds", "flood_worked_per_second", "flood_left"} {
+			require.Contains(t, fields, f, run)
+		}
+		require.Positive(t, fields["completed_after_seconds"], "every neighbour job ran: %s", run)
+	}
+	require.Equal(t, true, report.Noisy.On["fair"])
+	require.Equal(t, false, report.Noisy.Off["fair"])
+	for _, f := range []string{"without_keys", "with_keys", "steady_with_to_without"} {
+		require.Contains(t, report.Keys, f)
+	}
+	require.Contains(t, report.Ratios, "keys_to_no_keys")
+	require.Equal(t, 40, report.Rate.Limit)
+	require.Positive(t, report.Rate.Claimed, "the rate run claimed jobs, however starved")
+	require.Positive(t, report.Rate.MaxStartedInWindow)
+	require.LessOrEqual(t, report.Rate.MaxClaimedInWindow, 40, "no window of the limit's length, by claim time, holds more than the limit")
+	require.Positive(t, report.Rate.MaxClaimedInWindow)
+
+	bad := runHopper(t, testdb.Server(t), "", "bench", "--mode", "rate", "--rate", "0")
+	require.NotZero(t, bad.code)
+	require.Contains(t, bad.stderr, "flow-control sizes must be positive")
+}
+
 // TestKeys: hopper keys lists the keys with the most ready jobs, and the
 // rate limits' budgets (none here), as a table and as JSON.
 func TestKeys(t *testing.T) {

@@ -164,7 +164,7 @@ func (f *queueFlow) rateBy() string {
 	return string(f.Rate.By)
 }
 
-// usesFlowControl reports whether any kind sets its own key limit: then
+// kindKeyLimits reports whether any kind sets its own key limit: then
 // every queue is claimed under flow control.
 func (w *Worker) kindKeyLimits() bool {
 	for _, n := range w.keyLimits {

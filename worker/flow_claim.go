@@ -121,7 +121,7 @@ func (w *Worker) agePriorities(ctx context.Context, qr *queueRunner) {
 
 // scanFor is how many ready jobs a strict limited claim of n looks at:
 // enough that a few keys at their limit near the head do not starve it.
-func scanFor(n int) int { return max(4*n, 64) }
+func scanFor(n int) int { return max(2*n, 64) }
 
 // lastKey is the greatest concurrency key among claimed jobs: a fair
 // queue's next claim starts after it. "" starts from the first key.

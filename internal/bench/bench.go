@@ -24,7 +24,7 @@ import (
 
 // Config is what a run measures and how.
 type Config struct {
-	Mode        string        // continuous, drain, enqueue, latency, all
+	Mode        string        // continuous, drain, enqueue, latency, all; noisy, keys, rate, flow (those three)
 	Duration    time.Duration // continuous and baseline
 	Jobs        int           // drain: backlog size; enqueue: COPY total
 	Workers     int           // worker instances in the worker process
@@ -67,6 +67,25 @@ type Config struct {
 	// and removes it afterwards; DatabaseURL is then that cluster's.
 	ScratchCluster bool
 
+	// The flow-control modes. noisy: tenant A enqueues Flood jobs at once,
+	// then Neighbours other tenants NeighbourJobs each, worked by Workers
+	// workers of NoisyConcurrency slots with a handler of NoisyHandlerTime,
+	// with fairness off and on. keys: the continuous run, then again with
+	// Keys distinct concurrency keys under a per-key limit of KeyLimit.
+	// rate: a limit of Rate jobs per RatePer across RateProcesses worker
+	// processes for RateDuration.
+	Flood            int
+	Neighbours       int
+	NeighbourJobs    int
+	NoisyConcurrency int
+	NoisyHandlerTime time.Duration
+	Keys             int
+	KeyLimit         int
+	Rate             int
+	RatePer          time.Duration
+	RateProcesses    int
+	RateDuration     time.Duration
+
 	// DatabaseURL is the server to use; WorkerCommand starts the worker
 	// process (the hopper binary with "bench --role worker").
 	DatabaseURL   string
@@ -76,6 +95,10 @@ type Config struct {
 	// keep is how long the worker process keeps completed jobs (the run
 	// with History).
 	keep time.Duration
+	// keyed: the producers spread their jobs over this many concurrency
+	// keys (0: none); flow is the worker process's flow control.
+	keyed int
+	flow  workerFlow
 }
 
 // Report is what a run found; --json prints it.
@@ -89,6 +112,9 @@ type Report struct {
 	Latency    *LatencyResult     `json:"latency,omitempty"`
 	Baseline   *BaselineResult    `json:"baseline,omitempty"`
 	Pressure   *PressureReport    `json:"pressure,omitempty"`
+	Noisy      *NoisyReport       `json:"noisy,omitempty"`
+	Keys       *KeysResult        `json:"keys,omitempty"`
+	Rate       *RateResult        `json:"rate,omitempty"`
 	Ratios     map[string]float64 `json:"ratios,omitempty"`
 }
 
@@ -173,8 +199,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	server.ScratchCluster = cfg.ScratchCluster
 	r.Server = server
 	modes := map[string]bool{cfg.Mode: true}
-	if cfg.Mode == "all" {
+	switch cfg.Mode {
+	case "all":
 		modes = map[string]bool{"continuous": true, "drain": true, "enqueue": true, "latency": true}
+	case "flow":
+		modes = map[string]bool{"noisy": true, "keys": true, "rate": true}
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(cfg.Log, format+"\n", args...) }
 	if modes["enqueue"] {
@@ -203,6 +232,25 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		if r.Continuous, err = runContinuous(ctx, clean); err != nil {
 			return r, fmt.Errorf("continuous: %w", err)
+		}
+	}
+	if modes["noisy"] {
+		logf("noisy neighbour: tenant A enqueues %d jobs, then %d tenants %d each; fairness off, then on", cfg.Flood, cfg.Neighbours, cfg.NeighbourJobs)
+		if r.Noisy, err = runNoisy(ctx, cfg, logf); err != nil {
+			return r, fmt.Errorf("noisy: %w", err)
+		}
+	}
+	if modes["keys"] {
+		logf("keys: continuous for %v without keys, then with %d keys limited to %d running each", cfg.Duration, cfg.Keys, cfg.KeyLimit)
+		if r.Keys, err = runKeys(ctx, cfg); err != nil {
+			return r, fmt.Errorf("keys: %w", err)
+		}
+		r.Ratios["keys_to_no_keys"] = r.Keys.Ratio
+	}
+	if modes["rate"] {
+		logf("rate: %d jobs per %v across %d worker processes for %v", cfg.Rate, cfg.RatePer, cfg.RateProcesses, cfg.RateDuration)
+		if r.Rate, err = runRate(ctx, cfg); err != nil {
+			return r, fmt.Errorf("rate: %w", err)
 		}
 	}
 	if cfg.Pressure {
@@ -242,6 +290,10 @@ func (cfg Config) summary() map[string]any {
 		"history":       cfg.History.String(),
 		"hold_snapshot": cfg.HoldSnapshot, "burst": cfg.Burst, "recover": cfg.Recover.String(),
 		"pressure": cfg.Pressure, "hold_for": cfg.HoldFor.String(),
+		"flood": cfg.Flood, "neighbours": cfg.Neighbours, "neighbour_jobs": cfg.NeighbourJobs,
+		"noisy_concurrency": cfg.NoisyConcurrency, "noisy_handler_time": cfg.NoisyHandlerTime.String(),
+		"keys": cfg.Keys, "key_limit": cfg.KeyLimit, "rate": cfg.Rate, "rate_per": cfg.RatePer.String(), "rate_processes": cfg.RateProcesses,
+		"rate_duration": cfg.RateDuration.String(),
 	}
 }
 

@@ -33,6 +33,10 @@ type benchJob struct {
 
 var noop = jobs.Define[benchJob]("bench.noop")
 
+// traced is a benchmark job whose worker reports when it started and ended
+// (the flow-control modes time some tenants, or every job, this way).
+var traced = jobs.Define[benchJob]("bench.traced")
+
 func (cfg Config) payload() benchJob { return benchJob{Pad: strings.Repeat("x", cfg.PayloadSize)} }
 
 // Machine describes where the figures come from.
@@ -65,6 +69,9 @@ type workerProc struct {
 	unconfirmed atomic.Int64
 	ready       chan struct{}
 	exited      chan struct{}
+
+	mu     sync.Mutex
+	traces []jobTrace // the traced jobs worked, as reported
 }
 
 // finished is every job whose ack was sent: completed, or perhaps
@@ -74,7 +81,10 @@ func (p *workerProc) finished() int64 { return p.completed.Load() + p.unconfirme
 func startWorkers(cfg Config, dbURL string) (*workerProc, error) {
 	args := append(cfg.WorkerCommand[1:len(cfg.WorkerCommand):len(cfg.WorkerCommand)],
 		"--workers", fmt.Sprint(cfg.Workers), "--concurrency", fmt.Sprint(cfg.Concurrency),
-		"--handler-time", cfg.HandlerTime.String(), "--keep-history", cfg.keep.String())
+		"--handler-time", cfg.HandlerTime.String(), "--keep-history", cfg.keep.String(),
+		// always explicit: the flags' defaults are the flow modes' own
+		fmt.Sprintf("--fair=%t", cfg.flow.fair), "--key-limit", fmt.Sprint(cfg.flow.keyLimit),
+		"--rate", fmt.Sprint(cfg.flow.rate), "--rate-per", cfg.flow.ratePer.String())
 	cmd := exec.Command(cfg.WorkerCommand[0], args...)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
 	cmd.Stderr = os.Stderr
@@ -93,6 +103,12 @@ func startWorkers(cfg Config, dbURL string) (*workerProc, error) {
 			line := s.Text()
 			if line == "ready" {
 				close(p.ready)
+				continue
+			}
+			if tr, ok := parseTrace(line); ok {
+				p.mu.Lock()
+				p.traces = append(p.traces, tr)
+				p.mu.Unlock()
 				continue
 			}
 			var completed, unconfirmed int64
@@ -138,11 +154,36 @@ func (p *workerProc) cpu() float64 {
 // more after its workers have stopped.
 const workerReport = "completed %d unconfirmed %d"
 
+// WorkerOptions is how the benchmark's worker process runs its workers.
+type WorkerOptions struct {
+	Workers     int           // worker instances
+	Concurrency int           // handler slots per worker
+	HandlerTime time.Duration // how long each handler waits (0: no-op)
+	Keep        time.Duration // how long completed jobs are kept (0: not)
+	// Flow control of the default queue: the zero values are none.
+	Fair     bool
+	KeyLimit int
+	Rate     int
+	RatePer  time.Duration
+}
+
+func (o WorkerOptions) flowControl() map[string]worker.FlowControl {
+	fc := worker.FlowControl{Fair: o.Fair, KeyLimit: o.KeyLimit}
+	if o.Rate > 0 {
+		fc.Rate = worker.Rate{Limit: o.Rate, Per: o.RatePer}
+	}
+	if fc == (worker.FlowControl{}) {
+		return nil
+	}
+	return map[string]worker.FlowControl{jobs.DefaultQueue: fc}
+}
+
 // RunWorkerProcess is the worker side of a benchmark (`hopper bench --role
-// worker`): it runs workers workers with a no-op handler (or one that waits
-// handlerTime), keeping completed jobs for keep (0: not), until ctx ends,
-// printing "ready" and then its counters (workerReport) every 50ms.
-func RunWorkerProcess(ctx context.Context, dbURL string, workers, concurrency int, handlerTime, keep time.Duration, out io.Writer) error {
+// worker`): it runs the workers o describes, with handlers that do nothing
+// (or wait o.HandlerTime), until ctx ends, printing "ready" and then its
+// counters (workerReport) every 50ms, and a line (traceReport) for every
+// traced job worked.
+func RunWorkerProcess(ctx context.Context, dbURL string, o WorkerOptions, out io.Writer) error {
 	if path := os.Getenv("HOPPER_BENCH_CPUPROFILE"); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
@@ -158,7 +199,7 @@ func RunWorkerProcess(ctx context.Context, dbURL string, workers, concurrency in
 	if err != nil {
 		return err
 	}
-	cfg.MaxConns = int32(4 * workers)
+	cfg.MaxConns = int32(4 * o.Workers)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
@@ -166,21 +207,35 @@ func RunWorkerProcess(ctx context.Context, dbURL string, workers, concurrency in
 	defer pool.Close()
 	reg := prometheus.NewRegistry()
 	var wg sync.WaitGroup
-	errs := make(chan error, workers)
+	errs := make(chan error, o.Workers)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for i := range workers {
+	var outMu sync.Mutex
+	say := func(format string, args ...any) { // one line at a time, from many handlers
+		outMu.Lock()
+		defer outMu.Unlock()
+		fmt.Fprintf(out, format+"\n", args...)
+	}
+	work := func() {
+		if o.HandlerTime > 0 {
+			time.Sleep(o.HandlerTime)
+		}
+	}
+	for i := range o.Workers {
 		r := prometheus.WrapRegistererWith(prometheus.Labels{"instance": fmt.Sprint(i)}, reg)
-		w, err := worker.New(pool, worker.Config{Queues: map[string]int{jobs.DefaultQueue: concurrency}, Registerer: r, Logger: quiet,
-			KeepHistory: map[string]time.Duration{jobs.DefaultQueue: keep}})
+		w, err := worker.New(pool, worker.Config{Queues: map[string]int{jobs.DefaultQueue: o.Concurrency}, Registerer: r, Logger: quiet,
+			KeepHistory: map[string]time.Duration{jobs.DefaultQueue: o.Keep}, FlowControl: o.flowControl()})
 		if err != nil {
 			return err
 		}
-		if err := worker.Handle(w, noop, func(ctx context.Context, _ *jobs.Job[benchJob]) error {
-			if handlerTime > 0 {
-				time.Sleep(handlerTime)
-			}
+		if err := worker.Handle(w, noop, func(context.Context, *jobs.Job[benchJob]) error { work(); return nil }); err != nil {
+			return err
+		}
+		if err := worker.Handle(w, traced, func(_ context.Context, j *jobs.Job[benchJob]) error {
+			began := time.Now()
+			work()
+			say("%s", formatTrace(jobTrace{Key: j.ConcurrencyKey, Started: began, Ended: time.Now()}))
 			return nil
 		}); err != nil {
 			return err
@@ -188,12 +243,10 @@ func RunWorkerProcess(ctx context.Context, dbURL string, workers, concurrency in
 		wg.Add(1)
 		go func() { defer wg.Done(); errs <- w.Run(runCtx) }()
 	}
-	fmt.Fprintln(out, "ready")
+	say("ready")
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
-	report := func() {
-		fmt.Fprintf(out, workerReport+"\n", CounterSum(CompletedCounter, reg), CounterSum(UnconfirmedCounter, reg))
-	}
+	report := func() { say(workerReport, CounterSum(CompletedCounter, reg), CounterSum(UnconfirmedCounter, reg)) }
 	for {
 		select {
 		case <-ctx.Done():
@@ -385,7 +438,7 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 	prodCtx, stopProducing := context.WithCancel(ctx)
 	defer stopProducing()
 	maxBacklog := int64(max(20*cfg.BatchSize, 4*cfg.Workers*cfg.Concurrency))
-	items := jobs.Items(repeat(cfg.payload(), cfg.BatchSize)...)
+	items := keyedItems(cfg.payload(), cfg.BatchSize, cfg.keyed, "key-")
 	var pwg sync.WaitGroup
 	perr := make(chan error, cfg.Producers)
 	for range cfg.Producers {
@@ -455,7 +508,7 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 			}
 			// A burst arrives at once: COPY, as an import would. Not cut
 			// off midway, so that what committed is counted.
-			err := enqueueCopy(context.WithoutCancel(prodCtx), s.pool, cfg.Burst, 5000, cfg.payload())
+			err := enqueueCopy(context.WithoutCancel(prodCtx), s.pool, noop, cfg.Burst, 5000, cfg.payload())
 			if err == nil {
 				burstFrom.Store(p.finished())
 				enqueued.Add(int64(cfg.Burst))
@@ -588,11 +641,11 @@ func addScheduled(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	return nil
 }
 
-// enqueueCopy sends n ready jobs in COPY batches of batch.
-func enqueueCopy(ctx context.Context, pool *pgxpool.Pool, n, batch int, payload benchJob) error {
+// enqueueCopy sends n ready jobs of kind in COPY batches of batch.
+func enqueueCopy(ctx context.Context, pool *pgxpool.Pool, kind *jobs.Kind[benchJob], n, batch int, payload benchJob) error {
 	items := jobs.Items(repeat(payload, batch)...)
 	for left := n; left > 0; left -= len(items) {
-		if _, err := noop.EnqueueMany(ctx, pool, items[:min(len(items), left)]); err != nil {
+		if _, err := kind.EnqueueMany(ctx, pool, items[:min(len(items), left)]); err != nil {
 			return err
 		}
 	}
@@ -618,7 +671,7 @@ func runDrain(ctx context.Context, cfg Config) (*DrainResult, error) {
 	if err := addScheduled(ctx, s.pool, cfg.Scheduled); err != nil {
 		return nil, err
 	}
-	if err := enqueueCopy(ctx, s.pool, cfg.Jobs, 5000, cfg.payload()); err != nil {
+	if err := enqueueCopy(ctx, s.pool, noop, cfg.Jobs, 5000, cfg.payload()); err != nil {
 		return nil, err
 	}
 	if err := maintain(ctx, s.pool, "vacuum.sql"); err != nil {
@@ -686,7 +739,7 @@ func runEnqueue(ctx context.Context, cfg Config) (*EnqueueResult, error) {
 	defer s.drop()
 	r := &EnqueueResult{CopyJobs: cfg.Jobs, CopyBatchSize: cfg.BatchSize, Singles: cfg.Singles}
 	began := time.Now()
-	if err := enqueueCopy(ctx, s.pool, cfg.Jobs, cfg.BatchSize, cfg.payload()); err != nil {
+	if err := enqueueCopy(ctx, s.pool, noop, cfg.Jobs, cfg.BatchSize, cfg.payload()); err != nil {
 		return nil, err
 	}
 	r.CopyJobsPerSecond = float64(cfg.Jobs) / time.Since(began).Seconds()

@@ -18,12 +18,13 @@ func benchCommand() *command {
 	var asJSON bool
 	var role string
 	var keep time.Duration
+	var fair bool
 	return &command{
 		name:    "bench",
-		args:    "[--mode continuous|drain|enqueue|latency|all] [--baseline] [--json] [flags]",
+		args:    "[--mode continuous|drain|enqueue|latency|all|noisy|keys|rate|flow] [--baseline] [--json] [flags]",
 		summary: "measure throughput, latency, memory and PostgreSQL CPU on a scratch schema, with a pgbench raw-SQL baseline",
 		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all")
+			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all (those four); noisy, keys, rate or flow (those three)")
 			fs.DurationVar(&cfg.Duration, "duration", time.Minute, "continuous and baseline: how long to measure (the steady state is the last half)")
 			fs.DurationVar(&cfg.Window, "window", 10*time.Second, "continuous and baseline: the length of one reported window")
 			fs.BoolVar(&cfg.HoldSnapshot, "hold-snapshot", false, "continuous: hold a REPEATABLE READ snapshot open for the whole run (a long report, an idle-in-transaction session)")
@@ -45,6 +46,18 @@ func benchCommand() *command {
 			fs.IntVar(&cfg.Singles, "singles", 2000, "enqueue: single transactional enqueues timed")
 			fs.IntVar(&cfg.Samples, "samples", 300, "latency: jobs timed")
 			fs.BoolVar(&cfg.ScratchCluster, "scratch-cluster", false, "start a throwaway PostgreSQL cluster with production defaults for the run (initdb, own port), removed afterwards")
+			fs.IntVar(&cfg.Flood, "flood", 200_000, "noisy: tenant A's jobs, enqueued at once")
+			fs.IntVar(&cfg.Neighbours, "neighbours", 10, "noisy: tenants enqueuing after A (B, C …; at most 25)")
+			fs.IntVar(&cfg.NeighbourJobs, "neighbour-jobs", 100, "noisy: each neighbour's jobs")
+			fs.IntVar(&cfg.NoisyConcurrency, "noisy-concurrency", 100, "noisy: handler slots per worker")
+			fs.DurationVar(&cfg.NoisyHandlerTime, "noisy-handler-time", 2*time.Millisecond, "noisy: how long each handler works")
+			fs.IntVar(&cfg.Keys, "keys", 1000, "keys: distinct concurrency keys")
+			fs.IntVar(&cfg.KeyLimit, "key-limit", 5, "keys: running jobs allowed per key")
+			fs.IntVar(&cfg.Rate, "rate", 500, "rate: jobs allowed per --rate-per, across the worker processes")
+			fs.DurationVar(&cfg.RatePer, "rate-per", time.Second, "rate: the limit's interval")
+			fs.IntVar(&cfg.RateProcesses, "rate-processes", 3, "rate: worker processes sharing the limit")
+			fs.DurationVar(&cfg.RateDuration, "rate-duration", 30*time.Second, "rate: how long to measure")
+			fs.BoolVar(&fair, "fair", false, "internal: the worker process claims fairly across keys")
 			fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 			fs.StringVar(&role, "role", "", "internal: 'worker' runs the benchmark's worker process")
 		},
@@ -53,10 +66,11 @@ func benchCommand() *command {
 				return fmt.Errorf("%w: bench takes no argument", errUsage)
 			}
 			if role == "worker" {
-				return bench.RunWorkerProcess(e.ctx, e.url(), cfg.Workers, cfg.Concurrency, cfg.HandlerTime, keep, e.stdout)
+				return bench.RunWorkerProcess(e.ctx, e.url(), bench.WorkerOptions{Workers: cfg.Workers, Concurrency: cfg.Concurrency,
+					HandlerTime: cfg.HandlerTime, Keep: keep, Fair: fair, KeyLimit: cfg.KeyLimit, Rate: cfg.Rate, RatePer: cfg.RatePer}, e.stdout)
 			}
 			switch cfg.Mode {
-			case "continuous", "drain", "enqueue", "latency", "all":
+			case "continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow":
 			default:
 				return fmt.Errorf("%w: unknown mode %q", errUsage, cfg.Mode)
 			}
@@ -64,6 +78,10 @@ func benchCommand() *command {
 				cfg.Producers < 1 || cfg.PayloadSize < 0 || cfg.HandlerTime < 0 || cfg.Scheduled < 0 || cfg.Singles < 1 || cfg.Samples < 1 ||
 				cfg.Window < time.Second || cfg.Burst < 0 || cfg.Recover < 0 || cfg.HoldFor < time.Second || cfg.History < 0 {
 				return fmt.Errorf("%w: sizes and counts must be positive, --duration and --window at least 1s", errUsage)
+			}
+			if cfg.Flood < 1 || cfg.Neighbours < 1 || cfg.Neighbours > 25 || cfg.NeighbourJobs < 1 || cfg.NoisyConcurrency < 1 || cfg.NoisyHandlerTime < 0 ||
+				cfg.Keys < 1 || cfg.KeyLimit < 1 || cfg.Rate < 1 || cfg.RatePer < time.Millisecond || cfg.RateProcesses < 1 || cfg.RateDuration < time.Second {
+				return fmt.Errorf("%w: flow-control sizes must be positive, --neighbours at most 25, --rate-per at least 1ms, --rate-duration at least 1s", errUsage)
 			}
 			if !cfg.ScratchCluster { // the scratch cluster replaces the default database
 				pool, err := e.connect() // fail early, with the usual message
@@ -130,6 +148,7 @@ func printBench(w io.Writer, r *bench.Report) {
 		printContinuous(w, "pressure, snapshot held", p.Snapshot)
 		printContinuous(w, "pressure, burst", p.Burst)
 	}
+	printFlow(w, r)
 	if b := r.Baseline; b != nil {
 		fmt.Fprintf(w, "baseline (pgbench, %d clients, batch %d): %.0f jobs/s; CPU per 1000 jobs: pgbench %.3fs, PostgreSQL %.3fs\n",
 			b.Clients, b.BatchSize, b.JobsPerSecond, b.ClientCPUPer1000, b.PostgresCPUPer1000)
@@ -235,4 +254,31 @@ func rates(xs []float64) string {
 		}
 	}
 	return strings.Join(parts, " ")
+}
+
+// printFlow prints the flow-control modes' results.
+func printFlow(w io.Writer, r *bench.Report) {
+	if n := r.Noisy; n != nil {
+		for _, run := range []*bench.NoisyResult{n.Off, n.On} {
+			if run == nil {
+				continue
+			}
+			label := "off"
+			if run.Fair {
+				label = "on"
+			}
+			fmt.Fprintf(w, "noisy neighbour, fairness %s: A floods %d jobs, then %d tenants %d each: their pickup p50 %.0f ms, p99 %.0f ms, max %.0f ms; all done %.2fs after their enqueue; A meanwhile %.0f jobs/s, %d of A's jobs left\n",
+				label, run.Flood, run.Neighbours, run.NeighbourJobs, run.PickupP50Ms, run.PickupP99Ms, run.PickupMaxMs, run.CompletedAfter, run.FloodPerSecond, run.FloodLeft)
+		}
+	}
+	if k := r.Keys; k != nil {
+		printContinuous(w, "keys: continuous without keys", k.Without)
+		printContinuous(w, fmt.Sprintf("keys: continuous with %d keys, at most %d running each", k.Keys, k.KeyLimit), k.With)
+		fmt.Fprintf(w, "keys: steady state with keys is %.0f%% of without\n", 100*k.Ratio)
+	}
+	if rt := r.Rate; rt != nil {
+		fmt.Fprintf(w, "rate: limit %d per %gs across %d processes: %.1f jobs/s over %.1fs (%.1f%% of the limit), %d claims of %.1f jobs; most in any %gs window: %d by claim time, %d by handler start\n",
+			rt.Limit, rt.PerSeconds, rt.Processes, rt.AchievedPerSecond, rt.Seconds, 100*rt.AchievedToLimit, rt.Claims, rt.JobsPerClaim,
+			rt.PerSeconds, rt.MaxClaimedInWindow, rt.MaxStartedInWindow)
+	}
 }

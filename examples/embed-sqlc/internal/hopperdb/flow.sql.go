@@ -60,10 +60,10 @@ WITH clock AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM hopper_queues AS q
                    WHERE q.name = $3::text AND q.paused_at IS NOT NULL) AS yes
 ), running AS MATERIALIZED (
-    SELECT r.concurrency_key AS key, count(1)::integer AS jobs
+    SELECT r.concurrency_key COLLATE "C" AS key, count(1)::integer AS jobs
     FROM hopper_jobs AS r
     WHERE r.queue = $3::text AND r.state = 'running' AND r.concurrency_key IS NOT NULL
-    GROUP BY r.concurrency_key
+    GROUP BY 1
 ), used AS MATERIALIZED (
     SELECT c.rate_group, sum(c.jobs)::integer AS jobs
     FROM hopper_rate_claims AS c, clock
@@ -88,11 +88,14 @@ WITH clock AS MATERIALIZED (
     -- limit less its running jobs); fair: those without a key
     SELECT h.id, h.kind, h.concurrency_key, h.priority, h.run_at
     FROM (SELECT hd.id, hd.kind, hd.concurrency_key, hd.priority, hd.run_at, hd.key_limit,
-                 row_number() OVER (PARTITION BY hd.concurrency_key ORDER BY hd.priority, hd.run_at, hd.id) AS key_rank
+                 row_number() OVER (PARTITION BY hd.concurrency_key COLLATE "C" ORDER BY hd.priority, hd.run_at, hd.id) AS key_rank
           FROM head AS hd) AS h
+    -- joined, not looked up per row: a CTE has no index, and a lookup
+    -- would scan every running key once per head job
+    LEFT JOIN running ON running.key = h.concurrency_key COLLATE "C"
     WHERE CASE WHEN $11::boolean THEN h.concurrency_key IS NULL
                ELSE h.concurrency_key IS NULL OR h.key_limit IS NULL
-                    OR h.key_rank + coalesce((SELECT running.jobs FROM running WHERE running.key = h.concurrency_key), 0) <= h.key_limit
+                    OR h.key_rank + coalesce(running.jobs, 0) <= h.key_limit
           END
 ), round_keys AS MATERIALIZED (
     -- the next keys with ready work: always when fair, else only when the
@@ -102,6 +105,10 @@ WITH clock AS MATERIALIZED (
     WHERE NOT (SELECT yes FROM paused)
       AND ($11::boolean
            OR ((SELECT count(1) FROM head) >= $10::integer AND (SELECT count(1) FROM open_head) < $13::integer))
+), simple AS MATERIALIZED (
+    -- the usual strict claim (no rate limit, no round of keys): the open
+    -- head, in order, is the answer, and the second pass below is skipped
+    SELECT NOT $11::boolean AND $4::integer <= 0 AND NOT EXISTS (SELECT 1 FROM round_keys) AS yes
 ), key_share AS MATERIALIZED (
     SELECT (greatest($13::integer, 1) - 1) / greatest(count(1)::integer, 1) + 1 AS jobs
     FROM round_keys
@@ -125,36 +132,49 @@ WITH clock AS MATERIALIZED (
     ) AS r
 ), keyed AS (
     SELECT c.id, c.kind, c.concurrency_key, c.priority, c.run_at,
-           row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.priority, c.run_at, c.id) AS key_rank,
+           row_number() OVER (PARTITION BY c.concurrency_key COLLATE "C" ORDER BY c.priority, c.run_at, c.id) AS key_rank,
            coalesce(nullif(($6::integer[])[array_position($7::text[], c.kind)], 0), nullif($8::integer, 0)) AS key_limit,
            CASE $14::text WHEN 'kind' THEN c.kind WHEN 'key' THEN coalesce(c.concurrency_key, '') ELSE '' END AS rate_group
     FROM candidates AS c
+    WHERE NOT (SELECT yes FROM simple)
 ), within_key AS (
     SELECT k.id, k.concurrency_key, k.priority, k.run_at, k.key_rank, k.rate_group,
-           row_number() OVER (PARTITION BY k.rate_group
+           row_number() OVER (PARTITION BY k.rate_group COLLATE "C"
                               ORDER BY CASE WHEN $11::boolean THEN k.key_rank ELSE 0 END, k.priority, k.run_at, k.id) AS rate_rank
     FROM keyed AS k
+    LEFT JOIN running ON running.key = k.concurrency_key COLLATE "C"
     WHERE k.concurrency_key IS NULL OR k.key_limit IS NULL
-       OR k.key_rank + coalesce((SELECT running.jobs FROM running WHERE running.key = k.concurrency_key), 0) <= k.key_limit
+       OR k.key_rank + coalesce(running.jobs, 0) <= k.key_limit
 ), allowed AS (
-    SELECT w.id, w.rate_group
-    FROM within_key AS w
-    WHERE $4::integer <= 0
-       OR w.rate_rank + coalesce((SELECT used.jobs FROM used WHERE used.rate_group = w.rate_group), 0) <= $4::integer
-    ORDER BY CASE WHEN $11::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id
-    LIMIT $13::integer
+    (SELECT o.id, ''::text AS rate_group
+     FROM open_head AS o
+     WHERE (SELECT yes FROM simple)
+     ORDER BY o.priority, o.run_at, o.id
+     LIMIT $13::integer)
+    UNION ALL
+    (SELECT w.id, w.rate_group
+     FROM within_key AS w
+     LEFT JOIN used ON used.rate_group = w.rate_group
+     WHERE $4::integer <= 0
+        OR w.rate_rank + coalesce(used.jobs, 0) <= $4::integer
+     ORDER BY CASE WHEN $11::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id
+     LIMIT $13::integer)
 ), picked AS (
-    SELECT j.id, allowed.rate_group
+    -- by primary key, an array lookup: a join here lets the planner hash
+    -- the whole table when it guesses many rows
+    SELECT j.id
     FROM hopper_jobs AS j
-    JOIN allowed ON allowed.id = j.id
-    WHERE j.state = 'pending' -- checked again on the locked row
+    WHERE j.id = ANY (ARRAY(SELECT allowed.id FROM allowed))
+      AND j.state = 'pending' -- checked again on the locked row
     FOR UPDATE OF j SKIP LOCKED
 ), logged AS (
     INSERT INTO hopper_rate_claims (queue, rate_group, claimed_at, jobs, rate_limit, window_ms)
-    SELECT $3::text, picked.rate_group, clock.at, count(1), $4::integer, $5::bigint
-    FROM picked, clock
+    SELECT $3::text, allowed.rate_group, clock.at, count(1), $4::integer, $5::bigint
+    FROM picked
+    JOIN allowed ON allowed.id = picked.id
+    CROSS JOIN clock
     WHERE $4::integer > 0
-    GROUP BY picked.rate_group, clock.at
+    GROUP BY allowed.rate_group, clock.at
 ), pruned AS (
     DELETE FROM hopper_rate_claims AS c
     USING clock
@@ -169,8 +189,7 @@ SET state       = 'running',
     -- from the moment the claim held its lock: the lease, and the claim
     -- time (lease_until - lease_ms) that rate limits count, are exact
     lease_until = (SELECT clock.at FROM clock) + '1 millisecond'::interval * $2::bigint
-FROM picked
-WHERE j.id = picked.id
+WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, j.lease_owner, j.lease_until, j.unique_key, j.errors, j.created_at, j.meta, j.concurrency_key
 `
 
