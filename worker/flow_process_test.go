@@ -27,7 +27,8 @@ const flowHelperEnv = "HOPPER_FLOW_HELPER"
 
 // The modes: keys (a per-key limit of 1, 20ms runs), lossy (the same limit,
 // but no heartbeat, a 1s lease and 1.5s runs: every run loses its lease
-// and its result is refused), rate (20 jobs per 500ms across processes).
+// and its result is refused), victim (the same limit, runs that last until
+// the process is killed), rate (20 jobs per 500ms across processes).
 func runFlowHelper(mode string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
@@ -54,6 +55,10 @@ func runFlowHelper(mode string) int {
 	case "lossy":
 		cfg.HeartbeatInterval = -1
 		work = 1500 * time.Millisecond
+	case "victim":
+		// Its runs last until it is SIGKILLed: each is open, never
+		// ended without its outcome, when it dies.
+		work = time.Hour
 	case "rate":
 		// The claim time is read back as lease_until less the lease: no
 		// heartbeat may move the lease meanwhile.
@@ -155,12 +160,15 @@ func TestKeyLimitAcrossProcesses(t *testing.T) {
 	testdb.WaitFor(t, "the lossy worker to be running a job", func() bool {
 		return b.count(t, "SELECT count(*) FROM flow_ledger WHERE worker = 'lossy'") > 0
 	})
-	victim := startFlowHelper(t, b, "keys", "victim")
-	startFlowHelper(t, b, "keys", "steady-1")
-	startFlowHelper(t, b, "keys", "steady-2")
+	// The victim claims before the steady workers start (the lossy one
+	// holds a key or two at a time), and its runs hold their keys until it
+	// dies: it is killed mid-run, however fast the others drain the queue.
+	victim := startFlowHelper(t, b, "victim", "victim")
 	testdb.WaitFor(t, "the victim to be running a job", func() bool {
 		return b.count(t, "SELECT count(*) FROM flow_ledger WHERE worker = 'victim' AND ended_at IS NULL") > 0
 	})
+	startFlowHelper(t, b, "keys", "steady-1")
+	startFlowHelper(t, b, "keys", "steady-2")
 	victim.kill(t, b)
 	startFlowHelper(t, b, "keys", "replacement")
 	testdb.WaitFor(t, "every job done, every run's outcome recorded", func() bool {
