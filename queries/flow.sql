@@ -32,7 +32,10 @@ SELECT pg_advisory_xact_lock(to_regclass('hopper_jobs')::oid::integer, hashtext(
 --    key, found among the queue's first scan ready jobs.
 --
 -- Without fair the order is Dequeue's, among the first scan ready jobs
--- that their keys' limits let run. When those are crowded by keys at their
+-- after the claim cursor (after_priority, after_run_at, after_id: the
+-- worker keeps it as for Dequeue, and moves it back to a keyed job whose
+-- result it records, since jobs of that key held back by its limit stand
+-- after it) that their keys' limits let run. When those are crowded by keys at their
 -- limit (the scan is full and lets fewer than max_jobs run), the claim also
 -- takes the next keys with ready work after after_key, as a fair claim
 -- does, so one key's backlog never blocks the others' jobs behind it.
@@ -42,10 +45,14 @@ WITH clock AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM hopper_queues AS q
                    WHERE q.name = @queue::text AND q.paused_at IS NOT NULL) AS yes
 ), running AS MATERIALIZED (
-    SELECT r.concurrency_key COLLATE "C" AS key, count(1)::integer AS jobs
+    -- the queue's running keyed jobs, one row each: ranked within their
+    -- key before the jobs a claim considers, they count against its limit
+    -- without a join (a join to a CTE, which has no statistics, may be
+    -- planned as a scan of it per job); none are read without a limit
+    SELECT r.id, r.kind, r.concurrency_key, r.priority, r.run_at
     FROM hopper_jobs AS r
-    WHERE r.queue = @queue::text AND r.state = 'running' AND r.concurrency_key IS NOT NULL
-    GROUP BY 1
+    WHERE (@key_limit::integer > 0 OR 0 < ANY (@key_limits::integer[]))
+      AND r.queue = @queue::text AND r.state = 'running' AND r.concurrency_key IS NOT NULL
 ), used AS MATERIALIZED (
     SELECT c.rate_group, sum(c.jobs)::integer AS jobs
     FROM hopper_rate_claims AS c, clock
@@ -54,30 +61,35 @@ WITH clock AS MATERIALIZED (
       AND c.claimed_at > clock.at - '1 millisecond'::interval * @rate_window_ms::bigint
     GROUP BY c.rate_group
 ), head AS MATERIALIZED (
-    -- the first scan ready jobs, in Dequeue's order
+    -- the first scan ready jobs after the claim cursor, in Dequeue's order
     SELECT j.id, j.kind, j.concurrency_key, j.priority, j.run_at,
            coalesce(nullif((@key_limits::integer[])[array_position(@kinds::text[], j.kind)], 0), nullif(@key_limit::integer, 0)) AS key_limit
     FROM hopper_jobs AS j
     WHERE NOT (SELECT yes FROM paused)
       AND j.state = 'pending'
       AND j.queue = @queue::text
+      AND (j.priority, j.run_at, j.id) > (@after_priority::smallint, @after_run_at::timestamptz, @after_id::bigint)
       AND j.run_at <= now()
       AND j.version <= (@max_versions::integer[])[array_position(@kinds::text[], j.kind)]
     ORDER BY j.priority, j.run_at, j.id
     LIMIT @scan::integer
 ), open_head AS MATERIALIZED (
-    -- strict: those its key's limit lets run (no more of a key than its
-    -- limit less its running jobs); fair: those without a key
+    -- strict: those its key's limit lets run (ranked within their key
+    -- after its running jobs, no further than the limit); fair: those
+    -- without a key
     SELECT h.id, h.kind, h.concurrency_key, h.priority, h.run_at
-    FROM (SELECT hd.id, hd.kind, hd.concurrency_key, hd.priority, hd.run_at, hd.key_limit,
-                 row_number() OVER (PARTITION BY hd.concurrency_key COLLATE "C" ORDER BY hd.priority, hd.run_at, hd.id) AS key_rank
-          FROM head AS hd) AS h
-    -- joined, not looked up per row: a CTE has no index, and a lookup
-    -- would scan every running key once per head job
-    LEFT JOIN running ON running.key = h.concurrency_key COLLATE "C"
-    WHERE CASE WHEN @fair::boolean THEN h.concurrency_key IS NULL
-               ELSE h.concurrency_key IS NULL OR h.key_limit IS NULL
-                    OR h.key_rank + coalesce(running.jobs, 0) <= h.key_limit
+    FROM (SELECT u.id, u.kind, u.concurrency_key, u.priority, u.run_at, u.key_limit, u.considered,
+                 row_number() OVER (PARTITION BY u.concurrency_key COLLATE "C"
+                                    ORDER BY u.considered, u.priority, u.run_at, u.id) AS key_rank
+          FROM (SELECT hd.id, hd.kind, hd.concurrency_key, hd.priority, hd.run_at, hd.key_limit, true AS considered
+                FROM head AS hd
+                UNION ALL
+                SELECT r.id, r.kind, r.concurrency_key, r.priority, r.run_at, NULL::integer, false
+                FROM running AS r
+                WHERE NOT @fair::boolean) AS u) AS h
+    WHERE h.considered
+      AND CASE WHEN @fair::boolean THEN h.concurrency_key IS NULL
+               ELSE h.concurrency_key IS NULL OR h.key_limit IS NULL OR h.key_rank <= h.key_limit
           END
 ), round_keys AS MATERIALIZED (
     -- the next keys with ready work: always when fair, else only when the
@@ -113,20 +125,24 @@ WITH clock AS MATERIALIZED (
         LIMIT (SELECT key_share.jobs FROM key_share)
     ) AS r
 ), keyed AS (
-    SELECT c.id, c.kind, c.concurrency_key, c.priority, c.run_at,
-           row_number() OVER (PARTITION BY c.concurrency_key COLLATE "C" ORDER BY c.priority, c.run_at, c.id) AS key_rank,
+    -- the candidates ranked within their key after its running jobs
+    SELECT c.id, c.kind, c.concurrency_key, c.priority, c.run_at, c.considered,
+           row_number() OVER (PARTITION BY c.concurrency_key COLLATE "C" ORDER BY c.considered, c.priority, c.run_at, c.id) AS key_rank,
            coalesce(nullif((@key_limits::integer[])[array_position(@kinds::text[], c.kind)], 0), nullif(@key_limit::integer, 0)) AS key_limit,
            CASE @rate_by::text WHEN 'kind' THEN c.kind WHEN 'key' THEN coalesce(c.concurrency_key, '') ELSE '' END AS rate_group
-    FROM candidates AS c
+    FROM (SELECT cd.id, cd.kind, cd.concurrency_key, cd.priority, cd.run_at, true AS considered
+          FROM candidates AS cd
+          UNION ALL
+          SELECT r.id, r.kind, r.concurrency_key, r.priority, r.run_at, false
+          FROM running AS r) AS c
     WHERE NOT (SELECT yes FROM simple)
 ), within_key AS (
     SELECT k.id, k.concurrency_key, k.priority, k.run_at, k.key_rank, k.rate_group,
            row_number() OVER (PARTITION BY k.rate_group COLLATE "C"
                               ORDER BY CASE WHEN @fair::boolean THEN k.key_rank ELSE 0 END, k.priority, k.run_at, k.id) AS rate_rank
     FROM keyed AS k
-    LEFT JOIN running ON running.key = k.concurrency_key COLLATE "C"
-    WHERE k.concurrency_key IS NULL OR k.key_limit IS NULL
-       OR k.key_rank + coalesce(running.jobs, 0) <= k.key_limit
+    WHERE k.considered
+      AND (k.concurrency_key IS NULL OR k.key_limit IS NULL OR k.key_rank <= k.key_limit)
 ), allowed AS (
     (SELECT o.id, ''::text AS rate_group
      FROM open_head AS o
@@ -147,7 +163,10 @@ WITH clock AS MATERIALIZED (
     SELECT j.id
     FROM hopper_jobs AS j
     WHERE j.id = ANY (ARRAY(SELECT allowed.id FROM allowed))
-      AND j.state = 'pending' -- checked again on the locked row
+      -- checked again on the locked row; written so that it does not
+      -- match the ready index's predicate, which would make the planner
+      -- AND a bitmap of every ready job with the few ids wanted
+      AND coalesce(j.state, '') = 'pending'
     FOR UPDATE OF j SKIP LOCKED
 ), logged AS (
     INSERT INTO hopper_rate_claims (queue, rate_group, claimed_at, jobs, rate_limit, window_ms)

@@ -49,6 +49,7 @@ type claim struct {
 	owner   *Worker
 	keep    time.Duration // how long its completion stays in the history; 0: not kept
 	keyed   bool          // a keyed job of a queue under flow control
+	place   readyKey      // where it stood in the ready order when claimed
 
 	state     atomic.Int32 // a claimState
 	ackedInTx atomic.Bool  // AckTx deleted the row in the handler's transaction
@@ -142,7 +143,10 @@ func (c *claim) recorded() {
 		c.owner.claims.remove(c)
 		if c.keyed {
 			// The key's slot is free now that the result is in: jobs of
-			// the key held back by its limit may be claimed.
+			// the key held back by its limit may be claimed. They stand
+			// after this one in the ready order, and the cursor may have
+			// passed them: it goes back to here.
+			c.queue.cursor.rewind(c.place)
 			signal(c.queue.wake)
 		}
 	}
@@ -214,7 +218,7 @@ type claimSet struct {
 
 func (s *claimSet) add(w *Worker, row db.HopperJob, qr *queueRunner, sent time.Time, keep time.Duration) *claim {
 	c := &claim{id: row.ID, attempt: row.Attempt, kind: row.Kind, queue: qr, owner: w, keep: keep,
-		keyed: row.ConcurrencyKey != nil && qr.flow != nil}
+		keyed: row.ConcurrencyKey != nil && qr.flow != nil, place: keyOf(row)}
 	c.leaseHeldUntil(sent, w.cfg.LeaseDuration)
 	s.mu.Lock()
 	s.claims[claimKey{row.ID, row.Attempt}] = c

@@ -132,7 +132,9 @@ type Config struct {
 	// release, a sweep, a promotion); the full scan finds the rest: jobs
 	// whose claim rolled back in a crashed worker, rows changed by hand. It
 	// costs a walk over the index entries of jobs claimed since vacuum last
-	// ran. Default 10s.
+	// ran. Under a key limit, a job held back by its key is claimed again by
+	// the worker that records a result of that key; should that worker stop
+	// first, the others find the job at their next full scan. Default 10s.
 	FullScanInterval time.Duration
 
 	// KeepHistory keeps the completed jobs of these queues in the history

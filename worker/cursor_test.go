@@ -70,23 +70,34 @@ func TestJobsBehindTheCursorRun(t *testing.T) {
 			},
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b := setup(t)
-			k := kind(t, "cursor")
-			ran := newRanSet()
-			r := start(t, b, worker.Config{FullScanInterval: time.Hour, Queues: map[string]int{"default": 4}},
-				func(w *worker.Worker) { must(t, worker.Handle(w, k, ran.handler)) })
-			testdb.WaitFor(t, "the wake-up listener", func() bool { return worker.Listening(r.w) })
-
-			after := tc.before(t, b, k)
-			testdb.WaitFor(t, "the first jobs run", func() bool { return ran.count() >= 20 })
-			p, cursor, _ := worker.CursorAt(r.w, "default")
-			require.GreaterOrEqual(t, p, int16(0), "the queue claims from its cursor")
-
-			id := after(cursor)
-			testdb.WaitFor(t, "the job behind the cursor runs", func() bool { return ran.has(id) })
-		})
+		for _, limited := range []bool{false, true} {
+			name := tc.name
+			cfg := worker.Config{FullScanInterval: time.Hour, Queues: map[string]int{"default": 4}}
+			if limited { // DequeueLimited's cursor, moved by NextReady
+				name += ", under a key limit"
+				cfg.FlowControl = map[string]worker.FlowControl{"default": {KeyLimit: 5}}
+			}
+			t.Run(name, func(t *testing.T) { jobBehindTheCursorRuns(t, cfg, tc.before) })
+		}
 	}
+}
+
+// jobBehindTheCursorRuns runs one case of TestJobsBehindTheCursorRun on a
+// worker configured by cfg.
+func jobBehindTheCursorRuns(t *testing.T, cfg worker.Config, before func(t *testing.T, b *bundle, k *jobs.Kind[Task]) (after func(cursor time.Time) int64)) {
+	b := setup(t)
+	k := kind(t, "cursor")
+	ran := newRanSet()
+	r := start(t, b, cfg, func(w *worker.Worker) { must(t, worker.Handle(w, k, ran.handler)) })
+	testdb.WaitFor(t, "the wake-up listener", func() bool { return worker.Listening(r.w) })
+
+	after := before(t, b, k)
+	testdb.WaitFor(t, "the first jobs run", func() bool { return ran.count() >= 20 })
+	p, cursor, _ := worker.CursorAt(r.w, "default")
+	require.GreaterOrEqual(t, p, int16(0), "the queue claims from its cursor")
+
+	id := after(cursor)
+	testdb.WaitFor(t, "the job behind the cursor runs", func() bool { return ran.has(id) })
 }
 
 // TestFullScanFindsWhatNoWakeUpAnnounced: a row made ready by hand sends

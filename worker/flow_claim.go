@@ -28,6 +28,16 @@ func (w *Worker) dequeueLimited(ctx context.Context, qr *queueRunner, n int) ([]
 		}
 		n = got
 	}
+	// A strict claim starts from the queue's cursor, as Dequeue does: just
+	// past the last job claimed, jobs held back by their keys' limits
+	// included (recording a keyed job's result moves the cursor back to
+	// it, before the rest of its key). A fair one goes round the keys, its
+	// head (the keyless jobs) from the start.
+	strict := !f.Fair
+	after := fromStart
+	if strict {
+		after = qr.cursor.begin(time.Now(), w.listening.Load())
+	}
 	var claimed []db.HopperJob
 	var wait time.Duration
 	err := pgx.BeginFunc(ctx, w.beginner(), func(tx pgx.Tx) error {
@@ -36,20 +46,23 @@ func (w *Worker) dequeueLimited(ctx context.Context, qr *queueRunner, n int) ([]
 			return err
 		}
 		p := db.DequeueLimitedParams{
-			Owner:        w.cfg.ID,
-			LeaseMs:      w.cfg.LeaseDuration.Milliseconds(),
-			Queue:        qr.name,
-			Kinds:        w.kinds,
-			MaxVersions:  w.versions,
-			KeyLimits:    w.keyLimits,
-			KeyLimit:     int32(f.KeyLimit),
-			Fair:         f.Fair,
-			AfterKey:     f.afterKey,
-			MaxJobs:      int32(n),
-			Scan:         int32(scanFor(n)),
-			RateBy:       f.rateBy(),
-			RateLimit:    0,
-			RateWindowMs: f.Rate.Per.Milliseconds(),
+			Owner:         w.cfg.ID,
+			LeaseMs:       w.cfg.LeaseDuration.Milliseconds(),
+			Queue:         qr.name,
+			Kinds:         w.kinds,
+			MaxVersions:   w.versions,
+			KeyLimits:     w.keyLimits,
+			KeyLimit:      int32(f.KeyLimit),
+			Fair:          f.Fair,
+			AfterKey:      f.afterKey,
+			AfterPriority: after.priority,
+			AfterRunAt:    after.runAt,
+			AfterID:       after.id,
+			MaxJobs:       int32(n),
+			Scan:          int32(scanFor(n)),
+			RateBy:        f.rateBy(),
+			RateLimit:     0,
+			RateWindowMs:  f.Rate.Per.Milliseconds(),
 		}
 		if f.global() {
 			p.RateLimit = int32(f.Rate.Limit)
@@ -76,6 +89,13 @@ func (w *Worker) dequeueLimited(ctx context.Context, qr *queueRunner, n int) ([]
 		claimed = rows
 		return nil
 	})
+	if strict {
+		if err != nil {
+			qr.cursor.failed()
+		} else {
+			qr.cursor.claimed(claimed)
+		}
+	}
 	if f.local != nil {
 		f.local.giveBack(n - len(claimed))
 	}

@@ -455,3 +455,56 @@ func TestPriorityAging(t *testing.T) {
 	})
 	require.Equal(t, 0, ranAt)
 }
+
+// TestHeldJobRunsWhenItsKeyFrees: a strict claim under a key limit starts
+// from the queue's cursor, which moves past jobs held back by their keys'
+// limits; recording a keyed job's result moves it back to that job, before
+// the rest of its key. The full scan is an hour away: the held job runs
+// only if the cursor went back for it.
+func TestHeldJobRunsWhenItsKeyFrees(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "tenant")
+	slow1, err := k.Enqueue(b.ctx, b.pool, Task{N: 1}, jobs.ConcurrencyKey("slow"))
+	require.NoError(t, err)
+	slow2, err := k.Enqueue(b.ctx, b.pool, Task{N: 2}, jobs.ConcurrencyKey("slow"))
+	require.NoError(t, err)
+	release := make(chan struct{})
+	ran := newRanSet()
+	r := start(t, b, worker.Config{
+		Queues:           map[string]int{"default": 4},
+		FullScanInterval: time.Hour,
+		FlowControl:      map[string]worker.FlowControl{"default": {KeyLimit: 1}},
+	}, func(w *worker.Worker) {
+		must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			if j.ID == slow1.ID {
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+			return ran.handler(ctx, j)
+		}))
+	})
+	testdb.WaitFor(t, "the wake-up listener", func() bool { return worker.Listening(r.w) })
+	var others []int64
+	for i := range 20 {
+		j, err := k.Enqueue(b.ctx, b.pool, Task{N: 10 + i}, jobs.ConcurrencyKey(fmt.Sprintf("quick-%d", i)))
+		require.NoError(t, err)
+		others = append(others, j.ID)
+	}
+	testdb.WaitFor(t, "the other keys' jobs run past the held one", func() bool {
+		for _, id := range others {
+			if !ran.has(id) {
+				return false
+			}
+		}
+		return true
+	})
+	p, _, id := worker.CursorAt(r.w, "default")
+	require.GreaterOrEqual(t, p, int16(0), "the queue claims from its cursor")
+	require.Greater(t, id, slow2.ID, "the cursor passed the held job")
+	require.False(t, ran.has(slow2.ID), "its key is at its limit")
+
+	close(release)
+	testdb.WaitFor(t, "the held job runs once its key frees", func() bool { return ran.has(slow2.ID) })
+}

@@ -7,6 +7,7 @@ package hopperdb
 
 import (
 	"context"
+	"time"
 )
 
 const agePriorities = `-- name: AgePriorities :execrows
@@ -60,57 +61,66 @@ WITH clock AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM hopper_queues AS q
                    WHERE q.name = $3::text AND q.paused_at IS NOT NULL) AS yes
 ), running AS MATERIALIZED (
-    SELECT r.concurrency_key COLLATE "C" AS key, count(1)::integer AS jobs
+    -- the queue's running keyed jobs, one row each: ranked within their
+    -- key before the jobs a claim considers, they count against its limit
+    -- without a join (a join to a CTE, which has no statistics, may be
+    -- planned as a scan of it per job); none are read without a limit
+    SELECT r.id, r.kind, r.concurrency_key, r.priority, r.run_at
     FROM hopper_jobs AS r
-    WHERE r.queue = $3::text AND r.state = 'running' AND r.concurrency_key IS NOT NULL
-    GROUP BY 1
+    WHERE ($4::integer > 0 OR 0 < ANY ($5::integer[]))
+      AND r.queue = $3::text AND r.state = 'running' AND r.concurrency_key IS NOT NULL
 ), used AS MATERIALIZED (
     SELECT c.rate_group, sum(c.jobs)::integer AS jobs
     FROM hopper_rate_claims AS c, clock
-    WHERE $4::integer > 0
+    WHERE $6::integer > 0
       AND c.queue = $3::text
-      AND c.claimed_at > clock.at - '1 millisecond'::interval * $5::bigint
+      AND c.claimed_at > clock.at - '1 millisecond'::interval * $7::bigint
     GROUP BY c.rate_group
 ), head AS MATERIALIZED (
-    -- the first scan ready jobs, in Dequeue's order
+    -- the first scan ready jobs after the claim cursor, in Dequeue's order
     SELECT j.id, j.kind, j.concurrency_key, j.priority, j.run_at,
-           coalesce(nullif(($6::integer[])[array_position($7::text[], j.kind)], 0), nullif($8::integer, 0)) AS key_limit
+           coalesce(nullif(($5::integer[])[array_position($8::text[], j.kind)], 0), nullif($4::integer, 0)) AS key_limit
     FROM hopper_jobs AS j
     WHERE NOT (SELECT yes FROM paused)
       AND j.state = 'pending'
       AND j.queue = $3::text
+      AND (j.priority, j.run_at, j.id) > ($9::smallint, $10::timestamptz, $11::bigint)
       AND j.run_at <= now()
-      AND j.version <= ($9::integer[])[array_position($7::text[], j.kind)]
+      AND j.version <= ($12::integer[])[array_position($8::text[], j.kind)]
     ORDER BY j.priority, j.run_at, j.id
-    LIMIT $10::integer
+    LIMIT $13::integer
 ), open_head AS MATERIALIZED (
-    -- strict: those its key's limit lets run (no more of a key than its
-    -- limit less its running jobs); fair: those without a key
+    -- strict: those its key's limit lets run (ranked within their key
+    -- after its running jobs, no further than the limit); fair: those
+    -- without a key
     SELECT h.id, h.kind, h.concurrency_key, h.priority, h.run_at
-    FROM (SELECT hd.id, hd.kind, hd.concurrency_key, hd.priority, hd.run_at, hd.key_limit,
-                 row_number() OVER (PARTITION BY hd.concurrency_key COLLATE "C" ORDER BY hd.priority, hd.run_at, hd.id) AS key_rank
-          FROM head AS hd) AS h
-    -- joined, not looked up per row: a CTE has no index, and a lookup
-    -- would scan every running key once per head job
-    LEFT JOIN running ON running.key = h.concurrency_key COLLATE "C"
-    WHERE CASE WHEN $11::boolean THEN h.concurrency_key IS NULL
-               ELSE h.concurrency_key IS NULL OR h.key_limit IS NULL
-                    OR h.key_rank + coalesce(running.jobs, 0) <= h.key_limit
+    FROM (SELECT u.id, u.kind, u.concurrency_key, u.priority, u.run_at, u.key_limit, u.considered,
+                 row_number() OVER (PARTITION BY u.concurrency_key COLLATE "C"
+                                    ORDER BY u.considered, u.priority, u.run_at, u.id) AS key_rank
+          FROM (SELECT hd.id, hd.kind, hd.concurrency_key, hd.priority, hd.run_at, hd.key_limit, true AS considered
+                FROM head AS hd
+                UNION ALL
+                SELECT r.id, r.kind, r.concurrency_key, r.priority, r.run_at, NULL::integer, false
+                FROM running AS r
+                WHERE NOT $14::boolean) AS u) AS h
+    WHERE h.considered
+      AND CASE WHEN $14::boolean THEN h.concurrency_key IS NULL
+               ELSE h.concurrency_key IS NULL OR h.key_limit IS NULL OR h.key_rank <= h.key_limit
           END
 ), round_keys AS MATERIALIZED (
     -- the next keys with ready work: always when fair, else only when the
     -- head is crowded by keys at their limit
     SELECT k::text AS key
-    FROM hopper_ready_keys($3::text, $12::text, $13::integer, $8::integer) AS k
+    FROM hopper_ready_keys($3::text, $15::text, $16::integer, $4::integer) AS k
     WHERE NOT (SELECT yes FROM paused)
-      AND ($11::boolean
-           OR ((SELECT count(1) FROM head) >= $10::integer AND (SELECT count(1) FROM open_head) < $13::integer))
+      AND ($14::boolean
+           OR ((SELECT count(1) FROM head) >= $13::integer AND (SELECT count(1) FROM open_head) < $16::integer))
 ), simple AS MATERIALIZED (
     -- the usual strict claim (no rate limit, no round of keys): the open
     -- head, in order, is the answer, and the second pass below is skipped
-    SELECT NOT $11::boolean AND $4::integer <= 0 AND NOT EXISTS (SELECT 1 FROM round_keys) AS yes
+    SELECT NOT $14::boolean AND $6::integer <= 0 AND NOT EXISTS (SELECT 1 FROM round_keys) AS yes
 ), key_share AS MATERIALIZED (
-    SELECT (greatest($13::integer, 1) - 1) / greatest(count(1)::integer, 1) + 1 AS jobs
+    SELECT (greatest($16::integer, 1) - 1) / greatest(count(1)::integer, 1) + 1 AS jobs
     FROM round_keys
 ), candidates AS (
     SELECT o.id, o.kind, o.concurrency_key, o.priority, o.run_at
@@ -126,61 +136,68 @@ WITH clock AS MATERIALIZED (
           AND j.state = 'pending'
           AND j.concurrency_key = rk.key
           AND j.run_at <= now()
-          AND j.version <= ($9::integer[])[array_position($7::text[], j.kind)]
+          AND j.version <= ($12::integer[])[array_position($8::text[], j.kind)]
         ORDER BY j.priority, j.run_at, j.id
         LIMIT (SELECT key_share.jobs FROM key_share)
     ) AS r
 ), keyed AS (
-    SELECT c.id, c.kind, c.concurrency_key, c.priority, c.run_at,
-           row_number() OVER (PARTITION BY c.concurrency_key COLLATE "C" ORDER BY c.priority, c.run_at, c.id) AS key_rank,
-           coalesce(nullif(($6::integer[])[array_position($7::text[], c.kind)], 0), nullif($8::integer, 0)) AS key_limit,
-           CASE $14::text WHEN 'kind' THEN c.kind WHEN 'key' THEN coalesce(c.concurrency_key, '') ELSE '' END AS rate_group
-    FROM candidates AS c
+    -- the candidates ranked within their key after its running jobs
+    SELECT c.id, c.kind, c.concurrency_key, c.priority, c.run_at, c.considered,
+           row_number() OVER (PARTITION BY c.concurrency_key COLLATE "C" ORDER BY c.considered, c.priority, c.run_at, c.id) AS key_rank,
+           coalesce(nullif(($5::integer[])[array_position($8::text[], c.kind)], 0), nullif($4::integer, 0)) AS key_limit,
+           CASE $17::text WHEN 'kind' THEN c.kind WHEN 'key' THEN coalesce(c.concurrency_key, '') ELSE '' END AS rate_group
+    FROM (SELECT cd.id, cd.kind, cd.concurrency_key, cd.priority, cd.run_at, true AS considered
+          FROM candidates AS cd
+          UNION ALL
+          SELECT r.id, r.kind, r.concurrency_key, r.priority, r.run_at, false
+          FROM running AS r) AS c
     WHERE NOT (SELECT yes FROM simple)
 ), within_key AS (
     SELECT k.id, k.concurrency_key, k.priority, k.run_at, k.key_rank, k.rate_group,
            row_number() OVER (PARTITION BY k.rate_group COLLATE "C"
-                              ORDER BY CASE WHEN $11::boolean THEN k.key_rank ELSE 0 END, k.priority, k.run_at, k.id) AS rate_rank
+                              ORDER BY CASE WHEN $14::boolean THEN k.key_rank ELSE 0 END, k.priority, k.run_at, k.id) AS rate_rank
     FROM keyed AS k
-    LEFT JOIN running ON running.key = k.concurrency_key COLLATE "C"
-    WHERE k.concurrency_key IS NULL OR k.key_limit IS NULL
-       OR k.key_rank + coalesce(running.jobs, 0) <= k.key_limit
+    WHERE k.considered
+      AND (k.concurrency_key IS NULL OR k.key_limit IS NULL OR k.key_rank <= k.key_limit)
 ), allowed AS (
     (SELECT o.id, ''::text AS rate_group
      FROM open_head AS o
      WHERE (SELECT yes FROM simple)
      ORDER BY o.priority, o.run_at, o.id
-     LIMIT $13::integer)
+     LIMIT $16::integer)
     UNION ALL
     (SELECT w.id, w.rate_group
      FROM within_key AS w
      LEFT JOIN used ON used.rate_group = w.rate_group
-     WHERE $4::integer <= 0
-        OR w.rate_rank + coalesce(used.jobs, 0) <= $4::integer
-     ORDER BY CASE WHEN $11::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id
-     LIMIT $13::integer)
+     WHERE $6::integer <= 0
+        OR w.rate_rank + coalesce(used.jobs, 0) <= $6::integer
+     ORDER BY CASE WHEN $14::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id
+     LIMIT $16::integer)
 ), picked AS (
     -- by primary key, an array lookup: a join here lets the planner hash
     -- the whole table when it guesses many rows
     SELECT j.id
     FROM hopper_jobs AS j
     WHERE j.id = ANY (ARRAY(SELECT allowed.id FROM allowed))
-      AND j.state = 'pending' -- checked again on the locked row
+      -- checked again on the locked row; written so that it does not
+      -- match the ready index's predicate, which would make the planner
+      -- AND a bitmap of every ready job with the few ids wanted
+      AND coalesce(j.state, '') = 'pending'
     FOR UPDATE OF j SKIP LOCKED
 ), logged AS (
     INSERT INTO hopper_rate_claims (queue, rate_group, claimed_at, jobs, rate_limit, window_ms)
-    SELECT $3::text, allowed.rate_group, clock.at, count(1), $4::integer, $5::bigint
+    SELECT $3::text, allowed.rate_group, clock.at, count(1), $6::integer, $7::bigint
     FROM picked
     JOIN allowed ON allowed.id = picked.id
     CROSS JOIN clock
-    WHERE $4::integer > 0
+    WHERE $6::integer > 0
     GROUP BY allowed.rate_group, clock.at
 ), pruned AS (
     DELETE FROM hopper_rate_claims AS c
     USING clock
-    WHERE $4::integer > 0
+    WHERE $6::integer > 0
       AND c.queue = $3::text
-      AND c.claimed_at <= clock.at - '1 millisecond'::interval * $5::bigint
+      AND c.claimed_at <= clock.at - '1 millisecond'::interval * $7::bigint
 )
 UPDATE hopper_jobs AS j
 SET state       = 'running',
@@ -194,20 +211,23 @@ RETURNING j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.ru
 `
 
 type DequeueLimitedParams struct {
-	Owner        string
-	LeaseMs      int64
-	Queue        string
-	RateLimit    int32
-	RateWindowMs int64
-	KeyLimits    []int32
-	Kinds        []string
-	KeyLimit     int32
-	MaxVersions  []int32
-	Scan         int32
-	Fair         bool
-	AfterKey     string
-	MaxJobs      int32
-	RateBy       string
+	Owner         string
+	LeaseMs       int64
+	Queue         string
+	KeyLimit      int32
+	KeyLimits     []int32
+	RateLimit     int32
+	RateWindowMs  int64
+	Kinds         []string
+	AfterPriority int16
+	AfterRunAt    time.Time
+	AfterID       int64
+	MaxVersions   []int32
+	Scan          int32
+	Fair          bool
+	AfterKey      string
+	MaxJobs       int32
+	RateBy        string
 }
 
 // Dequeue for a queue under flow control; run in a transaction after
@@ -232,7 +252,10 @@ type DequeueLimitedParams struct {
 //     key, found among the queue's first scan ready jobs.
 //
 // Without fair the order is Dequeue's, among the first scan ready jobs
-// that their keys' limits let run. When those are crowded by keys at their
+// after the claim cursor (after_priority, after_run_at, after_id: the
+// worker keeps it as for Dequeue, and moves it back to a keyed job whose
+// result it records, since jobs of that key held back by its limit stand
+// after it) that their keys' limits let run. When those are crowded by keys at their
 // limit (the scan is full and lets fewer than max_jobs run), the claim also
 // takes the next keys with ready work after after_key, as a fair claim
 // does, so one key's backlog never blocks the others' jobs behind it.
@@ -241,11 +264,14 @@ func (q *Queries) DequeueLimited(ctx context.Context, arg DequeueLimitedParams) 
 		arg.Owner,
 		arg.LeaseMs,
 		arg.Queue,
+		arg.KeyLimit,
+		arg.KeyLimits,
 		arg.RateLimit,
 		arg.RateWindowMs,
-		arg.KeyLimits,
 		arg.Kinds,
-		arg.KeyLimit,
+		arg.AfterPriority,
+		arg.AfterRunAt,
+		arg.AfterID,
 		arg.MaxVersions,
 		arg.Scan,
 		arg.Fair,
