@@ -73,7 +73,7 @@ func TestJobsBehindTheCursorRun(t *testing.T) {
 		for _, limited := range []bool{false, true} {
 			name := tc.name
 			cfg := worker.Config{FullScanInterval: time.Hour, Queues: map[string]int{"default": 4}}
-			if limited { // DequeueLimited's cursor, moved by NextReady
+			if limited { // DequeueLimited's cursor
 				name += ", under a key limit"
 				cfg.FlowControl = map[string]worker.FlowControl{"default": {KeyLimit: 5}}
 			}

@@ -32,8 +32,10 @@ func (w *Worker) dequeueLimited(ctx context.Context, qr *queueRunner, n int) ([]
 	// past the last job claimed, jobs held back by their keys' limits
 	// included (recording a keyed job's result moves the cursor back to
 	// it, before the rest of its key). A fair one goes round the keys, its
-	// head (the keyless jobs) from the start.
-	strict := !f.Fair
+	// head (the keyless jobs) from the start; so does one under a rate per
+	// kind or key, which may pass over jobs of a spent budget that nothing
+	// would announce when it returns.
+	strict := !f.Fair && (!f.global() || f.rateBy() == string(RateByQueue))
 	after := fromStart
 	if strict {
 		after = qr.cursor.begin(time.Now(), w.listening.Load())
