@@ -66,10 +66,10 @@
 //     behind it (a transaction that committed late, a more urgent job, a
 //     release, a sweep, a promotion); every FullScanInterval a claim scans
 //     from the start, for what no wake-up announced. Without LISTEN every
-//     claim scans from the start. A queue under a key limit (not Fair, and
-//     with no rate per kind or key) keeps a cursor too, moving past jobs
-//     held back by their keys' limits: recording a keyed job's result
-//     moves it back to that job, before the rest of its key.
+//     claim scans from the start. A queue under a key limit (not Fair, no
+//     rate per kind or key, no PriorityAging) keeps a cursor too, moving
+//     past jobs held back by their keys' limits: recording a keyed job's
+//     result moves it back to that job, before the rest of its key.
 //   - Leases: one heartbeat extends every held claim in batches, at a third
 //     of the lease by default. A claim the database no longer holds for us
 //     cancels its handler's context with cause ErrLeaseLost, and the result

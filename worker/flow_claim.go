@@ -34,8 +34,9 @@ func (w *Worker) dequeueLimited(ctx context.Context, qr *queueRunner, n int) ([]
 	// it, before the rest of its key). A fair one goes round the keys, its
 	// head (the keyless jobs) from the start; so does one under a rate per
 	// kind or key, which may pass over jobs of a spent budget that nothing
-	// would announce when it returns.
-	strict := !f.Fair && (!f.global() || f.rateBy() == string(RateByQueue))
+	// would announce when it returns, and one whose queue ages priorities
+	// (an aged job moves ahead, perhaps behind the cursor, unannounced).
+	strict := !f.Fair && (!f.global() || f.rateBy() == string(RateByQueue)) && f.PriorityAging == 0
 	after := fromStart
 	if strict {
 		after = qr.cursor.begin(time.Now(), w.listening.Load())
