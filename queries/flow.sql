@@ -191,7 +191,13 @@ SET state       = 'running',
     -- time (lease_until - lease_ms) that rate limits count, are exact
     lease_until = (SELECT clock.at FROM clock) + '1 millisecond'::interval * @lease_ms::bigint
 WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
-RETURNING j.*;
+RETURNING sqlc.embed(j),
+          -- the last job of the head (priority -1: none), which a strict
+          -- claim's cursor may not pass: a round of keys may have taken
+          -- jobs far beyond it, past ready jobs it did not consider
+          coalesce((SELECT h.priority FROM head AS h ORDER BY h.priority DESC, h.run_at DESC, h.id DESC LIMIT 1), -1)::smallint AS head_priority,
+          coalesce((SELECT h.run_at FROM head AS h ORDER BY h.priority DESC, h.run_at DESC, h.id DESC LIMIT 1), 'epoch')::timestamptz AS head_run_at,
+          coalesce((SELECT h.id FROM head AS h ORDER BY h.priority DESC, h.run_at DESC, h.id DESC LIMIT 1), 0)::bigint AS head_id;
 
 -- name: AgePriorities :execrows
 -- Priority aging for a queue: at most once per aging_ms across all workers

@@ -102,6 +102,25 @@ func (c *claimCursor) claimed(rows []db.HopperJob) {
 	c.end()
 }
 
+// claimedWithin ends a claim under flow control: as claimed, but the
+// cursor does not pass headEnd, the last job the claim's head considered
+// (priority -1: none), since a round of keys may have taken jobs far
+// beyond it, past ready jobs no one considered.
+func (c *claimCursor) claimedWithin(rows []db.HopperJob, headEnd readyKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, row := range rows {
+		k := keyOf(row)
+		if headEnd.priority >= 0 && headEnd.less(k) {
+			k = headEnd
+		}
+		if c.pos.less(k) {
+			c.pos = k
+		}
+	}
+	c.end()
+}
+
 // failed ends a claim without an answer. Whatever it locked is pending
 // again if it rolled back, so the next claim scans from the start.
 func (c *claimCursor) failed() {

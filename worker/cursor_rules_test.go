@@ -37,6 +37,21 @@ func TestClaimCursorRules(t *testing.T) {
 			c.claimed([]db.HopperJob{job(1, 0, 1), job(0, 9, 2)})
 			return c.begin(t0, true)
 		}, key(1, 0, 1)},
+		{"a limited claim does not pass the last job its head considered", func(c *claimCursor) readyKey {
+			c.begin(t0, true)
+			c.claimedWithin([]db.HopperJob{job(0, 1, 1), job(0, 50, 90)}, key(0, 5, 7))
+			return c.begin(t0, true)
+		}, key(0, 5, 7)},
+		{"a limited claim within its head moves as any claim", func(c *claimCursor) readyKey {
+			c.begin(t0, true)
+			c.claimedWithin([]db.HopperJob{job(0, 1, 1), job(0, 3, 4)}, key(0, 5, 7))
+			return c.begin(t0, true)
+		}, key(0, 3, 4)},
+		{"a limited claim without a head is not capped", func(c *claimCursor) readyKey {
+			c.begin(t0, true)
+			c.claimedWithin([]db.HopperJob{job(0, 3, 4)}, readyKey{priority: -1})
+			return c.begin(t0, true)
+		}, key(0, 3, 4)},
 		{"a claim that finds nothing leaves it", func(c *claimCursor) readyKey {
 			c.begin(t0, true)
 			c.claimed([]db.HopperJob{job(0, 3, 5)})

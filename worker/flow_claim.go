@@ -42,6 +42,7 @@ func (w *Worker) dequeueLimited(ctx context.Context, qr *queueRunner, n int) ([]
 		after = qr.cursor.begin(time.Now(), w.listening.Load())
 	}
 	var claimed []db.HopperJob
+	var headEnd readyKey // the last job the claim's head considered
 	var wait time.Duration
 	err := pgx.BeginFunc(ctx, w.beginner(), func(tx pgx.Tx) error {
 		q := db.New(tx)
@@ -82,6 +83,9 @@ func (w *Worker) dequeueLimited(ctx context.Context, qr *queueRunner, n int) ([]
 			}
 			rows = append(rows, more...)
 		}
+		if len(rows) > 0 {
+			headEnd = readyKey{priority: rows[0].HeadPriority, runAt: rows[0].HeadRunAt, id: rows[0].HeadID}
+		}
 		if f.global() && len(rows) < n {
 			ms, err := q.RateWait(ctx, db.RateWaitParams{Queue: qr.name, RateWindowMs: p.RateWindowMs})
 			if err != nil {
@@ -89,14 +93,17 @@ func (w *Worker) dequeueLimited(ctx context.Context, qr *queueRunner, n int) ([]
 			}
 			wait = time.Duration(max(ms, 1)) * time.Millisecond
 		}
-		claimed = rows
+		claimed = make([]db.HopperJob, len(rows))
+		for i, r := range rows {
+			claimed[i] = r.HopperJob
+		}
 		return nil
 	})
 	if strict {
 		if err != nil {
 			qr.cursor.failed()
 		} else {
-			qr.cursor.claimed(claimed)
+			qr.cursor.claimedWithin(claimed, headEnd)
 		}
 	}
 	if f.local != nil {

@@ -207,7 +207,13 @@ SET state       = 'running',
     -- time (lease_until - lease_ms) that rate limits count, are exact
     lease_until = (SELECT clock.at FROM clock) + '1 millisecond'::interval * $2::bigint
 WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
-RETURNING j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, j.lease_owner, j.lease_until, j.unique_key, j.errors, j.created_at, j.meta, j.concurrency_key
+RETURNING j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, j.lease_owner, j.lease_until, j.unique_key, j.errors, j.created_at, j.meta, j.concurrency_key,
+          -- the last job of the head (priority -1: none), which a strict
+          -- claim's cursor may not pass: a round of keys may have taken
+          -- jobs far beyond it, past ready jobs it did not consider
+          coalesce((SELECT h.priority FROM head AS h ORDER BY h.priority DESC, h.run_at DESC, h.id DESC LIMIT 1), -1)::smallint AS head_priority,
+          coalesce((SELECT h.run_at FROM head AS h ORDER BY h.priority DESC, h.run_at DESC, h.id DESC LIMIT 1), 'epoch')::timestamptz AS head_run_at,
+          coalesce((SELECT h.id FROM head AS h ORDER BY h.priority DESC, h.run_at DESC, h.id DESC LIMIT 1), 0)::bigint AS head_id
 `
 
 type DequeueLimitedParams struct {
@@ -228,6 +234,13 @@ type DequeueLimitedParams struct {
 	AfterKey      string
 	MaxJobs       int32
 	RateBy        string
+}
+
+type DequeueLimitedRow struct {
+	HopperJob    HopperJob
+	HeadPriority int16
+	HeadRunAt    time.Time
+	HeadID       int64
 }
 
 // Dequeue for a queue under flow control; run in a transaction after
@@ -259,7 +272,7 @@ type DequeueLimitedParams struct {
 // limit (the scan is full and lets fewer than max_jobs run), the claim also
 // takes the next keys with ready work after after_key, as a fair claim
 // does, so one key's backlog never blocks the others' jobs behind it.
-func (q *Queries) DequeueLimited(ctx context.Context, arg DequeueLimitedParams) ([]HopperJob, error) {
+func (q *Queries) DequeueLimited(ctx context.Context, arg DequeueLimitedParams) ([]DequeueLimitedRow, error) {
 	rows, err := q.db.Query(ctx, dequeueLimited,
 		arg.Owner,
 		arg.LeaseMs,
@@ -283,27 +296,30 @@ func (q *Queries) DequeueLimited(ctx context.Context, arg DequeueLimitedParams) 
 		return nil, err
 	}
 	defer rows.Close()
-	var items []HopperJob
+	var items []DequeueLimitedRow
 	for rows.Next() {
-		var i HopperJob
+		var i DequeueLimitedRow
 		if err := rows.Scan(
-			&i.ID,
-			&i.Queue,
-			&i.Kind,
-			&i.Version,
-			&i.Payload,
-			&i.State,
-			&i.Priority,
-			&i.RunAt,
-			&i.Attempt,
-			&i.MaxAttempts,
-			&i.LeaseOwner,
-			&i.LeaseUntil,
-			&i.UniqueKey,
-			&i.Errors,
-			&i.CreatedAt,
-			&i.Meta,
-			&i.ConcurrencyKey,
+			&i.HopperJob.ID,
+			&i.HopperJob.Queue,
+			&i.HopperJob.Kind,
+			&i.HopperJob.Version,
+			&i.HopperJob.Payload,
+			&i.HopperJob.State,
+			&i.HopperJob.Priority,
+			&i.HopperJob.RunAt,
+			&i.HopperJob.Attempt,
+			&i.HopperJob.MaxAttempts,
+			&i.HopperJob.LeaseOwner,
+			&i.HopperJob.LeaseUntil,
+			&i.HopperJob.UniqueKey,
+			&i.HopperJob.Errors,
+			&i.HopperJob.CreatedAt,
+			&i.HopperJob.Meta,
+			&i.HopperJob.ConcurrencyKey,
+			&i.HeadPriority,
+			&i.HeadRunAt,
+			&i.HeadID,
 		); err != nil {
 			return nil, err
 		}
