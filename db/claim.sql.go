@@ -31,8 +31,7 @@ SET state       = 'running',
     attempt     = j.attempt + 1,
     lease_owner = $1::text,
     lease_until = now() + '1 millisecond'::interval * $2::bigint
-FROM picked
-WHERE j.id = picked.id
+WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, j.lease_owner, j.lease_until, j.unique_key, j.errors, j.created_at, j.meta, j.concurrency_key
 `
 
@@ -69,6 +68,9 @@ type DequeueParams struct {
 // part of the claim, so a pause holds for every worker from the moment it
 // commits. It does not depend on the job rows, so PostgreSQL evaluates it
 // once, before the scan, and a paused queue's claim reads no index at all.
+// An array of ids, not a join: a join lets a planner with stale statistics
+// (a table filled since its last ANALYZE) hash the whole table for a few
+// hundred rows; an id array is always read through the primary key.
 func (q *Queries) Dequeue(ctx context.Context, arg DequeueParams) ([]HopperJob, error) {
 	rows, err := q.db.Query(ctx, dequeue,
 		arg.Owner,

@@ -40,8 +40,10 @@ SET state       = 'running',
     attempt     = j.attempt + 1,
     lease_owner = @owner::text,
     lease_until = now() + '1 millisecond'::interval * @lease_ms::bigint
-FROM picked
-WHERE j.id = picked.id
+-- An array of ids, not a join: a join lets a planner with stale statistics
+-- (a table filled since its last ANALYZE) hash the whole table for a few
+-- hundred rows; an id array is always read through the primary key.
+WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
 RETURNING j.*;
 
 -- name: Promote :many

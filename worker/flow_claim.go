@@ -4,18 +4,15 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/hopperq/hopper/db"
 )
 
-// dequeueLimited claims up to n jobs of a queue under flow control, in a
-// transaction of its own: LockClaims serializes the queue's limited claims
-// (each then sees what the previous one took), DequeueLimited claims. A
-// fair claim that started after a key and found too few jobs goes round
-// once more from the first key, in the same transaction. It also returns
-// how long until a rate limit gives budget back, when one cut the claim
-// short.
+// dequeueLimited claims up to n jobs of a queue under flow control:
+// DequeueLimited under the queue's claim lock (underClaimLock), so that
+// each claim sees what the previous ones took. A fair claim that started
+// after a key and found too few jobs goes round once more from the first
+// key. It also returns how long until a rate limit gives budget back,
+// when one cut the claim short.
 func (w *Worker) dequeueLimited(ctx context.Context, qr *queueRunner, n int) ([]db.HopperJob, time.Duration, error) {
 	f := qr.flow
 	if f.PriorityAging > 0 && !time.Now().Before(f.nextAging) {
@@ -41,64 +38,49 @@ func (w *Worker) dequeueLimited(ctx context.Context, qr *queueRunner, n int) ([]
 	if strict {
 		after = qr.cursor.begin(time.Now(), w.listening.Load())
 	}
-	var claimed []db.HopperJob
+	p := db.DequeueLimitedParams{
+		Owner:         w.cfg.ID,
+		LeaseMs:       w.cfg.LeaseDuration.Milliseconds(),
+		Queue:         qr.name,
+		Kinds:         w.kinds,
+		MaxVersions:   w.versions,
+		KeyLimits:     w.keyLimits,
+		KeyLimit:      int32(f.KeyLimit),
+		Fair:          f.Fair,
+		AfterKey:      f.afterKey,
+		AfterPriority: after.priority,
+		AfterRunAt:    after.runAt,
+		AfterID:       after.id,
+		MaxJobs:       int32(n),
+		Scan:          int32(scanFor(n)),
+		RateBy:        f.rateBy(),
+		RateLimit:     0,
+		RateWindowMs:  f.Rate.Per.Milliseconds(),
+	}
+	if f.global() {
+		p.RateLimit = int32(f.Rate.Limit)
+	}
+	rows, err := w.claimLimited(ctx, p)
 	var headEnd readyKey // the last job the claim's head considered
+	if len(rows) > 0 {
+		headEnd = readyKey{priority: rows[0].HeadPriority, runAt: rows[0].HeadRunAt, id: rows[0].HeadID}
+	}
+	if err == nil && f.Fair && p.AfterKey != "" && len(rows) < n {
+		// A fair claim that started after a key and found too few jobs
+		// goes round once more from the first key, as a claim of its
+		// own: the first one's jobs are claimed whatever becomes of it.
+		p.AfterKey, p.MaxJobs = "", int32(n-len(rows))
+		more, merr := w.claimLimited(ctx, p)
+		if merr != nil && ctx.Err() == nil {
+			w.log.Warn("claim failed", "queue", qr.name, "error", merr)
+		}
+		rows = append(rows, more...)
+	}
+	claimed := jobsOf(rows)
 	var wait time.Duration
-	err := pgx.BeginFunc(ctx, w.beginner(), func(tx pgx.Tx) error {
-		q := db.New(tx)
-		if err := q.LockClaims(ctx, qr.name); err != nil {
-			return err
-		}
-		p := db.DequeueLimitedParams{
-			Owner:         w.cfg.ID,
-			LeaseMs:       w.cfg.LeaseDuration.Milliseconds(),
-			Queue:         qr.name,
-			Kinds:         w.kinds,
-			MaxVersions:   w.versions,
-			KeyLimits:     w.keyLimits,
-			KeyLimit:      int32(f.KeyLimit),
-			Fair:          f.Fair,
-			AfterKey:      f.afterKey,
-			AfterPriority: after.priority,
-			AfterRunAt:    after.runAt,
-			AfterID:       after.id,
-			MaxJobs:       int32(n),
-			Scan:          int32(scanFor(n)),
-			RateBy:        f.rateBy(),
-			RateLimit:     0,
-			RateWindowMs:  f.Rate.Per.Milliseconds(),
-		}
-		if f.global() {
-			p.RateLimit = int32(f.Rate.Limit)
-		}
-		rows, err := q.DequeueLimited(ctx, p)
-		if err != nil {
-			return err
-		}
-		if f.Fair && p.AfterKey != "" && len(rows) < n {
-			p.AfterKey, p.MaxJobs = "", int32(n-len(rows))
-			more, err := q.DequeueLimited(ctx, p)
-			if err != nil {
-				return err
-			}
-			rows = append(rows, more...)
-		}
-		if len(rows) > 0 {
-			headEnd = readyKey{priority: rows[0].HeadPriority, runAt: rows[0].HeadRunAt, id: rows[0].HeadID}
-		}
-		if f.global() && len(rows) < n {
-			ms, err := q.RateWait(ctx, db.RateWaitParams{Queue: qr.name, RateWindowMs: p.RateWindowMs})
-			if err != nil {
-				return err
-			}
-			wait = time.Duration(max(ms, 1)) * time.Millisecond
-		}
-		claimed = make([]db.HopperJob, len(rows))
-		for i, r := range rows {
-			claimed[i] = r.HopperJob
-		}
-		return nil
-	})
+	if err == nil && f.global() && len(claimed) < n {
+		wait = w.rateWait(ctx, qr)
+	}
 	if strict {
 		if err != nil {
 			qr.cursor.failed()
@@ -126,6 +108,32 @@ func (w *Worker) dequeueLimited(ctx context.Context, qr *queueRunner, n int) ([]
 	return claimed, wait, nil
 }
 
+// claimLimited runs one DequeueLimited under the queue's claim lock.
+func (w *Worker) claimLimited(ctx context.Context, p db.DequeueLimitedParams) ([]db.DequeueLimitedRow, error) {
+	var rows []db.DequeueLimitedRow
+	err := w.underClaimLock(ctx, p.Queue, func(q *db.Queries) error {
+		var err error
+		rows, err = q.DequeueLimited(ctx, p)
+		return err
+	})
+	return rows, err
+}
+
+// rateWait is how long until the queue's rate window gives budget back,
+// after a claim it cut short: read outside the claim lock. If it cannot
+// be read, the window's length, after which all of it is back.
+func (w *Worker) rateWait(ctx context.Context, qr *queueRunner) time.Duration {
+	per := qr.flow.Rate.Per
+	ms, err := w.q.RateWait(ctx, db.RateWaitParams{Queue: qr.name, RateWindowMs: per.Milliseconds()})
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("rate budget unknown", "queue", qr.name, "error", err)
+		}
+		return per
+	}
+	return time.Duration(max(ms, 1)) * time.Millisecond
+}
+
 // agingBatch bounds one aging statement.
 const agingBatch = 10000
 
@@ -149,9 +157,11 @@ func (w *Worker) agePriorities(ctx context.Context, qr *queueRunner) {
 	}
 }
 
-// scanFor is how many ready jobs a strict limited claim of n looks at:
-// enough that a few keys at their limit near the head do not starve it.
-func scanFor(n int) int { return max(2*n, 64) }
+// scanFor is how many ready jobs a strict limited claim of n looks at: a
+// quarter more, so that a few keys at their limit near the head do not cut
+// it short (a head crowded by keys at their limit goes round the keys).
+// Every job looked at is ranked within its key: twice n cost a third more.
+func scanFor(n int) int { return max(n+n/4, 64) }
 
 // lastKey is the greatest concurrency key among claimed jobs: a fair
 // queue's next claim starts after it. "" starts from the first key.
@@ -165,13 +175,11 @@ func lastKey(claimed []db.HopperJob) string {
 	return last
 }
 
-// beginner starts the worker's own transactions, in Config.Schema when
-// one is set.
-func (w *Worker) beginner() interface {
-	Begin(context.Context) (pgx.Tx, error)
-} {
-	if w.scope != nil {
-		return w.scope
+// jobsOf is the claimed jobs of DequeueLimited's rows.
+func jobsOf(rows []db.DequeueLimitedRow) []db.HopperJob {
+	jobs := make([]db.HopperJob, len(rows))
+	for i, r := range rows {
+		jobs[i] = r.HopperJob
 	}
-	return w.pool
+	return jobs
 }

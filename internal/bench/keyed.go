@@ -7,30 +7,50 @@ import (
 
 // KeysResult is the keys mode: the continuous run without concurrency
 // keys, then with its jobs spread over Keys keys under a per-key limit,
-// and the second's steady state as a share of the first's.
+// each twice in the order without, with, with, without, and the second
+// kind's mean steady state as a share of the first's. The order puts each
+// kind first and last once: whatever drifts over the runs (an autovacuum
+// the scratch cluster starts a minute in, the machine's other load) weighs
+// on both alike.
 type KeysResult struct {
-	Keys     int               `json:"keys"`
-	KeyLimit int               `json:"key_limit"`
-	Without  *ContinuousResult `json:"without_keys"`
-	With     *ContinuousResult `json:"with_keys"`
-	Ratio    float64           `json:"steady_with_to_without"`
+	Keys     int                 `json:"keys"`
+	KeyLimit int                 `json:"key_limit"`
+	Without  []*ContinuousResult `json:"without_keys"`
+	With     []*ContinuousResult `json:"with_keys"`
+	Ratio    float64             `json:"steady_with_to_without"`
 }
 
 func runKeys(ctx context.Context, cfg Config) (*KeysResult, error) {
 	plain := cfg
 	plain.HoldSnapshot, plain.Burst, plain.keep = false, 0, 0
-	r := &KeysResult{Keys: cfg.Keys, KeyLimit: cfg.KeyLimit}
-	var err error
-	if r.Without, err = continuousOnce(ctx, plain, 0); err != nil {
-		return r, fmt.Errorf("without keys: %w", err)
-	}
 	keyed := plain
 	keyed.keyed, keyed.flow = cfg.Keys, workerFlow{keyLimit: cfg.KeyLimit}
-	if r.With, err = continuousOnce(ctx, keyed, 0); err != nil {
-		return r, fmt.Errorf("with keys: %w", err)
+	r := &KeysResult{Keys: cfg.Keys, KeyLimit: cfg.KeyLimit}
+	for _, withKeys := range []bool{false, true, true, false} {
+		run, label, into := plain, "without keys", &r.Without
+		if withKeys {
+			run, label, into = keyed, "with keys", &r.With
+		}
+		c, err := continuousOnce(ctx, run, 0)
+		if err != nil {
+			return r, fmt.Errorf("%s: %w", label, err)
+		}
+		*into = append(*into, c)
 	}
-	if r.Without.SteadyWorkedPerSecond > 0 {
-		r.Ratio = r.With.SteadyWorkedPerSecond / r.Without.SteadyWorkedPerSecond
+	if without := meanSteady(r.Without); without > 0 {
+		r.Ratio = meanSteady(r.With) / without
 	}
 	return r, nil
+}
+
+// meanSteady is the mean of the runs' steady states.
+func meanSteady(runs []*ContinuousResult) float64 {
+	if len(runs) == 0 {
+		return 0
+	}
+	sum := 0.0
+	for _, c := range runs {
+		sum += c.SteadyWorkedPerSecond
+	}
+	return sum / float64(len(runs))
 }

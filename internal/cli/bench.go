@@ -256,6 +256,14 @@ func rates(xs []float64) string {
 	return strings.Join(parts, " ")
 }
 
+// at is runs[i], nil past its end.
+func at(runs []*bench.ContinuousResult, i int) *bench.ContinuousResult {
+	if i < len(runs) {
+		return runs[i]
+	}
+	return nil
+}
+
 // printFlow prints the flow-control modes' results.
 func printFlow(w io.Writer, r *bench.Report) {
 	if n := r.Noisy; n != nil {
@@ -272,9 +280,18 @@ func printFlow(w io.Writer, r *bench.Report) {
 		}
 	}
 	if k := r.Keys; k != nil {
-		printContinuous(w, "keys: continuous without keys", k.Without)
-		printContinuous(w, fmt.Sprintf("keys: continuous with %d keys, at most %d running each", k.Keys, k.KeyLimit), k.With)
-		fmt.Fprintf(w, "keys: steady state with keys is %.0f%% of without\n", 100*k.Ratio)
+		// in the order they ran: without, with, with, without
+		for i, c := range []*bench.ContinuousResult{at(k.Without, 0), at(k.With, 0), at(k.With, 1), at(k.Without, 1)} {
+			if c == nil {
+				continue
+			}
+			label := "keys: continuous without keys"
+			if i == 1 || i == 2 {
+				label = fmt.Sprintf("keys: continuous with %d keys, at most %d running each", k.Keys, k.KeyLimit)
+			}
+			printContinuous(w, label, c)
+		}
+		fmt.Fprintf(w, "keys: mean steady state with keys is %.0f%% of without\n", 100*k.Ratio)
 	}
 	if rt := r.Rate; rt != nil {
 		fmt.Fprintf(w, "rate: limit %d per %gs across %d processes: %.1f jobs/s over %.1fs (%.1f%% of the limit), %d claims of %.1f jobs; most in any %gs window: %d by claim time, %d by handler start\n",

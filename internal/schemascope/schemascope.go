@@ -34,6 +34,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/sqlbatch"
 )
 
 // MaxNameLen is PostgreSQL's limit on identifiers (NAMEDATALEN - 1 bytes).
@@ -65,11 +66,11 @@ func CheckName(name string) error {
 type DB struct {
 	inner    db.DBTX
 	schema   string
-	enter    statement // EnterSchema
-	leave    statement // LeaveSchema
-	inTx     bool      // inner is a transaction: restore its search_path
-	pipeline bool      // inner's exec mode runs a batch as one pipeline
-	err      error     // why inner cannot be scoped; every call returns it
+	enter    sqlbatch.Statement // EnterSchema
+	leave    sqlbatch.Statement // LeaveSchema
+	inTx     bool               // inner is a transaction: restore its search_path
+	pipeline bool               // inner's exec mode runs a batch as one pipeline
+	err      error              // why inner cannot be scoped; every call returns it
 }
 
 // New returns inner scoped to schema. inner must be a *pgxpool.Pool, a
@@ -89,10 +90,10 @@ func New(inner db.DBTX, schema string) (*DB, error) {
 // gives a DB whose every call fails with the reason.
 func Wrap(inner db.DBTX, schema string) *DB {
 	d := &DB{schema: schema}
-	d.enter = record(func(q *db.Queries) error {
+	d.enter = sqlbatch.Record(func(q *db.Queries) error {
 		return q.EnterSchema(context.Background(), pgx.Identifier{schema}.Sanitize())
 	})
-	d.leave = record(func(q *db.Queries) error { return q.LeaveSchema(context.Background()) })
+	d.leave = sqlbatch.Record(func(q *db.Queries) error { return q.LeaveSchema(context.Background()) })
 	return d.On(inner)
 }
 
@@ -198,37 +199,20 @@ func (d *DB) beginInner(ctx context.Context) (pgx.Tx, error) {
 // queryPipelined sends the scope and the statement (and, in a caller's
 // transaction, the restore) as one batch: one round trip.
 func (d *DB) queryPipelined(ctx context.Context, sql string, args []any) (pgx.Rows, error) {
-	sender, ok := d.inner.(interface {
-		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-	})
+	sender, ok := d.inner.(sqlbatch.Sender)
 	if !ok {
 		return nil, fmt.Errorf("hopper: schema %s: %T cannot send a batch", d.schema, d.inner)
 	}
-	b := &pgx.Batch{}
-	b.Queue(d.enter.sql, d.enter.args...)
-	b.Queue(sql, args...)
 	if d.inTx {
-		b.Queue(d.leave.sql, d.leave.args...)
+		return sqlbatch.Around(ctx, sender, d.enter, sql, args, d.leave)
 	}
-	br := sender.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return nil, err
-	}
-	rows, _ := br.Query() // its error, if any, comes out of rows.Err
-	return &scopedRows{Rows: rows, done: func(stmtErr error) error {
-		var err error
-		if d.inTx && stmtErr == nil {
-			_, err = br.Exec()
-		}
-		return errors.Join(err, br.Close())
-	}}, nil
+	return sqlbatch.Around(ctx, sender, d.enter, sql, args)
 }
 
 // queryInCallersTx scopes the statement inside the caller's transaction
 // and gives the transaction its search_path back after it.
 func (d *DB) queryInCallersTx(ctx context.Context, sql string, args []any) (pgx.Rows, error) {
-	if _, err := d.inner.Exec(ctx, d.enter.sql, d.enter.args...); err != nil {
+	if _, err := d.inner.Exec(ctx, d.enter.SQL, d.enter.Args...); err != nil {
 		return nil, err
 	}
 	restore := func(stmtErr error) error {
@@ -238,7 +222,7 @@ func (d *DB) queryInCallersTx(ctx context.Context, sql string, args []any) (pgx.
 		}
 		// Success, or an error of this side (an argument that did not
 		// encode, a value that did not scan): the transaction goes on.
-		_, err := d.inner.Exec(ctx, d.leave.sql, d.leave.args...)
+		_, err := d.inner.Exec(ctx, d.leave.SQL, d.leave.Args...)
 		if stmtErr != nil {
 			return nil // the statement's own error is the one to report
 		}
@@ -249,7 +233,7 @@ func (d *DB) queryInCallersTx(ctx context.Context, sql string, args []any) (pgx.
 		_ = restore(err)
 		return nil, err
 	}
-	return &scopedRows{Rows: rows, done: restore}, nil
+	return sqlbatch.OnEnd(rows, restore), nil
 }
 
 // queryInOwnTx runs the statement in a transaction of its own, committed
@@ -259,7 +243,7 @@ func (d *DB) queryInOwnTx(ctx context.Context, sql string, args []any) (pgx.Rows
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, d.enter.sql, d.enter.args...); err != nil {
+	if _, err := tx.Exec(ctx, d.enter.SQL, d.enter.Args...); err != nil {
 		_ = tx.Rollback(ctx)
 		return nil, err
 	}
@@ -268,45 +252,12 @@ func (d *DB) queryInOwnTx(ctx context.Context, sql string, args []any) (pgx.Rows
 		_ = tx.Rollback(ctx)
 		return nil, err
 	}
-	return &scopedRows{Rows: rows, done: func(stmtErr error) error {
+	return sqlbatch.OnEnd(rows, func(stmtErr error) error {
 		if stmtErr != nil {
 			return tx.Rollback(ctx)
 		}
 		return tx.Commit(ctx)
-	}}, nil
-}
-
-// scopedRows ends the scope when the statement's rows are closed, and
-// reports a failure to end it as the rows' error.
-type scopedRows struct {
-	pgx.Rows
-	done   func(stmtErr error) error
-	closed bool
-	err    error
-}
-
-func (r *scopedRows) Next() bool {
-	if r.Rows.Next() {
-		return true
-	}
-	r.Close()
-	return false
-}
-
-func (r *scopedRows) Close() {
-	if r.closed {
-		return
-	}
-	r.closed = true
-	r.Rows.Close()
-	r.err = r.done(r.Rows.Err())
-}
-
-func (r *scopedRows) Err() error {
-	if err := r.Rows.Err(); err != nil {
-		return err
-	}
-	return r.err
+	}), nil
 }
 
 // row is QueryRow's answer: the statement runs when Scan is called.
@@ -357,34 +308,3 @@ func (t *scopedTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns [
 }
 
 func (t *scopedTx) Begin(ctx context.Context) (pgx.Tx, error) { return t.db.Begin(ctx) }
-
-// statement is one of queries/search_path.sql's, as sqlc generated it.
-type statement struct {
-	sql  string
-	args []any
-}
-
-// record captures the statement a generated method would run, so that the
-// SQL stays in queries/ and is never written here.
-func record(call func(*db.Queries) error) statement {
-	var r recorder
-	_ = call(db.New(&r))
-	return r.stmt
-}
-
-type recorder struct{ stmt statement }
-
-func (r *recorder) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	r.stmt = statement{sql: sql, args: args}
-	return pgconn.CommandTag{}, nil
-}
-
-func (r *recorder) Query(context.Context, string, ...any) (pgx.Rows, error) {
-	return nil, errors.New("schemascope: recorder only records Exec")
-}
-
-func (r *recorder) QueryRow(context.Context, string, ...any) pgx.Row { return nil }
-
-func (r *recorder) CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error) {
-	return 0, errors.New("schemascope: recorder only records Exec")
-}

@@ -61,14 +61,16 @@ WITH clock AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM hopper_queues AS q
                    WHERE q.name = $3::text AND q.paused_at IS NOT NULL) AS yes
 ), running AS MATERIALIZED (
-    -- the queue's running keyed jobs, one row each: ranked within their
-    -- key before the jobs a claim considers, they count against its limit
-    -- without a join (a join to a CTE, which has no statistics, may be
-    -- planned as a scan of it per job); none are read without a limit
-    SELECT r.id, r.kind, r.concurrency_key, r.priority, r.run_at
+    -- how many of the queue's jobs run under each key: a row per key,
+    -- ranked first within its key before the jobs a claim considers, so
+    -- they count against its limit without a join (a join to a CTE, which
+    -- has no statistics, may be planned as a scan of it per job); none
+    -- are read without a limit
+    SELECT r.concurrency_key, count(1) AS jobs
     FROM hopper_jobs AS r
     WHERE ($4::integer > 0 OR 0 < ANY ($5::integer[]))
       AND r.queue = $3::text AND r.state = 'running' AND r.concurrency_key IS NOT NULL
+    GROUP BY r.concurrency_key
 ), used AS MATERIALIZED (
     SELECT c.rate_group, sum(c.jobs)::integer AS jobs
     FROM hopper_rate_claims AS c, clock
@@ -89,18 +91,27 @@ WITH clock AS MATERIALIZED (
       AND j.version <= ($12::integer[])[array_position($8::text[], j.kind)]
     ORDER BY j.priority, j.run_at, j.id
     LIMIT $13::integer
+), head_end AS MATERIALIZED (
+    -- the last job of the head, which a strict claim's cursor may not
+    -- pass: a round of keys may take jobs far beyond it, past ready jobs
+    -- it did not consider
+    SELECT h.priority, h.run_at, h.id
+    FROM head AS h
+    ORDER BY h.priority DESC, h.run_at DESC, h.id DESC
+    LIMIT 1
 ), open_head AS MATERIALIZED (
     -- strict: those its key's limit lets run (ranked within their key
     -- after its running jobs, no further than the limit); fair: those
     -- without a key
     SELECT h.id, h.kind, h.concurrency_key, h.priority, h.run_at
     FROM (SELECT u.id, u.kind, u.concurrency_key, u.priority, u.run_at, u.key_limit, u.considered,
-                 row_number() OVER (PARTITION BY u.concurrency_key COLLATE "C"
-                                    ORDER BY u.considered, u.priority, u.run_at, u.id) AS key_rank
-          FROM (SELECT hd.id, hd.kind, hd.concurrency_key, hd.priority, hd.run_at, hd.key_limit, true AS considered
+                 sum(u.jobs) OVER (PARTITION BY u.concurrency_key COLLATE "C"
+                                   ORDER BY u.considered, u.priority, u.run_at, u.id
+                                   ROWS UNBOUNDED PRECEDING) AS key_rank
+          FROM (SELECT hd.id, hd.kind, hd.concurrency_key, hd.priority, hd.run_at, hd.key_limit, true AS considered, 1::bigint AS jobs
                 FROM head AS hd
                 UNION ALL
-                SELECT r.id, r.kind, r.concurrency_key, r.priority, r.run_at, NULL::integer, false
+                SELECT 0, '', r.concurrency_key, 0, 'epoch', NULL::integer, false, r.jobs
                 FROM running AS r
                 WHERE NOT $14::boolean) AS u) AS h
     WHERE h.considered
@@ -143,13 +154,14 @@ WITH clock AS MATERIALIZED (
 ), keyed AS (
     -- the candidates ranked within their key after its running jobs
     SELECT c.id, c.kind, c.concurrency_key, c.priority, c.run_at, c.considered,
-           row_number() OVER (PARTITION BY c.concurrency_key COLLATE "C" ORDER BY c.considered, c.priority, c.run_at, c.id) AS key_rank,
+           sum(c.jobs) OVER (PARTITION BY c.concurrency_key COLLATE "C" ORDER BY c.considered, c.priority, c.run_at, c.id
+                             ROWS UNBOUNDED PRECEDING) AS key_rank,
            coalesce(nullif(($5::integer[])[array_position($8::text[], c.kind)], 0), nullif($4::integer, 0)) AS key_limit,
            CASE $17::text WHEN 'kind' THEN c.kind WHEN 'key' THEN coalesce(c.concurrency_key, '') ELSE '' END AS rate_group
-    FROM (SELECT cd.id, cd.kind, cd.concurrency_key, cd.priority, cd.run_at, true AS considered
+    FROM (SELECT cd.id, cd.kind, cd.concurrency_key, cd.priority, cd.run_at, true AS considered, 1::bigint AS jobs
           FROM candidates AS cd
           UNION ALL
-          SELECT r.id, r.kind, r.concurrency_key, r.priority, r.run_at, false
+          SELECT 0, '', r.concurrency_key, 0, 'epoch', false, r.jobs
           FROM running AS r) AS c
     WHERE NOT (SELECT yes FROM simple)
 ), within_key AS (
@@ -208,12 +220,10 @@ SET state       = 'running',
     lease_until = (SELECT clock.at FROM clock) + '1 millisecond'::interval * $2::bigint
 WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, j.lease_owner, j.lease_until, j.unique_key, j.errors, j.created_at, j.meta, j.concurrency_key,
-          -- the last job of the head (priority -1: none), which a strict
-          -- claim's cursor may not pass: a round of keys may have taken
-          -- jobs far beyond it, past ready jobs it did not consider
-          coalesce((SELECT h.priority FROM head AS h ORDER BY h.priority DESC, h.run_at DESC, h.id DESC LIMIT 1), -1)::smallint AS head_priority,
-          coalesce((SELECT h.run_at FROM head AS h ORDER BY h.priority DESC, h.run_at DESC, h.id DESC LIMIT 1), 'epoch')::timestamptz AS head_run_at,
-          coalesce((SELECT h.id FROM head AS h ORDER BY h.priority DESC, h.run_at DESC, h.id DESC LIMIT 1), 0)::bigint AS head_id
+          -- the head's last job (priority -1: none)
+          coalesce((SELECT he.priority FROM head_end AS he), -1)::smallint AS head_priority,
+          coalesce((SELECT he.run_at FROM head_end AS he), 'epoch')::timestamptz AS head_run_at,
+          coalesce((SELECT he.id FROM head_end AS he), 0)::bigint AS head_id
 `
 
 type DequeueLimitedParams struct {
