@@ -39,7 +39,7 @@ bench: ## hopper bench: every mode, the pgbench baseline and the pressure suite 
 	bin/hopper bench --scratch-cluster --mode all --baseline --scheduled 1000000 --pressure
 
 .PHONY: bench-flow
-bench-flow: ## hopper bench's flow-control modes (a noisy neighbour, 1,000 keys at speed, a rate limit across 3 processes) on a throwaway cluster (about 6 minutes)
+bench-flow: ## hopper bench's flow-control modes (a noisy neighbour, 1,000 keys at speed, a rate limit across 3 processes) on a throwaway cluster (about 7 minutes)
 	go build -o bin/hopper ./cmd/hopper
 	bin/hopper bench --scratch-cluster --mode flow
 

@@ -120,12 +120,15 @@ WITH clock AS MATERIALIZED (
           END
 ), round_keys AS MATERIALIZED (
     -- the next keys with ready work: always when fair, else only when the
-    -- head is crowded by keys at their limit
+    -- head is crowded by keys at their limit, so that fewer than half the
+    -- jobs asked for may run (a round costs more than the claim: a claim
+    -- a little short is cheaper, and the worker claims again when a keyed
+    -- job of its own ends)
     SELECT k::text AS key
     FROM hopper_ready_keys($3::text, $15::text, $16::integer, $4::integer) AS k
     WHERE NOT (SELECT yes FROM paused)
       AND ($14::boolean
-           OR ((SELECT count(1) FROM head) >= $13::integer AND (SELECT count(1) FROM open_head) < $16::integer))
+           OR ((SELECT count(1) FROM head) >= $13::integer AND (SELECT count(1) FROM open_head) * 2 < $16::integer))
 ), simple AS MATERIALIZED (
     -- the usual strict claim (no rate limit, no round of keys): the open
     -- head, in order, is the answer, and the second pass below is skipped
@@ -278,8 +281,9 @@ type DequeueLimitedRow struct {
 // after the claim cursor (after_priority, after_run_at, after_id: the
 // worker keeps it as for Dequeue, and moves it back to a keyed job whose
 // result it records, since jobs of that key held back by its limit stand
-// after it) that their keys' limits let run. When those are crowded by keys at their
-// limit (the scan is full and lets fewer than max_jobs run), the claim also
+// after it) that their keys' limits let run. When those are crowded by
+// keys at their limit (the scan is full and lets fewer than half of
+// max_jobs run; a claim a little short takes what runs), the claim also
 // takes the next keys with ready work after after_key, as a fair claim
 // does, so one key's backlog never blocks the others' jobs behind it.
 func (q *Queries) DequeueLimited(ctx context.Context, arg DequeueLimitedParams) ([]DequeueLimitedRow, error) {

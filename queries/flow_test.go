@@ -1,0 +1,75 @@
+package queries_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/db"
+)
+
+// TestStrictClaimGoesRoundOnlyWhenCrowded: a strict claim under a key
+// limit of 1 looks at its first scan ready jobs; it goes round the keys
+// for jobs beyond them only when fewer than half the jobs asked for may
+// run there. A claim a little short takes what may run: a round costs
+// more than the claim.
+func TestStrictClaimGoesRoundOnlyWhenCrowded(t *testing.T) {
+	const scan, ask = 64, 10
+	for _, tc := range []struct {
+		name      string
+		openKeys  int  // keys with one job each at the front of the head
+		wantRound bool // whether the jobs beyond the head are claimed
+		wantJobs  int
+	}{
+		// 6 open keys and one job of the flood: 7 of 10 may run
+		{name: "a little short", openKeys: 6, wantJobs: 7},
+		// 4 open keys and the flood's: 5 of 10, half, is not crowded
+		{name: "half", openKeys: 4, wantJobs: 5},
+		// 2 open keys and the flood's: 3 of 10; the round adds the five
+		// keys beyond the head, one job each
+		{name: "crowded", openKeys: 2, wantRound: true, wantJobs: 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			enqueue := func(key string) {
+				t.Helper()
+				_, err := b.q.Enqueue(b.ctx, db.EnqueueParams{Queue: "default", Kind: "k", Version: 1,
+					Payload: json.RawMessage(`{}`), RunAt: past, MaxAttempts: 3, ConcurrencyKey: &key})
+				require.NoError(t, err)
+			}
+			for i := range tc.openKeys {
+				enqueue(fmt.Sprintf("open-%d", i))
+			}
+			for range scan - tc.openKeys { // the rest of the head: one key's flood
+				enqueue("flood")
+			}
+			for i := range 5 { // beyond the head
+				enqueue(fmt.Sprintf("beyond-%d", i))
+			}
+
+			rows, err := b.q.DequeueLimited(b.ctx, db.DequeueLimitedParams{Owner: "w", LeaseMs: 60_000,
+				Queue: "default", Kinds: []string{"k"}, MaxVersions: []int32{1}, KeyLimits: []int32{0},
+				KeyLimit: 1, AfterPriority: -1, AfterRunAt: time.Time{}, MaxJobs: ask, Scan: scan,
+				RateBy: "queue", RateWindowMs: 1000})
+			require.NoError(t, err)
+			beyond := 0
+			perKey := map[string]int{}
+			for _, r := range rows {
+				key := *r.HopperJob.ConcurrencyKey
+				perKey[key]++
+				if strings.HasPrefix(key, "beyond") {
+					beyond++
+				}
+			}
+			require.Equal(t, tc.wantJobs, len(rows), "claimed per key: %v", perKey)
+			require.Equal(t, tc.wantRound, beyond > 0, "jobs beyond the head: %v", perKey)
+			for key, n := range perKey {
+				require.Equal(t, 1, n, "key %s is limited to 1", key)
+			}
+		})
+	}
+}
