@@ -410,6 +410,73 @@ func TestKeyLimitDoesNotBlockOtherKeys(t *testing.T) {
 	}
 }
 
+// TestCrowdedHeadLeavesNoJobBehindTheCursor: a strict claim whose head is
+// all one key at its limit goes round the keys, which may take jobs far
+// beyond the head (keys are visited in key order, not in the ready
+// order); the claim cursor must stop at the head's end, or the ready jobs
+// between the head and those would be passed over until a full scan (an
+// hour away here). The flood's running job never ends while the others
+// run (nor times out), so no result of its key moves the cursor back to
+// the front.
+func TestCrowdedHeadLeavesNoJobBehindTheCursor(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "tenant")
+	release := make(chan struct{})
+	var mu sync.Mutex
+	done := map[string]int{} // finished jobs per key group
+	r := start(t, b, worker.Config{
+		Queues:           map[string]int{"default": 5},
+		FullScanInterval: time.Hour,
+		JobTimeout:       time.Hour, // the held job's end would move the cursor back
+		FlowControl:      map[string]worker.FlowControl{"default": {KeyLimit: 1}},
+	}, func(w *worker.Worker) {
+		must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			group, _, _ := strings.Cut(j.ConcurrencyKey, "-")
+			if group == "flood" {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			done[group]++
+			return nil
+		}))
+	})
+	testdb.WaitFor(t, "the wake-up listener", func() bool { return worker.Listening(r.w) })
+
+	// In the ready order: the flood (more than a head's worth), then the
+	// middle keys, then the far keys, whose names come first in key order.
+	var entries []jobs.Entry
+	for i := range 100 {
+		entries = append(entries, k.Entry(Task{N: i}, jobs.ConcurrencyKey("flood")))
+	}
+	for i := range 20 {
+		entries = append(entries, k.Entry(Task{N: i}, jobs.ConcurrencyKey(fmt.Sprintf("zmid-%d", i))))
+	}
+	for i := range 20 {
+		entries = append(entries, k.Entry(Task{N: i}, jobs.ConcurrencyKey(fmt.Sprintf("afar-%d", i))))
+	}
+	_, err := jobs.EnqueueBatch(b.ctx, b.pool, entries)
+	require.NoError(t, err)
+
+	testdb.WaitFor(t, "the middle and far keys' jobs to run beside the held flood", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return done["zmid"] == 20 && done["afar"] == 20
+	})
+	mu.Lock()
+	require.Zero(t, done["flood"], "the flood's job is held")
+	mu.Unlock()
+	close(release)
+	testdb.WaitFor(t, "the flood to drain", func() bool {
+		live, _ := b.totals(t)
+		return live == 0
+	})
+}
+
 // TestPriorityAging: one slot, and chains of priority-0 jobs that each
 // enqueue the next, so that a priority-0 job is always ready. A job of
 // priority 9 would wait forever; aged every 100ms, it runs, at priority 0
