@@ -543,6 +543,21 @@ func TestBenchFlowRuns(t *testing.T) {
 	bad := runHopper(t, testdb.Server(t), "", "bench", "--mode", "rate", "--rate", "0")
 	require.NotZero(t, bad.code)
 	require.Contains(t, bad.stderr, "flow-control sizes must be positive")
+	bad = runHopper(t, testdb.Server(t), "", "bench", "--mode", "keys", "--key-limit", "-1")
+	require.NotZero(t, bad.code)
+	require.Contains(t, bad.stderr, "flow-control sizes must be positive")
+}
+
+// TestBenchKeysWithoutFlowControl: --key-limit 0 runs the keyed jobs with
+// no flow control (the plain Dequeue), what a key costs by itself, and
+// says so.
+func TestBenchKeysWithoutFlowControl(t *testing.T) {
+	t.Parallel()
+	r := runHopper(t, testdb.Server(t), "", "bench", "--mode", "keys", "--duration", "2s", "--window", "1s",
+		"--concurrency", "50", "--batch-size", "500", "--keys", "20", "--key-limit", "0")
+	require.Zero(t, r.code, "stdout %s\nstderr %s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, "keys: continuous with 20 keys, no flow control")
+	require.Contains(t, r.stdout, "keys: mean steady state with keys is")
 }
 
 // TestKeys: hopper keys lists the keys with the most ready jobs, and the

@@ -71,7 +71,8 @@ type Config struct {
 	// then Neighbours other tenants NeighbourJobs each, worked by Workers
 	// workers of NoisyConcurrency slots with a handler of NoisyHandlerTime,
 	// with fairness off and on. keys: the continuous run, then again with
-	// Keys distinct concurrency keys under a per-key limit of KeyLimit.
+	// Keys distinct concurrency keys under a per-key limit of KeyLimit (0:
+	// no flow control, the keys alone).
 	// rate: a limit of Rate jobs per RatePer across RateProcesses worker
 	// processes for RateDuration.
 	Flood            int
@@ -241,7 +242,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	if modes["keys"] {
-		logf("keys: continuous for %v without keys, then with %d keys limited to %d running each", cfg.Duration, cfg.Keys, cfg.KeyLimit)
+		logf("keys: continuous for %v without keys, then with %s", cfg.Duration, KeysLabel(cfg.Keys, cfg.KeyLimit))
 		if r.Keys, err = runKeys(ctx, cfg); err != nil {
 			return r, fmt.Errorf("keys: %w", err)
 		}

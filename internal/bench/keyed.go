@@ -54,3 +54,13 @@ func meanSteady(runs []*ContinuousResult) float64 {
 	}
 	return sum / float64(len(runs))
 }
+
+// KeysLabel describes the keyed runs: under a per-key limit, or with limit
+// 0 the keys alone, claimed by the plain Dequeue (no flow control): what
+// carrying a key costs by itself.
+func KeysLabel(keys, limit int) string {
+	if limit == 0 {
+		return fmt.Sprintf("%d keys, no flow control", keys)
+	}
+	return fmt.Sprintf("%d keys, at most %d running each", keys, limit)
+}

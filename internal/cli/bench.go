@@ -52,7 +52,7 @@ func benchCommand() *command {
 			fs.IntVar(&cfg.NoisyConcurrency, "noisy-concurrency", 100, "noisy: handler slots per worker")
 			fs.DurationVar(&cfg.NoisyHandlerTime, "noisy-handler-time", 2*time.Millisecond, "noisy: how long each handler works")
 			fs.IntVar(&cfg.Keys, "keys", 1000, "keys: distinct concurrency keys")
-			fs.IntVar(&cfg.KeyLimit, "key-limit", 5, "keys: running jobs allowed per key")
+			fs.IntVar(&cfg.KeyLimit, "key-limit", 5, "keys: running jobs allowed per key (0: the keys with no flow control, what a key costs by itself)")
 			fs.IntVar(&cfg.Rate, "rate", 500, "rate: jobs allowed per --rate-per, across the worker processes")
 			fs.DurationVar(&cfg.RatePer, "rate-per", time.Second, "rate: the limit's interval")
 			fs.IntVar(&cfg.RateProcesses, "rate-processes", 3, "rate: worker processes sharing the limit")
@@ -80,8 +80,8 @@ func benchCommand() *command {
 				return fmt.Errorf("%w: sizes and counts must be positive, --duration and --window at least 1s", errUsage)
 			}
 			if cfg.Flood < 1 || cfg.Neighbours < 1 || cfg.Neighbours > 25 || cfg.NeighbourJobs < 1 || cfg.NoisyConcurrency < 1 || cfg.NoisyHandlerTime < 0 ||
-				cfg.Keys < 1 || cfg.KeyLimit < 1 || cfg.Rate < 1 || cfg.RatePer < time.Millisecond || cfg.RateProcesses < 1 || cfg.RateDuration < time.Second {
-				return fmt.Errorf("%w: flow-control sizes must be positive, --neighbours at most 25, --rate-per at least 1ms, --rate-duration at least 1s", errUsage)
+				cfg.Keys < 1 || cfg.KeyLimit < 0 || cfg.Rate < 1 || cfg.RatePer < time.Millisecond || cfg.RateProcesses < 1 || cfg.RateDuration < time.Second {
+				return fmt.Errorf("%w: flow-control sizes must be positive (--key-limit may be 0), --neighbours at most 25, --rate-per at least 1ms, --rate-duration at least 1s", errUsage)
 			}
 			if !cfg.ScratchCluster { // the scratch cluster replaces the default database
 				pool, err := e.connect() // fail early, with the usual message
@@ -287,7 +287,7 @@ func printFlow(w io.Writer, r *bench.Report) {
 			}
 			label := "keys: continuous without keys"
 			if i == 1 || i == 2 {
-				label = fmt.Sprintf("keys: continuous with %d keys, at most %d running each", k.Keys, k.KeyLimit)
+				label = "keys: continuous with " + bench.KeysLabel(k.Keys, k.KeyLimit)
 			}
 			printContinuous(w, label, c)
 		}
