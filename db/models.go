@@ -93,11 +93,14 @@ type HopperJobHistory struct {
 }
 
 type HopperQueue struct {
-	Name      string     `json:"name"`
-	PausedAt  *time.Time `json:"paused_at"`
-	CreatedAt time.Time  `json:"created_at"`
-	UpdatedAt time.Time  `json:"updated_at"`
-	AgedAt    *time.Time `json:"aged_at"`
+	Name          string     `json:"name"`
+	PausedAt      *time.Time `json:"paused_at"`
+	CreatedAt     time.Time  `json:"created_at"`
+	UpdatedAt     time.Time  `json:"updated_at"`
+	AgedAt        *time.Time `json:"aged_at"`
+	FlowControl   *string    `json:"flow_control"`
+	FlowControlBy *string    `json:"flow_control_by"`
+	FlowControlAt *time.Time `json:"flow_control_at"`
 }
 
 type HopperRateClaim struct {

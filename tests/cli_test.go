@@ -135,10 +135,12 @@ func TestMigrate(t *testing.T) {
 	require.Contains(t, r.stdout, "3/u operate")
 	require.Contains(t, r.stdout, "4/u schedules")
 	require.Contains(t, r.stdout, "6/u flow_control")
-	require.Contains(t, r.stdout, "schema version 6 (this build's latest: 6)")
+	require.Contains(t, r.stdout, "7/u flow_record")
+	require.Contains(t, r.stdout, "schema version 7 (this build's latest: 7)")
 
 	r = runHopper(t, d.URL, "", "migrate", "down", "--all", "--yes")
 	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "7/d flow_record")
 	require.Contains(t, r.stdout, "6/d flow_control")
 	require.Contains(t, r.stdout, "4/d schedules")
 	require.Contains(t, r.stdout, "3/d operate")

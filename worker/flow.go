@@ -11,7 +11,9 @@ import (
 // by the claim statement in the database, so they hold across every worker
 // process and through crashes; every worker serving the queue must be
 // given the same FlowControl (a worker without it claims by the plain
-// rules). The zero value is no flow control.
+// rules; each worker records its own in hopper_queues as it starts, and
+// logs a warning when another worker's record differs). The zero value is
+// no flow control.
 type FlowControl struct {
 	// KeyLimit is the most jobs of one concurrency key (jobs.ConcurrencyKey,
 	// jobs.KeyBy) that may run at once in the queue, across all workers; 0

@@ -426,6 +426,11 @@ func (h *wf) cutWhile(t *testing.T, p *wirefault.Proxy, marker string, enqueue f
 	p.CutAfterReply(marker, 1)
 	enqueue()
 	h.waitFired(t, p, marker, target)
+	defer func() {
+		if t.Failed() {
+			h.logUnreported(t)
+		}
+	}()
 	testdb.WaitFor(t, "every first attempt so far reported", func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -436,6 +441,28 @@ func (h *wf) cutWhile(t *testing.T, p *wirefault.Proxy, marker string, enqueue f
 		}
 		return true
 	})
+}
+
+// logUnreported logs, for a stuck test, what the database and the ledger
+// say of up to ten jobs whose first attempt has no report yet.
+func (h *wf) logUnreported(t *testing.T) {
+	h.mu.Lock()
+	var ids []int64
+	for id := range h.kinds {
+		if len(h.reports[wfKey{id, 1}]) == 0 && len(ids) < 10 {
+			ids = append(ids, id)
+		}
+	}
+	h.mu.Unlock()
+	for _, id := range ids {
+		var state, owner string
+		var attempt int32
+		var runs int
+		err := h.b.pool.QueryRow(h.b.ctx, `SELECT j.state, j.attempt, coalesce(j.lease_owner, ''),
+			(SELECT count(*) FROM wf_ledger WHERE job_id = j.id)
+			FROM hopper_all_jobs AS j WHERE j.id = $1`, id).Scan(&state, &attempt, &owner, &runs)
+		t.Logf("unreported job %d: state=%s attempt=%d lease_owner=%q ledger_runs=%d err=%v", id, state, attempt, owner, runs, err)
+	}
 }
 
 // proxy starts a proxy to the server the test's pool reaches. Over a Unix

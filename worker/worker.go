@@ -152,7 +152,8 @@ func (w *Worker) register(h *handler) error {
 // does meanwhile, Run returns at most ShutdownTimeout + ShutdownGrace after
 // ctx ended; results it could not record by then are logged, and their
 // jobs run again once their leases expire. It returns nil after a
-// shutdown, or the error that kept it from starting.
+// shutdown (also one asked for while it was starting), or the error that
+// kept it from starting.
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	if w.running {
@@ -167,6 +168,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Unlock()
 
 	if err := w.start(ctx); err != nil {
+		if ctx.Err() != nil {
+			// Shut down before it had started: it claimed nothing, so
+			// this is a shutdown like any other, not a failure to start.
+			w.log.Info("hopper worker stopped before it started", "cause", context.Cause(ctx))
+			return nil
+		}
 		return err
 	}
 	if w.cfg.MetricsAddr != "" {
@@ -265,6 +272,9 @@ func (w *Worker) start(ctx context.Context) error {
 			return fmt.Errorf("%w: schema %s lacks hopper_queues: it is older than this worker (run `hopper migrate up` or schema.Up)", ErrNotMigrated, schemaName)
 		}
 		return fmt.Errorf("hopper: worker: start: register queues: %w", err)
+	}
+	if err := w.recordFlow(ctx); err != nil {
+		return err
 	}
 	if err := w.defineSchedules(ctx); err != nil {
 		return err

@@ -329,6 +329,31 @@ func TestShutdownReleasesUnfinished(t *testing.T) {
 	}
 }
 
+// TestShutdownWhileStarting: a shutdown asked for before the worker has
+// started (ctx cancelled while it checks the schema and registers its
+// queues) is a shutdown, not a failure to start: Run returns nil, and the
+// worker claimed nothing.
+func TestShutdownWhileStarting(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "unstarted")
+	res, err := k.Enqueue(b.ctx, b.pool, Task{})
+	require.NoError(t, err)
+
+	w, err := worker.New(b.pool, fast(worker.Config{}))
+	require.NoError(t, err)
+	must(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error {
+		t.Error("a worker shut down while starting ran a job")
+		return nil
+	}))
+	ctx, cancel := context.WithCancel(b.ctx)
+	cancel()
+	require.NoError(t, w.Run(ctx))
+
+	j := b.job(t, res.ID)
+	require.Equal(t, "pending", j.State, "still waiting")
+	require.Zero(t, j.Attempt, "never claimed")
+}
+
 // TestAckTx: a handler acks inside its own transaction; rolled back, the
 // job is retried; committed, it is gone and acked exactly once.
 func TestAckTx(t *testing.T) {

@@ -491,3 +491,74 @@ func (q *Queries) RateWait(ctx context.Context, arg RateWaitParams) (int64, erro
 	err := row.Scan(&wait_ms)
 	return wait_ms, err
 }
+
+const recordFlowControl = `-- name: RecordFlowControl :many
+WITH given AS (
+    SELECT unnest($2::text[]) AS name, unnest($3::text[]) AS flow
+), earlier AS (
+    SELECT q.name, q.flow_control, q.flow_control_by, q.flow_control_at
+    FROM hopper_queues AS q
+    JOIN given ON given.name = q.name
+    ORDER BY q.name
+    FOR UPDATE OF q
+), recorded AS (
+    -- runs whether or not it is read, as every data-modifying CTE does
+    UPDATE hopper_queues AS q
+    SET flow_control = given.flow, flow_control_by = $1::text, flow_control_at = now()
+    FROM given, earlier
+    WHERE q.name = given.name AND earlier.name = given.name
+)
+SELECT earlier.name, earlier.flow_control::text AS flow_control,
+       coalesce(earlier.flow_control_by, '')::text AS flow_control_by,
+       coalesce(earlier.flow_control_at, 'epoch')::timestamptz AS flow_control_at
+FROM earlier
+JOIN given ON given.name = earlier.name
+WHERE earlier.flow_control IS NOT NULL
+  AND earlier.flow_control <> given.flow
+  AND earlier.flow_control_by IS DISTINCT FROM $1::text
+ORDER BY earlier.name
+`
+
+type RecordFlowControlParams struct {
+	Worker string
+	Names  []string
+	Flows  []string
+}
+
+type RecordFlowControlRow struct {
+	Name          string
+	FlowControl   string
+	FlowControlBy string
+	FlowControlAt time.Time
+}
+
+// Records the flow control a starting worker runs its queues with
+// (flows[i] for names[i]: its description, ” for none; the queues are
+// registered already) and returns, for each queue whose record said
+// otherwise, what it said, who recorded it and when: every worker of a
+// queue must run with the same flow control. Rows are locked in name
+// order, so that workers starting together see each other's records.
+func (q *Queries) RecordFlowControl(ctx context.Context, arg RecordFlowControlParams) ([]RecordFlowControlRow, error) {
+	rows, err := q.db.Query(ctx, recordFlowControl, arg.Worker, arg.Names, arg.Flows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RecordFlowControlRow
+	for rows.Next() {
+		var i RecordFlowControlRow
+		if err := rows.Scan(
+			&i.Name,
+			&i.FlowControl,
+			&i.FlowControlBy,
+			&i.FlowControlAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -93,11 +93,14 @@ type HopperJobHistory struct {
 }
 
 type HopperQueue struct {
-	Name      string
-	PausedAt  *time.Time
-	CreatedAt time.Time
-	UpdatedAt time.Time
-	AgedAt    *time.Time
+	Name          string
+	PausedAt      *time.Time
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	AgedAt        *time.Time
+	FlowControl   *string
+	FlowControlBy *string
+	FlowControlAt *time.Time
 }
 
 type HopperRateClaim struct {

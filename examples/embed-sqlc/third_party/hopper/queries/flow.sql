@@ -283,3 +283,35 @@ JOIN hopper_rate_claims AS c
  AND c.claimed_at > now() - '1 millisecond'::interval * latest.window_ms
 GROUP BY latest.queue, c.rate_group, latest.rate_limit, latest.window_ms
 ORDER BY latest.queue, c.rate_group;
+
+-- name: RecordFlowControl :many
+-- Records the flow control a starting worker runs its queues with
+-- (flows[i] for names[i]: its description, '' for none; the queues are
+-- registered already) and returns, for each queue whose record said
+-- otherwise, what it said, who recorded it and when: every worker of a
+-- queue must run with the same flow control. Rows are locked in name
+-- order, so that workers starting together see each other's records.
+WITH given AS (
+    SELECT unnest(@names::text[]) AS name, unnest(@flows::text[]) AS flow
+), earlier AS (
+    SELECT q.name, q.flow_control, q.flow_control_by, q.flow_control_at
+    FROM hopper_queues AS q
+    JOIN given ON given.name = q.name
+    ORDER BY q.name
+    FOR UPDATE OF q
+), recorded AS (
+    -- runs whether or not it is read, as every data-modifying CTE does
+    UPDATE hopper_queues AS q
+    SET flow_control = given.flow, flow_control_by = @worker::text, flow_control_at = now()
+    FROM given, earlier
+    WHERE q.name = given.name AND earlier.name = given.name
+)
+SELECT earlier.name, earlier.flow_control::text AS flow_control,
+       coalesce(earlier.flow_control_by, '')::text AS flow_control_by,
+       coalesce(earlier.flow_control_at, 'epoch')::timestamptz AS flow_control_at
+FROM earlier
+JOIN given ON given.name = earlier.name
+WHERE earlier.flow_control IS NOT NULL
+  AND earlier.flow_control <> given.flow
+  AND earlier.flow_control_by IS DISTINCT FROM @worker::text
+ORDER BY earlier.name;

@@ -1,0 +1,106 @@
+package worker_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/schema"
+	"github.com/hopperq/hopper/worker"
+)
+
+// logLines is a slog handler that keeps every record's message and
+// attributes, one line each.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logLines) WithGroup(string) slog.Handler            { return l }
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		b.WriteString(" " + a.Key + "=" + a.Value.String())
+		return true
+	})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, b.String())
+	return nil
+}
+
+func noopTask(context.Context, *jobs.Job[Task]) error { return nil }
+
+func (l *logLines) with(substr string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var found []string
+	for _, line := range l.lines {
+		if strings.Contains(line, substr) {
+			found = append(found, line)
+		}
+	}
+	return found
+}
+
+// TestFlowControlMismatchIsLogged: each worker records the flow control
+// it runs a queue with; one that starts with another than the record,
+// made by another worker, says so in its log (the limits hold only if all
+// of a queue's workers claim by the same rules). Workers start one after
+// the other, each the record for the next.
+func TestFlowControlMismatchIsLogged(t *testing.T) {
+	b := setup(t)
+	limit1 := map[string]worker.FlowControl{"default": {KeyLimit: 1}}
+	for _, step := range []struct {
+		name string
+		flow map[string]worker.FlowControl
+		warn string // the record the warning names; "" for none
+	}{
+		{"the first records", limit1, ""},
+		{"the same: nothing to say", limit1, ""},
+		{"none where the record has a limit", nil, "other_flow_control=key_limit=1"},
+		{"none again", nil, ""},
+		{"another limit", map[string]worker.FlowControl{"default": {KeyLimit: 2, Fair: true, Rate: worker.Rate{Limit: 50, Per: time.Second}}}, "other_flow_control=none"},
+		{"every setting is compared", map[string]worker.FlowControl{"default": {KeyLimit: 2, Fair: true, Rate: worker.Rate{Limit: 50, Per: 2 * time.Second}}}, "other_flow_control=key_limit=2 rate=50/1s by queue fair"},
+	} {
+		logs := &logLines{}
+		r := start(t, b, worker.Config{Queues: map[string]int{"default": 1}, FlowControl: step.flow, Logger: slog.New(logs)},
+			func(w *worker.Worker) { must(t, worker.Handle(w, kind(t, "tenant"), noopTask)) })
+		testdb.WaitFor(t, "the worker started", func() bool { return len(logs.with("hopper worker started")) > 0 })
+		r.stop()
+		warnings := logs.with("flow control differs")
+		if step.warn == "" {
+			require.Empty(t, warnings, step.name)
+			continue
+		}
+		require.Len(t, warnings, 1, step.name)
+		require.Contains(t, warnings[0], "queue=default", step.name)
+		require.Contains(t, warnings[0], step.warn, step.name)
+	}
+}
+
+// TestFlowRecordNeedsMigration7: a worker on a schema without the flow
+// control record refuses to start, naming the migration to run.
+func TestFlowRecordNeedsMigration7(t *testing.T) {
+	b := setup(t)
+	mg, err := schema.NewMigrator(b.ctx, b.pool)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = mg.Close() })
+	require.NoError(t, mg.Down(b.ctx, 1))
+	w, err := worker.New(b.pool, fast(worker.Config{}))
+	require.NoError(t, err)
+	must(t, worker.Handle(w, kind(t, "tenant"), noopTask))
+	err = w.Run(b.ctx)
+	require.ErrorIs(t, err, worker.ErrNotMigrated)
+	require.Contains(t, err.Error(), "flow_control")
+}
