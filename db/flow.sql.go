@@ -72,11 +72,16 @@ WITH clock AS MATERIALIZED (
       AND r.queue = $3::text AND r.state = 'running' AND r.concurrency_key IS NOT NULL
     GROUP BY r.concurrency_key
 ), used AS MATERIALIZED (
+    -- a claim whose handlers may still be starting (ExactStarts, not yet
+    -- moved to its last start) counts until it is moved, or for a grace of
+    -- five seconds past its window if its worker never moves it
     SELECT c.rate_group, sum(c.jobs)::integer AS jobs
     FROM hopper_rate_claims AS c, clock
     WHERE $6::integer > 0
       AND c.queue = $3::text
-      AND c.claimed_at > clock.at - '1 millisecond'::interval * $7::bigint
+      AND (c.claimed_at > clock.at - '1 millisecond'::interval * $7::bigint
+           OR (c.awaiting_starts
+               AND c.claimed_at > clock.at - '5 seconds'::interval - '1 millisecond'::interval * $7::bigint))
     GROUP BY c.rate_group
 ), head AS MATERIALIZED (
     -- the first scan ready jobs after the claim cursor, in Dequeue's order
@@ -200,8 +205,8 @@ WITH clock AS MATERIALIZED (
       AND coalesce(j.state, '') = 'pending'
     FOR UPDATE OF j SKIP LOCKED
 ), logged AS (
-    INSERT INTO hopper_rate_claims (queue, rate_group, claimed_at, jobs, rate_limit, window_ms)
-    SELECT $3::text, allowed.rate_group, clock.at, count(1), $6::integer, $7::bigint
+    INSERT INTO hopper_rate_claims (queue, rate_group, claimed_at, jobs, rate_limit, window_ms, awaiting_starts)
+    SELECT $3::text, allowed.rate_group, clock.at, count(1), $6::integer, $7::bigint, $18::boolean
     FROM picked
     JOIN allowed ON allowed.id = picked.id
     CROSS JOIN clock
@@ -213,6 +218,8 @@ WITH clock AS MATERIALIZED (
     WHERE $6::integer > 0
       AND c.queue = $3::text
       AND c.claimed_at <= clock.at - '1 millisecond'::interval * $7::bigint
+      AND (NOT c.awaiting_starts
+           OR c.claimed_at <= clock.at - '5 seconds'::interval - '1 millisecond'::interval * $7::bigint)
 )
 UPDATE hopper_jobs AS j
 SET state       = 'running',
@@ -247,6 +254,7 @@ type DequeueLimitedParams struct {
 	AfterKey      string    `json:"after_key"`
 	MaxJobs       int32     `json:"max_jobs"`
 	RateBy        string    `json:"rate_by"`
+	ExactStarts   bool      `json:"exact_starts"`
 }
 
 type DequeueLimitedRow struct {
@@ -268,7 +276,9 @@ type DequeueLimitedRow struct {
 //   - A rate limit. With rate_limit > 0, no more than rate_limit jobs of a
 //     group (rate_by: 'queue', 'kind' or 'key') are claimed in any window of
 //     rate_window_ms: every claim logs what it took in hopper_rate_claims,
-//     counts the log's rows in its window and removes older ones.
+//     counts the log's rows in its window and removes older ones. With
+//     exact_starts, its rows await the worker's RateClaimStarted, which
+//     moves them to its last handler start.
 //   - Fairness. With fair, the claim goes round-robin across keys: it takes
 //     the next keys with ready work after after_key (up to max_jobs of them,
 //     skipping from key to key in hopper_jobs_key_idx, and past keys with
@@ -305,6 +315,7 @@ func (q *Queries) DequeueLimited(ctx context.Context, arg DequeueLimitedParams) 
 		arg.AfterKey,
 		arg.MaxJobs,
 		arg.RateBy,
+		arg.ExactStarts,
 	)
 	if err != nil {
 		return nil, err
@@ -416,6 +427,41 @@ func (q *Queries) LockClaims(ctx context.Context, queue string) error {
 	return err
 }
 
+const probeRateStarts = `-- name: ProbeRateStarts :exec
+SELECT c.awaiting_starts FROM hopper_rate_claims AS c LIMIT 0
+`
+
+// Fails (undefined_column) on a schema older than migration 8: a worker
+// with a global rate limit checks this as it starts, since its claims
+// read awaiting_starts.
+func (q *Queries) ProbeRateStarts(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, probeRateStarts)
+	return err
+}
+
+const rateClaimStarted = `-- name: RateClaimStarted :exec
+UPDATE hopper_rate_claims AS c
+SET claimed_at = greatest(c.claimed_at, clock_timestamp()), awaiting_starts = false
+WHERE c.queue = $1::text
+  AND c.claimed_at = $2::timestamptz
+  AND c.awaiting_starts
+`
+
+type RateClaimStartedParams struct {
+	Queue     string    `json:"queue"`
+	ClaimedAt time.Time `json:"claimed_at"`
+}
+
+// Moves a claim's rows in the rate log (claimed_at: the claim's time, its
+// jobs' lease_until less the lease), made with exact_starts, to now, once
+// the worker has started the handlers of all its jobs: the next budget then
+// returns a window after the last of them started, not after the claim, so
+// that no window of handler starts holds more than the limit either.
+func (q *Queries) RateClaimStarted(ctx context.Context, arg RateClaimStartedParams) error {
+	_, err := q.db.Exec(ctx, rateClaimStarted, arg.Queue, arg.ClaimedAt)
+	return err
+}
+
 const rateStats = `-- name: RateStats :many
 WITH latest AS (
     SELECT DISTINCT ON (c.queue) c.queue, c.rate_limit, c.window_ms
@@ -470,10 +516,18 @@ func (q *Queries) RateStats(ctx context.Context) ([]RateStatsRow, error) {
 }
 
 const rateWait = `-- name: RateWait :one
-SELECT coalesce(ceil(1000 * extract(epoch FROM min(c.claimed_at) - clock_timestamp())) + $1::bigint, 0)::bigint AS wait_ms
-FROM hopper_rate_claims AS c
-WHERE c.queue = $2::text
-  AND c.claimed_at > clock_timestamp() - '1 millisecond'::interval * $1::bigint
+WITH clock AS (
+    SELECT clock_timestamp() AS at, '1 millisecond'::interval * $1::bigint AS width
+), counted AS (
+    SELECT CASE WHEN c.awaiting_starts THEN greatest(c.claimed_at, clock.at - clock.width + '10 milliseconds'::interval)
+                ELSE c.claimed_at END AS at
+    FROM hopper_rate_claims AS c, clock
+    WHERE c.queue = $2::text
+      AND (c.claimed_at > clock.at - clock.width
+           OR (c.awaiting_starts AND c.claimed_at > clock.at - clock.width - '5 seconds'::interval))
+)
+SELECT coalesce(ceil(1000 * extract(epoch FROM (SELECT min(counted.at) FROM counted) + clock.width - clock.at)), 0)::bigint AS wait_ms
+FROM clock
 `
 
 type RateWaitParams struct {
@@ -484,7 +538,9 @@ type RateWaitParams struct {
 // How long, in milliseconds, until the oldest claim in a queue's rate
 // window leaves it and gives its budget back (0: the window is empty).
 // A worker whose claim was cut short by its rate limit sleeps that long
-// rather than polling.
+// rather than polling; a claim still awaiting the starts of its handlers
+// past its window (see DequeueLimited) gives 10ms, as it is moved any
+// moment.
 func (q *Queries) RateWait(ctx context.Context, arg RateWaitParams) (int64, error) {
 	row := q.db.QueryRow(ctx, rateWait, arg.RateWindowMs, arg.Queue)
 	var wait_ms int64

@@ -104,12 +104,13 @@ type HopperQueue struct {
 }
 
 type HopperRateClaim struct {
-	Queue     string    `json:"queue"`
-	RateGroup string    `json:"rate_group"`
-	ClaimedAt time.Time `json:"claimed_at"`
-	Jobs      int32     `json:"jobs"`
-	RateLimit int32     `json:"rate_limit"`
-	WindowMs  int64     `json:"window_ms"`
+	Queue          string    `json:"queue"`
+	RateGroup      string    `json:"rate_group"`
+	ClaimedAt      time.Time `json:"claimed_at"`
+	Jobs           int32     `json:"jobs"`
+	RateLimit      int32     `json:"rate_limit"`
+	WindowMs       int64     `json:"window_ms"`
+	AwaitingStarts bool      `json:"awaiting_starts"`
 }
 
 type HopperSchedule struct {

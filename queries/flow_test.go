@@ -73,3 +73,56 @@ func TestStrictClaimGoesRoundOnlyWhenCrowded(t *testing.T) {
 		})
 	}
 }
+
+// TestExactStartsHoldBudgetUntilMoved: a claim made with exact_starts
+// counts against its rate limit past its window until the worker moves it
+// to its last handler start (RateClaimStarted), or until a grace of five
+// seconds past its window; RateWait then says 10ms, not the window. Log
+// entries are aged by hand, so nothing here waits on the clock.
+func TestExactStartsHoldBudgetUntilMoved(t *testing.T) {
+	b := setup(t)
+	for range 20 {
+		b.enqueue(t, jobSpec{})
+	}
+	claim := func(exact bool) int {
+		t.Helper()
+		rows, err := b.q.DequeueLimited(b.ctx, db.DequeueLimitedParams{Owner: "w", LeaseMs: 60_000,
+			Queue: "default", Kinds: []string{"k"}, MaxVersions: []int32{1}, KeyLimits: []int32{0},
+			AfterPriority: -1, MaxJobs: 10, Scan: 64, RateBy: "queue", RateLimit: 3, RateWindowMs: 1000, ExactStarts: exact})
+		require.NoError(t, err)
+		return len(rows)
+	}
+	age := func(by string) time.Time { // moves every entry back; returns the newest
+		t.Helper()
+		var newest time.Time
+		require.NoError(t, b.pool.QueryRow(b.ctx,
+			"WITH aged AS (UPDATE hopper_rate_claims SET claimed_at = claimed_at - $1::interval RETURNING claimed_at) SELECT max(claimed_at) FROM aged", by).Scan(&newest))
+		return newest
+	}
+	wait := func() int64 {
+		t.Helper()
+		ms, err := b.q.RateWait(b.ctx, db.RateWaitParams{Queue: "default", RateWindowMs: 1000})
+		require.NoError(t, err)
+		return ms
+	}
+
+	require.Equal(t, 3, claim(true))
+	claimedAt := age("2 seconds") // past its window, not moved
+	require.Zero(t, claim(true), "an entry awaiting its starts still counts")
+	require.EqualValues(t, 10, wait(), "overdue: it is moved any moment")
+
+	require.NoError(t, b.q.RateClaimStarted(b.ctx, db.RateClaimStartedParams{Queue: "default", ClaimedAt: claimedAt}))
+	require.Zero(t, claim(true), "moved to now: in the window")
+	require.Greater(t, wait(), int64(500))
+	require.LessOrEqual(t, wait(), int64(1000))
+
+	age("2 seconds")
+	require.Equal(t, 3, claim(false), "moved and past its window: the budget is back")
+	age("2 seconds")
+	require.Equal(t, 3, claim(true), "an entry made without exact_starts does not wait")
+	age("7 seconds") // past the window and the grace, never moved
+	require.Equal(t, 3, claim(true), "a worker that never moves its entry holds the budget five seconds at most")
+	var left int
+	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT count(*) FROM hopper_rate_claims").Scan(&left))
+	require.Equal(t, 1, left, "older entries are pruned, the one just made stays")
+}

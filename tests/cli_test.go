@@ -136,10 +136,12 @@ func TestMigrate(t *testing.T) {
 	require.Contains(t, r.stdout, "4/u schedules")
 	require.Contains(t, r.stdout, "6/u flow_control")
 	require.Contains(t, r.stdout, "7/u flow_record")
-	require.Contains(t, r.stdout, "schema version 7 (this build's latest: 7)")
+	require.Contains(t, r.stdout, "8/u rate_starts")
+	require.Contains(t, r.stdout, "schema version 8 (this build's latest: 8)")
 
 	r = runHopper(t, d.URL, "", "migrate", "down", "--all", "--yes")
 	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "8/d rate_starts")
 	require.Contains(t, r.stdout, "7/d flow_record")
 	require.Contains(t, r.stdout, "6/d flow_control")
 	require.Contains(t, r.stdout, "4/d schedules")

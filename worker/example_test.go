@@ -239,3 +239,44 @@ func ExampleFlowControl() {
 	fmt.Println(order)
 	// Output: [acme globex acme acme]
 }
+
+// A rate limit for an API that counts calls: at most 2 calls per 100ms
+// across every worker process, counted by when each handler started
+// (ExactStarts), not only by when its job was claimed.
+func ExampleRate() {
+	pool, drop := testdb.ForExample()
+	defer drop()
+	ctx, stop := context.WithCancel(context.Background())
+	callAPI := jobs.Define[Sync]("call_api")
+	if _, err := callAPI.EnqueueMany(ctx, pool, jobs.Items(Sync{"a"}, Sync{"b"}, Sync{"c"}, Sync{"d"})); err != nil {
+		panic(err)
+	}
+
+	w, err := worker.New(pool, worker.Config{
+		Queues: map[string]int{"default": 10},
+		FlowControl: map[string]worker.FlowControl{"default": {
+			Rate: worker.Rate{Limit: 2, Per: 100 * time.Millisecond, ExactStarts: true},
+		}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	var mu sync.Mutex
+	calls := 0
+	err = worker.Handle(w, callAPI, func(ctx context.Context, job *jobs.Job[Sync]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if calls++; calls == 4 {
+			stop()
+		}
+		return nil
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := w.Run(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println("calls:", calls)
+	// Output: calls: 4
+}

@@ -32,6 +32,7 @@ func (w *Worker) handlerLoop(qr *queueRunner) {
 func (w *Worker) execute(d dispatched) {
 	defer w.handlerWG.Done()
 	c, row := d.claim, d.row
+	w.handlerStarting(d.rate)
 	err := d.err
 	var elapsed time.Duration
 	var result json.RawMessage

@@ -42,6 +42,7 @@ type dispatched struct {
 	timeout time.Duration                                  // the run's timeout; 0: none
 	keep    time.Duration                                  // how long its completion is kept; 0: not
 	err     error                                          // why decoding failed
+	rate    *rateClaim                                     // the claim it came in, under a global rate limit; nil: none
 }
 
 func signal(ch chan struct{}) {
@@ -199,7 +200,8 @@ func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error)
 	}
 	w.metrics.fetched(qr.name, len(rows))
 	now := time.Now()
-	for _, row := range rows {
+	rates := w.rateClaimsOf(qr, rows)
+	for i, row := range rows {
 		h := w.handlers[row.Kind]
 		keep := h.keepFor(&w.cfg, row.Queue)
 		c := w.claims.add(w, row, qr, sent, keep)
@@ -225,7 +227,11 @@ func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error)
 			go w.handlerLoop(qr)
 		}
 		// Never blocks: at most max jobs are waiting or running.
-		qr.dispatch <- dispatched{h: h, row: row, claim: c, call: call, timeout: timeout, keep: keep, err: err}
+		d := dispatched{h: h, row: row, claim: c, call: call, timeout: timeout, keep: keep, err: err}
+		if rates != nil {
+			d.rate = rates[i]
+		}
+		qr.dispatch <- d
 	}
 	return len(rows), nil
 }

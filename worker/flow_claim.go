@@ -59,6 +59,7 @@ func (w *Worker) dequeueLimited(ctx context.Context, qr *queueRunner, n int) ([]
 	}
 	if f.global() {
 		p.RateLimit = int32(f.Rate.Limit)
+		p.ExactStarts = f.Rate.ExactStarts
 	}
 	rows, err := w.claimLimited(ctx, p)
 	var headEnd readyKey // the last job the claim's head considered

@@ -29,6 +29,9 @@ func describeFlow(f FlowControl) string {
 		if f.Rate.Local {
 			rate += " local"
 		}
+		if f.Rate.ExactStarts {
+			rate += " exact_starts"
+		}
 		parts = append(parts, rate)
 	}
 	if f.Fair {

@@ -89,18 +89,34 @@ func TestFlowControlMismatchIsLogged(t *testing.T) {
 	}
 }
 
-// TestFlowRecordNeedsMigration7: a worker on a schema without the flow
-// control record refuses to start, naming the migration to run.
-func TestFlowRecordNeedsMigration7(t *testing.T) {
-	b := setup(t)
-	mg, err := schema.NewMigrator(b.ctx, b.pool)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = mg.Close() })
-	require.NoError(t, mg.Down(b.ctx, 1))
-	w, err := worker.New(b.pool, fast(worker.Config{}))
-	require.NoError(t, err)
-	must(t, worker.Handle(w, kind(t, "tenant"), noopTask))
-	err = w.Run(b.ctx)
-	require.ErrorIs(t, err, worker.ErrNotMigrated)
-	require.Contains(t, err.Error(), "flow_control")
+// TestFlowNeedsItsMigrations: a worker on a schema older than its flow
+// control needs refuses to start, naming the migration to run: without
+// migration 7 (the record of each queue's flow control) every worker, and
+// without migration 8 (the rate log's awaiting_starts) one with a global
+// rate limit.
+func TestFlowNeedsItsMigrations(t *testing.T) {
+	rate := map[string]worker.FlowControl{"default": {Rate: worker.Rate{Limit: 5, Per: time.Second}}}
+	for _, tc := range []struct {
+		name string
+		down int
+		flow map[string]worker.FlowControl
+		want string
+	}{
+		{"without 7", 2, nil, "hopper_queues.flow_control"},
+		{"without 8, a rate limit", 1, rate, "hopper_rate_claims.awaiting_starts"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			mg, err := schema.NewMigrator(b.ctx, b.pool)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = mg.Close() })
+			require.NoError(t, mg.Down(b.ctx, tc.down))
+			w, err := worker.New(b.pool, fast(worker.Config{FlowControl: tc.flow}))
+			require.NoError(t, err)
+			must(t, worker.Handle(w, kind(t, "tenant"), noopTask))
+			err = w.Run(b.ctx)
+			require.ErrorIs(t, err, worker.ErrNotMigrated)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
 }

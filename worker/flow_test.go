@@ -230,6 +230,114 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 	}
 }
 
+// TestRateExactStarts: with ExactStarts, once the last handler of a claim
+// has started, the claim's entry in the rate log moves from the claim's
+// time to then, and the next claims count their window back from there;
+// without it the entry stays. A trigger keeps every version of the log's
+// rows. The handlers of an exact claim wait until its entry has moved, so
+// that no later claim can come before the move (they hold every slot).
+func TestRateExactStarts(t *testing.T) {
+	for _, exact := range []bool{false, true} {
+		t.Run(fmt.Sprintf("exact=%t", exact), func(t *testing.T) {
+			b := setup(t)
+			_, err := b.pool.Exec(b.ctx, `
+				CREATE TABLE rate_log (op text, old_at timestamptz, new_at timestamptz, jobs integer);
+				CREATE FUNCTION rate_log() RETURNS trigger LANGUAGE plpgsql AS $$
+				BEGIN
+					INSERT INTO rate_log VALUES (TG_OP, CASE WHEN TG_OP = 'UPDATE' THEN OLD.claimed_at END, NEW.claimed_at, NEW.jobs);
+					RETURN NULL;
+				END $$;
+				CREATE TRIGGER rate_log AFTER INSERT OR UPDATE ON hopper_rate_claims
+					FOR EACH ROW EXECUTE FUNCTION rate_log();`)
+			require.NoError(t, err)
+			k := kind(t, "call")
+			const lease, limit, per = 30 * time.Second, 5, 500 * time.Millisecond
+			var mu sync.Mutex
+			ran := 0
+			start(t, b, worker.Config{
+				LeaseDuration:     lease,
+				HeartbeatInterval: -1, // the claim time is lease_until less the lease
+				Queues:            map[string]int{"default": limit},
+				FlowControl: map[string]worker.FlowControl{"default": {
+					Rate: worker.Rate{Limit: limit, Per: per, ExactStarts: exact},
+				}},
+			}, func(w *worker.Worker) {
+				must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+					var claimedAt time.Time
+					if err := b.pool.QueryRow(ctx, "SELECT lease_until FROM hopper_jobs WHERE id = $1", j.ID).Scan(&claimedAt); err != nil {
+						return err
+					}
+					claimedAt = claimedAt.Add(-lease)
+					for exact {
+						var moved bool
+						if err := b.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM rate_log WHERE op = 'UPDATE' AND old_at = $1)", claimedAt).Scan(&moved); err != nil {
+							return err
+						}
+						if moved {
+							break
+						}
+						select {
+						case <-ctx.Done():
+							return ctx.Err()
+						case <-time.After(5 * time.Millisecond):
+						}
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					ran++
+					return nil
+				}))
+			})
+			_, err = k.EnqueueMany(b.ctx, b.pool, jobs.Items(make([]Task, 3*limit)...))
+			require.NoError(t, err)
+			testdb.WaitFor(t, "every job to run", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return ran == 3*limit
+			})
+
+			type claimLog struct {
+				at, counted time.Time // when it claimed; from when the limit counted it
+				jobs        int
+			}
+			var claims []claimLog
+			rows, err := b.pool.Query(b.ctx, `
+				SELECT i.new_at, coalesce(max(u.new_at), i.new_at), i.jobs, count(u.op)
+				FROM rate_log AS i
+				LEFT JOIN rate_log AS u ON u.op = 'UPDATE' AND u.old_at = i.new_at
+				WHERE i.op = 'INSERT'
+				GROUP BY i.new_at, i.jobs
+				ORDER BY i.new_at`)
+			require.NoError(t, err)
+			for rows.Next() {
+				var c claimLog
+				var moves int
+				require.NoError(t, rows.Scan(&c.at, &c.counted, &c.jobs, &moves))
+				if exact {
+					require.Equal(t, 1, moves, "an exact claim's entry moves once, when its last handler started")
+					require.True(t, c.counted.After(c.at), "moved later, not earlier")
+				} else {
+					require.Zero(t, moves, "without ExactStarts the entry stays at the claim's time")
+				}
+				claims = append(claims, c)
+			}
+			require.NoError(t, rows.Err())
+			total := 0
+			for j, c := range claims {
+				total += c.jobs
+				inWindow := c.jobs // this claim and those counted less than a window before it
+				for _, earlier := range claims[:j] {
+					if earlier.counted.After(c.at.Add(-per)) {
+						inWindow += earlier.jobs
+					}
+				}
+				require.LessOrEqual(t, inWindow, limit, "claim at %v", c.at)
+			}
+			require.Equal(t, 3*limit, total)
+		})
+	}
+}
+
 // TestFlowControlRejectsBadInput: limits and keys are checked where they
 // are given, with errors users can match.
 func TestFlowControlRejectsBadInput(t *testing.T) {
@@ -250,6 +358,8 @@ func TestFlowControlRejectsBadInput(t *testing.T) {
 		{"aging too short", worker.FlowControl{PriorityAging: time.Millisecond}, "priority aging 1ms"},
 		{"negative aging", worker.FlowControl{PriorityAging: -time.Second}, "priority aging -1s"},
 		{"local by key", worker.FlowControl{Rate: worker.Rate{Limit: 5, Per: time.Second, By: worker.RateByKey, Local: true}}, "local rate limit"},
+		{"local exact starts", worker.FlowControl{Rate: worker.Rate{Limit: 5, Per: time.Second, Local: true, ExactStarts: true}}, "ExactStarts needs the database"},
+		{"exact starts without limit", worker.FlowControl{Rate: worker.Rate{ExactStarts: true}}, "rate limit 0 jobs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := worker.New(pool, worker.Config{FlowControl: map[string]worker.FlowControl{"default": tc.flow}})

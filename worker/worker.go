@@ -276,6 +276,9 @@ func (w *Worker) start(ctx context.Context) error {
 	if err := w.recordFlow(ctx); err != nil {
 		return err
 	}
+	if err := w.checkRateSchema(ctx); err != nil {
+		return err
+	}
 	if err := w.defineSchedules(ctx); err != nil {
 		return err
 	}

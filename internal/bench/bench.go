@@ -104,19 +104,21 @@ type Config struct {
 
 // Report is what a run found; --json prints it.
 type Report struct {
-	Machine    Machine            `json:"machine"`
-	Server     *ServerInfo        `json:"server,omitempty"`
-	Config     map[string]any     `json:"config"`
-	Continuous *ContinuousResult  `json:"continuous,omitempty"`
-	Drain      *DrainResult       `json:"drain,omitempty"`
-	Enqueue    *EnqueueResult     `json:"enqueue,omitempty"`
-	Latency    *LatencyResult     `json:"latency,omitempty"`
-	Baseline   *BaselineResult    `json:"baseline,omitempty"`
-	Pressure   *PressureReport    `json:"pressure,omitempty"`
-	Noisy      *NoisyReport       `json:"noisy,omitempty"`
-	Keys       *KeysResult        `json:"keys,omitempty"`
-	Rate       *RateResult        `json:"rate,omitempty"`
-	Ratios     map[string]float64 `json:"ratios,omitempty"`
+	Machine    Machine           `json:"machine"`
+	Server     *ServerInfo       `json:"server,omitempty"`
+	Config     map[string]any    `json:"config"`
+	Continuous *ContinuousResult `json:"continuous,omitempty"`
+	Drain      *DrainResult      `json:"drain,omitempty"`
+	Enqueue    *EnqueueResult    `json:"enqueue,omitempty"`
+	Latency    *LatencyResult    `json:"latency,omitempty"`
+	Baseline   *BaselineResult   `json:"baseline,omitempty"`
+	Pressure   *PressureReport   `json:"pressure,omitempty"`
+	Noisy      *NoisyReport      `json:"noisy,omitempty"`
+	Keys       *KeysResult       `json:"keys,omitempty"`
+	Rate       *RateResult       `json:"rate,omitempty"`
+	// RateExactStarts is the rate run again with Rate.ExactStarts.
+	RateExactStarts *RateResult        `json:"rate_exact_starts,omitempty"`
+	Ratios          map[string]float64 `json:"ratios,omitempty"`
 }
 
 // PressureReport is the pressure suite's two continuous runs.
@@ -250,8 +252,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if modes["rate"] {
 		logf("rate: %d jobs per %v across %d worker processes for %v", cfg.Rate, cfg.RatePer, cfg.RateProcesses, cfg.RateDuration)
-		if r.Rate, err = runRate(ctx, cfg); err != nil {
+		if r.Rate, err = runRate(ctx, cfg, false); err != nil {
 			return r, fmt.Errorf("rate: %w", err)
+		}
+		logf("rate: again with ExactStarts")
+		if r.RateExactStarts, err = runRate(ctx, cfg, true); err != nil {
+			return r, fmt.Errorf("rate, exact starts: %w", err)
 		}
 	}
 	if cfg.Pressure {

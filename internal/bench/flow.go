@@ -19,6 +19,9 @@ type workerFlow struct {
 	keyLimit int
 	rate     int
 	ratePer  time.Duration
+	// rateExactStarts: the rate counts each claim from its last handler
+	// start
+	rateExactStarts bool
 }
 
 // keyedItems is n jobs spread round-robin over keys concurrency keys

@@ -84,7 +84,8 @@ func startWorkers(cfg Config, dbURL string) (*workerProc, error) {
 		"--handler-time", cfg.HandlerTime.String(), "--keep-history", cfg.keep.String(),
 		// always explicit: the flags' defaults are the flow modes' own
 		fmt.Sprintf("--fair=%t", cfg.flow.fair), "--key-limit", fmt.Sprint(cfg.flow.keyLimit),
-		"--rate", fmt.Sprint(cfg.flow.rate), "--rate-per", cfg.flow.ratePer.String())
+		"--rate", fmt.Sprint(cfg.flow.rate), "--rate-per", cfg.flow.ratePer.String(),
+		fmt.Sprintf("--rate-exact-starts=%t", cfg.flow.rateExactStarts))
 	cmd := exec.Command(cfg.WorkerCommand[0], args...)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
 	cmd.Stderr = os.Stderr
@@ -165,12 +166,14 @@ type WorkerOptions struct {
 	KeyLimit int
 	Rate     int
 	RatePer  time.Duration
+	// RateExactStarts counts each claim from its last handler start.
+	RateExactStarts bool
 }
 
 func (o WorkerOptions) flowControl() map[string]worker.FlowControl {
 	fc := worker.FlowControl{Fair: o.Fair, KeyLimit: o.KeyLimit}
 	if o.Rate > 0 {
-		fc.Rate = worker.Rate{Limit: o.Rate, Per: o.RatePer}
+		fc.Rate = worker.Rate{Limit: o.Rate, Per: o.RatePer, ExactStarts: o.RateExactStarts}
 	}
 	if fc == (worker.FlowControl{}) {
 		return nil

@@ -15,6 +15,9 @@ type RateResult struct {
 	Limit      int     `json:"limit"`
 	PerSeconds float64 `json:"per_seconds"`
 	Processes  int     `json:"processes"`
+	// ExactStarts: the limit counted each claim from its last handler
+	// start (worker.Rate.ExactStarts).
+	ExactStarts bool `json:"exact_starts"`
 	// Over the measured Seconds (after every process had started, on the
 	// server's clock): the jobs claimed; the rate from the first of those
 	// claims to the last, and that as a share of the limit's.
@@ -28,12 +31,12 @@ type RateResult struct {
 	// The most jobs in any window of the limit's length over the whole
 	// run: by claim time (the server's clock in the claim, what the limit
 	// counts), and by handler start (claims reach handlers late and
-	// bunched: a view the limit does not promise).
+	// bunched: what the limit promises only with ExactStarts).
 	MaxClaimedInWindow int `json:"max_claimed_in_any_window"`
 	MaxStartedInWindow int `json:"max_started_in_any_window"`
 }
 
-func runRate(ctx context.Context, cfg Config) (*RateResult, error) {
+func runRate(ctx context.Context, cfg Config, exactStarts bool) (*RateResult, error) {
 	s, err := newScratch(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return nil, err
@@ -51,7 +54,7 @@ func runRate(ctx context.Context, cfg Config) (*RateResult, error) {
 	}
 	wcfg := cfg
 	wcfg.Workers, wcfg.keep = 1, 0
-	wcfg.flow = workerFlow{rate: cfg.Rate, ratePer: cfg.RatePer}
+	wcfg.flow = workerFlow{rate: cfg.Rate, ratePer: cfg.RatePer, rateExactStarts: exactStarts}
 	procs := make([]*workerProc, 0, cfg.RateProcesses)
 	defer func() {
 		for _, p := range procs {
@@ -94,7 +97,7 @@ func runRate(ctx context.Context, cfg Config) (*RateResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &RateResult{Limit: cfg.Rate, PerSeconds: cfg.RatePer.Seconds(), Processes: cfg.RateProcesses, Seconds: to.Sub(from).Seconds(),
+	r := &RateResult{Limit: cfg.Rate, PerSeconds: cfg.RatePer.Seconds(), Processes: cfg.RateProcesses, ExactStarts: exactStarts, Seconds: to.Sub(from).Seconds(),
 		MaxClaimedInWindow: maxInWindow(claims, cfg.RatePer), MaxStartedInWindow: maxInWindow(started, cfg.RatePer)}
 	var first, last event
 	for _, c := range claims {

@@ -104,12 +104,13 @@ type HopperQueue struct {
 }
 
 type HopperRateClaim struct {
-	Queue     string
-	RateGroup string
-	ClaimedAt time.Time
-	Jobs      int32
-	RateLimit int32
-	WindowMs  int64
+	Queue          string
+	RateGroup      string
+	ClaimedAt      time.Time
+	Jobs           int32
+	RateLimit      int32
+	WindowMs       int64
+	AwaitingStarts bool
 }
 
 type HopperSchedule struct {

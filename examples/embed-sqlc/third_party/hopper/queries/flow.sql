@@ -22,7 +22,9 @@ SELECT pg_advisory_xact_lock(to_regclass('hopper_jobs')::oid::integer, hashtext(
 --  * A rate limit. With rate_limit > 0, no more than rate_limit jobs of a
 --    group (rate_by: 'queue', 'kind' or 'key') are claimed in any window of
 --    rate_window_ms: every claim logs what it took in hopper_rate_claims,
---    counts the log's rows in its window and removes older ones.
+--    counts the log's rows in its window and removes older ones. With
+--    exact_starts, its rows await the worker's RateClaimStarted, which
+--    moves them to its last handler start.
 --  * Fairness. With fair, the claim goes round-robin across keys: it takes
 --    the next keys with ready work after after_key (up to max_jobs of them,
 --    skipping from key to key in hopper_jobs_key_idx, and past keys with
@@ -57,11 +59,16 @@ WITH clock AS MATERIALIZED (
       AND r.queue = @queue::text AND r.state = 'running' AND r.concurrency_key IS NOT NULL
     GROUP BY r.concurrency_key
 ), used AS MATERIALIZED (
+    -- a claim whose handlers may still be starting (ExactStarts, not yet
+    -- moved to its last start) counts until it is moved, or for a grace of
+    -- five seconds past its window if its worker never moves it
     SELECT c.rate_group, sum(c.jobs)::integer AS jobs
     FROM hopper_rate_claims AS c, clock
     WHERE @rate_limit::integer > 0
       AND c.queue = @queue::text
-      AND c.claimed_at > clock.at - '1 millisecond'::interval * @rate_window_ms::bigint
+      AND (c.claimed_at > clock.at - '1 millisecond'::interval * @rate_window_ms::bigint
+           OR (c.awaiting_starts
+               AND c.claimed_at > clock.at - '5 seconds'::interval - '1 millisecond'::interval * @rate_window_ms::bigint))
     GROUP BY c.rate_group
 ), head AS MATERIALIZED (
     -- the first scan ready jobs after the claim cursor, in Dequeue's order
@@ -185,8 +192,8 @@ WITH clock AS MATERIALIZED (
       AND coalesce(j.state, '') = 'pending'
     FOR UPDATE OF j SKIP LOCKED
 ), logged AS (
-    INSERT INTO hopper_rate_claims (queue, rate_group, claimed_at, jobs, rate_limit, window_ms)
-    SELECT @queue::text, allowed.rate_group, clock.at, count(1), @rate_limit::integer, @rate_window_ms::bigint
+    INSERT INTO hopper_rate_claims (queue, rate_group, claimed_at, jobs, rate_limit, window_ms, awaiting_starts)
+    SELECT @queue::text, allowed.rate_group, clock.at, count(1), @rate_limit::integer, @rate_window_ms::bigint, @exact_starts::boolean
     FROM picked
     JOIN allowed ON allowed.id = picked.id
     CROSS JOIN clock
@@ -198,6 +205,8 @@ WITH clock AS MATERIALIZED (
     WHERE @rate_limit::integer > 0
       AND c.queue = @queue::text
       AND c.claimed_at <= clock.at - '1 millisecond'::interval * @rate_window_ms::bigint
+      AND (NOT c.awaiting_starts
+           OR c.claimed_at <= clock.at - '5 seconds'::interval - '1 millisecond'::interval * @rate_window_ms::bigint)
 )
 UPDATE hopper_jobs AS j
 SET state       = 'running',
@@ -242,15 +251,43 @@ SET priority = j.priority - 1
 FROM aged
 WHERE j.id = aged.id;
 
+-- name: RateClaimStarted :exec
+-- Moves a claim's rows in the rate log (claimed_at: the claim's time, its
+-- jobs' lease_until less the lease), made with exact_starts, to now, once
+-- the worker has started the handlers of all its jobs: the next budget then
+-- returns a window after the last of them started, not after the claim, so
+-- that no window of handler starts holds more than the limit either.
+UPDATE hopper_rate_claims AS c
+SET claimed_at = greatest(c.claimed_at, clock_timestamp()), awaiting_starts = false
+WHERE c.queue = @queue::text
+  AND c.claimed_at = @claimed_at::timestamptz
+  AND c.awaiting_starts;
+
+-- name: ProbeRateStarts :exec
+-- Fails (undefined_column) on a schema older than migration 8: a worker
+-- with a global rate limit checks this as it starts, since its claims
+-- read awaiting_starts.
+SELECT c.awaiting_starts FROM hopper_rate_claims AS c LIMIT 0;
+
 -- name: RateWait :one
 -- How long, in milliseconds, until the oldest claim in a queue's rate
 -- window leaves it and gives its budget back (0: the window is empty).
 -- A worker whose claim was cut short by its rate limit sleeps that long
--- rather than polling.
-SELECT coalesce(ceil(1000 * extract(epoch FROM min(c.claimed_at) - clock_timestamp())) + @rate_window_ms::bigint, 0)::bigint AS wait_ms
-FROM hopper_rate_claims AS c
-WHERE c.queue = @queue::text
-  AND c.claimed_at > clock_timestamp() - '1 millisecond'::interval * @rate_window_ms::bigint;
+-- rather than polling; a claim still awaiting the starts of its handlers
+-- past its window (see DequeueLimited) gives 10ms, as it is moved any
+-- moment.
+WITH clock AS (
+    SELECT clock_timestamp() AS at, '1 millisecond'::interval * @rate_window_ms::bigint AS width
+), counted AS (
+    SELECT CASE WHEN c.awaiting_starts THEN greatest(c.claimed_at, clock.at - clock.width + '10 milliseconds'::interval)
+                ELSE c.claimed_at END AS at
+    FROM hopper_rate_claims AS c, clock
+    WHERE c.queue = @queue::text
+      AND (c.claimed_at > clock.at - clock.width
+           OR (c.awaiting_starts AND c.claimed_at > clock.at - clock.width - '5 seconds'::interval))
+)
+SELECT coalesce(ceil(1000 * extract(epoch FROM (SELECT min(counted.at) FROM counted) + clock.width - clock.at)), 0)::bigint AS wait_ms
+FROM clock;
 
 -- name: KeyStats :many
 -- The keys with the most ready jobs (ties: the most running), per queue

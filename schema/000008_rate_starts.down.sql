@@ -1,0 +1,2 @@
+ALTER TABLE hopper_rate_claims
+    DROP COLUMN IF EXISTS awaiting_starts;

@@ -1,0 +1,99 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/hopperq/hopper/db"
+)
+
+// rateClaim is one claim under a global rate limit with ExactStarts, whose jobs are on their
+// way to their handlers. The claim logged itself at its own time; once the
+// last of its handlers has started, the log entry moves to then
+// (RateClaimStarted), so that the budget it took returns a window after
+// the last start. Without that, one claim's handlers that start late (the
+// claim's own duration, dispatch) and the next claim's that start early
+// fall in one window: up to twice the limit by handler start.
+type rateClaim struct {
+	queue     string
+	claimedAt time.Time // the claim's time, as logged
+	left      atomic.Int32
+}
+
+// rateClaimsOf gives each claimed job of a queue under a global rate limit
+// with ExactStarts the claim it came in (nil for other queues). A claim's jobs carry its
+// time as lease_until less the lease; a worker's claim may be two
+// statements (a fair one goes round twice), each logged apart.
+func (w *Worker) rateClaimsOf(qr *queueRunner, rows []db.HopperJob) []*rateClaim {
+	if qr.flow == nil || !qr.flow.global() || !qr.flow.Rate.ExactStarts || len(rows) == 0 {
+		return nil
+	}
+	lease := time.Duration(w.cfg.LeaseDuration.Milliseconds()) * time.Millisecond
+	out := make([]*rateClaim, len(rows))
+	var cur *rateClaim
+	for i, row := range rows {
+		if row.LeaseUntil == nil {
+			continue // not from a claim: nothing to move
+		}
+		at := row.LeaseUntil.Add(-lease)
+		if cur == nil || !cur.claimedAt.Equal(at) {
+			cur = &rateClaim{queue: qr.name, claimedAt: at}
+		}
+		cur.left.Add(1)
+		out[i] = cur
+	}
+	return out
+}
+
+// rateClaimTimeout bounds the statement that moves a claim's log entry. A
+// claim not moved counts against the limit until five seconds past its
+// window (queries/flow.sql), so that the claims after it wait rather than
+// take budget whose handlers may still be starting.
+const rateClaimTimeout = 5 * time.Second
+
+// handlerStarting counts a job of the claim as started; the last one
+// moves the claim's log entry, in a goroutine of its own so that its
+// handler does not wait for the statement.
+func (w *Worker) handlerStarting(rc *rateClaim) {
+	if rc == nil || rc.left.Add(-1) != 0 {
+		return
+	}
+	// The caller is a handler goroutine, counted in poolWG, so this Add
+	// can never race Run's Wait at zero.
+	w.poolWG.Add(1)
+	go func() {
+		defer w.poolWG.Done()
+		ctx, cancel := context.WithTimeout(w.hard, rateClaimTimeout)
+		defer cancel()
+		err := w.q.RateClaimStarted(ctx, db.RateClaimStartedParams{Queue: rc.queue, ClaimedAt: rc.claimedAt})
+		if err != nil && w.hard.Err() == nil {
+			w.log.Warn("could not move a rate-limited claim to its handlers' start; the limit counts it from the claim", "queue", rc.queue, "error", err)
+		}
+	}()
+}
+
+// checkRateSchema refuses to start a worker with a global rate limit on a
+// schema older than migration 8, whose claims would fail one by one.
+func (w *Worker) checkRateSchema(ctx context.Context) error {
+	global := false
+	for _, qr := range w.queues {
+		global = global || (qr.flow != nil && qr.flow.global())
+	}
+	if !global {
+		return nil
+	}
+	err := w.q.ProbeRateStarts(ctx)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42703" { // undefined_column
+		return fmt.Errorf("%w: schema %s lacks hopper_rate_claims.awaiting_starts, which rate limits need: it is older than this worker (run `hopper migrate up` or schema.Up)", ErrNotMigrated, w.schema)
+	}
+	if err != nil {
+		return fmt.Errorf("hopper: worker: start: check the rate log: %w", err)
+	}
+	return nil
+}
