@@ -522,6 +522,12 @@ func TestBenchFlowRuns(t *testing.T) {
 			MaxClaimedInWindow int     `json:"max_claimed_in_any_window"`
 			MaxStartedInWindow int     `json:"max_started_in_any_window"`
 		} `json:"rate"`
+		RateExactStarts struct {
+			ExactStarts        bool `json:"exact_starts"`
+			Claimed            int  `json:"claimed"`
+			MaxClaimedInWindow int  `json:"max_claimed_in_any_window"`
+			MaxStartedInWindow int  `json:"max_started_in_any_window"`
+		} `json:"rate_exact_starts"`
 		Ratios map[string]float64 `json:"ratios"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &report))
@@ -543,6 +549,10 @@ func TestBenchFlowRuns(t *testing.T) {
 	require.Positive(t, report.Rate.MaxStartedInWindow)
 	require.LessOrEqual(t, report.Rate.MaxClaimedInWindow, 40, "no window of the limit's length, by claim time, holds more than the limit")
 	require.Positive(t, report.Rate.MaxClaimedInWindow)
+	require.True(t, report.RateExactStarts.ExactStarts, "the rate run again, with ExactStarts")
+	require.Positive(t, report.RateExactStarts.Claimed)
+	require.Positive(t, report.RateExactStarts.MaxStartedInWindow)
+	require.LessOrEqual(t, report.RateExactStarts.MaxClaimedInWindow, 40)
 
 	bad := runHopper(t, testdb.Server(t), "", "bench", "--mode", "rate", "--rate", "0")
 	require.NotZero(t, bad.code)
