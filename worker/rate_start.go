@@ -12,11 +12,11 @@ import (
 	"github.com/hopperq/hopper/db"
 )
 
-// rateClaim is one claim under a global rate limit with ExactStarts, whose jobs are on their
-// way to their handlers. The claim logged itself at its own time; once the
-// last of its handlers has started, the log entry moves to then
-// (RateClaimStarted), so that the budget it took returns a window after
-// the last start. Without that, one claim's handlers that start late (the
+// rateClaim is one claim under a global rate limit with ExactStarts, whose
+// jobs are on their way to their handlers. The claim logged itself at its
+// own time, awaiting its starts; once the last of its handlers has started,
+// the log entry moves to then (RateClaimStarted), so that the budget it
+// took returns a window after the last start. Without that, one claim's handlers that start late (the
 // claim's own duration, dispatch) and the next claim's that start early
 // fall in one window: up to twice the limit by handler start.
 type rateClaim struct {
@@ -26,9 +26,9 @@ type rateClaim struct {
 }
 
 // rateClaimsOf gives each claimed job of a queue under a global rate limit
-// with ExactStarts the claim it came in (nil for other queues). A claim's jobs carry its
-// time as lease_until less the lease; a worker's claim may be two
-// statements (a fair one goes round twice), each logged apart.
+// with ExactStarts the claim it came in (nil for other queues). A claim's
+// jobs carry its time as lease_until less the lease; a worker's claim may
+// be two statements (a fair one goes round twice), each logged apart.
 func (w *Worker) rateClaimsOf(qr *queueRunner, rows []db.HopperJob) []*rateClaim {
 	if qr.flow == nil || !qr.flow.global() || !qr.flow.Rate.ExactStarts || len(rows) == 0 {
 		return nil
@@ -72,7 +72,7 @@ func (w *Worker) handlerStarting(rc *rateClaim) {
 		defer cancel()
 		err := w.q.RateClaimStarted(ctx, db.RateClaimStartedParams{Queue: rc.queue, ClaimedAt: rc.claimedAt})
 		if err != nil && w.hard.Err() == nil {
-			w.log.Warn("could not move a rate-limited claim to its handlers' start; the limit counts it from the claim", "queue", rc.queue, "error", err)
+			w.log.Warn("could not move a rate-limited claim to its last handler start; its budget stays taken until five seconds past its window", "queue", rc.queue, "error", err)
 		}
 	}()
 }
