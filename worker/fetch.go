@@ -186,12 +186,21 @@ func (w *Worker) dequeue(ctx context.Context, qr *queueRunner, n int, sent time.
 	return rows, nil
 }
 
+// claimAnswerWait bounds how long a claim waits for its answer, however
+// short the lease. A claim that was sent has most likely committed: given
+// up on, its jobs stay leased to a worker that does not know them until the
+// leases expire and a sweep takes them back, charged an attempt they never
+// ran. A late answer is still this worker's to run: the heartbeat extends
+// its leases from then on, and a job a sweep took back meanwhile is fenced
+// (its handler is cancelled, its result refused). The bound only ends a
+// wait on a connection that will never answer.
+const claimAnswerWait = 30 * time.Second
+
 // claim dequeues up to n jobs and starts their handlers.
 func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error) {
 	// The claim is not cut off by shutdown, only by the shutdown's hard
-	// deadline: jobs claimed by a statement whose answer was lost would
-	// wait for their leases to expire.
-	qctx, cancel := context.WithTimeout(w.hard, w.cfg.LeaseDuration/2)
+	// deadline, and it waits long for its answer (claimAnswerWait).
+	qctx, cancel := context.WithTimeout(w.hard, claimAnswerWait)
 	defer cancel()
 	sent := time.Now()
 	rows, err := w.dequeue(qctx, qr, n, sent)

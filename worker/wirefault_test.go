@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"sort"
 	"strconv"
@@ -30,6 +31,7 @@ const (
 	wfNack        = "-- name: NackBatch :many"
 	wfExtendStall = "-- name: Extend :many"
 	wfExtendCut   = "-- name: Extend "
+	wfDequeue     = "-- name: Dequeue :many"
 )
 
 // TestWireFaults cuts and stalls the connection between a worker and
@@ -57,6 +59,7 @@ func TestWireFaults(t *testing.T) {
 	t.Run("AckRepliesLost", func(t *testing.T) { wfAckRepliesLost(t, false) })
 	t.Run("AckKeepRepliesLost", func(t *testing.T) { wfAckRepliesLost(t, true) })
 	t.Run("NackRepliesLost", wfNackRepliesLost)
+	t.Run("ClaimAnswerLate", wfClaimAnswerLate)
 	t.Run("ExtendStalledAndCut", wfExtendStalledAndCut)
 	t.Run("ShutdownDuringOutage", wfShutdownDuringOutage)
 }
@@ -147,6 +150,45 @@ func wfNackRepliesLost(t *testing.T) {
 		require.Len(t, reps, 1, "job %d: attempt 1 reported once", id)
 		require.NotEqual(t, string(worker.OutcomeRefused), reps[0].outcome, "job %d: a nack whose reply was lost reported refused", id)
 	}
+}
+
+// wfClaimAnswerLate: a claim commits and its answer is held back until its
+// leases have run out in the database (a server or network slow beyond
+// any lease). The worker must still take the answer and run those jobs:
+// a claim given up on leaves its jobs leased to a worker that does not know
+// them, until a sweep (here: none) takes them back. Every job runs once,
+// by the faulty worker, and is reported done.
+func wfClaimAnswerLate(t *testing.T) {
+	h := newWF(t)
+	quick := kind(t, "wf.quick")
+	const total = 50
+	h.enqueue(t, quick, total)
+
+	p := h.proxy(t)
+	p.StallAfterRequest(wfDequeue, 1)
+	kinds := wfKinds{quick: wfQuick}
+	faulty := h.run(t, h.proxiedPool(t, p), "faulty", worker.Config{
+		Queues:        map[string]int{"default": 16},
+		LeaseDuration: time.Second, HeartbeatInterval: 100 * time.Millisecond,
+		SweepInterval: time.Hour, // nobody takes a job away from it
+	}, kinds)
+	h.waitFired(t, p, wfDequeue, 1) // the first claim committed; its answer is held
+	testdb.WaitFor(t, "the held claim's leases ran out", func() bool {
+		var expired int
+		require.NoError(t, h.b.pool.QueryRow(h.b.ctx,
+			"SELECT count(*) FROM hopper_jobs WHERE state = 'running' AND lease_until < now() AND lease_owner = $1",
+			faulty.w.ID()).Scan(&expired))
+		return expired > 0
+	})
+	p.Release()
+	h.waitReported(t)
+	faulty.stop(t)
+
+	h.drain(t, kinds)
+	led := h.verify(t, nil)
+	h.logFigures(t, led, p, wfDequeue)
+	wfCheckRuns(t, led, "faulty", func(wfKey, string) []string { return []string{string(worker.OutcomeDone)} })
+	require.Equal(t, total, led.byWorker["faulty"][string(worker.OutcomeDone)], "every job run once, by the worker that claimed it")
 }
 
 // wfExtendStalledAndCut: heartbeats that hang after their commit (the
@@ -354,6 +396,26 @@ type wf struct {
 	reports   map[wfKey][]wfReport
 	ledgerErr error // the first ledger write that failed
 	kinds     map[int64]string
+
+	logs wfLog // the workers' warnings, logged if the test fails
+}
+
+// wfLog keeps the workers' log lines for a failing test to show.
+type wfLog struct {
+	mu    sync.Mutex
+	lines strings.Builder
+}
+
+func (l *wfLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lines.Write(p)
+}
+
+func (l *wfLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lines.String()
 }
 
 // wfSlots bounds how many scenarios run at once: each holds a few dozen
@@ -382,7 +444,13 @@ func newWF(t *testing.T) *wf {
 	ledger, err := pgxpool.NewWithConfig(b.ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(ledger.Close)
-	return &wf{b: b, ledger: ledger, reports: map[wfKey][]wfReport{}, kinds: map[int64]string{}}
+	h := &wf{b: b, ledger: ledger, reports: map[wfKey][]wfReport{}, kinds: map[int64]string{}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the workers' warnings:\n%s", h.logs.String())
+		}
+	})
+	return h
 }
 
 // enqueue adds n jobs of k and records their ids and kind: in the same
@@ -426,6 +494,13 @@ func (h *wf) cutWhile(t *testing.T, p *wirefault.Proxy, marker string, enqueue f
 	p.CutAfterReply(marker, 1)
 	enqueue()
 	h.waitFired(t, p, marker, target)
+	h.waitReported(t)
+}
+
+// waitReported waits for the first attempt of every job enqueued so far to
+// be reported.
+func (h *wf) waitReported(t *testing.T) {
+	t.Helper()
 	defer func() {
 		if t.Failed() {
 			h.logUnreported(t)
@@ -458,10 +533,13 @@ func (h *wf) logUnreported(t *testing.T) {
 		var state, owner string
 		var attempt int32
 		var runs int
+		var expired bool
 		err := h.b.pool.QueryRow(h.b.ctx, `SELECT j.state, j.attempt, coalesce(j.lease_owner, ''),
+			coalesce(j.lease_until < now(), false),
 			(SELECT count(*) FROM wf_ledger WHERE job_id = j.id)
-			FROM hopper_all_jobs AS j WHERE j.id = $1`, id).Scan(&state, &attempt, &owner, &runs)
-		t.Logf("unreported job %d: state=%s attempt=%d lease_owner=%q ledger_runs=%d err=%v", id, state, attempt, owner, runs, err)
+			FROM hopper_all_jobs AS j WHERE j.id = $1`, id).Scan(&state, &attempt, &owner, &expired, &runs)
+		t.Logf("unreported job %d: state=%s attempt=%d lease_owner=%q lease_expired=%v ledger_runs=%d err=%v",
+			id, state, attempt, owner, expired, runs, err)
 	}
 }
 
@@ -569,6 +647,7 @@ func (h *wf) run(t *testing.T, pool *pgxpool.Pool, name string, cfg worker.Confi
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = 5 * time.Second
 	}
+	cfg.Logger = slog.New(slog.NewTextHandler(&h.logs, &slog.HandlerOptions{Level: slog.LevelWarn})).With("runner", name)
 	w, err := worker.New(pool, fast(cfg))
 	require.NoError(t, err)
 	for k, body := range kinds {
