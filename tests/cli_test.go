@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -225,7 +224,7 @@ func TestStatsWatch(t *testing.T) {
 	d := testdb.New(t)
 	cmd := exec.Command(hopperBin, "stats", "--watch", "--json", "--interval", "100ms")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+d.URL)
-	var out syncBuffer
+	var out testdb.Buffer
 	cmd.Stdout = &out
 	require.NoError(t, cmd.Start())
 	require.Eventually(t, func() bool { return strings.Count(out.String(), "\n") >= 3 }, 30*time.Second, 20*time.Millisecond)
@@ -235,25 +234,6 @@ func TestStatsWatch(t *testing.T) {
 	var second map[string]any
 	require.NoError(t, json.Unmarshal([]byte(lines[1]), &second))
 	require.Contains(t, second, "finished_per_second", "throughput since the last refresh")
-}
-
-// syncBuffer is a bytes.Buffer a running process writes while the test
-// reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func TestDeadTriage(t *testing.T) {

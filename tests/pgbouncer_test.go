@@ -177,7 +177,7 @@ func TestPgBouncerTransactionMode(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 
 	var done atomic.Int64
-	logs := &syncBuffer{}
+	logs := &testdb.Buffer{}
 	w, err := worker.New(pool, worker.Config{
 		Queues: map[string]int{jobs.DefaultQueue: 16}, Schema: d.Schema, PollOnly: true,
 		PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil)),
@@ -211,7 +211,7 @@ func TestPgBouncerTransactionMode(t *testing.T) {
 	require.Equal(t, `"$user", public`, path)
 
 	// A worker set up for a direct connection says what to change.
-	logs = &syncBuffer{}
+	logs = &testdb.Buffer{}
 	w, err = worker.New(pool, worker.Config{Schema: d.Schema, PollInterval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	require.NoError(t, err)

@@ -397,25 +397,7 @@ type wf struct {
 	ledgerErr error // the first ledger write that failed
 	kinds     map[int64]string
 
-	logs wfLog // the workers' warnings, logged if the test fails
-}
-
-// wfLog keeps the workers' log lines for a failing test to show.
-type wfLog struct {
-	mu    sync.Mutex
-	lines strings.Builder
-}
-
-func (l *wfLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lines.Write(p)
-}
-
-func (l *wfLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lines.String()
+	logs testdb.Buffer // the workers' warnings, logged if the test fails
 }
 
 // wfSlots bounds how many scenarios run at once: each holds a few dozen

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -118,24 +117,6 @@ func TestServeDashboardCutsSlowRequests(t *testing.T) {
 	require.Error(t, <-failed, "the request was cut")
 }
 
-// lockedBuffer is a strings.Builder for several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestUICommandStops: hopper ui serves the dashboard until its context
 // ends, then exits cleanly (the test binary then checks that no goroutine
 // of its server, sampler or pool is left).
@@ -145,7 +126,7 @@ func TestUICommandStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	out, stdout := io.Pipe()
-	var stderr lockedBuffer
+	var stderr testdb.Buffer
 	code := make(chan int, 1)
 	go func() {
 		code <- Run(ctx, []string{"--database-url", d.URL, "ui", "--addr", "127.0.0.1:0", "--token", "t0k", "--sample-every", "10ms"},
