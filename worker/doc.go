@@ -57,6 +57,8 @@
 //     LISTEN/NOTIFY wake-up (one per enqueue statement and queue) or the
 //     poll interval, whichever comes first. PollOnly turns LISTEN off, for
 //     PgBouncer in transaction mode. A lost LISTEN session is re-opened.
+//     A claim waits up to 30s for its answer, however short the lease: a
+//     claim given up on would strand its jobs until a sweep.
 //   - Claim cursor: a queue's claim seeks just past the last job it
 //     claimed rather than scanning the ready index from its start, whose
 //     first entries belong to jobs already claimed: dead, but kept until
