@@ -24,3 +24,10 @@ func CursorAt(w *Worker, queue string) (priority int16, runAt time.Time, id int6
 	k := w.queues[queue].cursor.at()
 	return k.priority, k.runAt, k.id
 }
+
+// ClaimFinished reports whether the claim (id, attempt) is held with its
+// handler returned and its result waiting to be recorded.
+func ClaimFinished(w *Worker, id int64, attempt int32) bool {
+	c := w.claims.get(id, attempt)
+	return c != nil && c.is(claimFinished)
+}

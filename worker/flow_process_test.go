@@ -32,7 +32,13 @@ const flowHelperEnv = "HOPPER_FLOW_HELPER"
 func runFlowHelper(mode string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	pool, err := pgxpool.New(ctx, os.Getenv(helperEnv))
+	pcfg, err := pgxpool.ParseConfig(os.Getenv(helperEnv))
+	if err != nil {
+		return 2
+	}
+	// The test sees the process at work by its connections (flowHelpersUp).
+	pcfg.ConnConfig.RuntimeParams["application_name"] = os.Getenv("HOPPER_WORKER_HELPER_ID")
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return 2
 	}
@@ -134,10 +140,10 @@ func createLedger(t *testing.T, b *bundle) {
 	require.NoError(t, err)
 }
 
-func (b *bundle) count(t *testing.T, sql string) int {
+func (b *bundle) count(t *testing.T, sql string, args ...any) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.pool.QueryRow(b.ctx, sql).Scan(&n))
+	require.NoError(t, b.pool.QueryRow(b.ctx, sql, args...).Scan(&n))
 	return n
 }
 
@@ -200,11 +206,18 @@ func TestRateLimitAcrossProcesses(t *testing.T) {
 	b := setup(t)
 	createLedger(t, b)
 	k := kind(t, "flow")
+	// The jobs come once every process is connected, so that all three
+	// claim from the first window on, however slowly they started.
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, fmt.Sprintf("%s-rate-%d", b.tdb.Schema, i))
+		startFlowHelper(t, b, "rate", ids[i])
+	}
+	testdb.WaitFor(t, "the three processes connected", func() bool {
+		return b.count(t, "SELECT count(DISTINCT application_name) FROM pg_stat_activity WHERE application_name = ANY($1)", ids) == 3
+	})
 	_, err := k.EnqueueMany(b.ctx, b.pool, jobs.Items(make([]Task, 70)...))
 	require.NoError(t, err)
-	for i := range 3 {
-		startFlowHelper(t, b, "rate", fmt.Sprintf("rate-%d", i))
-	}
 	testdb.WaitFor(t, "every job done", func() bool {
 		live, _ := b.totals(t)
 		return live == 0

@@ -181,6 +181,9 @@ func TestCancelAfterTheHandlerReturned(t *testing.T) {
 		}))
 	})
 	<-returned
+	// The handler has returned, but the worker may not have taken its
+	// result yet; a cancel before then would cancel a running claim.
+	testdb.WaitFor(t, "the result waits for its ack", func() bool { return worker.ClaimFinished(r.w, res.ID, 1) })
 	require.NoError(t, hopper.NewClient(b.pool).CancelJob(b.ctx, res.ID))
 	r.stop() // records the waiting ack
 	require.Equal(t, []string{string(worker.OutcomeRefused)}, seen.of(res.ID, 1), "the ack, sent at shutdown, matched nothing")

@@ -141,7 +141,9 @@ func TestScheduleDeploys(t *testing.T) {
 	b := setup(t)
 	fireLog(t, b)
 	client := hopper.NewClient(b.pool)
-	cfg := worker.Config{ScheduleStaleAfter: 2 * time.Second}
+	// Stale after 10s: workers report every 2s, so a few slow reports on
+	// a loaded machine cannot make the running definition stale.
+	cfg := worker.Config{ScheduleStaleAfter: 10 * time.Second}
 	define := func(expr string) func(*worker.Worker) {
 		return func(w *worker.Worker) {
 			must(t, worker.Schedule(w, "report", tick, expr, slotOf, worker.OnMissed(worker.CatchUp(100))))

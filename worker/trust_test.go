@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -59,7 +60,10 @@ func TestExtendLeaseSurvivesHeartbeats(t *testing.T) {
 	require.NoError(t, err)
 	extended := make(chan error, 1)
 	beaten := make(chan error, 1)
-	start(t, b, worker.Config{LeaseDuration: time.Second, HeartbeatInterval: 50 * time.Millisecond, ShutdownTimeout: 100 * time.Millisecond}, func(w *worker.Worker) {
+	// Nobody sweeps: the test is about the heartbeat and ExtendLease, and a
+	// sweep could take the job before its handler extends the lease.
+	start(t, b, worker.Config{LeaseDuration: time.Second, HeartbeatInterval: 50 * time.Millisecond, ShutdownTimeout: 100 * time.Millisecond,
+		SweepInterval: time.Hour}, func(w *worker.Worker) {
 		must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 			extended <- worker.ExtendLease(ctx, j, 2*time.Hour)
 			beaten <- waitBeats(ctx, w, 3)
@@ -216,12 +220,25 @@ func TestStuckHandlerIsAbandoned(t *testing.T) {
 	<-started
 	_, err = quick.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{}, Task{}, Task{}))
 	require.NoError(t, err)
+	// The attempt that finished the stuck job: the second, unless a loaded
+	// machine let a lease of 1s lapse once more (at least once delivery).
+	finishedBy := func() int32 {
+		for a := int32(2); a <= 5; a++ {
+			if slices.Equal(seen.of(res.ID, a), []string{string(worker.OutcomeDone)}) {
+				return a
+			}
+		}
+		return 0
+	}
 	testdb.WaitFor(t, "the stuck job ran again, and the quick ones ran in the freed slot", func() bool {
 		live, _ := b.totals(t)
-		return live == 0 && len(seen.of(res.ID, 2)) > 0 // reported, not only gone
+		return live == 0 && finishedBy() > 0 // reported, not only gone
 	})
-	require.Len(t, quickRuns, 3)
-	require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(res.ID, 2), "the second attempt finished the job")
+	ran := map[int64]bool{}
+	for len(quickRuns) > 0 {
+		ran[<-quickRuns] = true
+	}
+	require.Len(t, ran, 3, "every quick job ran in the freed slot")
 	require.Empty(t, seen.of(res.ID, 1), "the abandoned attempt reports nothing")
 	require.Equal(t, 1.0, metricValue(t, reg, "hopper_handlers_abandoned_total"))
 	require.Equal(t, 1.0, metricValue(t, reg, "hopper_handlers_stuck"))

@@ -221,7 +221,9 @@ func TestVersionGate(t *testing.T) {
 }
 
 // TestHeartbeatKeepsLongJob: a job three times longer than its lease keeps
-// the lease and runs once, though another worker sweeps all along.
+// the lease and runs once, though another worker sweeps all along. The
+// heartbeat beats twenty times a lease: only a stall of the whole lease
+// (not a slow beat or two on a loaded machine) would let the sweep in.
 func TestHeartbeatKeepsLongJob(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "long")
@@ -231,13 +233,13 @@ func TestHeartbeatKeepsLongJob(t *testing.T) {
 	handler := func(ctx context.Context, _ *jobs.Job[Task]) error {
 		runs.Add(1)
 		select {
-		case <-time.After(3500 * time.Millisecond): // more than three leases
+		case <-time.After(6500 * time.Millisecond): // more than three leases
 			return nil
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
 	}
-	cfg := worker.Config{LeaseDuration: time.Second, SweepInterval: 50 * time.Millisecond}
+	cfg := worker.Config{LeaseDuration: 2 * time.Second, HeartbeatInterval: 100 * time.Millisecond, SweepInterval: 50 * time.Millisecond}
 	start(t, b, cfg, func(w *worker.Worker) { must(t, worker.Handle(w, k, handler)) })
 	start(t, b, cfg, func(w *worker.Worker) { must(t, worker.Handle(w, k, handler)) })
 	testdb.WaitFor(t, "job done", func() bool { live, _ := b.totals(t); return live == 0 })
