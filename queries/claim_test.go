@@ -206,7 +206,7 @@ func TestScheduledAndPromote(t *testing.T) {
 		require.NoError(c, err)
 		require.NotEmpty(c, got, "the job due in 50ms is promoted")
 		promoted = got
-	}, 30*time.Second, 10*time.Millisecond)
+	}, 90*time.Second, 10*time.Millisecond)
 	require.Len(t, promoted, 1)
 	require.Equal(t, db.PromoteRow{Queue: "other", Promoted: 1, ID: soon}, db.PromoteRow{Queue: promoted[0].Queue, Promoted: promoted[0].Promoted, ID: promoted[0].ID})
 	require.True(t, b.job(t, soon).RunAt.Equal(promoted[0].RunAt), "the promoted job's place in claim order is reported, for the wake-up")

@@ -66,7 +66,7 @@ func TestBadInput(t *testing.T) {
 		}
 		got := byKind[odd.Name()]
 		require.Equal(c, [3]int64{1, 0, 0}, [3]int64{got.Dead, got.Ready, got.Running}, "dead, ready, running")
-	}, 30*time.Second, 20*time.Millisecond)
+	}, testdb.WaitLimit, 20*time.Millisecond)
 	stop()
 	require.NoError(t, <-errc, "the worker did not crash")
 	require.EqualValues(t, 1, ran.Load(), "the unique key let one of the two in; it ran")

@@ -227,7 +227,7 @@ func TestStatsWatch(t *testing.T) {
 	var out testdb.Buffer
 	cmd.Stdout = &out
 	require.NoError(t, cmd.Start())
-	require.Eventually(t, func() bool { return strings.Count(out.String(), "\n") >= 3 }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Count(out.String(), "\n") >= 3 }, testdb.WaitLimit, 20*time.Millisecond)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
 	require.NoError(t, cmd.Wait(), "Ctrl-C ends --watch cleanly")
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")

@@ -109,7 +109,7 @@ func TestLeastPrivilege(t *testing.T) {
 		require.NoError(c, err)
 		require.Empty(c, kept.Jobs, "kept a millisecond, then pruned")
 		require.Positive(c, scheduled.Load(), "the schedule fired")
-	}, 30*time.Second, 20*time.Millisecond)
+	}, testdb.WaitLimit, 20*time.Millisecond)
 	stop()
 	require.NoError(t, <-errc)
 	require.EqualValues(t, 4, done.Load())

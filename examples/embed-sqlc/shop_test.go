@@ -110,7 +110,7 @@ func TestWorkerConfirmsOrder(t *testing.T) {
 		o, err := q.GetOrder(ctx, id)
 		require.NoError(c, err)
 		require.NotNil(c, o.ConfirmedAt, "order confirmed")
-	}, 30*time.Second, 20*time.Millisecond)
+	}, 90*time.Second, 20*time.Millisecond)
 	stop()
 	require.NoError(t, <-done)
 	require.Equal(t, map[int64]int64{id: 0}, pending(t, ctx, q), "acked with the confirmation")
