@@ -70,6 +70,12 @@ type claim struct {
 	started    time.Time // when the handler started
 	hardStop   time.Time // abandon the handler after this; zero: never
 	leaseFloor time.Time // the lease certainly holds until then (monotonic clock)
+	// handlerDone: the handler returned; given up: the worker stopped
+	// waiting for it (it is counted stuck until it returns). Both under mu,
+	// so a handler returning just as it is given up is counted once or not
+	// at all.
+	handlerDone bool
+	givenUp     bool
 }
 
 func (c *claim) is(s claimState) bool { return claimState(c.state.Load()) == s }
@@ -91,20 +97,66 @@ func (c *claim) begin(cancel context.CancelCauseFunc, started time.Time, timeout
 	c.mu.Unlock()
 	switch claimState(c.state.Load()) {
 	case claimLost:
-		cancel(ErrLeaseLost)
+		c.cancelWith(ErrLeaseLost)
 	case claimReleased:
-		cancel(ErrShutdown)
+		c.cancelWith(ErrShutdown)
 	case claimCancelled:
-		cancel(ErrCancelled)
+		c.cancelWith(ErrCancelled)
 	}
 }
 
+// cancelWith cancels the handler's context. A handler that was told to
+// stop gets AbandonAfter to do so, whatever its timeout: past that the
+// heartbeat gives up on it and frees its slot (abandonStuck), whether or
+// not the worker still holds its job.
 func (c *claim) cancelWith(cause error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cancel != nil {
-		c.cancel(cause)
+	if c.cancel == nil {
+		return // not started yet: begin cancels it
 	}
+	c.cancel(cause)
+	if stop := time.Now().Add(c.owner.cfg.AbandonAfter); c.hardStop.IsZero() || stop.Before(c.hardStop) {
+		c.hardStop = stop
+	}
+}
+
+// overdue reports whether the handler should have returned by now.
+func (c *claim) overdue(now time.Time) (due bool, ranFor time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.handlerDone && !c.hardStop.IsZero() && now.After(c.hardStop), now.Sub(c.started)
+}
+
+// giveUp stops waiting for the handler: its slot goes back to the queue and
+// it is counted stuck until it returns. It reports false when the handler
+// returned already or was given up on before.
+func (c *claim) giveUp() bool {
+	c.mu.Lock()
+	if c.handlerDone || c.givenUp {
+		c.mu.Unlock()
+		return false
+	}
+	c.givenUp = true
+	c.mu.Unlock()
+	c.queue.stuck.Add(1)
+	c.freeSlot()
+	c.owner.metrics.abandoned(c.queue.name, c.kind)
+	return true
+}
+
+// returned marks the handler returned and reports whether it had been given
+// up on (its stuck count is then taken back).
+func (c *claim) returned() (wasGivenUp bool) {
+	c.mu.Lock()
+	c.handlerDone = true
+	wasGivenUp = c.givenUp
+	c.mu.Unlock()
+	if wasGivenUp {
+		c.queue.stuck.Add(-1)
+		c.owner.metrics.stuckReturned(c.queue.name, c.kind)
+	}
+	return wasGivenUp
 }
 
 // leaseHeldUntil raises the time until which the lease certainly holds:
@@ -190,16 +242,14 @@ func (c *claim) release() bool {
 // abandon: running → abandoned, for a handler past its hard deadline. The
 // claim leaves the set (no more lease extension), its slot is freed so the
 // worker keeps its capacity, and the stuck handler is counted until it
-// returns.
+// returns (giveUp).
 func (c *claim) abandon() bool {
 	if !c.move(claimRunning, claimAbandoned) {
 		return false
 	}
 	c.owner.claims.remove(c)
 	c.cancelWith(errAbandoned)
-	c.queue.stuck.Add(1)
-	c.freeSlot()
-	c.owner.metrics.abandoned(c.queue.name, c.kind)
+	c.giveUp()
 	return true
 }
 
@@ -280,4 +330,38 @@ func (s *claimSet) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.claims)
+}
+
+// handlerSet holds the claims whose handlers are running, whatever became
+// of the claims themselves: a lost or cancelled claim leaves the claimSet at
+// once, but its handler may go on ignoring its context, and the heartbeat
+// must still see it to give up on it.
+type handlerSet struct {
+	mu sync.Mutex
+	m  map[*claim]struct{}
+}
+
+func (s *handlerSet) add(c *claim) {
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = map[*claim]struct{}{}
+	}
+	s.m[c] = struct{}{}
+	s.mu.Unlock()
+}
+
+func (s *handlerSet) remove(c *claim) {
+	s.mu.Lock()
+	delete(s.m, c)
+	s.mu.Unlock()
+}
+
+func (s *handlerSet) snapshot() []*claim {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*claim, 0, len(s.m))
+	for c := range s.m {
+		out = append(out, c)
+	}
+	return out
 }

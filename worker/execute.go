@@ -44,6 +44,7 @@ func (w *Worker) execute(d dispatched) {
 		return w.log.With("job_id", row.ID, "kind", row.Kind, "queue", row.Queue, "attempt", row.Attempt)
 	}
 	c.runErr = err
+	wasGivenUp := d.call != nil && c.returned()
 	if !c.finish() {
 		switch claimState(c.state.Load()) {
 		case claimLost:
@@ -56,10 +57,10 @@ func (w *Worker) execute(d dispatched) {
 			log().Info("job cancelled while it ran: its result is discarded", "handler_error", err)
 			w.told(c, OutcomeCancelled)
 		case claimAbandoned:
-			c.queue.stuck.Add(-1)
-			w.metrics.stuckReturned(row.Queue, row.Kind)
-			log().Warn("abandoned handler returned at last: its result is discarded", "ran_for", elapsed, "handler_error", err)
 			w.told(c, OutcomeAbandoned)
+		}
+		if wasGivenUp {
+			log().Warn("abandoned handler returned at last: its result is discarded", "ran_for", elapsed, "handler_error", err)
 		}
 		c.freeSlot()
 		return
@@ -86,6 +87,8 @@ func (w *Worker) run(d dispatched) (elapsed time.Duration, result json.RawMessag
 	defer cancel(nil)
 	start := time.Now()
 	d.claim.begin(cancel, start, d.timeout)
+	w.inFlight.add(d.claim)
+	defer w.inFlight.remove(d.claim)
 	ctx = context.WithValue(ctx, claimKeyCtx{}, d.claim)
 	if d.timeout > 0 {
 		var cancelTimeout context.CancelFunc

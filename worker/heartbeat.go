@@ -38,19 +38,23 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	}
 }
 
-// abandonStuck gives up on handlers still running past their timeout plus
-// AbandonAfter: they ignore their cancelled context. Their jobs are no
-// longer extended (so they run again elsewhere after the lease) and their
-// slots go back to the queue.
+// abandonStuck gives up on handlers still running past their deadline:
+// their timeout plus AbandonAfter, or AbandonAfter after they were told to
+// stop (lease lost, job cancelled). They ignore their cancelled context.
+// A held job is no longer extended (it runs again elsewhere after the
+// lease); every such handler's slot goes back to the queue.
 func (w *Worker) abandonStuck(now time.Time) {
-	for _, c := range w.claims.snapshot() {
-		c.mu.Lock()
-		due := !c.hardStop.IsZero() && now.After(c.hardStop)
-		ranFor := now.Sub(c.started)
-		c.mu.Unlock()
-		if due && c.abandon() {
-			w.log.Error("handler ignores its cancelled context past its timeout: abandoned; its job runs again after the lease expires",
-				"job_id", c.id, "kind", c.kind, "queue", c.queue.name, "attempt", c.attempt, "running_for", ranFor.Round(time.Millisecond))
+	for _, c := range w.inFlight.snapshot() {
+		due, ranFor := c.overdue(now)
+		if !due {
+			continue
+		}
+		attrs := []any{"job_id", c.id, "kind", c.kind, "queue", c.queue.name, "attempt", c.attempt, "running_for", ranFor.Round(time.Millisecond)}
+		switch {
+		case c.abandon():
+			w.log.Error("handler ignores its cancelled context past its timeout: abandoned; its job runs again after the lease expires", attrs...)
+		case c.giveUp():
+			w.log.Error("handler ignores its cancelled context after its job was taken from it: abandoned, its slot freed", attrs...)
 		}
 	}
 }

@@ -55,6 +55,7 @@ type Worker struct {
 	promotions scanHorizon
 	prunes     scanHorizon
 	claims     claimSet
+	inFlight   handlerSet // running handlers, held claims or not
 	results    *resultQueue
 
 	// hard ends at the shutdown's hard deadline (ShutdownTimeout plus
