@@ -193,7 +193,9 @@ func TestCLIPurgeSaysWhatItDeletes(t *testing.T) {
 	require.Zero(t, runHopper(t, d.URL, "", "enqueue", "--kind", "later", "--queue", "ops", "--run-at", "2h").code)
 	prompt := `Delete 3 jobs of queue "ops" (1 pending, 2 scheduled; running jobs finish)? [y/N] `
 	runErrorCases(t, []errorCase{
-		{name: "no answer", url: d.URL, args: []string{"purge", "--queue", "ops"}, code: 1, stdout: prompt,
+		{name: "no answer", url: d.URL, args: []string{"purge", "--queue", "ops"}, code: 1, stdout: prompt + "\n",
+			stderr: "hopper purge: not confirmed: no answer on stdin; nothing deleted (pass --yes to skip the question)"},
+		{name: "answered no", url: d.URL, stdin: "no\n", args: []string{"purge", "--queue", "ops"}, code: 1, stdout: prompt,
 			stderr: "hopper purge: not confirmed; nothing deleted (pass --yes to skip the question)"},
 		{name: "yes", url: d.URL, stdin: "y\n", args: []string{"purge", "--queue", "ops"},
 			stdout: prompt + "deleted 3 jobs (pending and scheduled) of queue \"ops\"\n"},

@@ -278,12 +278,12 @@ func TestDeadTriage(t *testing.T) {
 	require.Contains(t, r.stdout, "retried 1 job\n")
 	requireFailure(t, runHopper(t, d.URL, "", "dead", "retry"), 2, "say which jobs")
 
-	r = runHopper(t, d.URL, "", "dead", "purge", "--older-than", "1d")
+	r = runHopper(t, d.URL, "", "dead", "purge", "--older-than", "1d", "--yes")
 	require.Zero(t, r.code)
 	require.Contains(t, r.stdout, "purged 0 jobs")
 	_, err := d.Pool.Exec(ctx, "UPDATE hopper_dead_jobs SET died_at = now() - interval '3 days'")
 	require.NoError(t, err)
-	r = runHopper(t, d.URL, "", "dead", "purge", "--older-than", "2d")
+	r = runHopper(t, d.URL, "", "dead", "purge", "--older-than", "2d", "--yes")
 	require.Zero(t, r.code)
 	require.Contains(t, r.stdout, "purged 1 job\n")
 }

@@ -1,11 +1,9 @@
 package cli
 
 import (
-	"bufio"
 	"errors"
 	"flag"
 	"fmt"
-	"strings"
 
 	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/jobs"
@@ -89,11 +87,10 @@ func purgeCommand() *command {
 					fmt.Fprintf(e.stdout, "nothing to delete: queue %q has no pending or scheduled jobs\n", queue)
 					return nil
 				}
-				fmt.Fprintf(e.stdout, "Delete %s of queue %q (%d pending, %d scheduled; running jobs finish)? [y/N] ",
+				question := fmt.Sprintf("Delete %s of queue %q (%d pending, %d scheduled; running jobs finish)? [y/N] ",
 					plural(ready+scheduled, "job"), queue, ready, scheduled)
-				answer, _ := bufio.NewReader(e.stdin).ReadString('\n')
-				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
-					return errors.New("not confirmed; nothing deleted (pass --yes to skip the question)")
+				if err := confirm(e, question, "deleted", false); err != nil {
+					return err
 				}
 			}
 			n, err := client.PurgeQueue(e.ctx, queue)

@@ -16,10 +16,10 @@ var inDeadTable = []jobs.State{jobs.StateDead, jobs.StateCancelled}
 func deadCommand() *command {
 	var l listFlags
 	var olderThan string
-	var all bool
+	var all, yes bool
 	return &command{
 		name:    "dead",
-		args:    "list | show ID | retry ID... | retry --kind K | purge --older-than D | ...",
+		args:    "list | show ID | retry ID... | retry --kind K | purge --older-than D [--yes] | ...",
 		summary: "triage the dead table (dead and cancelled jobs): list, show with error history, retry, purge",
 		flags: func(fs *flag.FlagSet) {
 			l.declare(fs, true)
@@ -28,6 +28,7 @@ func deadCommand() *command {
 			fs.Lookup("queue").Usage = "only this queue"
 			fs.StringVar(&olderThan, "older-than", "", "retry, purge: jobs that ended longer ago than this (e.g. 72h, 30d)")
 			fs.BoolVar(&all, "all", false, "retry, purge: every dead job (with no other filter)")
+			fs.BoolVar(&yes, "yes", false, "purge: do not ask for confirmation (purging by --kind, --queue, --older-than or --all asks first)")
 		},
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
 			action, rest, err := pickAction("dead", args, "list", "show", "retry", "purge")
@@ -84,9 +85,7 @@ func deadCommand() *command {
 					return fmt.Errorf("%s kept dead", plural(int64(len(res.Kept)), "job"))
 				}
 			case "purge":
-				n, err := client.PurgeDead(e.ctx, filter)
-				fmt.Fprintf(e.stdout, "purged %s\n", plural(n, "job"))
-				return err
+				return purgeDead(e, client, filter, olderThan, yes)
 			}
 			return nil
 		},

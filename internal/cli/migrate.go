@@ -1,11 +1,8 @@
 package cli
 
 import (
-	"bufio"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 
@@ -132,24 +129,20 @@ func migrateDown(e *env, pool *pgxpool.Pool, mg *schema.Migrator, from uint, ste
 		return nil
 	}
 	if !yes {
+		var question string
 		if to == 0 {
 			live, dead, err := countJobs(e, pool, mg.Schema())
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "This drops Hopper's tables and every job in schema %s (%d live, %d dead). Type yes to go on: ",
+			question = fmt.Sprintf("This drops Hopper's tables and every job in schema %s (%d live, %d dead). Type yes to go on: ",
 				mg.Schema(), live, dead)
 		} else {
-			fmt.Fprintf(e.stdout, "This undoes Hopper's schema migrations in schema %s from version %d to %d. Type yes to go on: ",
+			question = fmt.Sprintf("This undoes Hopper's schema migrations in schema %s from version %d to %d. Type yes to go on: ",
 				mg.Schema(), from, to)
 		}
-		answer, err := bufio.NewReader(e.stdin).ReadString('\n')
-		if strings.TrimSpace(answer) == "" && errors.Is(err, io.EOF) {
-			fmt.Fprintln(e.stdout)
-			return errors.New("not confirmed: no answer on stdin; nothing undone (pass --yes to skip the question)")
-		}
-		if strings.ToLower(strings.TrimSpace(answer)) != "yes" {
-			return errors.New("not confirmed; nothing undone (type yes, or pass --yes to skip the question)")
+		if err := confirm(e, question, "undone", true); err != nil {
+			return err
 		}
 	}
 	return mg.Down(e.ctx, steps)
