@@ -41,6 +41,14 @@ type Config struct {
 	OwnAuth bool
 	// ReadOnly refuses every change (403), whoever asks.
 	ReadOnly bool
+	// AllowedHosts are the host names (without a port) the dashboard
+	// answers besides localhost and IP addresses, which it always answers:
+	// a request for any other Host gets 421 Misdirected Request, whatever
+	// its path, so that a page that makes its own name resolve to the
+	// dashboard's address (DNS rebinding) cannot read it. A service that
+	// serves the dashboard under a name lists it here; "*" answers every
+	// Host (for a service that checks Host itself).
+	AllowedHosts []string
 	// SampleEvery is how often Run samples the queues for the overview's
 	// charts, which keep the last hour. Default 10s.
 	SampleEvery time.Duration
@@ -54,6 +62,7 @@ type Config struct {
 // for the charts.
 type Dashboard struct {
 	cfg     Config
+	hosts   hostRule
 	client  *hopper.Client
 	secret  []byte // signs the CSRF tokens of this process
 	samples *sampler
@@ -68,6 +77,10 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.Token == "" && !cfg.OwnAuth && !cfg.ReadOnly {
 		return nil, ErrNoAuth
 	}
+	hosts, err := newHostRule(cfg.AllowedHosts)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.SampleEvery <= 0 {
 		cfg.SampleEvery = 10 * time.Second
 	}
@@ -78,7 +91,7 @@ func New(cfg Config) (*Dashboard, error) {
 	if _, err := rand.Read(secret); err != nil {
 		return nil, fmt.Errorf("hopper: dashboard: %w", err)
 	}
-	d := &Dashboard{cfg: cfg, client: hopper.NewClient(cfg.DB), secret: secret}
+	d := &Dashboard{cfg: cfg, hosts: hosts, client: hopper.NewClient(cfg.DB), secret: secret}
 	d.samples = newSampler(time.Hour / cfg.SampleEvery)
 	d.mux = d.routes()
 	return d, nil

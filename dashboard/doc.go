@@ -3,7 +3,8 @@
 // serves on 127.0.0.1. Server-rendered with html/template; its styles,
 // script and charts (inline SVG) are embedded: no build step, no CDN.
 //
-//	d, err := dashboard.New(dashboard.Config{DB: pool, Token: token})
+//	d, err := dashboard.New(dashboard.Config{DB: pool, Token: token,
+//		AllowedHosts: []string{"ops.example.com"}}) // the names it is served under
 //	go d.Run(ctx) // samples the queues for the overview's charts
 //	mux.Handle("/jobs/", http.StripPrefix("/jobs", d))
 //
@@ -34,7 +35,11 @@
 // payloads, metadata and error messages, and names that become a path
 // segment are path-escaped; pages carry a Content-Security-Policy that
 // allows only the dashboard's own script and no framing (with
-// X-Frame-Options: DENY). Links, the <base> and redirects are relative,
+// X-Frame-Options: DENY). Every request, static files included, is
+// answered only when its Host is localhost, an IP address or a name in
+// Config.AllowedHosts, else 421 Misdirected Request: a page that points
+// its own name at the dashboard's address (DNS rebinding) cannot read
+// it. Links, the <base> and redirects are relative,
 // so the dashboard works behind a proxy that strips a prefix. The
 // dashboard never sees a connection string. Bad input (unknown ids,
 // malformed filters and cursors, bodies over 64 KiB) gets a 4xx page with

@@ -63,10 +63,11 @@ func (d *Dashboard) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusNotFound, "No such page.")
 	})
-	// Cross-origin state-changing requests are refused by the standard
-	// library's check (Sec-Fetch-Site / Origin), before the form's own
-	// CSRF token is looked at.
-	return d.recovering(secure(relativeRedirects(http.NewCrossOriginProtection().Handler(d.takeToken(mux)))))
+	// The Host is checked first, on every route (static files and JSON
+	// included). Cross-origin state-changing requests are refused by the
+	// standard library's check (Sec-Fetch-Site / Origin), before the
+	// form's own CSRF token is looked at.
+	return d.recovering(secure(d.checkHost(relativeRedirects(http.NewCrossOriginProtection().Handler(d.takeToken(mux))))))
 }
 
 // csp allows the dashboard's own styles, script and images only, in no

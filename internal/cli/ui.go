@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/hopperq/hopper/dashboard"
@@ -17,16 +18,25 @@ import (
 
 func uiCommand() *command {
 	var addr, token string
+	var allowHosts []string
 	var readOnly bool
 	var sampleEvery time.Duration
 	return &command{
 		name:    "ui",
-		args:    "[--addr HOST:PORT] [--token T | --read-only]",
+		args:    "[--addr HOST:PORT] [--allow-host NAME]... [--token T | --read-only]",
 		summary: "serve the web dashboard (overview with charts, jobs, dead-letter triage, queues, schedules) on 127.0.0.1",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on (another host than 127.0.0.1 exposes the queue: keep a token)")
 			fs.StringVar(&token, "token", "", "token that changes need (default: a random one, printed)")
 			fs.BoolVar(&readOnly, "read-only", false, "refuse every change")
+			fs.Func("allow-host", "also answer requests for this host name (repeatable, or comma-separated; * for every name); IP addresses, localhost and --addr's host always are, other names get 421 (a guard against DNS rebinding)", func(v string) error {
+				for _, name := range strings.Split(v, ",") {
+					if name = strings.TrimSpace(name); name != "" {
+						allowHosts = append(allowHosts, name)
+					}
+				}
+				return nil
+			})
 			fs.DurationVar(&sampleEvery, "sample-every", 10*time.Second, "how often the overview's charts are sampled (they keep an hour)")
 		},
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
@@ -47,7 +57,7 @@ func uiCommand() *command {
 			}
 			defer pool.Close()
 			d, err := dashboard.New(dashboard.Config{DB: pool, Token: token, ReadOnly: readOnly, SampleEvery: sampleEvery,
-				Logger: slog.New(slog.NewTextHandler(e.stderr, nil))})
+				AllowedHosts: uiHosts(addr, allowHosts), Logger: slog.New(slog.NewTextHandler(e.stderr, nil))})
 			if err != nil {
 				return err
 			}
@@ -67,6 +77,16 @@ func uiCommand() *command {
 			return serveDashboard(e.ctx, ln, d, d.Run, shutdownGrace)
 		},
 	}
+}
+
+// uiHosts are the host names hopper ui answers besides localhost and IP
+// addresses: the one --addr names (a name the operator typed is one the
+// browser will send) and those of --allow-host.
+func uiHosts(addr string, allowed []string) []string {
+	if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
+		allowed = append([]string{host}, allowed...)
+	}
+	return allowed
 }
 
 // shutdownGrace bounds how long the dashboard's requests in flight may
