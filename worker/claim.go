@@ -53,9 +53,10 @@ type claim struct {
 
 	state     atomic.Int32 // a claimState
 	ackedInTx atomic.Bool  // AckTx deleted the row in the handler's transaction
-	// ackCommitted: after AckTx, the heartbeat saw the row gone while the
-	// lease still held, when no one else could have removed it: the
-	// handler's transaction committed.
+	ackXid    atomic.Int64 // that transaction's id (0: unknown)
+	// ackCommitted: the server said the handler's AckTx transaction
+	// committed (TransactionStatuses): the job is done, whatever the
+	// handler returned afterwards.
 	ackCommitted atomic.Bool
 	slotFree     atomic.Bool // the queue's slot was given back
 

@@ -192,6 +192,7 @@ func (w *Worker) giveUp(pending []completion) {
 // record runs the statements for the results given and settles what it
 // can; it returns the results still to be tried again.
 func (w *Worker) record(batch []completion) (again []completion) {
+	batch, again = w.settleAckedInTx(batch)
 	var acks, nacks []completion
 	for _, c := range batch {
 		if c.ok() {
@@ -266,24 +267,67 @@ func (w *Worker) recordAcks(acks []completion, again, unsure []completion) ([]co
 		w.log.Warn("ack batch failed", "jobs", len(acks), "error", err)
 		return settleFailed(acks, err, again), unsure
 	}
-	replied := time.Now()
 	for _, c := range acks {
 		switch {
 		case deleted[claimKey{c.claim.id, c.claim.attempt}]:
 			w.report(c, outcomeDone)
 		case c.claim.ackCommitted.Load():
 			w.report(c, outcomeDone)
-		case !c.ambiguous && !c.claim.ackedInTx.Load():
-			w.report(c, outcomeRefused)
-		case c.claim.leaseHeldAt(replied):
-			// Only our own earlier try, or the handler's committed AckTx,
-			// could have deleted the row while the lease held.
-			w.report(c, outcomeDone)
 		default:
+			// No row matched: the lease was lost, an operator cancelled
+			// the job, or an earlier try of ours took effect. Only what
+			// the row became tells which.
 			unsure = append(unsure, c)
 		}
 	}
 	return again, unsure
+}
+
+// settleAckedInTx asks the server whether the transactions of the
+// handlers' AckTx calls committed. A committed one is the job's outcome,
+// whatever the handler returned afterwards: done. After a rollback the
+// result takes the normal path, as if AckTx had never run. A status the
+// server no longer knows leaves the result to be settled from its row.
+func (w *Worker) settleAckedInTx(batch []completion) (rest, again []completion) {
+	var xids []int64
+	for _, c := range batch {
+		if c.claim.ackedInTx.Load() && !c.claim.ackCommitted.Load() && c.claim.ackXid.Load() != 0 {
+			xids = append(xids, c.claim.ackXid.Load())
+		}
+	}
+	status := map[int64]string{}
+	if len(xids) > 0 {
+		ctx, cancel := w.statementContext()
+		rows, err := w.q.TransactionStatuses(ctx, xids)
+		cancel()
+		if err != nil {
+			w.log.Warn("reading whether handlers' transactions committed failed", "jobs", len(xids), "error", err)
+		}
+		for _, r := range rows {
+			status[r.Xid] = r.Status
+		}
+	}
+	for _, c := range batch {
+		if !c.claim.ackedInTx.Load() {
+			rest = append(rest, c)
+			continue
+		}
+		switch status[c.claim.ackXid.Load()] {
+		case "committed":
+			c.claim.ackCommitted.Store(true)
+		case "aborted":
+			c.claim.ackedInTx.Store(false)
+		}
+		switch {
+		case c.claim.ackCommitted.Load():
+			w.report(c, outcomeDone)
+		case c.claim.ackedInTx.Load() && len(xids) > 0 && len(status) == 0:
+			again = append(again, c) // the status read failed: ask again
+		default:
+			rest = append(rest, c)
+		}
+	}
+	return rest, again
 }
 
 func (w *Worker) recordNacks(nacks []completion, again, unsure []completion) ([]completion, []completion) {
@@ -311,10 +355,8 @@ func (w *Worker) recordNacks(nacks []completion, again, unsure []completion) ([]
 		switch {
 		case ok:
 			w.report(c, c.act.outcome(dead))
-		case !c.ambiguous && !c.claim.ackedInTx.Load():
-			w.report(c, outcomeRefused)
 		default:
-			unsure = append(unsure, c)
+			unsure = append(unsure, c) // refused, cancelled, or an earlier try took effect
 		}
 	}
 	return again, unsure

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -78,6 +79,90 @@ func TestTakenJobsStuckHandlerFreesItsSlot(t *testing.T) {
 			require.Equal(t, 1.0, metricValue(t, reg, "hopper_handlers_stuck"))
 			close(unstick)
 			testdb.WaitFor(t, "the stuck handler returned", func() bool { return metricValue(t, reg, "hopper_handlers_stuck") == 0 })
+		})
+	}
+}
+
+// TestAckTxOutcomeIsTheTransactions: what a worker reports after a
+// handler's AckTx follows what became of the handler's transaction, read
+// from the server, never inferred from the row being gone: a rollback
+// followed by an operator's cancel is a cancel, and a commit followed by
+// an error is done.
+func TestAckTxOutcomeIsTheTransactions(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// commit: the handler commits its AckTx transaction (else rolls
+		// it back); cancel: the test cancels the job after that; fail:
+		// the handler then returns an error.
+		commit, cancel, fail bool
+		want                 worker.Outcome
+		completed            float64
+	}{
+		{name: "rolled back then cancelled", cancel: true, want: worker.OutcomeCancelled},
+		{name: "committed then failed", commit: true, fail: true, want: worker.OutcomeDone, completed: 1},
+		{name: "rolled back then failed", fail: true, want: worker.OutcomeFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			k := kind(t, "acked_in_tx")
+			res, err := k.Enqueue(b.ctx, b.pool, Task{}, jobs.MaxAttempts(2))
+			require.NoError(t, err)
+			acked, cancelled := make(chan struct{}), make(chan struct{})
+			reg := prometheus.NewRegistry()
+			var seen *outcomes
+			start(t, b, worker.Config{
+				// No notice of the cancel: the heartbeat finds the row gone
+				// while the lease holds, as a worker behind PgBouncer does.
+				PollOnly: true, HeartbeatInterval: 20 * time.Millisecond, Registerer: reg, Logger: quiet,
+				KeepHistory: map[string]time.Duration{jobs.DefaultQueue: time.Hour},
+			}, func(w *worker.Worker) {
+				seen = observe(w)
+				must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+					if j.Attempt > 1 {
+						return nil
+					}
+					tx, err := b.pool.Begin(ctx)
+					if err != nil {
+						return err
+					}
+					defer tx.Rollback(context.Background()) //nolint:errcheck
+					if err := worker.AckTx(ctx, tx, j); err != nil {
+						return err
+					}
+					if tc.commit {
+						err = tx.Commit(ctx)
+					} else {
+						err = tx.Rollback(ctx)
+					}
+					if err != nil {
+						return err
+					}
+					close(acked)
+					if tc.cancel {
+						<-cancelled
+					}
+					if err := waitBeats(ctx, w, 3); err != nil { // the heartbeat sees the row as it is now
+						return err
+					}
+					if tc.fail {
+						return errors.New("failed after the ack")
+					}
+					return nil
+				}))
+			})
+			<-acked
+			if tc.cancel {
+				require.NoError(t, hopper.NewClient(b.pool).CancelJob(b.ctx, res.ID))
+				close(cancelled)
+			}
+			testdb.WaitFor(t, "the first attempt's outcome", func() bool { return len(seen.of(res.ID, 1)) > 0 })
+			require.Equal(t, []string{string(tc.want)}, seen.of(res.ID, 1))
+			require.Equal(t, tc.completed, metricValue(t, reg, "hopper_jobs_completed_total"))
+			if tc.want == worker.OutcomeCancelled {
+				d, ok := b.dead(t, res.ID)
+				require.True(t, ok)
+				require.Equal(t, string(jobs.StateCancelled), d.State)
+			}
 		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/hopperq/hopper/db"
-	"github.com/hopperq/hopper/jobs"
 )
 
 // extendBatch bounds one Extend statement.
@@ -75,7 +74,6 @@ func (w *Worker) extend(ctx context.Context, claims []*claim, lease time.Duratio
 	if err != nil {
 		return 0, err
 	}
-	replied := time.Now()
 	held := make(map[claimKey]bool, len(rows))
 	for _, r := range rows {
 		held[claimKey{r.ID, r.Attempt}] = r.Extended
@@ -90,13 +88,10 @@ func (w *Worker) extend(ctx context.Context, claims []*claim, lease time.Duratio
 			extended++
 		case ok: // locked by another transaction right now: next beat
 		case c.ackedInTx.Load():
-			// Gone after the handler's own AckTx: its transaction
-			// committed, which is proven if the lease still held (no one
-			// else could have removed the row). The handler is not
-			// cancelled either way; its result settles the rest.
-			if c.leaseHeldAt(replied) {
-				c.ackCommitted.Store(true)
-			}
+			// Gone after the handler's own AckTx: its transaction may
+			// have committed, or an operator cancelled the job. The
+			// handler is not cancelled; its result settles which, from
+			// the transaction's status (settleAckedInTx).
 		case c.is(claimRunning):
 			// Only a running handler loses its job: a finished claim
 			// missing from the answer was acked meanwhile, and its
@@ -130,8 +125,7 @@ func (w *Worker) settleGone(ctx context.Context, gone []*claim) {
 	for _, f := range fates {
 		// An operator's cancel moves the job to the dead table under the
 		// same attempt, with no entry for it (a sweep would add one).
-		if f.DeadAttempt != nil && *f.DeadAttempt == f.Attempt && f.DeadState != nil &&
-			*f.DeadState == string(jobs.StateCancelled) && !f.AttemptRecorded {
+		if cancelledByOperator(f) {
 			cancelled[claimKey{f.ID, f.Attempt}] = true
 		}
 	}

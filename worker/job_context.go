@@ -87,7 +87,8 @@ func AckTx[T any](ctx context.Context, tx jobs.DBTX, job *jobs.Job[T]) error {
 	if err != nil {
 		return err
 	}
-	deleted, err := ackBatch(ctx, db.New(c.owner.dbtx(tx)), []completion{{claim: c, keep: c.keep}})
+	q := db.New(c.owner.dbtx(tx))
+	deleted, err := ackBatch(ctx, q, []completion{{claim: c, keep: c.keep}})
 	if err != nil {
 		return fmt.Errorf("hopper: ack job %d in transaction: %w", job.ID, err)
 	}
@@ -98,6 +99,13 @@ func AckTx[T any](ctx context.Context, tx jobs.DBTX, job *jobs.Job[T]) error {
 		}
 		return fmt.Errorf("hopper: ack job %d in transaction: %w", job.ID, cause)
 	}
+	// The transaction's id lets the worker ask the server later whether
+	// it committed, rather than infer it from the row being gone.
+	xid, err := q.TransactionID(ctx)
+	if err != nil {
+		return fmt.Errorf("hopper: ack job %d in transaction: %w", job.ID, err)
+	}
+	c.ackXid.Store(xid)
 	c.ackedInTx.Store(true)
 	return nil
 }

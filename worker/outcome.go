@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/jobs"
 )
 
 // outcome is what became of one recorded result. Logs and metrics count
@@ -84,6 +85,8 @@ func fateOfAck(f db.ClaimFatesRow, heldThen bool) outcome {
 		return outcomeRetry // nothing took effect yet
 	case f.HistoryAttempt != nil && *f.HistoryAttempt == f.Attempt:
 		return outcomeDone // completed by this claim, and kept: only an ack does that
+	case cancelledByOperator(f):
+		return outcomeCancelled
 	case f.LiveAttempt != nil || f.DeadAttempt != nil:
 		return outcomeRefused // an ack deletes: a row still there was not ours to delete
 	case heldThen:
@@ -105,6 +108,10 @@ func fateOfNack(f db.ClaimFatesRow, act action, ackedInTx, heldThen bool) outcom
 		return outcomeRetry
 	case f.AttemptRecorded && f.AttemptError == sweptError:
 		return outcomeRefused
+	case ackedInTx && f.HistoryAttempt != nil && *f.HistoryAttempt == f.Attempt:
+		return outcomeDone // the handler's AckTx committed and kept the job
+	case cancelledByOperator(f):
+		return outcomeCancelled
 	case act == actSnooze && f.LiveAttempt != nil && *f.LiveAttempt == f.Attempt && !f.AttemptRecorded:
 		return outcomeSnoozed
 	case act == actSnooze && f.LiveAttempt != nil && *f.LiveAttempt > f.Attempt && !f.AttemptRecorded:
@@ -122,6 +129,14 @@ func fateOfNack(f db.ClaimFatesRow, act action, ackedInTx, heldThen bool) outcom
 	default:
 		return outcomeUnconfirmed
 	}
+}
+
+// cancelledByOperator: the job went to the dead table as cancelled under
+// this claim's attempt with no history entry for it: an operator's Cancel
+// (a handler's own Cancel records an entry).
+func cancelledByOperator(f db.ClaimFatesRow) bool {
+	return f.DeadAttempt != nil && *f.DeadAttempt == f.Attempt && f.DeadState != nil &&
+		*f.DeadState == string(jobs.StateCancelled) && !f.AttemptRecorded
 }
 
 // claimIntact: the job is live, running under this very claim: no
