@@ -25,6 +25,12 @@ import (
 // with nobody checking who asks: set Token, ReadOnly, or OwnAuth.
 var ErrNoAuth = errors.New("hopper: dashboard: no token and not read-only")
 
+// ErrUnusedToken is returned by New for a Token that would protect
+// nothing: with ReadOnly every change is refused, and reads need no token
+// unless ProtectReads says so. Refused rather than ignored, so that
+// nobody believes a dashboard guarded that is not.
+var ErrUnusedToken = errors.New("hopper: dashboard: a token with ReadOnly protects nothing (every change is refused, and reads need no token): drop it, or set ProtectReads")
+
 // Config configures a Dashboard.
 type Config struct {
 	// DB is where Hopper's tables are: a pool (or jobs.InSchema of one).
@@ -41,6 +47,12 @@ type Config struct {
 	OwnAuth bool
 	// ReadOnly refuses every change (403), whoever asks.
 	ReadOnly bool
+	// ProtectReads makes reads need the Token too, like changes: every
+	// page and the overview's fragment (not the static files, which hold
+	// nothing of the queue's) answer 401 without it. For a dashboard that
+	// others can reach. It needs a Token; with ReadOnly, the Token then
+	// gates reading only.
+	ProtectReads bool
 	// AllowedHosts are the host names (without a port) the dashboard
 	// answers besides localhost and IP addresses, which it always answers:
 	// a request for any other Host gets 421 Misdirected Request, whatever
@@ -76,6 +88,12 @@ func New(cfg Config) (*Dashboard, error) {
 	}
 	if cfg.Token == "" && !cfg.OwnAuth && !cfg.ReadOnly {
 		return nil, ErrNoAuth
+	}
+	if cfg.ProtectReads && cfg.Token == "" {
+		return nil, errors.New("hopper: dashboard: ProtectReads needs a Token")
+	}
+	if cfg.ReadOnly && cfg.Token != "" && !cfg.ProtectReads {
+		return nil, ErrUnusedToken
 	}
 	hosts, err := newHostRule(cfg.AllowedHosts)
 	if err != nil {

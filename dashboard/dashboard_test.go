@@ -304,9 +304,10 @@ func TestActions(t *testing.T) {
 	require.Equal(t, http.StatusRequestEntityTooLarge, status, "oversize requests are refused")
 }
 
-// TestReadOnly: no forms, and every change refused, token or not.
+// TestReadOnly: no forms, and every change refused, token or not (a
+// token with ReadOnly needs ProtectReads: TestReadOnlyToken).
 func TestReadOnly(t *testing.T) {
-	b := newBed(t, dashboard.Config{ReadOnly: true, Token: token})
+	b := newBed(t, dashboard.Config{ReadOnly: true, ProtectReads: true, Token: token})
 	_, _ = b.get("/?token=" + token)
 	status, body := b.get("/")
 	require.Equal(t, 200, status)

@@ -21,28 +21,29 @@
 //
 // # Safety
 //
-// Reading needs nothing; a change needs the Token (opened once as
-// ?token=…, then kept in an HttpOnly SameSite=Strict cookie, and the
-// browser is sent to the same page without it; programs send
+// Reading needs nothing unless ProtectReads is set (then every page needs
+// the Token too, the static files aside); a change needs the Token (opened
+// once as ?token=…, then kept in an HttpOnly SameSite=Strict cookie, and
+// the browser is sent to the same page without it; programs send
 // "Authorization: Bearer …"), unless the mounting service authenticates
-// requests itself (OwnAuth). ReadOnly refuses every change. Every form
-// carries a CSRF token derived from the browser's session (only the
-// Token as a bearer token exempts a request from it), and cross-origin
-// state-changing requests are refused by the standard library's
-// http.CrossOriginProtection. Cookies are scoped to the dashboard's mount
-// point and Secure over TLS. What a change did is shown once, from a
-// short-lived signed cookie, never from the URL. html/template escapes
-// payloads, metadata and error messages, and names that become a path
-// segment are path-escaped; pages carry a Content-Security-Policy that
-// allows only the dashboard's own script and no framing (with
-// X-Frame-Options: DENY). Every request, static files included, is
-// answered only when its Host is localhost, an IP address or a name in
-// Config.AllowedHosts, else 421 Misdirected Request: a page that points
-// its own name at the dashboard's address (DNS rebinding) cannot read
-// it. Links, the <base> and redirects are relative,
-// so the dashboard works behind a proxy that strips a prefix. The
-// dashboard never sees a connection string. Bad input (unknown ids,
-// malformed filters and cursors, bodies over 64 KiB) gets a 4xx page with
-// one sentence; a server-side failure a 500 page without a stack (the
-// error is logged).
+// requests itself (OwnAuth). ReadOnly refuses every change; a Token with
+// ReadOnly needs ProtectReads, or New refuses it (ErrUnusedToken): it
+// would guard nothing. Every form carries a CSRF token derived from the
+// browser's session (only the Token as a bearer token exempts a request
+// from it), and cross-origin state-changing requests are refused by the
+// standard library's http.CrossOriginProtection. Cookies are scoped to the
+// dashboard's mount point and Secure over TLS. What a change did is shown
+// once, from a short-lived signed cookie, never from the URL.
+// html/template escapes payloads, metadata and error messages, and names
+// that become a path segment are path-escaped; pages carry a
+// Content-Security-Policy that allows only the dashboard's own script and
+// no framing (with X-Frame-Options: DENY). Every request, static files
+// included, is answered only when its Host is localhost, an IP address or
+// a name in Config.AllowedHosts, else 421 Misdirected Request: a page that
+// points its own name at the dashboard's address (DNS rebinding) cannot
+// read it. Links, the <base> and redirects are relative, so the dashboard
+// works behind a proxy that strips a prefix. The dashboard never sees a
+// connection string. Bad input (unknown ids, malformed filters and
+// cursors, bodies over 64 KiB) gets a 4xx page with one sentence; a
+// server-side failure a 500 page without a stack (the error is logged).
 package dashboard

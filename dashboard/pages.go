@@ -67,7 +67,7 @@ func (d *Dashboard) routes() http.Handler {
 	// included). Cross-origin state-changing requests are refused by the
 	// standard library's check (Sec-Fetch-Site / Origin), before the
 	// form's own CSRF token is looked at.
-	return d.recovering(secure(d.checkHost(relativeRedirects(http.NewCrossOriginProtection().Handler(d.takeToken(mux))))))
+	return d.recovering(secure(d.checkHost(relativeRedirects(http.NewCrossOriginProtection().Handler(d.takeToken(d.protectReads(mux)))))))
 }
 
 // csp allows the dashboard's own styles, script and images only, in no

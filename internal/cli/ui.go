@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,18 +15,19 @@ import (
 )
 
 func uiCommand() *command {
-	var addr, token string
+	var addr string
 	var allowHosts []string
-	var readOnly bool
+	var access uiAccess
 	var sampleEvery time.Duration
 	return &command{
 		name:    "ui",
-		args:    "[--addr HOST:PORT] [--allow-host NAME]... [--token T | --read-only]",
+		args:    "[--addr HOST:PORT] [--allow-host NAME]... [--token T] [--read-only] [--protect-reads]",
 		summary: "serve the web dashboard (overview with charts, jobs, dead-letter triage, queues, schedules) on 127.0.0.1",
 		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on (another host than 127.0.0.1 exposes the queue: keep a token)")
-			fs.StringVar(&token, "token", "", "token that changes need (default: a random one, printed)")
-			fs.BoolVar(&readOnly, "read-only", false, "refuse every change")
+			fs.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on (another host than 127.0.0.1 exposes the queue: add --protect-reads)")
+			fs.StringVar(&access.token, "token", "", "token that changes need, and reads with --protect-reads (default: a random one, printed)")
+			fs.BoolVar(&access.readOnly, "read-only", false, "refuse every change (a --token then needs --protect-reads: it would guard nothing)")
+			fs.BoolVar(&access.protectReads, "protect-reads", false, "every page needs the token too, not only changes (for an address others can reach)")
 			fs.Func("allow-host", "also answer requests for this host name (repeatable, or comma-separated; * for every name); IP addresses, localhost and --addr's host always are, other names get 421 (a guard against DNS rebinding)", func(v string) error {
 				for _, name := range strings.Split(v, ",") {
 					if name = strings.TrimSpace(name); name != "" {
@@ -46,18 +45,17 @@ func uiCommand() *command {
 			if sampleEvery <= 0 {
 				return fmt.Errorf("%w: --sample-every must be positive", errUsage)
 			}
-			if token == "" && !readOnly {
-				b := make([]byte, 16)
-				_, _ = rand.Read(b)
-				token = hex.EncodeToString(b)
+			if err := access.settle(); err != nil {
+				return err
 			}
 			pool, err := e.connectHopper()
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			d, err := dashboard.New(dashboard.Config{DB: pool, Token: token, ReadOnly: readOnly, SampleEvery: sampleEvery,
-				AllowedHosts: uiHosts(addr, allowHosts), Logger: slog.New(slog.NewTextHandler(e.stderr, nil))})
+			d, err := dashboard.New(dashboard.Config{DB: pool, Token: access.token, ReadOnly: access.readOnly,
+				ProtectReads: access.protectReads, AllowedHosts: uiHosts(addr, allowHosts), SampleEvery: sampleEvery,
+				Logger: slog.New(slog.NewTextHandler(e.stderr, nil))})
 			if err != nil {
 				return err
 			}
@@ -65,28 +63,12 @@ func uiCommand() *command {
 			if err != nil {
 				return fmt.Errorf("listen on %s: %w", addr, err)
 			}
-			url := "http://" + ln.Addr().String() + "/"
-			switch {
-			case readOnly:
-				fmt.Fprintf(e.stdout, "Hopper dashboard (read-only): %s\n", url)
-			default:
-				fmt.Fprintf(e.stdout, "Hopper dashboard: %s?token=%s\n(the token is needed to change anything; without it the pages are read-only)\n", url, token)
-			}
+			access.banner(e.stdout, "http://"+ln.Addr().String()+"/")
 			// Every request and the sampler are done before the pool closes
 			// (deferred above).
 			return serveDashboard(e.ctx, ln, d, d.Run, shutdownGrace)
 		},
 	}
-}
-
-// uiHosts are the host names hopper ui answers besides localhost and IP
-// addresses: the one --addr names (a name the operator typed is one the
-// browser will send) and those of --allow-host.
-func uiHosts(addr string, allowed []string) []string {
-	if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
-		allowed = append([]string{host}, allowed...)
-	}
-	return allowed
 }
 
 // shutdownGrace bounds how long the dashboard's requests in flight may

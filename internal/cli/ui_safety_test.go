@@ -89,3 +89,22 @@ func TestUIAnswersAllowedHostsOnly(t *testing.T) {
 		require.Equal(t, tc.want, u.get(t, "/static/style.css", tc.host), "Host %q", tc.host)
 	}
 }
+
+// TestUIReadOnlyToken: --read-only with --token is refused (the token
+// would guard nothing), before connecting to anything, unless
+// --protect-reads gives it a use: then every page needs it.
+func TestUIReadOnlyToken(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr testdb.Buffer
+	code := Run(context.Background(), []string{"--database-url", "postgres://127.0.0.1:1/nowhere", "ui", "--read-only", "--token", "x"},
+		strings.NewReader(""), &stdout, &stderr)
+	require.Equal(t, exitUsage, code)
+	require.Equal(t, "hopper ui: --token has no use with --read-only: every change is refused and reads need no token (add --protect-reads to make every page need it) (run hopper ui --help)\n", stderr.String())
+	require.Empty(t, stdout.String())
+
+	u := startUI(t, "--addr", "127.0.0.1:0", "--read-only", "--token", "x", "--protect-reads")
+	require.Equal(t, "Hopper dashboard (read-only): "+u.root+"?token=x", u.first)
+	require.Equal(t, http.StatusUnauthorized, u.get(t, "/", ""), "reading needs the token")
+	require.Equal(t, http.StatusUnauthorized, u.get(t, "/overview/live", ""))
+	require.Equal(t, http.StatusSeeOther, u.get(t, "/?token=x", ""), "the token opens it")
+}
