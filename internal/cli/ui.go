@@ -63,6 +63,7 @@ func uiCommand() *command {
 			if err != nil {
 				return fmt.Errorf("listen on %s: %w", addr, err)
 			}
+			access.warnExposed(e.stderr, ln.Addr())
 			access.banner(e.stdout, "http://"+ln.Addr().String()+"/")
 			// Every request and the sampler are done before the pool closes
 			// (deferred above).

@@ -108,3 +108,32 @@ func TestUIReadOnlyToken(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, u.get(t, "/overview/live", ""))
 	require.Equal(t, http.StatusSeeOther, u.get(t, "/?token=x", ""), "the token opens it")
 }
+
+// TestUIWarnsWhenExposed: listening on an address other machines can
+// reach, with pages that need no token, hopper ui warns at start; on a
+// loopback address, or with --protect-reads, it does not.
+func TestUIWarnsWhenExposed(t *testing.T) {
+	t.Parallel()
+	const warning = "is not a loopback address and reading needs no token: anyone who can reach it can read every job's payload, metadata and errors (add --protect-reads, or listen on 127.0.0.1)"
+	for _, tc := range []struct {
+		args []string
+		warn bool
+	}{
+		{[]string{"--addr", "0.0.0.0:0"}, true},
+		{[]string{"--addr", "0.0.0.0:0", "--read-only"}, true},
+		{[]string{"--addr", "0.0.0.0:0", "--protect-reads"}, false},
+		{[]string{"--addr", "127.0.0.1:0"}, false},
+		{[]string{"--addr", "localhost:0"}, false},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Parallel()
+			u := startUI(t, tc.args...)
+			if tc.warn {
+				require.Contains(t, u.stderr.String(), "hopper ui: warning: ")
+				require.Contains(t, u.stderr.String(), warning)
+			} else {
+				require.NotContains(t, u.stderr.String(), "warning", u.stderr.String())
+			}
+		})
+	}
+}

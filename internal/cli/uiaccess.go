@@ -46,6 +46,24 @@ func (a uiAccess) banner(w io.Writer, url string) {
 	}
 }
 
+// warnExposed warns, on w, when the dashboard listens where other
+// machines may reach it and its pages need no token: anyone there can
+// read every job's payload. Said at start, before the address, so that
+// it is not missed.
+func (a uiAccess) warnExposed(w io.Writer, addr net.Addr) {
+	if a.protectReads || isLoopback(addr) {
+		return
+	}
+	fmt.Fprintf(w, "hopper ui: warning: %s is not a loopback address and reading needs no token: anyone who can reach it can read every job's payload, metadata and errors (add --protect-reads, or listen on 127.0.0.1)\n", addr)
+}
+
+// isLoopback reports whether addr, as bound, is a loopback address only
+// (0.0.0.0 and :: are every address, so not).
+func isLoopback(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
+}
+
 // uiHosts are the host names hopper ui answers besides localhost and IP
 // addresses: the one --addr names (a name the operator typed is one the
 // browser will send) and those of --allow-host.
