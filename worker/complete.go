@@ -46,6 +46,9 @@ type completion struct {
 	// ambiguous: an earlier try of its statement may have committed (the
 	// reply was lost), so "no row matched" no longer proves a refusal.
 	ambiguous bool
+	// degraded counts the steps taken to make a result the server refused
+	// storable (see refused.go).
+	degraded int
 }
 
 func (c completion) ok() bool { return c.act == actAck }
@@ -263,6 +266,9 @@ func (w *Worker) recordAcks(acks []completion, again, unsure []completion) ([]co
 	ctx, cancel := w.statementContext()
 	deleted, err := ackBatch(ctx, w.q, acks)
 	cancel()
+	if code, ok := refusedForItsData(err); ok {
+		return w.splitAcks(acks, code, again, unsure)
+	}
 	if err != nil {
 		w.log.Warn("ack batch failed", "jobs", len(acks), "error", err)
 		return settleFailed(acks, err, again), unsure
@@ -342,6 +348,9 @@ func (w *Worker) recordNacks(nacks []completion, again, unsure []completion) ([]
 	ctx, cancel := w.statementContext()
 	rows, err := w.q.NackBatch(ctx, p)
 	cancel()
+	if code, ok := refusedForItsData(err); ok {
+		return w.splitNacks(nacks, code, again, unsure)
+	}
 	if err != nil {
 		w.log.Warn("nack batch failed", "jobs", len(nacks), "error", err)
 		return settleFailed(nacks, err, again), unsure

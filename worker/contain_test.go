@@ -2,7 +2,10 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -163,6 +166,131 @@ func TestAckTxOutcomeIsTheTransactions(t *testing.T) {
 				require.True(t, ok)
 				require.Equal(t, string(jobs.StateCancelled), d.State)
 			}
+		})
+	}
+}
+
+// Result is what the result-returning kind of these tests returns.
+type Result struct {
+	Text string `json:"text"`
+}
+
+// TestRefusedResultStaysWithItsJob: results batched beside one the server
+// would refuse are all recorded. "raw bytes": a failure whose message holds
+// NUL and invalid UTF-8 and a kept result holding \u0000, made storable
+// before they are sent. "refused anyway": the test's schema refuses any
+// failure or kept result mentioning POISON (a CHECK constraint), so the
+// batch is split until the bad result stands alone, and that one is made
+// plainer until the server takes it: the failure goes dead with a reason
+// naming the refusal, the result is kept without it.
+func TestRefusedResultStaysWithItsJob(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		constrain  bool
+		failure    string // the bad failure's message
+		result     string // the bad result's text
+		wantFailed jobs.State
+	}{
+		{name: "raw bytes", failure: "upload: \x00\xff\xfe bad header", result: "nul \x00 here", wantFailed: jobs.StateScheduled},
+		{name: "refused anyway", constrain: true, failure: "POISON", result: "POISON", wantFailed: jobs.StateDead},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			if tc.constrain {
+				_, err := b.pool.Exec(b.ctx, `ALTER TABLE hopper_jobs ADD CONSTRAINT poison CHECK (errors::text NOT LIKE '%POISON%');
+					ALTER TABLE hopper_job_history ADD CONSTRAINT poison CHECK (coalesce(result::text, '') NOT LIKE '%POISON%')`)
+				require.NoError(t, err)
+			}
+			plain, failing := kind(t, "plain"), kind(t, "failing")
+			returning, err := jobs.NewKind[Result]("returning")
+			require.NoError(t, err)
+			const healthy = 6
+			items := make([]Task, healthy)
+			for i := range items {
+				items[i] = Task{N: i}
+			}
+			many, err := plain.EnqueueMany(b.ctx, b.pool, jobs.Items(items...))
+			require.NoError(t, err)
+			var okIDs []int64
+			for _, r := range many.Results {
+				okIDs = append(okIDs, r.ID)
+			}
+			bad, err := failing.Enqueue(b.ctx, b.pool, Task{N: -1}, jobs.MaxAttempts(2))
+			require.NoError(t, err)
+			mate, err := failing.Enqueue(b.ctx, b.pool, Task{N: 1}, jobs.MaxAttempts(1))
+			require.NoError(t, err)
+			kept, err := returning.Enqueue(b.ctx, b.pool, Result{}) // a payload with NUL is refused at enqueue, to its caller
+			require.NoError(t, err)
+			total := healthy + 3
+
+			// Every handler waits for all to start, so that their results
+			// come together and are recorded in the same batches.
+			var started sync.WaitGroup
+			started.Add(total)
+			gate := func(ctx context.Context, attempt int) {
+				if attempt == 1 {
+					started.Done()
+					started.Wait()
+				}
+			}
+			var seen *outcomes
+			start(t, b, worker.Config{
+				Queues: map[string]int{jobs.DefaultQueue: total}, AckFlushInterval: 200 * time.Millisecond, Logger: quiet,
+				KeepHistory: map[string]time.Duration{jobs.DefaultQueue: time.Hour},
+				Backoff:     worker.Backoff{Base: time.Hour, Max: time.Hour}, // the bad failure's retry stays visible
+			}, func(w *worker.Worker) {
+				seen = observe(w)
+				must(t, worker.Handle(w, plain, func(ctx context.Context, j *jobs.Job[Task]) error {
+					gate(ctx, j.Attempt)
+					return nil
+				}))
+				must(t, worker.Handle(w, failing, func(ctx context.Context, j *jobs.Job[Task]) error {
+					gate(ctx, j.Attempt)
+					if j.Payload.N < 0 {
+						return errors.New(tc.failure)
+					}
+					return errors.New("an ordinary failure")
+				}))
+				must(t, worker.HandleWithResult(w, returning, func(ctx context.Context, j *jobs.Job[Result]) (Result, error) {
+					gate(ctx, j.Attempt)
+					return Result{Text: tc.result}, nil
+				}))
+			})
+			testdb.WaitFor(t, "every job's first attempt reported", func() bool {
+				for _, id := range append(slices.Clone(okIDs), bad.ID, mate.ID, kept.ID) {
+					if len(seen.of(id, 1)) == 0 {
+						return false
+					}
+				}
+				return true
+			})
+			for _, id := range okIDs {
+				require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(id, 1), "healthy job %d", id)
+			}
+			require.Equal(t, []string{string(worker.OutcomeDead)}, seen.of(mate.ID, 1), "the bad failure's batch-mate")
+			require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(kept.ID, 1))
+
+			var storedResult []byte
+			require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT result FROM hopper_job_history WHERE id = $1", kept.ID).Scan(&storedResult))
+			var badHistory []byte
+			var state string
+			if tc.wantFailed == jobs.StateDead {
+				require.Equal(t, []string{string(worker.OutcomeDead)}, seen.of(bad.ID, 1))
+				d, found := b.dead(t, bad.ID)
+				require.True(t, found)
+				require.Contains(t, d.Reason, "SQLSTATE 23514")
+				require.Nil(t, storedResult, "the refused result is not kept")
+				return
+			}
+			require.Equal(t, []string{string(worker.OutcomeFailed)}, seen.of(bad.ID, 1))
+			require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT errors, state FROM hopper_jobs WHERE id = $1", bad.ID).Scan(&badHistory, &state))
+			require.Equal(t, string(tc.wantFailed), state)
+			h := history(t, badHistory)
+			require.Len(t, h, 1)
+			require.Equal(t, "upload: \uFFFD\uFFFD bad header", h[0].Error)
+			var r Result
+			require.NoError(t, json.Unmarshal(storedResult, &r))
+			require.Equal(t, "nul \uFFFD here", r.Text)
 		})
 	}
 }

@@ -70,7 +70,10 @@ func (w *Worker) execute(d dispatched) {
 	comp := w.completion(d.h, row, c, err)
 	switch comp.act {
 	case actAck:
-		comp.keep, comp.result = d.keep, result
+		comp.keep = d.keep
+		if d.keep > 0 {
+			comp.result = storableJSON(result)
+		}
 	case actRetry, actDead:
 		log().Warn("job failed", "error", err, "retry_in", comp.backoff, "dead_reason", comp.deadReason)
 	}

@@ -31,3 +31,10 @@ func ClaimFinished(w *Worker, id int64, attempt int32) bool {
 	c := w.claims.get(id, attempt)
 	return c != nil && c.is(claimFinished)
 }
+
+// StorableText and StorableJSON are what the worker stores of a failure's
+// message and of a handler's result.
+var (
+	StorableText = storableText
+	StorableJSON = storableJSON
+)

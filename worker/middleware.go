@@ -59,7 +59,8 @@ const (
 	// committed, but its reply was lost and the database no longer shows it.
 	OutcomeUnconfirmed Outcome = "unconfirmed"
 	// OutcomeUnrecorded: the result could not be sent before the shutdown
-	// deadline; the job runs again after its lease.
+	// deadline, or the server refused it in every form Hopper could give
+	// it; the job runs again after its lease.
 	OutcomeUnrecorded Outcome = "unrecorded"
 )
 

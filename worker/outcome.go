@@ -37,7 +37,8 @@ const (
 	// but its reply was lost, and the database no longer shows which.
 	outcomeUnconfirmed
 	// outcomeUnrecorded: the result could not be sent before the shutdown
-	// deadline: the job runs again once its lease expires.
+	// deadline, or the server refused it in every form: the job runs again
+	// once its lease expires.
 	outcomeUnrecorded
 )
 
@@ -172,7 +173,7 @@ func (w *Worker) report(c completion, o outcome) {
 			"job_id", c.claim.id, "kind", k, "attempt", c.claim.attempt, "ok", c.ok())
 	case outcomeUnrecorded:
 		w.metrics.unrecorded(q, k)
-		w.log.Error("result not recorded before the shutdown deadline: the job will run again after its lease expires",
+		w.log.Error("result not recorded (the shutdown deadline passed, or the server refused it): the job will run again after its lease expires",
 			"job_id", c.claim.id, "kind", k, "attempt", c.claim.attempt, "ok", c.ok())
 	}
 	if w.observe != nil {

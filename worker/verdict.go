@@ -43,6 +43,7 @@ func judge(err error) verdict {
 	case errors.As(err, &retryAt):
 		v.until, v.retryAt = retryAt.at, true
 	}
+	v.message, v.deadReason = storableText(v.message), storableText(v.deadReason)
 	return v
 }
 
