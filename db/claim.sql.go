@@ -133,10 +133,11 @@ WITH due AS (
     LIMIT $2::integer
     FOR UPDATE SKIP LOCKED
 ), promoted AS (
+    -- by an array of ids, as in Dequeue: a join to due could be hashed
+    -- against the whole table
     UPDATE hopper_jobs AS j
     SET state = 'pending'
-    FROM due
-    WHERE j.id = due.id
+    WHERE j.id = ANY (ARRAY(SELECT due.id FROM due))
     RETURNING j.queue, j.priority, j.run_at, j.id
 )
 SELECT promoted.queue,

@@ -89,28 +89,36 @@ const extend = `-- name: Extend :many
 WITH held AS (
     SELECT unnest($1::bigint[]) AS id, unnest($2::integer[]) AS attempt
 ), locked AS (
-    SELECT j.id
-    FROM hopper_jobs AS j
-    JOIN held ON j.id = held.id AND j.attempt = held.attempt
-    WHERE j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
-    ORDER BY j.id
-    FOR UPDATE OF j SKIP LOCKED
+    -- in any order: a heartbeat skips locked rows, it never waits
+    SELECT l.id
+    FROM held
+    CROSS JOIN LATERAL (
+        SELECT j.id
+        FROM hopper_jobs AS j
+        WHERE j.id = held.id AND j.attempt = held.attempt
+          AND j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS l
 ), extended AS (
     UPDATE hopper_jobs AS j
     SET lease_until = greatest(j.lease_until, now() + '1 millisecond'::interval * $3::bigint)
-    FROM locked
-    WHERE j.id = locked.id
+    WHERE j.id = ANY (ARRAY(SELECT locked.id FROM locked))
     RETURNING j.id, j.attempt
 )
 SELECT extended.id, extended.attempt, true AS extended
 FROM extended
 UNION ALL
-SELECT j.id, j.attempt, false AS extended
+SELECT still.id, still.attempt, false AS extended
 FROM (SELECT held.id, held.attempt FROM held
       EXCEPT ALL
       SELECT extended.id, extended.attempt FROM extended) AS skipped
-JOIN hopper_jobs AS j ON j.id = skipped.id AND j.attempt = skipped.attempt
-WHERE j.lease_until IS NOT NULL
+CROSS JOIN LATERAL (
+    SELECT j.id, j.attempt
+    FROM hopper_jobs AS j
+    WHERE j.id = skipped.id AND j.attempt = skipped.attempt
+      AND j.lease_until IS NOT NULL
+    OFFSET 0
+) AS still
 `
 
 type ExtendParams struct {
@@ -139,6 +147,13 @@ type ExtendRow struct {
 // always hashes or sorts: a join of the update's answer back to the claims
 // was planned, once the plan was generic, as a nested loop over both
 // (1.5 s for a heartbeat of 5000 claims).
+//
+// Every row is found by primary key, whatever the statistics say: the
+// claims are looked up and locked one by one in a LATERAL subquery (see
+// AckBatch), the update finds the locked rows by an array of their ids,
+// and the claims not extended are looked up one by one too (OFFSET 0 keeps
+// that subquery out of the join, where the planner could hash it against
+// the whole table, as it did after an ANALYZE of an all-pending table).
 func (q *Queries) Extend(ctx context.Context, arg ExtendParams) ([]ExtendRow, error) {
 	rows, err := q.db.Query(ctx, extend, arg.Ids, arg.Attempts, arg.LeaseMs)
 	if err != nil {
@@ -161,21 +176,22 @@ func (q *Queries) Extend(ctx context.Context, arg ExtendParams) ([]ExtendRow, er
 
 const release = `-- name: Release :many
 WITH released AS (
-    SELECT j.id
-    FROM hopper_jobs AS j
-    JOIN (SELECT unnest($1::bigint[]) AS id, unnest($2::integer[]) AS attempt) AS held
-      ON j.id = held.id AND j.attempt = held.attempt
-    WHERE j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
-    ORDER BY j.id
-    FOR UPDATE OF j
+    SELECT l.id
+    FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::integer[]) AS attempt ORDER BY 1) AS held
+    CROSS JOIN LATERAL (
+        SELECT j.id
+        FROM hopper_jobs AS j
+        WHERE j.id = held.id AND j.attempt = held.attempt
+          AND j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
+        FOR UPDATE OF j
+    ) AS l
 )
 UPDATE hopper_jobs AS j
 SET state        = 'pending',
     lease_owner  = NULL,
     lease_until  = NULL,
     max_attempts = j.max_attempts + 1
-FROM released
-WHERE j.id = released.id
+WHERE j.id = ANY (ARRAY(SELECT released.id FROM released))
 RETURNING j.id, j.queue, j.priority, j.run_at
 `
 
@@ -195,7 +211,8 @@ type ReleaseRow struct {
 // pending again, keeping their place in line. The claim is not charged:
 // attempt stays as it is (it is the fencing token and never goes down) and
 // max_attempts grows by one, so the job keeps every retry it had. Rows are
-// locked in id order, like every statement that waits for row locks.
+// locked in id order, like every statement that waits for row locks, and
+// looked up, locked and updated as in AckBatch (see there why).
 func (q *Queries) Release(ctx context.Context, arg ReleaseParams) ([]ReleaseRow, error) {
 	rows, err := q.db.Query(ctx, release, arg.Ids, arg.Attempts)
 	if err != nil {
@@ -235,8 +252,7 @@ SET state        = 'pending',
     lease_owner  = NULL,
     lease_until  = NULL,
     max_attempts = j.max_attempts + 1
-FROM released
-WHERE j.id = released.id
+WHERE j.id = ANY (ARRAY(SELECT released.id FROM released))
 RETURNING j.id, j.queue, j.priority, j.run_at
 `
 
@@ -250,7 +266,10 @@ type ReleaseOwnerRow struct {
 // Gives back every claim still held by owner, uncharged as in Release. A
 // worker with a stable identity runs it at start, so the jobs of its crashed
 // previous incarnation need not wait for their leases to expire. A zombie
-// incarnation is still fenced out: attempt does not go down.
+// incarnation is still fenced out: attempt does not go down. It reads the
+// running jobs (no index finds an owner's) and updates the ones it locked
+// by an array of their ids, never by a join the planner could hash against
+// the whole table.
 func (q *Queries) ReleaseOwner(ctx context.Context, owner string) ([]ReleaseOwnerRow, error) {
 	rows, err := q.db.Query(ctx, releaseOwner, owner)
 	if err != nil {

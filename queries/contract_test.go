@@ -15,7 +15,10 @@ import (
 // that someone editing a query gets a clear failure instead of a queue that
 // silently misbehaves. The compiler already checks names, parameters and
 // result types after `make generate`; this checks the rest: the sqlc
-// command of each query and the clauses its guarantees rest on.
+// command of each query and the clauses its guarantees rest on. The
+// statements that take claims lock in id order by sorting the claims and
+// locking each one's row in a LATERAL subquery driven by them ("order by
+// 1) as … cross join lateral (" … "for update of j )"; see AckBatch).
 func TestRuntimeContract(t *testing.T) {
 	t.Parallel()
 	sqlByName, cmdByName := readStatements(t)
@@ -29,11 +32,11 @@ func TestRuntimeContract(t *testing.T) {
 		{"EnqueueBatch", ":copyfrom", nil, "plain batches go through COPY"},
 		{"EnqueueBatchAt", ":copyfrom", []string{"state"}, "scheduled jobs must be stored as scheduled"},
 		{"Dequeue", ":many", []string{"for update skip locked", "j.state = 'pending'", "j.run_at <= now()", "order by j.priority, j.run_at, j.id", "(j.priority, j.run_at, j.id) > (@after_priority::smallint, @after_run_at::timestamptz, @after_id::bigint)", "attempt = j.attempt + 1", "lease_until =", "not exists (select from hopper_queues as paused where paused.name = @queue::text and paused.paused_at is not null)"}, "without SKIP LOCKED two workers can claim one job; without attempt + 1 fencing breaks; without the cursor's seek (a row comparison on the ready index's columns, in its order) every claim walks the entries of jobs already claimed; without the pause check a paused queue is still worked"},
-		{"AckBatch", ":many", []string{"j.attempt = acked.attempt", "j.lease_until is not null", "order by j.id for update of j", "returning j.id, j.attempt"}, "an ack must be fenced by (id, attempt), lock in id order and say which took effect"},
-		{"AckBatchKeep", ":many", []string{"j.attempt = acked.attempt", "j.lease_until is not null", "order by j.id for update of j", "insert into hopper_job_history", "from done where done.keep_ms > 0"}, "an ack that keeps history is fenced and ordered like AckBatch, and keeps the job in the same statement"},
-		{"NackBatch", ":many", []string{"j.attempt = f.attempt", "j.lease_until is not null", "order by j.id for update of j", "insert into hopper_dead_jobs", "when f.action = 'snooze' then j.errors", "max_attempts = j.max_attempts + case when failed.action = 'snooze' then 1 else 0 end", "when f.action = 'cancel' then 'cancelled'"}, "a nack must be fenced, lock in id order and dead-letter in the same statement; a snooze leaves no entry and is not charged; a cancel ends as cancelled"},
+		{"AckBatch", ":many", []string{"j.attempt = acked.attempt", "j.lease_until is not null", "order by 1) as acked cross join lateral (", "for update of j )", "returning j.id, j.attempt"}, "an ack must be fenced by (id, attempt), lock in id order and say which took effect"},
+		{"AckBatchKeep", ":many", []string{"j.attempt = acked.attempt", "j.lease_until is not null", "order by 1) as acked cross join lateral (", "for update of j )", "insert into hopper_job_history", "from done where done.keep_ms > 0"}, "an ack that keeps history is fenced and ordered like AckBatch, and keeps the job in the same statement"},
+		{"NackBatch", ":many", []string{"j.attempt = f.attempt", "j.lease_until is not null", "order by 1) as f cross join lateral (", "for update of j )", "insert into hopper_dead_jobs", "when f.action = 'snooze' then j.errors", "max_attempts = j.max_attempts + case when failed.action = 'snooze' then 1 else 0 end", "when f.action = 'cancel' then 'cancelled'"}, "a nack must be fenced, lock in id order and dead-letter in the same statement; a snooze leaves no entry and is not charged; a cancel ends as cancelled"},
 		{"Extend", ":many", []string{"j.attempt = held.attempt", "j.lease_until is not null", "for update of j skip locked", "greatest(j.lease_until,", "as extended"}, "extend must be fenced, never wait on a lock (no deadlock), never shorten a lease and report lost claims"},
-		{"Release", ":many", []string{"j.attempt = held.attempt", "order by j.id for update of j", "max_attempts = j.max_attempts + 1"}, "release must be fenced, lock in id order and must not charge an attempt"},
+		{"Release", ":many", []string{"j.attempt = held.attempt", "order by 1) as held cross join lateral (", "for update of j )", "max_attempts = j.max_attempts + 1"}, "release must be fenced, lock in id order and must not charge an attempt"},
 		{"ClaimFates", ":many", []string{"left join hopper_jobs", "left join hopper_dead_jobs", "left join hopper_job_history", "d.state as dead_state", "(e ->> 'attempt')::integer = c.attempt"}, "the worker settles results whose reply was lost, and tells a cancel from a lost lease, from what became of the claim"},
 		{"ReleaseOwner", ":many", []string{"lease_owner = @owner::text", "order by j.id for update of j"}, "a restarted worker gives back its own leases only"},
 		{"Sweep", ":many", []string{"for update skip locked", "j.lease_until < now()", "limit @max_jobs::integer", "'lease expired'", "j.lease_until >= coalesce(now() - '1 millisecond'::interval * nullif(@within_ms::bigint, 0), '-infinity')"}, "sweeps run from every worker at once and must be bounded; the window lets a sweep seek past the lease-index entries of jobs long finished"},

@@ -5,23 +5,40 @@
 -- row locks (NackBatch, Release), so two of them can never deadlock; the
 -- statements that must never wait (Dequeue, Extend, Sweep, Promote) skip
 -- locked rows instead.
+--
+-- The plan is fixed by the statement's shape, whatever the statistics say
+-- (they are often wrong here: ANALYZE after a burst of enqueues sees no
+-- running job, and the planner then expects no row to have a lease):
+--
+--  * Each claim is looked up on its own, by primary key, in a LATERAL
+--    subquery that locks its row. A locking subquery is never merged into
+--    the join, so the only plan is a loop over the claims with an index
+--    lookup each: no hash of the table, no loop over its running jobs
+--    (before, after an ANALYZE of an all-pending table, 1000 acks scanned
+--    the table and compared every running job with every claim: 3-20 s on
+--    a production server).
+--  * The claims are sorted by id first: the loop, and so the locking, goes
+--    in id order.
+--  * The running test is lease_until IS NOT NULL, which the lease CHECK
+--    constraint makes the same as state = 'running' but which matches no
+--    partial index's predicate: it can only be a filter on the row found,
+--    never a reason to read the lease index instead.
+--  * The delete finds its rows by an array of ids (= ANY on the primary
+--    key), not by a join to the locked rows, which the planner could hash
+--    against the whole table.
 WITH done AS (
-    SELECT j.id
-    FROM hopper_jobs AS j
-    JOIN (SELECT unnest(@ids::bigint[]) AS id, unnest(@attempts::integer[]) AS attempt) AS acked
-      ON j.id = acked.id AND j.attempt = acked.attempt
-    -- running, spelled through the lease CHECK constraint (running means a
-    -- lease): the planner then drives this statement from the given ids
-    -- through the primary key, never from the partial lease index, whose row
-    -- estimate can be badly stale after a burst of claims (it once chose a
-    -- nested loop over every running job: 3.5 s for 1000 acks).
-    WHERE j.lease_until IS NOT NULL
-    ORDER BY j.id
-    FOR UPDATE OF j
+    SELECT held.id
+    FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@attempts::integer[]) AS attempt ORDER BY 1) AS acked
+    CROSS JOIN LATERAL (
+        SELECT j.id
+        FROM hopper_jobs AS j
+        WHERE j.id = acked.id AND j.attempt = acked.attempt
+          AND j.lease_until IS NOT NULL -- running
+        FOR UPDATE OF j
+    ) AS held
 )
 DELETE FROM hopper_jobs AS j
-USING done
-WHERE j.id = done.id
+WHERE j.id = ANY (ARRAY(SELECT done.id FROM done))
 RETURNING j.id, j.attempt;
 
 -- name: AckBatchKeep :many
@@ -34,22 +51,26 @@ RETURNING j.id, j.attempt;
 -- statement locked (the very rows it deletes: nobody else can change them
 -- meanwhile), not by joining the delete's answer back to the claims: a
 -- generic plan joined those with a nested loop, 100 ms per 1000 acks.
+-- Rows are looked up, locked and deleted as in AckBatch (see there why).
 WITH done AS (
     SELECT j.id, j.queue, j.kind, j.version, j.payload, j.priority, j.attempt, j.max_attempts,
            j.unique_key, j.errors, j.run_at, j.created_at, j.meta, j.concurrency_key, acked.keep_ms, acked.result
-    FROM hopper_jobs AS j
-    JOIN (SELECT unnest(@ids::bigint[]) AS id,
+    FROM (SELECT unnest(@ids::bigint[]) AS id,
                  unnest(@attempts::integer[]) AS attempt,
                  unnest(@keep_ms::bigint[]) AS keep_ms,
-                 unnest(@results::jsonb[]) AS result) AS acked
-      ON j.id = acked.id AND j.attempt = acked.attempt
-    WHERE j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
-    ORDER BY j.id
-    FOR UPDATE OF j
+                 unnest(@results::jsonb[]) AS result
+          ORDER BY 1) AS acked
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.queue, j.kind, j.version, j.payload, j.priority, j.attempt, j.max_attempts,
+               j.unique_key, j.errors, j.run_at, j.created_at, j.meta, j.concurrency_key
+        FROM hopper_jobs AS j
+        WHERE j.id = acked.id AND j.attempt = acked.attempt
+          AND j.lease_until IS NOT NULL -- running
+        FOR UPDATE OF j
+    ) AS j
 ), deleted AS (
     DELETE FROM hopper_jobs AS j
-    USING done
-    WHERE j.id = done.id
+    WHERE j.id = ANY (ARRAY(SELECT done.id FROM done))
     RETURNING j.id, j.attempt
 ), kept AS (
     INSERT INTO hopper_job_history (id, queue, kind, version, payload, priority, attempt,
@@ -86,6 +107,14 @@ SELECT deleted.id, deleted.attempt FROM deleted;
 -- The dead table's rows are made from the rows the statement locked (the
 -- very rows it deletes), not by joining the delete's answer back: a
 -- generic plan joined those with a nested loop, 90 ms for 1000 dead jobs.
+--
+-- Rows are looked up and locked as in AckBatch (see there why), and the
+-- dead jobs deleted by an array of their ids. The retried jobs need their
+-- claim's new values, so their update joins the locked rows, written as
+-- j.id = ANY (ARRAY[failed.id]): the same test as j.id = failed.id, but
+-- one PostgreSQL can neither hash nor merge, so the only plan left looks
+-- each retried job up by its primary key (an equality would let it hash
+-- the whole table when it expects many failures).
 WITH failed AS (
     SELECT j.id, j.queue, j.kind, j.version, j.payload, j.priority, j.attempt, j.max_attempts,
            j.unique_key, j.created_at, j.run_at, j.meta, j.concurrency_key,
@@ -103,18 +132,22 @@ WITH failed AS (
                WHEN f.action = 'cancel' THEN 'cancelled'
                WHEN f.action = 'retry' AND j.attempt >= j.max_attempts THEN 'out of attempts'
            END AS dead_reason
-    FROM hopper_jobs AS j
-    JOIN (
+    FROM (
         SELECT unnest(@ids::bigint[]) AS id,
                unnest(@attempts::integer[]) AS attempt,
                unnest(@actions::text[]) AS action,
                unnest(@messages::text[]) AS message,
                unnest(@backoffs_ms::bigint[]) AS backoff_ms,
                unnest(@reasons::text[]) AS reason
-    ) AS f ON j.id = f.id AND j.attempt = f.attempt
-    WHERE j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
-    ORDER BY j.id -- lock order: see AckBatch
-    FOR UPDATE OF j
+        ORDER BY 1) AS f -- lock order: see AckBatch
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.queue, j.kind, j.version, j.payload, j.priority, j.attempt, j.max_attempts,
+               j.unique_key, j.created_at, j.run_at, j.meta, j.concurrency_key, j.errors, j.lease_owner
+        FROM hopper_jobs AS j
+        WHERE j.id = f.id AND j.attempt = f.attempt
+          AND j.lease_until IS NOT NULL -- running
+        FOR UPDATE OF j
+    ) AS j
 ), retried AS (
     UPDATE hopper_jobs AS j
     SET state        = CASE WHEN failed.backoff_ms > 0 THEN 'scheduled' ELSE 'pending' END,
@@ -124,12 +157,11 @@ WITH failed AS (
         errors       = failed.errors,
         max_attempts = j.max_attempts + CASE WHEN failed.action = 'snooze' THEN 1 ELSE 0 END
     FROM failed
-    WHERE j.id = failed.id AND failed.dead_reason IS NULL
+    WHERE j.id = ANY (ARRAY[failed.id]) AND failed.dead_reason IS NULL
     RETURNING j.id, j.attempt
 ), removed AS (
     DELETE FROM hopper_jobs AS j
-    USING failed
-    WHERE j.id = failed.id AND failed.dead_reason IS NOT NULL
+    WHERE j.id = ANY (ARRAY(SELECT failed.id FROM failed WHERE failed.dead_reason IS NOT NULL))
 ), buried AS (
     INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt,
                                   max_attempts, unique_key, errors, reason, created_at, run_at, state, meta, concurrency_key)

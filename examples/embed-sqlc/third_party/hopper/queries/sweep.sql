@@ -7,7 +7,10 @@
 -- Returns one row per job moved; dead tells where it went. A requeued job's
 -- priority and run_at tell workers where it sits in claim order (Notify).
 -- The dead table's rows are made from the locked rows themselves, not by
--- joining the delete's answer back (see NackBatch).
+-- joining the delete's answer back (see NackBatch). The requeued jobs are
+-- updated through j.id = ANY (ARRAY[expired.id]) and the dead ones deleted
+-- by an array of their ids, so that each is found by primary key whatever
+-- the statistics say (see NackBatch).
 WITH expired AS (
     SELECT j.id, j.queue, j.kind, j.version, j.payload, j.priority, j.attempt, j.max_attempts,
            j.unique_key, j.created_at, j.run_at, j.meta, j.concurrency_key,
@@ -37,12 +40,11 @@ WITH expired AS (
         lease_until = NULL,
         errors      = expired.errors
     FROM expired
-    WHERE j.id = expired.id AND NOT expired.exhausted
+    WHERE j.id = ANY (ARRAY[expired.id]) AND NOT expired.exhausted
     RETURNING j.id, j.queue, j.priority, j.run_at
 ), removed AS (
     DELETE FROM hopper_jobs AS j
-    USING expired
-    WHERE j.id = expired.id AND expired.exhausted
+    WHERE j.id = ANY (ARRAY(SELECT expired.id FROM expired WHERE expired.exhausted))
 ), buried AS (
     INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt,
                                   max_attempts, unique_key, errors, reason, created_at, run_at, meta, concurrency_key)
