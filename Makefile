@@ -43,6 +43,11 @@ bench-flow: ## hopper bench's flow-control modes (a noisy neighbour, 1,000 keys 
 	go build -o bin/hopper ./cmd/hopper
 	bin/hopper bench --scratch-cluster --mode flow
 
+.PHONY: bench-drain
+bench-drain: ## hopper bench's drain of 20,000, 50,000 and 500,000 waiting jobs (each analyzed after its enqueue, as autovacuum would) on a throwaway cluster (about 2 minutes)
+	go build -o bin/hopper ./cmd/hopper
+	bin/hopper bench --scratch-cluster --mode drain --drain-sizes 20000,50000,500000
+
 .PHONY: bench-go
 bench-go: ## Go benchmarks of the hot paths (dequeue, ack_batch, COPY, decode with upgrades, a run with and without middleware); compare runs with benchstat
 	go test -run '^$$' -bench . -benchmem -count 5 . ./queries ./jobs ./worker

@@ -36,10 +36,16 @@ type Config struct {
 	Scheduled   int           // far-future jobs added before measuring (backlog effect)
 	// History: measure the continuous run again with the workers keeping
 	// every completed job in the history this long (pruned as they expire).
-	History  time.Duration
-	Baseline bool // also run pgbench's raw-SQL cycle
-	Singles  int  // enqueue: single transactional enqueues timed
-	Samples  int  // latency: jobs timed
+	History time.Duration
+	// DrainSizes: the drain runs once per size instead of once with Jobs,
+	// each on a schema of its own (a burst enqueued, then ANALYZE, as
+	// autovacuum would run it, then drained): a statement whose plan
+	// depends on the table's size or statistics shows up as one size
+	// draining far slower than another.
+	DrainSizes []int
+	Baseline   bool // also run pgbench's raw-SQL cycle
+	Singles    int  // enqueue: single transactional enqueues timed
+	Samples    int  // latency: jobs timed
 
 	// Window is the length of one reported window of the continuous run
 	// and the baseline; the headline rate is the mean of the last half of
@@ -117,8 +123,10 @@ type Report struct {
 	Keys       *KeysResult       `json:"keys,omitempty"`
 	Rate       *RateResult       `json:"rate,omitempty"`
 	// RateExactStarts is the rate run again with Rate.ExactStarts.
-	RateExactStarts *RateResult        `json:"rate_exact_starts,omitempty"`
-	Ratios          map[string]float64 `json:"ratios,omitempty"`
+	RateExactStarts *RateResult `json:"rate_exact_starts,omitempty"`
+	// Drains is one drain per Config.DrainSizes.
+	Drains []*DrainResult     `json:"drains,omitempty"`
+	Ratios map[string]float64 `json:"ratios,omitempty"`
 }
 
 // PressureReport is the pressure suite's two continuous runs.
@@ -221,7 +229,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return r, fmt.Errorf("latency: %w", err)
 		}
 	}
-	if modes["drain"] {
+	if modes["drain"] && len(cfg.DrainSizes) > 0 {
+		for _, n := range cfg.DrainSizes {
+			logf("drain: %d waiting jobs", n)
+			sized := cfg
+			sized.Jobs = n
+			d, err := runDrain(ctx, sized)
+			if err != nil {
+				return r, fmt.Errorf("drain of %d jobs: %w", n, err)
+			}
+			r.Drains = append(r.Drains, d)
+		}
+	} else if modes["drain"] {
 		logf("drain: %d waiting jobs", cfg.Jobs)
 		if r.Drain, err = runDrain(ctx, cfg); err != nil {
 			return r, fmt.Errorf("drain: %w", err)
@@ -291,7 +310,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 func (cfg Config) summary() map[string]any {
 	return map[string]any{
-		"mode": cfg.Mode, "duration": cfg.Duration.String(), "jobs": cfg.Jobs, "workers": cfg.Workers,
+		"mode": cfg.Mode, "duration": cfg.Duration.String(), "jobs": cfg.Jobs, "drain_sizes": cfg.DrainSizes, "workers": cfg.Workers,
 		"concurrency": cfg.Concurrency, "batch_size": cfg.BatchSize, "producers": cfg.Producers,
 		"payload_size": cfg.PayloadSize, "handler_time": cfg.HandlerTime.String(), "scheduled_backlog": cfg.Scheduled,
 		"history":       cfg.History.String(),

@@ -663,6 +663,9 @@ type DrainResult struct {
 	Seconds            float64 `json:"seconds"`
 	JobsPerSecond      float64 `json:"jobs_per_second"`
 	WorkerPeakRSSBytes int64   `json:"worker_peak_rss_bytes"`
+	// Statements is what each of Hopper's statements cost the server
+	// during the drain, the most expensive first (pg_stat_statements).
+	Statements []StatementCost `json:"statements,omitempty"`
 }
 
 func runDrain(ctx context.Context, cfg Config) (*DrainResult, error) {
@@ -677,9 +680,12 @@ func runDrain(ctx context.Context, cfg Config) (*DrainResult, error) {
 	if err := enqueueCopy(ctx, s.pool, noop, cfg.Jobs, 5000, cfg.payload()); err != nil {
 		return nil, err
 	}
+	// What autovacuum does after a burst of inserts: the statistics then
+	// describe a table of pending jobs only.
 	if err := maintain(ctx, s.pool, "vacuum.sql"); err != nil {
 		return nil, err
 	}
+	statements := newStatementMeter(ctx, s.pool)
 	p, err := startWorkers(cfg, s.url)
 	if err != nil {
 		return nil, err
@@ -719,7 +725,8 @@ func runDrain(ctx context.Context, cfg Config) (*DrainResult, error) {
 	if err := checkTable(ctx, s.pool, p, int64(cfg.Jobs), cfg.Scheduled); err != nil {
 		return nil, err
 	}
-	return &DrainResult{Jobs: cfg.Jobs, Seconds: secs, JobsPerSecond: float64(cfg.Jobs) / secs, WorkerPeakRSSBytes: peak}, nil
+	return &DrainResult{Jobs: cfg.Jobs, Seconds: secs, JobsPerSecond: float64(cfg.Jobs) / secs, WorkerPeakRSSBytes: peak,
+		Statements: statements.costs(ctx)}, nil
 }
 
 // ---- enqueue ----

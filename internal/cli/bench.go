@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,9 +20,10 @@ func benchCommand() *command {
 	var role string
 	var keep time.Duration
 	var fair, exactStarts bool
+	var drainSizes string
 	return &command{
 		name:    "bench",
-		args:    "[--mode continuous|drain|enqueue|latency|all|noisy|keys|rate|flow] [--baseline] [--json] [flags]",
+		args:    "[--mode continuous|drain|enqueue|latency|all|noisy|keys|rate|flow] [--drain-sizes N,N,…] [--baseline] [--json] [flags]",
 		summary: "measure throughput, latency, memory and PostgreSQL CPU on a scratch schema, with a pgbench raw-SQL baseline",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all (those four); noisy, keys, rate or flow (those three)")
@@ -33,6 +35,7 @@ func benchCommand() *command {
 			fs.BoolVar(&cfg.Pressure, "pressure", false, "after the other modes: a continuous run with a snapshot held for --hold-for then released, and one with a --burst, compared with the clean runs")
 			fs.DurationVar(&cfg.HoldFor, "hold-for", 5*time.Minute, "--pressure: how long the snapshot is held")
 			fs.IntVar(&cfg.Jobs, "jobs", 1_000_000, "drain: backlog size; enqueue: jobs sent with COPY")
+			fs.StringVar(&drainSizes, "drain-sizes", "", "drain: drain once per backlog size instead of --jobs, comma-separated (e.g. 20000,50000,500000), each analyzed after its enqueue")
 			fs.IntVar(&cfg.Workers, "workers", 2, "worker instances in the worker process")
 			fs.IntVar(&cfg.Concurrency, "concurrency", 1000, "handler slots per worker")
 			fs.IntVar(&cfg.BatchSize, "batch-size", 5000, "producer and COPY batch size (also the baseline's)")
@@ -75,6 +78,11 @@ func benchCommand() *command {
 			default:
 				return fmt.Errorf("%w: unknown mode %q", errUsage, cfg.Mode)
 			}
+			sizes, err := parseDrainSizes(drainSizes)
+			if err != nil {
+				return err
+			}
+			cfg.DrainSizes = sizes
 			if cfg.Duration < time.Second || cfg.Jobs < 1 || cfg.Workers < 1 || cfg.Concurrency < 1 || cfg.BatchSize < 1 ||
 				cfg.Producers < 1 || cfg.PayloadSize < 0 || cfg.HandlerTime < 0 || cfg.Scheduled < 0 || cfg.Singles < 1 || cfg.Samples < 1 ||
 				cfg.Window < time.Second || cfg.Burst < 0 || cfg.Recover < 0 || cfg.HoldFor < time.Second || cfg.History < 0 {
@@ -128,6 +136,23 @@ func benchCommand() *command {
 	}
 }
 
+// parseDrainSizes reads --drain-sizes: job counts separated by commas
+// ("" is none).
+func parseDrainSizes(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var sizes []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%w: --drain-sizes takes positive job counts separated by commas, not %q", errUsage, s)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes, nil
+}
+
 func printBench(w io.Writer, r *bench.Report) {
 	printServer(w, r.Server)
 	m := r.Machine
@@ -136,7 +161,10 @@ func printBench(w io.Writer, r *bench.Report) {
 		printContinuous(w, "continuous", c)
 	}
 	if d := r.Drain; d != nil {
-		fmt.Fprintf(w, "drain: %d jobs in %.1fs = %.0f jobs/s; worker peak RSS %.0f MB\n", d.Jobs, d.Seconds, d.JobsPerSecond, float64(d.WorkerPeakRSSBytes)/1e6)
+		printDrain(w, d)
+	}
+	for _, d := range r.Drains {
+		printDrain(w, d)
 	}
 	if e := r.Enqueue; e != nil {
 		fmt.Fprintf(w, "enqueue: COPY %.0f jobs/s (batches of %d); single transactional enqueue p50 %.2f ms, p99 %.2f ms\n",
@@ -167,6 +195,23 @@ func printBench(w io.Writer, r *bench.Report) {
 	}
 }
 
+func printDrain(w io.Writer, d *bench.DrainResult) {
+	fmt.Fprintf(w, "drain: %d jobs in %.1fs = %.0f jobs/s; worker peak RSS %.0f MB\n", d.Jobs, d.Seconds, d.JobsPerSecond, float64(d.WorkerPeakRSSBytes)/1e6)
+	printStatements(w, d.Statements)
+}
+
+func printStatements(w io.Writer, stmts []bench.StatementCost) {
+	for i, st := range stmts {
+		if i == 0 {
+			fmt.Fprintf(w, "  server time by statement (pg_stat_statements):\n")
+		}
+		if i == 6 {
+			break
+		}
+		fmt.Fprintf(w, "    %-14s %9d calls  %9.0f ms  %7.3f ms/call  %8.1f buffers/call\n", st.Name, st.Calls, st.TotalMs, st.MeanMs, st.BuffersPerCall)
+	}
+}
+
 func printContinuous(w io.Writer, label string, c *bench.ContinuousResult) {
 	fmt.Fprintf(w, "%s: %.0f jobs/s worked, %.0f jobs/s enqueued over %.0fs; worker peak RSS %.0f MB; CPU per 1000 jobs: worker %.3fs, PostgreSQL %.3fs\n",
 		label, c.WorkedPerSecond, c.EnqueuedPerSecond, c.Seconds, float64(c.WorkerPeakRSSBytes)/1e6, c.WorkerCPUPer1000, c.PostgresCPUPer1000)
@@ -188,15 +233,7 @@ func printContinuous(w io.Writer, label string, c *bench.ContinuousResult) {
 		fmt.Fprintf(w, "  hopper_jobs at the end: %d dead / %d live tuples, table %.1f MB, indexes %.1f MB (ready index %.1f MB), autovacuums %d\n",
 			t.DeadTuples, t.LiveTuples, float64(t.TableBytes)/1e6, float64(t.IndexBytes)/1e6, float64(t.ReadyIndexBytes)/1e6, t.Autovacuums)
 	}
-	for i, st := range c.Statements {
-		if i == 0 {
-			fmt.Fprintf(w, "  server time by statement (pg_stat_statements):\n")
-		}
-		if i == 6 {
-			break
-		}
-		fmt.Fprintf(w, "    %-14s %9d calls  %9.0f ms  %7.3f ms/call  %8.1f buffers/call\n", st.Name, st.Calls, st.TotalMs, st.MeanMs, st.BuffersPerCall)
-	}
+	printStatements(w, c.Statements)
 	for i, rw := range c.Recovery {
 		if i == 0 {
 			fmt.Fprintf(w, "  after releasing the snapshot, per %.0fs window: jobs/s, dead tuples, table MB, indexes MB, autovacuums\n", c.WindowSeconds)
