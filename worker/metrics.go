@@ -13,7 +13,7 @@ type metrics struct {
 	claimedC, completedC, failedC, deadC, leaseLostC, refusedC *prometheus.CounterVec
 	unconfirmedC, unrecordedC, abandonedC                      *prometheus.CounterVec
 	cancelledC, snoozedC                                       *prometheus.CounterVec
-	scheduleFiredC                                             *prometheus.CounterVec
+	scheduleFiredC, scheduleFailedC                            *prometheus.CounterVec
 	stuckG                                                     *prometheus.GaugeVec
 	durationH, waitH                                           *prometheus.HistogramVec
 	batchH                                                     *prometheus.HistogramVec
@@ -69,6 +69,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		snoozedC: counter("jobs_snoozed_total", "Runs that ended with a snooze (worker.Snooze): the job waits, uncharged."),
 		scheduleFiredC: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "hopper", Name: "schedule_fired_total",
 			Help: "Jobs enqueued by the schedules this worker fired."}, []string{"schedule"}),
+		scheduleFailedC: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "hopper", Name: "schedule_failures_total",
+			Help: "Fires of a schedule that failed (payload function, enqueue): the schedule waits out a backoff."}, []string{"schedule"}),
 		abandonedC: counter("handlers_abandoned_total",
 			"Handlers still running past their timeout plus AbandonAfter: their jobs were given up to run again elsewhere."),
 		stuckG: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -100,7 +102,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.claimedC, m.completedC, m.failedC, m.deadC, m.leaseLostC, m.refusedC,
-		m.unconfirmedC, m.unrecordedC, m.cancelledC, m.snoozedC, m.scheduleFiredC, m.abandonedC, m.stuckG, m.durationH, m.waitH, m.batchH}
+		m.unconfirmedC, m.unrecordedC, m.cancelledC, m.snoozedC, m.scheduleFiredC, m.scheduleFailedC, m.abandonedC, m.stuckG, m.durationH, m.waitH, m.batchH}
 }
 
 func (m *metrics) fetched(queue string, n int) { m.batchH.WithLabelValues(queue).Observe(float64(n)) }
@@ -124,6 +126,7 @@ func (m *metrics) snoozed(queue, kind string)     { m.snoozedC.WithLabelValues(q
 func (m *metrics) scheduleFired(name string, jobs int) {
 	m.scheduleFiredC.WithLabelValues(name).Add(float64(jobs))
 }
+func (m *metrics) scheduleFailed(name string) { m.scheduleFailedC.WithLabelValues(name).Inc() }
 func (m *metrics) abandoned(queue, kind string) {
 	m.abandonedC.WithLabelValues(queue, kind).Inc()
 	m.stuckG.WithLabelValues(queue, kind).Inc()

@@ -92,7 +92,8 @@ func (w *Worker) reportStaleSchedules(ctx context.Context) {
 // fireSchedules fires this worker's schedules as they fall due, until ctx
 // ends: it sleeps until the first is due (at most PollInterval, to notice
 // changes made elsewhere; a trigger or resume wakes it at once), fires what
-// is due, and reports its definitions now and then.
+// is due, and reports its definitions now and then. A schedule whose fire
+// fails waits out a backoff of its own; the others fire on time.
 func (w *Worker) fireSchedules(ctx context.Context) {
 	names := w.scheduleNames()
 	heartbeat := max(w.cfg.ScheduleStaleAfter/5, time.Second)
@@ -100,6 +101,7 @@ func (w *Worker) fireSchedules(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	failures := 0
+	backoff := scheduleBackoff{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -115,7 +117,7 @@ func (w *Worker) fireSchedules(ctx context.Context) {
 			}
 		}
 		wait := w.cfg.PollInterval
-		if err := w.fireDue(ctx); err != nil {
+		if err := w.fireDue(ctx, names, backoff); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -124,9 +126,14 @@ func (w *Worker) fireSchedules(ctx context.Context) {
 			w.log.Warn("firing schedules failed; retrying", "error", err, "in", wait)
 		} else {
 			failures = 0
-			next, err := w.q.NextScheduleFire(ctx, names)
-			if err == nil {
-				wait = min(max(time.Until(next), 0), w.cfg.PollInterval)
+			if ready := backoff.ready(names, time.Now()); len(ready) > 0 {
+				next, err := w.q.NextScheduleFire(ctx, ready)
+				if err == nil {
+					wait = min(max(time.Until(next), 0), w.cfg.PollInterval)
+				}
+			}
+			if retry := backoff.nextRetry(); !retry.IsZero() {
+				wait = min(wait, max(time.Until(retry), 0))
 			}
 		}
 		if !timer.Stop() {
@@ -139,18 +146,49 @@ func (w *Worker) fireSchedules(ctx context.Context) {
 	}
 }
 
-// fireDue fires every schedule of this worker that is due, one
-// transaction each.
-func (w *Worker) fireDue(ctx context.Context) error {
-	names := w.scheduleNames()
+// fireDue fires every schedule of names that is due and not waiting out a
+// failure, one transaction each. A schedule whose fire fails is logged,
+// counted and set to wait (backoff), and the pass goes on with the
+// others; an error returned is the database's, not a schedule's.
+func (w *Worker) fireDue(ctx context.Context, names []string, backoff scheduleBackoff) error {
+	ready := backoff.ready(names, time.Now())
 	for range 1000 { // bounded: whatever is left waits for the next pass
-		fired, err := w.fireOne(ctx, names)
-		if err != nil || !fired {
+		if len(ready) == 0 {
+			return nil
+		}
+		name, err := w.fireOne(ctx, ready)
+		var failed *scheduleError
+		switch {
+		case errors.As(err, &failed):
+			if ctx.Err() != nil {
+				return err
+			}
+			w.metrics.scheduleFailed(failed.name)
+			wait := backoff.failed(failed.name, time.Now())
+			w.log.Error("schedule failed to fire: its slots are tried again after a backoff; other schedules fire on time",
+				"schedule", failed.name, "error", failed.err, "retry_in", wait)
+			ready = backoff.ready(names, time.Now())
+		case err != nil:
 			return err
+		case name == "":
+			return nil // nothing due
+		default:
+			backoff.succeeded(name)
 		}
 	}
 	return nil
 }
+
+// scheduleError is the failure of one schedule's fire: its payload
+// function, its enqueue or its compare-and-set. It costs that schedule a
+// backoff, not the others their turn.
+type scheduleError struct {
+	name string
+	err  error
+}
+
+func (e *scheduleError) Error() string { return fmt.Sprintf("schedule %q: %v", e.name, e.err) }
+func (e *scheduleError) Unwrap() error { return e.err }
 
 // specs caches the parsed expressions in force, which may be another
 // deploy's.
@@ -171,26 +209,44 @@ func specOf(expr, zone string) (*schedule.Spec, error) {
 
 // fireOne takes one due schedule (locked, SKIP LOCKED), enqueues its jobs
 // and moves it on by compare-and-set, in one transaction: the slots fire
-// once, or (on any failure) not at all and are fired again. It reports
-// whether it found one.
-func (w *Worker) fireOne(ctx context.Context, names []string) (bool, error) {
+// once, or (on any failure) not at all and are fired again. It returns the
+// name of the schedule it fired, "" when none was due; a failure after it
+// took one is a *scheduleError.
+func (w *Worker) fireOne(ctx context.Context, names []string) (string, error) {
 	tx, err := w.pool.Begin(ctx)
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	q := db.New(w.dbtx(tx))
 	row, err := q.DueSchedule(ctx, names)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
+		return "", nil
 	}
 	if err != nil {
-		return false, err
+		return "", err
 	}
+	fired, err := w.fireTaken(ctx, tx, q, row)
+	if err != nil {
+		return "", &scheduleError{name: row.Name, err: err}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return "", &scheduleError{name: row.Name, err: err}
+	}
+	w.metrics.scheduleFired(row.Name, fired.Inserted)
+	if fired.Duplicates > 0 {
+		w.log.Warn("a slot's job was enqueued already (its unique key is held): not enqueued again", "schedule", row.Name, "duplicates", fired.Duplicates)
+	}
+	return row.Name, nil
+}
+
+// fireTaken enqueues the jobs of a schedule taken by DueSchedule and moves
+// it on, in the transaction tx.
+func (w *Worker) fireTaken(ctx context.Context, tx pgx.Tx, q *db.Queries, row db.DueScheduleRow) (jobs.BatchResult, error) {
 	s := w.schedules[row.Name]
 	spec, err := specOf(row.Expression, row.TimeZone)
 	if err != nil {
-		return false, fmt.Errorf("schedule %q: the definition in force does not parse here: %w", row.Name, err)
+		return jobs.BatchResult{}, fmt.Errorf("the definition in force does not parse here: %w", err)
 	}
 	var slots []time.Time
 	following := row.NextFireAt
@@ -208,31 +264,24 @@ func (w *Worker) fireOne(ctx context.Context, names []string) (bool, error) {
 	}
 	entries, err := s.entries(slots)
 	if err != nil {
-		return false, fmt.Errorf("schedule %q: %w", row.Name, err)
+		return jobs.BatchResult{}, err
 	}
 	res, err := jobs.EnqueueBatch(ctx, w.dbtx(tx), entries)
 	if err != nil {
-		return false, fmt.Errorf("schedule %q: %w", row.Name, err)
+		return jobs.BatchResult{}, err
 	}
 	moved, err := q.AdvanceSchedule(ctx, db.AdvanceScheduleParams{
 		Name: row.Name, Following: following, Fired: len(slots) > 0, LastSlot: last,
 		ExpectedNext: row.NextFireAt, ExpectedTrigger: row.TriggeredAt,
 	})
 	if err != nil {
-		return false, fmt.Errorf("schedule %q: %w", row.Name, err)
+		return jobs.BatchResult{}, err
 	}
 	if moved != 1 {
-		return false, fmt.Errorf("schedule %q moved meanwhile: nothing fired", row.Name)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return false, fmt.Errorf("schedule %q: %w", row.Name, err)
-	}
-	w.metrics.scheduleFired(row.Name, res.Inserted)
-	if res.Duplicates > 0 {
-		w.log.Warn("a slot's job was enqueued already (its unique key is held): not enqueued again", "schedule", row.Name, "duplicates", res.Duplicates)
+		return jobs.BatchResult{}, errors.New("moved meanwhile: nothing fired")
 	}
 	if len(slots) > 0 {
 		w.log.Debug("schedule fired", "schedule", row.Name, "slots", len(slots), "next", following)
 	}
-	return true, nil
+	return res, nil
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
@@ -240,4 +242,41 @@ func TestSchedulePauseResumeTrigger(t *testing.T) {
 	require.ErrorIs(t, err, hopper.ErrUnknownSchedule)
 	_, err = client.ResumeSchedule(b.ctx, "nope")
 	require.ErrorIs(t, err, hopper.ErrUnknownSchedule)
+}
+
+// TestFailingScheduleCostsOnlyItself: a schedule whose payload function
+// always panics, and one that panics on its first fires, beside a healthy
+// one: the healthy one fires every slot on time; the flaky one waits out
+// its backoff and then fires every slot it missed (CatchUp); the broken one
+// is logged and counted, and never fires.
+func TestFailingScheduleCostsOnlyItself(t *testing.T) {
+	b := setup(t)
+	fireLog(t, b)
+	reg := prometheus.NewRegistry()
+	var flakyCalls atomic.Int32
+	start(t, b, worker.Config{Registerer: reg, Logger: quiet}, func(w *worker.Worker) {
+		catchUp := worker.OnMissed(worker.CatchUp(100))
+		must(t, worker.Schedule(w, "a-broken", tick, "@every 1s", func(time.Time) Tick { panic("no payload today") }, catchUp))
+		must(t, worker.Schedule(w, "b-flaky", tick, "@every 1s", func(s time.Time) Tick {
+			if flakyCalls.Add(1) <= 2 {
+				panic("not yet")
+			}
+			return slotOf(s)
+		}, catchUp))
+		must(t, worker.Schedule(w, "c-healthy", tick, "@every 1s", slotOf, catchUp))
+		must(t, worker.Handle(w, tick, func(context.Context, *jobs.Job[Tick]) error { return nil }))
+	})
+	testdb.WaitFor(t, "the healthy and the flaky schedule fired 4 slots each", func() bool {
+		healthy, _ := fires(t, b, "c-healthy")
+		flaky, _ := fires(t, b, "b-flaky")
+		return len(healthy) >= 4 && len(flaky) >= 4
+	})
+	for _, name := range []string{"c-healthy", "b-flaky"} {
+		slots, twice := fires(t, b, name)
+		require.Zero(t, twice, name)
+		requireEvery(t, slots, time.Second, name)
+	}
+	broken, _ := fires(t, b, "a-broken")
+	require.Empty(t, broken)
+	require.GreaterOrEqual(t, metricValue(t, reg, "hopper_schedule_failures_total"), 3.0)
 }
