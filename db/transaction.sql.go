@@ -9,6 +9,24 @@ import (
 	"context"
 )
 
+const defaultIsolation = `-- name: DefaultIsolation :one
+SELECT current_setting('default_transaction_isolation')::text AS isolation
+`
+
+// The isolation level the session's transactions get by default. A worker
+// refuses to start unless it is read committed: its claim under flow
+// control runs the claim lock and the claim in one implicit transaction,
+// and only under read committed does the claim's snapshot come after the
+// lock is granted (under repeatable read or serializable the snapshot is
+// the lock statement's, taken before the wait, and misses the claims that
+// committed meanwhile).
+func (q *Queries) DefaultIsolation(ctx context.Context) (string, error) {
+	row := q.db.QueryRow(ctx, defaultIsolation)
+	var isolation string
+	err := row.Scan(&isolation)
+	return isolation, err
+}
+
 const transactionID = `-- name: TransactionID :one
 SELECT pg_current_xact_id()::text::bigint AS xid
 `

@@ -13,3 +13,13 @@ SELECT pg_current_xact_id()::text::bigint AS xid;
 SELECT x.xid::bigint AS xid,
        coalesce(pg_xact_status(x.xid::text::xid8), '')::text AS status
 FROM unnest(@xids::bigint[]) AS x(xid);
+
+-- name: DefaultIsolation :one
+-- The isolation level the session's transactions get by default. A worker
+-- refuses to start unless it is read committed: its claim under flow
+-- control runs the claim lock and the claim in one implicit transaction,
+-- and only under read committed does the claim's snapshot come after the
+-- lock is granted (under repeatable read or serializable the snapshot is
+-- the lock statement's, taken before the wait, and misses the claims that
+-- committed meanwhile).
+SELECT current_setting('default_transaction_isolation')::text AS isolation;

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -291,6 +292,40 @@ func TestRefusedResultStaysWithItsJob(t *testing.T) {
 			var r Result
 			require.NoError(t, json.Unmarshal(storedResult, &r))
 			require.Equal(t, "nul \uFFFD here", r.Text)
+		})
+	}
+}
+
+// TestRefusesIsolationAboveReadCommitted: a pool whose sessions default to
+// repeatable read or serializable is refused at start with ErrIsolation
+// (the flow-controlled claim would take its snapshot before its lock);
+// read committed, set explicitly, starts.
+func TestRefusesIsolationAboveReadCommitted(t *testing.T) {
+	for _, level := range []string{"repeatable read", "serializable", "read committed"} {
+		t.Run(level, func(t *testing.T) {
+			b := setup(t)
+			cfg, err := pgxpool.ParseConfig(b.tdb.URL)
+			require.NoError(t, err)
+			cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = level
+			pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			w, err := worker.New(pool, fast(worker.Config{Logger: quiet}))
+			require.NoError(t, err)
+			must(t, worker.Handle(w, kind(t, "any"), func(context.Context, *jobs.Job[Task]) error { return nil }))
+			ctx, cancel := context.WithCancel(b.ctx)
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() { errc <- w.Run(ctx) }()
+			if level == "read committed" {
+				testdb.WaitFor(t, "the worker listening", func() bool { return worker.Listening(w) })
+				cancel()
+				require.NoError(t, <-errc)
+				return
+			}
+			err = <-errc
+			require.ErrorIs(t, err, worker.ErrIsolation)
+			require.ErrorContains(t, err, level)
 		})
 	}
 }

@@ -23,6 +23,27 @@ import (
 // search_path: run the migrations (schema.Up or `hopper migrate up`) first.
 var ErrNotMigrated = errors.New("hopper: schema not migrated")
 
+// ErrIsolation is returned by Run when the pool's sessions default to an
+// isolation level other than read committed (a role's or database's
+// default_transaction_isolation): the claim under flow control would see
+// a snapshot older than its lock. Give Hopper a pool whose sessions use
+// read committed, for example with
+// cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed".
+var ErrIsolation = errors.New("hopper: sessions must default to read committed isolation")
+
+// checkIsolation refuses a pool whose sessions default to repeatable read
+// or serializable (see queries/transaction.sql, DefaultIsolation).
+func (w *Worker) checkIsolation(ctx context.Context) error {
+	level, err := w.q.DefaultIsolation(ctx)
+	if err != nil {
+		return fmt.Errorf("hopper: worker: start: read the default isolation: %w", err)
+	}
+	if level != "read committed" {
+		return fmt.Errorf("%w: this pool's sessions default to %s (set default_transaction_isolation to read committed in the pool's RuntimeParams, or for the role Hopper connects as)", ErrIsolation, level)
+	}
+	return nil
+}
+
 // Worker claims and runs jobs. Create it with New, register handlers with
 // Handle, then call Run.
 type Worker struct {
@@ -261,6 +282,9 @@ func (w *Worker) start(ctx context.Context) error {
 		return fmt.Errorf("hopper: worker: start: %w", err)
 	}
 	w.schema = schemaName
+	if err := w.checkIsolation(ctx); err != nil {
+		return err
+	}
 	w.warnIfPooled(ctx)
 	w.setUpFlow()
 	names := make([]string, 0, len(w.queues))
