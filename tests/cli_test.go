@@ -136,7 +136,7 @@ func TestMigrate(t *testing.T) {
 	require.Contains(t, r.stdout, "6/u flow_control")
 	require.Contains(t, r.stdout, "7/u flow_record")
 	require.Contains(t, r.stdout, "8/u rate_starts")
-	require.Contains(t, r.stdout, "schema version 8 (this build's latest: 8)")
+	require.Contains(t, r.stdout, "schema version 9 (this build's latest: 9)")
 
 	r = runHopper(t, d.URL, "", "migrate", "down", "--all", "--yes")
 	require.Zero(t, r.code, r.stderr)

@@ -1,0 +1,29 @@
+-- Concurrency keys compare byte by byte ("C"), whatever the database's
+-- collation: a fair claim goes round the keys in the order of
+-- hopper_ready_keys (min and > on the key index), and the worker picks up
+-- where the last round ended by comparing keys in Go, bytewise. Under a
+-- linguistic collation (en_US, ICU) the two orders differ ('B' < 'a'
+-- bytewise, not in en_US) and a round could revisit a key or skip others.
+-- A collation change of text is binary-compatible: no table rewrite, the
+-- key index is rebuilt. The view of all jobs depends on the columns, so it
+-- is dropped and made again.
+DROP VIEW hopper_all_jobs;
+ALTER TABLE hopper_jobs ALTER COLUMN concurrency_key TYPE text COLLATE "C";
+ALTER TABLE hopper_dead_jobs ALTER COLUMN concurrency_key TYPE text COLLATE "C";
+ALTER TABLE hopper_job_history ALTER COLUMN concurrency_key TYPE text COLLATE "C";
+CREATE VIEW hopper_all_jobs AS
+SELECT j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.run_at,
+       j.attempt, j.max_attempts, j.lease_owner, j.lease_until, j.unique_key, j.errors,
+       j.created_at, NULL::timestamptz AS finished_at, NULL::text AS reason, NULL::jsonb AS result,
+       j.meta, j.concurrency_key
+FROM hopper_jobs AS j
+UNION ALL
+SELECT d.id, d.queue, d.kind, d.version, d.payload, d.state, d.priority, d.run_at,
+       d.attempt, d.max_attempts, NULL::text, NULL::timestamptz, d.unique_key, d.errors,
+       d.created_at, d.died_at, d.reason, NULL::jsonb, d.meta, d.concurrency_key
+FROM hopper_dead_jobs AS d
+UNION ALL
+SELECT h.id, h.queue, h.kind, h.version, h.payload, 'completed'::text, h.priority, h.run_at,
+       h.attempt, h.max_attempts, NULL::text, NULL::timestamptz, h.unique_key, h.errors,
+       h.created_at, h.finished_at, NULL::text, h.result, h.meta, h.concurrency_key
+FROM hopper_job_history AS h;
