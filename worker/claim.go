@@ -194,15 +194,27 @@ func (c *claim) finish() bool { return c.move(claimRunning, claimFinished) }
 func (c *claim) recorded() {
 	if c.move(claimFinished, claimRecorded) {
 		c.owner.claims.remove(c)
-		if c.keyed {
-			// The key's slot is free now that the result is in: jobs of
-			// the key held back by its limit may be claimed. They stand
-			// after this one in the ready order, and the cursor may have
-			// passed them: it goes back to here.
-			c.queue.cursor.rewind(c.place)
-			signal(c.queue.wake)
-		}
+		c.freeKey()
 	}
+}
+
+// freeKey: the claim no longer takes its key's slot (its result is in, or
+// the job was taken from it), so jobs of the key held back by its limit
+// may be claimed. They stand after this one in the ready order, and the
+// cursor may have passed them: it goes back to here. No wake-up announces
+// them (nothing was inserted), so without this they would wait for the
+// next full scan.
+func (c *claim) freeKey() {
+	if c.keyed {
+		c.readyAgain()
+	}
+}
+
+// readyAgain moves the queue's cursor back to the claim's place and wakes
+// the claim loop: a job at or after that place became ready unannounced.
+func (c *claim) readyAgain() {
+	c.queue.cursor.rewind(c.place)
+	signal(c.queue.wake)
 }
 
 // lose: running → lost; the claim leaves the set (the heartbeat stops
@@ -214,6 +226,7 @@ func (c *claim) lose() bool {
 	c.owner.claims.remove(c)
 	c.owner.metrics.leaseLost(c.queue.name, c.kind)
 	c.cancelWith(ErrLeaseLost)
+	c.freeKey()
 	return true
 }
 
@@ -227,6 +240,7 @@ func (c *claim) cancelled() bool {
 	c.owner.claims.remove(c)
 	c.owner.metrics.cancelled(c.queue.name, c.kind)
 	c.cancelWith(ErrCancelled)
+	c.freeKey()
 	return true
 }
 

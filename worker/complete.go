@@ -363,6 +363,12 @@ func (w *Worker) recordNacks(nacks []completion, again, unsure []completion) ([]
 		dead, ok := taken[claimKey{c.claim.id, c.claim.attempt}]
 		switch {
 		case ok:
+			if !dead && c.act == actRetry && c.backoff == 0 {
+				// Pending again at once, at a place the cursor may have
+				// passed (a higher priority than the jobs claimed since),
+				// and no insert announces it.
+				c.claim.readyAgain()
+			}
 			w.report(c, c.act.outcome(dead))
 		default:
 			unsure = append(unsure, c) // refused, cancelled, or an earlier try took effect

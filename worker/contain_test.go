@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -328,4 +329,82 @@ func TestRefusesIsolationAboveReadCommitted(t *testing.T) {
 			require.ErrorContains(t, err, level)
 		})
 	}
+}
+
+// TestReadyBehindCursorRunsAtOnce: jobs that become ready behind the
+// claim cursor with no insert to announce them run at once, not at the
+// next full scan (an hour here): a retry with no backoff of a job ranked
+// before the jobs claimed since, and a job of a key held back by its limit
+// whose running job an operator cancelled.
+func TestReadyBehindCursorRunsAtOnce(t *testing.T) {
+	// inOneTx enqueues jobs together once the worker listens (its cursor is
+	// in use only then), so that one claim takes them all.
+	inOneTx := func(t *testing.T, b *bundle, w *worker.Worker, enqueue func(tx pgx.Tx) []int64) []int64 {
+		testdb.WaitFor(t, "the worker listening", func() bool { return worker.Listening(w) })
+		tx, err := b.pool.Begin(b.ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(b.ctx) //nolint:errcheck
+		ids := enqueue(tx)
+		require.NoError(t, tx.Commit(b.ctx))
+		return ids
+	}
+	enq := func(t *testing.T, b *bundle, tx pgx.Tx, k *jobs.Kind[Task], n int, opts ...jobs.EnqueueOption) int64 {
+		res, err := k.Enqueue(b.ctx, tx, Task{N: n}, opts...)
+		require.NoError(t, err)
+		return res.ID
+	}
+	t.Run("retry without backoff", func(t *testing.T) {
+		b := setup(t)
+		k := kind(t, "retried")
+		var seen *outcomes
+		r := start(t, b, worker.Config{Queues: map[string]int{jobs.DefaultQueue: 2}, FullScanInterval: time.Hour, Logger: quiet},
+			func(w *worker.Worker) {
+				seen = observe(w)
+				must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+					if j.Payload.N == 1 && j.Attempt == 1 {
+						return worker.RetryAt(time.Time{}, errors.New("again, now"))
+					}
+					return nil
+				}))
+			})
+		// Both are claimed together (two slots): the cursor passes the
+		// first job's place, and its retry ranks before the second.
+		ids := inOneTx(t, b, r.w, func(tx pgx.Tx) []int64 {
+			return []int64{enq(t, b, tx, k, 1, jobs.Priority(1)), enq(t, b, tx, k, 2, jobs.Priority(5))}
+		})
+		testdb.WaitFor(t, "the retry ran", func() bool { return len(seen.of(ids[0], 2)) > 0 })
+		require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(ids[0], 2))
+	})
+	t.Run("key freed by a cancel", func(t *testing.T) {
+		b := setup(t)
+		k := kind(t, "keyed")
+		started := make(chan struct{})
+		var seen *outcomes
+		r := start(t, b, worker.Config{
+			Queues: map[string]int{jobs.DefaultQueue: 3}, FullScanInterval: time.Hour, Logger: quiet,
+			FlowControl: map[string]worker.FlowControl{jobs.DefaultQueue: {KeyLimit: 1}},
+		}, func(w *worker.Worker) {
+			seen = observe(w)
+			must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+				if j.Payload.N == 1 {
+					close(started)
+					<-ctx.Done()
+					return ctx.Err()
+				}
+				return nil
+			}))
+		})
+		ids := inOneTx(t, b, r.w, func(tx pgx.Tx) []int64 {
+			return []int64{
+				enq(t, b, tx, k, 1, jobs.ConcurrencyKey("acct"), jobs.Priority(1)),
+				enq(t, b, tx, k, 2, jobs.ConcurrencyKey("acct"), jobs.Priority(1)),
+				enq(t, b, tx, k, 3, jobs.Priority(5)),
+			}
+		})
+		<-started
+		testdb.WaitFor(t, "the unkeyed job ran, past the held-back one", func() bool { return len(seen.of(ids[2], 1)) > 0 })
+		require.NoError(t, hopper.NewClient(b.pool).CancelJob(b.ctx, ids[0]))
+		testdb.WaitFor(t, "the held-back job ran", func() bool { return len(seen.of(ids[1], 1)) > 0 })
+		require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(ids[1], 1))
+	})
 }

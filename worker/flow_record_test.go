@@ -102,8 +102,8 @@ func TestFlowNeedsItsMigrations(t *testing.T) {
 		flow map[string]worker.FlowControl
 		want string
 	}{
-		{"without 7", 2, nil, "hopper_queues.flow_control"},
-		{"without 8, a rate limit", 1, rate, "hopper_rate_claims.awaiting_starts"},
+		{"without 7", 3, nil, "hopper_queues.flow_control"},
+		{"without 8, a rate limit", 2, rate, "hopper_rate_claims.awaiting_starts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)

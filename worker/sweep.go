@@ -44,12 +44,14 @@ func (w *Worker) SweepOnce(ctx context.Context) (requeued, dead int) {
 				w.metrics.dead(r.Queue, "")
 			} else {
 				requeued++
-				wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
 			}
+			// A job gone dead is announced too: it freed its key's slot,
+			// and jobs of the key held back behind it are ready now.
+			wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
 		}
 		w.announce(ctx, &wk, "sweep")
 		if len(rows) > 0 {
-			w.log.Info("swept expired leases", "requeued", len(wk.p.Queues), "dead", len(rows)-len(wk.p.Queues))
+			w.log.Info("swept expired leases", "requeued", requeued, "dead", dead)
 		}
 		if len(rows) < w.cfg.SweepBatch {
 			complete = true
