@@ -26,9 +26,9 @@ SELECT c.id::bigint AS id,
                  WHERE (e ->> 'attempt')::integer = c.attempt
                  LIMIT 1), '')::text AS attempt_error
 FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::integer[]) AS attempt) AS c
-LEFT JOIN hopper_jobs AS j ON j.id = c.id
-LEFT JOIN hopper_dead_jobs AS d ON d.id = c.id
-LEFT JOIN hopper_job_history AS h ON h.id = c.id
+LEFT JOIN hopper_jobs AS j ON j.id = ANY (ARRAY[c.id])
+LEFT JOIN hopper_dead_jobs AS d ON d.id = ANY (ARRAY[c.id])
+LEFT JOIN hopper_job_history AS h ON h.id = ANY (ARRAY[c.id])
 `
 
 type ClaimFatesParams struct {
@@ -55,6 +55,10 @@ type ClaimFatesRow struct {
 // table, its attempt if it completed into the history, and whether an
 // entry was recorded for this very attempt, and which. The worker decides
 // from these whether its statement took effect; it never guesses.
+// One primary-key lookup per claim and table: `= ANY (ARRAY[c.id])` can
+// be neither hashed nor merged, so the planner cannot join the claims with
+// the three whole tables (it did, reading every live, dead and kept job
+// for a few claims); an index lookup per claim is the only plan left.
 func (q *Queries) ClaimFates(ctx context.Context, arg ClaimFatesParams) ([]ClaimFatesRow, error) {
 	rows, err := q.db.Query(ctx, claimFates, arg.Ids, arg.Attempts)
 	if err != nil {

@@ -127,6 +127,10 @@ SELECT c.id::bigint AS id,
                  WHERE (e ->> 'attempt')::integer = c.attempt
                  LIMIT 1), '')::text AS attempt_error
 FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@attempts::integer[]) AS attempt) AS c
-LEFT JOIN hopper_jobs AS j ON j.id = c.id
-LEFT JOIN hopper_dead_jobs AS d ON d.id = c.id
-LEFT JOIN hopper_job_history AS h ON h.id = c.id;
+-- One primary-key lookup per claim and table: `= ANY (ARRAY[c.id])` can
+-- be neither hashed nor merged, so the planner cannot join the claims with
+-- the three whole tables (it did, reading every live, dead and kept job
+-- for a few claims); an index lookup per claim is the only plan left.
+LEFT JOIN hopper_jobs AS j ON j.id = ANY (ARRAY[c.id])
+LEFT JOIN hopper_dead_jobs AS d ON d.id = ANY (ARRAY[c.id])
+LEFT JOIN hopper_job_history AS h ON h.id = ANY (ARRAY[c.id]);

@@ -258,10 +258,6 @@ var planCases = []planCase{
 			return err
 		}},
 	{name: "ClaimFates", prep: prepHeld,
-		// Its custom plan hashes hopper_jobs (and the dead and history
-		// tables) whole under every statistics state here; the statement is
-		// being changed elsewhere. Unskip with that change.
-		skip: "ClaimFates reads whole tables in its custom plan (hash joins of the claims with hopper_jobs, hopper_dead_jobs, hopper_job_history); left to the change of lease.sql's ClaimFates under way",
 		call: func(q *db.Queries, ctx context.Context, ids []int64, attempts []int32) error {
 			_, err := q.ClaimFates(ctx, db.ClaimFatesParams{Ids: ids, Attempts: attempts})
 			return err
