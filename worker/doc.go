@@ -119,6 +119,9 @@
 //     over from the one it replaces (the newest wins, and an older one that
 //     comes back mid-deploy does not take it back), and a schedule no
 //     running worker defines is kept, reported stale, and not fired.
+//     A schedule whose fire fails (its payload function panics, its
+//     enqueue is refused) waits out a backoff of its own (1s doubling to a
+//     minute), logged and counted; the other schedules fire on time.
 //   - Sweep: every worker reclaims expired leases on a jittered interval;
 //     concurrent sweeps are safe.
 //   - Identity: ID names the worker in leases and histories. A worker
@@ -126,12 +129,22 @@
 //     predecessor's leases.
 //   - Transactional completion: AckTx acknowledges the job inside the
 //     handler's own transaction, so its effects and its completion commit
-//     together; the worker then does not ack it again.
+//     together; the worker then does not ack it again. Whether that
+//     transaction committed is read from the server (pg_xact_status of the
+//     id AckTx noted), never inferred from the row being gone.
+//   - One bad result costs only its job: messages and results are made
+//     storable before they are sent (valid UTF-8, no NUL, messages at most
+//     MaxMessageBytes), and a batch the server refuses for what it carries
+//     is split until the bad result stands alone, which is then made
+//     plainer until the server takes it. A refused statement is never sent
+//     again unchanged.
 //   - Shutdown: when Run's context is cancelled the worker stops claiming,
 //     waits up to ShutdownTimeout for running handlers, cancels the rest
 //     (cause ErrShutdown), records every finished result, and gives every
 //     unfinished job back at once without charging an attempt, waking
 //     other workers to take it.
+//   - Isolation: Run refuses (ErrIsolation) a pool whose sessions default
+//     to repeatable read or serializable.
 //   - Faults: claim, heartbeat, flush, sweep and listen errors are logged
 //     and retried with backoff; a restarted database is reconnected to by
 //     the pool.
