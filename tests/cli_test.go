@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(scheduleEnv) != "" {
 		os.Exit(runScheduleWorker())
 	}
+	if os.Getenv(poisonEnv) != "" {
+		os.Exit(runPoisonWorker())
+	}
 	dir, err := os.MkdirTemp("", "hopper-cli-test")
 	if err != nil {
 		panic(err)
