@@ -408,3 +408,75 @@ func TestReadyBehindCursorRunsAtOnce(t *testing.T) {
 		require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(ids[1], 1))
 	})
 }
+
+// nilDeref is an error whose Error method dereferences its receiver: a
+// typed nil of it panics when read.
+type nilDeref struct{ msg string }
+
+func (e *nilDeref) Error() string { return e.msg }
+
+// TestErrorThatPanicsWhenRead: a handler returning an error that panics
+// when read (a typed nil pointer) fails its own job with a message saying
+// so; the worker goes on running the others.
+func TestErrorThatPanicsWhenRead(t *testing.T) {
+	b := setup(t)
+	bad, good := kind(t, "bad_error"), kind(t, "good")
+	res, err := bad.Enqueue(b.ctx, b.pool, Task{}, jobs.MaxAttempts(1))
+	require.NoError(t, err)
+	var seen *outcomes
+	start(t, b, worker.Config{Logger: quiet}, func(w *worker.Worker) {
+		seen = observe(w)
+		must(t, worker.Handle(w, bad, func(context.Context, *jobs.Job[Task]) error {
+			var e *nilDeref
+			return e
+		}))
+		must(t, worker.Handle(w, good, func(context.Context, *jobs.Job[Task]) error { return nil }))
+	})
+	testdb.WaitFor(t, "the bad job's outcome", func() bool { return len(seen.of(res.ID, 1)) > 0 })
+	require.Equal(t, []string{string(worker.OutcomeDead)}, seen.of(res.ID, 1))
+	d, ok := b.dead(t, res.ID)
+	require.True(t, ok)
+	h := history(t, d.Errors)
+	require.Len(t, h, 1)
+	require.Contains(t, h[0].Error, "*worker_test.nilDeref that panics when read")
+	after, err := good.Enqueue(b.ctx, b.pool, Task{})
+	require.NoError(t, err)
+	testdb.WaitFor(t, "a later job done by the same worker", func() bool { return len(seen.of(after.ID, 1)) > 0 })
+}
+
+// TestAckTxCommittedThenAbandoned: a handler that committed its AckTx and
+// then ignored its context until it was abandoned reports done when it
+// returns at last: its job is finished and does not run again.
+func TestAckTxCommittedThenAbandoned(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "acked_then_stuck")
+	res, err := k.Enqueue(b.ctx, b.pool, Task{})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	unstick := make(chan struct{})
+	var seen *outcomes
+	start(t, b, worker.Config{HeartbeatInterval: 20 * time.Millisecond, AbandonAfter: 50 * time.Millisecond, Registerer: reg, Logger: quiet},
+		func(w *worker.Worker) {
+			seen = observe(w)
+			must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+				tx, err := b.pool.Begin(context.Background())
+				if err != nil {
+					return err
+				}
+				defer tx.Rollback(context.Background()) //nolint:errcheck
+				if err := worker.AckTx(ctx, tx, j); err != nil {
+					return err
+				}
+				if err := tx.Commit(context.Background()); err != nil {
+					return err
+				}
+				<-unstick // ignores ctx
+				return ctx.Err()
+			}, worker.Timeout(50*time.Millisecond)))
+		})
+	testdb.WaitFor(t, "the handler abandoned", func() bool { return metricValue(t, reg, "hopper_handlers_abandoned_total") == 1 })
+	close(unstick)
+	testdb.WaitFor(t, "the outcome reported", func() bool { return len(seen.of(res.ID, 1)) > 0 })
+	require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(res.ID, 1))
+	require.Equal(t, 1.0, metricValue(t, reg, "hopper_jobs_completed_total"))
+}

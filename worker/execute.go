@@ -46,6 +46,14 @@ func (w *Worker) execute(d dispatched) {
 	c.runErr = err
 	wasGivenUp := d.call != nil && c.returned()
 	if !c.finish() {
+		if w.ackedInCommittedTx(c) {
+			// The handler's AckTx committed before its job was taken from
+			// it (abandoned as stuck, given back at shutdown): the job is
+			// done, whatever happened to the claim since.
+			w.report(completion{claim: c, act: actAck}, outcomeDone)
+			c.freeSlot()
+			return
+		}
 		switch claimState(c.state.Load()) {
 		case claimLost:
 			log().Warn("lease lost while the handler ran: its result is discarded; the job runs again elsewhere", "handler_error", err)
@@ -103,6 +111,7 @@ func (w *Worker) run(d dispatched) (elapsed time.Duration, result json.RawMessag
 	} else {
 		result, err = d.call(ctx)
 	}
+	err = readableError(err)
 	if err != nil && d.timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("timed out after %v: %w", d.timeout, err)
 	}
@@ -130,4 +139,27 @@ func (w *Worker) completion(h *handler, row db.HopperJob, c *claim, err error) c
 	}
 	comp.backoff = max(comp.backoff, 0)
 	return comp
+}
+
+// ackedInCommittedTx reports whether the claim's handler acked its job
+// with AckTx in a transaction the server says committed.
+func (w *Worker) ackedInCommittedTx(c *claim) bool {
+	if !c.ackedInTx.Load() || c.ackXid.Load() == 0 {
+		return false
+	}
+	if c.ackCommitted.Load() {
+		return true
+	}
+	ctx, cancel := w.statementContext()
+	defer cancel()
+	rows, err := w.q.TransactionStatuses(ctx, []int64{c.ackXid.Load()})
+	if err != nil {
+		w.log.Warn("reading whether a handler's transaction committed failed", "job_id", c.id, "error", err)
+		return false
+	}
+	if len(rows) == 1 && rows[0].Status == "committed" {
+		c.ackCommitted.Store(true)
+		return true
+	}
+	return false
 }

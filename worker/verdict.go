@@ -15,6 +15,25 @@ type verdict struct {
 	retryAt    bool      // RetryAt chose the time (a zero one: now)
 }
 
+// readableError returns err, or, when reading it panics (a typed nil
+// pointer whose Error method dereferences it, an Unwrap or As that
+// panics), a plain error saying so. A handler's error is read by judge,
+// the logs and the hooks, outside the handler's recover: one that panics
+// there would take the whole worker down, not only its job.
+func readableError(err error) (out error) {
+	if err == nil {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			out = fmt.Errorf("hopper: the handler returned an error of type %T that panics when read: %v", err, r)
+		}
+	}()
+	_ = err.Error()
+	_ = judge(err)
+	return err
+}
+
 // judge reads a run's result: nil acks; Snooze, Cancel, Permanent and
 // RetryAt ask for what they say; an undecodable payload is dead; any
 // other error is retried.
