@@ -301,11 +301,14 @@ func (b boomStringer) String() string { panic(b.text) }
 func poisonError(s Step) error {
 	r := rand.New(rand.NewPCG(s.Seed, 1))
 	text := poisonText(r, s.Variant)
-	switch (s.Variant / len(poisonTexts)) % 3 {
+	switch (s.Variant / len(poisonTexts)) % 4 {
 	case 0:
 		return &poisonErr{text}
 	case 1:
 		return &wrapped{"wrapped: ", &poisonErr{text}}
+	case 2:
+		var e *nilDeref
+		return e // panics when read: the worker must not
 	default:
 		return &poisonErr{text + strings.Repeat(nul(), r.IntN(3))}
 	}

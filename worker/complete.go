@@ -408,6 +408,12 @@ func (w *Worker) resolve(unsure []completion) (again []completion) {
 		if !c.ok() {
 			o = fateOfNack(f, c.act, c.claim.ackedInTx.Load(), held)
 		}
+		if !c.ambiguous && !c.claim.ackedInTx.Load() && o != outcomeRetry && o != outcomeCancelled {
+			// Only this try was ever sent, and it matched nothing: it had
+			// no effect. The row was read only to tell an operator's
+			// cancel from a lost lease.
+			o = outcomeRefused
+		}
 		if o == outcomeRetry {
 			again = append(again, c)
 			continue

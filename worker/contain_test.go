@@ -438,7 +438,7 @@ func TestErrorThatPanicsWhenRead(t *testing.T) {
 	require.True(t, ok)
 	h := history(t, d.Errors)
 	require.Len(t, h, 1)
-	require.Contains(t, h[0].Error, "*worker_test.nilDeref that panics when read")
+	require.Contains(t, h[0].Error, "an error of type *worker_test.nilDeref that panics when read")
 	after, err := good.Enqueue(b.ctx, b.pool, Task{})
 	require.NoError(t, err)
 	testdb.WaitFor(t, "a later job done by the same worker", func() bool { return len(seen.of(after.ID, 1)) > 0 })

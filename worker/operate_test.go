@@ -163,8 +163,9 @@ func TestOperatorCancelsRunningJob(t *testing.T) {
 }
 
 // TestCancelAfterTheHandlerReturned: a job cancelled between its handler's
-// return and its ack: the ack is refused by the fence (the row is gone),
-// and the job stays cancelled.
+// return and its ack: the ack matches nothing (the row is gone), the worker
+// reads what became of the job and reports it cancelled, and the job stays
+// cancelled.
 func TestCancelAfterTheHandlerReturned(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "late_cancel")
@@ -186,7 +187,7 @@ func TestCancelAfterTheHandlerReturned(t *testing.T) {
 	testdb.WaitFor(t, "the result waits for its ack", func() bool { return worker.ClaimFinished(r.w, res.ID, 1) })
 	require.NoError(t, hopper.NewClient(b.pool).CancelJob(b.ctx, res.ID))
 	r.stop() // records the waiting ack
-	require.Equal(t, []string{string(worker.OutcomeRefused)}, seen.of(res.ID, 1), "the ack, sent at shutdown, matched nothing")
+	require.Equal(t, []string{string(worker.OutcomeCancelled)}, seen.of(res.ID, 1), "the ack, sent at shutdown, matched nothing: the job was cancelled")
 	row, err := hopper.NewClient(b.pool).Job(b.ctx, res.ID)
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateCancelled, row.State)

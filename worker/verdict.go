@@ -15,33 +15,59 @@ type verdict struct {
 	retryAt    bool      // RetryAt chose the time (a zero one: now)
 }
 
-// readableError returns err, or, when reading it panics (a typed nil
-// pointer whose Error method dereferences it, an Unwrap or As that
-// panics), a plain error saying so. A handler's error is read by judge,
-// the logs and the hooks, outside the handler's recover: one that panics
-// there would take the whole worker down, not only its job.
-func readableError(err error) (out error) {
+// readableError returns err, or, when its Error method panics (a typed
+// nil pointer that dereferences itself), err wrapped so that reading it
+// gives a message saying so (errors.Is and As still see err). A handler's
+// error is read by judge, the logs and the hooks, outside the handler's
+// recover: one that panics there would take the whole worker down, not
+// only its job.
+func readableError(err error) error {
 	if err == nil {
 		return nil
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			out = fmt.Errorf("hopper: the handler returned an error of type %T that panics when read: %v", err, r)
-		}
-	}()
-	_ = err.Error()
-	_ = judge(err)
+	if text, ok := errorText(err); !ok {
+		return &unreadableError{err: err, text: text}
+	}
 	return err
 }
 
+// errorText is err's message, or, when reading it panics, one saying so
+// (ok false).
+func errorText(err error) (text string, ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			text, ok = fmt.Sprintf("hopper: an error of type %T that panics when read: %v", err, r), false
+		}
+	}()
+	return err.Error(), true
+}
+
+// unreadableError stands for an error whose Error method panics.
+type unreadableError struct {
+	err  error
+	text string
+}
+
+func (e *unreadableError) Error() string { return e.text }
+func (e *unreadableError) Unwrap() error { return e.err }
+
 // judge reads a run's result: nil acks; Snooze, Cancel, Permanent and
 // RetryAt ask for what they say; an undecodable payload is dead; any
-// other error is retried.
-func judge(err error) verdict {
+// other error is retried. No reading of err may panic here (errorText):
+// a Permanent or Cancel wrapping an error that panics when read keeps its
+// verdict. An Unwrap or As method that panics makes a plain failure.
+func judge(err error) (v verdict) {
 	if err == nil {
 		return verdict{act: actAck}
 	}
-	v := verdict{act: actRetry, message: err.Error()}
+	text := func(e error) string { t, _ := errorText(e); return t }
+	defer func() {
+		if r := recover(); r != nil {
+			v = verdict{act: actRetry, message: fmt.Sprintf("hopper: an error of type %T that panics when unwrapped: %v", err, r)}
+		}
+		v.message, v.deadReason = storableText(v.message), storableText(v.deadReason)
+	}()
+	v = verdict{act: actRetry, message: text(err)}
 	if v.message == "" {
 		v.message = fmt.Sprintf("%T with an empty message", err)
 	}
@@ -52,17 +78,16 @@ func judge(err error) verdict {
 	var retryAt *retryAtError
 	switch {
 	case errors.As(err, &undecodable):
-		v.act, v.deadReason = actDead, "undecodable payload: "+undecodable.Error()
+		v.act, v.deadReason = actDead, "undecodable payload: "+text(undecodable)
 	case errors.As(err, &cancelled):
-		v.act, v.message = actCancel, cancelled.Error()
+		v.act, v.message = actCancel, text(cancelled)
 	case errors.As(err, &snoozed):
 		v.act, v.message, v.until = actSnooze, "", snoozed.until
 	case errors.As(err, &permanent):
-		v.act, v.deadReason = actDead, permanent.Error()
+		v.act, v.deadReason = actDead, text(permanent)
 	case errors.As(err, &retryAt):
 		v.until, v.retryAt = retryAt.at, true
 	}
-	v.message, v.deadReason = storableText(v.message), storableText(v.deadReason)
 	return v
 }
 
