@@ -80,11 +80,11 @@ func judge(err error) (v verdict) {
 	case errors.As(err, &undecodable):
 		v.act, v.deadReason = actDead, "undecodable payload: "+text(undecodable)
 	case errors.As(err, &cancelled):
-		v.act, v.message = actCancel, text(cancelled)
+		v.act, v.message = actCancel, "cancelled: "+text(cancelled.err) // as its Error, read safely
 	case errors.As(err, &snoozed):
 		v.act, v.message, v.until = actSnooze, "", snoozed.until
 	case errors.As(err, &permanent):
-		v.act, v.deadReason = actDead, text(permanent)
+		v.act, v.deadReason = actDead, "permanent failure: "+text(permanent.err) // as its Error, read safely
 	case errors.As(err, &retryAt):
 		v.until, v.retryAt = retryAt.at, true
 	}
