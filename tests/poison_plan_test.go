@@ -367,7 +367,7 @@ var poisonResults = []struct {
 	{"nil", classDone, func(*rand.Rand) any { return nil }},
 	{"invalid UTF-8", classDone, func(*rand.Rand) any { return "bad \xff\xfe bytes" }}, // marshalled as U+FFFD
 	{"numbers", classDone, func(*rand.Rand) any {
-		return []any{1e308, -0.0, math.MaxInt64, 5e-324}
+		return []any{1e308, math.Copysign(0, -1), math.MaxInt64, 5e-324}
 	}},
 	{"NUL string", classEither, func(r *rand.Rand) any { return "a NUL \x00 " + poisonText(r, 0) }},
 	{"NUL key", classEither, func(*rand.Rand) any { return map[string]any{"key\x00": []any{"\x00"}} }},
