@@ -1,13 +1,21 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/internal/testdb"
@@ -189,4 +197,100 @@ func TestSchedulesCLI(t *testing.T) {
 		{name: "unknown action", url: d.URL, args: []string{"schedules", "delete", "nightly"}, code: 2,
 			stderr: `hopper schedules: unknown schedules action "delete" (list, pause, resume or trigger) (run hopper schedules --help)`},
 	})
+}
+
+// TestCLIMoreKeepsConnection: the "more:" line of a full page repeats the
+// --schema and --database-url the user gave, so that pasted it lists the
+// next page of the same jobs, not those of DATABASE_URL's schema; a
+// password in --database-url is never printed.
+func TestCLIMoreKeepsConnection(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	decoy := testdb.New(t) // what DATABASE_URL points at
+	enqueue := func(url, kind string) string {
+		t.Helper()
+		r := runHopper(t, url, "", "enqueue", "--kind", kind)
+		require.Zero(t, r.code, r.stderr)
+		m := regexp.MustCompile(`enqueued job (\d+)`).FindStringSubmatch(r.stdout)
+		require.NotNil(t, m, r.stdout)
+		return m[1]
+	}
+	for range 2 {
+		enqueue(d.URL, "mine")
+		require.Zero(t, runHopper(t, d.URL, "", "cancel", enqueue(d.URL, "mine")).code)
+		enqueue(decoy.URL, "decoy")
+		require.Zero(t, runHopper(t, decoy.URL, "", "cancel", enqueue(decoy.URL, "decoy")).code)
+	}
+	const secret = "s3cr#t pw"
+	withPassword := testdb.WithSearchPath(urlWithPassword(t, secret), d.Schema)
+
+	for _, c := range []struct {
+		name string
+		args []string
+		want []string // what the more: line must say
+	}{
+		{"--schema before the command", []string{"--schema", d.Schema, "jobs", "list", "--limit", "1"},
+			[]string{"--schema " + d.Schema}},
+		{"--schema after", []string{"dead", "list", "--limit", "1", "--schema", d.Schema},
+			[]string{"--schema " + d.Schema}},
+		{"--database-url with a password", []string{"jobs", "list", "--state", "cancelled", "--limit", "1", "--database-url", withPassword},
+			[]string{"--database-url ", ":***@", "--state cancelled"}},
+		{"both", []string{"--database-url", urlWithPassword(t, secret), "--schema", d.Schema, "dead", "list", "--limit", "1"},
+			[]string{"--database-url ", ":***@", "--schema " + d.Schema}},
+	} {
+		r := runHopper(t, decoy.URL, "", c.args...)
+		require.Zero(t, r.code, "%s: %s", c.name, r.stderr)
+		require.Contains(t, r.stdout, "mine", c.name)
+		require.NotContains(t, r.stdout, "decoy", c.name)
+		require.NotContains(t, r.stdout, "s3cr", "%s: never the password", c.name)
+		m := regexp.MustCompile(`(?m)^more: (hopper .*)$`).FindStringSubmatch(r.stdout)
+		require.NotNil(t, m, "%s: a full page says how to get the next: %s", c.name, r.stdout)
+		for _, w := range c.want {
+			require.Contains(t, m[1], w, c.name)
+		}
+		// Pasted into a shell (the user puts the password back for ***),
+		// the line lists the next page of the same schema.
+		next := runShell(t, decoy.URL, strings.ReplaceAll(m[1], "***", url.PathEscape(secret)))
+		require.Zero(t, next.code, "%s: %s %s", c.name, m[1], next.stderr)
+		require.Contains(t, next.stdout, "mine", "%s: %s", c.name, m[1])
+		require.NotContains(t, next.stdout, "decoy", "%s: %s", c.name, m[1])
+	}
+}
+
+// urlWithPassword is the test server as a URL with a password (the test
+// server trusts every connection, so any password connects).
+func urlWithPassword(t *testing.T, password string) string {
+	t.Helper()
+	cfg, err := pgconn.ParseConfig(testdb.Server(t))
+	require.NoError(t, err)
+	u := url.URL{Scheme: "postgres", User: url.UserPassword(cfg.User, password), Path: "/" + cfg.Database}
+	if strings.HasPrefix(cfg.Host, "/") {
+		u.RawQuery = url.Values{"host": {cfg.Host}, "port": {strconv.Itoa(int(cfg.Port))}}.Encode()
+	} else {
+		u.Host = net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	}
+	return u.String()
+}
+
+// runShell runs a command line the CLI printed ("hopper …") through sh,
+// as a user who pastes it does, with DATABASE_URL set to url.
+func runShell(t *testing.T, dsn, line string) result {
+	t.Helper()
+	rest, ok := strings.CutPrefix(line, "hopper ")
+	require.True(t, ok, line)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-c", `"$HOPPER" `+rest)
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+dsn, "HOPPER="+hopperBin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code := 0
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return result{out.String(), errOut.String(), code}
 }

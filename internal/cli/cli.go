@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -272,6 +273,90 @@ func (e *env) baseURL() string {
 		return e.dbURL
 	}
 	return os.Getenv("DATABASE_URL")
+}
+
+// commandLine is "hopper" with the connection flags the user gave, then
+// args: a command to run next (the "more:" line of a listing). Without
+// --database-url and --schema, pasted into another shell it would run
+// against DATABASE_URL's database and search_path: another schema's jobs,
+// silently. A password in --database-url is never printed: it is ***, and
+// a shell comment at the end says to put it back.
+func (e *env) commandLine(args string) string {
+	var b strings.Builder
+	b.WriteString("hopper")
+	note := ""
+	if e.dbURL != "" {
+		dsn, masked := maskPassword(e.dbURL)
+		b.WriteString(" --database-url " + shellQuote(dsn))
+		switch {
+		case dsn == urlPlaceholder:
+			note = "  # put your --database-url back for " + urlPlaceholder
+		case masked:
+			note = "  # put the password back for " + passwordMask
+		}
+	}
+	if e.schema != "" {
+		b.WriteString(" --schema " + shellQuote(e.schema))
+	}
+	return b.String() + " " + args + note
+}
+
+const (
+	// passwordMask stands for the password of a connection string that is
+	// printed.
+	passwordMask = "***"
+	// urlPlaceholder stands for a connection string whose password could
+	// not be masked for sure. It is no connection string: pasted, it
+	// fails to parse rather than connect somewhere.
+	urlPlaceholder = "URL"
+)
+
+// passwordKeyword finds the password of a keyword/value connection string,
+// its value quoted ('a b', 'it\'s') or not (a\ b).
+var passwordKeyword = regexp.MustCompile(`(^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|(?:[^\s\\]|\\.)*)`)
+
+// maskPassword returns dsn with its password replaced by passwordMask, in
+// whichever form (URL or keyword/value) dsn is written, and whether it had
+// one. When the masked string cannot be shown to carry passwordMask as its
+// password, it is urlPlaceholder: never the password.
+func maskPassword(dsn string) (string, bool) {
+	// Whether dsn holds a password is read from the text: pgconn's parsed
+	// Password also comes from PGPASSWORD and ~/.pgpass, which a printed
+	// command does not carry.
+	var masked string
+	if strings.Contains(dsn, "://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return urlPlaceholder, true
+		}
+		// url escapes '*' in a password: a sentinel goes in, *** replaces it.
+		const sentinel = "HOPPERPASSWORDMASK"
+		had := false
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			u.User = url.UserPassword(u.User.Username(), sentinel)
+			had = true
+		}
+		if q := u.Query(); q.Has("password") {
+			q.Set("password", sentinel)
+			u.RawQuery = q.Encode()
+			had = true
+		}
+		if !had {
+			return dsn, false
+		}
+		masked = strings.ReplaceAll(u.String(), sentinel, passwordMask)
+	} else {
+		if !passwordKeyword.MatchString(dsn) {
+			return dsn, false
+		}
+		masked = passwordKeyword.ReplaceAllString(dsn, "${1}password="+passwordMask)
+	}
+	// The string's own password wins over PGPASSWORD and ~/.pgpass: a
+	// masked string that parses to passwordMask holds no other.
+	if cfg, err := pgconn.ParseConfig(masked); err != nil || cfg.Password != passwordMask {
+		return urlPlaceholder, true
+	}
+	return masked, true
 }
 
 // redact removes the connection string's password from a message.

@@ -66,7 +66,7 @@ func deadCommand() *command {
 			defer done()
 			switch action {
 			case "list":
-				return listJobs(e, client, list, &l, "hopper dead list"+flagsAgain(&l, true))
+				return listJobs(e, client, list, &l, "dead list"+flagsAgain(&l, true))
 			case "show":
 				return showJob(e, client, rest, l.asJSON, inDeadTable...)
 			case "retry":

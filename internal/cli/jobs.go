@@ -78,7 +78,8 @@ func parseWhen(flagName, s string) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%w: %s wants a time like 2026-11-22T15:04:05Z (RFC 3339) or a duration ago like 2h or 7d, not %q", errUsage, flagName, s)
 }
 
-// listJobs runs a listing and prints it: a table, or JSON.
+// listJobs runs a listing and prints it: a table, or JSON. again is the
+// command and filters that list the next page ("jobs list --queue q").
 func listJobs(e *env, client *hopper.Client, p hopper.ListParams, l *listFlags, again string) error {
 	page, err := client.ListJobs(e.ctx, p)
 	if errors.Is(err, hopper.ErrInvalidCursor) {
@@ -101,7 +102,7 @@ func listJobs(e *env, client *hopper.Client, p hopper.ListParams, l *listFlags, 
 		return err
 	}
 	if page.Next != "" {
-		fmt.Fprintf(e.stdout, "more: %s --after %s\n", again, page.Next)
+		fmt.Fprintf(e.stdout, "more: %s\n", e.commandLine(again+" --after "+page.Next))
 	}
 	return nil
 }
@@ -242,7 +243,7 @@ func historyCommand() *command {
 // the states it lists and shows (and it then takes no --state).
 func listShowCommand(name, summary string, only ...jobs.State) *command {
 	var l listFlags
-	again := "hopper " + name + " list"
+	again := name + " list"
 	return &command{
 		name:    name,
 		args:    "list [filters] | show ID",
