@@ -291,6 +291,52 @@ func TestDeadTriage(t *testing.T) {
 	require.Contains(t, r.stdout, "purged 1 job\n")
 }
 
+// TestDeadRetryCancelled: dead retry by id takes a cancelled job as dead
+// list shows it, and a filter that matches nothing says so, with the
+// cancelled jobs it left alone.
+func TestDeadRetryCancelled(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	enqueue := func(kind string) string {
+		t.Helper()
+		r := runHopper(t, d.URL, "", "enqueue", "--kind", kind)
+		require.Zero(t, r.code, r.stderr)
+		m := regexp.MustCompile(`enqueued job (\d+)`).FindStringSubmatch(r.stdout)
+		require.NotNil(t, m, r.stdout)
+		return m[1]
+	}
+	a, b := enqueue("mailer"), enqueue("mailer")
+	require.Zero(t, runHopper(t, d.URL, "", "cancel", a, b).code)
+	r := runHopper(t, d.URL, "", "dead", "list")
+	require.Regexp(t, `(?m)^`+a+`\s+cancelled\s+default\s+mailer`, r.stdout)
+
+	r = runHopper(t, d.URL, "", "dead", "retry", a)
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, "retried 1 job\n", r.stdout)
+	r = runHopper(t, d.URL, "", "jobs", "show", a)
+	require.Contains(t, r.stdout, "job "+a+"  kind mailer  queue default  state pending")
+
+	runErrorCases(t, []errorCase{
+		{name: "an id of another state, --state dead", url: d.URL, args: []string{"dead", "retry", b, "--state", "dead"}, code: 1,
+			stdout: "retried 0 jobs\n", stderr: "hopper dead: not retried (no such dead job): " + b},
+		{name: "an id of neither", url: d.URL, args: []string{"dead", "retry", "424242"}, code: 1,
+			stdout: "retried 0 jobs\n", stderr: "hopper dead: not retried (no such dead or cancelled job): 424242"},
+		{name: "a kind that matches nothing", url: d.URL, args: []string{"dead", "retry", "--kind", "mailr"},
+			stdout: "nothing to retry: no dead job matches --kind mailr\n"},
+		{name: "both states", url: d.URL, args: []string{"dead", "retry", "--kind", "mailr", "--state", "dead,cancelled"},
+			stdout: "nothing to retry: no dead or cancelled job matches --kind mailr\n"},
+		{name: "cancelled jobs left alone", url: d.URL, args: []string{"dead", "retry", "--kind", "mailer"},
+			stdout: "nothing to retry: no dead job matches --kind mailer (1 cancelled job does: add --state cancelled)\n"},
+		{name: "cancelled jobs left alone, by age", url: d.URL, args: []string{"dead", "retry", "--queue", "default", "--older-than", "1h"},
+			stdout: "nothing to retry: no dead job matches --queue default --older-than 1h (cancelled jobs are retried with --state cancelled)\n"},
+		{name: "--all", url: d.URL, args: []string{"dead", "retry", "--all"},
+			stdout: "nothing to retry: no dead job (1 cancelled job: add --state cancelled)\n"},
+	})
+	r = runHopper(t, d.URL, "", "dead", "retry", "--kind", "mailer", "--state", "cancelled")
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, "retried 1 job\n", r.stdout)
+}
+
 func TestSQLExport(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -23,7 +23,7 @@ func deadCommand() *command {
 		summary: "triage the dead table (dead and cancelled jobs): list, show with error history, retry, purge",
 		flags: func(fs *flag.FlagSet) {
 			l.declare(fs, true)
-			fs.Lookup("state").Usage = "dead, cancelled, or dead,cancelled (list: both; retry and purge: dead)"
+			fs.Lookup("state").Usage = "dead, cancelled, or dead,cancelled (list, and retry or purge by id: both; retry and purge by filter: dead)"
 			fs.Lookup("kind").Usage = "only this kind"
 			fs.Lookup("queue").Usage = "only this queue"
 			fs.StringVar(&olderThan, "older-than", "", "retry, purge: jobs that ended longer ago than this (e.g. 72h, 30d)")
@@ -71,6 +71,9 @@ func deadCommand() *command {
 				return showJob(e, client, rest, l.asJSON, inDeadTable...)
 			case "retry":
 				res, err := client.RetryDead(e.ctx, filter)
+				if err == nil && len(filter.IDs) == 0 && len(res.Retried) == 0 && len(res.Kept) == 0 {
+					return nothingToRetry(e, client, filter, &l, olderThan)
+				}
 				fmt.Fprintf(e.stdout, "retried %s\n", plural(int64(len(res.Retried)), "job"))
 				if err != nil {
 					return err
@@ -118,6 +121,12 @@ func deadFilter(args []string, l *listFlags, olderThan string, all bool) (hopper
 			f.States = append(f.States, s)
 		}
 	}
+	if len(f.IDs) > 0 && len(f.States) == 0 {
+		// An id names one job, which dead list shows dead or cancelled:
+		// "no such dead job" for a cancelled one it lists would be wrong.
+		// The default of dead only guards filters that choose many jobs.
+		f.States = inDeadTable
+	}
 	if l.uniqueKey != "" || l.since != "" || l.until != "" || l.after != "" {
 		return f, fmt.Errorf("%w: retry and purge take job ids, --kind, --queue, --older-than, --state or --all", errUsage)
 	}
@@ -128,6 +137,57 @@ func deadFilter(args []string, l *listFlags, olderThan string, all bool) (hopper
 		return f, fmt.Errorf("%w: --all takes no other filter", errUsage)
 	}
 	return f, nil
+}
+
+// nothingToRetry says that a retry by filter matched no job, repeating
+// the filter, and how many jobs of the state it left out (dead or
+// cancelled) would have matched, so that "retried 0 jobs" is never all a
+// typo in --kind, or a cancelled job kept by the default --state dead,
+// gets back.
+func nothingToRetry(e *env, client *hopper.Client, filter hopper.DeadFilter, l *listFlags, olderThan string) error {
+	var flags []string
+	add := func(name, v string) {
+		if v != "" {
+			flags = append(flags, "--"+name+" "+shellQuote(v))
+		}
+	}
+	add("kind", l.kind)
+	add("queue", l.queue)
+	add("older-than", olderThan)
+	states := filterStates(filter)
+	msg := "nothing to retry: no " + joinStates(states, " or ") + " job"
+	if len(flags) > 0 {
+		msg += " matches " + strings.Join(flags, " ")
+	}
+	var others []jobs.State
+	for _, s := range inDeadTable {
+		if !hasState(states, s) {
+			others = append(others, s)
+		}
+	}
+	if len(others) > 0 {
+		// Stats counts by queue and kind, not by age: with --older-than
+		// the count bounds what matches, so it is not said.
+		other := hopper.DeadFilter{Queue: filter.Queue, Kind: filter.Kind, States: others}
+		n, err := deadCount(e, client, other)
+		if err != nil {
+			return err
+		}
+		name := joinStates(others, " or ")
+		switch {
+		case n == 0:
+		case filter.All:
+			msg += fmt.Sprintf(" (%s: add --state %s)", plural(n, name+" job"), name)
+		case olderThan != "":
+			msg += fmt.Sprintf(" (%s jobs are retried with --state %s)", name, name)
+		case n == 1:
+			msg += fmt.Sprintf(" (1 %s job does: add --state %s)", name, name)
+		default:
+			msg += fmt.Sprintf(" (%s do: add --state %s)", plural(n, name+" job"), name)
+		}
+	}
+	fmt.Fprintln(e.stdout, msg)
+	return nil
 }
 
 func filterStates(f hopper.DeadFilter) []jobs.State {
