@@ -22,11 +22,18 @@ func (w *Worker) listen(ctx context.Context) {
 		}
 		conn, err := pgx.ConnectConfig(ctx, w.pool.Config().ConnConfig)
 		if err != nil {
-			w.log.Warn("wake-up listener cannot connect; polling meanwhile", "error", err)
+			// A shutdown cancels a connect under way ("context canceled"):
+			// nothing failed, and a worker stopped soon after it started
+			// must not warn.
+			if ctx.Err() == nil {
+				w.log.Warn("wake-up listener cannot connect; polling meanwhile", "error", err)
+			}
 			continue
 		}
 		if err := db.New(conn).Listen(ctx); err != nil {
-			w.log.Warn("wake-up listener cannot LISTEN; polling meanwhile", "error", err)
+			if ctx.Err() == nil {
+				w.log.Warn("wake-up listener cannot LISTEN; polling meanwhile", "error", err)
+			}
 			closeQuietly(conn)
 			continue
 		}
