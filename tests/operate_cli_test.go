@@ -294,3 +294,47 @@ func runShell(t *testing.T, dsn, line string) result {
 	}
 	return result{out.String(), errOut.String(), code}
 }
+
+// TestSchedulesCLITriggerStale: triggering a schedule no running worker
+// defines records the trigger but does not report success: nothing fires
+// it until a worker that defines it starts, and the command says so.
+func TestSchedulesCLITriggerStale(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	run := func(staleAfter time.Duration) (stop func()) {
+		w, err := worker.New(d.Pool, worker.Config{Logger: quietLog, PollInterval: 50 * time.Millisecond, ScheduleStaleAfter: staleAfter})
+		require.NoError(t, err)
+		require.NoError(t, worker.Schedule(w, "hourly", beat, "0 * * * *", func(slot time.Time) Beat { return Beat{Slot: slot} }))
+		require.NoError(t, worker.Handle(w, beat, func(context.Context, *jobs.Job[Beat]) error { return nil }))
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { errc <- w.Run(ctx) }()
+		return func() { cancel(); require.NoError(t, <-errc) }
+	}
+	stop := run(time.Second)
+	var r result
+	testdb.WaitFor(t, "the schedule defined", func() bool {
+		r = runHopper(t, d.URL, "", "schedules", "list")
+		return strings.Contains(r.stdout, "hourly")
+	})
+	stop()
+	testdb.WaitFor(t, "the schedule stale", func() bool {
+		r = runHopper(t, d.URL, "", "schedules", "list")
+		return strings.Contains(r.stdout, "stale: no worker defines it since")
+	})
+
+	r = runHopper(t, d.URL, "", "schedules", "trigger", "hourly")
+	requireFailure(t, r, 1, "")
+	require.Regexp(t, `^hopper schedules: schedule hourly triggered, but no running worker defines it \(last reported \S+ \S+\): `+
+		`its job is enqueued when a worker that defines it starts\n$`, r.stderr)
+	require.Empty(t, r.stdout)
+	r = runHopper(t, d.URL, "", "schedules", "list")
+	require.Regexp(t, `(?m)^hourly\s.*stale: no worker defines it since \S+ \S+, triggered$`, r.stdout, "the trigger is kept")
+
+	// As said: a worker that defines it fires the trigger when it starts.
+	defer run(0)()
+	testdb.WaitFor(t, "the triggered job", func() bool {
+		r = runHopper(t, d.URL, "", "jobs", "list", "--kind", "beat")
+		return strings.Contains(r.stdout, "beat")
+	})
+}

@@ -62,11 +62,36 @@ func schedulesCommand() *command {
 			case action == "resume":
 				fmt.Fprintf(e.stdout, "schedule %s was not paused\n", rest[0])
 			default:
+				if err := checkDefined(e, client, rest[0]); err != nil {
+					return err
+				}
 				fmt.Fprintf(e.stdout, "schedule %s triggered at %s: a worker that defines it enqueues the job now\n", rest[0], at.Local().Format(time.DateTime))
 			}
 			return nil
 		},
 	}
+}
+
+// checkDefined fails when no running worker defines the schedule a
+// trigger was recorded for: its row outlives the workers that defined it
+// (stale), and only such a worker fires it, so "enqueues the job now"
+// would be untrue. The trigger is kept: it fires when one starts.
+func checkDefined(e *env, client *hopper.Client, name string) error {
+	list, err := client.Schedules(e.ctx)
+	if err != nil {
+		return fmt.Errorf("schedule %s triggered, but whether a worker defines it is unknown: %w", name, err)
+	}
+	for _, s := range list {
+		if s.Name != name || !s.Stale {
+			continue
+		}
+		last := ""
+		if s.LastReported != nil {
+			last = " (last reported " + stamp(*s.LastReported) + ")"
+		}
+		return fmt.Errorf("schedule %s triggered, but no running worker defines it%s: its job is enqueued when a worker that defines it starts", name, last)
+	}
+	return nil
 }
 
 func listSchedules(e *env, client *hopper.Client, asJSON bool) error {
