@@ -333,8 +333,13 @@ func TestSchedulesCLITriggerStale(t *testing.T) {
 
 	// As said: a worker that defines it fires the trigger when it starts.
 	defer run(0)()
+	// The trigger is done once the schedule's row says it fired: its job
+	// was enqueued in that same transaction (and may be done and gone
+	// already, so the jobs table cannot tell).
 	testdb.WaitFor(t, "the triggered job", func() bool {
-		r = runHopper(t, d.URL, "", "jobs", "list", "--kind", "beat")
-		return strings.Contains(r.stdout, "beat")
+		var fired bool
+		require.NoError(t, d.Pool.QueryRow(context.Background(),
+			"SELECT triggered_at IS NULL AND last_fire_at IS NOT NULL FROM hopper_schedules WHERE name = 'hourly'").Scan(&fired))
+		return fired
 	})
 }
