@@ -71,6 +71,12 @@ func runHopper(t *testing.T, url, stdin string, args ...string) result {
 	cmd := exec.CommandContext(ctx, hopperBin, args...)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+url)
 	cmd.Stdin = strings.NewReader(stdin)
+	return runCaptured(t, cmd)
+}
+
+// runCaptured runs cmd and returns what it printed and its exit code.
+func runCaptured(t *testing.T, cmd *exec.Cmd) result {
+	t.Helper()
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()

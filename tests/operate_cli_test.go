@@ -1,10 +1,8 @@
 package tests
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net"
 	"net/url"
 	"os"
@@ -282,17 +280,7 @@ func runShell(t *testing.T, dsn, line string) result {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "sh", "-c", `"$HOPPER" `+rest)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dsn, "HOPPER="+hopperBin)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	code := 0
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		code = exit.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
-	return result{out.String(), errOut.String(), code}
+	return runCaptured(t, cmd)
 }
 
 // TestSchedulesCLITriggerStale: triggering a schedule no running worker
