@@ -19,20 +19,20 @@ type CancelResult struct {
 	Err error
 }
 
-// Cancel cancels jobs, whatever their live state. A cancelled job moves
+// CancelJobs cancels jobs, whatever their live state. A cancelled job moves
 // to the dead table as cancelled (never dropped: RetryDead brings it
 // back). A running job's worker is told at once and cancels the handler's
 // context with the cause worker.ErrCancelled (a worker without LISTEN
 // learns it at its next heartbeat); whatever the handler returns after
 // that is refused, since the job is no longer its. One result per distinct
 // id, in id order; the error is for the statement as a whole.
-func (c *Client) Cancel(ctx context.Context, ids ...int64) ([]CancelResult, error) {
-	return c.CancelTx(ctx, c.db, ids...)
+func (c *Client) CancelJobs(ctx context.Context, ids ...int64) ([]CancelResult, error) {
+	return c.CancelJobsTx(ctx, c.db, ids...)
 }
 
-// CancelTx is Cancel on the caller's transaction: the jobs are cancelled,
+// CancelJobsTx is Cancel on the caller's transaction: the jobs are cancelled,
 // and running ones' workers told, when it commits.
-func (c *Client) CancelTx(ctx context.Context, tx jobs.DBTX, ids ...int64) ([]CancelResult, error) {
+func (c *Client) CancelJobsTx(ctx context.Context, tx jobs.DBTX, ids ...int64) ([]CancelResult, error) {
 	if len(ids) == 0 {
 		return []CancelResult{}, nil
 	}
@@ -63,7 +63,7 @@ func (c *Client) CancelJob(ctx context.Context, id int64) error {
 
 // CancelJobTx is CancelJob on the caller's transaction.
 func (c *Client) CancelJobTx(ctx context.Context, tx jobs.DBTX, id int64) error {
-	res, err := c.CancelTx(ctx, tx, id)
+	res, err := c.CancelJobsTx(ctx, tx, id)
 	if err != nil {
 		return err
 	}

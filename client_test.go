@@ -31,7 +31,7 @@ func everyState(t *testing.T, b *bundle) (ids map[jobs.State]int64, release func
 		jobs.StateCancelled: b.enqueue(t, report, "cancelled", jobs.Queue("idle")),
 	}
 	require.NoError(t, b.client.CancelJob(b.ctx, ids[jobs.StateCancelled]))
-	b.runUntil(t, worker.Config{Queues: map[string]int{"mail": 2}, KeepHistory: map[string]time.Duration{"mail": time.Hour}},
+	b.runUntil(t, worker.Config{Queues: map[string]int{"mail": 2}, KeepHistoryByQueue: map[string]time.Duration{"mail": time.Hour}},
 		func(w *worker.Worker) {
 			require.NoError(t, worker.HandleWithResult(w, email, func(_ context.Context, j *jobs.Job[Email]) (int, error) {
 				if j.Payload.To == "dead" {
@@ -40,8 +40,8 @@ func everyState(t *testing.T, b *bundle) (ids map[jobs.State]int64, release func
 				return 42, nil
 			}))
 		}, "completed and dead", func() bool {
-			row, err := b.client.Job(b.ctx, ids[jobs.StateDead])
-			done, err2 := b.client.Job(b.ctx, ids[jobs.StateCompleted])
+			row, err := b.client.GetJob(b.ctx, ids[jobs.StateDead])
+			done, err2 := b.client.GetJob(b.ctx, ids[jobs.StateCompleted])
 			return err == nil && err2 == nil && row.State == jobs.StateDead && done.State == jobs.StateCompleted
 		})
 
@@ -78,7 +78,7 @@ func TestJobInEveryState(t *testing.T) {
 	ids, release := everyState(t, b)
 	defer release()
 	for state, id := range ids {
-		row, err := b.client.Job(b.ctx, id)
+		row, err := b.client.GetJob(b.ctx, id)
 		require.NoError(t, err, state)
 		require.Equal(t, state, row.State)
 		require.Equal(t, id, row.ID)
@@ -87,7 +87,7 @@ func TestJobInEveryState(t *testing.T) {
 		require.Equal(t, !state.Live(), row.FinishedAt != nil, "%s: FinishedAt is set once finished", state)
 		require.Equal(t, state == jobs.StateRunning, row.LeaseUntil != nil && row.LeaseOwner != "", "%s: a lease only while running", state)
 	}
-	done, err := b.client.Job(b.ctx, ids[jobs.StateCompleted])
+	done, err := b.client.GetJob(b.ctx, ids[jobs.StateCompleted])
 	require.NoError(t, err)
 	require.JSONEq(t, "42", string(done.Result), "the handler's result is kept")
 	require.Equal(t, 1, done.Attempt)
@@ -95,17 +95,17 @@ func TestJobInEveryState(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "completed", typed.Payload.To, "a kind decodes a row of any state")
 
-	dead, err := b.client.Job(b.ctx, ids[jobs.StateDead])
+	dead, err := b.client.GetJob(b.ctx, ids[jobs.StateDead])
 	require.NoError(t, err)
 	require.Equal(t, "out of attempts", dead.Reason)
 	require.Len(t, dead.Errors, 1)
 	require.Equal(t, "no such mailbox", dead.Errors[0].Error)
-	cancelled, err := b.client.Job(b.ctx, ids[jobs.StateCancelled])
+	cancelled, err := b.client.GetJob(b.ctx, ids[jobs.StateCancelled])
 	require.NoError(t, err)
 	require.Equal(t, "cancelled", cancelled.Reason)
 
 	for _, id := range []int64{0, -3, 1 << 50} {
-		_, err := b.client.Job(b.ctx, id)
+		_, err := b.client.GetJob(b.ctx, id)
 		require.ErrorIs(t, err, hopper.ErrNotFound, "id %d", id)
 	}
 }
@@ -187,7 +187,7 @@ func TestStats(t *testing.T) {
 	defer release()
 	_, err := b.client.PauseQueue(b.ctx, "idle")
 	require.NoError(t, err)
-	s, err := b.client.Stats(b.ctx)
+	s, err := b.client.GetStats(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, hopper.Counts{Ready: 1, Scheduled: 1, Running: 1, Dead: 1, Cancelled: 1, OldestReady: s.Total.OldestReady}, s.Total)
 	require.EqualValues(t, 3, s.Total.Live())
@@ -205,7 +205,7 @@ func TestStats(t *testing.T) {
 	before := s
 	b.enqueue(t, report, "one more", jobs.Queue("idle"))
 	testdb.WaitFor(t, "the statistics collector counts the insert", func() bool {
-		s, err = b.client.Stats(b.ctx)
+		s, err = b.client.GetStats(b.ctx)
 		require.NoError(t, err)
 		return s.Enqueued > before.Enqueued
 	})
@@ -219,7 +219,7 @@ func TestStats(t *testing.T) {
 func TestCancel(t *testing.T) {
 	b := setup(t)
 	ids, release := everyState(t, b)
-	results, err := b.client.Cancel(b.ctx, ids[jobs.StatePending], ids[jobs.StateScheduled], ids[jobs.StateRunning],
+	results, err := b.client.CancelJobs(b.ctx, ids[jobs.StatePending], ids[jobs.StateScheduled], ids[jobs.StateRunning],
 		ids[jobs.StateCompleted], ids[jobs.StateDead], ids[jobs.StateCancelled], 999_999, ids[jobs.StatePending])
 	require.NoError(t, err)
 	require.Len(t, results, 7, "one result per distinct id")
@@ -244,7 +244,7 @@ func TestCancel(t *testing.T) {
 
 	require.ErrorIs(t, b.client.CancelJob(b.ctx, 999_999), hopper.ErrNotFound)
 	require.ErrorIs(t, b.client.CancelJob(b.ctx, ids[jobs.StateDead]), hopper.ErrFinished)
-	none, err := b.client.Cancel(b.ctx)
+	none, err := b.client.CancelJobs(b.ctx)
 	require.NoError(t, err)
 	require.Empty(t, none)
 
@@ -270,52 +270,52 @@ func TestRetryAndPurgeDead(t *testing.T) {
 		require.NoError(t, worker.Handle(w, email, func(context.Context, *jobs.Job[Email]) error { return errors.New("down") }))
 		require.NoError(t, worker.Handle(w, report, func(context.Context, *jobs.Job[Email]) error { return errors.New("down") }))
 	}, "four dead", func() bool {
-		s, err := b.client.Stats(b.ctx)
+		s, err := b.client.GetStats(b.ctx)
 		require.NoError(t, err)
 		return s.Total.Dead == 4
 	})
 	cancelled := b.enqueue(t, email, "z")
 	require.NoError(t, b.client.CancelJob(b.ctx, cancelled))
 
-	_, err := b.client.RetryDead(b.ctx, hopper.DeadFilter{})
+	_, err := b.client.RetryDeadJobs(b.ctx, hopper.DeadFilter{})
 	require.ErrorIs(t, err, hopper.ErrInvalidFilter, "no filter: say All")
-	_, err = b.client.PurgeDead(b.ctx, hopper.DeadFilter{})
+	_, err = b.client.PurgeDeadJobs(b.ctx, hopper.DeadFilter{})
 	require.ErrorIs(t, err, hopper.ErrInvalidFilter)
-	_, err = b.client.RetryDead(b.ctx, hopper.DeadFilter{All: true, States: []jobs.State{jobs.StatePending}})
+	_, err = b.client.RetryDeadJobs(b.ctx, hopper.DeadFilter{All: true, States: []jobs.State{jobs.StatePending}})
 	require.ErrorIs(t, err, hopper.ErrInvalidFilter, "only dead and cancelled")
 
 	// By id; the key of the second is held again, so it stays dead.
 	b.enqueue(t, email, "holder", jobs.UniqueKey("key-b"))
-	res, err := b.client.RetryDead(b.ctx, hopper.DeadFilter{IDs: []int64{dead[0], dead[1], 424242}})
+	res, err := b.client.RetryDeadJobs(b.ctx, hopper.DeadFilter{IDs: []int64{dead[0], dead[1], 424242}})
 	require.NoError(t, err)
 	require.Equal(t, []int64{dead[0]}, res.Retried)
 	require.Equal(t, []int64{dead[1]}, res.Kept)
-	row, err := b.client.Job(b.ctx, dead[0])
+	row, err := b.client.GetJob(b.ctx, dead[0])
 	require.NoError(t, err)
 	require.Equal(t, jobs.StatePending, row.State)
 	require.Equal(t, 1, row.Attempt, "the attempt count, the fencing token, stays")
 	require.Equal(t, 2, row.MaxAttempts, "as many attempts again as it had")
 
 	// By kind: only dead ones unless cancelled are asked for.
-	res, err = b.client.RetryDead(b.ctx, hopper.DeadFilter{Kind: "email"})
+	res, err = b.client.RetryDeadJobs(b.ctx, hopper.DeadFilter{Kind: "email"})
 	require.NoError(t, err)
 	require.Equal(t, []int64{dead[2]}, res.Retried)
 	require.Equal(t, []int64{dead[1]}, res.Kept)
 	require.Equal(t, jobs.StateCancelled, b.state(t, cancelled))
-	res, err = b.client.RetryDead(b.ctx, hopper.DeadFilter{Kind: "email", States: []jobs.State{jobs.StateCancelled}})
+	res, err = b.client.RetryDeadJobs(b.ctx, hopper.DeadFilter{Kind: "email", States: []jobs.State{jobs.StateCancelled}})
 	require.NoError(t, err)
 	require.Equal(t, []int64{cancelled}, res.Retried)
 
 	// Purge by age, queue and all.
-	n, err := b.client.PurgeDead(b.ctx, hopper.DeadFilter{DiedBefore: time.Now().Add(-time.Hour)})
+	n, err := b.client.PurgeDeadJobs(b.ctx, hopper.DeadFilter{DiedBefore: time.Now().Add(-time.Hour)})
 	require.NoError(t, err)
 	require.Zero(t, n, "none died an hour ago")
-	n, err = b.client.PurgeDead(b.ctx, hopper.DeadFilter{Queue: "mail", Kind: "report"})
+	n, err = b.client.PurgeDeadJobs(b.ctx, hopper.DeadFilter{Queue: "mail", Kind: "report"})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
-	_, err = b.client.Job(b.ctx, other)
+	_, err = b.client.GetJob(b.ctx, other)
 	require.ErrorIs(t, err, hopper.ErrNotFound, "purged for good")
-	n, err = b.client.PurgeDead(b.ctx, hopper.DeadFilter{All: true})
+	n, err = b.client.PurgeDeadJobs(b.ctx, hopper.DeadFilter{All: true})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "the one kept dead")
 }
@@ -338,16 +338,16 @@ func TestQueues(t *testing.T) {
 
 	p, err := b.client.PauseQueue(b.ctx, "mail")
 	require.NoError(t, err)
-	require.False(t, p.AlreadyPaused)
+	require.True(t, p.Changed)
 	again, err := b.client.PauseQueue(b.ctx, "mail")
 	require.NoError(t, err, "pausing twice is not an error")
-	require.True(t, again.AlreadyPaused)
+	require.False(t, again.Changed)
 	require.True(t, again.PausedAt.Equal(p.PausedAt))
 	// A queue known only by a scheduled job can be paused too.
 	_, err = b.client.PauseQueue(b.ctx, "reports")
 	require.NoError(t, err)
 
-	queues, err := b.client.Queues(b.ctx)
+	queues, err := b.client.ListQueues(b.ctx)
 	require.NoError(t, err)
 	require.Len(t, queues, 2)
 	require.Equal(t, "mail", queues[0].Name)
@@ -356,12 +356,13 @@ func TestQueues(t *testing.T) {
 	require.Equal(t, "reports", queues[1].Name)
 	require.EqualValues(t, 1, queues[1].Scheduled)
 
-	was, err := b.client.ResumeQueue(b.ctx, "mail")
+	res, err := b.client.ResumeQueue(b.ctx, "mail")
 	require.NoError(t, err)
-	require.True(t, was)
-	was, err = b.client.ResumeQueue(b.ctx, "mail")
+	require.True(t, res.Changed)
+	require.True(t, res.PausedAt.Equal(p.PausedAt), "a resume says since when the queue was paused")
+	res, err = b.client.ResumeQueue(b.ctx, "mail")
 	require.NoError(t, err, "resuming twice is not an error")
-	require.False(t, was)
+	require.Equal(t, hopper.PauseResult{}, res)
 
 	// A queue a worker served is known with no job at all, and listed.
 	b.runUntil(t, worker.Config{Queues: map[string]int{"empty": 1}}, func(w *worker.Worker) {
@@ -370,7 +371,7 @@ func TestQueues(t *testing.T) {
 		_, err := b.client.PauseQueue(b.ctx, "empty")
 		return err == nil
 	})
-	queues, err = b.client.Queues(b.ctx)
+	queues, err = b.client.ListQueues(b.ctx)
 	require.NoError(t, err)
 	require.Len(t, queues, 3)
 	require.Equal(t, "empty", queues[0].Name)
@@ -386,7 +387,7 @@ func TestQueues(t *testing.T) {
 	_, err = b.client.PauseQueueTx(b.ctx, tx, "mail")
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(b.ctx))
-	queues, err = b.client.Queues(b.ctx)
+	queues, err = b.client.ListQueues(b.ctx)
 	require.NoError(t, err)
 	require.False(t, queues[1].Paused(), "rolled back")
 }

@@ -61,17 +61,17 @@ type RetryResult struct {
 	Kept []int64
 }
 
-// RetryDead makes dead (and, when the filter says so, cancelled) jobs
+// RetryDeadJobs makes dead (and, when the filter says so, cancelled) jobs
 // live again under their own ids, ready now, with their error history and
 // as many attempts again as they had. It works in batches of 1000; on the
 // pool each batch commits on its own, so an error leaves the earlier
 // batches retried (the result says which).
-func (c *Client) RetryDead(ctx context.Context, f DeadFilter) (RetryResult, error) {
-	return c.RetryDeadTx(ctx, c.db, f)
+func (c *Client) RetryDeadJobs(ctx context.Context, f DeadFilter) (RetryResult, error) {
+	return c.RetryDeadJobsTx(ctx, c.db, f)
 }
 
-// RetryDeadTx is RetryDead on the caller's transaction: all or nothing.
-func (c *Client) RetryDeadTx(ctx context.Context, tx jobs.DBTX, f DeadFilter) (RetryResult, error) {
+// RetryDeadJobsTx is RetryDead on the caller's transaction: all or nothing.
+func (c *Client) RetryDeadJobsTx(ctx context.Context, tx jobs.DBTX, f DeadFilter) (RetryResult, error) {
 	res := RetryResult{Retried: []int64{}, Kept: []int64{}}
 	p, err := f.params()
 	if err != nil {
@@ -96,15 +96,15 @@ func (c *Client) RetryDeadTx(ctx context.Context, tx jobs.DBTX, f DeadFilter) (R
 	}
 }
 
-// PurgeDead deletes dead (and, when the filter says so, cancelled) jobs
+// PurgeDeadJobs deletes dead (and, when the filter says so, cancelled) jobs
 // for good and returns how many. It works in batches of 1000, each
 // committing on its own on the pool.
-func (c *Client) PurgeDead(ctx context.Context, f DeadFilter) (int64, error) {
-	return c.PurgeDeadTx(ctx, c.db, f)
+func (c *Client) PurgeDeadJobs(ctx context.Context, f DeadFilter) (int64, error) {
+	return c.PurgeDeadJobsTx(ctx, c.db, f)
 }
 
-// PurgeDeadTx is PurgeDead on the caller's transaction.
-func (c *Client) PurgeDeadTx(ctx context.Context, tx jobs.DBTX, f DeadFilter) (int64, error) {
+// PurgeDeadJobsTx is PurgeDead on the caller's transaction.
+func (c *Client) PurgeDeadJobsTx(ctx context.Context, tx jobs.DBTX, f DeadFilter) (int64, error) {
 	p, err := f.params()
 	if err != nil {
 		return 0, fmt.Errorf("hopper: purge dead jobs: %w", err)

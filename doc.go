@@ -19,7 +19,7 @@
 // Hopper's tables, or on one scoped to their schema with jobs.InSchema:
 //
 //	client := hopper.NewClient(pool)
-//	row, err := client.Job(ctx, 42)
+//	row, err := client.GetJob(ctx, 42)
 //
 // Every operation has a Tx variant that runs in the caller's transaction
 // (any jobs.DBTX: a pgx.Tx, or the transaction of your own sqlc code), so

@@ -16,25 +16,25 @@ type Reminder struct {
 	UserID int64 `json:"user_id"`
 }
 
-var remind = jobs.Define[Reminder]("remind", jobs.Defaults(jobs.Queue("reminders")))
+var remind = jobs.MustDefine[Reminder]("remind", jobs.Defaults(jobs.Queue("reminders")))
 
 // Look a job up by id, whatever became of it, and decode its payload with
 // its kind.
-func ExampleClient_Job() {
+func ExampleClient_GetJob() {
 	pool, drop := testdb.ForExample()
 	defer drop()
 	ctx := context.Background()
 	client := hopper.NewClient(pool)
 
 	res, _ := remind.Enqueue(ctx, pool, Reminder{UserID: 7}, jobs.Delay(time.Hour))
-	row, err := client.Job(ctx, res.ID)
+	row, err := client.GetJob(ctx, res.ID)
 	if err != nil {
 		panic(err)
 	}
 	job, _ := remind.Decode(row)
 	fmt.Println(row.State, row.Queue, job.Payload.UserID)
 
-	_, err = client.Job(ctx, 424242)
+	_, err = client.GetJob(ctx, 424242)
 	fmt.Println(errors.Is(err, hopper.ErrNotFound))
 	// Output:
 	// scheduled reminders 7
@@ -76,14 +76,14 @@ func ExampleClient_ListJobs() {
 
 // Cancel jobs, running ones included: each is kept as cancelled, and a
 // running job's worker stops its handler.
-func ExampleClient_Cancel() {
+func ExampleClient_CancelJobs() {
 	pool, drop := testdb.ForExample()
 	defer drop()
 	ctx := context.Background()
 	client := hopper.NewClient(pool)
 	res, _ := remind.Enqueue(ctx, pool, Reminder{UserID: 7})
 
-	results, err := client.Cancel(ctx, res.ID, 424242)
+	results, err := client.CancelJobs(ctx, res.ID, 424242)
 	if err != nil {
 		panic(err)
 	}
@@ -95,7 +95,7 @@ func ExampleClient_Cancel() {
 			fmt.Println("no such job")
 		}
 	}
-	row, _ := client.Job(ctx, res.ID)
+	row, _ := client.GetJob(ctx, res.ID)
 	fmt.Println(row.State, row.Reason)
 	fmt.Println(errors.Is(client.CancelJob(ctx, res.ID), hopper.ErrFinished))
 	// Output:
@@ -116,18 +116,18 @@ func ExampleClient_PauseQueue() {
 
 	first, _ := client.PauseQueue(ctx, "reminders")
 	again, _ := client.PauseQueue(ctx, "reminders")
-	fmt.Println(first.AlreadyPaused, again.AlreadyPaused)
-	queues, _ := client.Queues(ctx)
+	fmt.Println(first.Changed, again.Changed)
+	queues, _ := client.ListQueues(ctx)
 	for _, q := range queues {
 		fmt.Println(q.Name, q.Paused(), q.Ready)
 	}
-	wasPaused, _ := client.ResumeQueue(ctx, "reminders")
-	fmt.Println(wasPaused)
+	resumed, _ := client.ResumeQueue(ctx, "reminders")
+	fmt.Println(resumed.Changed)
 
 	_, err := client.PauseQueue(ctx, "remindres")
 	fmt.Println(errors.Is(err, hopper.ErrUnknownQueue))
 	// Output:
-	// false true
+	// true false
 	// reminders true 1
 	// true
 	// true
@@ -135,7 +135,7 @@ func ExampleClient_PauseQueue() {
 
 // Retry dead jobs of a kind, and purge those that died long ago. A filter
 // that names no job, kind, queue or time must say All.
-func ExampleClient_RetryDead() {
+func ExampleClient_RetryDeadJobs() {
 	pool, drop := testdb.ForExample()
 	defer drop()
 	ctx := context.Background()
@@ -144,17 +144,17 @@ func ExampleClient_RetryDead() {
 	res, _ := remind.Enqueue(ctx, pool, Reminder{UserID: 7})
 	_ = client.CancelJob(ctx, res.ID)
 
-	retried, err := client.RetryDead(ctx, hopper.DeadFilter{Kind: "remind", States: []jobs.State{jobs.StateCancelled}})
+	retried, err := client.RetryDeadJobs(ctx, hopper.DeadFilter{Kind: "remind", States: []jobs.State{jobs.StateCancelled}})
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println("retried", len(retried.Retried))
-	row, _ := client.Job(ctx, res.ID)
+	row, _ := client.GetJob(ctx, res.ID)
 	fmt.Println(row.State)
 
-	_, err = client.PurgeDead(ctx, hopper.DeadFilter{})
+	_, err = client.PurgeDeadJobs(ctx, hopper.DeadFilter{})
 	fmt.Println(errors.Is(err, hopper.ErrInvalidFilter))
-	n, _ := client.PurgeDead(ctx, hopper.DeadFilter{DiedBefore: time.Now().AddDate(0, 0, -30)})
+	n, _ := client.PurgeDeadJobs(ctx, hopper.DeadFilter{DiedBefore: time.Now().AddDate(0, 0, -30)})
 	fmt.Println("purged", n)
 	// Output:
 	// retried 1
@@ -164,7 +164,7 @@ func ExampleClient_RetryDead() {
 }
 
 // Read the queue's counts by queue and kind, with totals.
-func ExampleClient_Stats() {
+func ExampleClient_GetStats() {
 	pool, drop := testdb.ForExample()
 	defer drop()
 	ctx := context.Background()
@@ -172,7 +172,7 @@ func ExampleClient_Stats() {
 	_, _ = remind.Enqueue(ctx, pool, Reminder{UserID: 1})
 	_, _ = remind.Enqueue(ctx, pool, Reminder{UserID: 2}, jobs.Delay(time.Hour))
 
-	stats, err := client.Stats(ctx)
+	stats, err := client.GetStats(ctx)
 	if err != nil {
 		panic(err)
 	}
@@ -189,7 +189,7 @@ type Digest struct {
 	Slot time.Time `json:"slot"`
 }
 
-var digest = jobs.Define[Digest]("digest")
+var digest = jobs.MustDefine[Digest]("digest")
 
 // Pause a periodic job, ask for one fire of it anyway, and resume it.
 // Schedules are defined by workers (worker.Schedule); the client operates
@@ -222,10 +222,10 @@ func ExampleClient_TriggerSchedule() {
 	}
 
 	ctx = context.Background()
-	schedules, _ := client.Schedules(ctx)
+	schedules, _ := client.ListSchedules(ctx)
 	fmt.Println(schedules[0].Name, "paused:", schedules[0].PausedAt != nil)
-	wasPaused, _ := client.ResumeSchedule(ctx, "digest") // at its next slot; missed ones do not fire
-	fmt.Println("resumed a paused schedule:", wasPaused)
+	resumed, _ := client.ResumeSchedule(ctx, "digest") // at its next slot; missed ones do not fire
+	fmt.Println("resumed a paused schedule:", resumed.Changed)
 	_, err := client.TriggerSchedule(ctx, "no-such-schedule")
 	fmt.Println(errors.Is(err, hopper.ErrUnknownSchedule))
 	// Output:

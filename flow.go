@@ -22,15 +22,15 @@ const (
 	MaxKeysLimit     = 1000
 )
 
-// Keys returns the concurrency keys with the most ready jobs (ties: the
+// ListKeys returns the concurrency keys with the most ready jobs (ties: the
 // most running), in one queue or, with queue "", in all, up to limit (0:
 // DefaultKeysLimit). It reads the keyed jobs' index, not the whole table.
-func (c *Client) Keys(ctx context.Context, queue string, limit int) ([]KeyCount, error) {
-	return c.KeysTx(ctx, c.db, queue, limit)
+func (c *Client) ListKeys(ctx context.Context, queue string, limit int) ([]KeyCount, error) {
+	return c.ListKeysTx(ctx, c.db, queue, limit)
 }
 
-// KeysTx is Keys on the caller's transaction.
-func (c *Client) KeysTx(ctx context.Context, tx jobs.DBTX, queue string, limit int) ([]KeyCount, error) {
+// ListKeysTx is Keys on the caller's transaction.
+func (c *Client) ListKeysTx(ctx context.Context, tx jobs.DBTX, queue string, limit int) ([]KeyCount, error) {
 	if limit == 0 {
 		limit = DefaultKeysLimit
 	}
@@ -61,14 +61,14 @@ type RateBudget struct {
 // Left is the budget left in the window.
 func (b RateBudget) Left() int { return max(0, b.Limit-b.Used) }
 
-// RateBudgets returns the global rate limits in use (those with a claim
+// ListRateBudgets returns the global rate limits in use (those with a claim
 // in their window), with the limit and window the latest claim ran with.
-func (c *Client) RateBudgets(ctx context.Context) ([]RateBudget, error) {
-	return c.RateBudgetsTx(ctx, c.db)
+func (c *Client) ListRateBudgets(ctx context.Context) ([]RateBudget, error) {
+	return c.ListRateBudgetsTx(ctx, c.db)
 }
 
-// RateBudgetsTx is RateBudgets on the caller's transaction.
-func (c *Client) RateBudgetsTx(ctx context.Context, tx jobs.DBTX) ([]RateBudget, error) {
+// ListRateBudgetsTx is RateBudgets on the caller's transaction.
+func (c *Client) ListRateBudgetsTx(ctx context.Context, tx jobs.DBTX) ([]RateBudget, error) {
 	found, err := c.queries(tx).RateStats(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("hopper: rate budgets: %w", err)

@@ -16,20 +16,20 @@ import (
 func TestConcurrencyKeyTravels(t *testing.T) {
 	b := setup(t)
 	id := b.enqueue(t, report, "a@example.com", jobs.ConcurrencyKey("tenant:7"))
-	row, err := b.client.Job(b.ctx, id)
+	row, err := b.client.GetJob(b.ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, "tenant:7", row.ConcurrencyKey)
 
-	_, err = b.client.Cancel(b.ctx, id)
+	_, err = b.client.CancelJobs(b.ctx, id)
 	require.NoError(t, err)
-	row, err = b.client.Job(b.ctx, id)
+	row, err = b.client.GetJob(b.ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateCancelled, row.State)
 	require.Equal(t, "tenant:7", row.ConcurrencyKey)
 
-	_, err = b.client.RetryDead(b.ctx, hopper.DeadFilter{IDs: []int64{id}, States: []jobs.State{jobs.StateCancelled}})
+	_, err = b.client.RetryDeadJobs(b.ctx, hopper.DeadFilter{IDs: []int64{id}, States: []jobs.State{jobs.StateCancelled}})
 	require.NoError(t, err)
-	row, err = b.client.Job(b.ctx, id)
+	row, err = b.client.GetJob(b.ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, jobs.StatePending, row.State)
 	require.Equal(t, "tenant:7", row.ConcurrencyKey)
@@ -50,7 +50,7 @@ func TestConcurrencyKeyTravels(t *testing.T) {
 		res.Results[0].ID: "k1", res.Results[1].ID: "k2", res.Results[2].ID: "",
 		unique.Results[0].ID: "k3", unique.Results[1].ID: "",
 	} {
-		row, err := b.client.Job(b.ctx, i)
+		row, err := b.client.GetJob(b.ctx, i)
 		require.NoError(t, err)
 		require.Equal(t, want, row.ConcurrencyKey, "job %d", i)
 	}

@@ -14,15 +14,15 @@ import (
 	"github.com/hopperq/hopper/jobs"
 )
 
-// Job returns the job of that id, wherever it is: live (pending,
+// GetJob returns the job of that id, wherever it is: live (pending,
 // scheduled, running), dead, cancelled, or completed (kept by history).
 // Errors wrap ErrNotFound when there is none.
-func (c *Client) Job(ctx context.Context, id int64) (jobs.Row, error) {
-	return c.JobTx(ctx, c.db, id)
+func (c *Client) GetJob(ctx context.Context, id int64) (jobs.Row, error) {
+	return c.GetJobTx(ctx, c.db, id)
 }
 
-// JobTx is Job on the caller's transaction.
-func (c *Client) JobTx(ctx context.Context, tx jobs.DBTX, id int64) (jobs.Row, error) {
+// GetJobTx is Job on the caller's transaction.
+func (c *Client) GetJobTx(ctx context.Context, tx jobs.DBTX, id int64) (jobs.Row, error) {
 	if id < 1 {
 		return jobs.Row{}, fmt.Errorf("hopper: job %d: %w", id, ErrNotFound)
 	}

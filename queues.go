@@ -19,19 +19,19 @@ type QueueInfo struct {
 // Paused reports whether the queue is paused.
 func (q QueueInfo) Paused() bool { return q.PausedAt != nil }
 
-// Queues lists every queue Hopper knows of (served by a worker, paused,
+// ListQueues lists every queue Hopper knows of (served by a worker, paused,
 // or holding jobs), by name.
-func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
-	return c.QueuesTx(ctx, c.db)
+func (c *Client) ListQueues(ctx context.Context) ([]QueueInfo, error) {
+	return c.ListQueuesTx(ctx, c.db)
 }
 
-// QueuesTx is Queues on the caller's transaction.
-func (c *Client) QueuesTx(ctx context.Context, tx jobs.DBTX) ([]QueueInfo, error) {
+// ListQueuesTx is Queues on the caller's transaction.
+func (c *Client) ListQueuesTx(ctx context.Context, tx jobs.DBTX) ([]QueueInfo, error) {
 	names, err := c.queries(tx).ListQueues(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("hopper: queues: %w", err)
 	}
-	stats, err := c.StatsTx(ctx, tx)
+	stats, err := c.GetStatsTx(ctx, tx)
 	if err != nil {
 		return nil, err
 	}
@@ -49,13 +49,16 @@ func (c *Client) QueuesTx(ctx context.Context, tx jobs.DBTX) ([]QueueInfo, error
 	return out, nil
 }
 
-// PauseResult tells what PauseQueue did.
+// PauseResult tells what a pause or a resume did, for queues and schedules
+// alike.
 type PauseResult struct {
-	// PausedAt is when the queue was paused: now, or at the first pause
-	// when it was paused already.
+	// Changed reports whether the call changed anything: false for a pause
+	// of what was paused already, or a resume of what was not paused.
+	Changed bool
+	// PausedAt is when the queue or schedule was paused: for a pause, now
+	// or the time of the first pause; for a resume, when it had been paused
+	// (zero if it was not).
 	PausedAt time.Time
-	// AlreadyPaused: the queue was paused before; nothing changed.
-	AlreadyPaused bool
 }
 
 // PauseQueue pauses a queue: from the moment it commits no worker process
@@ -76,27 +79,39 @@ func (c *Client) PauseQueueTx(ctx context.Context, tx jobs.DBTX, name string) (P
 	if err != nil {
 		return PauseResult{}, fmt.Errorf("hopper: pause queue %s: %w", name, err)
 	}
-	return PauseResult{PausedAt: r.PausedAt, AlreadyPaused: r.WasPaused}, nil
+	return PauseResult{Changed: !r.WasPaused, PausedAt: r.PausedAt}, nil
 }
 
-// ResumeQueue resumes a paused queue and wakes its workers at once. It
-// reports whether the queue was paused; resuming a running queue is not
-// an error. Errors wrap jobs.ErrInvalidQueue or ErrUnknownQueue.
-func (c *Client) ResumeQueue(ctx context.Context, name string) (wasPaused bool, err error) {
+// ResumeQueue resumes a paused queue and wakes its workers at once.
+// Resuming a queue that is not paused is not an error: the result's Changed
+// is false. Errors wrap jobs.ErrInvalidQueue or ErrUnknownQueue.
+func (c *Client) ResumeQueue(ctx context.Context, name string) (PauseResult, error) {
 	return c.ResumeQueueTx(ctx, c.db, name)
 }
 
 // ResumeQueueTx is ResumeQueue on the caller's transaction: the queue
 // resumes, and its workers wake, when it commits.
-func (c *Client) ResumeQueueTx(ctx context.Context, tx jobs.DBTX, name string) (wasPaused bool, err error) {
+func (c *Client) ResumeQueueTx(ctx context.Context, tx jobs.DBTX, name string) (PauseResult, error) {
 	if err := c.knownQueue(ctx, tx, name); err != nil {
-		return false, fmt.Errorf("hopper: resume queue: %w", err)
+		return PauseResult{}, fmt.Errorf("resume queue: %w", err)
 	}
-	wasPaused, err = c.queries(tx).ResumeQueue(ctx, name)
-	if err != nil && !isNoRows(err) { // no row: known by its jobs only, so never paused
-		return false, fmt.Errorf("hopper: resume queue %s: %w", name, err)
+	r, err := c.queries(tx).ResumeQueue(ctx, name)
+	if isNoRows(err) { // known by its jobs only, so never paused
+		return PauseResult{}, nil
 	}
-	return wasPaused, nil
+	if err != nil {
+		return PauseResult{}, fmt.Errorf("resume queue %s: %w", name, err)
+	}
+	return resumed(r.WasPaused, r.PausedAt), nil
+}
+
+// resumed is the PauseResult of a resume.
+func resumed(wasPaused bool, pausedAt *time.Time) PauseResult {
+	r := PauseResult{Changed: wasPaused}
+	if pausedAt != nil {
+		r.PausedAt = *pausedAt
+	}
+	return r
 }
 
 // PurgeQueue deletes every pending and scheduled job of a queue, without

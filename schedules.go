@@ -37,13 +37,13 @@ type ScheduleInfo struct {
 	LastReported *time.Time
 }
 
-// Schedules lists every schedule, by name.
-func (c *Client) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
-	return c.SchedulesTx(ctx, c.db)
+// ListSchedules lists every schedule, by name.
+func (c *Client) ListSchedules(ctx context.Context) ([]ScheduleInfo, error) {
+	return c.ListSchedulesTx(ctx, c.db)
 }
 
-// SchedulesTx is Schedules on the caller's transaction.
-func (c *Client) SchedulesTx(ctx context.Context, tx jobs.DBTX) ([]ScheduleInfo, error) {
+// ListSchedulesTx is Schedules on the caller's transaction.
+func (c *Client) ListSchedulesTx(ctx context.Context, tx jobs.DBTX) ([]ScheduleInfo, error) {
 	rows, err := c.queries(tx).ListSchedules(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("hopper: schedules: %w", err)
@@ -61,48 +61,52 @@ func (c *Client) SchedulesTx(ctx context.Context, tx jobs.DBTX) ([]ScheduleInfo,
 
 // PauseSchedule stops every worker from firing a schedule until it is
 // resumed (a trigger still fires). Pausing a paused schedule is not an
-// error: wasPaused says so. Errors wrap ErrUnknownSchedule.
-func (c *Client) PauseSchedule(ctx context.Context, name string) (wasPaused bool, err error) {
+// error: the result's Changed is false. Errors wrap ErrUnknownSchedule.
+func (c *Client) PauseSchedule(ctx context.Context, name string) (PauseResult, error) {
 	return c.PauseScheduleTx(ctx, c.db, name)
 }
 
 // PauseScheduleTx is PauseSchedule on the caller's transaction.
-func (c *Client) PauseScheduleTx(ctx context.Context, tx jobs.DBTX, name string) (wasPaused bool, err error) {
-	wasPaused, err = c.queries(tx).PauseSchedule(ctx, name)
+func (c *Client) PauseScheduleTx(ctx context.Context, tx jobs.DBTX, name string) (PauseResult, error) {
+	r, err := c.queries(tx).PauseSchedule(ctx, name)
 	if isNoRows(err) {
-		return false, fmt.Errorf("hopper: pause schedule: %w %q", ErrUnknownSchedule, name)
+		return PauseResult{}, fmt.Errorf("pause schedule: %w %q", ErrUnknownSchedule, name)
 	}
 	if err != nil {
-		return false, fmt.Errorf("hopper: pause schedule %s: %w", name, err)
+		return PauseResult{}, fmt.Errorf("pause schedule %s: %w", name, err)
 	}
-	return wasPaused, nil
+	return PauseResult{Changed: !r.WasPaused, PausedAt: r.PausedAt}, nil
 }
 
 // ResumeSchedule resumes a paused schedule at its next slot: the slots that
-// fell due while it was paused do not fire. Resuming a running schedule is
-// not an error. Errors wrap ErrUnknownSchedule.
-func (c *Client) ResumeSchedule(ctx context.Context, name string) (wasPaused bool, err error) {
+// fell due while it was paused do not fire. Resuming a schedule that is not
+// paused is not an error: the result's Changed is false. Errors wrap
+// ErrUnknownSchedule.
+func (c *Client) ResumeSchedule(ctx context.Context, name string) (PauseResult, error) {
 	return c.ResumeScheduleTx(ctx, c.db, name)
 }
 
 // ResumeScheduleTx is ResumeSchedule on the caller's transaction.
-func (c *Client) ResumeScheduleTx(ctx context.Context, tx jobs.DBTX, name string) (wasPaused bool, err error) {
+func (c *Client) ResumeScheduleTx(ctx context.Context, tx jobs.DBTX, name string) (PauseResult, error) {
 	row, err := c.queries(tx).GetSchedule(ctx, name)
 	if isNoRows(err) {
-		return false, fmt.Errorf("hopper: resume schedule: %w %q", ErrUnknownSchedule, name)
+		return PauseResult{}, fmt.Errorf("resume schedule: %w %q", ErrUnknownSchedule, name)
 	}
 	if err != nil {
-		return false, fmt.Errorf("hopper: resume schedule %s: %w", name, err)
+		return PauseResult{}, fmt.Errorf("resume schedule %s: %w", name, err)
 	}
 	spec, err := schedule.Parse(row.Expression, row.TimeZone)
 	if err != nil {
-		return false, fmt.Errorf("hopper: resume schedule %s: %w", name, err)
+		return PauseResult{}, fmt.Errorf("resume schedule %s: %w", name, err)
 	}
-	wasPaused, err = c.queries(tx).ResumeSchedule(ctx, db.ResumeScheduleParams{Name: name, NextFireAt: spec.Next(time.Now())})
-	if err != nil && !isNoRows(err) {
-		return false, fmt.Errorf("hopper: resume schedule %s: %w", name, err)
+	r, err := c.queries(tx).ResumeSchedule(ctx, db.ResumeScheduleParams{Name: name, NextFireAt: spec.Next(time.Now())})
+	if isNoRows(err) {
+		return PauseResult{}, nil
 	}
-	return wasPaused, nil
+	if err != nil {
+		return PauseResult{}, fmt.Errorf("resume schedule %s: %w", name, err)
+	}
+	return resumed(r.WasPaused, r.PausedAt), nil
 }
 
 // TriggerSchedule asks for one fire of a schedule now, paused or not: a

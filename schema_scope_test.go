@@ -18,7 +18,7 @@ import (
 	"github.com/hopperq/hopper/worker"
 )
 
-var beat = jobs.Define[Email]("scoped_beat", jobs.Defaults(jobs.Queue("mail")))
+var beat = jobs.MustDefine[Email]("scoped_beat", jobs.Defaults(jobs.Queue("mail")))
 
 // unscopedPool connects in exec mode mode with the server's default
 // search_path, which does not lead to the test's schema.
@@ -99,7 +99,7 @@ func TestInSchema(t *testing.T) {
 					require.Equal(t, jobs.StatePending, b.state(t, res.ID))
 				} else {
 					require.NoError(t, tx.Rollback(b.ctx))
-					_, err := b.client.Job(b.ctx, res.ID)
+					_, err := b.client.GetJob(b.ctx, res.ID)
 					require.ErrorIs(t, err, hopper.ErrNotFound)
 				}
 			}
@@ -119,12 +119,12 @@ func TestInSchema(t *testing.T) {
 
 			// The Client scopes the transactions given to its Tx methods.
 			client := hopper.NewClient(scoped)
-			row, err := client.Job(b.ctx, one.ID)
+			row, err := client.GetJob(b.ctx, one.ID)
 			require.NoError(t, err)
 			require.Equal(t, "email", row.Kind)
 			tx, err = pool.Begin(b.ctx)
 			require.NoError(t, err)
-			cancelled, err := client.CancelTx(b.ctx, tx, later.Results[1].ID)
+			cancelled, err := client.CancelJobsTx(b.ctx, tx, later.Results[1].ID)
 			require.NoError(t, err)
 			require.Len(t, cancelled, 1)
 			require.NoError(t, tx.Commit(b.ctx))
@@ -153,7 +153,7 @@ func TestInSchema(t *testing.T) {
 			errc := make(chan error, 1)
 			go func() { errc <- w.Run(ctx) }()
 			testdb.WaitFor(t, "the five ready jobs to be done, and a scheduled one", func() bool {
-				s, err := client.Stats(b.ctx)
+				s, err := client.GetStats(b.ctx)
 				require.NoError(t, err)
 				return done.Load() == 5 && beats.Load() >= 1 && s.Total.Running == 0 && s.Total.Ready == 0
 			})

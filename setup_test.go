@@ -21,8 +21,8 @@ type Email struct {
 }
 
 var (
-	email  = jobs.Define[Email]("email", jobs.Defaults(jobs.Queue("mail")))
-	report = jobs.Define[Email]("report")
+	email  = jobs.MustDefine[Email]("email", jobs.Defaults(jobs.Queue("mail")))
+	report = jobs.MustDefine[Email]("report")
 )
 
 // bundle is a test's own schema, with a Client on it.
@@ -52,7 +52,7 @@ func (b *bundle) enqueue(t *testing.T, k *jobs.Kind[Email], to string, opts ...j
 
 func (b *bundle) state(t *testing.T, id int64) jobs.State {
 	t.Helper()
-	row, err := b.client.Job(b.ctx, id)
+	row, err := b.client.GetJob(b.ctx, id)
 	require.NoError(t, err)
 	return row.State
 }
@@ -64,7 +64,7 @@ func (b *bundle) runUntil(t *testing.T, cfg worker.Config, register func(*worker
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 20 * time.Millisecond
 	}
-	cfg.Backoff = worker.Backoff{Base: time.Millisecond, Max: time.Millisecond}
+	cfg.RetryBackoff = worker.Backoff{Base: time.Millisecond, Max: time.Millisecond}
 	cfg.Logger = quiet
 	w, err := worker.New(b.pool, cfg)
 	require.NoError(t, err)

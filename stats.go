@@ -80,14 +80,14 @@ func (s Stats) Rates(earlier Stats) (enqueued, finished float64) {
 	return float64(s.Enqueued-earlier.Enqueued) / secs, float64(s.Finished-earlier.Finished) / secs
 }
 
-// Stats counts jobs per queue and kind. It reads the live table and the
+// GetStats counts jobs per queue and kind. It reads the live table and the
 // dead table whole: fine every few seconds, not in a hot loop.
-func (c *Client) Stats(ctx context.Context) (Stats, error) {
-	return c.StatsTx(ctx, c.db)
+func (c *Client) GetStats(ctx context.Context) (Stats, error) {
+	return c.GetStatsTx(ctx, c.db)
 }
 
-// StatsTx is Stats on the caller's transaction.
-func (c *Client) StatsTx(ctx context.Context, tx jobs.DBTX) (Stats, error) {
+// GetStatsTx is Stats on the caller's transaction.
+func (c *Client) GetStatsTx(ctx context.Context, tx jobs.DBTX) (Stats, error) {
 	found, err := c.queries(tx).Stats(ctx)
 	if err != nil {
 		return Stats{}, fmt.Errorf("hopper: stats: %w", err)

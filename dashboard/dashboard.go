@@ -133,7 +133,7 @@ func (d *Dashboard) Run(ctx context.Context) {
 func (d *Dashboard) sample(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if s, err := d.client.Stats(ctx); err == nil {
+	if s, err := d.client.GetStats(ctx); err == nil {
 		d.samples.add(s)
 	}
 }

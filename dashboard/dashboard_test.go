@@ -30,7 +30,7 @@ type Mail struct {
 	To string `json:"to"`
 }
 
-var mail = jobs.Define[Mail]("mail", jobs.Defaults(jobs.Queue("email")))
+var mail = jobs.MustDefine[Mail]("mail", jobs.Defaults(jobs.Queue("email")))
 
 // bed is a dashboard on a fresh schema with a job in each state, served
 // over HTTP, and a browser-like client (cookies, no redirects followed).
@@ -55,7 +55,7 @@ func newBed(t *testing.T, cfg dashboard.Config) *bed {
 	t.Cleanup(cancel)
 	pool := testdb.New(t).Pool
 	b := &bed{t: t, ctx: ctx, pool: pool, client: hopper.NewClient(pool)}
-	res, err := mail.Enqueue(ctx, pool, Mail{To: `<script>alert("x")</script>`}, jobs.WithMeta(jobs.Meta{"tenant": "<b>acme</b>"}), jobs.ConcurrencyKey("tenant:<i>acme</i>"))
+	res, err := mail.Enqueue(ctx, pool, Mail{To: `<script>alert("x")</script>`}, jobs.Metadata(jobs.Meta{"tenant": "<b>acme</b>"}), jobs.ConcurrencyKey("tenant:<i>acme</i>"))
 	require.NoError(t, err)
 	b.live = res.ID
 	res, err = mail.Enqueue(ctx, pool, Mail{To: "dead"})
@@ -155,7 +155,7 @@ func (b *bed) getRes(path string) (*http.Response, string) {
 
 func (b *bed) state(id int64) jobs.State {
 	b.t.Helper()
-	row, err := b.client.Job(b.ctx, id)
+	row, err := b.client.GetJob(b.ctx, id)
 	require.NoError(b.t, err)
 	return row.State
 }
@@ -221,7 +221,7 @@ func TestChangesNeedTokenAndCSRF(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, status, "from another site")
 	status, _, _ = b.post(pause, url.Values{"csrf": {csrf}}, "Origin", "https://evil.example")
 	require.Equal(t, http.StatusForbidden, status, "from another origin")
-	qs, err := b.client.Queues(b.ctx)
+	qs, err := b.client.ListQueues(b.ctx)
 	require.NoError(t, err)
 	require.False(t, qs[0].Paused(), "nothing refused changed anything")
 
@@ -229,7 +229,7 @@ func TestChangesNeedTokenAndCSRF(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, status)
 	require.Equal(t, "../../", location, "relative: from queues/email/pause to the overview")
 	require.Equal(t, "Queue email paused.", b.flash("/"))
-	qs, err = b.client.Queues(b.ctx)
+	qs, err = b.client.ListQueues(b.ctx)
 	require.NoError(t, err)
 	require.True(t, qs[0].Paused())
 
@@ -271,7 +271,7 @@ func TestActions(t *testing.T) {
 
 	status, _, _ = b.post("/dead/purge", url.Values{"csrf": {csrf}, "id": {id(b.done)}})
 	require.Equal(t, http.StatusSeeOther, status)
-	_, err := b.client.Job(b.ctx, b.done)
+	_, err := b.client.GetJob(b.ctx, b.done)
 	require.ErrorIs(t, err, hopper.ErrNotFound, "purged")
 
 	status, _, _ = b.post("/dead/retry", url.Values{"csrf": {csrf}, "kind": {"mail"}})

@@ -64,7 +64,7 @@ func TestHostCheckedOnEveryRoute(t *testing.T) {
 			}
 		}
 	}
-	qs, err := b.client.Queues(b.ctx)
+	qs, err := b.client.ListQueues(b.ctx)
 	require.NoError(t, err)
 	for _, q := range qs {
 		require.False(t, q.Paused(), "refused changes changed nothing")

@@ -257,7 +257,7 @@ type overviewData struct {
 // overviewData reads the queues (and with them the stats, once) and adds
 // them up: Stats' totals are the sum of the same rows.
 func (d *Dashboard) overviewData(r *http.Request) (overviewData, error) {
-	qs, err := d.client.Queues(r.Context())
+	qs, err := d.client.ListQueues(r.Context())
 	if err != nil {
 		return overviewData{}, err
 	}
@@ -269,7 +269,7 @@ func (d *Dashboard) overviewData(r *http.Request) (overviewData, error) {
 	if len(d.samples.all()) == 0 {
 		d.sample(r.Context()) // a first point before Run's first tick (the charts need the finished count too)
 	}
-	scheds, err := d.client.Schedules(r.Context())
+	scheds, err := d.client.ListSchedules(r.Context())
 	if err != nil {
 		return overviewData{}, err
 	}
@@ -379,7 +379,7 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	job, err := d.client.Job(r.Context(), id)
+	job, err := d.client.GetJob(r.Context(), id)
 	if err != nil {
 		d.failErr(w, r, err)
 		return
@@ -440,7 +440,7 @@ func (d *Dashboard) retryDead(r *http.Request) (string, string, error) {
 	if err != nil {
 		return "", "", err
 	}
-	res, err := d.client.RetryDead(r.Context(), f)
+	res, err := d.client.RetryDeadJobs(r.Context(), f)
 	if err != nil {
 		return "", "", err
 	}
@@ -456,7 +456,7 @@ func (d *Dashboard) purgeDead(r *http.Request) (string, string, error) {
 	if err != nil {
 		return "", "", err
 	}
-	n, err := d.client.PurgeDead(r.Context(), f)
+	n, err := d.client.PurgeDeadJobs(r.Context(), f)
 	if err != nil {
 		return "", "", err
 	}
@@ -481,7 +481,7 @@ func (d *Dashboard) queueAction(r *http.Request) (string, string, error) {
 }
 
 func (d *Dashboard) schedulesList(w http.ResponseWriter, r *http.Request) {
-	s, err := d.client.Schedules(r.Context())
+	s, err := d.client.ListSchedules(r.Context())
 	if err != nil {
 		d.failErr(w, r, err)
 		return

@@ -78,13 +78,13 @@ func TestNamesArePathEscaped(t *testing.T) {
 	_, _ = b.get("/?token=" + token)
 	csrf := b.csrf()
 	paused := func() map[string]bool {
-		qs, err := b.client.Queues(b.ctx)
+		qs, err := b.client.ListQueues(b.ctx)
 		require.NoError(t, err)
 		out := map[string]bool{}
 		for _, q := range qs {
 			out[q.Name] = q.Paused()
 		}
-		ss, err := b.client.Schedules(b.ctx)
+		ss, err := b.client.ListSchedules(b.ctx)
 		require.NoError(t, err)
 		for _, s := range ss {
 			out["schedule "+s.Name] = s.PausedAt != nil
@@ -183,7 +183,7 @@ func TestOwnAuthBearerIsNoCSRFPass(t *testing.T) {
 	status, _, body := b.post(pause, url.Values{}, "Authorization", "Bearer bogus")
 	require.Equal(t, http.StatusForbidden, status, body)
 	require.Contains(t, body, "CSRF")
-	qs, err := b.client.Queues(b.ctx)
+	qs, err := b.client.ListQueues(b.ctx)
 	require.NoError(t, err)
 	require.False(t, qs[0].Paused(), "refused")
 	status, _, body = b.post(pause, url.Values{"csrf": {b.csrf()}}, "Authorization", "Bearer bogus")
@@ -208,7 +208,7 @@ func TestOwnAuthBearerIsNoCSRFPass(t *testing.T) {
 		res, _ := b.send(req)
 		require.Equal(t, tc.status, res.StatusCode, "Bearer %q", tc.bearer)
 	}
-	qs, err = b.client.Queues(b.ctx)
+	qs, err = b.client.ListQueues(b.ctx)
 	require.NoError(t, err)
 	require.False(t, qs[0].Paused(), "resumed by the program")
 }
@@ -370,7 +370,7 @@ func TestOverviewReadsStatsOnce(t *testing.T) {
 		return string(body)
 	}
 	get("/") // the first takes the charts' first sample too (Run has not run)
-	stats, err := b.client.Stats(b.ctx)
+	stats, err := b.client.GetStats(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), stats.Total.Ready, "email and other")
 	tot := stats.Total

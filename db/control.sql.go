@@ -293,20 +293,27 @@ WITH before AS (
          JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
     WHERE c.oid = to_regclass('hopper_jobs')
 )
-SELECT (before.paused_at IS NOT NULL)::boolean AS was_paused
+SELECT (before.paused_at IS NOT NULL)::boolean AS was_paused,
+       before.paused_at AS paused_at
 FROM before
 CROSS JOIN woken
 `
 
+type ResumeQueueRow struct {
+	WasPaused bool       `json:"was_paused"`
+	PausedAt  *time.Time `json:"paused_at"`
+}
+
 // Resumes a paused queue and wakes its workers at once (a wake-up without
 // a place: their cursors scan from the start). was_paused is false, and
-// nothing is sent, when the queue was not paused; no row when hopper_queues
-// has no such queue.
-func (q *Queries) ResumeQueue(ctx context.Context, name string) (bool, error) {
+// nothing is sent, when the queue was not paused; paused_at is when it had
+// been paused (NULL if it was not). No row when hopper_queues has no such
+// queue.
+func (q *Queries) ResumeQueue(ctx context.Context, name string) (ResumeQueueRow, error) {
 	row := q.db.QueryRow(ctx, resumeQueue, name)
-	var was_paused bool
-	err := row.Scan(&was_paused)
-	return was_paused, err
+	var i ResumeQueueRow
+	err := row.Scan(&i.WasPaused, &i.PausedAt)
+	return i, err
 }
 
 const retryDead = `-- name: RetryDead :many

@@ -32,8 +32,8 @@ type Mail struct {
 }
 
 var (
-	mail   = jobs.Define[Mail]("send_mail", jobs.Defaults(jobs.Queue("email"), jobs.MaxAttempts(1)))
-	report = jobs.Define[Mail]("nightly_report", jobs.Defaults(jobs.Queue("reports")))
+	mail   = jobs.MustDefine[Mail]("send_mail", jobs.Defaults(jobs.Queue("email"), jobs.MaxAttempts(1)))
+	report = jobs.MustDefine[Mail]("nightly_report", jobs.Defaults(jobs.Queue("reports")))
 )
 
 func browser(t *testing.T) string {
@@ -107,7 +107,7 @@ func seed(t *testing.T, ctx context.Context, d *testdb.DB) (dead int64) {
 		require.NoError(t, <-errc)
 	})
 	testdb.WaitFor(t, "one job dead, one completed, one running", func() bool {
-		s, err := client.Stats(ctx)
+		s, err := client.GetStats(ctx)
 		require.NoError(t, err)
 		return settled.Load() >= 2 && s.Total.Running == 1
 	})
@@ -223,7 +223,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	// The worker still serves the queue and may run (and fail) it again at
 	// once: either it is live, or it ran a second time.
 	testdb.WaitFor(t, "the retried job to be live again", func() bool {
-		row, err := client.Job(ctx, deadID)
+		row, err := client.GetJob(ctx, deadID)
 		require.NoError(t, err)
 		return row.State != jobs.StateDead || row.Attempt >= 2
 	})
@@ -232,7 +232,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	run("pause a queue", chromedp.Navigate(base), chromedp.WaitVisible("#queues"),
 		chromedp.Click(`tr[data-queue="reports"] button`), chromedp.WaitVisible(".flash"), chromedp.Text(".flash", &flash))
 	require.Equal(t, "Queue reports paused.", flash)
-	qs, err := client.Queues(ctx)
+	qs, err := client.ListQueues(ctx)
 	require.NoError(t, err)
 	for _, q := range qs {
 		require.Equal(t, q.Name == "reports", q.Paused(), q.Name)

@@ -52,7 +52,7 @@ func TestTraceFollowsTheRequest(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
 	defer tp.Shutdown(ctx) //nolint:errcheck // the test's end
 
-	kind := jobs.Define[Email]("traced_email", jobs.OnEnqueue(hopperotel.EnqueueHook(hopperotel.WithTracerProvider(tp))))
+	kind := jobs.MustDefine[Email]("traced_email", jobs.OnEnqueue(hopperotel.EnqueueHook(hopperotel.WithTracerProvider(tp))))
 	reqCtx, request := tp.Tracer("app").Start(ctx, "POST /signup")
 	once, err := kind.Enqueue(reqCtx, pool, Email{To: "once"})
 	require.NoError(t, err)
@@ -64,7 +64,7 @@ func TestTraceFollowsTheRequest(t *testing.T) {
 	var settled atomic.Int32
 	w, err := worker.New(pool, worker.Config{
 		PollInterval: 20 * time.Millisecond,
-		Backoff:      worker.Backoff{Base: time.Millisecond, Max: time.Millisecond},
+		RetryBackoff:      worker.Backoff{Base: time.Millisecond, Max: time.Millisecond},
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Registerer:   registry,
 		Middleware:   []worker.Middleware{hopperotel.Middleware(hopperotel.WithTracerProvider(tp))},

@@ -14,7 +14,7 @@
 //	if res.Outcome != worker.OutcomeSnoozed { … }
 //
 // Options present the job as a later attempt (Attempt, MaxAttempts), with
-// metadata (WithMeta) or a given id (ID).
+// metadata (Metadata) or a given id (ID).
 //
 // # What a request enqueued
 //

@@ -21,7 +21,7 @@ type Invoice struct {
 	Cents    int    `json:"cents"`
 }
 
-var sendInvoice = jobs.Define[Invoice]("send_invoice", jobs.Defaults(jobs.Queue("billing"), jobs.MaxAttempts(3)))
+var sendInvoice = jobs.MustDefine[Invoice]("send_invoice", jobs.Defaults(jobs.Queue("billing"), jobs.MaxAttempts(3)))
 
 // fakeT records a helper's failure instead of failing the test, so that a
 // test can check that a helper fails when it should.
@@ -89,7 +89,7 @@ func TestWorkOutcomes(t *testing.T) {
 				require.Equal(t, tx, res.AckedInTx)
 			}},
 		{name: "sees the job as stored", want: worker.OutcomeDone,
-			opts: []hoppertest.WorkOption{hoppertest.WithMeta(jobs.Meta{"tenant": "acme"}), hoppertest.ID(42), hoppertest.Attempt(2)},
+			opts: []hoppertest.WorkOption{hoppertest.Metadata(jobs.Meta{"tenant": "acme"}), hoppertest.ID(42), hoppertest.Attempt(2)},
 			handler: func(_ context.Context, job *jobs.Job[Invoice]) error {
 				if job.ID != 42 || job.Attempt != 2 || job.MaxAttempts != 3 || job.Queue != "billing" ||
 					job.Meta["tenant"] != "acme" || job.Payload != (Invoice{Customer: "c-1", Cents: 1200}) {

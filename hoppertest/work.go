@@ -41,8 +41,8 @@ func Attempt(n int) WorkOption { return func(r *jobs.Row) { r.Attempt = n } }
 // MaxAttempts sets the job's attempt budget.
 func MaxAttempts(n int) WorkOption { return func(r *jobs.Row) { r.MaxAttempts = n } }
 
-// WithMeta gives the job metadata, as jobs.WithMeta would at enqueue.
-func WithMeta(m jobs.Meta) WorkOption { return func(r *jobs.Row) { r.Meta = maps.Clone(m) } }
+// Metadata gives the job metadata, as jobs.Metadata would at enqueue.
+func Metadata(m jobs.Meta) WorkOption { return func(r *jobs.Row) { r.Meta = maps.Clone(m) } }
 
 // ID gives the job an id (default 1).
 func ID(id int64) WorkOption { return func(r *jobs.Row) { r.ID = id } }

@@ -41,7 +41,7 @@ func TestGoldenFixtures(t *testing.T) {
 func TestDecodeFailures(t *testing.T) {
 	t.Parallel()
 	k := defineWelcome(t, "welcome")
-	panicky := jobs.Define[Welcome]("welcome.panicky", jobs.Version(2),
+	panicky := jobs.MustDefine[Welcome]("welcome.panicky", jobs.Version(2),
 		jobs.Upgrade(1, func(json.RawMessage) (json.RawMessage, error) { panic("upgrade bug") }))
 	for _, tc := range []struct {
 		name    string
@@ -68,7 +68,7 @@ func TestDecodeFailures(t *testing.T) {
 func TestVersionedClaims(t *testing.T) {
 	b := setup(t)
 	v3 := defineWelcome(t, "welcome")
-	v4 := jobs.Define[Welcome]("welcome", jobs.Version(4), // the next deploy
+	v4 := jobs.MustDefine[Welcome]("welcome", jobs.Version(4), // the next deploy
 		jobs.Upgrade(1, jobs.Convert(welcomeV1toV2)),
 		jobs.Upgrade(2, jobs.Convert(welcomeV2toV3)),
 		jobs.Upgrade(3, func(raw json.RawMessage) (json.RawMessage, error) { return raw, nil }),

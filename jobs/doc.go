@@ -11,13 +11,13 @@
 //		UserID int64 `json:"user_id"`
 //	}
 //
-//	var WelcomeEmail = jobs.Define[Welcome]("welcome_email",
+//	var WelcomeEmail = jobs.MustDefine[Welcome]("welcome_email",
 //		jobs.Defaults(jobs.Queue("email"), jobs.MaxAttempts(10)),
 //	)
 //
 // The name is stored with every job and is how workers find the handler:
-// never rename a kind that has jobs in flight. Define panics on an invalid
-// definition (NewKind returns the error), so mistakes stop the program at
+// never rename a kind that has jobs in flight. MustDefine panics on an invalid
+// definition (Define returns the error), so mistakes stop the program at
 // start.
 //
 // # Enqueueing
@@ -62,7 +62,7 @@
 //
 // # Metadata and enqueue hooks
 //
-// A job carries Meta, string tags set with WithMeta (or a kind's Defaults)
+// A job carries Meta, string tags set with Metadata (or a kind's Defaults)
 // and seen by its handler as Job.Meta; the dead table and the history keep
 // it. Enqueue hooks see, and may change, every job before it is inserted,
 // in the caller's context and transaction: UseEnqueue registers them for
@@ -81,7 +81,7 @@
 //
 // Bad input is refused before anything is written, with errors that say
 // what was wrong and match with errors.Is: ErrInvalidQueue,
-// ErrInvalidPriority, ErrInvalidMaxAttempts, ErrInvalidSchedule,
+// ErrInvalidPriority, ErrInvalidMaxAttempts, ErrInvalidRunAt,
 // ErrInvalidUniqueKey, ErrInvalidConcurrencyKey, ErrMarshal, ErrPayloadTooLarge (1 MiB unless the
 // kind sets MaxPayloadBytes).
 //
@@ -91,7 +91,7 @@
 // version and register how the previous version's JSON becomes the new
 // one:
 //
-//	var WelcomeEmail = jobs.Define[Welcome]("welcome_email",
+//	var WelcomeEmail = jobs.MustDefine[Welcome]("welcome_email",
 //		jobs.Version(2),
 //		jobs.Upgrade(1, jobs.Convert(func(old WelcomeV1) (Welcome, error) { … })),
 //	)

@@ -82,7 +82,7 @@ func (o *enqueueOptions) validate() error {
 		return fmt.Errorf("%w: %d (must be 1 or more)", ErrInvalidMaxAttempts, o.maxAttempts)
 	}
 	if o.delay < 0 {
-		return fmt.Errorf("%w: negative delay %v", ErrInvalidSchedule, o.delay)
+		return fmt.Errorf("%w: negative delay %v", ErrInvalidRunAt, o.delay)
 	}
 	if err := checkKey(o.key, ErrInvalidConcurrencyKey, MaxConcurrencyKeyLength); err != nil {
 		return err

@@ -21,11 +21,11 @@ type Note struct {
 	Text string `json:"text"`
 }
 
-var noteKind = jobs.Define[Note]("note")
+var noteKind = jobs.MustDefine[Note]("note")
 
 func TestEnqueueStoresOptions(t *testing.T) {
 	b := setup(t)
-	k := jobs.Define[Note]("note.options", jobs.Defaults(jobs.Queue("notes"), jobs.MaxAttempts(4)))
+	k := jobs.MustDefine[Note]("note.options", jobs.Defaults(jobs.Queue("notes"), jobs.MaxAttempts(4)))
 	res, err := k.Enqueue(b.ctx, b.pool, Note{Text: "hi"}, jobs.Priority(7), jobs.Delay(time.Hour), jobs.UniqueKey("n-1"))
 	require.NoError(t, err)
 	require.False(t, res.Duplicate)
@@ -52,9 +52,9 @@ func TestEnqueueStoresOptions(t *testing.T) {
 
 func TestEnqueueRejectsBadInput(t *testing.T) {
 	b := setup(t)
-	small := jobs.Define[Note]("note.small", jobs.MaxPayloadBytes(64))
+	small := jobs.MustDefine[Note]("note.small", jobs.MaxPayloadBytes(64))
 	type unmarshalable struct{ C chan int }
-	bad := jobs.Define[unmarshalable]("bad")
+	bad := jobs.MustDefine[unmarshalable]("bad")
 	for _, tc := range []struct {
 		name    string
 		enqueue func() error
@@ -73,7 +73,7 @@ func TestEnqueueRejectsBadInput(t *testing.T) {
 			_, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.MaxAttempts(math.MaxInt))
 			return err
 		}, jobs.ErrInvalidMaxAttempts, ""},
-		{"negative delay", func() error { _, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.Delay(-time.Second)); return err }, jobs.ErrInvalidSchedule, "negative"},
+		{"negative delay", func() error { _, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.Delay(-time.Second)); return err }, jobs.ErrInvalidRunAt, "negative"},
 		{"empty unique key", func() error { _, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.UniqueKey("")); return err }, jobs.ErrInvalidUniqueKey, "empty"},
 		{"long unique key", func() error {
 			_, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.UniqueKey(strings.Repeat("u", 513)))
@@ -305,7 +305,7 @@ func TestEnqueueBatchMixedKinds(t *testing.T) {
 	type Invoice struct {
 		Number int `json:"number"`
 	}
-	invoice := jobs.Define[Invoice]("invoice", jobs.Version(2), jobs.Upgrade(1, func(raw json.RawMessage) (json.RawMessage, error) { return raw, nil }),
+	invoice := jobs.MustDefine[Invoice]("invoice", jobs.Version(2), jobs.Upgrade(1, func(raw json.RawMessage) (json.RawMessage, error) { return raw, nil }),
 		jobs.Defaults(jobs.Queue("billing")))
 
 	res, err := jobs.EnqueueBatch(b.ctx, b.pool, []jobs.Entry{

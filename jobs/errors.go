@@ -17,8 +17,8 @@ var (
 	ErrInvalidPriority = errors.New("invalid priority")
 	// ErrInvalidMaxAttempts: below 1.
 	ErrInvalidMaxAttempts = errors.New("invalid max attempts")
-	// ErrInvalidSchedule: a negative delay.
-	ErrInvalidSchedule = errors.New("invalid schedule")
+	// ErrInvalidRunAt: a negative delay.
+	ErrInvalidRunAt = errors.New("invalid schedule")
 	// ErrInvalidUniqueKey: empty, over-long, or not valid UTF-8.
 	ErrInvalidUniqueKey = errors.New("invalid unique key")
 	// ErrInvalidConcurrencyKey: empty, over-long, not valid UTF-8, or a

@@ -21,7 +21,7 @@ type SignupEmail struct {
 
 // Define a kind once, at package level, with its payload type and the
 // defaults its jobs get.
-var signupEmail = jobs.Define[SignupEmail]("signup_email",
+var signupEmail = jobs.MustDefine[SignupEmail]("signup_email",
 	jobs.Defaults(jobs.Queue("email"), jobs.MaxAttempts(5)),
 )
 
@@ -83,7 +83,7 @@ func ExampleEnqueueBatch() {
 	type Invoice struct {
 		Number int `json:"number"`
 	}
-	invoice := jobs.Define[Invoice]("invoice", jobs.Defaults(jobs.Queue("billing")))
+	invoice := jobs.MustDefine[Invoice]("invoice", jobs.Defaults(jobs.Queue("billing")))
 
 	res, err := jobs.EnqueueBatch(ctx, pool, []jobs.Entry{
 		signupEmail.Entry(SignupEmail{UserID: 7}),
@@ -110,7 +110,7 @@ func ExampleUpgrade() {
 		First string `json:"first"`
 		Last  string `json:"last"`
 	}
-	greeting := jobs.Define[Greeting]("greeting",
+	greeting := jobs.MustDefine[Greeting]("greeting",
 		jobs.Version(2),
 		jobs.Upgrade(1, jobs.Convert(func(old greetingV1) (Greeting, error) {
 			first, last, _ := strings.Cut(old.Name, " ")

@@ -11,7 +11,7 @@ import (
 // FuzzEnqueueOptions: no combination of options and payload may panic, and
 // every refusal wraps one of the documented sentinels.
 func FuzzEnqueueOptions(f *testing.F) {
-	k := jobs.Define[Note]("fuzz.note", jobs.MaxPayloadBytes(256))
+	k := jobs.MustDefine[Note]("fuzz.note", jobs.MaxPayloadBytes(256))
 	f.Add("default", 0, 25, int64(0), "", false, "hello")
 	f.Add("", -1, 0, int64(-5), "", true, "")
 	f.Add("q'; DROP TABLE hopper_jobs;--", 9, 1, int64(time.Hour), "key\x00", true, "\xff\xfe")
@@ -25,7 +25,7 @@ func FuzzEnqueueOptions(f *testing.F) {
 			return
 		}
 		for _, sentinel := range []error{jobs.ErrInvalidQueue, jobs.ErrInvalidPriority, jobs.ErrInvalidMaxAttempts,
-			jobs.ErrInvalidSchedule, jobs.ErrInvalidUniqueKey, jobs.ErrMarshal, jobs.ErrPayloadTooLarge} {
+			jobs.ErrInvalidRunAt, jobs.ErrInvalidUniqueKey, jobs.ErrMarshal, jobs.ErrPayloadTooLarge} {
 			if errors.Is(err, sentinel) {
 				return
 			}

@@ -47,7 +47,7 @@ func TestEnqueueHooks(t *testing.T) {
 			return nil
 		})
 	defer remove()
-	kind := jobs.Define[Note]("note.hooked", jobs.OnEnqueue(func(_ context.Context, e *jobs.Enqueueing) error {
+	kind := jobs.MustDefine[Note]("note.hooked", jobs.OnEnqueue(func(_ context.Context, e *jobs.Enqueueing) error {
 		order = append(order, "kind")
 		e.Queue = "hooked"
 		if e.Meta["priority"] == "bad" {
@@ -60,7 +60,7 @@ func TestEnqueueHooks(t *testing.T) {
 	require.NoError(t, err)
 	var sawTx jobs.DBTX
 	removeTx := jobs.UseEnqueue(func(_ context.Context, e *jobs.Enqueueing) error { sawTx = e.DB; return nil })
-	res, err := kind.Enqueue(ctx, tx, Note{Text: "one"}, jobs.WithMeta(jobs.Meta{"tenant": "acme"}))
+	res, err := kind.Enqueue(ctx, tx, Note{Text: "one"}, jobs.Metadata(jobs.Meta{"tenant": "acme"}))
 	removeTx()
 	require.NoError(t, err)
 	require.Equal(t, tx, sawTx, "hooks see the caller's transaction")
@@ -85,11 +85,11 @@ func TestEnqueueHooks(t *testing.T) {
 	}
 	require.Nil(t, items[0].Options, "the caller's items are not changed")
 
-	_, err = kind.Enqueue(ctx, tdb.Pool, Note{}, jobs.WithMeta(jobs.Meta{"refuse": "no"}))
+	_, err = kind.Enqueue(ctx, tdb.Pool, Note{}, jobs.Metadata(jobs.Meta{"refuse": "no"}))
 	require.ErrorContains(t, err, "enqueue hook: refused: no")
-	_, err = kind.Enqueue(ctx, tdb.Pool, Note{}, jobs.WithMeta(jobs.Meta{"priority": "bad"}))
+	_, err = kind.Enqueue(ctx, tdb.Pool, Note{}, jobs.Metadata(jobs.Meta{"priority": "bad"}))
 	require.ErrorIs(t, err, jobs.ErrInvalidPriority)
-	_, err = kind.EnqueueMany(ctx, tdb.Pool, []jobs.Item[Note]{{Payload: Note{}, Options: []jobs.EnqueueOption{jobs.WithMeta(jobs.Meta{"refuse": "batch"})}}})
+	_, err = kind.EnqueueMany(ctx, tdb.Pool, []jobs.Item[Note]{{Payload: Note{}, Options: []jobs.EnqueueOption{jobs.Metadata(jobs.Meta{"refuse": "batch"})}}})
 	require.ErrorContains(t, err, "item 0 (note.hooked): enqueue hook: refused: batch")
 
 	remove()
@@ -113,16 +113,16 @@ func TestMetaRules(t *testing.T) {
 		{"too large", jobs.Meta{"k": strings.Repeat("x", jobs.MaxMetaBytes)}, "over the limit of 8192"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.WithMeta(tc.meta))
+			_, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.Metadata(tc.meta))
 			require.ErrorIs(t, err, jobs.ErrInvalidMeta)
 			require.ErrorContains(t, err, tc.want)
-			require.ErrorIs(t, noteKind.Check(Note{}, jobs.WithMeta(tc.meta)), jobs.ErrInvalidMeta)
+			require.ErrorIs(t, noteKind.Check(Note{}, jobs.Metadata(tc.meta)), jobs.ErrInvalidMeta)
 		})
 	}
 	// Later values win, and a kind's default metadata is not changed by a
 	// job's own.
-	k := jobs.Define[Note]("note.meta", jobs.Defaults(jobs.WithMeta(jobs.Meta{"team": "core", "tier": "1"})))
-	one, err := k.Enqueue(b.ctx, b.pool, Note{}, jobs.WithMeta(jobs.Meta{"tier": "2"}))
+	k := jobs.MustDefine[Note]("note.meta", jobs.Defaults(jobs.Metadata(jobs.Meta{"team": "core", "tier": "1"})))
+	one, err := k.Enqueue(b.ctx, b.pool, Note{}, jobs.Metadata(jobs.Meta{"tier": "2"}))
 	require.NoError(t, err)
 	two, err := k.Enqueue(b.ctx, b.pool, Note{})
 	require.NoError(t, err)

@@ -25,7 +25,7 @@ type Job[T any] struct {
 	RunAt       time.Time
 	// Errors is the history of failed attempts, oldest first.
 	Errors []AttemptError
-	// Meta is the job's metadata: tags set at enqueue (WithMeta, enqueue
+	// Meta is the job's metadata: tags set at enqueue (Metadata, enqueue
 	// hooks) and trace context.
 	Meta Meta
 	// ConcurrencyKey is the job's concurrency key, "" for none.

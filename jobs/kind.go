@@ -123,24 +123,24 @@ func KeyBy[T any](fn func(T) string) DefineOption {
 	}
 }
 
-// Define declares a kind and panics if the definition is invalid: kinds are
+// MustDefine is Define that panics if the definition is invalid: kinds are
 // declared once at package level, where a mistake should stop the program
-// at start. NewKind returns the error instead.
+// at start.
 //
 // A name may be defined more than once in a process (a test can hold two
 // deploys' versions of one kind); a worker rejects two handlers for one
 // name with ErrDuplicateKind.
-func Define[T any](name string, opts ...DefineOption) *Kind[T] {
-	k, err := NewKind[T](name, opts...)
+func MustDefine[T any](name string, opts ...DefineOption) *Kind[T] {
+	k, err := Define[T](name, opts...)
 	if err != nil {
 		panic(err)
 	}
 	return k
 }
 
-// NewKind is Define returning an error: ErrInvalidDefinition, or the error
-// of an invalid default option.
-func NewKind[T any](name string, opts ...DefineOption) (*Kind[T], error) {
+// Define declares a kind, or returns why it cannot: ErrInvalidDefinition,
+// or the error of an invalid default option.
+func Define[T any](name string, opts ...DefineOption) (*Kind[T], error) {
 	d := definition{version: 1, upgrades: map[int]UpgradeFunc{}, maxPayloadBytes: DefaultMaxPayloadBytes}
 	for _, opt := range opts {
 		opt(&d)

@@ -38,7 +38,7 @@ func TestDefineValidation(t *testing.T) {
 		{"bad default priority", "k", []jobs.DefineOption{jobs.Defaults(jobs.Priority(12))}, jobs.ErrInvalidPriority, "12"},
 		{"full chain", "k", []jobs.DefineOption{jobs.Version(3), jobs.Upgrade(2, identity), jobs.Upgrade(1, identity)}, nil, ""},
 	} {
-		k, err := jobs.NewKind[struct{}](tc.kind, tc.opts...)
+		k, err := jobs.Define[struct{}](tc.kind, tc.opts...)
 		if tc.wantErr == nil {
 			require.NoError(t, err, tc.name)
 			require.Equal(t, tc.kind, k.Name())
@@ -52,7 +52,7 @@ func TestDefineValidation(t *testing.T) {
 func TestDefinePanicsOnInvalid(t *testing.T) {
 	t.Parallel()
 	require.PanicsWithError(t, `hopper: define "k": invalid job kind definition: version -1 is below 1`, func() {
-		jobs.Define[struct{}]("k", jobs.Version(-1))
+		jobs.MustDefine[struct{}]("k", jobs.Version(-1))
 	})
-	require.Equal(t, 2, jobs.Define[struct{}]("k", jobs.Version(2), jobs.Upgrade(1, identity)).Version())
+	require.Equal(t, 2, jobs.MustDefine[struct{}]("k", jobs.Version(2), jobs.Upgrade(1, identity)).Version())
 }

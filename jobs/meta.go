@@ -13,12 +13,12 @@ const MaxMetaBytes = 8192
 
 // Meta is a job's metadata: string tags of your own (a tenant, a request
 // id) and trace context (the tracing middleware writes W3C traceparent
-// and tracestate here). Set at enqueue with WithMeta or by an enqueue hook;
+// and tracestate here). Set at enqueue with Metadata or by an enqueue hook;
 // handlers see it as Job.Meta; the dead table and the history keep it.
 type Meta map[string]string
 
-// WithMeta adds tags to the job's metadata (a later value of a key wins).
-func WithMeta(tags Meta) EnqueueOption {
+// Metadata adds tags to the job's metadata (a later value of a key wins).
+func Metadata(tags Meta) EnqueueOption {
 	return func(o *enqueueOptions) {
 		merged := make(Meta, len(o.meta)+len(tags))
 		maps.Copy(merged, o.meta) // never write into a map the kind's defaults share

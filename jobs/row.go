@@ -109,7 +109,7 @@ type Row struct {
 	// Result is what the handler returned (a completed job of a kind
 	// handled with a result), as JSON; nil otherwise.
 	Result json.RawMessage `json:"result,omitempty"`
-	// Meta is the job's metadata (WithMeta, enqueue hooks).
+	// Meta is the job's metadata (Metadata, enqueue hooks).
 	Meta Meta `json:"meta,omitempty"`
 }
 

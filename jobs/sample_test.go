@@ -52,7 +52,7 @@ func welcomeV2toV3(v2 WelcomeV2) (Welcome, error) {
 
 func defineWelcome(t testing.TB, name string) *jobs.Kind[Welcome] {
 	t.Helper()
-	k, err := jobs.NewKind[Welcome](name,
+	k, err := jobs.Define[Welcome](name,
 		jobs.Version(3),
 		jobs.Upgrade(1, jobs.Convert(welcomeV1toV2)),
 		jobs.Upgrade(2, jobs.Convert(welcomeV2toV3)),

@@ -146,8 +146,9 @@ FROM upserted;
 -- name: ResumeQueue :one
 -- Resumes a paused queue and wakes its workers at once (a wake-up without
 -- a place: their cursors scan from the start). was_paused is false, and
--- nothing is sent, when the queue was not paused; no row when hopper_queues
--- has no such queue.
+-- nothing is sent, when the queue was not paused; paused_at is when it had
+-- been paused (NULL if it was not). No row when hopper_queues has no such
+-- queue.
 WITH before AS (
     SELECT q.name, q.paused_at
     FROM hopper_queues AS q
@@ -166,7 +167,8 @@ WITH before AS (
          JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
     WHERE c.oid = to_regclass('hopper_jobs')
 )
-SELECT (before.paused_at IS NOT NULL)::boolean AS was_paused
+SELECT (before.paused_at IS NOT NULL)::boolean AS was_paused,
+       before.paused_at AS paused_at
 FROM before
 CROSS JOIN woken;
 

@@ -40,10 +40,12 @@ func TestPausedQueueClaimsNothing(t *testing.T) {
 
 	was, err := b.q.ResumeQueue(b.ctx, "default")
 	require.NoError(t, err)
-	require.True(t, was)
+	require.True(t, was.WasPaused)
+	require.NotNil(t, was.PausedAt, "a resume says when the queue had been paused")
 	was, err = b.q.ResumeQueue(b.ctx, "default")
 	require.NoError(t, err)
-	require.False(t, was, "resuming a running queue changes nothing")
+	require.False(t, was.WasPaused, "resuming a running queue changes nothing")
+	require.Nil(t, was.PausedAt)
 	_, err = b.q.ResumeQueue(b.ctx, "nobody")
 	require.ErrorContains(t, err, "no rows", "no row for a queue hopper_queues does not have")
 

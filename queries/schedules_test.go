@@ -143,7 +143,8 @@ func TestFireSchedule(t *testing.T) {
 	// Paused: not due, however late; a trigger is due even so.
 	was, err := b.q.PauseSchedule(b.ctx, "s")
 	require.NoError(t, err)
-	require.False(t, was)
+	require.False(t, was.WasPaused)
+	require.False(t, was.PausedAt.IsZero())
 	_, err = b.pool.Exec(b.ctx, "UPDATE hopper_schedules SET next_fire_at = now() - interval '1 hour'")
 	require.NoError(t, err)
 	_, err = b.q.DueSchedule(b.ctx, names)
@@ -159,9 +160,11 @@ func TestFireSchedule(t *testing.T) {
 	require.True(t, again.Equal(at), "a waiting trigger is kept")
 
 	resumeAt := time.Now().Add(time.Minute).Truncate(time.Microsecond)
-	was, err = b.q.ResumeSchedule(b.ctx, db.ResumeScheduleParams{Name: "s", NextFireAt: resumeAt})
+	res, err := b.q.ResumeSchedule(b.ctx, db.ResumeScheduleParams{Name: "s", NextFireAt: resumeAt})
 	require.NoError(t, err)
-	require.True(t, was)
+	require.True(t, res.WasPaused)
+	require.NotNil(t, res.PausedAt)
+	require.True(t, res.PausedAt.Equal(was.PausedAt), "a resume says since when it was paused")
 	require.True(t, schedule(t, b).NextFireAt.Equal(resumeAt), "resumed at the next slot, not the missed ones")
 	_, err = b.q.PauseSchedule(b.ctx, "nope")
 	require.ErrorIs(t, err, pgx.ErrNoRows)

@@ -39,7 +39,7 @@ const MigrationsTable = "hopper_schema_migrations"
 var ErrDirty = errors.New("hopper: schema migrations table is dirty")
 
 // ErrNoSchema is returned when the schema to migrate does not exist: the
-// one WithSchema names, or, without it, every schema the connection's
+// one the Name option names, or, without it, every schema the connection's
 // search_path names. The error says which and how to create it.
 var ErrNoSchema = errors.New("hopper: no schema to migrate")
 
@@ -73,17 +73,17 @@ type options struct {
 	logf   func(format string, args ...any)
 }
 
-// WithSchema installs Hopper's tables in the named schema, which must
+// Name installs Hopper's tables in the named schema, which must
 // already exist (CREATE SCHEMA is the application's call, not ours). Without it they go to the first schema of the
 // connection's search_path. Workers and producers then reach the tables by
 // putting the same schema first in their search_path.
-func WithSchema(name string) Option {
+func Name(name string) Option {
 	return func(o *options) { o.schema = name }
 }
 
-// WithLog receives one line per migration applied (and golang-migrate's
+// Logf receives one line per migration applied (and golang-migrate's
 // other progress messages).
-func WithLog(logf func(format string, args ...any)) Option {
+func Logf(logf func(format string, args ...any)) Option {
 	return func(o *options) { o.logf = logf }
 }
 
@@ -202,7 +202,7 @@ func createName(name string) string {
 
 var plainName = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
-// Schema is the schema the migrator works in: the one WithSchema named, else
+// Schema is the schema the migrator works in: the one the Name option named, else
 // the first existing schema of the search_path.
 func (mg *Migrator) Schema() string { return mg.schema }
 

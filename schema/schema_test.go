@@ -167,19 +167,19 @@ func TestWithSchema(t *testing.T) {
 		_, _ = d.Pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{target}.Sanitize()+" CASCADE")
 	})
 
-	require.NoError(t, schema.Up(ctx, d.Pool, schema.WithSchema(target)))
+	require.NoError(t, schema.Up(ctx, d.Pool, schema.Name(target)))
 	require.Contains(t, objects(t, ctx, d, target), "relation hopper_jobs")
 	require.Contains(t, objects(t, ctx, d, target), "relation hopper_schema_migrations")
 	require.Empty(t, objects(t, ctx, d, d.Schema))
 
-	err = schema.Up(ctx, d.Pool, schema.WithSchema(d.Schema+"_missing"))
+	err = schema.Up(ctx, d.Pool, schema.Name(d.Schema+"_missing"))
 	require.Error(t, err)
 }
 
 func TestProgressLog(t *testing.T) {
 	ctx, d := setup(t)
 	var lines []string
-	require.NoError(t, schema.Up(ctx, d.Pool, schema.WithLog(func(format string, args ...any) {
+	require.NoError(t, schema.Up(ctx, d.Pool, schema.Logf(func(format string, args ...any) {
 		lines = append(lines, format)
 	})))
 	require.NotEmpty(t, lines, "one line per migration applied")

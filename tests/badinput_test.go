@@ -38,7 +38,7 @@ func TestBadInput(t *testing.T) {
 	require.Equal(t, "22P02", pgErr.Code, "invalid_text_representation")
 
 	// Names full of SQL metacharacters and odd characters are just data.
-	odd := jobs.Define[Chore](`kind'); DROP TABLE hopper_jobs; --`)
+	odd := jobs.MustDefine[Chore](`kind'); DROP TABLE hopper_jobs; --`)
 	queue := `q"; DELETE FROM hopper_jobs; -- ünïcødé ✓`
 	_, err = odd.EnqueueMany(ctx, d.Pool, jobs.Items(Chore{1}, Chore{2}), jobs.Queue(queue), jobs.UniqueKey(`k'"\`))
 	require.NoError(t, err)
@@ -93,7 +93,7 @@ func TestWorkerWithUnreachableDatabase(t *testing.T) {
 	defer pool.Close()
 	w, err := worker.New(pool, worker.Config{Logger: quietLog})
 	require.NoError(t, err)
-	require.NoError(t, worker.Handle(w, jobs.Define[Chore]("any"), func(context.Context, *jobs.Job[Chore]) error { return nil }))
+	require.NoError(t, worker.Handle(w, jobs.MustDefine[Chore]("any"), func(context.Context, *jobs.Job[Chore]) error { return nil }))
 	err = w.Run(context.Background())
 	require.ErrorContains(t, err, "hopper: worker: start")
 	require.ErrorContains(t, err, "connect")

@@ -33,7 +33,7 @@ import (
 
 const chaosEnv = "HOPPER_CHAOS_WORKER_URL"
 
-var chaosTask = jobs.Define[Chore]("chaos.task")
+var chaosTask = jobs.MustDefine[Chore]("chaos.task")
 
 func chaosFull() bool { return os.Getenv("HOPPER_CHAOS") == "full" }
 
@@ -57,7 +57,7 @@ func runChaosWorker() int {
 		keep = map[string]time.Duration{jobs.DefaultQueue: time.Hour}
 	}
 	w, err := worker.New(pool, worker.Config{
-		KeepHistory:       keep,
+		KeepHistoryByQueue:       keep,
 		ID:                os.Getenv("HOPPER_CHAOS_ID"),
 		Queues:            map[string]int{jobs.DefaultQueue: 16},
 		LeaseDuration:     lease,
@@ -65,7 +65,7 @@ func runChaosWorker() int {
 		PollInterval:      100 * time.Millisecond,
 		SweepInterval:     200 * time.Millisecond,
 		ShutdownTimeout:   100 * time.Millisecond,
-		Backoff:           worker.Backoff{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+		RetryBackoff:           worker.Backoff{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond},
 		Logger:            quietLog,
 	})
 	if err != nil {

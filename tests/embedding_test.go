@@ -114,7 +114,7 @@ type Welcome struct {
 	UserID int64 ` + "`json:\"user_id\"`" + `
 }
 
-var welcome = jobs.Define[Welcome]("welcome")
+var welcome = jobs.MustDefine[Welcome]("welcome")
 
 func main() {
 	ctx := context.Background()
@@ -222,7 +222,7 @@ import (
 
 type Ping struct{}
 
-var ping = jobs.Define[Ping]("ping")
+var ping = jobs.MustDefine[Ping]("ping")
 
 func Start(ctx context.Context, pool *pgxpool.Pool) (*worker.Worker, *hopper.Client, error) {
 	if err := schema.Up(ctx, pool); err != nil {

@@ -79,7 +79,7 @@ func TestSchemaUpMissingSchema(t *testing.T) {
 	err = schema.Up(ctx, pool)
 	require.ErrorIs(t, err, schema.ErrNoSchema)
 	require.EqualError(t, err, "hopper: migrate: the schema named in search_path, "+missing+", does not exist: create it with CREATE SCHEMA "+missing)
-	_, err = schema.NewMigrator(ctx, d.Pool, schema.WithSchema(missing))
+	_, err = schema.NewMigrator(ctx, d.Pool, schema.Name(missing))
 	require.ErrorIs(t, err, schema.ErrNoSchema)
 
 	_, err = d.Pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{missing}.Sanitize())

@@ -142,7 +142,7 @@ func TestSchedulesCLI(t *testing.T) {
 	w, err := worker.New(d.Pool, worker.Config{Logger: quietLog, PollInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, worker.Schedule(w, "nightly", beat, "30 2 * * *", func(slot time.Time) Beat { return Beat{Slot: slot} },
-		worker.InZone("Europe/Berlin"), worker.OnMissed(worker.CatchUp(2)), worker.EnqueueWith(jobs.Queue("reports"))))
+		worker.InZone("Europe/Berlin"), worker.OnMissed(worker.CatchUp(2)), worker.EnqueueOptions(jobs.Queue("reports"))))
 	require.NoError(t, worker.Handle(w, beat, func(context.Context, *jobs.Job[Beat]) error { return nil }))
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(ctx) }()

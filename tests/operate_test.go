@@ -25,8 +25,8 @@ import (
 const operateEnv = "HOPPER_OPERATE_WORKER_URL"
 
 var (
-	blockKind = jobs.Define[Chore]("op.block") // runs until cancelled
-	quickKind = jobs.Define[Chore]("op.quick") // records when it was claimed
+	blockKind = jobs.MustDefine[Chore]("op.block") // runs until cancelled
+	quickKind = jobs.MustDefine[Chore]("op.quick") // records when it was claimed
 )
 
 // runOperateWorker is the worker process: the test binary run again with
@@ -161,7 +161,7 @@ func TestCancelRunningAcrossProcesses(t *testing.T) {
 		return b.count("SELECT count(*) FROM op_runs") == 8 && b.count("SELECT count(DISTINCT worker) FROM op_runs") == 2
 	})
 	first, rest := ids[:4], ids[4:]
-	results, err := b.client.Cancel(b.ctx, first...)
+	results, err := b.client.CancelJobs(b.ctx, first...)
 	require.NoError(t, err)
 	for _, r := range results {
 		require.NoError(t, r.Err)
@@ -174,17 +174,17 @@ func TestCancelRunningAcrossProcesses(t *testing.T) {
 		first, worker.ErrCancelled.Error(), worker.ErrCancelled.Error()), "the cause is ErrCancelled, and AckTx says so")
 	require.Zero(t, b.count("SELECT count(*) FROM chaos_ledger"), "no late completion took effect")
 	for _, id := range first {
-		row, err := b.client.Job(b.ctx, id)
+		row, err := b.client.GetJob(b.ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, jobs.StateCancelled, row.State)
 		require.Equal(t, "cancelled", row.Reason)
 	}
 	for _, id := range rest {
-		row, err := b.client.Job(b.ctx, id)
+		row, err := b.client.GetJob(b.ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, jobs.StateRunning, row.State, "the others run on")
 	}
-	_, err = b.client.Cancel(b.ctx, rest...)
+	_, err = b.client.CancelJobs(b.ctx, rest...)
 	require.NoError(t, err)
 	b.waitFor("every handler cancelled", func() bool { return b.count("SELECT count(*) FROM op_runs WHERE cause <> ''") == 8 })
 	require.Zero(t, b.count("SELECT count(*) FROM chaos_ledger"))

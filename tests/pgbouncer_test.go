@@ -115,7 +115,7 @@ type bouncerEmail struct {
 	To string `json:"to"`
 }
 
-var bouncedEmail = jobs.Define[bouncerEmail]("bounced_email")
+var bouncedEmail = jobs.MustDefine[bouncerEmail]("bounced_email")
 
 // TestPgBouncerTransactionMode enqueues, works (poll-only), cancels and
 // reads stats through PgBouncer in transaction mode, with more client
@@ -171,7 +171,7 @@ func TestPgBouncerTransactionMode(t *testing.T) {
 	// Cancel through PgBouncer, in a transaction of the caller's.
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	cancelled, err := client.CancelTx(ctx, tx, later.ID)
+	cancelled, err := client.CancelJobsTx(ctx, tx, later.ID)
 	require.NoError(t, err)
 	require.Len(t, cancelled, 1)
 	require.NoError(t, tx.Commit(ctx))
@@ -191,7 +191,7 @@ func TestPgBouncerTransactionMode(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(wctx) }()
 	testdb.WaitFor(t, "every job to be worked through PgBouncer", func() bool {
-		s, err := client.Stats(ctx)
+		s, err := client.GetStats(ctx)
 		require.NoError(t, err)
 		return done.Load() == n && s.Total.Ready == 0 && s.Total.Running == 0
 	})
@@ -199,7 +199,7 @@ func TestPgBouncerTransactionMode(t *testing.T) {
 	require.NoError(t, <-errc)
 	require.NotContains(t, logs.String(), "through a pooler", "exec mode and PollOnly: nothing to warn about")
 
-	s, err := client.Stats(ctx)
+	s, err := client.GetStats(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, s.Total.Cancelled)
 	require.EqualValues(t, 0, s.Total.Live())

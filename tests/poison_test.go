@@ -344,7 +344,7 @@ func (b *poisonBed) cancelSome() {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	res, err := b.client.Cancel(b.ctx, ids...)
+	res, err := b.client.CancelJobs(b.ctx, ids...)
 	require.NoError(b.t, err)
 	for _, r := range res {
 		b.cancels = append(b.cancels, cancelRecord{id: r.ID, cancelled: r.Err == nil, was: string(r.Was), target: why[r.ID]})

@@ -31,8 +31,8 @@ import (
 const poisonEnv = "HOPPER_POISON_WORKER_URL"
 
 var (
-	poisonJob  = jobs.Define[Plan]("poison.job")
-	poisonTick = jobs.Define[Tick]("poison.tick")
+	poisonJob  = jobs.MustDefine[Plan]("poison.job")
+	poisonTick = jobs.MustDefine[Tick]("poison.tick")
 )
 
 // Tick is the payload of the schedules' jobs.
@@ -103,16 +103,16 @@ func runPoisonWorker() int {
 	w, err := worker.New(pool, worker.Config{
 		ID:                id,
 		Queues:            map[string]int{queueKept: 4, queuePlain: 4, queueStuck: 1, queueTicks: 2},
-		KeepHistory:       map[string]time.Duration{queueKept: time.Hour},
+		KeepHistoryByQueue:       map[string]time.Duration{queueKept: time.Hour},
 		LeaseDuration:     poisonLease,
 		HeartbeatInterval: poisonHeartbeat,
 		PollInterval:      100 * time.Millisecond,
 		PollOnly:          os.Getenv("HOPPER_POISON_POLL_ONLY") != "",
 		SweepInterval:     poisonSweep,
 		ShutdownTimeout:   500 * time.Millisecond,
-		JobTimeout:        defaultTimeout,
+		Timeout:        defaultTimeout,
 		AbandonAfter:      poisonAbandonAfter,
-		Backoff:           worker.Backoff{Base: 10 * time.Millisecond, Max: 200 * time.Millisecond},
+		RetryBackoff:           worker.Backoff{Base: 10 * time.Millisecond, Max: 200 * time.Millisecond},
 		OnOutcome:         []worker.OutcomeHook{outcomes.hook},
 		Logger:            logger,
 	})
@@ -121,13 +121,13 @@ func runPoisonWorker() int {
 		return 3
 	}
 	h := &poisonHandler{pool: pool, id: id}
-	err = worker.HandleWithResult(w, poisonJob, h.run, worker.JobTimeout(func(j *jobs.Job[Plan]) time.Duration {
+	err = worker.HandleWithResult(w, poisonJob, h.run, worker.TimeoutBy(func(j *jobs.Job[Plan]) time.Duration {
 		return time.Duration(j.Payload.step(j.Attempt).TimeoutMs) * time.Millisecond
 	}))
 	if err == nil {
 		err = worker.Handle(w, poisonTick, h.tick)
 	}
-	ticks := worker.EnqueueWith(jobs.Queue(queueTicks))
+	ticks := worker.EnqueueOptions(jobs.Queue(queueTicks))
 	for _, s := range healthySchedules {
 		if err == nil {
 			name := s.name
@@ -297,7 +297,7 @@ func (h *poisonHandler) cancelAfter(id, seq int64, s Step) {
 	}
 	ctx, cancel := ledgerCtx()
 	defer cancel()
-	res, err := hopper.NewClient(h.pool).Cancel(ctx, id)
+	res, err := hopper.NewClient(h.pool).CancelJobs(ctx, id)
 	what := "cancelled"
 	switch {
 	case err != nil:

@@ -65,7 +65,7 @@ func TestLeastPrivilege(t *testing.T) {
 	_, err = app.Exec(ctx, "CREATE TABLE sneaky (id int)")
 	require.ErrorContains(t, err, "permission denied", "the role has no DDL rights")
 
-	chore := jobs.Define[Chore]("chore")
+	chore := jobs.MustDefine[Chore]("chore")
 	_, err = chore.EnqueueMany(ctx, app, jobs.Items(Chore{1}, Chore{2}, Chore{3}))
 	require.NoError(t, err, "COPY")
 	_, err = chore.Enqueue(ctx, app, Chore{4}, jobs.UniqueKey("four"), jobs.MaxAttempts(1))
@@ -75,8 +75,8 @@ func TestLeastPrivilege(t *testing.T) {
 
 	var done, scheduled atomic.Int64
 	w, err := worker.New(app, worker.Config{ID: "least-privilege", PollInterval: 50 * time.Millisecond, SweepInterval: 50 * time.Millisecond,
-		Backoff: worker.Backoff{Base: time.Millisecond, Max: time.Millisecond}, DeadRetention: time.Hour,
-		KeepHistory: map[string]time.Duration{jobs.DefaultQueue: time.Millisecond}})
+		RetryBackoff: worker.Backoff{Base: time.Millisecond, Max: time.Millisecond}, DeadRetention: time.Hour,
+		KeepHistoryByQueue: map[string]time.Duration{jobs.DefaultQueue: time.Millisecond}})
 	require.NoError(t, err)
 	require.NoError(t, worker.Schedule(w, "chores", chore, "@every 1s", func(time.Time) Chore { return Chore{N: 6} }))
 	require.NoError(t, worker.Handle(w, chore, func(_ context.Context, j *jobs.Job[Chore]) error {
@@ -100,7 +100,7 @@ func TestLeastPrivilege(t *testing.T) {
 	// The condition runs on a goroutine of its own, so it reports through
 	// CollectT rather than t.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		stats, err := client.Stats(ctx)
+		stats, err := client.GetStats(ctx)
 		require.NoError(c, err)
 		require.Len(c, stats.Rows, 1)
 		require.Zero(c, stats.Total.Live(), "live jobs")
@@ -117,7 +117,7 @@ func TestLeastPrivilege(t *testing.T) {
 	dead, err := client.ListJobs(ctx, hopper.ListParams{States: []jobs.State{jobs.StateDead}})
 	require.NoError(t, err)
 	require.Len(t, dead.Jobs, 1)
-	retried, err := client.RetryDead(ctx, hopper.DeadFilter{IDs: []int64{dead.Jobs[0].ID}})
+	retried, err := client.RetryDeadJobs(ctx, hopper.DeadFilter{IDs: []int64{dead.Jobs[0].ID}})
 	require.NoError(t, err)
 	require.Len(t, retried.Retried, 1)
 	_, err = client.PauseQueue(ctx, jobs.DefaultQueue)
@@ -128,7 +128,7 @@ func TestLeastPrivilege(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, swept)
 	require.NoError(t, client.CancelJob(ctx, retried.Retried[0]))
-	purged, err := client.PurgeDead(ctx, hopper.DeadFilter{States: []jobs.State{jobs.StateCancelled}, All: true})
+	purged, err := client.PurgeDeadJobs(ctx, hopper.DeadFilter{States: []jobs.State{jobs.StateCancelled}, All: true})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, purged)
 }

@@ -27,7 +27,7 @@ type Beat struct {
 	Slot time.Time `json:"slot"`
 }
 
-var beat = jobs.Define[Beat]("beat")
+var beat = jobs.MustDefine[Beat]("beat")
 
 // The schedules every schedule worker defines, each every second: tick
 // catches up on everything it missed (so no slot is ever skipped); the

@@ -30,7 +30,7 @@ func TestWorkerStoppedAtOnceWarnsNothing(t *testing.T) {
 			ShutdownTimeout: time.Second,
 		})
 		require.NoError(t, err)
-		require.NoError(t, worker.Handle(w, jobs.Define[Chore]("stop.at.once"), func(context.Context, *jobs.Job[Chore]) error { return nil }))
+		require.NoError(t, worker.Handle(w, jobs.MustDefine[Chore]("stop.at.once"), func(context.Context, *jobs.Job[Chore]) error { return nil }))
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
 		go func() { errc <- w.Run(ctx) }()

@@ -94,13 +94,13 @@ type Config struct {
 	// leases expire. Default 10s.
 	ShutdownGrace time.Duration
 
-	// JobTimeout cancels a handler's context when a run takes longer; a
-	// kind (Timeout) or a job (JobTimeout) may set its own. Default 1m:
+	// Timeout cancels a handler's context when a run takes longer; a
+	// kind (Timeout) or a job (Timeout) may set its own. Default 1m:
 	// long enough for the ordinary job, short enough that a handler stuck
 	// on a dead connection does not hold its slot and its job for hours.
 	// Set a longer Timeout on the kinds that need it; negative means no
 	// default timeout.
-	JobTimeout time.Duration
+	Timeout time.Duration
 	// AbandonAfter is how long a handler may keep running after its
 	// timeout, ignoring its cancelled context, before the worker abandons
 	// it: its lease is no longer extended (the job runs again elsewhere once
@@ -109,9 +109,9 @@ type Config struct {
 	// heartbeat. Default 10s.
 	AbandonAfter time.Duration
 
-	// Backoff is the default retry delay for failed jobs. Default
+	// RetryBackoff is the default retry delay for failed jobs. Default
 	// DefaultBackoff.
-	Backoff Backoff
+	RetryBackoff Backoff
 
 	// Logger receives the worker's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -137,13 +137,13 @@ type Config struct {
 	// first, the others find the job at their next full scan. Default 10s.
 	FullScanInterval time.Duration
 
-	// KeepHistory keeps the completed jobs of these queues in the history
+	// KeepHistoryByQueue keeps the completed jobs of these queues in the history
 	// table for so long after they complete (no entry, or 0: not kept, the
-	// default). A kind's own KeepHistory overrides its queue's. The job is
+	// default). A kind's own KeepHistoryByQueue overrides its queue's. The job is
 	// copied by the statement that acknowledges it, so keeping history
 	// costs no extra round trip; see the README for what it costs the
 	// database.
-	KeepHistory map[string]time.Duration
+	KeepHistoryByQueue map[string]time.Duration
 	// DeadRetention, when positive, deletes dead and cancelled jobs that
 	// ended longer ago than this: every worker that sets it prunes them in
 	// bounded batches on its sweep interval. Default 0: kept until purged.
@@ -251,8 +251,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ShutdownGrace < 0 {
 		return c, fmt.Errorf("%w: negative shutdown grace", ErrInvalidConfig)
 	}
-	if c.JobTimeout == 0 {
-		c.JobTimeout = time.Minute
+	if c.Timeout == 0 {
+		c.Timeout = time.Minute
 	}
 	if c.AbandonAfter == 0 {
 		c.AbandonAfter = 10 * time.Second
@@ -260,10 +260,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.AbandonAfter < 0 {
 		return c, fmt.Errorf("%w: negative abandon-after", ErrInvalidConfig)
 	}
-	if c.Backoff == (Backoff{}) {
-		c.Backoff = DefaultBackoff
+	if c.RetryBackoff == (Backoff{}) {
+		c.RetryBackoff = DefaultBackoff
 	}
-	if err := c.Backoff.validate(); err != nil {
+	if err := c.RetryBackoff.validate(); err != nil {
 		return c, err
 	}
 	if c.FullScanInterval == 0 {
@@ -281,7 +281,7 @@ func (c Config) withDefaults() (Config, error) {
 	if strings.HasPrefix(c.MetricsAddr, ":") {
 		c.MetricsAddr = "127.0.0.1" + c.MetricsAddr
 	}
-	for q, d := range c.KeepHistory {
+	for q, d := range c.KeepHistoryByQueue {
 		if err := jobs.ValidateQueue(q); err != nil {
 			return c, fmt.Errorf("%w: KeepHistory: %w", ErrInvalidConfig, err)
 		}

@@ -119,7 +119,7 @@ func TestAckTxOutcomeIsTheTransactions(t *testing.T) {
 				// No notice of the cancel: the heartbeat finds the row gone
 				// while the lease holds, as a worker behind PgBouncer does.
 				PollOnly: true, HeartbeatInterval: 20 * time.Millisecond, Registerer: reg, Logger: quiet,
-				KeepHistory: map[string]time.Duration{jobs.DefaultQueue: time.Hour},
+				KeepHistoryByQueue: map[string]time.Duration{jobs.DefaultQueue: time.Hour},
 			}, func(w *worker.Worker) {
 				seen = observe(w)
 				must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
@@ -204,7 +204,7 @@ func TestRefusedResultStaysWithItsJob(t *testing.T) {
 				require.NoError(t, err)
 			}
 			plain, failing := kind(t, "plain"), kind(t, "failing")
-			returning, err := jobs.NewKind[Result]("returning")
+			returning, err := jobs.Define[Result]("returning")
 			require.NoError(t, err)
 			const healthy = 6
 			items := make([]Task, healthy)
@@ -238,8 +238,8 @@ func TestRefusedResultStaysWithItsJob(t *testing.T) {
 			var seen *outcomes
 			start(t, b, worker.Config{
 				Queues: map[string]int{jobs.DefaultQueue: total}, AckFlushInterval: 200 * time.Millisecond, Logger: quiet,
-				KeepHistory: map[string]time.Duration{jobs.DefaultQueue: time.Hour},
-				Backoff:     worker.Backoff{Base: time.Hour, Max: time.Hour}, // the bad failure's retry stays visible
+				KeepHistoryByQueue: map[string]time.Duration{jobs.DefaultQueue: time.Hour},
+				RetryBackoff:     worker.Backoff{Base: time.Hour, Max: time.Hour}, // the bad failure's retry stays visible
 			}, func(w *worker.Worker) {
 				seen = observe(w)
 				must(t, worker.Handle(w, plain, func(ctx context.Context, j *jobs.Job[Task]) error {

@@ -82,10 +82,10 @@
 //     done before the database said so.
 //   - Failures: the error goes to the job's history; the job waits
 //     Backoff.Delay(attempt) (exponential with jitter, per kind with
-//     WithBackoff) and is dead-lettered when out of attempts. RetryAt and
+//     RetryBackoff) and is dead-lettered when out of attempts. RetryAt and
 //     RetryAfter choose the next attempt's time; Permanent fails the job
 //     for good at once. A panic is a failure whose history entry carries
-//     the panic value and stack. Timeout and JobTimeout bound a run. A
+//     the panic value and stack. Timeout and TimeoutBy bound a run. A
 //     payload that cannot be decoded or upgraded goes to the dead table at
 //     once, without burning retries.
 //   - Snooze and Cancel: a handler that returns Snooze(d) ends the run

@@ -18,7 +18,7 @@ type Invoice struct {
 	Number int `json:"number"`
 }
 
-var sendInvoice = jobs.Define[Invoice]("send_invoice")
+var sendInvoice = jobs.MustDefine[Invoice]("send_invoice")
 
 // Register a typed handler and run a worker; cancelling Run's context
 // shuts it down cleanly.
@@ -55,7 +55,7 @@ func ExampleHandle() {
 		panic(err)
 	}
 	sort.Ints(sent)
-	stats, _ := hopper.NewClient(pool).Stats(context.Background())
+	stats, _ := hopper.NewClient(pool).GetStats(context.Background())
 	fmt.Println("sent:", sent, "left in the queue:", stats.Total.Live())
 	// Output: sent: [1 2 3] left in the queue: 0
 }
@@ -98,7 +98,7 @@ func ExampleAckTx() {
 	}
 	var sent bool
 	_ = pool.QueryRow(context.Background(), "SELECT sent FROM invoices WHERE number = 42").Scan(&sent)
-	stats, _ := hopper.NewClient(pool).Stats(context.Background())
+	stats, _ := hopper.NewClient(pool).GetStats(context.Background())
 	fmt.Println("invoice sent:", sent, "jobs left:", stats.Total.Live())
 	// Output: invoice sent: true jobs left: 0
 }
@@ -124,7 +124,7 @@ func ExampleSnooze() {
 	if err := w.Run(ctx); err != nil {
 		panic(err)
 	}
-	row, _ := hopper.NewClient(pool).Job(context.Background(), res.ID)
+	row, _ := hopper.NewClient(pool).GetJob(context.Background(), res.ID)
 	fmt.Println(row.State, "after", row.Attempt, "runs;", len(row.Errors), "entry:", row.Errors[0].Error)
 	// Output: cancelled after 3 runs; 1 entry: cancelled: the customer closed the account
 }
@@ -148,7 +148,7 @@ func ExampleHandleWithResult() {
 	if err := w.Run(ctx); err != nil {
 		panic(err)
 	}
-	row, _ := hopper.NewClient(pool).Job(context.Background(), res.ID)
+	row, _ := hopper.NewClient(pool).GetJob(context.Background(), res.ID)
 	fmt.Println(row.State, string(row.Result))
 	// Output: completed {"message_id": "invoice-42@mail"}
 }
@@ -165,7 +165,7 @@ func ExampleSchedule() {
 	err := worker.Schedule(w, "every-second", tick, "@every 1s",
 		func(slot time.Time) Tick { return Tick{Slot: slot} },
 		worker.OnMissed(worker.SkipMissed()), // default: worker.FireOnce()
-		worker.EnqueueWith(jobs.Priority(5)))
+		worker.EnqueueOptions(jobs.Priority(5)))
 	if err != nil {
 		panic(err) // a bad expression, zone or option: worker.ErrInvalidSchedule
 	}
@@ -175,7 +175,7 @@ func ExampleSchedule() {
 	_ = worker.Handle(w, tick, func(ctx context.Context, job *jobs.Job[Tick]) error {
 		defer stop()
 		fired = job
-		row, err := client.Job(ctx, job.ID) // the running job's row
+		row, err := client.GetJob(ctx, job.ID) // the running job's row
 		key = row.UniqueKey
 		return err
 	})
@@ -185,7 +185,7 @@ func ExampleSchedule() {
 
 	fmt.Println("slot on a whole second:", fired.Payload.Slot.Equal(fired.Payload.Slot.Truncate(time.Second)))
 	fmt.Println("unique key names the slot:", key == worker.SlotKey("every-second", fired.Payload.Slot))
-	schedules, _ := client.Schedules(context.Background())
+	schedules, _ := client.ListSchedules(context.Background())
 	s := schedules[0]
 	fmt.Println(s.Name, s.Expression, s.Policy, "next after last:", s.NextFireAt.After(*s.LastSlot))
 	// Output:
@@ -205,7 +205,7 @@ func ExampleFlowControl() {
 	pool, drop := testdb.ForExample()
 	defer drop()
 	ctx, stop := context.WithCancel(context.Background())
-	syncAccount := jobs.Define[Sync]("sync_account",
+	syncAccount := jobs.MustDefine[Sync]("sync_account",
 		jobs.KeyBy(func(s Sync) string { return "customer:" + s.Customer }))
 	var entries []jobs.Entry
 	for _, customer := range []string{"acme", "acme", "acme", "globex"} {
@@ -247,7 +247,7 @@ func ExampleRate() {
 	pool, drop := testdb.ForExample()
 	defer drop()
 	ctx, stop := context.WithCancel(context.Background())
-	callAPI := jobs.Define[Sync]("call_api")
+	callAPI := jobs.MustDefine[Sync]("call_api")
 	if _, err := callAPI.EnqueueMany(ctx, pool, jobs.Items(Sync{"a"}, Sync{"b"}, Sync{"c"}, Sync{"d"})); err != nil {
 		panic(err)
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // timeoutError is the cause of a handler context whose run timed out. It
-// is formatted only when read: every job carries one (JobTimeout has a
+// is formatted only when read: every job carries one (TimeoutBy has a
 // default), and formatting it per job showed in the worker's CPU.
 type timeoutError struct{ after time.Duration }
 
@@ -133,7 +133,7 @@ func (w *Worker) completion(h *handler, row db.HopperJob, c *claim, err error) c
 	case v.act == actRetry:
 		b := h.backoff
 		if b == (Backoff{}) {
-			b = w.cfg.Backoff
+			b = w.cfg.RetryBackoff
 		}
 		comp.backoff = b.Delay(int(row.Attempt))
 	}

@@ -223,7 +223,7 @@ func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error)
 			c.view = view(row)
 		}
 		if timeout == 0 {
-			timeout = w.cfg.JobTimeout
+			timeout = w.cfg.Timeout
 		}
 		// Never fewer free handler goroutines than jobs in flight, so a
 		// job is never left waiting behind a handler that blocks (an

@@ -76,7 +76,7 @@ func runFlowHelper(mode string) int {
 	if err != nil {
 		return 3
 	}
-	if worker.Handle(w, jobs.Define[Task]("flow"), func(ctx context.Context, j *jobs.Job[Task]) error {
+	if worker.Handle(w, jobs.MustDefine[Task]("flow"), func(ctx context.Context, j *jobs.Job[Task]) error {
 		if _, err := pool.Exec(ctx, `INSERT INTO flow_ledger (id, attempt, key, worker, claimed_at, started_at)
 			SELECT $1, $2, $3, $4, lease_until - $5::bigint * interval '1 millisecond', clock_timestamp() FROM hopper_jobs WHERE id = $1`,
 			j.ID, j.Attempt, j.ConcurrencyKey, cfg.ID, cfg.LeaseDuration.Milliseconds()); err != nil {

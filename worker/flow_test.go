@@ -392,7 +392,7 @@ func TestFlowControlRejectsBadInput(t *testing.T) {
 		require.ErrorIs(t, tc.err, jobs.ErrInvalidConcurrencyKey, tc.name)
 	}
 	require.NoError(t, k.Check(Task{}, jobs.ConcurrencyKey(strings.Repeat("é", 255))))
-	_, err = jobs.NewKind[Task]("wrong", jobs.KeyBy(func(string) string { return "" }))
+	_, err = jobs.Define[Task]("wrong", jobs.KeyBy(func(string) string { return "" }))
 	require.ErrorIs(t, err, jobs.ErrInvalidDefinition)
 }
 
@@ -430,7 +430,7 @@ func TestFlowStats(t *testing.T) {
 	client := hopper.NewClient(b.pool)
 	var keys []hopper.KeyCount
 	testdb.WaitFor(t, "one job of each key running", func() bool {
-		keys, err = client.Keys(b.ctx, "", 0)
+		keys, err = client.ListKeys(b.ctx, "", 0)
 		require.NoError(t, err)
 		return len(keys) == 2 && keys[0].Running == 1 && keys[1].Running == 1
 	})
@@ -438,7 +438,7 @@ func TestFlowStats(t *testing.T) {
 		{Queue: "default", Key: "big", Ready: 4, Running: 1},
 		{Queue: "default", Key: "small", Running: 1},
 	}, keys)
-	budgets, err := client.RateBudgets(b.ctx)
+	budgets, err := client.ListRateBudgets(b.ctx)
 	require.NoError(t, err)
 	require.ElementsMatch(t, []hopper.RateBudget{
 		{Queue: "default", Group: "", Limit: 1000, Per: time.Hour, Used: 1}, // the job without a key
@@ -446,7 +446,7 @@ func TestFlowStats(t *testing.T) {
 		{Queue: "default", Group: "small", Limit: 1000, Per: time.Hour, Used: 1},
 	}, budgets)
 	require.Equal(t, 999, budgets[0].Left())
-	_, err = client.Keys(b.ctx, "", hopper.MaxKeysLimit+1)
+	_, err = client.ListKeys(b.ctx, "", hopper.MaxKeysLimit+1)
 	require.ErrorIs(t, err, hopper.ErrInvalidFilter)
 
 	testdb.WaitFor(t, "the flow gauges", func() bool {
@@ -537,7 +537,7 @@ func TestCrowdedHeadLeavesNoJobBehindTheCursor(t *testing.T) {
 	r := start(t, b, worker.Config{
 		Queues:           map[string]int{"default": 5},
 		FullScanInterval: time.Hour,
-		JobTimeout:       time.Hour, // the held job's end would move the cursor back
+		Timeout:       time.Hour, // the held job's end would move the cursor back
 		FlowControl:      map[string]worker.FlowControl{"default": {KeyLimit: 1}},
 	}, func(w *worker.Worker) {
 		must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {

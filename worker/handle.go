@@ -24,16 +24,16 @@ type handleOptions struct {
 }
 
 // Timeout cancels the handler's context when a run of this kind takes
-// longer than d, instead of after the worker's JobTimeout. A negative d
+// longer than d, instead of after the worker's Config.Timeout. A negative d
 // means no timeout for this kind; 0 keeps the worker's.
 func Timeout(d time.Duration) HandleOption {
 	return func(o *handleOptions) { o.timeout = d }
 }
 
-// JobTimeout decides the timeout of each run from the job itself (for
+// TimeoutBy decides the timeout of each run from the job itself (for
 // example from its payload); it overrides Timeout. 0 keeps the kind's (or
 // the worker's) timeout; a negative duration means none for that run.
-func JobTimeout[T any](fn func(*jobs.Job[T]) time.Duration) HandleOption {
+func TimeoutBy[T any](fn func(*jobs.Job[T]) time.Duration) HandleOption {
 	return func(o *handleOptions) {
 		o.jobTimeout = func(job any) (time.Duration, bool) {
 			j, ok := job.(*jobs.Job[T])
@@ -48,8 +48,8 @@ func JobTimeout[T any](fn func(*jobs.Job[T]) time.Duration) HandleOption {
 	}
 }
 
-// WithBackoff overrides the worker's retry backoff for this kind.
-func WithBackoff(b Backoff) HandleOption {
+// RetryBackoff overrides the worker's retry backoff for this kind.
+func RetryBackoff(b Backoff) HandleOption {
 	return func(o *handleOptions) { o.backoff = b }
 }
 
@@ -66,7 +66,7 @@ func KeepHistory(d time.Duration) HandleOption {
 // handler is a registered kind with its type erased: prepare decodes a
 // claimed row (in the claiming goroutine) and returns the call that runs
 // the typed handler on it (in a handler goroutine) and the run's timeout
-// (0: the worker's JobTimeout; negative: none). The call returns the
+// (0: the worker's Config.Timeout; negative: none). The call returns the
 // handler's result as JSON when keep is positive (the job's completion is
 // kept in the history), nil otherwise.
 type handler struct {
@@ -113,7 +113,7 @@ func HandleWithResult[T, R any](w *Worker, kind *jobs.Kind[T], fn func(context.C
 	}
 	if o.jobTimeout != nil {
 		if _, ok := o.jobTimeout((*jobs.Job[T])(nil)); !ok {
-			return fmt.Errorf("hopper: handle %s: %w: JobTimeout is for another payload type", kind.Name(), ErrInvalidConfig)
+			return fmt.Errorf("hopper: handle %s: %w: TimeoutBy is for another payload type", kind.Name(), ErrInvalidConfig)
 		}
 	}
 	if err := validateKeyLimit(o.keyLimit); err != nil {
@@ -188,5 +188,5 @@ func (h *handler) keepFor(cfg *Config, queue string) time.Duration {
 	if h.keep != 0 {
 		return max(h.keep, 0)
 	}
-	return cfg.KeepHistory[queue]
+	return cfg.KeepHistoryByQueue[queue]
 }

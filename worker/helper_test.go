@@ -39,7 +39,7 @@ func runHelper() int {
 	if err != nil {
 		return 3
 	}
-	blocking := jobs.Define[Task]("blocking")
+	blocking := jobs.MustDefine[Task]("blocking")
 	if worker.Handle(w, blocking, func(ctx context.Context, _ *jobs.Job[Task]) error {
 		<-ctx.Done()
 		return ctx.Err()

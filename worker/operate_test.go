@@ -93,7 +93,7 @@ func TestHandlerCancelsItsOwnJob(t *testing.T) {
 	})
 	testdb.WaitFor(t, "outcome reported", func() bool { return len(seen.of(res.ID, 1)) > 0 })
 	require.Equal(t, []string{string(worker.OutcomeCancelled)}, seen.of(res.ID, 1))
-	row, err := hopper.NewClient(b.pool).Job(b.ctx, res.ID)
+	row, err := hopper.NewClient(b.pool).GetJob(b.ctx, res.ID)
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateCancelled, row.State)
 	require.Equal(t, "cancelled", row.Reason)
@@ -155,7 +155,7 @@ func TestOperatorCancelsRunningJob(t *testing.T) {
 			require.Equal(t, 1.0, metricValue(t, reg, "hopper_jobs_cancelled_total"))
 			require.Zero(t, metricValue(t, reg, "hopper_jobs_lease_lost_total"), "a cancel is not a lost lease")
 			require.Zero(t, metricValue(t, reg, "hopper_jobs_completed_total"))
-			row, err := hopper.NewClient(b.pool).Job(b.ctx, res.ID)
+			row, err := hopper.NewClient(b.pool).GetJob(b.ctx, res.ID)
 			require.NoError(t, err)
 			require.Equal(t, jobs.StateCancelled, row.State)
 		})
@@ -188,7 +188,7 @@ func TestCancelAfterTheHandlerReturned(t *testing.T) {
 	require.NoError(t, hopper.NewClient(b.pool).CancelJob(b.ctx, res.ID))
 	r.stop() // records the waiting ack
 	require.Equal(t, []string{string(worker.OutcomeCancelled)}, seen.of(res.ID, 1), "the ack, sent at shutdown, matched nothing: the job was cancelled")
-	row, err := hopper.NewClient(b.pool).Job(b.ctx, res.ID)
+	row, err := hopper.NewClient(b.pool).GetJob(b.ctx, res.ID)
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateCancelled, row.State)
 }
@@ -215,7 +215,7 @@ func TestKeepHistory(t *testing.T) {
 	require.NoError(t, err)
 
 	client := hopper.NewClient(b.pool)
-	r := start(t, b, worker.Config{Queues: map[string]int{"kept": 5, "not_kept": 1}, KeepHistory: map[string]time.Duration{"kept": time.Hour},
+	r := start(t, b, worker.Config{Queues: map[string]int{"kept": 5, "not_kept": 1}, KeepHistoryByQueue: map[string]time.Duration{"kept": time.Hour},
 		DeadRetention: time.Hour, SweepInterval: time.Hour}, func(w *worker.Worker) {
 		must(t, worker.HandleWithResult(w, withResult, func(_ context.Context, j *jobs.Job[Task]) (Out, error) {
 			return Out{Sent: j.Payload.N}, nil
@@ -238,19 +238,19 @@ func TestKeepHistory(t *testing.T) {
 	})
 	testdb.WaitFor(t, "every job done", func() bool { live, _ := b.totals(t); return live == 0 })
 
-	row, err := client.Job(b.ctx, ids["with_result"])
+	row, err := client.GetJob(b.ctx, ids["with_result"])
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateCompleted, row.State)
 	require.JSONEq(t, `{"sent":5}`, string(row.Result))
-	row, err = client.Job(b.ctx, ids["plain"])
+	row, err = client.GetJob(b.ctx, ids["plain"])
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateCompleted, row.State)
 	require.Nil(t, row.Result, "a handler without a result stores none")
-	row, err = client.Job(b.ctx, acked.ID)
+	row, err = client.GetJob(b.ctx, acked.ID)
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateCompleted, row.State, "AckTx keeps history too, in the handler's transaction")
 	for _, id := range []int64{ids["never"], other.ID} {
-		_, err = client.Job(b.ctx, id)
+		_, err = client.GetJob(b.ctx, id)
 		require.ErrorIs(t, err, hopper.ErrNotFound, "not kept: its kind says never, or its queue keeps none")
 	}
 
@@ -264,11 +264,11 @@ func TestKeepHistory(t *testing.T) {
 	history, deadPruned := r.w.PruneOnce(b.ctx)
 	require.EqualValues(t, 1, history)
 	require.EqualValues(t, 1, deadPruned)
-	_, err = client.Job(b.ctx, ids["plain"])
+	_, err = client.GetJob(b.ctx, ids["plain"])
 	require.ErrorIs(t, err, hopper.ErrNotFound)
-	_, err = client.Job(b.ctx, dead)
+	_, err = client.GetJob(b.ctx, dead)
 	require.ErrorIs(t, err, hopper.ErrNotFound)
-	_, err = client.Job(b.ctx, ids["with_result"])
+	_, err = client.GetJob(b.ctx, ids["with_result"])
 	require.NoError(t, err, "not expired: kept")
 }
 

@@ -58,10 +58,10 @@ func InZone(name string) ScheduleOption { return func(o *scheduleOptions) { o.zo
 // OnMissed sets the policy for missed slots (default FireOnce).
 func OnMissed(p MissedPolicy) ScheduleOption { return func(o *scheduleOptions) { o.missed = p } }
 
-// EnqueueWith sets the options of the jobs the schedule enqueues (Queue,
+// EnqueueOptions sets the options of the jobs the schedule enqueues (Queue,
 // Priority, MaxAttempts …), over the kind's defaults. UniqueKey is not
 // allowed: each job's unique key names its schedule and slot.
-func EnqueueWith(opts ...jobs.EnqueueOption) ScheduleOption {
+func EnqueueOptions(opts ...jobs.EnqueueOption) ScheduleOption {
 	return func(o *scheduleOptions) { o.enqueue = append(o.enqueue, opts...) }
 }
 
@@ -117,7 +117,7 @@ func Schedule[T any](w *Worker, name string, kind *jobs.Kind[T], expr string, pa
 		return fail("%v", err)
 	}
 	if sample.UniqueKey() != "" {
-		return fail("EnqueueWith(UniqueKey(…)): a scheduled job's unique key names its schedule and slot")
+		return fail("EnqueueOptions(UniqueKey(…)): a scheduled job's unique key names its schedule and slot")
 	}
 	s := &scheduled{
 		name:   name,

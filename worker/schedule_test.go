@@ -21,7 +21,7 @@ type Tick struct {
 	Slot time.Time `json:"slot"`
 }
 
-var tick = jobs.Define[Tick]("tick")
+var tick = jobs.MustDefine[Tick]("tick")
 
 func slotOf(s time.Time) Tick { return Tick{Slot: s} }
 
@@ -96,7 +96,7 @@ func TestScheduleFires(t *testing.T) {
 	require.Zero(t, twice)
 	require.GreaterOrEqual(t, len(slots), 3)
 	requireEvery(t, slots, time.Second, "every second")
-	list, err := hopper.NewClient(b.pool).Schedules(b.ctx)
+	list, err := hopper.NewClient(b.pool).ListSchedules(b.ctx)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.Equal(t, "@every 1s", list[0].Expression)
@@ -124,8 +124,8 @@ func TestScheduleRejects(t *testing.T) {
 		{"bad", "@every 0s", nil, "at least 1s"},
 		{"bad", "0 * * * *", []worker.ScheduleOption{worker.InZone("Mars/Olympus")}, "unknown time zone"},
 		{"bad", "0 * * * *", []worker.ScheduleOption{worker.OnMissed(worker.CatchUp(0))}, "CatchUp(0)"},
-		{"bad", "0 * * * *", []worker.ScheduleOption{worker.EnqueueWith(jobs.UniqueKey("mine"))}, "unique key names its schedule"},
-		{"bad", "0 * * * *", []worker.ScheduleOption{worker.EnqueueWith(jobs.Priority(42))}, "invalid priority"},
+		{"bad", "0 * * * *", []worker.ScheduleOption{worker.EnqueueOptions(jobs.UniqueKey("mine"))}, "unique key names its schedule"},
+		{"bad", "0 * * * *", []worker.ScheduleOption{worker.EnqueueOptions(jobs.Priority(42))}, "invalid priority"},
 	} {
 		err := worker.Schedule(w, tc.name, tick, tc.expr, slotOf, tc.opts...)
 		require.ErrorIs(t, err, worker.ErrInvalidSchedule, tc.msg)
@@ -153,7 +153,7 @@ func TestScheduleDeploys(t *testing.T) {
 		}
 	}
 	inForce := func() hopper.ScheduleInfo {
-		list, err := client.Schedules(b.ctx)
+		list, err := client.ListSchedules(b.ctx)
 		require.NoError(t, err)
 		require.Len(t, list, 1)
 		return list[0]
@@ -203,12 +203,13 @@ func TestSchedulePauseResumeTrigger(t *testing.T) {
 		must(t, worker.Handle(w, tick, func(context.Context, *jobs.Job[Tick]) error { return nil }))
 	})
 	testdb.WaitFor(t, "a slot", func() bool { s, _ := fires(t, b, "beat"); return len(s) >= 1 })
-	was, err := client.PauseSchedule(b.ctx, "beat")
+	first, err := client.PauseSchedule(b.ctx, "beat")
 	require.NoError(t, err)
-	require.False(t, was)
-	was, err = client.PauseSchedule(b.ctx, "beat")
+	require.True(t, first.Changed)
+	again, err := client.PauseSchedule(b.ctx, "beat")
 	require.NoError(t, err)
-	require.True(t, was, "pausing twice is not an error")
+	require.False(t, again.Changed, "pausing twice is not an error")
+	require.True(t, again.PausedAt.Equal(first.PausedAt), "a second pause keeps the first one's time")
 	var pausedAt time.Time
 	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT clock_timestamp()").Scan(&pausedAt))
 
@@ -226,9 +227,10 @@ func TestSchedulePauseResumeTrigger(t *testing.T) {
 	}
 
 	resumed := time.Now()
-	was, err = client.ResumeSchedule(b.ctx, "beat")
+	res, err := client.ResumeSchedule(b.ctx, "beat")
 	require.NoError(t, err)
-	require.True(t, was)
+	require.True(t, res.Changed)
+	require.True(t, res.PausedAt.Equal(first.PausedAt), "a resume says since when it was paused")
 	testdb.WaitFor(t, "fires again", func() bool { s, _ := fires(t, b, "beat"); return len(s) >= len(slots)+2 })
 	after, twice := fires(t, b, "beat")
 	require.Zero(t, twice)

@@ -75,8 +75,8 @@ func fast(cfg worker.Config) worker.Config {
 	if cfg.SweepInterval == 0 {
 		cfg.SweepInterval = 100 * time.Millisecond
 	}
-	if cfg.Backoff == (worker.Backoff{}) {
-		cfg.Backoff = worker.Backoff{Base: time.Millisecond, Max: 10 * time.Millisecond}
+	if cfg.RetryBackoff == (worker.Backoff{}) {
+		cfg.RetryBackoff = worker.Backoff{Base: time.Millisecond, Max: 10 * time.Millisecond}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = quiet
@@ -178,7 +178,7 @@ var errBoom = errors.New("boom")
 
 func kind(t *testing.T, name string, opts ...jobs.DefineOption) *jobs.Kind[Task] {
 	t.Helper()
-	k, err := jobs.NewKind[Task](name, opts...)
+	k, err := jobs.Define[Task](name, opts...)
 	require.NoError(t, err)
 	return k
 }

@@ -246,15 +246,15 @@ func TestStuckHandlerIsAbandoned(t *testing.T) {
 	testdb.WaitFor(t, "the stuck handler returned", func() bool { return metricValue(t, reg, "hopper_handlers_stuck") == 0 })
 }
 
-// TestTimeoutPrecedence: a run's timeout comes from the job (JobTimeout),
-// else its kind (Timeout), else the worker (Config.JobTimeout, default one
+// TestTimeoutPrecedence: a run's timeout comes from the job (TimeoutBy),
+// else its kind (Timeout), else the worker (Config.Timeout, default one
 // minute); negative means none at that level.
 func TestTimeoutPrecedence(t *testing.T) {
 	const none = time.Duration(-1)
 	for _, tc := range []struct {
 		name          string
 		worker, kind  time.Duration
-		job           time.Duration // returned by a JobTimeout func; 0: no func
+		job           time.Duration // returned by a TimeoutBy func; 0: no func
 		useJobTimeout bool
 		want          time.Duration // none: no deadline
 	}{
@@ -273,13 +273,13 @@ func TestTimeoutPrecedence(t *testing.T) {
 			_, err := k.Enqueue(b.ctx, b.pool, Task{})
 			require.NoError(t, err)
 			left := make(chan time.Duration, 1)
-			start(t, b, worker.Config{JobTimeout: tc.worker}, func(w *worker.Worker) {
+			start(t, b, worker.Config{Timeout: tc.worker}, func(w *worker.Worker) {
 				var opts []worker.HandleOption
 				if tc.kind != 0 {
 					opts = append(opts, worker.Timeout(tc.kind))
 				}
 				if tc.useJobTimeout {
-					opts = append(opts, worker.JobTimeout(func(*jobs.Job[Task]) time.Duration { return tc.job }))
+					opts = append(opts, worker.TimeoutBy(func(*jobs.Job[Task]) time.Duration { return tc.job }))
 				}
 				must(t, worker.Handle(w, k, func(ctx context.Context, _ *jobs.Job[Task]) error {
 					deadline, ok := ctx.Deadline()

@@ -88,7 +88,7 @@ func wfAckRepliesLost(t *testing.T, keep bool) {
 	}
 	marker, outcomes := wfAck, []string{string(worker.OutcomeDone), string(worker.OutcomeUnconfirmed)}
 	if keep {
-		cfg.KeepHistory = map[string]time.Duration{"default": time.Hour}
+		cfg.KeepHistoryByQueue = map[string]time.Duration{"default": time.Hour}
 		marker, outcomes = wfAckKeep, []string{string(worker.OutcomeDone)}
 	}
 	faulty := h.run(t, h.proxiedPool(t, p), "faulty", cfg, kinds)

@@ -274,7 +274,7 @@ func (w *Worker) start(ctx context.Context) error {
 	schemaName, err := w.q.HopperSchema(ctx)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if w.scope != nil {
-			return fmt.Errorf("%w: no hopper_jobs table in schema %s (run `hopper migrate up --schema %s` or schema.Up with schema.WithSchema)", ErrNotMigrated, w.cfg.Schema, w.cfg.Schema)
+			return fmt.Errorf("%w: no hopper_jobs table in schema %s (run `hopper migrate up --schema %s` or schema.Up with schema.Name)", ErrNotMigrated, w.cfg.Schema, w.cfg.Schema)
 		}
 		return fmt.Errorf("%w: no hopper_jobs table on the search_path (run `hopper migrate up` or schema.Up)", ErrNotMigrated)
 	}

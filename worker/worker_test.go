@@ -83,18 +83,18 @@ func TestFailureOutcomes(t *testing.T) {
 	}{
 		{name: "error retries with backoff", maxAttempts: 3,
 			handler:   func(context.Context, *jobs.Job[Task]) error { return errBoom },
-			opts:      []worker.HandleOption{worker.WithBackoff(worker.Backoff{Base: time.Hour, Max: time.Hour})},
+			opts:      []worker.HandleOption{worker.RetryBackoff(worker.Backoff{Base: time.Hour, Max: time.Hour})},
 			wantError: "boom", wantRunAt: time.Hour, delayCheck: true},
 		{name: "panic is a failure with its stack", maxAttempts: 3,
 			handler:   func(context.Context, *jobs.Job[Task]) error { panic("kaboom") },
-			opts:      []worker.HandleOption{worker.WithBackoff(worker.Backoff{Base: time.Hour, Max: time.Hour})},
+			opts:      []worker.HandleOption{worker.RetryBackoff(worker.Backoff{Base: time.Hour, Max: time.Hour})},
 			wantError: "panic: kaboom\ngoroutine"},
 		{name: "timeout cancels the handler", maxAttempts: 3,
 			handler: func(ctx context.Context, _ *jobs.Job[Task]) error {
 				<-ctx.Done()
 				return ctx.Err()
 			},
-			opts:      []worker.HandleOption{worker.Timeout(50 * time.Millisecond), worker.WithBackoff(worker.Backoff{Base: time.Hour, Max: time.Hour})},
+			opts:      []worker.HandleOption{worker.Timeout(50 * time.Millisecond), worker.RetryBackoff(worker.Backoff{Base: time.Hour, Max: time.Hour})},
 			wantError: "timed out after 50ms: context deadline exceeded"},
 		{name: "per-job timeout", maxAttempts: 3,
 			handler: func(ctx context.Context, _ *jobs.Job[Task]) error {
@@ -103,8 +103,8 @@ func TestFailureOutcomes(t *testing.T) {
 			},
 			opts: []worker.HandleOption{
 				worker.Timeout(time.Hour),
-				worker.JobTimeout(func(j *jobs.Job[Task]) time.Duration { return time.Duration(j.Payload.N) * time.Millisecond }),
-				worker.WithBackoff(worker.Backoff{Base: time.Hour, Max: time.Hour}),
+				worker.TimeoutBy(func(j *jobs.Job[Task]) time.Duration { return time.Duration(j.Payload.N) * time.Millisecond }),
+				worker.RetryBackoff(worker.Backoff{Base: time.Hour, Max: time.Hour}),
 			},
 			wantError: "timed out after 30ms"},
 		{name: "retry at a chosen time", maxAttempts: 3,
@@ -486,7 +486,7 @@ func TestRegistrationAndConfigErrors(t *testing.T) {
 	require.NoError(t, worker.Handle(w, k, noop))
 	require.ErrorIs(t, worker.Handle(w, kind(t, "reg"), noop), jobs.ErrDuplicateKind)
 	require.NoError(t, worker.Handle(w, kind(t, "reg2"), noop, worker.Timeout(-1)), "negative: no timeout for this kind")
-	require.ErrorIs(t, worker.Handle(w, kind(t, "reg3"), noop, worker.JobTimeout(func(*jobs.Job[string]) time.Duration { return 0 })), worker.ErrInvalidConfig)
+	require.ErrorIs(t, worker.Handle(w, kind(t, "reg3"), noop, worker.TimeoutBy(func(*jobs.Job[string]) time.Duration { return 0 })), worker.ErrInvalidConfig)
 
 	for _, cfg := range []worker.Config{
 		{Queues: map[string]int{"": 1}},
@@ -496,7 +496,7 @@ func TestRegistrationAndConfigErrors(t *testing.T) {
 		{PollInterval: -1},
 		{AckBatchSize: -5},
 		{ShutdownTimeout: -1},
-		{Backoff: worker.Backoff{Base: time.Second, Max: time.Millisecond}},
+		{RetryBackoff: worker.Backoff{Base: time.Second, Max: time.Millisecond}},
 	} {
 		_, err := worker.New(b.pool, cfg)
 		require.ErrorIs(t, err, worker.ErrInvalidConfig, fmt.Sprintf("%+v", cfg))
@@ -511,7 +511,7 @@ func TestNotMigrated(t *testing.T) {
 	t.Parallel()
 	w, err := worker.New(testdb.NewEmpty(t).Pool, worker.Config{})
 	require.NoError(t, err)
-	require.NoError(t, worker.Handle(w, jobs.Define[Task]("x"), func(context.Context, *jobs.Job[Task]) error { return nil }))
+	require.NoError(t, worker.Handle(w, jobs.MustDefine[Task]("x"), func(context.Context, *jobs.Job[Task]) error { return nil }))
 	err = w.Run(context.Background())
 	require.ErrorIs(t, err, worker.ErrNotMigrated)
 	require.Contains(t, err.Error(), "hopper migrate up")
@@ -576,7 +576,7 @@ func TestScheduledAndRetriedJobsRun(t *testing.T) {
 	require.NoError(t, err)
 	var mu sync.Mutex
 	var runs []time.Time
-	start(t, b, worker.Config{Backoff: worker.Backoff{Base: 200 * time.Millisecond, Max: 200 * time.Millisecond}},
+	start(t, b, worker.Config{RetryBackoff: worker.Backoff{Base: 200 * time.Millisecond, Max: 200 * time.Millisecond}},
 		func(w *worker.Worker) {
 			must(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
 				mu.Lock()

@@ -35,7 +35,7 @@ type OrderConfirmation struct {
 }
 
 // ConfirmationEmail is the job kind. The shop's own SQL joins on its name.
-var ConfirmationEmail = jobs.Define[OrderConfirmation]("order_confirmation", jobs.Defaults(jobs.Queue("email")))
+var ConfirmationEmail = jobs.MustDefine[OrderConfirmation]("order_confirmation", jobs.Defaults(jobs.Queue("email")))
 
 // Connect opens a pool whose search_path finds the shop's tables first and
 // Hopper's after them.
@@ -52,7 +52,7 @@ func Connect(ctx context.Context, dsn, appSchema, jobsSchema string) (*pgxpool.P
 // migrations table) and the shop's in appSchema (with golang-migrate's
 // default one). Both schemas must exist.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, appSchema, jobsSchema string) error {
-	if err := schema.Up(ctx, pool, schema.WithSchema(jobsSchema)); err != nil {
+	if err := schema.Up(ctx, pool, schema.Name(jobsSchema)); err != nil {
 		return err
 	}
 	cfg := pool.Config().ConnConfig

@@ -32,7 +32,7 @@ type Welcome struct {
 	UserID int64 `json:"user_id"`
 }
 
-var welcomeEmail = jobs.Define[Welcome]("welcome_email", jobs.Defaults(jobs.Queue("email")))
+var welcomeEmail = jobs.MustDefine[Welcome]("welcome_email", jobs.Defaults(jobs.Queue("email")))
 
 func main() {
 	n := flag.Int("jobs", 1000, "how many jobs to enqueue")
@@ -65,7 +65,7 @@ func run(n int) error {
 
 	w, err := worker.New(pool, worker.Config{
 		Queues:  map[string]int{"email": 20},
-		Backoff: worker.Backoff{Base: 100 * time.Millisecond, Max: time.Second},
+		RetryBackoff: worker.Backoff{Base: 100 * time.Millisecond, Max: time.Second},
 		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err != nil {

@@ -31,11 +31,11 @@ type benchJob struct {
 	Pad string `json:"pad,omitempty"`
 }
 
-var noop = jobs.Define[benchJob]("bench.noop")
+var noop = jobs.MustDefine[benchJob]("bench.noop")
 
 // traced is a benchmark job whose worker reports when it started and ended
 // (the flow-control modes time some tenants, or every job, this way).
-var traced = jobs.Define[benchJob]("bench.traced")
+var traced = jobs.MustDefine[benchJob]("bench.traced")
 
 func (cfg Config) payload() benchJob { return benchJob{Pad: strings.Repeat("x", cfg.PayloadSize)} }
 
@@ -228,7 +228,7 @@ func RunWorkerProcess(ctx context.Context, dbURL string, o WorkerOptions, out io
 	for i := range o.Workers {
 		r := prometheus.WrapRegistererWith(prometheus.Labels{"instance": fmt.Sprint(i)}, reg)
 		w, err := worker.New(pool, worker.Config{Queues: map[string]int{jobs.DefaultQueue: o.Concurrency}, Registerer: r, Logger: quiet,
-			KeepHistory: map[string]time.Duration{jobs.DefaultQueue: o.Keep}, FlowControl: o.flowControl()})
+			KeepHistoryByQueue: map[string]time.Duration{jobs.DefaultQueue: o.Keep}, FlowControl: o.flowControl()})
 		if err != nil {
 			return err
 		}
@@ -299,7 +299,7 @@ func CheckOutcomes(enqueued, completed, unconfirmed, live, dead int64) (done int
 // TableCounts reads the jobs still in hopper_jobs (ready, scheduled or
 // running) and those in hopper_dead_jobs.
 func TableCounts(ctx context.Context, pool *pgxpool.Pool) (live, dead int64, err error) {
-	stats, err := hopper.NewClient(pool).Stats(ctx)
+	stats, err := hopper.NewClient(pool).GetStats(ctx)
 	if err != nil {
 		return 0, 0, err
 	}

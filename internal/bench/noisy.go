@@ -148,7 +148,7 @@ func waitFor(ctx context.Context, p *workerProc, done func() bool) error {
 
 // keyLeft is the jobs of a concurrency key not done yet.
 func keyLeft(ctx context.Context, pool *pgxpool.Pool, key string) (int64, error) {
-	keys, err := hopper.NewClient(pool).Keys(ctx, jobs.DefaultQueue, hopper.MaxKeysLimit)
+	keys, err := hopper.NewClient(pool).ListKeys(ctx, jobs.DefaultQueue, hopper.MaxKeysLimit)
 	if err != nil {
 		return 0, err
 	}

@@ -24,7 +24,7 @@ func cancelCommand() *command {
 				return err
 			}
 			defer done()
-			results, err := client.Cancel(e.ctx, ids...)
+			results, err := client.CancelJobs(e.ctx, ids...)
 			if err != nil {
 				return err
 			}
@@ -72,7 +72,7 @@ func purgeCommand() *command {
 			}
 			defer done()
 			if !yes {
-				stats, err := client.Stats(e.ctx)
+				stats, err := client.GetStats(e.ctx)
 				if err != nil {
 					return err
 				}

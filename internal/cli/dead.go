@@ -70,7 +70,7 @@ func deadCommand() *command {
 			case "show":
 				return showJob(e, client, rest, l.asJSON, inDeadTable...)
 			case "retry":
-				res, err := client.RetryDead(e.ctx, filter)
+				res, err := client.RetryDeadJobs(e.ctx, filter)
 				if err == nil && len(filter.IDs) == 0 && len(res.Retried) == 0 && len(res.Kept) == 0 {
 					return nothingToRetry(e, client, filter, &l, olderThan)
 				}

@@ -37,7 +37,7 @@ func purgeDead(e *env, client *hopper.Client, filter hopper.DeadFilter, olderTha
 			return err
 		}
 	}
-	n, err := client.PurgeDead(e.ctx, filter)
+	n, err := client.PurgeDeadJobs(e.ctx, filter)
 	fmt.Fprintf(e.stdout, "purged %s\n", plural(n, "job"))
 	return err
 }
@@ -45,7 +45,7 @@ func purgeDead(e *env, client *hopper.Client, filter hopper.DeadFilter, olderTha
 // deadCount counts the jobs of the dead table in filter's states, queue
 // and kind, with the counts hopper stats shows: no statement of its own.
 func deadCount(e *env, client *hopper.Client, filter hopper.DeadFilter) (int64, error) {
-	stats, err := client.Stats(e.ctx)
+	stats, err := client.GetStats(e.ctx)
 	if err != nil {
 		return 0, err
 	}

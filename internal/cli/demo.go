@@ -65,7 +65,7 @@ type demoHeartbeat struct {
 	Slot time.Time `json:"slot"`
 }
 
-var demoHeartbeatKind = jobs.Define[demoHeartbeat](demoSchedule)
+var demoHeartbeatKind = jobs.MustDefine[demoHeartbeat](demoSchedule)
 
 func demoCommand() *command {
 	var duration time.Duration
@@ -144,11 +144,11 @@ func runDemo(e *env, duration time.Duration, rate int, reset bool) error {
 	}
 
 	k := demoKinds{
-		email:  jobs.Define[demoJob]("demo.email"),
-		flaky:  jobs.Define[demoJob]("demo.flaky"),
-		doomed: jobs.Define[demoJob]("demo.doomed", jobs.Defaults(jobs.MaxAttempts(3))),
-		report: jobs.Define[demoJob]("demo.report"),
-		slow:   jobs.Define[demoJob]("demo.slow"),
+		email:  jobs.MustDefine[demoJob]("demo.email"),
+		flaky:  jobs.MustDefine[demoJob]("demo.flaky"),
+		doomed: jobs.MustDefine[demoJob]("demo.doomed", jobs.Defaults(jobs.MaxAttempts(3))),
+		report: jobs.MustDefine[demoJob]("demo.report"),
+		slow:   jobs.MustDefine[demoJob]("demo.slow"),
 	}
 	fmt.Fprintf(e.stdout, "hopper demo on %s, schema %s: 1 producer (%d jobs/s), %d workers, sweep every 1s",
 		e.target(), demoSchema, rate, demoWorkers)
@@ -315,7 +315,7 @@ func newDemoWorker(pool *pgxpool.Pool, i int, reg *prometheus.Registry, k demoKi
 		LeaseDuration: demoLease,
 		PollInterval:  200 * time.Millisecond,
 		SweepInterval: time.Second,
-		Backoff:       worker.Backoff{Base: 200 * time.Millisecond, Max: time.Second, Jitter: 0.2},
+		RetryBackoff:       worker.Backoff{Base: 200 * time.Millisecond, Max: time.Second, Jitter: 0.2},
 		Registerer:    reg,
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -331,7 +331,7 @@ func newDemoWorker(pool *pgxpool.Pool, i int, reg *prometheus.Registry, k demoKi
 		worker.Schedule(w, demoSchedule, demoHeartbeatKind, demoScheduleEvery,
 			func(slot time.Time) demoHeartbeat { return demoHeartbeat{Slot: slot} },
 			worker.OnMissed(worker.CatchUp(100)), // a loaded machine fires late, never skips
-			worker.EnqueueWith(jobs.Queue(demoScheduleQueue))),
+			worker.EnqueueOptions(jobs.Queue(demoScheduleQueue))),
 		worker.Handle(w, k.email, quick),
 		worker.Handle(w, k.report, quick),
 		worker.Handle(w, k.flaky, func(ctx context.Context, j *jobs.Job[demoJob]) error {
@@ -410,7 +410,7 @@ func produce(ctx context.Context, pool *pgxpool.Pool, k demoKinds, rate int, enq
 }
 
 func demoProgress(ctx context.Context, pool *pgxpool.Pool, elapsed time.Duration, doneSinceLast int64, regs []*prometheus.Registry) (string, error) {
-	stats, err := hopper.NewClient(pool).Stats(ctx)
+	stats, err := hopper.NewClient(pool).GetStats(ctx)
 	if err != nil {
 		return "", err
 	}

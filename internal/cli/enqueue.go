@@ -78,7 +78,7 @@ func enqueueCommand() *command {
 				opts = append(opts, jobs.UniqueKey(uniqueKey))
 			}
 			if meta != nil {
-				opts = append(opts, jobs.WithMeta(meta))
+				opts = append(opts, jobs.Metadata(meta))
 			}
 			pool, err := e.connectHopper()
 			if err != nil {
@@ -89,7 +89,7 @@ func enqueueCommand() *command {
 			if err != nil {
 				var invalid bool
 				for _, sentinel := range []error{jobs.ErrInvalidQueue, jobs.ErrInvalidPriority, jobs.ErrInvalidMaxAttempts,
-					jobs.ErrInvalidSchedule, jobs.ErrInvalidUniqueKey, jobs.ErrInvalidConcurrencyKey, jobs.ErrInvalidDefinition, jobs.ErrPayloadTooLarge} {
+					jobs.ErrInvalidRunAt, jobs.ErrInvalidUniqueKey, jobs.ErrInvalidConcurrencyKey, jobs.ErrInvalidDefinition, jobs.ErrPayloadTooLarge} {
 					invalid = invalid || errors.Is(err, sentinel)
 				}
 				if invalid {

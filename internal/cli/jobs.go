@@ -195,7 +195,7 @@ func showJob(e *env, client *hopper.Client, args []string, asJSON bool, want ...
 	if err != nil || len(ids) != 1 {
 		return fmt.Errorf("%w: show takes one job id", errUsage)
 	}
-	r, err := client.Job(e.ctx, ids[0])
+	r, err := client.GetJob(e.ctx, ids[0])
 	if errors.Is(err, hopper.ErrNotFound) {
 		return fmt.Errorf("no job %d (never enqueued, or completed without history, or purged)", ids[0])
 	}

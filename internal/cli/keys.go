@@ -56,11 +56,11 @@ func keysCommand() *command {
 				return err
 			}
 			defer done()
-			keys, err := client.Keys(e.ctx, queue, limit)
+			keys, err := client.ListKeys(e.ctx, queue, limit)
 			if err != nil {
 				return err
 			}
-			budgets, err := client.RateBudgets(e.ctx)
+			budgets, err := client.ListRateBudgets(e.ctx)
 			if err != nil {
 				return err
 			}

@@ -68,11 +68,11 @@ func migrateCommand() *command {
 				return err
 			}
 			defer pool.Close()
-			opts := []schema.Option{schema.WithLog(func(format string, a ...any) {
+			opts := []schema.Option{schema.Logf(func(format string, a ...any) {
 				fmt.Fprintf(e.stdout, format+"\n", a...)
 			})}
 			if schemaName != "" {
-				opts = append(opts, schema.WithSchema(schemaName))
+				opts = append(opts, schema.Name(schemaName))
 			}
 			mg, err := schema.NewMigrator(e.ctx, pool, opts...)
 			if err != nil {

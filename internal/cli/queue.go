@@ -48,26 +48,26 @@ func queueCommand() *command {
 				if err != nil {
 					return err
 				}
-				if res.AlreadyPaused {
+				if !res.Changed {
 					fmt.Fprintf(e.stdout, "queue %s was paused already (since %s)\n", rest[0], stamp(res.PausedAt))
 					return nil
 				}
 				fmt.Fprintf(e.stdout, "queue %s paused: no worker claims its jobs until hopper queue resume %s (running jobs finish)\n", rest[0], rest[0])
 			case "resume":
-				was, err := client.ResumeQueue(e.ctx, rest[0])
+				res, err := client.ResumeQueue(e.ctx, rest[0])
 				if errors.Is(err, hopper.ErrUnknownQueue) {
 					return unknownQueue(rest[0])
 				}
 				if err != nil {
 					return err
 				}
-				if !was {
+				if !res.Changed {
 					fmt.Fprintf(e.stdout, "queue %s was not paused\n", rest[0])
 					return nil
 				}
 				fmt.Fprintf(e.stdout, "queue %s resumed\n", rest[0])
 			case "list":
-				queues, err := client.Queues(e.ctx)
+				queues, err := client.ListQueues(e.ctx)
 				if err != nil {
 					return err
 				}

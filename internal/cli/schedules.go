@@ -34,15 +34,15 @@ func schedulesCommand() *command {
 				return err
 			}
 			defer done()
-			var was bool
+			var res hopper.PauseResult
 			var at time.Time
 			switch action {
 			case "list":
 				return listSchedules(e, client, asJSON)
 			case "pause":
-				was, err = client.PauseSchedule(e.ctx, rest[0])
+				res, err = client.PauseSchedule(e.ctx, rest[0])
 			case "resume":
-				was, err = client.ResumeSchedule(e.ctx, rest[0])
+				res, err = client.ResumeSchedule(e.ctx, rest[0])
 			case "trigger":
 				at, err = client.TriggerSchedule(e.ctx, rest[0])
 			}
@@ -53,11 +53,11 @@ func schedulesCommand() *command {
 				return err
 			}
 			switch {
-			case action == "pause" && was:
+			case action == "pause" && !res.Changed:
 				fmt.Fprintf(e.stdout, "schedule %s was paused already\n", rest[0])
 			case action == "pause":
 				fmt.Fprintf(e.stdout, "schedule %s paused: no worker fires it until hopper schedules resume %s\n", rest[0], rest[0])
-			case action == "resume" && was:
+			case action == "resume" && res.Changed:
 				fmt.Fprintf(e.stdout, "schedule %s resumed at its next slot (slots missed while paused do not fire)\n", rest[0])
 			case action == "resume":
 				fmt.Fprintf(e.stdout, "schedule %s was not paused\n", rest[0])
@@ -77,7 +77,7 @@ func schedulesCommand() *command {
 // (stale), and only such a worker fires it, so "enqueues the job now"
 // would be untrue. The trigger is kept: it fires when one starts.
 func checkDefined(e *env, client *hopper.Client, name string) error {
-	list, err := client.Schedules(e.ctx)
+	list, err := client.ListSchedules(e.ctx)
 	if err != nil {
 		return fmt.Errorf("schedule %s triggered, but whether a worker defines it is unknown: %w", name, err)
 	}
@@ -95,7 +95,7 @@ func checkDefined(e *env, client *hopper.Client, name string) error {
 }
 
 func listSchedules(e *env, client *hopper.Client, asJSON bool) error {
-	list, err := client.Schedules(e.ctx)
+	list, err := client.ListSchedules(e.ctx)
 	if err != nil {
 		return err
 	}

@@ -64,7 +64,7 @@ func statsCommand() *command {
 			defer done()
 			var prev *hopper.Stats
 			for {
-				stats, err := client.Stats(e.ctx)
+				stats, err := client.GetStats(e.ctx)
 				if err != nil {
 					return err
 				}

@@ -315,17 +315,24 @@ WITH before AS (
     WHERE s.name = before.name AND before.paused_at IS NULL
     RETURNING s.name
 )
-SELECT (before.paused_at IS NOT NULL)::boolean AS was_paused FROM before
+SELECT (before.paused_at IS NOT NULL)::boolean AS was_paused,
+       coalesce(before.paused_at, now())::timestamptz AS paused_at
+FROM before
 `
 
+type PauseScheduleRow struct {
+	WasPaused bool
+	PausedAt  time.Time
+}
+
 // Pauses a schedule: no worker fires it until it is resumed. Pausing a
-// paused schedule changes nothing; was_paused says so. No row: no such
-// schedule.
-func (q *Queries) PauseSchedule(ctx context.Context, name string) (bool, error) {
+// paused schedule changes nothing; was_paused says so, and paused_at stays
+// the time of the first pause. No row: no such schedule.
+func (q *Queries) PauseSchedule(ctx context.Context, name string) (PauseScheduleRow, error) {
 	row := q.db.QueryRow(ctx, pauseSchedule, name)
-	var was_paused bool
-	err := row.Scan(&was_paused)
-	return was_paused, err
+	var i PauseScheduleRow
+	err := row.Scan(&i.WasPaused, &i.PausedAt)
+	return i, err
 }
 
 const resumeSchedule = `-- name: ResumeSchedule :one
@@ -344,7 +351,8 @@ WITH before AS (
          JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
     WHERE c.oid = to_regclass('hopper_jobs')
 )
-SELECT (before.paused_at IS NOT NULL)::boolean AS was_paused
+SELECT (before.paused_at IS NOT NULL)::boolean AS was_paused,
+       before.paused_at AS paused_at
 FROM before
 CROSS JOIN woken
 `
@@ -354,14 +362,20 @@ type ResumeScheduleParams struct {
 	NextFireAt time.Time
 }
 
+type ResumeScheduleRow struct {
+	WasPaused bool
+	PausedAt  *time.Time
+}
+
 // Resumes a paused schedule at next_fire_at (its first slot after now: the
 // slots that fell due while it was paused do not fire) and wakes the
-// workers. No row: no such schedule.
-func (q *Queries) ResumeSchedule(ctx context.Context, arg ResumeScheduleParams) (bool, error) {
+// workers. paused_at is when it had been paused (NULL if it was not). No
+// row: no such schedule.
+func (q *Queries) ResumeSchedule(ctx context.Context, arg ResumeScheduleParams) (ResumeScheduleRow, error) {
 	row := q.db.QueryRow(ctx, resumeSchedule, arg.Name, arg.NextFireAt)
-	var was_paused bool
-	err := row.Scan(&was_paused)
-	return was_paused, err
+	var i ResumeScheduleRow
+	err := row.Scan(&i.WasPaused, &i.PausedAt)
+	return i, err
 }
 
 const seeScheduleVersions = `-- name: SeeScheduleVersions :exec

@@ -114,8 +114,8 @@ ORDER BY s.name;
 
 -- name: PauseSchedule :one
 -- Pauses a schedule: no worker fires it until it is resumed. Pausing a
--- paused schedule changes nothing; was_paused says so. No row: no such
--- schedule.
+-- paused schedule changes nothing; was_paused says so, and paused_at stays
+-- the time of the first pause. No row: no such schedule.
 WITH before AS (
     SELECT s.name, s.paused_at FROM hopper_schedules AS s WHERE s.name = @name::text FOR UPDATE
 ), paused AS (
@@ -125,12 +125,15 @@ WITH before AS (
     WHERE s.name = before.name AND before.paused_at IS NULL
     RETURNING s.name
 )
-SELECT (before.paused_at IS NOT NULL)::boolean AS was_paused FROM before;
+SELECT (before.paused_at IS NOT NULL)::boolean AS was_paused,
+       coalesce(before.paused_at, now())::timestamptz AS paused_at
+FROM before;
 
 -- name: ResumeSchedule :one
 -- Resumes a paused schedule at next_fire_at (its first slot after now: the
 -- slots that fell due while it was paused do not fire) and wakes the
--- workers. No row: no such schedule.
+-- workers. paused_at is when it had been paused (NULL if it was not). No
+-- row: no such schedule.
 WITH before AS (
     SELECT s.name, s.paused_at FROM hopper_schedules AS s WHERE s.name = @name::text FOR UPDATE
 ), resumed AS (
@@ -146,7 +149,8 @@ WITH before AS (
          JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
     WHERE c.oid = to_regclass('hopper_jobs')
 )
-SELECT (before.paused_at IS NOT NULL)::boolean AS was_paused
+SELECT (before.paused_at IS NOT NULL)::boolean AS was_paused,
+       before.paused_at AS paused_at
 FROM before
 CROSS JOIN woken;
 
