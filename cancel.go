@@ -38,7 +38,7 @@ func (c *Client) CancelJobsTx(ctx context.Context, tx jobs.DBTX, ids ...int64) (
 	}
 	found, err := c.queries(tx).Cancel(ctx, ids)
 	if err != nil {
-		return nil, fmt.Errorf("hopper: cancel: %w", err)
+		return nil, fmt.Errorf("cancel: %w", err)
 	}
 	out := make([]CancelResult, len(found))
 	for i, r := range found {
@@ -46,9 +46,9 @@ func (c *Client) CancelJobsTx(ctx context.Context, tx jobs.DBTX, ids ...int64) (
 		switch {
 		case r.Cancelled:
 		case r.State == "":
-			res.Err = fmt.Errorf("hopper: cancel job %d: %w", r.ID, ErrNotFound)
+			res.Err = fmt.Errorf("cancel job %d: %w", r.ID, ErrNotFound)
 		default:
-			res.Err = fmt.Errorf("hopper: cancel job %d: %w: it is %s", r.ID, ErrFinished, r.State)
+			res.Err = fmt.Errorf("cancel job %d: %w: it is %s", r.ID, ErrFinished, r.State)
 		}
 		out[i] = res
 	}

@@ -75,12 +75,12 @@ func (c *Client) RetryDeadJobsTx(ctx context.Context, tx jobs.DBTX, f DeadFilter
 	res := RetryResult{Retried: []int64{}, Kept: []int64{}}
 	p, err := f.params()
 	if err != nil {
-		return res, fmt.Errorf("hopper: retry dead jobs: %w", err)
+		return res, fmt.Errorf("retry dead jobs: %w", err)
 	}
 	for {
 		picked, err := c.queries(tx).RetryDead(ctx, p)
 		if err != nil {
-			return res, fmt.Errorf("hopper: retry dead jobs: %w", err)
+			return res, fmt.Errorf("retry dead jobs: %w", err)
 		}
 		for _, r := range picked {
 			if r.Retried {
@@ -107,14 +107,14 @@ func (c *Client) PurgeDeadJobs(ctx context.Context, f DeadFilter) (int64, error)
 func (c *Client) PurgeDeadJobsTx(ctx context.Context, tx jobs.DBTX, f DeadFilter) (int64, error) {
 	p, err := f.params()
 	if err != nil {
-		return 0, fmt.Errorf("hopper: purge dead jobs: %w", err)
+		return 0, fmt.Errorf("purge dead jobs: %w", err)
 	}
 	var n int64
 	for {
 		ids, err := c.queries(tx).PurgeDead(ctx, db.PurgeDeadParams(p))
 		n += int64(len(ids))
 		if err != nil {
-			return n, fmt.Errorf("hopper: purge dead jobs: %w", err)
+			return n, fmt.Errorf("purge dead jobs: %w", err)
 		}
 		if len(ids) < int(p.MaxJobs) {
 			return n, nil

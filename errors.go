@@ -7,26 +7,26 @@ import (
 )
 
 // Errors the operations return, to match with errors.Is. Each is wrapped
-// with what was asked ("hopper: job 42: job not found").
+// with what was asked ("job 42: hopper: job not found").
 var (
 	// ErrNotFound: no job of that id, live or finished (never enqueued,
 	// completed without history, or purged).
-	ErrNotFound = errors.New("job not found")
+	ErrNotFound = errors.New("hopper: job not found")
 	// ErrFinished: the job has finished already (completed, dead or
 	// cancelled), so it cannot be cancelled.
-	ErrFinished = errors.New("job already finished")
+	ErrFinished = errors.New("hopper: job already finished")
 	// ErrUnknownQueue: no worker has served the queue, no operator has
 	// paused it, and it holds no job.
-	ErrUnknownQueue = errors.New("unknown queue")
+	ErrUnknownQueue = errors.New("hopper: unknown queue")
 	// ErrUnknownSchedule: no schedule of that name (a worker creates it
 	// when it starts with the schedule defined).
-	ErrUnknownSchedule = errors.New("unknown schedule")
+	ErrUnknownSchedule = errors.New("hopper: unknown schedule")
 	// ErrInvalidCursor: a page cursor that ListJobs did not make.
-	ErrInvalidCursor = errors.New("invalid page cursor")
+	ErrInvalidCursor = errors.New("hopper: invalid page cursor")
 	// ErrInvalidFilter: a filter that makes no sense (a limit out of
 	// range, a time range that ends before it starts, a state of the wrong
 	// table), or one that would match every dead job without All.
-	ErrInvalidFilter = errors.New("invalid filter")
+	ErrInvalidFilter = errors.New("hopper: invalid filter")
 )
 
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

@@ -35,11 +35,11 @@ func (c *Client) ListKeysTx(ctx context.Context, tx jobs.DBTX, queue string, lim
 		limit = DefaultKeysLimit
 	}
 	if limit < 1 || limit > MaxKeysLimit {
-		return nil, fmt.Errorf("hopper: keys: %w: limit %d is outside 1 to %d", ErrInvalidFilter, limit, MaxKeysLimit)
+		return nil, fmt.Errorf("keys: %w: limit %d is outside 1 to %d", ErrInvalidFilter, limit, MaxKeysLimit)
 	}
 	found, err := c.queries(tx).KeyStats(ctx, db.KeyStatsParams{Queue: queue, MaxKeys: int32(limit)})
 	if err != nil {
-		return nil, fmt.Errorf("hopper: keys: %w", err)
+		return nil, fmt.Errorf("keys: %w", err)
 	}
 	out := make([]KeyCount, len(found))
 	for i, r := range found {
@@ -71,7 +71,7 @@ func (c *Client) ListRateBudgets(ctx context.Context) ([]RateBudget, error) {
 func (c *Client) ListRateBudgetsTx(ctx context.Context, tx jobs.DBTX) ([]RateBudget, error) {
 	found, err := c.queries(tx).RateStats(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("hopper: rate budgets: %w", err)
+		return nil, fmt.Errorf("rate budgets: %w", err)
 	}
 	out := make([]RateBudget, len(found))
 	for i, r := range found {

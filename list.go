@@ -24,18 +24,18 @@ func (c *Client) GetJob(ctx context.Context, id int64) (jobs.Row, error) {
 // GetJobTx is Job on the caller's transaction.
 func (c *Client) GetJobTx(ctx context.Context, tx jobs.DBTX, id int64) (jobs.Row, error) {
 	if id < 1 {
-		return jobs.Row{}, fmt.Errorf("hopper: job %d: %w", id, ErrNotFound)
+		return jobs.Row{}, fmt.Errorf("job %d: %w", id, ErrNotFound)
 	}
 	r, err := c.queries(tx).FindJob(ctx, id)
 	if isNoRows(err) {
-		return jobs.Row{}, fmt.Errorf("hopper: job %d: %w", id, ErrNotFound)
+		return jobs.Row{}, fmt.Errorf("job %d: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return jobs.Row{}, fmt.Errorf("hopper: job %d: %w", id, err)
+		return jobs.Row{}, fmt.Errorf("job %d: %w", id, err)
 	}
 	row, err := rows.Any(r)
 	if err != nil {
-		return jobs.Row{}, fmt.Errorf("hopper: job %d: %w", id, err)
+		return jobs.Row{}, fmt.Errorf("job %d: %w", id, err)
 	}
 	return row, nil
 }
@@ -90,7 +90,7 @@ func (c *Client) ListJobs(ctx context.Context, p ListParams) (JobPage, error) {
 func (c *Client) ListJobsTx(ctx context.Context, tx jobs.DBTX, p ListParams) (JobPage, error) {
 	q, err := p.query()
 	if err != nil {
-		return JobPage{}, fmt.Errorf("hopper: list jobs: %w", err)
+		return JobPage{}, fmt.Errorf("list jobs: %w", err)
 	}
 	// One more than the page: whether it exists says if there is a next.
 	q.MaxJobs++
@@ -104,7 +104,7 @@ func (c *Client) ListJobsTx(ctx context.Context, tx jobs.DBTX, p ListParams) (Jo
 		found, err = c.queries(tx).ListJobs(ctx, q)
 	}
 	if err != nil {
-		return JobPage{}, fmt.Errorf("hopper: list jobs: %w", err)
+		return JobPage{}, fmt.Errorf("list jobs: %w", err)
 	}
 	page := JobPage{Jobs: make([]jobs.Row, 0, min(len(found), int(q.MaxJobs)-1))}
 	for i, r := range found {
@@ -114,7 +114,7 @@ func (c *Client) ListJobsTx(ctx context.Context, tx jobs.DBTX, p ListParams) (Jo
 		}
 		row, err := rows.Any(r)
 		if err != nil {
-			return JobPage{}, fmt.Errorf("hopper: list jobs: job %d: %w", r.ID, err)
+			return JobPage{}, fmt.Errorf("list jobs: job %d: %w", r.ID, err)
 		}
 		page.Jobs = append(page.Jobs, row)
 	}

@@ -29,7 +29,7 @@ func (c *Client) ListQueues(ctx context.Context) ([]QueueInfo, error) {
 func (c *Client) ListQueuesTx(ctx context.Context, tx jobs.DBTX) ([]QueueInfo, error) {
 	names, err := c.queries(tx).ListQueues(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("hopper: queues: %w", err)
+		return nil, fmt.Errorf("queues: %w", err)
 	}
 	stats, err := c.GetStatsTx(ctx, tx)
 	if err != nil {
@@ -73,11 +73,11 @@ func (c *Client) PauseQueue(ctx context.Context, name string) (PauseResult, erro
 // PauseQueueTx is PauseQueue on the caller's transaction.
 func (c *Client) PauseQueueTx(ctx context.Context, tx jobs.DBTX, name string) (PauseResult, error) {
 	if err := c.knownQueue(ctx, tx, name); err != nil {
-		return PauseResult{}, fmt.Errorf("hopper: pause queue: %w", err)
+		return PauseResult{}, fmt.Errorf("pause queue: %w", err)
 	}
 	r, err := c.queries(tx).PauseQueue(ctx, name)
 	if err != nil {
-		return PauseResult{}, fmt.Errorf("hopper: pause queue %s: %w", name, err)
+		return PauseResult{}, fmt.Errorf("pause queue %s: %w", name, err)
 	}
 	return PauseResult{Changed: !r.WasPaused, PausedAt: r.PausedAt}, nil
 }
@@ -124,11 +124,11 @@ func (c *Client) PurgeQueue(ctx context.Context, name string) (int64, error) {
 // PurgeQueueTx is PurgeQueue on the caller's transaction.
 func (c *Client) PurgeQueueTx(ctx context.Context, tx jobs.DBTX, name string) (int64, error) {
 	if err := c.knownQueue(ctx, tx, name); err != nil {
-		return 0, fmt.Errorf("hopper: purge queue: %w", err)
+		return 0, fmt.Errorf("purge queue: %w", err)
 	}
 	n, err := c.queries(tx).PurgeQueue(ctx, name)
 	if err != nil {
-		return 0, fmt.Errorf("hopper: purge queue %s: %w", name, err)
+		return 0, fmt.Errorf("purge queue %s: %w", name, err)
 	}
 	return n, nil
 }

@@ -46,7 +46,7 @@ func (c *Client) ListSchedules(ctx context.Context) ([]ScheduleInfo, error) {
 func (c *Client) ListSchedulesTx(ctx context.Context, tx jobs.DBTX) ([]ScheduleInfo, error) {
 	rows, err := c.queries(tx).ListSchedules(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("hopper: schedules: %w", err)
+		return nil, fmt.Errorf("schedules: %w", err)
 	}
 	out := make([]ScheduleInfo, len(rows))
 	for i, r := range rows {
@@ -121,10 +121,10 @@ func (c *Client) TriggerSchedule(ctx context.Context, name string) (time.Time, e
 func (c *Client) TriggerScheduleTx(ctx context.Context, tx jobs.DBTX, name string) (time.Time, error) {
 	at, err := c.queries(tx).TriggerSchedule(ctx, name)
 	if isNoRows(err) {
-		return time.Time{}, fmt.Errorf("hopper: trigger schedule: %w %q", ErrUnknownSchedule, name)
+		return time.Time{}, fmt.Errorf("trigger schedule: %w %q", ErrUnknownSchedule, name)
 	}
 	if err != nil {
-		return time.Time{}, fmt.Errorf("hopper: trigger schedule %s: %w", name, err)
+		return time.Time{}, fmt.Errorf("trigger schedule %s: %w", name, err)
 	}
 	return at, nil
 }

@@ -90,11 +90,11 @@ func (c *Client) GetStats(ctx context.Context) (Stats, error) {
 func (c *Client) GetStatsTx(ctx context.Context, tx jobs.DBTX) (Stats, error) {
 	found, err := c.queries(tx).Stats(ctx)
 	if err != nil {
-		return Stats{}, fmt.Errorf("hopper: stats: %w", err)
+		return Stats{}, fmt.Errorf("stats: %w", err)
 	}
 	activity, err := c.queries(tx).TableActivity(ctx)
 	if err != nil {
-		return Stats{}, fmt.Errorf("hopper: stats: %w", err)
+		return Stats{}, fmt.Errorf("stats: %w", err)
 	}
 	s := Stats{At: time.Now(), Rows: make([]StatsRow, len(found)), Enqueued: activity.Inserted, Finished: activity.Deleted}
 	for i, r := range found {

@@ -21,16 +21,6 @@ import (
 	"github.com/hopperq/hopper/jobs"
 )
 
-// ErrNoAuth is returned by New for a dashboard that could change the queue
-// with nobody checking who asks: set Token, ReadOnly, or OwnAuth.
-var ErrNoAuth = errors.New("hopper: dashboard: no token and not read-only")
-
-// ErrUnusedToken is returned by New for a Token that would protect
-// nothing: with ReadOnly every change is refused, and reads need no token
-// unless ProtectReads says so. Refused rather than ignored, so that
-// nobody believes a dashboard guarded that is not.
-var ErrUnusedToken = errors.New("hopper: dashboard: a token with ReadOnly protects nothing (every change is refused, and reads need no token): drop it, or set ProtectReads")
-
 // Config configures a Dashboard.
 type Config struct {
 	// DB is where Hopper's tables are: a pool (or jobs.InSchema of one).
@@ -84,13 +74,13 @@ type Dashboard struct {
 // New returns a dashboard on cfg.DB.
 func New(cfg Config) (*Dashboard, error) {
 	if cfg.DB == nil {
-		return nil, errors.New("hopper: dashboard: nil DB")
+		return nil, errors.New("dashboard: nil DB")
 	}
 	if cfg.Token == "" && !cfg.OwnAuth && !cfg.ReadOnly {
 		return nil, ErrNoAuth
 	}
 	if cfg.ProtectReads && cfg.Token == "" {
-		return nil, errors.New("hopper: dashboard: ProtectReads needs a Token")
+		return nil, errors.New("dashboard: ProtectReads needs a Token")
 	}
 	if cfg.ReadOnly && cfg.Token != "" && !cfg.ProtectReads {
 		return nil, ErrUnusedToken
@@ -107,7 +97,7 @@ func New(cfg Config) (*Dashboard, error) {
 	}
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
-		return nil, fmt.Errorf("hopper: dashboard: %w", err)
+		return nil, fmt.Errorf("dashboard: %w", err)
 	}
 	d := &Dashboard{cfg: cfg, hosts: hosts, client: hopper.NewClient(cfg.DB), secret: secret}
 	d.samples = newSampler(time.Hour / cfg.SampleEvery)

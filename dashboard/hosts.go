@@ -34,7 +34,7 @@ func newHostRule(allowed []string) (hostRule, error) {
 		}
 		name := hostName(a)
 		if name == "" || strings.ContainsAny(a, "/\\@ \t?#*") { // a URL or a pattern, not a name
-			return h, fmt.Errorf("hopper: dashboard: AllowedHosts: %q is not a host name (a port, if given, is ignored)", a)
+			return h, fmt.Errorf("dashboard: AllowedHosts: %q is not a host name (a port, if given, is ignored)", a)
 		}
 		h.names[name] = true
 	}

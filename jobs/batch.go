@@ -110,7 +110,7 @@ func (k *Kind[T]) EnqueueMany(ctx context.Context, dbtx DBTX, items []Item[T], o
 	}
 	res, err := enqueueEntries(ctx, dbtx, entries, false)
 	if err != nil {
-		return BatchResult{}, fmt.Errorf("hopper: enqueue many %s: %w", k.name, err)
+		return BatchResult{}, fmt.Errorf("enqueue many %s: %w", k.name, err)
 	}
 	return res, nil
 }
@@ -136,7 +136,7 @@ func (k *Kind[T]) EnqueueMany(ctx context.Context, dbtx DBTX, items []Item[T], o
 func EnqueueBatch(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, error) {
 	res, err := enqueueEntries(ctx, dbtx, entries, true)
 	if err != nil {
-		return BatchResult{}, fmt.Errorf("hopper: enqueue batch: %w", err)
+		return BatchResult{}, fmt.Errorf("enqueue batch: %w", err)
 	}
 	return res, nil
 }

@@ -179,7 +179,7 @@ func (k *Kind[T]) encode(payload T) (json.RawMessage, error) {
 // writing anything: the error wraps the same sentinels.
 func (k *Kind[T]) Check(payload T, opts ...EnqueueOption) error {
 	if _, _, err := k.prepare(payload, opts); err != nil {
-		return fmt.Errorf("hopper: enqueue %s: %w", k.name, err)
+		return fmt.Errorf("enqueue %s: %w", k.name, err)
 	}
 	return nil
 }
@@ -194,7 +194,7 @@ func (k *Kind[T]) Enqueue(ctx context.Context, dbtx DBTX, payload T, opts ...Enq
 		err = runHooks(ctx, dbtx, k.name, k.version, raw, k.hooks, &o)
 	}
 	if err != nil {
-		return Result{}, fmt.Errorf("hopper: enqueue %s: %w", k.name, err)
+		return Result{}, fmt.Errorf("enqueue %s: %w", k.name, err)
 	}
 	row, err := db.New(dbtx).Enqueue(ctx, db.EnqueueParams{
 		Queue:          o.queue,
@@ -213,7 +213,7 @@ func (k *Kind[T]) Enqueue(ctx context.Context, dbtx DBTX, payload T, opts ...Enq
 		return Result{Duplicate: true}, nil
 	}
 	if err != nil {
-		return Result{}, fmt.Errorf("hopper: enqueue %s: %w", k.name, err)
+		return Result{}, fmt.Errorf("enqueue %s: %w", k.name, err)
 	}
 	return Result{ID: row.ID, Duplicate: !row.Inserted}, nil
 }
@@ -225,13 +225,13 @@ func (k *Kind[T]) Enqueue(ctx context.Context, dbtx DBTX, payload T, opts ...Enq
 // and payload must be valid JSON (ErrMarshal otherwise).
 func EnqueueRaw(ctx context.Context, dbtx DBTX, kind string, version int, payload json.RawMessage, opts ...EnqueueOption) (Result, error) {
 	if err := checkName(kind); err != nil {
-		return Result{}, fmt.Errorf("hopper: enqueue: %w: kind name %q %v", ErrInvalidDefinition, kind, err)
+		return Result{}, fmt.Errorf("enqueue: %w: kind name %q %v", ErrInvalidDefinition, kind, err)
 	}
 	if version < 1 || version > math.MaxInt32 {
-		return Result{}, fmt.Errorf("hopper: enqueue %s: %w: version %d is outside 1 to %d", kind, ErrInvalidDefinition, version, math.MaxInt32)
+		return Result{}, fmt.Errorf("enqueue %s: %w: version %d is outside 1 to %d", kind, ErrInvalidDefinition, version, math.MaxInt32)
 	}
 	if !json.Valid(payload) {
-		return Result{}, fmt.Errorf("hopper: enqueue %s: %w: the payload is not valid JSON", kind, ErrMarshal)
+		return Result{}, fmt.Errorf("enqueue %s: %w: the payload is not valid JSON", kind, ErrMarshal)
 	}
 	k := &Kind[json.RawMessage]{name: kind, version: version, defaults: defaultOptions(), maxPayloadBytes: DefaultMaxPayloadBytes}
 	return k.Enqueue(ctx, dbtx, payload, opts...)

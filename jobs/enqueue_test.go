@@ -98,7 +98,7 @@ func TestEnqueueRejectsBadInput(t *testing.T) {
 		err := tc.enqueue()
 		require.ErrorIs(t, err, tc.want, tc.name)
 		require.Contains(t, err.Error(), tc.msg, tc.name)
-		require.Contains(t, err.Error(), "hopper: enqueue", tc.name)
+		require.Contains(t, err.Error(), "enqueue", tc.name)
 	}
 	require.Zero(t, b.live(t), "nothing was written")
 

@@ -7,38 +7,38 @@ import "errors"
 var (
 	// ErrInvalidDefinition: a kind's definition is wrong (bad name, version
 	// below 1, a gap in the upgrade chain, an option that makes no sense).
-	ErrInvalidDefinition = errors.New("invalid job kind definition")
+	ErrInvalidDefinition = errors.New("hopper: invalid job kind definition")
 	// ErrDuplicateKind: a worker already has a handler for a kind of that
 	// name.
-	ErrDuplicateKind = errors.New("job kind already defined")
+	ErrDuplicateKind = errors.New("hopper: job kind already defined")
 	// ErrInvalidQueue: empty, over-long, or not valid UTF-8.
-	ErrInvalidQueue = errors.New("invalid queue name")
+	ErrInvalidQueue = errors.New("hopper: invalid queue name")
 	// ErrInvalidPriority: outside 0 (runs first) to 9 (runs last).
-	ErrInvalidPriority = errors.New("invalid priority")
+	ErrInvalidPriority = errors.New("hopper: invalid priority")
 	// ErrInvalidMaxAttempts: below 1.
-	ErrInvalidMaxAttempts = errors.New("invalid max attempts")
+	ErrInvalidMaxAttempts = errors.New("hopper: invalid max attempts")
 	// ErrInvalidRunAt: a negative delay.
-	ErrInvalidRunAt = errors.New("invalid schedule")
+	ErrInvalidRunAt = errors.New("hopper: invalid run time")
 	// ErrInvalidUniqueKey: empty, over-long, or not valid UTF-8.
-	ErrInvalidUniqueKey = errors.New("invalid unique key")
+	ErrInvalidUniqueKey = errors.New("hopper: invalid unique key")
 	// ErrInvalidConcurrencyKey: empty, over-long, not valid UTF-8, or a
 	// KeyBy function that panicked.
-	ErrInvalidConcurrencyKey = errors.New("invalid concurrency key")
+	ErrInvalidConcurrencyKey = errors.New("hopper: invalid concurrency key")
 	// ErrMarshal: the payload could not be encoded as JSON.
-	ErrMarshal = errors.New("payload does not marshal to JSON")
+	ErrMarshal = errors.New("hopper: payload does not marshal to JSON")
 	// ErrPayloadTooLarge: the encoded payload is over the kind's limit.
-	ErrPayloadTooLarge = errors.New("payload too large")
+	ErrPayloadTooLarge = errors.New("hopper: payload too large")
 	// ErrInvalidState: not the name of a job state (see States).
-	ErrInvalidState = errors.New("invalid job state")
+	ErrInvalidState = errors.New("hopper: invalid job state")
 	// ErrUndecodable: a stored payload could not be upgraded or decoded. A
 	// worker moves such a job to the dead table at once, without retries.
-	ErrUndecodable = errors.New("payload cannot be decoded")
+	ErrUndecodable = errors.New("hopper: payload cannot be decoded")
 )
 
 // ErrInvalidSchema is returned by InSchema for a name PostgreSQL cannot
 // have as a schema, or a database handle it cannot scope.
-var ErrInvalidSchema = errors.New("invalid schema")
+var ErrInvalidSchema = errors.New("hopper: invalid schema")
 
 // ErrInvalidMeta is returned for metadata with an empty key, text that is
 // not UTF-8, or over MaxMetaBytes encoded.
-var ErrInvalidMeta = errors.New("invalid metadata")
+var ErrInvalidMeta = errors.New("hopper: invalid metadata")

@@ -39,11 +39,11 @@ type Job[T any] struct {
 // ErrUndecodable.
 func (k *Kind[T]) Decode(row Row) (*Job[T], error) {
 	if row.Kind != k.name {
-		return nil, fmt.Errorf("hopper: decode job %d: %w: kind %q is not %q", row.ID, ErrUndecodable, row.Kind, k.name)
+		return nil, fmt.Errorf("decode job %d: %w: kind %q is not %q", row.ID, ErrUndecodable, row.Kind, k.name)
 	}
 	payload, err := k.DecodePayload(row.Version, row.Payload)
 	if err != nil {
-		return nil, fmt.Errorf("hopper: decode job %d: %w", row.ID, err)
+		return nil, fmt.Errorf("decode job %d: %w", row.ID, err)
 	}
 	return &Job[T]{
 		ID: row.ID, Queue: row.Queue, Kind: row.Kind, Version: row.Version, Priority: row.Priority,

@@ -146,7 +146,7 @@ func Define[T any](name string, opts ...DefineOption) (*Kind[T], error) {
 		opt(&d)
 	}
 	fail := func(format string, args ...any) (*Kind[T], error) {
-		return nil, fmt.Errorf("hopper: define %q: %w: %s", name, ErrInvalidDefinition, fmt.Sprintf(format, args...))
+		return nil, fmt.Errorf("define %q: %w: %s", name, ErrInvalidDefinition, fmt.Sprintf(format, args...))
 	}
 	if err := checkName(name); err != nil {
 		return fail("kind name %v", err)
@@ -201,7 +201,7 @@ func Define[T any](name string, opts ...DefineOption) (*Kind[T], error) {
 		opt(&k.defaults)
 	}
 	if err := k.defaults.validate(); err != nil {
-		return nil, fmt.Errorf("hopper: define %q: defaults: %w", name, err)
+		return nil, fmt.Errorf("define %q: defaults: %w", name, err)
 	}
 
 	return k, nil

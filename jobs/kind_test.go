@@ -51,7 +51,7 @@ func TestDefineValidation(t *testing.T) {
 
 func TestDefinePanicsOnInvalid(t *testing.T) {
 	t.Parallel()
-	require.PanicsWithError(t, `hopper: define "k": invalid job kind definition: version -1 is below 1`, func() {
+	require.PanicsWithError(t, `define "k": hopper: invalid job kind definition: version -1 is below 1`, func() {
 		jobs.MustDefine[struct{}]("k", jobs.Version(-1))
 	})
 	require.Equal(t, 2, jobs.MustDefine[struct{}]("k", jobs.Version(2), jobs.Upgrade(1, identity)).Version())

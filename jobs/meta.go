@@ -60,7 +60,7 @@ func ParseMeta(raw json.RawMessage) (Meta, error) {
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil {
-		return nil, fmt.Errorf("hopper: metadata: %w", err)
+		return nil, fmt.Errorf("metadata: %w", err)
 	}
 	m := make(Meta, len(fields))
 	for k, v := range fields {

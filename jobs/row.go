@@ -129,7 +129,7 @@ func ParseErrors(raw json.RawMessage) ([]AttemptError, error) {
 		return nil, nil
 	}
 	if err := json.Unmarshal(raw, &history); err != nil {
-		return nil, fmt.Errorf("hopper: error history: %w", err)
+		return nil, fmt.Errorf("error history: %w", err)
 	}
 	return history, nil
 }

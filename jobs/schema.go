@@ -26,11 +26,11 @@ import (
 // dbtx must be a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
 func InSchema(dbtx DBTX, schema string) (DBTX, error) {
 	if dbtx == nil {
-		return nil, fmt.Errorf("hopper: schema %q: %w: nil database", schema, ErrInvalidSchema)
+		return nil, fmt.Errorf("schema %q: %w: nil database", schema, ErrInvalidSchema)
 	}
 	d, err := schemascope.New(dbtx, schema)
 	if err != nil {
-		return nil, fmt.Errorf("hopper: schema %q: %w: %w", schema, ErrInvalidSchema, err)
+		return nil, fmt.Errorf("schema %q: %w: %w", schema, ErrInvalidSchema, err)
 	}
 	return d, nil
 }

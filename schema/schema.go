@@ -33,25 +33,6 @@ var Files embed.FS
 // golang-migrate for its own tables keeps its own state.
 const MigrationsTable = "hopper_schema_migrations"
 
-// ErrDirty is returned when an earlier migration failed half-way and left
-// the migrations table marked dirty. Repair the schema by hand, then call
-// Force with the version the schema is really at.
-var ErrDirty = errors.New("hopper: schema migrations table is dirty")
-
-// ErrNoSchema is returned when the schema to migrate does not exist: the
-// one the Name option names, or, without it, every schema the connection's
-// search_path names. The error says which and how to create it.
-var ErrNoSchema = errors.New("hopper: no schema to migrate")
-
-// ErrUnknownVersion is returned by Force for a version that is not one of
-// Versions (nor 0, no migration applied), and by Up and Down when the
-// database records a version this build of Hopper does not carry.
-var ErrUnknownVersion = errors.New("hopper: unknown schema version")
-
-// ErrDownTooFar is returned by Down when asked to undo more migrations than
-// are applied, nothing being applied included. Nothing is undone.
-var ErrDownTooFar = errors.New("hopper: cannot undo that many migrations")
-
 // migrateError gives one of the errors above a message of its own.
 type migrateError struct {
 	msg      string
@@ -104,7 +85,7 @@ func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migr
 	if o.schema != "" {
 		exists, err := hopperdb.New(pool).SchemaExists(ctx, o.schema)
 		if err != nil {
-			return nil, fmt.Errorf("hopper: migrate: %w", err)
+			return nil, fmt.Errorf("migrate: %w", err)
 		}
 		if !exists {
 			return nil, errorf(ErrNoSchema, "hopper: migrate: schema %s does not exist: create it with CREATE SCHEMA %s",
@@ -129,17 +110,17 @@ func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migr
 	})
 	if err != nil {
 		_ = sqlDB.Close()
-		return nil, fmt.Errorf("hopper: migrate: open driver: %w", err)
+		return nil, fmt.Errorf("migrate: open driver: %w", err)
 	}
 	src, err := iofs.New(Files, ".")
 	if err != nil {
 		_ = driver.Close()
-		return nil, fmt.Errorf("hopper: migrate: read embedded files: %w", err)
+		return nil, fmt.Errorf("migrate: read embedded files: %w", err)
 	}
 	m, err := migrate.NewWithInstance("iofs", src, "pgx5", driver)
 	if err != nil {
 		_ = driver.Close()
-		return nil, fmt.Errorf("hopper: migrate: %w", err)
+		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	if o.logf != nil {
 		m.Log = logger(o.logf)
@@ -154,7 +135,7 @@ func currentSchema(ctx context.Context, sqlDB *sql.DB) (string, error) {
 	var searchPath, user string
 	err := sqlDB.QueryRowContext(ctx, "SELECT current_schema(), current_setting('search_path'), current_user").Scan(&current, &searchPath, &user)
 	if err != nil {
-		return "", fmt.Errorf("hopper: migrate: %w", err)
+		return "", fmt.Errorf("migrate: %w", err)
 	}
 	if current.Valid {
 		return current.String, nil
@@ -299,7 +280,7 @@ func (mg *Migrator) Version() (version uint, dirty bool, err error) {
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("hopper: migrate: version: %w", err)
+		return 0, false, fmt.Errorf("migrate: version: %w", err)
 	}
 	return version, dirty, nil
 }
@@ -321,7 +302,7 @@ func (mg *Migrator) Force(version int) error {
 		version = -1 // golang-migrate's NilVersion: no migration applied
 	}
 	if err := mg.m.Force(version); err != nil {
-		return fmt.Errorf("hopper: migrate: force %d: %w", version, err)
+		return fmt.Errorf("migrate: force %d: %w", version, err)
 	}
 	return nil
 }
@@ -349,7 +330,7 @@ func (mg *Migrator) run(ctx context.Context, what string, step func() error) err
 		err = ctx.Err()
 	}
 	if err != nil {
-		return fmt.Errorf("hopper: migrate %s: %w", what, err)
+		return fmt.Errorf("migrate %s: %w", what, err)
 	}
 	return nil
 }

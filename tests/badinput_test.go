@@ -95,7 +95,7 @@ func TestWorkerWithUnreachableDatabase(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, worker.Handle(w, jobs.MustDefine[Chore]("any"), func(context.Context, *jobs.Job[Chore]) error { return nil }))
 	err = w.Run(context.Background())
-	require.ErrorContains(t, err, "hopper: worker: start")
+	require.ErrorContains(t, err, "worker: start")
 	require.ErrorContains(t, err, "connect")
 }
 

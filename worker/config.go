@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -158,9 +157,6 @@ type Config struct {
 
 	stableID bool // ID was given, not made up
 }
-
-// ErrInvalidConfig wraps every configuration error.
-var ErrInvalidConfig = errors.New("invalid worker config")
 
 func (c Config) withDefaults() (Config, error) {
 	if len(c.Queues) == 0 {

@@ -64,7 +64,7 @@ func (w *Worker) recordFlow(ctx context.Context) error {
 		return fmt.Errorf("%w: schema %s lacks hopper_queues.flow_control: it is older than this worker (run `hopper migrate up` or schema.Up)", ErrNotMigrated, w.schema)
 	}
 	if err != nil {
-		return fmt.Errorf("hopper: worker: start: record flow control: %w", err)
+		return fmt.Errorf("worker: start: record flow control: %w", err)
 	}
 	for _, d := range differ {
 		w.log.Warn("flow control differs from the one another worker of the queue recorded: every worker of a queue must be given the same FlowControl, or its limits do not hold",

@@ -90,7 +90,7 @@ func (e *undecodableError) Unwrap() error { return e.err }
 // before Run; a kind name registered twice is an error (ErrDuplicateKind).
 func Handle[T any](w *Worker, kind *jobs.Kind[T], fn func(context.Context, *jobs.Job[T]) error, opts ...HandleOption) error {
 	if fn == nil {
-		return fmt.Errorf("hopper: handle: %w: nil handler", ErrInvalidConfig)
+		return fmt.Errorf("handle: %w: nil handler", ErrInvalidConfig)
 	}
 	return HandleWithResult(w, kind, func(ctx context.Context, job *jobs.Job[T]) (struct{}, error) {
 		return struct{}{}, fn(ctx, job)
@@ -105,7 +105,7 @@ func Handle[T any](w *Worker, kind *jobs.Kind[T], fn func(context.Context, *jobs
 // marshal to JSON, or is over 1 MiB encoded, fails the attempt.
 func HandleWithResult[T, R any](w *Worker, kind *jobs.Kind[T], fn func(context.Context, *jobs.Job[T]) (R, error), opts ...HandleOption) error {
 	if kind == nil || fn == nil {
-		return fmt.Errorf("hopper: handle: %w: nil kind or handler", ErrInvalidConfig)
+		return fmt.Errorf("handle: %w: nil kind or handler", ErrInvalidConfig)
 	}
 	var o handleOptions
 	for _, opt := range opts {
@@ -113,15 +113,15 @@ func HandleWithResult[T, R any](w *Worker, kind *jobs.Kind[T], fn func(context.C
 	}
 	if o.jobTimeout != nil {
 		if _, ok := o.jobTimeout((*jobs.Job[T])(nil)); !ok {
-			return fmt.Errorf("hopper: handle %s: %w: TimeoutBy is for another payload type", kind.Name(), ErrInvalidConfig)
+			return fmt.Errorf("handle %s: %w: TimeoutBy is for another payload type", kind.Name(), ErrInvalidConfig)
 		}
 	}
 	if err := validateKeyLimit(o.keyLimit); err != nil {
-		return fmt.Errorf("hopper: handle %s: %w: %w", kind.Name(), ErrInvalidConfig, err)
+		return fmt.Errorf("handle %s: %w: %w", kind.Name(), ErrInvalidConfig, err)
 	}
 	if o.backoff != (Backoff{}) {
 		if err := o.backoff.validate(); err != nil {
-			return fmt.Errorf("hopper: handle %s: %w", kind.Name(), err)
+			return fmt.Errorf("handle %s: %w", kind.Name(), err)
 		}
 	}
 	h := &handler{
@@ -134,7 +134,7 @@ func HandleWithResult[T, R any](w *Worker, kind *jobs.Kind[T], fn func(context.C
 		prepare: func(r db.HopperJob, keep time.Duration) (func(context.Context) (json.RawMessage, error), time.Duration, error) {
 			row, err := rows.Live(r)
 			if err != nil {
-				return nil, 0, &undecodableError{fmt.Errorf("hopper: decode job %d: %w: %v", r.ID, jobs.ErrUndecodable, err)}
+				return nil, 0, &undecodableError{fmt.Errorf("decode job %d: %w: %v", r.ID, jobs.ErrUndecodable, err)}
 			}
 			job, err := kind.Decode(row)
 			if err != nil {
@@ -175,9 +175,9 @@ func encodeResult[R any](out R) (json.RawMessage, error) {
 	raw, err := json.Marshal(out)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("hopper: the handler's result does not marshal to JSON: %w", err)
+		return nil, fmt.Errorf("the handler's result does not marshal to JSON: %w", err)
 	case len(raw) > maxResultBytes:
-		return nil, fmt.Errorf("hopper: the handler's result is %d bytes encoded, over the limit of %d", len(raw), maxResultBytes)
+		return nil, fmt.Errorf("the handler's result is %d bytes encoded, over the limit of %d", len(raw), maxResultBytes)
 	}
 	return raw, nil
 }

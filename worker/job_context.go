@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -13,15 +12,10 @@ import (
 
 type claimKeyCtx struct{}
 
-// ErrLeaseBusy is returned by ExtendLease when the job's row stays locked
-// by another transaction (for example one of the application's that
-// selected it FOR UPDATE) through several tries: nothing was extended.
-var ErrLeaseBusy = errors.New("hopper: job row locked by another transaction")
-
 func claimFrom(ctx context.Context, id int64) (*claim, error) {
 	c, ok := ctx.Value(claimKeyCtx{}).(*claim)
 	if !ok || c.id != id {
-		return nil, fmt.Errorf("hopper: no running job %d in this context: pass the handler's context", id)
+		return nil, fmt.Errorf("no running job %d in this context: pass the handler's context", id)
 	}
 	return c, nil
 }
@@ -34,7 +28,7 @@ func claimFrom(ctx context.Context, id int64) (*claim, error) {
 // worker's.
 func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) error {
 	if d <= 0 {
-		return fmt.Errorf("hopper: extend lease of job %d: %w: non-positive duration %v", job.ID, ErrInvalidConfig, d)
+		return fmt.Errorf("extend lease of job %d: %w: non-positive duration %v", job.ID, ErrInvalidConfig, d)
 	}
 	if r := testrun.From(ctx); r != nil { // hoppertest.Work: no lease to extend
 		r.Extend(d)
@@ -54,13 +48,13 @@ func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) 
 		n, err := c.owner.extend(ctx, []*claim{c}, d)
 		switch {
 		case err != nil:
-			return fmt.Errorf("hopper: extend lease of job %d: %w", job.ID, err)
+			return fmt.Errorf("extend lease of job %d: %w", job.ID, err)
 		case c.is(claimLost):
-			return fmt.Errorf("hopper: extend lease of job %d: %w", job.ID, ErrLeaseLost)
+			return fmt.Errorf("extend lease of job %d: %w", job.ID, ErrLeaseLost)
 		case n == 1:
 			return nil
 		case try == 7 || !sleep(ctx, time.Duration(5<<try)*time.Millisecond): // about 1.3s in all
-			return fmt.Errorf("hopper: extend lease of job %d: %w", job.ID, ErrLeaseBusy)
+			return fmt.Errorf("extend lease of job %d: %w", job.ID, ErrLeaseBusy)
 		}
 	}
 }
@@ -78,7 +72,7 @@ func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) 
 func AckTx[T any](ctx context.Context, tx jobs.DBTX, job *jobs.Job[T]) error {
 	if r := testrun.From(ctx); r != nil { // hoppertest.Work: no row to delete
 		if tx == nil {
-			return fmt.Errorf("hopper: ack job %d in transaction: nil transaction", job.ID)
+			return fmt.Errorf("ack job %d in transaction: nil transaction", job.ID)
 		}
 		r.AckTx(tx)
 		return nil
@@ -90,20 +84,20 @@ func AckTx[T any](ctx context.Context, tx jobs.DBTX, job *jobs.Job[T]) error {
 	q := db.New(c.owner.dbtx(tx))
 	deleted, err := ackBatch(ctx, q, []completion{{claim: c, keep: c.keep}})
 	if err != nil {
-		return fmt.Errorf("hopper: ack job %d in transaction: %w", job.ID, err)
+		return fmt.Errorf("ack job %d in transaction: %w", job.ID, err)
 	}
 	if len(deleted) == 0 {
 		cause := ErrLeaseLost
 		if c.is(claimCancelled) {
 			cause = ErrCancelled
 		}
-		return fmt.Errorf("hopper: ack job %d in transaction: %w", job.ID, cause)
+		return fmt.Errorf("ack job %d in transaction: %w", job.ID, cause)
 	}
 	// The transaction's id lets the worker ask the server later whether
 	// it committed, rather than infer it from the row being gone.
 	xid, err := q.TransactionID(ctx)
 	if err != nil {
-		return fmt.Errorf("hopper: ack job %d in transaction: %w", job.ID, err)
+		return fmt.Errorf("ack job %d in transaction: %w", job.ID, err)
 	}
 	c.ackXid.Store(xid)
 	c.ackedInTx.Store(true)

@@ -93,7 +93,7 @@ func (w *Worker) checkRateSchema(ctx context.Context) error {
 		return fmt.Errorf("%w: schema %s lacks hopper_rate_claims.awaiting_starts, which rate limits need: it is older than this worker (run `hopper migrate up` or schema.Up)", ErrNotMigrated, w.schema)
 	}
 	if err != nil {
-		return fmt.Errorf("hopper: worker: start: check the rate log: %w", err)
+		return fmt.Errorf("worker: start: check the rate log: %w", err)
 	}
 	return nil
 }

@@ -84,11 +84,3 @@ func Permanent(err error) error {
 	return &permanentError{err: err}
 }
 
-// ErrLeaseLost is the cause of a handler context cancelled because its job's
-// lease was lost (it expired and the job was swept or claimed again); the
-// handler's result is then discarded. ExtendLease and AckTx return it too.
-var ErrLeaseLost = errors.New("hopper: job lease lost")
-
-// ErrShutdown is the cause of a handler context cancelled because the
-// worker's shutdown deadline passed; the job is given back uncharged.
-var ErrShutdown = errors.New("hopper: worker shutting down")

@@ -14,12 +14,6 @@ import (
 	"github.com/hopperq/hopper/jobs"
 )
 
-// ErrInvalidSchedule wraps every error of Schedule: a bad name, an
-// expression that does not parse or never fires, an unknown time zone, a
-// policy or enqueue option that makes no sense, or a second schedule of the
-// same name.
-var ErrInvalidSchedule = errors.New("hopper: invalid schedule")
-
 // MissedPolicy says what becomes of the slots of a schedule that no worker
 // fired in time (every worker was down, or the schedule was behind).
 type MissedPolicy struct{ p schedule.Policy }
@@ -89,7 +83,7 @@ type scheduled struct {
 // schedule before Run. Errors wrap ErrInvalidSchedule.
 func Schedule[T any](w *Worker, name string, kind *jobs.Kind[T], expr string, payload func(slot time.Time) T, opts ...ScheduleOption) error {
 	fail := func(format string, args ...any) error {
-		return fmt.Errorf("hopper: schedule %q: %w: %s", name, ErrInvalidSchedule, fmt.Sprintf(format, args...))
+		return fmt.Errorf("schedule %q: %w: %s", name, ErrInvalidSchedule, fmt.Sprintf(format, args...))
 	}
 	if err := checkScheduleName(name); err != nil {
 		return fail("name %v", err)
@@ -176,13 +170,13 @@ func (w *Worker) defineSchedule(s *scheduled) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.running {
-		return fmt.Errorf("hopper: schedule %q: %w: the worker is already running", s.name, ErrInvalidSchedule)
+		return fmt.Errorf("schedule %q: %w: the worker is already running", s.name, ErrInvalidSchedule)
 	}
 	if w.schedules == nil {
 		w.schedules = map[string]*scheduled{}
 	}
 	if w.schedules[s.name] != nil {
-		return fmt.Errorf("hopper: schedule %q: %w: defined twice", s.name, ErrInvalidSchedule)
+		return fmt.Errorf("schedule %q: %w: defined twice", s.name, ErrInvalidSchedule)
 	}
 	w.schedules[s.name] = s
 	return nil

@@ -34,7 +34,7 @@ func (w *Worker) defineSchedules(ctx context.Context) error {
 		return nil
 	}
 	if err := w.seeSchedules(ctx); err != nil {
-		return fmt.Errorf("hopper: worker: start: report schedules: %w", err)
+		return fmt.Errorf("worker: start: report schedules: %w", err)
 	}
 	for _, name := range w.scheduleNames() {
 		s := w.schedules[name]
@@ -50,7 +50,7 @@ func (w *Worker) defineSchedules(ctx context.Context) error {
 			row, err = w.q.DefineSchedule(ctx, p)
 		}
 		if err != nil {
-			return fmt.Errorf("hopper: worker: start: define schedule %q: %w", name, err)
+			return fmt.Errorf("worker: start: define schedule %q: %w", name, err)
 		}
 		if !row.InForce {
 			w.log.Warn("another (newer) definition of this schedule is in force; this worker fires it on that one's times, with its own payload function",

@@ -10,18 +10,6 @@ import (
 // retried with backoff): RetryAt and Permanent (retry.go), Snooze and
 // Cancel (here).
 
-// ErrCancelled is the cause of a handler context cancelled because an
-// operator cancelled the running job (hopper.Client.Cancel, `hopper
-// cancel`). The job is recorded as cancelled already; whatever the
-// handler returns is discarded.
-var ErrCancelled = errors.New("hopper: job cancelled")
-
-// ErrInvalidSnooze is wrapped by the error Snooze and SnoozeUntil return
-// for a time that is not in the future, or more than MaxSnooze away. A
-// handler that returns it fails the attempt, with that message in the
-// job's history, as for any error.
-var ErrInvalidSnooze = errors.New("hopper: invalid snooze")
-
 // MaxSnooze is the longest a job may be snoozed for: a year. A longer
 // wait is almost certainly a unit mistake.
 const MaxSnooze = 365 * 24 * time.Hour

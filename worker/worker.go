@@ -19,24 +19,12 @@ import (
 	"github.com/hopperq/hopper/jobs"
 )
 
-// ErrNotMigrated is returned by Run when hopper_jobs is not on the pool's
-// search_path: run the migrations (schema.Up or `hopper migrate up`) first.
-var ErrNotMigrated = errors.New("hopper: schema not migrated")
-
-// ErrIsolation is returned by Run when the pool's sessions default to an
-// isolation level other than read committed (a role's or database's
-// default_transaction_isolation): the claim under flow control would see
-// a snapshot older than its lock. Give Hopper a pool whose sessions use
-// read committed, for example with
-// cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed".
-var ErrIsolation = errors.New("hopper: sessions must default to read committed isolation")
-
 // checkIsolation refuses a pool whose sessions default to repeatable read
 // or serializable (see queries/transaction.sql, DefaultIsolation).
 func (w *Worker) checkIsolation(ctx context.Context) error {
 	level, err := w.q.DefaultIsolation(ctx)
 	if err != nil {
-		return fmt.Errorf("hopper: worker: start: read the default isolation: %w", err)
+		return fmt.Errorf("worker: start: read the default isolation: %w", err)
 	}
 	if level != "read committed" {
 		return fmt.Errorf("%w: this pool's sessions default to %s (set default_transaction_isolation to read committed in the pool's RuntimeParams, or for the role Hopper connects as)", ErrIsolation, level)
@@ -101,11 +89,11 @@ type Worker struct {
 // which schema's jobs it runs.
 func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("hopper: worker: %w: nil pool", ErrInvalidConfig)
+		return nil, fmt.Errorf("worker: %w: nil pool", ErrInvalidConfig)
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
-		return nil, fmt.Errorf("hopper: worker: %w", err)
+		return nil, fmt.Errorf("worker: %w", err)
 	}
 	w := &Worker{
 		pool:         pool,
@@ -123,7 +111,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	w.results = newResultQueue(cfg.AckBatchSize)
 	w.metrics, err = newMetrics(cfg.Registerer)
 	if err != nil {
-		return nil, fmt.Errorf("hopper: worker: metrics: %w", err)
+		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
 	for name, n := range cfg.Queues {
 		w.queues[name] = newQueueRunner(w, name, n)
@@ -147,10 +135,10 @@ func (w *Worker) register(h *handler) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.running {
-		return fmt.Errorf("hopper: handle %s: %w: the worker is already running", h.kind, ErrInvalidConfig)
+		return fmt.Errorf("handle %s: %w: the worker is already running", h.kind, ErrInvalidConfig)
 	}
 	if w.handlers[h.kind] != nil {
-		return fmt.Errorf("hopper: handle %s: %w", h.kind, jobs.ErrDuplicateKind)
+		return fmt.Errorf("handle %s: %w", h.kind, jobs.ErrDuplicateKind)
 	}
 	w.handlers[h.kind] = h
 	w.kinds, w.versions, w.keyLimits = w.kinds[:0], w.versions[:0], w.keyLimits[:0]
@@ -180,11 +168,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	if w.running {
 		w.mu.Unlock()
-		return fmt.Errorf("hopper: worker: %w: Run called twice", ErrInvalidConfig)
+		return fmt.Errorf("worker: %w: Run called twice", ErrInvalidConfig)
 	}
 	if len(w.handlers) == 0 && len(w.schedules) == 0 {
 		w.mu.Unlock()
-		return fmt.Errorf("hopper: worker: %w: no handlers or schedules registered", ErrInvalidConfig)
+		return fmt.Errorf("worker: %w: no handlers or schedules registered", ErrInvalidConfig)
 	}
 	w.running = true
 	w.mu.Unlock()
@@ -279,7 +267,7 @@ func (w *Worker) start(ctx context.Context) error {
 		return fmt.Errorf("%w: no hopper_jobs table on the search_path (run `hopper migrate up` or schema.Up)", ErrNotMigrated)
 	}
 	if err != nil {
-		return fmt.Errorf("hopper: worker: start: %w", err)
+		return fmt.Errorf("worker: start: %w", err)
 	}
 	w.schema = schemaName
 	if err := w.checkIsolation(ctx); err != nil {
@@ -296,7 +284,7 @@ func (w *Worker) start(ctx context.Context) error {
 		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
 			return fmt.Errorf("%w: schema %s lacks hopper_queues: it is older than this worker (run `hopper migrate up` or schema.Up)", ErrNotMigrated, schemaName)
 		}
-		return fmt.Errorf("hopper: worker: start: register queues: %w", err)
+		return fmt.Errorf("worker: start: register queues: %w", err)
 	}
 	if err := w.recordFlow(ctx); err != nil {
 		return err
@@ -312,7 +300,7 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	released, err := w.q.ReleaseOwner(ctx, w.cfg.ID)
 	if err != nil {
-		return fmt.Errorf("hopper: worker: release previous leases of %s: %w", w.cfg.ID, err)
+		return fmt.Errorf("worker: release previous leases of %s: %w", w.cfg.ID, err)
 	}
 	if len(released) > 0 {
 		w.log.Warn("gave back leases of a previous run of this worker", "jobs", len(released))

@@ -43,7 +43,7 @@ const MaxNameLen = 63
 // ErrUnsupported is returned for a database handle whose kind (pool,
 // connection or transaction) cannot be told, since a statement's
 // search_path can only be scoped knowing which.
-var ErrUnsupported = errors.New("needs a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx")
+var ErrUnsupported = errors.New("hopper: needs a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx")
 
 // CheckName reports whether name can be a schema name.
 func CheckName(name string) error {
@@ -121,7 +121,7 @@ func (d *DB) On(inner db.DBTX) *DB {
 		mode = v.Conn().Config().DefaultQueryExecMode
 		d.inTx = true
 	default:
-		d.err = fmt.Errorf("hopper: schema %s: %T: %w", schema, inner, ErrUnsupported)
+		d.err = fmt.Errorf("schema %s: %T: %w", schema, inner, ErrUnsupported)
 	}
 	d.pipeline = mode == pgx.QueryExecModeExec || mode == pgx.QueryExecModeSimpleProtocol
 	return d
@@ -191,7 +191,7 @@ func (d *DB) beginInner(ctx context.Context) (pgx.Tx, error) {
 		Begin(context.Context) (pgx.Tx, error)
 	})
 	if !ok {
-		return nil, fmt.Errorf("hopper: schema %s: %T cannot begin a transaction", d.schema, d.inner)
+		return nil, fmt.Errorf("schema %s: %T cannot begin a transaction", d.schema, d.inner)
 	}
 	return b.Begin(ctx)
 }
@@ -201,7 +201,7 @@ func (d *DB) beginInner(ctx context.Context) (pgx.Tx, error) {
 func (d *DB) queryPipelined(ctx context.Context, sql string, args []any) (pgx.Rows, error) {
 	sender, ok := d.inner.(sqlbatch.Sender)
 	if !ok {
-		return nil, fmt.Errorf("hopper: schema %s: %T cannot send a batch", d.schema, d.inner)
+		return nil, fmt.Errorf("schema %s: %T cannot send a batch", d.schema, d.inner)
 	}
 	if d.inTx {
 		return sqlbatch.Around(ctx, sender, d.enter, sql, args, d.leave)

@@ -1,0 +1,24 @@
+package schema
+
+import "errors"
+
+// The migrator's errors, to match with errors.Is.
+
+// ErrDirty is returned when an earlier migration failed half-way and left
+// the migrations table marked dirty. Repair the schema by hand, then call
+// Force with the version the schema is really at.
+var ErrDirty = errors.New("hopper: schema migrations table is dirty")
+
+// ErrNoSchema is returned when the schema to migrate does not exist: the
+// one the Name option names, or, without it, every schema the connection's
+// search_path names. The error says which and how to create it.
+var ErrNoSchema = errors.New("hopper: no schema to migrate")
+
+// ErrUnknownVersion is returned by Force for a version that is not one of
+// Versions (nor 0, no migration applied), and by Up and Down when the
+// database records a version this build of Hopper does not carry.
+var ErrUnknownVersion = errors.New("hopper: unknown schema version")
+
+// ErrDownTooFar is returned by Down when asked to undo more migrations than
+// are applied, nothing being applied included. Nothing is undone.
+var ErrDownTooFar = errors.New("hopper: cannot undo that many migrations")

@@ -1,0 +1,54 @@
+package worker
+
+import "errors"
+
+// The worker's errors, to match with errors.Is. Each is wrapped with what
+// was wrong; a handler's context names the cause of its cancellation with
+// ErrLeaseLost, ErrCancelled or ErrShutdown (context.Cause).
+
+// ErrNotMigrated is returned by Run when hopper_jobs is not on the pool's
+// search_path: run the migrations (schema.Up or `hopper migrate up`) first.
+var ErrNotMigrated = errors.New("hopper: schema not migrated")
+
+// ErrIsolation is returned by Run when the pool's sessions default to an
+// isolation level other than read committed (a role's or database's
+// default_transaction_isolation): the claim under flow control would see
+// a snapshot older than its lock. Give Hopper a pool whose sessions use
+// read committed, for example with
+// cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed".
+var ErrIsolation = errors.New("hopper: sessions must default to read committed isolation")
+
+// ErrLeaseBusy is returned by ExtendLease when the job's row stays locked
+// by another transaction (for example one of the application's that
+// selected it FOR UPDATE) through several tries: nothing was extended.
+var ErrLeaseBusy = errors.New("hopper: job row locked by another transaction")
+
+// ErrLeaseLost is the cause of a handler context cancelled because its job's
+// lease was lost (it expired and the job was swept or claimed again); the
+// handler's result is then discarded. ExtendLease and AckTx return it too.
+var ErrLeaseLost = errors.New("hopper: job lease lost")
+
+// ErrShutdown is the cause of a handler context cancelled because the
+// worker's shutdown deadline passed; the job is given back uncharged.
+var ErrShutdown = errors.New("hopper: worker shutting down")
+
+// ErrCancelled is the cause of a handler context cancelled because an
+// operator cancelled the running job (hopper.Client.Cancel, `hopper
+// cancel`). The job is recorded as cancelled already; whatever the
+// handler returns is discarded.
+var ErrCancelled = errors.New("hopper: job cancelled")
+
+// ErrInvalidSnooze is wrapped by the error Snooze and SnoozeUntil return
+// for a time that is not in the future, or more than MaxSnooze away. A
+// handler that returns it fails the attempt, with that message in the
+// job's history, as for any error.
+var ErrInvalidSnooze = errors.New("hopper: invalid snooze")
+
+// ErrInvalidSchedule wraps every error of Schedule: a bad name, an
+// expression that does not parse or never fires, an unknown time zone, a
+// policy or enqueue option that makes no sense, or a second schedule of the
+// same name.
+var ErrInvalidSchedule = errors.New("hopper: invalid schedule")
+
+// ErrInvalidConfig wraps every configuration error.
+var ErrInvalidConfig = errors.New("hopper: invalid worker config")
