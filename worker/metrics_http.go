@@ -16,26 +16,39 @@ import (
 )
 
 // metricsServer serves /metrics: the worker's own metrics, Go runtime
-// metrics, and queue gauges refreshed from the Stats query.
+// metrics, and the database's gauges (queues, keys, rate limits,
+// schedules), refreshed every MetricsInterval. The database's gauges say
+// the same on every worker: sum the worker's counters across instances,
+// but take the max of these.
 type metricsServer struct {
 	registry *prometheus.Registry
-	jobs     *prometheus.GaugeVec
-	oldest   *prometheus.GaugeVec
-	keys     *prometheus.GaugeVec // the top keys' jobs (flow control)
-	rateUsed *prometheus.GaugeVec // global rate limits: claimed in the window
-	rateMax  *prometheus.GaugeVec // and the limit
+	*dbGauges
 	listener net.Listener
 	server   *http.Server
 }
 
-func (w *Worker) newMetricsServer() (*metricsServer, error) {
-	ms := &metricsServer{
-		registry: prometheus.NewRegistry(),
+// dbGauges are the gauges read from the database.
+type dbGauges struct {
+	jobs        *prometheus.GaugeVec
+	oldest      *prometheus.GaugeVec
+	queuePaused *prometheus.GaugeVec // 1 for a paused queue
+	keys        *prometheus.GaugeVec // the top keys' jobs (flow control)
+	rateUsed    *prometheus.GaugeVec // global rate limits: claimed in the window
+	rateMax     *prometheus.GaugeVec // and the limit
+	schedStale  prometheus.Gauge     // schedules that should fire but that no running worker defines
+	schedPaused prometheus.Gauge     // paused schedules
+}
+
+func newDBGauges() *dbGauges {
+	return &dbGauges{
 		jobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "hopper", Name: "queue_jobs", Help: "Jobs per queue, kind and state (ready, scheduled, running, dead).",
 		}, []string{"queue", "kind", "state"}),
 		oldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "hopper", Name: "queue_oldest_ready_seconds", Help: "Age of the oldest ready job per queue (claim lag).",
+		}, []string{"queue"}),
+		queuePaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "hopper", Name: "queue_paused", Help: "1 for a paused queue (no worker claims its jobs), 0 for one that runs; per queue with jobs.",
 		}, []string{"queue"}),
 		keys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "hopper", Name: "key_jobs",
@@ -47,15 +60,31 @@ func (w *Worker) newMetricsServer() (*metricsServer, error) {
 		rateMax: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "hopper", Name: "rate_limit_jobs", Help: "A global rate limit: jobs allowed per window, per queue and group.",
 		}, []string{"queue", "group"}),
+		schedStale: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "hopper", Name: "schedules_stale",
+			Help: "Schedules not paused that no running worker defines (stale): kept, but their slots pass unfired.",
+		}),
+		schedPaused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "hopper", Name: "schedules_paused", Help: "Paused schedules.",
+		}),
 	}
-	for _, c := range append(w.metrics.collectors(), ms.jobs, ms.oldest, ms.keys, ms.rateUsed, ms.rateMax, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})) {
+}
+
+func (g *dbGauges) collectors() []prometheus.Collector {
+	return []prometheus.Collector{g.jobs, g.oldest, g.queuePaused, g.keys, g.rateUsed, g.rateMax, g.schedStale, g.schedPaused}
+}
+
+func (w *Worker) newMetricsServer() (*metricsServer, error) {
+	ms := &metricsServer{registry: prometheus.NewRegistry(), dbGauges: newDBGauges()}
+	cs := append(w.metrics.collectors(), ms.dbGauges.collectors()...)
+	for _, c := range append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})) {
 		if err := ms.registry.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	ln, err := net.Listen("tcp", w.cfg.MetricsAddr)
 	if err != nil {
-		return nil, fmt.Errorf("hopper: worker: metrics listener: %w", err)
+		return nil, fmt.Errorf("worker: metrics listener: %w", err)
 	}
 	ms.listener = ln
 	mux := http.NewServeMux()
@@ -96,6 +125,7 @@ func (w *Worker) serveMetrics(ctx context.Context, ms *metricsServer) {
 		}
 		ms.jobs.Reset()
 		ms.oldest.Reset()
+		ms.queuePaused.Reset()
 		oldest := map[string]float64{}
 		for _, r := range stats {
 			ms.jobs.WithLabelValues(r.Queue, r.Kind, "ready").Set(float64(r.Ready))
@@ -103,11 +133,13 @@ func (w *Worker) serveMetrics(ctx context.Context, ms *metricsServer) {
 			ms.jobs.WithLabelValues(r.Queue, r.Kind, "running").Set(float64(r.Running))
 			ms.jobs.WithLabelValues(r.Queue, r.Kind, "dead").Set(float64(r.Dead))
 			oldest[r.Queue] = max(oldest[r.Queue], r.OldestReadySeconds)
+			ms.queuePaused.WithLabelValues(r.Queue).Set(b2f(r.Paused))
 		}
 		for q, age := range oldest {
 			ms.oldest.WithLabelValues(q).Set(age)
 		}
 		w.refreshFlowGauges(ctx, ms)
+		w.refreshScheduleGauges(ctx, ms)
 	}
 	refresh()
 	t := time.NewTicker(w.cfg.MetricsInterval)
@@ -160,4 +192,36 @@ func (w *Worker) refreshFlowGauges(ctx context.Context, ms *metricsServer) {
 		ms.rateUsed.WithLabelValues(r.Queue, r.RateGroup).Set(float64(r.Used))
 		ms.rateMax.WithLabelValues(r.Queue, r.RateGroup).Set(float64(r.RateLimit))
 	}
+}
+
+// refreshScheduleGauges counts the stale schedules and the paused ones. A
+// stale schedule that is paused is counted as paused only: it would not
+// fire anyway, and pausing a schedule retired from the code is how an
+// operator says it is meant to be gone.
+func (w *Worker) refreshScheduleGauges(ctx context.Context, ms *metricsServer) {
+	rows, err := w.q.ListSchedules(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("metrics: schedules query failed", "error", err)
+		}
+		return
+	}
+	var stale, paused int
+	for _, r := range rows {
+		switch {
+		case r.PausedAt != nil:
+			paused++
+		case r.Stale:
+			stale++
+		}
+	}
+	ms.schedStale.Set(float64(stale))
+	ms.schedPaused.Set(float64(paused))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -1,0 +1,107 @@
+package worker_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/worker"
+)
+
+// TestMetricsScheduleGauges: the endpoint counts the schedules no running
+// worker defines (stale) and the paused ones. A stale schedule that is
+// paused counts as paused only: pausing a schedule retired from the code
+// is how an operator quiets the stale-schedules alert.
+func TestMetricsScheduleGauges(t *testing.T) {
+	b := setup(t)
+	client := hopper.NewClient(b.pool)
+	defines := func(names ...string) func(*worker.Worker) {
+		return func(w *worker.Worker) {
+			for _, name := range names {
+				must(t, worker.Schedule(w, name, tick, "@every 1h", slotOf))
+			}
+			must(t, worker.Handle(w, tick, func(context.Context, *jobs.Job[Tick]) error { return nil }))
+		}
+	}
+	listed := func() map[string]hopper.ScheduleInfo {
+		list, err := client.ListSchedules(b.ctx)
+		require.NoError(t, err)
+		byName := map[string]hopper.ScheduleInfo{}
+		for _, s := range list {
+			byName[s.Name] = s
+		}
+		return byName
+	}
+
+	// An old deploy defines two schedules, then stops for good.
+	old := start(t, b, worker.Config{ScheduleStaleAfter: time.Second}, defines("retired", "parked"))
+	testdb.WaitFor(t, "the old deploy's schedules", func() bool { return len(listed()) == 2 })
+	old.stop()
+
+	// The running deploy defines two others, and serves the metrics.
+	r := start(t, b, worker.Config{MetricsAddr: ":0", MetricsInterval: 20 * time.Millisecond}, defines("live", "held"))
+	testdb.WaitFor(t, "the running deploy's schedules", func() bool { return len(listed()) == 4 })
+	for _, name := range []string{"parked", "held"} {
+		_, err := client.PauseSchedule(b.ctx, name)
+		require.NoError(t, err)
+	}
+	testdb.WaitFor(t, "the old deploy's schedules stale", func() bool {
+		s := listed()
+		return s["retired"].Stale && s["parked"].Stale
+	})
+	s := listed()
+	require.False(t, s["live"].Stale, "defined by a running worker")
+	require.False(t, s["held"].Stale, "defined by a running worker")
+
+	testdb.WaitFor(t, "the schedule gauges", func() bool {
+		body := scrape(r.w)
+		return strings.Contains(body, "\nhopper_schedules_stale 1\n") && strings.Contains(body, "\nhopper_schedules_paused 2\n")
+	})
+
+	// The retired schedule is paused too: nothing is stale any more.
+	_, err := client.PauseSchedule(b.ctx, "retired")
+	require.NoError(t, err)
+	testdb.WaitFor(t, "the schedule gauges after the pause", func() bool {
+		body := scrape(r.w)
+		return strings.Contains(body, "\nhopper_schedules_stale 0\n") && strings.Contains(body, "\nhopper_schedules_paused 3\n")
+	})
+}
+
+// TestMetricsQueuePaused: the endpoint says which queues are paused, so
+// that alerts on waiting work can leave them out.
+func TestMetricsQueuePaused(t *testing.T) {
+	b := setup(t)
+	client := hopper.NewClient(b.pool)
+	k := kind(t, "parked")
+	_, err := k.Enqueue(b.ctx, b.pool, Task{}, jobs.Queue("held"))
+	require.NoError(t, err)
+	_, err = client.PauseQueue(b.ctx, "held") // before any worker runs
+	require.NoError(t, err)
+	_, err = k.Enqueue(b.ctx, b.pool, Task{}, jobs.Queue("open"), jobs.Delay(time.Hour))
+	require.NoError(t, err)
+	r := start(t, b, worker.Config{
+		Queues:      map[string]int{"held": 1, "open": 1},
+		MetricsAddr: ":0", MetricsInterval: 20 * time.Millisecond,
+	}, func(w *worker.Worker) {
+		must(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { return nil }))
+	})
+	testdb.WaitFor(t, "the queue gauges", func() bool {
+		body := scrape(r.w)
+		return strings.Contains(body, `hopper_queue_paused{queue="held"} 1`) &&
+			strings.Contains(body, `hopper_queue_paused{queue="open"} 0`) &&
+			strings.Contains(body, `hopper_queue_jobs{kind="parked",queue="held",state="ready"} 1`)
+	})
+	_, err = client.ResumeQueue(b.ctx, "held")
+	require.NoError(t, err)
+	testdb.WaitFor(t, "the held job done", func() bool {
+		body := scrape(r.w)
+		return strings.Contains(body, `hopper_queue_paused{queue="open"} 0`) &&
+			!strings.Contains(body, `hopper_queue_paused{queue="held"}`)
+	})
+}
