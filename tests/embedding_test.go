@@ -78,8 +78,8 @@ func (f goModFile) requirement(path string) string {
 	return ""
 }
 
-// blankModuleSteps are the README's commands for adding Hopper to a blank
-// module ("Embed in your sqlc project"), run here literally, in order.
+// blankModuleSteps are the commands docs/embedding.md gives for adding
+// Hopper to a blank module, run here literally, in order.
 var blankModuleSteps = []string{
 	`go mod edit -require=github.com/hopperq/hopper@v0.0.0 -replace=github.com/hopperq/hopper=$HOPPER -tool=github.com/hopperq/hopper/cmd/hopper`,
 	`go mod tidy`,
@@ -91,7 +91,7 @@ var blankModuleSteps = []string{
 	`CGO_ENABLED=0 go tool -modfile=tools/go.mod sqlc generate`,
 }
 
-// blankModuleMain is the README's run-time part: migrate Hopper's tables
+// blankModuleMain is the guide's run-time part: migrate Hopper's tables
 // at start, enqueue with the generated statement (a zero value with only
 // a kind is a valid job) and with a typed kind, in the application's own
 // transactions.
@@ -146,7 +146,7 @@ func main() {
 			panic(err)
 		}
 	}
-	stats, err := hopper.NewClient(pool).Stats(ctx)
+	stats, err := hopper.NewClient(pool).GetStats(ctx)
 	if err != nil {
 		panic(err)
 	}
@@ -154,15 +154,22 @@ func main() {
 }
 `
 
-// TestEmbedFromBlankModule follows the README's embedding steps in a
-// fresh module, then builds and runs an application that migrates, and
-// enqueues in a committed and a rolled-back transaction.
+// embeddingGuide is the guide whose commands TestEmbedFromBlankModule runs.
+const embeddingGuide = "../docs/embedding.md"
+
+// TestEmbedFromBlankModule follows the embedding guide's steps in a fresh
+// module, then builds and runs an application that migrates, and enqueues
+// in a committed and a rolled-back transaction.
 func TestEmbedFromBlankModule(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../README.md")
+	guide, err := os.ReadFile(embeddingGuide)
 	require.NoError(t, err)
+	rest := string(guide)
 	for _, step := range blankModuleSteps {
-		require.True(t, strings.Contains(string(readme), step), "the README shows every step this test runs; it lacks:\n%s", step)
+		require.True(t, strings.Contains(string(guide), step), "%s shows every step this test runs; it lacks:\n%s", embeddingGuide, step)
+		at := strings.Index(rest, step)
+		require.GreaterOrEqual(t, at, 0, "%s shows the steps in the order this test runs them; this one comes too early:\n%s", embeddingGuide, step)
+		rest = rest[at+len(step):]
 	}
 	empty := testdb.NewEmpty(t)
 
@@ -178,8 +185,8 @@ func TestEmbedFromBlankModule(t *testing.T) {
 	require.Contains(t, m.sh("go tool hopper sql check third_party/hopper"), "matches")
 }
 
-// hopperFloor is the oldest pgx (and Go) Hopper needs: a module already on
-// them adds Hopper without either moving (README "Requirements").
+// floorGo and floorPgx are the oldest Go and pgx Hopper needs: a module
+// already on them adds Hopper without either moving.
 const (
 	floorGo  = "1.25.0"
 	floorPgx = "v5.9.0"
