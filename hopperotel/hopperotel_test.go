@@ -124,13 +124,15 @@ func TestTraceFollowsTheRequest(t *testing.T) {
 	var completed float64
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != "hopper_jobs_completed_total" && m.Name != "hopper_jobs_completed" {
+			if m.Name != "hopper_job_outcomes_total" && m.Name != "hopper_job_outcomes" {
 				continue
 			}
 			sum, ok := m.Data.(metricdata.Sum[float64])
 			require.True(t, ok, "%T", m.Data)
 			for _, dp := range sum.DataPoints {
-				completed += dp.Value
+				if o, _ := dp.Attributes.Value("outcome"); o.AsString() == "done" {
+					completed += dp.Value
+				}
 			}
 		}
 	}

@@ -238,7 +238,7 @@ func (c *claim) cancelled() bool {
 		return false
 	}
 	c.owner.claims.remove(c)
-	c.owner.metrics.cancelled(c.queue.name, c.kind)
+	c.owner.metrics.outcome(c.queue.name, c.kind, OutcomeCancelled)
 	c.cancelWith(ErrCancelled)
 	c.freeKey()
 	return true

@@ -80,7 +80,7 @@ func TestTakenJobsStuckHandlerFreesItsSlot(t *testing.T) {
 				}
 				return len(ran) == 3
 			})
-			require.Equal(t, 1.0, metricValue(t, reg, "hopper_handlers_abandoned_total"))
+			require.Equal(t, 1.0, metricValue(t, reg, `hopper_job_outcomes_total{outcome="abandoned"}`))
 			require.Equal(t, 1.0, metricValue(t, reg, "hopper_handlers_stuck"))
 			close(unstick)
 			testdb.WaitFor(t, "the stuck handler returned", func() bool { return metricValue(t, reg, "hopper_handlers_stuck") == 0 })
@@ -162,7 +162,7 @@ func TestAckTxOutcomeIsTheTransactions(t *testing.T) {
 			}
 			testdb.WaitFor(t, "the first attempt's outcome", func() bool { return len(seen.of(res.ID, 1)) > 0 })
 			require.Equal(t, []string{string(tc.want)}, seen.of(res.ID, 1))
-			require.Equal(t, tc.completed, metricValue(t, reg, "hopper_jobs_completed_total"))
+			require.Equal(t, tc.completed, metricValue(t, reg, `hopper_job_outcomes_total{outcome="done"}`))
 			if tc.want == worker.OutcomeCancelled {
 				d, ok := b.dead(t, res.ID)
 				require.True(t, ok)
@@ -474,9 +474,9 @@ func TestAckTxCommittedThenAbandoned(t *testing.T) {
 				return ctx.Err()
 			}, worker.Timeout(50*time.Millisecond)))
 		})
-	testdb.WaitFor(t, "the handler abandoned", func() bool { return metricValue(t, reg, "hopper_handlers_abandoned_total") == 1 })
+	testdb.WaitFor(t, "the handler abandoned", func() bool { return metricValue(t, reg, `hopper_job_outcomes_total{outcome="abandoned"}`) == 1 })
 	close(unstick)
 	testdb.WaitFor(t, "the outcome reported", func() bool { return len(seen.of(res.ID, 1)) > 0 })
 	require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(res.ID, 1))
-	require.Equal(t, 1.0, metricValue(t, reg, "hopper_jobs_completed_total"))
+	require.Equal(t, 1.0, metricValue(t, reg, `hopper_job_outcomes_total{outcome="done"}`))
 }

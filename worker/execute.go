@@ -60,6 +60,7 @@ func (w *Worker) execute(d dispatched) {
 			w.told(c, OutcomeRefused)
 		case claimReleased:
 			log().Info("job given back at shutdown: its result is discarded", "handler_error", err)
+			w.metrics.outcome(c.queue.name, c.kind, OutcomeReleased)
 			w.told(c, OutcomeReleased)
 		case claimCancelled:
 			log().Info("job cancelled while it ran: its result is discarded", "handler_error", err)

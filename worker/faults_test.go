@@ -80,8 +80,8 @@ func TestMetricsCount(t *testing.T) {
 	// The counters move once the worker has read each statement's reply,
 	// a moment after the database shows its effect.
 	testdb.WaitFor(t, "counters", func() bool {
-		return metricValue(t, reg, "hopper_jobs_completed_total") == 3 &&
-			metricValue(t, reg, "hopper_jobs_dead_total") == 1
+		return metricValue(t, reg, `hopper_job_outcomes_total{outcome="done"}`) == 3 &&
+			metricValue(t, reg, `hopper_job_outcomes_total{outcome="dead"}`) == 1
 	})
 	require.Equal(t, 4.0, metricValue(t, reg, "hopper_jobs_claimed_total"))
 }
@@ -102,7 +102,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	var body string
 	testdb.WaitFor(t, "both jobs counted and the gauges refreshed", func() bool {
 		body = scrape(r.w)
-		return strings.Contains(body, `hopper_jobs_completed_total{kind="scraped",queue="default"} 2`) &&
+		return strings.Contains(body, `hopper_job_outcomes_total{kind="scraped",outcome="done",queue="default"} 2`) &&
 			strings.Contains(body, `hopper_queue_jobs{kind="scraped",queue="idle",state="scheduled"} 1`)
 	})
 	for _, want := range []string{"hopper_handler_duration_seconds_bucket", "hopper_job_wait_seconds", "hopper_queue_oldest_ready_seconds", "go_goroutines"} {

@@ -43,8 +43,8 @@ func TestSnoozeIsNotCharged(t *testing.T) {
 	require.Equal(t, []string{string(worker.OutcomeSnoozed)}, seen.of(res.ID, 1))
 	require.Equal(t, []string{string(worker.OutcomeSnoozed)}, seen.of(res.ID, 2))
 	require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(res.ID, 3))
-	require.Equal(t, 2.0, metricValue(t, reg, "hopper_jobs_snoozed_total"))
-	require.Zero(t, metricValue(t, reg, "hopper_jobs_failed_total"))
+	require.Equal(t, 2.0, metricValue(t, reg, `hopper_job_outcomes_total{outcome="snoozed"}`))
+	require.Zero(t, metricValue(t, reg, `hopper_job_outcomes_total{outcome="failed"}`))
 }
 
 // TestSnoozeRejectsNonsense: a snooze that is not in the future, or is
@@ -99,9 +99,9 @@ func TestHandlerCancelsItsOwnJob(t *testing.T) {
 	require.Equal(t, "cancelled", row.Reason)
 	require.Len(t, row.Errors, 1)
 	require.Equal(t, "cancelled: the account is gone", row.Errors[0].Error)
-	require.Equal(t, 1.0, metricValue(t, reg, "hopper_jobs_cancelled_total"))
-	require.Zero(t, metricValue(t, reg, "hopper_jobs_failed_total"))
-	require.Zero(t, metricValue(t, reg, "hopper_jobs_dead_total"))
+	require.Equal(t, 1.0, metricValue(t, reg, `hopper_job_outcomes_total{outcome="cancelled"}`))
+	require.Zero(t, metricValue(t, reg, `hopper_job_outcomes_total{outcome="failed"}`))
+	require.Zero(t, metricValue(t, reg, `hopper_job_outcomes_total{outcome="dead"}`))
 }
 
 // TestOperatorCancelsRunningJob: the owning worker learns of the cancel at
@@ -152,9 +152,9 @@ func TestOperatorCancelsRunningJob(t *testing.T) {
 			testdb.WaitFor(t, "slot freed", func() bool { return worker.HeldClaims(r.w) == 0 })
 			r.stop()
 			require.Empty(t, seen.of(res.ID, 1), "the late result is discarded: no outcome recorded for it")
-			require.Equal(t, 1.0, metricValue(t, reg, "hopper_jobs_cancelled_total"))
-			require.Zero(t, metricValue(t, reg, "hopper_jobs_lease_lost_total"), "a cancel is not a lost lease")
-			require.Zero(t, metricValue(t, reg, "hopper_jobs_completed_total"))
+			require.Equal(t, 1.0, metricValue(t, reg, `hopper_job_outcomes_total{outcome="cancelled"}`))
+			require.Zero(t, metricValue(t, reg, "hopper_leases_lost_total"), "a cancel is not a lost lease")
+			require.Zero(t, metricValue(t, reg, `hopper_job_outcomes_total{outcome="done"}`))
 			row, err := hopper.NewClient(b.pool).GetJob(b.ctx, res.ID)
 			require.NoError(t, err)
 			require.Equal(t, jobs.StateCancelled, row.State)

@@ -154,25 +154,25 @@ func (w *Worker) report(c completion, o outcome) {
 	q, k := c.claim.queue.name, c.claim.kind
 	switch o {
 	case outcomeDone:
-		w.metrics.completed(q, k)
+		w.metrics.outcome(q, k, OutcomeDone)
 	case outcomeFailed:
-		w.metrics.failed(q, k)
+		w.metrics.outcome(q, k, OutcomeFailed)
 	case outcomeDead:
-		w.metrics.dead(q, k)
+		w.metrics.outcome(q, k, OutcomeDead)
 	case outcomeCancelled:
-		w.metrics.cancelled(q, k)
+		w.metrics.outcome(q, k, OutcomeCancelled)
 	case outcomeSnoozed:
-		w.metrics.snoozed(q, k)
+		w.metrics.outcome(q, k, OutcomeSnoozed)
 	case outcomeRefused:
-		w.metrics.refused(q, k)
+		w.metrics.outcome(q, k, OutcomeRefused)
 		w.log.Warn("result refused: the job is no longer this worker's (its lease was lost and it runs again elsewhere, or it was cancelled)",
 			"job_id", c.claim.id, "kind", k, "attempt", c.claim.attempt, "ok", c.ok())
 	case outcomeUnconfirmed:
-		w.metrics.unconfirmed(q, k)
+		w.metrics.outcome(q, k, OutcomeUnconfirmed)
 		w.log.Warn("result unconfirmed: its statement may have committed, but the reply was lost and the database no longer shows it",
 			"job_id", c.claim.id, "kind", k, "attempt", c.claim.attempt, "ok", c.ok())
 	case outcomeUnrecorded:
-		w.metrics.unrecorded(q, k)
+		w.metrics.outcome(q, k, OutcomeUnrecorded)
 		w.log.Error("result not recorded (the shutdown deadline passed, or the server refused it): the job will run again after its lease expires",
 			"job_id", c.claim.id, "kind", k, "attempt", c.claim.attempt, "ok", c.ok())
 	}

@@ -280,5 +280,5 @@ func TestFailingScheduleCostsOnlyItself(t *testing.T) {
 	}
 	broken, _ := fires(t, b, "a-broken")
 	require.Empty(t, broken)
-	require.GreaterOrEqual(t, metricValue(t, reg, "hopper_schedule_failures_total"), 3.0)
+	require.GreaterOrEqual(t, metricValue(t, reg, `hopper_schedule_fires_total{outcome="failed"}`), 3.0)
 }

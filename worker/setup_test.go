@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/metricsum"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
@@ -184,19 +185,9 @@ func kind(t *testing.T, name string, opts ...jobs.DefineOption) *jobs.Kind[Task]
 }
 
 // metricValue sums a counter or gauge family across its labels.
-func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+func metricValue(t *testing.T, reg *prometheus.Registry, selector string) float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	require.NoError(t, err)
-	sum := 0.0
-	for _, f := range families {
-		if f.GetName() == name {
-			for _, m := range f.GetMetric() {
-				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
+	return metricsum.Sum(selector, reg)
 }
 
 // scrape reads the worker's metrics endpoint; "" when it does not answer.

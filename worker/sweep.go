@@ -41,7 +41,7 @@ func (w *Worker) SweepOnce(ctx context.Context) (requeued, dead int) {
 		for _, r := range rows {
 			if r.Dead {
 				dead++
-				w.metrics.dead(r.Queue, "")
+				w.metrics.outcome(r.Queue, "", OutcomeDead)
 			} else {
 				requeued++
 			}

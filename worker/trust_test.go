@@ -134,7 +134,7 @@ func TestAckTxRolledBack(t *testing.T) {
 		return live == 0 && len(seen.of(res.ID, 1)) > 0
 	})
 	require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(res.ID, 1))
-	require.Equal(t, 1.0, metricValue(t, reg, "hopper_jobs_completed_total"))
+	require.Equal(t, 1.0, metricValue(t, reg, `hopper_job_outcomes_total{outcome="done"}`))
 	require.Equal(t, 1, <-runs)
 	require.Empty(t, runs, "ran once")
 	_, dead := b.totals(t)
@@ -181,8 +181,8 @@ func TestAckTxCommittedThenKeepsWorking(t *testing.T) {
 	require.NoError(t, <-after, "not cancelled after its own committed ack")
 	testdb.WaitFor(t, "outcome reported", func() bool { return len(seen.of(res.ID, 1)) == 1 })
 	require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(res.ID, 1))
-	require.Zero(t, metricValue(t, reg, "hopper_jobs_lease_lost_total"))
-	require.Equal(t, 1.0, metricValue(t, reg, "hopper_jobs_completed_total"))
+	require.Zero(t, metricValue(t, reg, "hopper_leases_lost_total"))
+	require.Equal(t, 1.0, metricValue(t, reg, `hopper_job_outcomes_total{outcome="done"}`))
 }
 
 // TestStuckHandlerIsAbandoned: a handler that ignores its cancelled context
@@ -240,7 +240,7 @@ func TestStuckHandlerIsAbandoned(t *testing.T) {
 	}
 	require.Len(t, ran, 3, "every quick job ran in the freed slot")
 	require.Empty(t, seen.of(res.ID, 1), "the abandoned attempt reports nothing")
-	require.Equal(t, 1.0, metricValue(t, reg, "hopper_handlers_abandoned_total"))
+	require.Equal(t, 1.0, metricValue(t, reg, `hopper_job_outcomes_total{outcome="abandoned"}`))
 	require.Equal(t, 1.0, metricValue(t, reg, "hopper_handlers_stuck"))
 	close(unstick)
 	testdb.WaitFor(t, "the stuck handler returned", func() bool { return metricValue(t, reg, "hopper_handlers_stuck") == 0 })

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/internal/metricsum"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -272,8 +273,8 @@ func RunWorkerProcess(ctx context.Context, dbURL string, o WorkerOptions, out io
 // The worker's counters of job outcomes. A result is unconfirmed when its
 // statement was sent but its reply lost: the job may be done or not.
 const (
-	CompletedCounter   = "hopper_jobs_completed_total"
-	UnconfirmedCounter = "hopper_jobs_unconfirmed_total"
+	CompletedCounter   = `hopper_job_outcomes_total{outcome="done"}`
+	UnconfirmedCounter = `hopper_job_outcomes_total{outcome="unconfirmed"}`
 )
 
 // CheckOutcomes compares what the workers reported with what the table
@@ -319,23 +320,12 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, p *workerProc, enqueued
 }
 
 // CounterSum adds up a counter family over every label and registry.
-func CounterSum(name string, regs ...*prometheus.Registry) int64 {
-	var sum float64
-	for _, r := range regs {
-		families, err := r.Gather()
-		if err != nil {
-			continue
-		}
-		for _, f := range families {
-			if f.GetName() != name {
-				continue
-			}
-			for _, m := range f.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-		}
+func CounterSum(selector string, regs ...*prometheus.Registry) int64 {
+	gatherers := make([]prometheus.Gatherer, len(regs))
+	for i, r := range regs {
+		gatherers[i] = r
 	}
-	return int64(sum)
+	return int64(metricsum.Sum(selector, gatherers...))
 }
 
 // ---- continuous ----

@@ -231,7 +231,7 @@ func runDemo(e *env, duration time.Duration, rate int, reset bool) error {
 		bench.CounterSum(bench.UnconfirmedCounter, registries...), ran); err != nil {
 		return err
 	}
-	fired := bench.CounterSum("hopper_schedule_fired_total", registries...)
+	fired := bench.CounterSum(`hopper_schedule_fires_total{outcome="enqueued"}`, registries...)
 	verdict, err := beats.verdict(5 * time.Second)
 	fmt.Fprintf(e.stdout, "  %-11s %8d   (schedule %s, %s, defined by all %d workers, fired by whichever took the slot; %s)\n",
 		"scheduled", fired, demoSchedule, demoScheduleEvery, demoWorkers, verdict)
@@ -416,7 +416,7 @@ func demoProgress(ctx context.Context, pool *pgxpool.Pool, elapsed time.Duration
 	}
 	return fmt.Sprintf("%5.0fs  %6d jobs/s  depth %6d  claim lag %6s  retries %6d  dead %5d",
 		elapsed.Seconds(), doneSinceLast, stats.Total.Live(), stats.Total.OldestReady.Round(time.Millisecond),
-		bench.CounterSum("hopper_jobs_failed_total", regs...), stats.Total.Dead), nil
+		bench.CounterSum(`hopper_job_outcomes_total{outcome="failed"}`, regs...), stats.Total.Dead), nil
 }
 
 // demoSummary accounts for every job twice. By the table: each job the
