@@ -55,14 +55,14 @@ type options struct {
 	propagator propagation.TextMapPropagator
 }
 
-// WithTracerProvider sets the tracer provider (default: otel's global).
-func WithTracerProvider(p trace.TracerProvider) Option {
+// TracerProvider sets the tracer provider (default: otel's global).
+func TracerProvider(p trace.TracerProvider) Option {
 	return func(o *options) { o.provider = p }
 }
 
-// WithPropagator sets how trace context is written to and read from a
+// Propagator sets how trace context is written to and read from a
 // job's metadata (default: W3C trace context, traceparent and tracestate).
-func WithPropagator(p propagation.TextMapPropagator) Option {
+func Propagator(p propagation.TextMapPropagator) Option {
 	return func(o *options) { o.propagator = p }
 }
 

@@ -52,7 +52,7 @@ func TestTraceFollowsTheRequest(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
 	defer tp.Shutdown(ctx) //nolint:errcheck // the test's end
 
-	kind := jobs.MustDefine[Email]("traced_email", jobs.OnEnqueue(hopperotel.EnqueueHook(hopperotel.WithTracerProvider(tp))))
+	kind := jobs.MustDefine[Email]("traced_email", jobs.OnEnqueue(hopperotel.EnqueueHook(hopperotel.TracerProvider(tp))))
 	reqCtx, request := tp.Tracer("app").Start(ctx, "POST /signup")
 	once, err := kind.Enqueue(reqCtx, pool, Email{To: "once"})
 	require.NoError(t, err)
@@ -67,7 +67,7 @@ func TestTraceFollowsTheRequest(t *testing.T) {
 		RetryBackoff:      worker.Backoff{Base: time.Millisecond, Max: time.Millisecond},
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Registerer:   registry,
-		Middleware:   []worker.Middleware{hopperotel.Middleware(hopperotel.WithTracerProvider(tp))},
+		Middleware:   []worker.Middleware{hopperotel.Middleware(hopperotel.TracerProvider(tp))},
 		OnOutcome: []worker.OutcomeHook{func(_ *jobs.Row, o worker.Outcome, _ error) {
 			if o == worker.OutcomeDone {
 				settled.Add(1)
