@@ -69,6 +69,10 @@ test: ## run every test (race detector on) against a real PostgreSQL, the embed-
 	cd $(OTEL) && go vet ./... && go test -race -count=1 ./...
 	cd $(E2E) && go vet ./... && go test -count=1 ./...
 
+.PHONY: check-alerts
+check-alerts: ## promtool check and test the alert rules in monitoring/ and check the dashboard's queries (installs Debian's prometheus package if promtool is missing)
+	bash .ci/check-alerts.sh
+
 .PHONY: screenshot
 screenshot: ## retake docs/dashboard.png with the dashboard's browser test
 	cd $(E2E) && HOPPER_UPDATE_SCREENSHOT=1 go test -count=1 -run TestDashboardInABrowser ./...
@@ -103,10 +107,11 @@ lint: ## staticcheck, pinned in tools/go.mod, on Hopper, the embed-sqlc example,
 	cd $(E2E) && go tool -modfile=../tools/go.mod staticcheck ./...
 
 .PHONY: ci
-ci: ## what .ci/run runs once PostgreSQL is up: check-generated, vet, lint, test, the restart scenario, a short fuzz
+ci: ## what .ci/run runs once PostgreSQL is up: check-generated, vet, lint, check-alerts, test, the restart scenario, a short fuzz
 	$(MAKE) check-generated
 	$(MAKE) vet
 	$(MAKE) lint
+	$(MAKE) check-alerts
 	$(MAKE) test
 	$(MAKE) chaos-restart
 	$(MAKE) fuzz FUZZTIME=5s

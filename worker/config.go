@@ -116,8 +116,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer, when set, gets the worker's Prometheus metrics.
 	Registerer prometheus.Registerer
-	// MetricsAddr, when set, serves the worker's metrics plus queue depth
-	// and oldest ready age per queue at http://MetricsAddr/metrics. An
+	// MetricsAddr, when set, serves at http://MetricsAddr/metrics the
+	// worker's metrics plus gauges read from the database: jobs per queue,
+	// kind and state, oldest ready age, paused queues, the busiest
+	// concurrency keys, rate-limit budgets, and stale and paused schedules
+	// (monitoring/ has alert rules and a dashboard for them). An
 	// address without a host (":9464") listens on 127.0.0.1 only; name the
 	// host ("0.0.0.0:9464") to expose it further.
 	MetricsAddr string
