@@ -64,7 +64,7 @@ func TestTraceFollowsTheRequest(t *testing.T) {
 	var settled atomic.Int32
 	w, err := worker.New(pool, worker.Config{
 		PollInterval: 20 * time.Millisecond,
-		RetryBackoff:      worker.Backoff{Base: time.Millisecond, Max: time.Millisecond},
+		RetryBackoff: worker.Backoff{Base: time.Millisecond, Max: time.Millisecond},
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Registerer:   registry,
 		Middleware:   []worker.Middleware{hopperotel.Middleware(hopperotel.TracerProvider(tp))},

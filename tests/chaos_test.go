@@ -57,16 +57,16 @@ func runChaosWorker() int {
 		keep = map[string]time.Duration{jobs.DefaultQueue: time.Hour}
 	}
 	w, err := worker.New(pool, worker.Config{
-		KeepHistoryByQueue:       keep,
-		ID:                os.Getenv("HOPPER_CHAOS_ID"),
-		Queues:            map[string]int{jobs.DefaultQueue: 16},
-		LeaseDuration:     lease,
-		HeartbeatInterval: heartbeat,
-		PollInterval:      100 * time.Millisecond,
-		SweepInterval:     200 * time.Millisecond,
-		ShutdownTimeout:   100 * time.Millisecond,
-		RetryBackoff:           worker.Backoff{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond},
-		Logger:            quietLog,
+		KeepHistoryByQueue: keep,
+		ID:                 os.Getenv("HOPPER_CHAOS_ID"),
+		Queues:             map[string]int{jobs.DefaultQueue: 16},
+		LeaseDuration:      lease,
+		HeartbeatInterval:  heartbeat,
+		PollInterval:       100 * time.Millisecond,
+		SweepInterval:      200 * time.Millisecond,
+		ShutdownTimeout:    100 * time.Millisecond,
+		RetryBackoff:       worker.Backoff{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+		Logger:             quietLog,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

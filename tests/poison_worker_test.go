@@ -101,20 +101,20 @@ func runPoisonWorker() int {
 	}
 	outcomes := newOutcomeWriter(pool, id)
 	w, err := worker.New(pool, worker.Config{
-		ID:                id,
-		Queues:            map[string]int{queueKept: 4, queuePlain: 4, queueStuck: 1, queueTicks: 2},
-		KeepHistoryByQueue:       map[string]time.Duration{queueKept: time.Hour},
-		LeaseDuration:     poisonLease,
-		HeartbeatInterval: poisonHeartbeat,
-		PollInterval:      100 * time.Millisecond,
-		PollOnly:          os.Getenv("HOPPER_POISON_POLL_ONLY") != "",
-		SweepInterval:     poisonSweep,
-		ShutdownTimeout:   500 * time.Millisecond,
-		Timeout:        defaultTimeout,
-		AbandonAfter:      poisonAbandonAfter,
-		RetryBackoff:           worker.Backoff{Base: 10 * time.Millisecond, Max: 200 * time.Millisecond},
-		OnOutcome:         []worker.OutcomeHook{outcomes.hook},
-		Logger:            logger,
+		ID:                 id,
+		Queues:             map[string]int{queueKept: 4, queuePlain: 4, queueStuck: 1, queueTicks: 2},
+		KeepHistoryByQueue: map[string]time.Duration{queueKept: time.Hour},
+		LeaseDuration:      poisonLease,
+		HeartbeatInterval:  poisonHeartbeat,
+		PollInterval:       100 * time.Millisecond,
+		PollOnly:           os.Getenv("HOPPER_POISON_POLL_ONLY") != "",
+		SweepInterval:      poisonSweep,
+		ShutdownTimeout:    500 * time.Millisecond,
+		Timeout:            defaultTimeout,
+		AbandonAfter:       poisonAbandonAfter,
+		RetryBackoff:       worker.Backoff{Base: 10 * time.Millisecond, Max: 200 * time.Millisecond},
+		OnOutcome:          []worker.OutcomeHook{outcomes.hook},
+		Logger:             logger,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -239,7 +239,7 @@ func TestRefusedResultStaysWithItsJob(t *testing.T) {
 			start(t, b, worker.Config{
 				Queues: map[string]int{jobs.DefaultQueue: total}, AckFlushInterval: 200 * time.Millisecond, Logger: quiet,
 				KeepHistoryByQueue: map[string]time.Duration{jobs.DefaultQueue: time.Hour},
-				RetryBackoff:     worker.Backoff{Base: time.Hour, Max: time.Hour}, // the bad failure's retry stays visible
+				RetryBackoff:       worker.Backoff{Base: time.Hour, Max: time.Hour}, // the bad failure's retry stays visible
 			}, func(w *worker.Worker) {
 				seen = observe(w)
 				must(t, worker.Handle(w, plain, func(ctx context.Context, j *jobs.Job[Task]) error {

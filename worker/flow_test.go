@@ -537,7 +537,7 @@ func TestCrowdedHeadLeavesNoJobBehindTheCursor(t *testing.T) {
 	r := start(t, b, worker.Config{
 		Queues:           map[string]int{"default": 5},
 		FullScanInterval: time.Hour,
-		Timeout:       time.Hour, // the held job's end would move the cursor back
+		Timeout:          time.Hour, // the held job's end would move the cursor back
 		FlowControl:      map[string]worker.FlowControl{"default": {KeyLimit: 1}},
 	}, func(w *worker.Worker) {
 		must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {

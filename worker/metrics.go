@@ -124,7 +124,9 @@ func (m *metrics) leaseLost(queue, kind string) { m.leaseLostC.WithLabelValues(q
 func (m *metrics) scheduleFired(name string, jobs int) {
 	m.scheduleFiresC.WithLabelValues(name, fireEnqueued).Add(float64(jobs))
 }
-func (m *metrics) scheduleFailed(name string) { m.scheduleFiresC.WithLabelValues(name, fireFailed).Inc() }
+func (m *metrics) scheduleFailed(name string) {
+	m.scheduleFiresC.WithLabelValues(name, fireFailed).Inc()
+}
 func (m *metrics) abandoned(queue, kind string) {
 	m.outcome(queue, kind, OutcomeAbandoned)
 	m.stuckG.WithLabelValues(queue, kind).Inc()

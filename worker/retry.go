@@ -83,4 +83,3 @@ func Permanent(err error) error {
 	}
 	return &permanentError{err: err}
 }
-

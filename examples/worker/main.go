@@ -64,9 +64,9 @@ func run(n int) error {
 	}
 
 	w, err := worker.New(pool, worker.Config{
-		Queues:  map[string]int{"email": 20},
+		Queues:       map[string]int{"email": 20},
 		RetryBackoff: worker.Backoff{Base: 100 * time.Millisecond, Max: time.Second},
-		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err != nil {
 		return err

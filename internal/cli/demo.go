@@ -315,7 +315,7 @@ func newDemoWorker(pool *pgxpool.Pool, i int, reg *prometheus.Registry, k demoKi
 		LeaseDuration: demoLease,
 		PollInterval:  200 * time.Millisecond,
 		SweepInterval: time.Second,
-		RetryBackoff:       worker.Backoff{Base: 200 * time.Millisecond, Max: time.Second, Jitter: 0.2},
+		RetryBackoff:  worker.Backoff{Base: 200 * time.Millisecond, Max: time.Second, Jitter: 0.2},
 		Registerer:    reg,
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
