@@ -149,7 +149,15 @@ func (c *Checker) CheckFiles(files []string, st *Stats) ([]Problem, error) {
 		}
 		return all[i].Line < all[j].Line
 	})
-	return all, nil
+	// "undefined: X" twice on a line says nothing more.
+	out := all[:0]
+	for i, p := range all {
+		if i > 0 && p == all[i-1] {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -54,17 +54,18 @@ var Packages = map[string]string{
 	"dashboard":  "github.com/hopperq/hopper/dashboard",
 	"hopperotel": "github.com/hopperq/hopper/hopperotel",
 	// dependencies
-	"pgx":        "github.com/jackc/pgx/v5",
-	"pgxpool":    "github.com/jackc/pgx/v5/pgxpool",
-	"pgconn":     "github.com/jackc/pgx/v5/pgconn",
-	"pgtype":     "github.com/jackc/pgx/v5/pgtype",
-	"prometheus": "github.com/prometheus/client_golang/prometheus",
-	"promhttp":   "github.com/prometheus/client_golang/prometheus/promhttp",
-	"otel":       "go.opentelemetry.io/otel",
-	"sdktrace":   "go.opentelemetry.io/otel/sdk/trace",
-	"sdkmetric":  "go.opentelemetry.io/otel/sdk/metric",
-	"trace":      "go.opentelemetry.io/otel/trace",
-	"metric":     "go.opentelemetry.io/otel/metric",
+	"pgx":         "github.com/jackc/pgx/v5",
+	"pgxpool":     "github.com/jackc/pgx/v5/pgxpool",
+	"pgconn":      "github.com/jackc/pgx/v5/pgconn",
+	"pgtype":      "github.com/jackc/pgx/v5/pgtype",
+	"prometheus":  "github.com/prometheus/client_golang/prometheus",
+	"promhttp":    "github.com/prometheus/client_golang/prometheus/promhttp",
+	"otel":        "go.opentelemetry.io/otel",
+	"sdktrace":    "go.opentelemetry.io/otel/sdk/trace",
+	"sdkmetric":   "go.opentelemetry.io/otel/sdk/metric",
+	"metric":      "go.opentelemetry.io/otel/sdk/metric", // as OpenTelemetry's own examples name it
+	"trace":       "go.opentelemetry.io/otel/trace",
+	"propagation": "go.opentelemetry.io/otel/propagation",
 }
 
 // otelModule is the directory of the module a snippet is checked in when
