@@ -1,15 +1,39 @@
-// Package doccheck keeps the code blocks of Hopper's markdown true: it
-// type-checks ```go blocks against the current API, checks that the
-// commands of ```sh blocks name real make targets and real hopper
-// subcommands and flags, runs ```sql blocks against a migrated schema,
-// and checks that relative links lead to files (and headings) that exist.
-// Its test runs it on README.md, CONTRIBUTING.md and docs/*.md.
+// Package doccheck keeps the code blocks and links of Hopper's markdown
+// true. Its test runs it on README.md, CONTRIBUTING.md and docs/ (go test
+// -run TestDocs ./internal/doccheck).
 //
-// A block is left out with a line before its fence:
+// A ```go block type-checks against the current code. One that starts
+// with a package clause is a whole file. Any other is a snippet, read as
+// top-level declarations, or else as the body of a function (returning
+// nothing, or an error), or else as both: declarations that start at
+// column 0 (func, type, var, const, import, through their closing brace)
+// among statements. A snippet may use the Predeclared names (ctx, pool,
+// tx, w, client, logger) and the Packages (hopper, jobs, worker, fmt,
+// pgxpool...) without declaring or importing them; one that declares such
+// a name uses its own. Unused variables and imports are fine. A snippet
+// that uses hopperotel or OpenTelemetry is checked in the hopperotel
+// module.
 //
-//	<!-- doccheck: skip REASON -->
+// In a ```sh, ```bash or ```console block, each line is a command (in a
+// transcript with "$ " prompts, only the prompted lines): make X names a
+// target of the Makefile (of the directory cd led to, or -C); hopper ...,
+// bin/hopper ..., go run ./cmd/hopper ... and go tool hopper ... name a
+// real command, action and flags, checked by the CLI's own parser without
+// running anything; bash .ci/x names a script that exists. Other commands
+// are taken as they are.
 //
-// ```text blocks (and any other language) are never checked.
+// A ```sql block runs, statement by statement, in a transaction that is
+// rolled back, on a freshly migrated schema (TestDocsSQL).
+//
+// A relative link (or image) leads to a file or directory of the
+// repository, and its #fragment, into a markdown file, to a heading.
+//
+// The line before a fence (blank lines between are fine) can leave its
+// block out, with a reason, which the test prints:
+//
+//	<!-- doccheck: skip needs a role of your own -->
+//
+// Blocks of any other language (text, json, yaml...) are never checked.
 package doccheck
 
 import (

@@ -222,7 +222,7 @@ func TestCheckerShell(t *testing.T) {
 		{name: "good commands", md: fence + "sh\n# set up\nmake demo\nmake test\ngo run ./cmd/hopper jobs list --queue email --json\n" +
 			"hopper --schema app jobs list --limit 10\nDATABASE_URL=postgres://localhost/app hopper migrate up\n" +
 			"hopper schedules list --json | jq .\ncd docs && ls\ngit clone https://example.com/x.git && cd x\npsql -c 'select 1'\nhopper help jobs\n" + fence + "\n"},
-		{name: "subshells, scripts and go tool", md: fence + "sh\nmkdir -p tools && (cd docs && ls) && make demo\nbash .ci/run\n" +
+		{name: "subshells, scripts and go tool", md: fence + "sh\nmkdir -p tools && (cd docs && ls) && make demo\nbash .ci/run\nbash scripts/yours.sh\ngo run ./cmd/yours\n" +
 			"go tool -modfile=tools/go.mod hopper sql export third_party/hopper\n" + fence + "\n"},
 		{name: "a missing script", md: fence + "sh\nbash .ci/nosuch.sh\n" + fence + "\n",
 			want: []string{"doc.md:2: bash .ci/nosuch.sh: no .ci/nosuch.sh in the repository"}},
@@ -233,6 +233,8 @@ func TestCheckerShell(t *testing.T) {
 			want: []string{"doc.md:2: hopper jobs list --queue email --nosuch: hopper jobs: …nosuch"}},
 		{name: "a missing make target", md: fence + "sh\nmake demo\nmake nosuch\n" + fence + "\n",
 			want: []string{`doc.md:3: make nosuch: Makefile has no target "nosuch"`}},
+		{name: "a block in a list item, and a ~~~ fence", md: "1. Run it:\n\n   " + fence + "sh\n   make demo\n   make nosuch\n   " + fence + "\n\n~~~bash\nmake nosuch2\n~~~\n",
+			want: []string{`doc.md:5: make nosuch: Makefile has no target "nosuch"`, `doc.md:9: make nosuch2`}},
 		{name: "a make target after cd", md: fence + "sh\ncd docs && make demo\n" + fence + "\n",
 			want: []string{"no docs/Makefile"}},
 		{name: "an unknown hopper command", md: fence + "bash\nhopper frobnicate --all\n" + fence + "\n",
@@ -245,8 +247,6 @@ func TestCheckerShell(t *testing.T) {
 			want: []string{"flag --queue needs a value"}},
 		{name: "a flag's value that does not parse", md: fence + "sh\nhopper jobs list --limit many\n" + fence + "\n",
 			want: []string{"doc.md:2: hopper jobs list --limit many: …many"}},
-		{name: "go run of a directory that is not there", md: fence + "sh\ngo run ./cmd/nosuch\n" + fence + "\n",
-			want: []string{"no cmd/nosuch in the repository"}},
 	}, func(dir string) *doccheck.Checker { return &doccheck.Checker{Root: dir} })
 }
 

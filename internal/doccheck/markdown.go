@@ -57,6 +57,9 @@ var (
 	// HTML: <a href="...">, <img src="...">
 	htmlLinkRE = regexp.MustCompile(`(?i)\b(?:href|src)\s*=\s*"([^"]*)"`)
 	htmlIDRE   = regexp.MustCompile(`(?i)<[a-z][^>]*\b(?:id|name)\s*=\s*"([^"]*)"`)
+	// in headings
+	headingLinkRE = regexp.MustCompile(`!?\[([^\]]*)\]\([^)]*\)`)
+	headingTagRE  = regexp.MustCompile(`<[^>]*>`)
 )
 
 // ParseMarkdown reads the fenced code blocks, links, headings and doccheck
@@ -173,9 +176,8 @@ func ParseMarkdown(file, src string) *Doc {
 // Slug is the anchor GitHub gives a heading: its text without markup,
 // lower case, punctuation removed, spaces as hyphens.
 func Slug(heading string) string {
-	// [text](url) reads as text.
-	heading = regexp.MustCompile(`!?\[([^\]]*)\]\([^)]*\)`).ReplaceAllString(heading, "$1")
-	heading = regexp.MustCompile(`<[^>]*>`).ReplaceAllString(heading, "")
+	heading = headingLinkRE.ReplaceAllString(heading, "$1") // [text](url) reads as text
+	heading = headingTagRE.ReplaceAllString(heading, "")
 	var b strings.Builder
 	for _, r := range strings.ToLower(heading) {
 		switch {

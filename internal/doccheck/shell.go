@@ -202,9 +202,11 @@ func (c *Checker) checkShell(rel string, b Block) []Problem {
 				outer = append(outer, cwd)
 			case name == ")" && len(outer) > 0:
 				cwd, outer = outer[len(outer)-1], outer[:len(outer)-1]
-			case (name == "bash" || name == "sh") && len(args) > 0 && cwd != "" && !strings.HasPrefix(args[0], "-"):
-				if _, err := os.Stat(filepath.Join(c.Root, filepath.FromSlash(path.Join(cwd, args[0])))); err != nil && !strings.ContainsAny(args[0], "$~") && !path.IsAbs(args[0]) {
-					bad("%s: no %s in the repository", strings.Join(cmd, " "), path.Join(cwd, args[0]))
+			case (name == "bash" || name == "sh") && len(args) > 0 && cwd != "":
+				if script := c.repoScript(cwd, args[0]); script != "" {
+					if _, err := os.Stat(filepath.Join(c.Root, filepath.FromSlash(script))); err != nil {
+						bad("%s: no %s in the repository", strings.Join(cmd, " "), script)
+					}
 				}
 			case name == "go" && len(args) >= 2 && args[0] == "tool" && toolIndex(args[1:], "hopper") >= 0:
 				if err := c.checkHopper(args[toolIndex(args[1:], "hopper")+2:]); err != nil {
@@ -239,10 +241,6 @@ func (c *Checker) checkShell(rel string, b Block) []Problem {
 			case name == "go" && len(args) >= 2 && args[0] == "run" && isHopperPackage(args[1:]):
 				i := hopperPackageIndex(args[1:]) + 2
 				if err := c.checkHopper(args[i:]); err != nil {
-					bad("%s: %v", strings.Join(cmd, " "), err)
-				}
-			case name == "go" && len(args) >= 1 && cwd != "":
-				if err := c.checkGoPaths(cwd, args); err != nil {
 					bad("%s: %v", strings.Join(cmd, " "), err)
 				}
 			}
@@ -387,33 +385,6 @@ func (c *Checker) checkHopper(args []string) error {
 	return CheckHopperArgs(args)
 }
 
-// checkGoPaths checks that the ./dir packages of a go command exist.
-func (c *Checker) checkGoPaths(cwd string, args []string) error {
-	switch args[0] {
-	case "run", "build", "test", "vet", "install", "generate", "list":
-	default:
-		return nil
-	}
-	for _, a := range args[1:] {
-		if !strings.HasPrefix(a, "./") && !strings.HasPrefix(a, "../") {
-			continue
-		}
-		p, _, _ := strings.Cut(a, "@")
-		p = strings.TrimSuffix(strings.TrimSuffix(p, "..."), "/")
-		if p == "." || p == "" {
-			continue
-		}
-		target := path.Clean(path.Join(cwd, p))
-		if target == ".." || strings.HasPrefix(target, "../") {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(c.Root, filepath.FromSlash(target))); err != nil {
-			return fmt.Errorf("no %s in the repository", target)
-		}
-	}
-	return nil
-}
-
 // toolIndex returns the index of tool among go tool's arguments (after
 // its flags), or -1.
 func toolIndex(args []string, tool string) int {
@@ -427,4 +398,26 @@ func toolIndex(args []string, tool string) int {
 		return -1
 	}
 	return -1
+}
+
+// repoScript returns the path in the repository of a script that a
+// command runs (bash .ci/run), or "" when it is no path of the repository:
+// a flag, a variable, or a directory the repository does not have (a
+// user's own scripts/).
+func (c *Checker) repoScript(cwd, arg string) string {
+	if strings.HasPrefix(arg, "-") || strings.ContainsAny(arg, "$~`") || path.IsAbs(arg) {
+		return ""
+	}
+	p := path.Clean(path.Join(cwd, arg))
+	if p == ".." || strings.HasPrefix(p, "../") {
+		return ""
+	}
+	dir, _, found := strings.Cut(p, "/")
+	if !found {
+		return p // a file at the root
+	}
+	if fi, err := os.Stat(filepath.Join(c.Root, dir)); err != nil || !fi.IsDir() {
+		return ""
+	}
+	return p
 }
