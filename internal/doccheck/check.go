@@ -33,7 +33,8 @@
 //
 //	<!-- doccheck: skip needs a role of your own -->
 //
-// Blocks of any other language (text, json, yaml...) are never checked.
+// Blocks of any other language (text, json, yaml...) are never checked;
+// a block must say its language.
 package doccheck
 
 import (
@@ -116,6 +117,11 @@ func (c *Checker) Check(rel string, st *Stats) ([]Problem, error) {
 	}
 	for _, b := range d.Blocks {
 		lang := b.Lang
+		if lang == "" && !c.SQLOnly {
+			// It could hold code that escapes every check.
+			problems = append(problems, Problem{File: rel, Line: b.Line, Msg: "code block without a language: say go, sh, sql, or text (which is not checked)"})
+			continue
+		}
 		checked := goLangs[lang] || shellLangs[lang] || sqlLangs[lang]
 		if !checked || (c.SQLOnly && !sqlLangs[lang]) {
 			continue

@@ -265,6 +265,8 @@ func TestCheckerLinks(t *testing.T) {
 			want: []string{"no heading with anchor #retry in docs/guide.md", "no heading with anchor #nowhere in doc.md"}},
 		{name: "out of the repository", md: "[x](../../etc/passwd)\n",
 			want: []string{"leads outside the repository"}},
+		{name: "a block without a language", md: "x\n" + fence + "\nhopper.NoSuchFunction()\n" + fence + "\n",
+			want: []string{"doc.md:2: code block without a language"}},
 		{name: "a skip without a reason", md: "<!-- doccheck: skip -->\n" + fence + "go\nx\n" + fence + "\n",
 			want: []string{"doc.md:1: doccheck: skip needs a reason"}},
 		{name: "a skip with no block after it", md: "<!-- doccheck: skip because -->\ntext\n",
