@@ -8,7 +8,12 @@ import (
 	"go/types"
 	"strings"
 	"testing"
+
+	"go.uber.org/goleak"
 )
+
+// TestMain fails the package when goroutines outlive its tests.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestAPI: every exported declaration has one line, without parameter
 // names, a type's lines together; unexported ones have none.
