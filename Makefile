@@ -69,6 +69,18 @@ test: ## run every test (race detector on) against a real PostgreSQL, the embed-
 	cd $(OTEL) && go vet ./... && go test -race -count=1 ./...
 	cd $(E2E) && go vet ./... && go test -count=1 ./...
 
+.PHONY: api
+api: ## record the exported API of each public package in api/ (after an intended API change; note it in CHANGELOG.md)
+	bash .ci/api-check.sh write
+
+.PHONY: api-check
+api-check: ## fail when the exported API differs from api/ in any way, compatible changes included
+	bash .ci/api-check.sh check
+
+.PHONY: docs-check
+docs-check: ## check the code blocks and links of README.md, CONTRIBUTING.md and docs/ (make test runs it too)
+	go test -count=1 -run 'TestDocs' ./internal/doccheck
+
 .PHONY: check-alerts
 check-alerts: ## promtool check and test the alert rules in monitoring/ and check the dashboard's queries (installs Debian's prometheus package if promtool is missing)
 	bash .ci/check-alerts.sh
