@@ -35,4 +35,7 @@
 //
 // The helpers take a TB, which *testing.T and *testing.B satisfy. The
 // package depends on nothing beyond Hopper's own dependencies.
+//
+// The guide docs/testing.md walks through a complete test file, and how
+// to run a whole worker in a test when you need one.
 package hoppertest
