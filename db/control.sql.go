@@ -93,13 +93,19 @@ func (q *Queries) Cancel(ctx context.Context, ids []int64) ([]CancelRow, error) 
 }
 
 const listQueues = `-- name: ListQueues :many
-SELECT names.name::text AS name, q.paused_at, q.created_at, q.updated_at
+SELECT names.name::text AS name, q.paused_at, q.created_at, q.updated_at,
+       coalesce(live.workers, 0)::integer AS workers
 FROM (SELECT name FROM hopper_queues
       UNION
       SELECT DISTINCT queue FROM hopper_jobs
       UNION
       SELECT DISTINCT queue FROM hopper_dead_jobs) AS names
 LEFT JOIN hopper_queues AS q ON q.name = names.name
+LEFT JOIN (SELECT served.queue, count(*) AS workers
+           FROM hopper_workers AS w
+           CROSS JOIN LATERAL unnest(w.queues) AS served(queue)
+           WHERE w.last_seen_at + '1 millisecond'::interval * w.stale_after_ms > now()
+           GROUP BY served.queue) AS live ON live.queue = names.name
 ORDER BY 1
 `
 
@@ -108,11 +114,15 @@ type ListQueuesRow struct {
 	PausedAt  *time.Time `json:"paused_at"`
 	CreatedAt *time.Time `json:"created_at"`
 	UpdatedAt *time.Time `json:"updated_at"`
+	Workers   int32      `json:"workers"`
 }
 
 // Every queue Hopper knows of: those in hopper_queues (served by a worker,
 // or paused), and those that have live or dead jobs, with when each was
-// paused (NULL: it runs).
+// paused (NULL: not paused, which says nothing of whether any worker runs
+// it) and how many live workers serve it: workers whose row in
+// hopper_workers names the queue and was refreshed within its
+// stale_after_ms.
 func (q *Queries) ListQueues(ctx context.Context) ([]ListQueuesRow, error) {
 	rows, err := q.db.Query(ctx, listQueues)
 	if err != nil {
@@ -127,6 +137,7 @@ func (q *Queries) ListQueues(ctx context.Context) ([]ListQueuesRow, error) {
 			&i.PausedAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Workers,
 		); err != nil {
 			return nil, err
 		}

@@ -182,14 +182,23 @@ ON CONFLICT (name) DO NOTHING;
 -- name: ListQueues :many
 -- Every queue Hopper knows of: those in hopper_queues (served by a worker,
 -- or paused), and those that have live or dead jobs, with when each was
--- paused (NULL: it runs).
-SELECT names.name::text AS name, q.paused_at, q.created_at, q.updated_at
+-- paused (NULL: not paused, which says nothing of whether any worker runs
+-- it) and how many live workers serve it: workers whose row in
+-- hopper_workers names the queue and was refreshed within its
+-- stale_after_ms.
+SELECT names.name::text AS name, q.paused_at, q.created_at, q.updated_at,
+       coalesce(live.workers, 0)::integer AS workers
 FROM (SELECT name FROM hopper_queues
       UNION
       SELECT DISTINCT queue FROM hopper_jobs
       UNION
       SELECT DISTINCT queue FROM hopper_dead_jobs) AS names
 LEFT JOIN hopper_queues AS q ON q.name = names.name
+LEFT JOIN (SELECT served.queue, count(*) AS workers
+           FROM hopper_workers AS w
+           CROSS JOIN LATERAL unnest(w.queues) AS served(queue)
+           WHERE w.last_seen_at + '1 millisecond'::interval * w.stale_after_ms > now()
+           GROUP BY served.queue) AS live ON live.queue = names.name
 ORDER BY 1;
 
 -- name: QueueKnown :one

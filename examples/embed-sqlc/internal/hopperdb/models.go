@@ -138,3 +138,14 @@ type HopperScheduleVersion struct {
 	LastSeenAt   time.Time
 	StaleAfterMs int64
 }
+
+type HopperWorker struct {
+	ID            string
+	Host          string
+	Pid           int32
+	HopperVersion string
+	Queues        []string
+	StartedAt     time.Time
+	LastSeenAt    time.Time
+	StaleAfterMs  int64
+}

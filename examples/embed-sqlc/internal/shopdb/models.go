@@ -139,6 +139,17 @@ type HopperScheduleVersion struct {
 	StaleAfterMs int64
 }
 
+type HopperWorker struct {
+	ID            string
+	Host          string
+	Pid           int32
+	HopperVersion string
+	Queues        []string
+	StartedAt     time.Time
+	LastSeenAt    time.Time
+	StaleAfterMs  int64
+}
+
 type Order struct {
 	ID          int64
 	Customer    string
