@@ -10,17 +10,25 @@ import (
 // extendBatch bounds one Extend statement.
 const extendBatch = 5000
 
-// heartbeat extends the leases of every claim this worker holds, and
-// abandons handlers that outlived their hard deadline. A claim the database
-// no longer has for us is lost: its handler is cancelled.
+// heartbeat refreshes this worker's row in hopper_workers, extends the
+// leases of every claim it holds, and abandons handlers that outlived their
+// hard deadline. A claim the database no longer has for us is lost: its
+// handler is cancelled. With HeartbeatInterval negative (tests of lease
+// expiry) it only refreshes the row, every beatInterval.
 func (w *Worker) heartbeat(ctx context.Context) {
-	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	t := time.NewTicker(w.beatInterval())
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		// First, and bounded by half a beat: one row, so that the
+		// worker's liveness does not wait on a large extension.
+		w.beatWorker(ctx)
+		if w.cfg.HeartbeatInterval <= 0 {
+			continue
 		}
 		w.abandonStuck(time.Now())
 		held := w.claims.snapshot()

@@ -9,8 +9,9 @@ import (
 )
 
 // sweep reclaims expired leases (jobs of crashed workers) on a jittered
-// interval, in bounded batches until none is left. Every worker runs it;
-// SKIP LOCKED makes concurrent sweeps safe.
+// interval, in bounded batches until none is left, and now and then prunes
+// the rows of workers gone long ago. Every worker runs it; SKIP LOCKED
+// makes concurrent sweeps safe.
 func (w *Worker) sweep(ctx context.Context) {
 	for {
 		jitter := 0.75 + rand.Float64()/2 // ±25%
@@ -18,6 +19,7 @@ func (w *Worker) sweep(ctx context.Context) {
 			return
 		}
 		w.SweepOnce(ctx)
+		w.pruneWorkers(ctx)
 	}
 }
 

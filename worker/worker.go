@@ -66,6 +66,7 @@ type Worker struct {
 	claims     claimSet
 	inFlight   handlerSet // running handlers, held claims or not
 	results    *resultQueue
+	registry   registration // this worker's row in hopper_workers
 
 	// hard ends at the shutdown's hard deadline (ShutdownTimeout plus
 	// ShutdownGrace after Run's context ended): every statement of the
@@ -189,6 +190,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.cfg.MetricsAddr != "" {
 		ms, err := w.newMetricsServer()
 		if err != nil {
+			w.removeWorker(context.WithoutCancel(ctx))
 			return err
 		}
 		w.mu.Lock()
@@ -211,9 +213,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.handlerBase = context.WithoutCancel(ctx)
 	stopCompleter, completerDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(completerDone); w.complete(stopCompleter) }()
-	if w.cfg.HeartbeatInterval > 0 {
-		goBG(w.heartbeat)
-	}
+	goBG(w.heartbeat)
 	goBG(w.sweep)
 	goBG(w.promote)
 	goBG(w.prune)
@@ -250,6 +250,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.releaseUnfinished()
 	stopBG()
 	bgWG.Wait()
+	w.removeWorker(hard) // after the last beat, which could write it again
 	if !waitUntil(&w.poolWG, hardDeadline) {
 		w.log.Error("handlers ignore cancellation; leaving them behind")
 	}
@@ -257,7 +258,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// start checks the schema and gives back leases of a previous incarnation.
+// start checks the schema, gives back leases of a previous incarnation,
+// and registers the worker in hopper_workers.
 func (w *Worker) start(ctx context.Context) error {
 	schemaName, err := w.q.HopperSchema(ctx)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -295,9 +297,17 @@ func (w *Worker) start(ctx context.Context) error {
 	if err := w.defineSchedules(ctx); err != nil {
 		return err
 	}
-	if !w.cfg.stableID {
-		return nil // a made-up identity has no predecessor
+	if w.cfg.stableID { // a made-up identity has no predecessor
+		if err := w.releasePrevious(ctx); err != nil {
+			return err
+		}
 	}
+	return w.registerWorker(ctx)
+}
+
+// releasePrevious gives back the leases a previous run of this worker (same
+// stable ID) still held.
+func (w *Worker) releasePrevious(ctx context.Context) error {
 	released, err := w.q.ReleaseOwner(ctx, w.cfg.ID)
 	if err != nil {
 		return fmt.Errorf("worker: release previous leases of %s: %w", w.cfg.ID, err)

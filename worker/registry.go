@@ -1,0 +1,184 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/hopperq/hopper/db"
+)
+
+// The worker registry (hopper_workers): every running worker is a row,
+// written at start, refreshed by each heartbeat and deleted at a clean
+// stop. A worker is live while its last beat is younger than
+// workerStaleBeats beats; the clients count the live workers serving each
+// queue (hopper.QueueInfo.Workers).
+const (
+	// workerStaleBeats is how many beats a worker may miss before it is
+	// taken to be gone: one late or failed beat does not make it so.
+	workerStaleBeats = 3
+	// workerRowsKept is how long the row of a worker gone without a clean
+	// stop is kept, past its stale window, before a sweep prunes it.
+	workerRowsKept = 24 * time.Hour
+	// workerPruneEvery spaces the prunes of one worker: rows to prune are
+	// rare (crashed workers), so a sweep looks for them at most this often.
+	workerPruneEvery = time.Minute
+	// workerPruneBatch bounds one PruneWorkers statement.
+	workerPruneBatch = 1000
+	// workerRemoveTimeout bounds the removal of the row at a clean stop:
+	// should it fail, the row goes stale by itself.
+	workerRemoveTimeout = 5 * time.Second
+)
+
+// registration is this worker's row in hopper_workers.
+type registration struct {
+	mu        sync.Mutex
+	startedAt time.Time // as the database recorded it; zero until registered
+	lastPrune time.Time
+}
+
+// beatInterval is how often the worker refreshes its row: on every
+// heartbeat, or, with the heartbeat disabled (tests of lease expiry), as
+// often as the default heartbeat would beat.
+func (w *Worker) beatInterval() time.Duration {
+	if w.cfg.HeartbeatInterval > 0 {
+		return w.cfg.HeartbeatInterval
+	}
+	return w.cfg.LeaseDuration / 3
+}
+
+// staleAfter is how long after its last beat the worker is taken to be
+// gone.
+func (w *Worker) staleAfter() time.Duration { return workerStaleBeats * w.beatInterval() }
+
+// servedQueues lists the queues the worker claims from, sorted; none when
+// it only fires schedules.
+func (w *Worker) servedQueues() []string {
+	names := []string{}
+	if len(w.handlers) == 0 {
+		return names
+	}
+	for name := range w.queues {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// registerWorker writes the worker's row: at start (startedAt zero: now),
+// and again should its row be gone while it runs (its own startedAt kept).
+func (w *Worker) registerWorker(ctx context.Context) error {
+	host, _ := os.Hostname()
+	p := db.RegisterWorkerParams{
+		ID: w.cfg.ID, Host: host, Pid: int32(os.Getpid()), HopperVersion: hopperVersion(),
+		Queues: w.servedQueues(), StaleAfterMs: w.staleAfter().Milliseconds(),
+	}
+	w.registry.mu.Lock()
+	defer w.registry.mu.Unlock()
+	if !w.registry.startedAt.IsZero() {
+		p.StartedAt = &w.registry.startedAt
+	}
+	started, err := w.q.RegisterWorker(ctx, p)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
+			return fmt.Errorf("%w: schema %s lacks hopper_workers (migration 10): it is older than this worker (run `hopper migrate up` or schema.Up)", ErrNotMigrated, w.schema)
+		case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
+			return fmt.Errorf("worker: start: register the worker in hopper_workers: %w (grant SELECT, INSERT, UPDATE, DELETE ON hopper_workers to the role workers connect as)", err)
+		}
+		return fmt.Errorf("worker: start: register the worker: %w", err)
+	}
+	w.registry.startedAt = started
+	return nil
+}
+
+// beatWorker refreshes the worker's row, and writes it again if it is
+// gone. Failures are logged; the next beat tries again.
+func (w *Worker) beatWorker(ctx context.Context) {
+	bctx, cancel := context.WithTimeout(ctx, w.beatInterval()/2)
+	defer cancel()
+	n, err := w.q.BeatWorker(bctx, w.cfg.ID)
+	if err == nil && n == 0 {
+		w.log.Info("this worker's row in hopper_workers was gone; writing it again")
+		err = w.registerWorker(bctx)
+	}
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("refreshing this worker's row in hopper_workers failed; retrying at the next beat", "error", err)
+	}
+}
+
+// removeWorker deletes the worker's own row at a clean stop (ctx: the
+// shutdown's hard deadline), or when Run fails after start.
+func (w *Worker) removeWorker(ctx context.Context) {
+	w.registry.mu.Lock()
+	started := w.registry.startedAt
+	w.registry.mu.Unlock()
+	if started.IsZero() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, workerRemoveTimeout)
+	defer cancel()
+	if _, err := w.q.RemoveWorker(ctx, db.RemoveWorkerParams{ID: w.cfg.ID, StartedAt: started}); err != nil {
+		w.log.Warn("removing this worker's row from hopper_workers failed; it goes stale by itself", "error", err)
+	}
+}
+
+// pruneWorkers deletes, at most once per workerPruneEvery, the rows of
+// workers gone for longer than workerRowsKept. Called from the sweep.
+func (w *Worker) pruneWorkers(ctx context.Context) {
+	w.registry.mu.Lock()
+	due := time.Since(w.registry.lastPrune) >= workerPruneEvery
+	if due {
+		w.registry.lastPrune = time.Now()
+	}
+	w.registry.mu.Unlock()
+	if !due {
+		return
+	}
+	n, err := w.q.PruneWorkers(ctx, db.PruneWorkersParams{GoneForMs: workerRowsKept.Milliseconds(), MaxWorkers: workerPruneBatch})
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("pruning the rows of workers gone long ago failed; retrying later", "error", err)
+		}
+		return
+	}
+	if n > 0 {
+		w.log.Info("pruned the rows of workers gone long ago", "workers", n)
+	}
+}
+
+// hopperVersion is the version of the Hopper module this program was built
+// with, as the build recorded it; "" when unknown (a development build).
+var hopperVersion = sync.OnceValue(func() string {
+	const module = "github.com/hopperq/hopper"
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	version := func(m *debug.Module) string {
+		if m.Replace != nil && m.Replace.Version != "" {
+			return m.Replace.Version
+		}
+		if m.Version == "(devel)" {
+			return ""
+		}
+		return m.Version
+	}
+	if info.Main.Path == module {
+		return version(&info.Main)
+	}
+	for _, dep := range info.Deps {
+		if dep.Path == module {
+			return version(dep)
+		}
+	}
+	return ""
+})
