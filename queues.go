@@ -8,24 +8,40 @@ import (
 	"github.com/hopperq/hopper/jobs"
 )
 
-// QueueInfo is one queue: whether it is paused and its jobs by state.
+// QueueInfo is one queue: whether it is paused, how many live workers
+// serve it, and its jobs by state. A queue's jobs run only while it is not
+// paused and Workers is above zero.
 type QueueInfo struct {
 	Name string
-	// PausedAt is when the queue was paused; nil while it runs.
+	// PausedAt is when an operator paused the queue (PauseQueue); nil when
+	// it is not paused.
 	PausedAt *time.Time
+	// Workers is how many live workers serve the queue: running
+	// worker.Workers whose Config.Queues name it and that have handlers (a
+	// worker that only fires schedules claims nothing). A worker counts
+	// from its start until its clean stop; one that ends otherwise
+	// (killed, cut off from the database) counts until it has missed three
+	// heartbeats (worker.Config.HeartbeatInterval, 10s by default: 30s
+	// after its last). 0 means no
+	// running worker claims the queue's jobs: they wait, paused or not,
+	// until one starts.
+	Workers int
 	Counts
 }
 
-// Paused reports whether the queue is paused.
+// Paused reports whether an operator paused the queue: no worker claims
+// its jobs until it is resumed. Not paused does not mean that its jobs
+// run: that takes a live worker serving the queue (Workers above zero).
 func (q QueueInfo) Paused() bool { return q.PausedAt != nil }
 
-// ListQueues lists every queue Hopper knows of (served by a worker, paused,
-// or holding jobs), by name.
+// ListQueues lists every queue Hopper knows of (served by a worker now or
+// before, paused, or holding jobs), by name, with the live workers serving
+// each.
 func (c *Client) ListQueues(ctx context.Context) ([]QueueInfo, error) {
 	return c.ListQueuesTx(ctx, c.db)
 }
 
-// ListQueuesTx is Queues on the caller's transaction.
+// ListQueuesTx is ListQueues on the caller's transaction.
 func (c *Client) ListQueuesTx(ctx context.Context, tx jobs.DBTX) ([]QueueInfo, error) {
 	names, err := c.queries(tx).ListQueues(ctx)
 	if err != nil {
@@ -38,7 +54,7 @@ func (c *Client) ListQueuesTx(ctx context.Context, tx jobs.DBTX) ([]QueueInfo, e
 	out := make([]QueueInfo, len(names))
 	at := map[string]int{}
 	for i, n := range names {
-		out[i] = QueueInfo{Name: n.Name, PausedAt: n.PausedAt}
+		out[i] = QueueInfo{Name: n.Name, PausedAt: n.PausedAt, Workers: int(n.Workers)}
 		at[n.Name] = i
 	}
 	for _, r := range stats.Rows {

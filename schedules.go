@@ -31,8 +31,14 @@ type ScheduleInfo struct {
 	// operator asked for that no worker has made yet.
 	PausedAt    *time.Time
 	TriggeredAt *time.Time
-	// Stale: no running worker has defined it lately (LastReported is when
-	// one last did); it is kept, and fires again once a worker defines it.
+	// Stale reports that no running worker defines the schedule: none has
+	// reported its definition in force (worker.Schedule) within that
+	// worker's Config.ScheduleStaleAfter (5m by default; a worker reports
+	// every fifth of it, so a stopped worker's schedule turns stale within
+	// that time). A stale schedule is kept, but nothing fires it until a
+	// worker that defines it starts. Not stale says a worker defines it,
+	// not that it fires: see PausedAt. LastReported is when a worker last
+	// reported the definition; nil if none ever did.
 	Stale        bool
 	LastReported *time.Time
 }
