@@ -42,7 +42,7 @@ func TestLeastPrivilege(t *testing.T) {
 	for _, stmt := range []string{
 		"CREATE ROLE " + roleID + " LOGIN",
 		"GRANT USAGE ON SCHEMA " + schemaID + " TO " + roleID,
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_jobs, hopper_dead_jobs, hopper_queues, hopper_job_history, hopper_schedules, hopper_schedule_versions TO " + roleID,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_jobs, hopper_dead_jobs, hopper_queues, hopper_job_history, hopper_schedules, hopper_schedule_versions, hopper_workers TO " + roleID,
 		"GRANT SELECT ON hopper_all_jobs TO " + roleID,
 		"GRANT USAGE ON SEQUENCE hopper_jobs_id_seq TO " + roleID,
 	} {
@@ -110,9 +110,16 @@ func TestLeastPrivilege(t *testing.T) {
 		require.Empty(c, kept.Jobs, "kept a millisecond, then pruned")
 		require.Positive(c, scheduled.Load(), "the schedule fired")
 	}, testdb.WaitLimit, 20*time.Millisecond)
+	queues, err := client.ListQueues(ctx)
+	require.NoError(t, err)
+	require.Len(t, queues, 1)
+	require.Equal(t, 1, queues[0].Workers, "the worker registered itself")
 	stop()
 	require.NoError(t, <-errc)
 	require.EqualValues(t, 4, done.Load())
+	queues, err = client.ListQueues(ctx)
+	require.NoError(t, err)
+	require.Zero(t, queues[0].Workers, "the worker removed its row at its clean stop")
 
 	dead, err := client.ListJobs(ctx, hopper.ListParams{States: []jobs.State{jobs.StateDead}})
 	require.NoError(t, err)
