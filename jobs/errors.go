@@ -1,6 +1,10 @@
 package jobs
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/hopperq/hopper/internal/migrated"
+)
 
 // Errors a caller can match with errors.Is. Every error Hopper returns wraps
 // one of these (or a database error) with what was wrong.
@@ -42,3 +46,12 @@ var ErrInvalidSchema = errors.New("hopper: invalid schema")
 // ErrInvalidMeta is returned for metadata with an empty key, text that is
 // not UTF-8, or over MaxMetaBytes encoded.
 var ErrInvalidMeta = errors.New("hopper: invalid metadata")
+
+// ErrNotMigrated is returned by every entry point that uses Hopper's
+// tables (Enqueue and the other enqueue calls, hopper.Client's methods,
+// worker.Run, the hopper command) when they are missing, or the schema is
+// older than this build of Hopper needs. The message names what is
+// missing, the schema version this build needs, and says to run `hopper
+// migrate up` (or schema.Up). For a statement's error it wraps the
+// database's *pgconn.PgError too.
+var ErrNotMigrated = migrated.ErrNotMigrated

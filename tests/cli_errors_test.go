@@ -17,6 +17,7 @@ import (
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/pgurl"
 	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/schema"
 )
 
 // errorCase is one command and the exact line a user sees.
@@ -117,7 +118,8 @@ func TestCLIErrorTexts(t *testing.T) {
 func TestCLIErrorUnmigratedSchema(t *testing.T) {
 	t.Parallel()
 	empty := testdb.NewEmpty(t)
-	want := "schema " + empty.Schema + " has no Hopper tables: run hopper migrate up (with the same --database-url / search_path)"
+	needs := fmt.Sprintf("this build of Hopper needs schema version %d; run ", schema.Latest())
+	want := "schema not migrated: schema " + empty.Schema + " has no Hopper tables (version 0): " + needs + "hopper migrate up (with the same --database-url / search_path)"
 	missing := randomName("hopper_missing_")
 	server := testdb.Server(t)
 	runErrorCases(t, []errorCase{
@@ -127,7 +129,7 @@ func TestCLIErrorUnmigratedSchema(t *testing.T) {
 		{name: "cancel", url: empty.URL, args: []string{"cancel", "1"}, code: 1, stderr: "hopper cancel: " + want},
 		{name: "purge", url: empty.URL, args: []string{"purge", "--queue", "q", "--yes"}, code: 1, stderr: "hopper purge: " + want},
 		{name: "--schema unmigrated", url: server, args: []string{"stats", "--schema", empty.Schema}, code: 1,
-			stderr: "hopper stats: schema " + empty.Schema + " has no Hopper tables: run hopper --schema " + empty.Schema + " migrate up (with the same --database-url)"},
+			stderr: "hopper stats: schema not migrated: schema " + empty.Schema + " has no Hopper tables (version 0): " + needs + "hopper --schema " + empty.Schema + " migrate up (with the same --database-url)"},
 		{name: "search_path schema missing", url: pgurl.WithSearchPath(server, missing), args: []string{"stats"}, code: 1,
 			stderr: "hopper stats: no schema of the search_path (" + missing + ") exists in this database (check the connection string's search_path, or pass --schema)"},
 		{name: "--schema missing", url: server, args: []string{"enqueue", "--kind", "k", "--schema", missing}, code: 1,

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/internal/migrated"
 	"github.com/hopperq/hopper/internal/pgurl"
 )
 
@@ -480,28 +481,38 @@ func address(host string, port uint16) string {
 }
 
 // connectHopper connects, like connect, and checks that the search_path
-// leads to Hopper's tables, so that a command on an unmigrated schema says
-// so rather than that a relation does not exist.
+// leads to Hopper's tables at the version this build needs, so that a
+// command on an unmigrated schema, or one migrated only part of the way,
+// says so (jobs.ErrNotMigrated) rather than that a relation or a column
+// does not exist, or starts as if all were well.
 func (e *env) connectHopper() (*pgxpool.Pool, error) {
 	pool, err := e.connect()
 	if err != nil {
 		return nil, err
 	}
-	var current *string
+	var current, hopperSchema *string
 	var searchPath string
-	var migrated bool
-	err = pool.QueryRow(e.ctx, "SELECT current_schema(), current_setting('search_path'), to_regclass('hopper_jobs') IS NOT NULL").
-		Scan(&current, &searchPath, &migrated)
+	err = pool.QueryRow(e.ctx, `SELECT current_schema(), current_setting('search_path'),
+		(SELECT n.nspname::text FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+		 WHERE c.oid = to_regclass('hopper_jobs'))`).
+		Scan(&current, &searchPath, &hopperSchema)
+	run := "hopper migrate up (with the same --database-url / search_path)"
+	if e.schema != "" {
+		run = "hopper --schema " + shellQuote(e.schema) + " migrate up (with the same --database-url)"
+	}
 	switch {
 	case err != nil:
 	case current == nil && e.schema != "":
 		err = fmt.Errorf("schema %s does not exist in this database (check --schema, or create it and run hopper migrate up)", e.schema)
 	case current == nil:
 		err = fmt.Errorf("no schema of the search_path (%s) exists in this database (check the connection string's search_path, or pass --schema)", searchPath)
-	case !migrated && e.schema != "":
-		err = fmt.Errorf("schema %s has no Hopper tables: run hopper --schema %s migrate up (with the same --database-url)", *current, e.schema)
-	case !migrated:
-		err = fmt.Errorf("schema %s has no Hopper tables: run hopper migrate up (with the same --database-url / search_path)", *current)
+	case hopperSchema == nil:
+		err = migrated.Errorf(run, "schema %s has no Hopper tables (version 0)", *current)
+	default:
+		// Read with a plain SELECT, not schema.Migrator: golang-migrate
+		// takes its advisory lock (waiting behind a migration under way)
+		// and creates the migrations table when this role cannot see it.
+		err = migrated.Check(e.ctx, pool, *hopperSchema, run)
 	}
 	if err != nil {
 		pool.Close()

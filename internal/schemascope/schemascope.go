@@ -127,6 +127,9 @@ func (d *DB) On(inner db.DBTX) *DB {
 	return d
 }
 
+// Schema is the schema d runs statements in.
+func (d *DB) Schema() string { return d.schema }
+
 // Exec runs one statement in the schema.
 func (d *DB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	rows, err := d.Query(ctx, sql, args...)
