@@ -2,6 +2,7 @@ package hopper
 
 import (
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/migrated"
 	"github.com/hopperq/hopper/internal/schemascope"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -32,10 +33,12 @@ func NewClient(dbtx jobs.DBTX) *Client {
 	return c
 }
 
-// queries runs on tx, in the Client's schema when it has one.
+// queries runs on tx, in the Client's schema when it has one. An error
+// that names a missing table or column is jobs.ErrNotMigrated, saying
+// what is missing and what to run (migrated.Explain).
 func (c *Client) queries(tx jobs.DBTX) *db.Queries {
 	if c.scope != nil {
-		return db.New(c.scope.On(tx))
+		return db.New(migrated.Wrap(c.scope.On(tx)))
 	}
-	return db.New(tx)
+	return db.New(migrated.Wrap(tx))
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/migrated"
 )
 
 // Item is one job of an EnqueueMany batch, with options of its own that
@@ -168,10 +169,16 @@ func enqueueEntries(ctx context.Context, dbtx DBTX, entries []Entry, mixed bool)
 		}
 		unique = unique || entries[i].o.uniqueKey != nil
 	}
+	// Hopper's own statements from here on: an error that names a missing
+	// table or column means a schema older than this build.
+	var res BatchResult
+	var err error
 	if unique {
-		return insertUnique(ctx, dbtx, entries)
+		res, err = insertUnique(ctx, dbtx, entries)
+	} else {
+		res, err = copyPlain(ctx, dbtx, entries)
 	}
-	return copyPlain(ctx, dbtx, entries)
+	return res, migrated.Explain(err, dbtx)
 }
 
 // insertUnique sends a batch with unique keys as one INSERT … ON CONFLICT

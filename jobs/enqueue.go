@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/migrated"
 )
 
 // EnqueueOption sets how one job (or, given to Defaults, every job of a
@@ -213,7 +214,7 @@ func (k *Kind[T]) Enqueue(ctx context.Context, dbtx DBTX, payload T, opts ...Enq
 		return Result{Duplicate: true}, nil
 	}
 	if err != nil {
-		return Result{}, fmt.Errorf("enqueue %s: %w", k.name, err)
+		return Result{}, fmt.Errorf("enqueue %s: %w", k.name, migrated.Explain(err, dbtx))
 	}
 	return Result{ID: row.ID, Duplicate: !row.Inserted}, nil
 }

@@ -40,9 +40,9 @@ func TestCheck(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for v, want := range map[uint]string{
-		migrated.Latest: "",
+		migrated.Latest:     "",
 		migrated.Latest - 1: fmt.Sprintf("at version %d without migration %s: ", migrated.Latest-1, migrated.Migration(migrated.Latest)),
-		2: "at version 2 without migrations 3 (operate) to " + migrated.Migration(migrated.Latest) + ": ",
+		2:                   "at version 2 without migrations 3 (operate) to " + migrated.Migration(migrated.Latest) + ": ",
 	} {
 		d := testdb.NewAtVersion(t, v)
 		err := migrated.Check(ctx, d.Pool, d.Schema, "X")

@@ -1,0 +1,76 @@
+package hopper_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/schema"
+)
+
+// TestClientNotMigrated: on a schema migrated only part of the way, every
+// Client method either works (it needs nothing the schema lacks) or says
+// jobs.ErrNotMigrated with what is missing, the version this build needs
+// and what to run; never a bare "does not exist". On an empty schema every
+// method says so, and ListKeys does below version 6 (concurrency keys).
+func TestClientNotMigrated(t *testing.T) {
+	t.Parallel()
+	needs := fmt.Sprintf("this build of Hopper needs schema version %d; run `hopper migrate up` (or schema.Up)", schema.Latest())
+	for v := uint(0); v < schema.Latest(); v++ {
+		t.Run(fmt.Sprintf("version %d", v), func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			client := hopper.NewClient(testdb.NewAtVersion(t, v).Pool)
+			calls := map[string]func() error{
+				"ListKeys":        func() error { _, err := client.ListKeys(ctx, "", 10); return err },
+				"GetStats":        func() error { _, err := client.GetStats(ctx); return err },
+				"ListQueues":      func() error { _, err := client.ListQueues(ctx); return err },
+				"ListJobs":        func() error { _, err := client.ListJobs(ctx, hopper.ListParams{}); return err },
+				"GetJob":          func() error { _, err := client.GetJob(ctx, 1); return err },
+				"ListSchedules":   func() error { _, err := client.ListSchedules(ctx); return err },
+				"ListRateBudgets": func() error { _, err := client.ListRateBudgets(ctx); return err },
+				"CancelJobs":      func() error { _, err := client.CancelJobs(ctx, 1); return err },
+				"PurgeDeadJobs":   func() error { _, err := client.PurgeDeadJobs(ctx, hopper.DeadFilter{IDs: []int64{1}}); return err },
+			}
+			for name, call := range calls {
+				err := call()
+				mustFail := v == 0 || (name == "ListKeys" && v < 6)
+				if err == nil || errors.Is(err, hopper.ErrNotFound) {
+					require.False(t, mustFail, "%s on version %d: %v", name, v, err)
+					continue
+				}
+				require.ErrorIs(t, err, jobs.ErrNotMigrated, name)
+				require.ErrorContains(t, err, "does not exist: "+needs, name)
+			}
+		})
+	}
+}
+
+// TestClientNotMigratedInSchema: a Client on jobs.InSchema names the
+// schema in the command to run, for its own pool and for a caller's
+// transaction alike.
+func TestClientNotMigratedInSchema(t *testing.T) {
+	b := setup(t)
+	empty := testdb.NewEmpty(t)
+	scoped, err := jobs.InSchema(b.pool, empty.Schema)
+	require.NoError(t, err)
+	client := hopper.NewClient(scoped)
+	_, err = client.GetStats(b.ctx)
+	require.ErrorIs(t, err, jobs.ErrNotMigrated)
+	require.ErrorContains(t, err, "run `hopper migrate up --schema "+empty.Schema+"` (or schema.Up with schema.Name)")
+
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	_, err = client.ListKeysTx(b.ctx, tx, "", 10)
+	require.ErrorIs(t, err, jobs.ErrNotMigrated)
+	require.ErrorContains(t, err, "--schema "+empty.Schema)
+}
