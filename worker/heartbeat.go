@@ -24,7 +24,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		// First, and bounded by half a beat: one row, so that the
+		// First, and bounded (beatTimeout): one row, so that the
 		// worker's liveness does not wait on a large extension.
 		w.beatWorker(ctx)
 		if w.cfg.HeartbeatInterval <= 0 {

@@ -100,10 +100,17 @@ func (w *Worker) registerWorker(ctx context.Context) error {
 	return nil
 }
 
+// beatTimeout bounds a beat: half a beat, at least a second (one row, but
+// on a busy server), and at most a quarter of the lease, since the lease
+// extensions of the same heartbeat wait for it.
+func (w *Worker) beatTimeout() time.Duration {
+	return min(max(w.beatInterval()/2, time.Second), w.cfg.LeaseDuration/4)
+}
+
 // beatWorker refreshes the worker's row, and writes it again if it is
 // gone. Failures are logged; the next beat tries again.
 func (w *Worker) beatWorker(ctx context.Context) {
-	bctx, cancel := context.WithTimeout(ctx, w.beatInterval()/2)
+	bctx, cancel := context.WithTimeout(ctx, w.beatTimeout())
 	defer cancel()
 	n, err := w.q.BeatWorker(bctx, w.cfg.ID)
 	if err == nil && n == 0 {
