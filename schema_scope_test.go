@@ -204,7 +204,7 @@ func TestWorkerSchemaNotMigrated(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, worker.Handle(w, email, func(context.Context, *jobs.Job[Email]) error { return nil }))
 	err = w.Run(ctx)
-	require.ErrorIs(t, err, worker.ErrNotMigrated)
+	require.ErrorIs(t, err, jobs.ErrNotMigrated)
 	require.ErrorContains(t, err, "in schema "+empty.Schema)
 }
 

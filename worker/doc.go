@@ -17,7 +17,8 @@
 // Config.Schema, which names it per statement for pools whose search_path
 // cannot be set (PgBouncer in transaction mode; run it there with pgx's
 // exec mode and PollOnly). Run refuses to start when hopper_jobs is not
-// there (ErrNotMigrated), and warns at start when the pool goes through a
+// there, or the schema is older than this build needs
+// (jobs.ErrNotMigrated), and warns at start when the pool goes through a
 // pooler with pgx's statement cache or LISTEN on.
 //
 // # Delivery: at least once

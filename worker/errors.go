@@ -4,11 +4,9 @@ import "errors"
 
 // The worker's errors, to match with errors.Is. Each is wrapped with what
 // was wrong; a handler's context names the cause of its cancellation with
-// ErrLeaseLost, ErrCancelled or ErrShutdown (context.Cause).
-
-// ErrNotMigrated is returned by Run when hopper_jobs is not on the pool's
-// search_path: run the migrations (schema.Up or `hopper migrate up`) first.
-var ErrNotMigrated = errors.New("hopper: schema not migrated")
+// ErrLeaseLost, ErrCancelled or ErrShutdown (context.Cause). Run returns
+// jobs.ErrNotMigrated when Hopper's tables are missing or older than this
+// build needs.
 
 // ErrIsolation is returned by Run when the pool's sessions default to an
 // isolation level other than read committed (a role's or database's

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/migrated"
 )
 
 // describeFlow is a queue's FlowControl as this worker records it in
@@ -61,7 +62,7 @@ func (w *Worker) recordFlow(ctx context.Context) error {
 	differ, err := w.q.RecordFlowControl(ctx, db.RecordFlowControlParams{Worker: w.cfg.ID, Names: names, Flows: flows})
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42703" { // undefined_column
-		return fmt.Errorf("%w: schema %s lacks hopper_queues.flow_control: it is older than this worker (run `hopper migrate up` or schema.Up)", ErrNotMigrated, w.schema)
+		return migrated.Errorf(w.migrateUp(), "schema %s lacks hopper_queues.flow_control, which migration %s adds", w.schema, migrated.Migration(7))
 	}
 	if err != nil {
 		return fmt.Errorf("worker: start: record flow control: %w", err)

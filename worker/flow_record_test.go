@@ -93,30 +93,34 @@ func TestFlowControlMismatchIsLogged(t *testing.T) {
 // control needs refuses to start, naming the migration to run: without
 // migration 7 (the record of each queue's flow control) every worker, and
 // without migration 8 (the rate log's awaiting_starts) one with a global
-// rate limit.
+// rate limit. The schema's migrations table is dropped, as for a role that
+// may not read it: then the statements themselves tell (with it, Run
+// refuses any version behind, TestRunNotMigrated).
 func TestFlowNeedsItsMigrations(t *testing.T) {
 	rate := map[string]worker.FlowControl{"default": {Rate: worker.Rate{Limit: 5, Per: time.Second}}}
 	for _, tc := range []struct {
-		name string
-		down int
-		flow map[string]worker.FlowControl
-		want string
+		name    string
+		version uint
+		flow    map[string]worker.FlowControl
+		want    string
 	}{
-		{"without 7", 3, nil, "hopper_queues.flow_control"},
-		{"without 8, a rate limit", 2, rate, "hopper_rate_claims.awaiting_starts"},
+		{"without 7", 6, nil, "lacks hopper_queues.flow_control, which migration 7 (flow_record) adds: "},
+		{"without 8, a rate limit", 7, rate, "lacks hopper_rate_claims.awaiting_starts, which rate limits need and migration 8 (rate_starts) adds: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := setup(t)
-			mg, err := schema.NewMigrator(b.ctx, b.pool)
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			pool := testdb.NewAtVersion(t, tc.version).Pool
+			_, err := pool.Exec(ctx, "DROP TABLE "+schema.MigrationsTable)
 			require.NoError(t, err)
-			t.Cleanup(func() { _ = mg.Close() })
-			require.NoError(t, mg.Down(b.ctx, tc.down))
-			w, err := worker.New(b.pool, fast(worker.Config{FlowControl: tc.flow}))
+			w, err := worker.New(pool, fast(worker.Config{FlowControl: tc.flow}))
 			require.NoError(t, err)
 			must(t, worker.Handle(w, kind(t, "tenant"), noopTask))
-			err = w.Run(b.ctx)
-			require.ErrorIs(t, err, worker.ErrNotMigrated)
+			err = w.Run(ctx)
+			require.ErrorIs(t, err, jobs.ErrNotMigrated)
 			require.ErrorContains(t, err, tc.want)
+			require.ErrorContains(t, err, "this build of Hopper needs schema version")
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/migrated"
 )
 
 // rateClaim is one claim under a global rate limit with ExactStarts, whose
@@ -90,7 +91,7 @@ func (w *Worker) checkRateSchema(ctx context.Context) error {
 	err := w.q.ProbeRateStarts(ctx)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42703" { // undefined_column
-		return fmt.Errorf("%w: schema %s lacks hopper_rate_claims.awaiting_starts, which rate limits need: it is older than this worker (run `hopper migrate up` or schema.Up)", ErrNotMigrated, w.schema)
+		return migrated.Errorf(w.migrateUp(), "schema %s lacks hopper_rate_claims.awaiting_starts, which rate limits need and migration %s adds", w.schema, migrated.Migration(8))
 	}
 	if err != nil {
 		return fmt.Errorf("worker: start: check the rate log: %w", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/migrated"
 )
 
 // The worker registry (hopper_workers): every running worker is a row,
@@ -90,7 +91,7 @@ func (w *Worker) registerWorker(ctx context.Context) error {
 		var pgErr *pgconn.PgError
 		switch {
 		case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
-			return fmt.Errorf("%w: schema %s lacks hopper_workers (migration 10): it is older than this worker (run `hopper migrate up` or schema.Up)", ErrNotMigrated, w.schema)
+			return migrated.Errorf(w.migrateUp(), "schema %s lacks hopper_workers, which migration %s adds", w.schema, migrated.Migration(10))
 		case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
 			return fmt.Errorf("worker: start: register the worker in hopper_workers: %w (grant SELECT, INSERT, UPDATE, DELETE ON hopper_workers to the role workers connect as)", err)
 		}

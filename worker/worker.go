@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/migrated"
 	"github.com/hopperq/hopper/internal/schemascope"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -258,20 +259,31 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
+// migrateUp is what to run to migrate the worker's schema, for errors.
+func (w *Worker) migrateUp() string { return migrated.Run(w.cfg.Schema) }
+
 // start checks the schema, gives back leases of a previous incarnation,
 // and registers the worker in hopper_workers.
 func (w *Worker) start(ctx context.Context) error {
 	schemaName, err := w.q.HopperSchema(ctx)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if w.scope != nil {
-			return fmt.Errorf("%w: no hopper_jobs table in schema %s (run `hopper migrate up --schema %s` or schema.Up with schema.Name)", ErrNotMigrated, w.cfg.Schema, w.cfg.Schema)
+			return migrated.Errorf(w.migrateUp(), "no hopper_jobs table in schema %s", w.cfg.Schema)
 		}
-		return fmt.Errorf("%w: no hopper_jobs table on the search_path (run `hopper migrate up` or schema.Up)", ErrNotMigrated)
+		return migrated.Errorf(w.migrateUp(), "no hopper_jobs table on the search_path")
 	}
 	if err != nil {
 		return fmt.Errorf("worker: start: %w", err)
 	}
 	w.schema = schemaName
+	// The recorded version, when this role may read it; the statements
+	// below check what they need of the schema when it may not.
+	if err := migrated.Check(ctx, w.dbtx(w.pool), schemaName, w.migrateUp()); err != nil {
+		if errors.Is(err, jobs.ErrNotMigrated) {
+			return err
+		}
+		return fmt.Errorf("worker: start: %w", err)
+	}
 	if err := w.checkIsolation(ctx); err != nil {
 		return err
 	}
@@ -284,7 +296,7 @@ func (w *Worker) start(ctx context.Context) error {
 	if err := w.q.RegisterQueues(ctx, names); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-			return fmt.Errorf("%w: schema %s lacks hopper_queues: it is older than this worker (run `hopper migrate up` or schema.Up)", ErrNotMigrated, schemaName)
+			return migrated.Errorf(w.migrateUp(), "schema %s lacks hopper_queues, which migration %s adds", schemaName, migrated.Migration(3))
 		}
 		return fmt.Errorf("worker: start: register queues: %w", err)
 	}

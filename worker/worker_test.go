@@ -513,7 +513,7 @@ func TestNotMigrated(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, worker.Handle(w, jobs.MustDefine[Task]("x"), func(context.Context, *jobs.Job[Task]) error { return nil }))
 	err = w.Run(context.Background())
-	require.ErrorIs(t, err, worker.ErrNotMigrated)
+	require.ErrorIs(t, err, jobs.ErrNotMigrated)
 	require.Contains(t, err.Error(), "hopper migrate up")
 }
 
