@@ -30,7 +30,7 @@ func (c *Client) CancelJobs(ctx context.Context, ids ...int64) ([]CancelResult, 
 	return c.CancelJobsTx(ctx, c.db, ids...)
 }
 
-// CancelJobsTx is Cancel on the caller's transaction: the jobs are cancelled,
+// CancelJobsTx is CancelJobs on the caller's transaction: the jobs are cancelled,
 // and running ones' workers told, when it commits.
 func (c *Client) CancelJobsTx(ctx context.Context, tx jobs.DBTX, ids ...int64) ([]CancelResult, error) {
 	if len(ids) == 0 {

@@ -70,7 +70,7 @@ func (c *Client) RetryDeadJobs(ctx context.Context, f DeadFilter) (RetryResult, 
 	return c.RetryDeadJobsTx(ctx, c.db, f)
 }
 
-// RetryDeadJobsTx is RetryDead on the caller's transaction: all or nothing.
+// RetryDeadJobsTx is RetryDeadJobs on the caller's transaction: all or nothing.
 func (c *Client) RetryDeadJobsTx(ctx context.Context, tx jobs.DBTX, f DeadFilter) (RetryResult, error) {
 	res := RetryResult{Retried: []int64{}, Kept: []int64{}}
 	p, err := f.params()
@@ -103,7 +103,7 @@ func (c *Client) PurgeDeadJobs(ctx context.Context, f DeadFilter) (int64, error)
 	return c.PurgeDeadJobsTx(ctx, c.db, f)
 }
 
-// PurgeDeadJobsTx is PurgeDead on the caller's transaction.
+// PurgeDeadJobsTx is PurgeDeadJobs on the caller's transaction.
 func (c *Client) PurgeDeadJobsTx(ctx context.Context, tx jobs.DBTX, f DeadFilter) (int64, error) {
 	p, err := f.params()
 	if err != nil {

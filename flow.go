@@ -29,7 +29,7 @@ func (c *Client) ListKeys(ctx context.Context, queue string, limit int) ([]KeyCo
 	return c.ListKeysTx(ctx, c.db, queue, limit)
 }
 
-// ListKeysTx is Keys on the caller's transaction.
+// ListKeysTx is ListKeys on the caller's transaction.
 func (c *Client) ListKeysTx(ctx context.Context, tx jobs.DBTX, queue string, limit int) ([]KeyCount, error) {
 	if limit == 0 {
 		limit = DefaultKeysLimit
@@ -67,7 +67,7 @@ func (c *Client) ListRateBudgets(ctx context.Context) ([]RateBudget, error) {
 	return c.ListRateBudgetsTx(ctx, c.db)
 }
 
-// ListRateBudgetsTx is RateBudgets on the caller's transaction.
+// ListRateBudgetsTx is ListRateBudgets on the caller's transaction.
 func (c *Client) ListRateBudgetsTx(ctx context.Context, tx jobs.DBTX) ([]RateBudget, error) {
 	found, err := c.queries(tx).RateStats(ctx)
 	if err != nil {

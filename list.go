@@ -21,7 +21,7 @@ func (c *Client) GetJob(ctx context.Context, id int64) (jobs.Row, error) {
 	return c.GetJobTx(ctx, c.db, id)
 }
 
-// GetJobTx is Job on the caller's transaction.
+// GetJobTx is GetJob on the caller's transaction.
 func (c *Client) GetJobTx(ctx context.Context, tx jobs.DBTX, id int64) (jobs.Row, error) {
 	if id < 1 {
 		return jobs.Row{}, fmt.Errorf("job %d: %w", id, ErrNotFound)

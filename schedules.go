@@ -48,7 +48,7 @@ func (c *Client) ListSchedules(ctx context.Context) ([]ScheduleInfo, error) {
 	return c.ListSchedulesTx(ctx, c.db)
 }
 
-// ListSchedulesTx is Schedules on the caller's transaction.
+// ListSchedulesTx is ListSchedules on the caller's transaction.
 func (c *Client) ListSchedulesTx(ctx context.Context, tx jobs.DBTX) ([]ScheduleInfo, error) {
 	rows, err := c.queries(tx).ListSchedules(ctx)
 	if err != nil {

@@ -86,7 +86,7 @@ func (c *Client) GetStats(ctx context.Context) (Stats, error) {
 	return c.GetStatsTx(ctx, c.db)
 }
 
-// GetStatsTx is Stats on the caller's transaction.
+// GetStatsTx is GetStats on the caller's transaction.
 func (c *Client) GetStatsTx(ctx context.Context, tx jobs.DBTX) (Stats, error) {
 	found, err := c.queries(tx).Stats(ctx)
 	if err != nil {
