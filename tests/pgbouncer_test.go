@@ -125,7 +125,7 @@ var bouncedEmail = jobs.MustDefine[bouncerEmail]("bounced_email")
 func TestPgBouncerTransactionMode(t *testing.T) {
 	t.Parallel()
 	bouncer := startPgBouncer(t)
-	d := testdb.New(t) // migrated directly, as the README says
+	d := testdb.New(t) // migrated directly, as docs/operating.md says
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

@@ -27,7 +27,7 @@ type Chore struct {
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// TestLeastPrivilege: a role with only the grants the README lists (no DDL,
+// TestLeastPrivilege: a role with only the grants docs/operating.md lists (no DDL,
 // no ownership) enqueues, works, retries, dead-letters, sweeps, promotes,
 // keeps and prunes history, fires schedules, and operates: lists, cancels,
 // pauses, triages.
@@ -38,7 +38,7 @@ func TestLeastPrivilege(t *testing.T) {
 	defer cancel()
 	role := d.Schema + "_app"
 	schemaID, roleID := pgx.Identifier{d.Schema}.Sanitize(), pgx.Identifier{role}.Sanitize()
-	// The grants, exactly as the README lists them.
+	// The grants, exactly as docs/operating.md lists them.
 	for _, stmt := range []string{
 		"CREATE ROLE " + roleID + " LOGIN",
 		"GRANT USAGE ON SCHEMA " + schemaID + " TO " + roleID,
