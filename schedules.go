@@ -11,26 +11,28 @@ import (
 )
 
 // ScheduleInfo is one periodic job (see worker.Schedule), as its row says.
+// In JSON its fields are snake_case, as hopper schedules list --json prints
+// them.
 type ScheduleInfo struct {
-	Name string
+	Name string `json:"name"`
 	// Kind, Expression, TimeZone, Queue and the missed-slot policy (Policy:
 	// skip, once or catch_up; CatchUp slots for catch_up) are the
 	// definition in force: the newest one a running worker reports.
-	Kind       string
-	Expression string
-	TimeZone   string
-	Queue      string
-	Policy     string
-	CatchUp    int
+	Kind       string `json:"kind"`
+	Expression string `json:"expression"`
+	TimeZone   string `json:"time_zone"`
+	Queue      string `json:"queue"`
+	Policy     string `json:"policy"`
+	CatchUp    int    `json:"catch_up"`
 	// NextFireAt is its next slot; LastFireAt when a worker last fired it,
 	// LastSlot the slot it fired then.
-	NextFireAt time.Time
-	LastFireAt *time.Time
-	LastSlot   *time.Time
-	// PausedAt is when it was paused (nil: it runs); TriggeredAt a fire an
+	NextFireAt time.Time  `json:"next_fire_at"`
+	LastFireAt *time.Time `json:"last_fire_at,omitempty"`
+	LastSlot   *time.Time `json:"last_slot,omitempty"`
+	// PausedAt is when it was paused (nil: it is active); TriggeredAt a fire an
 	// operator asked for that no worker has made yet.
-	PausedAt    *time.Time
-	TriggeredAt *time.Time
+	PausedAt    *time.Time `json:"paused_at,omitempty"`
+	TriggeredAt *time.Time `json:"triggered_at,omitempty"`
 	// Stale reports that no running worker defines the schedule: none has
 	// reported its definition in force (worker.Schedule) within that
 	// worker's Config.ScheduleStaleAfter (5m by default; a worker reports
@@ -39,8 +41,8 @@ type ScheduleInfo struct {
 	// worker that defines it starts. Not stale says a worker defines it,
 	// not that it fires: see PausedAt. LastReported is when a worker last
 	// reported the definition; nil if none ever did.
-	Stale        bool
-	LastReported *time.Time
+	Stale        bool       `json:"stale"`
+	LastReported *time.Time `json:"last_reported,omitempty"`
 }
 
 // ListSchedules lists every schedule, by name.
