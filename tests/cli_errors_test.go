@@ -100,7 +100,7 @@ func TestCLIErrorTexts(t *testing.T) {
 		{name: "payload array", url: d.URL, args: []string{"enqueue", "--kind", "k", "--payload", "[1,2]"}, code: 2,
 			stderr: `hopper enqueue: --payload must be a JSON object like {"user_id": 7}, not an array (run hopper enqueue --help)`},
 		{name: "meta without a value", url: d.URL, args: []string{"enqueue", "--kind", "k", "--meta", "tenant"}, code: 2,
-			stderr: `hopper enqueue: invalid value "tenant" for flag -meta: want KEY=VALUE, not "tenant" (run hopper enqueue --help)`},
+			stderr: `hopper enqueue: invalid value "tenant" for --meta: want KEY=VALUE, not "tenant" (run hopper enqueue --help)`},
 		{name: "payload number", url: d.URL, args: []string{"enqueue", "--kind", "k", "--payload", " 7"}, code: 2,
 			stderr: `hopper enqueue: --payload must be a JSON object like {"user_id": 7}, not a number (run hopper enqueue --help)`},
 		{name: "payload invalid", url: d.URL, args: []string{"enqueue", "--kind", "k", "--payload", "{nope"}, code: 2,
@@ -126,8 +126,8 @@ func TestCLIErrorUnmigratedSchema(t *testing.T) {
 		{name: "stats", url: empty.URL, args: []string{"stats"}, code: 1, stderr: "hopper stats: " + want},
 		{name: "enqueue", url: empty.URL, args: []string{"enqueue", "--kind", "k"}, code: 1, stderr: "hopper enqueue: " + want},
 		{name: "dead", url: empty.URL, args: []string{"dead", "list"}, code: 1, stderr: "hopper dead: " + want},
-		{name: "cancel", url: empty.URL, args: []string{"cancel", "1"}, code: 1, stderr: "hopper cancel: " + want},
-		{name: "purge", url: empty.URL, args: []string{"purge", "--queue", "q", "--yes"}, code: 1, stderr: "hopper purge: " + want},
+		{name: "jobs cancel", url: empty.URL, args: []string{"jobs", "cancel", "1"}, code: 1, stderr: "hopper jobs: " + want},
+		{name: "queues purge", url: empty.URL, args: []string{"queues", "purge", "q", "--yes"}, code: 1, stderr: "hopper queues: " + want},
 		{name: "--schema unmigrated", url: server, args: []string{"stats", "--schema", empty.Schema}, code: 1,
 			stderr: "hopper stats: schema not migrated: schema " + empty.Schema + " has no Hopper tables (version 0): " + needs + "hopper --schema " + empty.Schema + " migrate up (with the same --database-url)"},
 		{name: "search_path schema missing", url: pgurl.WithSearchPath(server, missing), args: []string{"stats"}, code: 1,
@@ -153,7 +153,7 @@ func TestCLIErrorConnection(t *testing.T) {
 			stderr: fmt.Sprintf(`hopper enqueue: the server at %s refused the connection: role "%s" does not exist (check the user name in the connection string, or the server's pg_hba.conf)`, addr, noRole)},
 		{name: "nothing listens", url: silent, args: []string{"stats"}, code: 1, stderr: "hopper stats: " + nothing},
 		{name: "nothing listens, --database-url", args: []string{"--database-url", silent, "dead", "list"}, code: 1, stderr: "hopper dead: " + nothing},
-		{name: "nothing listens, purge", url: silent, args: []string{"purge", "--queue", "q"}, code: 1, stderr: "hopper purge: " + nothing},
+		{name: "nothing listens, queues purge", url: silent, args: []string{"queues", "purge", "q"}, code: 1, stderr: "hopper queues: " + nothing},
 	})
 }
 
@@ -181,27 +181,27 @@ func TestCLISchemaFlag(t *testing.T) {
 	require.Contains(t, r.stdout, "--schema")
 }
 
-func TestCLIPurgeSaysWhatItDeletes(t *testing.T) {
+func TestCLIQueuesPurgeSaysWhatItDeletes(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t)
 	runErrorCases(t, []errorCase{
-		{name: "empty queue asks nothing", url: d.URL, args: []string{"purge", "--queue", "ops"},
+		{name: "empty queue asks nothing", url: d.URL, args: []string{"queues", "purge", "ops"},
 			stdout: "nothing to delete: queue \"ops\" has no pending or scheduled jobs\n"},
-		{name: "unknown queue, --yes", url: d.URL, args: []string{"purge", "--queue", "ops", "--yes"}, code: 1,
-			stderr: `hopper purge: no queue "ops": no worker serves it and it has no jobs (hopper queue list shows the queues)`},
+		{name: "unknown queue, --yes", url: d.URL, args: []string{"queues", "purge", "ops", "--yes"}, code: 1,
+			stderr: `hopper queues: no queue "ops": no worker serves it and it has no jobs (hopper queues list shows the queues)`},
 	})
 	require.Zero(t, runHopper(t, d.URL, "", "enqueue", "--kind", "now", "--queue", "ops").code)
 	require.Zero(t, runHopper(t, d.URL, "", "enqueue", "--kind", "later", "--queue", "ops", "--delay", "1h").code)
 	require.Zero(t, runHopper(t, d.URL, "", "enqueue", "--kind", "later", "--queue", "ops", "--run-at", "2h").code)
 	prompt := `Delete 3 jobs of queue "ops" (1 pending, 2 scheduled; running jobs finish)? [y/N] `
 	runErrorCases(t, []errorCase{
-		{name: "no answer", url: d.URL, args: []string{"purge", "--queue", "ops"}, code: 1, stdout: prompt + "\n",
-			stderr: "hopper purge: not confirmed: no answer on stdin; nothing deleted (pass --yes to skip the question)"},
-		{name: "answered no", url: d.URL, stdin: "no\n", args: []string{"purge", "--queue", "ops"}, code: 1, stdout: prompt,
-			stderr: "hopper purge: not confirmed; nothing deleted (pass --yes to skip the question)"},
-		{name: "yes", url: d.URL, stdin: "y\n", args: []string{"purge", "--queue", "ops"},
+		{name: "no answer", url: d.URL, args: []string{"queues", "purge", "ops"}, code: 1, stdout: prompt + "\n",
+			stderr: "hopper queues: not confirmed: no answer on stdin; nothing deleted (pass --yes to skip the question)"},
+		{name: "answered no", url: d.URL, stdin: "no\n", args: []string{"queues", "purge", "ops"}, code: 1, stdout: prompt,
+			stderr: "hopper queues: not confirmed; nothing deleted (pass --yes to skip the question)"},
+		{name: "yes", url: d.URL, stdin: "y\n", args: []string{"queues", "purge", "ops"},
 			stdout: prompt + "deleted 3 jobs (pending and scheduled) of queue \"ops\"\n"},
-		{name: "known and empty, --yes", url: d.URL, args: []string{"purge", "--queue", "ops", "--yes"},
+		{name: "known and empty, --yes", url: d.URL, args: []string{"queues", "purge", "ops", "--yes"},
 			stdout: "nothing to delete: queue \"ops\" has no pending or scheduled jobs\n"},
 	})
 }

@@ -10,7 +10,7 @@ import (
 )
 
 // TestCLIDeadPurgeAsks: hopper dead purge by --queue, --kind, --older-than
-// or --all asks first, like hopper purge, saying how many jobs; no answer
+// or --all asks first, like hopper queues purge, saying how many jobs; no answer
 // or another answer than y deletes nothing, --yes skips the question, and
 // ids (which name each job) ask nothing.
 func TestCLIDeadPurgeAsks(t *testing.T) {

@@ -99,26 +99,36 @@ func requireFailure(t *testing.T, r result, code int, contains string) {
 	require.NotContains(t, r.stderr, "goroutine", "no stack trace")
 }
 
-func TestHelpAndUsageErrors(t *testing.T) {
+// TestCLIHelpAndUsageErrors: hopper help lists every command, a noun
+// with its verbs; each command's --help prints its usage; bad usage fails
+// with one line and status 2.
+func TestCLIHelpAndUsageErrors(t *testing.T) {
 	t.Parallel()
 	r := runHopper(t, "", "", "help")
 	require.Zero(t, r.code)
-	for _, c := range []string{"migrate", "enqueue", "stats", "jobs", "queue", "cancel", "dead", "history", "purge", "sql", "demo"} {
-		require.Contains(t, r.stdout, "  "+c+" ")
+	for _, c := range []string{"migrate", "enqueue", "stats", "keys", "jobs", "queues", "schedules", "dead", "history", "sql", "ui", "demo", "bench"} {
+		require.Regexp(t, `(?m)^  `+c+` `, r.stdout)
 		h := runHopper(t, "", "", c, "--help")
 		require.Zero(t, h.code, c)
 		require.Contains(t, h.stdout, "Usage: hopper "+c, c)
 		require.Contains(t, h.stdout, "--database-url", c)
 	}
+	for c, verbs := range map[string]string{"jobs": "list|show|cancel", "queues": "list|pause|resume|purge",
+		"schedules": "list|pause|resume|trigger", "dead": "list|show|retry|purge", "history": "list|show"} {
+		require.Regexp(t, `(?m)^  `+c+` +`+regexp.QuoteMeta(verbs)+` `, r.stdout)
+	}
+	for _, old := range []string{"queue", "cancel", "purge"} {
+		require.NotRegexp(t, `(?m)^  `+old+` `, r.stdout, "the old spellings are gone")
+	}
 	requireFailure(t, runHopper(t, "", "", "frobnicate"), 2, `unknown command "frobnicate"`)
-	requireFailure(t, runHopper(t, "", "", "stats", "--bogus"), 2, "flag provided but not defined")
+	requireFailure(t, runHopper(t, "", "", "stats", "--bogus"), 2, "unknown flag --bogus")
 	requireFailure(t, runHopper(t, "", "", "migrate", "sideways"), 2, "unknown migrate action")
-	requireFailure(t, runHopper(t, "", "", "cancel", "abc"), 2, `"abc" is not a job id`)
+	requireFailure(t, runHopper(t, "", "", "jobs", "cancel", "abc"), 2, `"abc" is not a job id`)
 	requireFailure(t, runHopper(t, "", "", "enqueue", "--kind", "k", "--payload", "{nope"), 2, "not valid JSON")
 	requireFailure(t, runHopper(t, "", "", "dead", "purge", "--older-than", "-3h"), 2, "positive duration")
 }
 
-func TestUnreachableDatabaseKeepsPasswordSecret(t *testing.T) {
+func TestCLIUnreachableDatabaseKeepsPasswordSecret(t *testing.T) {
 	t.Parallel()
 	url := "postgres://alice:s3cretpw@127.0.0.1:1/nowhere?connect_timeout=2"
 	for _, args := range [][]string{{"stats"}, {"migrate", "up"}, {"demo", "--duration", "1s"}, {"--database-url", url, "dead", "list"}} {
@@ -145,10 +155,12 @@ func TestMigrate(t *testing.T) {
 	require.Contains(t, r.stdout, "6/u flow_control")
 	require.Contains(t, r.stdout, "7/u flow_record")
 	require.Contains(t, r.stdout, "8/u rate_starts")
-	require.Contains(t, r.stdout, "schema version 9 (this build's latest: 9)")
+	require.Contains(t, r.stdout, "10/u workers")
+	require.Contains(t, r.stdout, fmt.Sprintf("schema version %d (this build's latest: %d)", schema.Latest(), schema.Latest()))
 
 	r = runHopper(t, d.URL, "", "migrate", "down", "--all", "--yes")
 	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "10/d workers")
 	require.Contains(t, r.stdout, "8/d rate_starts")
 	require.Contains(t, r.stdout, "7/d flow_record")
 	require.Contains(t, r.stdout, "6/d flow_control")
@@ -161,7 +173,7 @@ func TestMigrate(t *testing.T) {
 	requireFailure(t, runHopper(t, d.URL, "", "migrate", "down", "zero"), 2, "positive number")
 }
 
-func TestEnqueueStatsCancelPurge(t *testing.T) {
+func TestCLIEnqueueStatsCancelPurge(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t)
 	r := runHopper(t, d.URL, "", "enqueue", "--kind", "report", "--payload", `{"day":"monday"}`, "--queue", "ops", "--priority", "3", "--unique-key", "rep-1")
@@ -194,33 +206,33 @@ func TestEnqueueStatsCancelPurge(t *testing.T) {
 	require.Len(t, report.Queues, 2)
 
 	// cancel: a pending job goes; an unknown one is reported and fails.
-	r = runHopper(t, d.URL, "", "cancel", m[1], "999999")
+	r = runHopper(t, d.URL, "", "jobs", "cancel", m[1], "999999")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stdout, "job "+m[1]+": cancelled")
 	require.Contains(t, r.stdout, "job 999999: no such job")
 	require.Contains(t, r.stderr, "1 of 2 jobs not cancelled")
 
 	// purge asks first; no answer means no.
-	r = runHopper(t, d.URL, "", "purge", "--queue", "ops")
+	r = runHopper(t, d.URL, "", "queues", "purge", "ops")
 	requireFailure(t, r, 1, "not confirmed")
 	require.Contains(t, r.stdout, `Delete 1 job of queue "ops" (0 pending, 1 scheduled`)
-	r = runHopper(t, d.URL, "y\n", "purge", "--queue", "ops")
+	r = runHopper(t, d.URL, "y\n", "queues", "purge", "ops")
 	require.Zero(t, r.code, r.stderr)
 	require.Contains(t, r.stdout, "deleted 1 job (pending and scheduled)")
-	require.Zero(t, runHopper(t, d.URL, "", "purge", "--queue", "ops", "--yes").code)
+	require.Zero(t, runHopper(t, d.URL, "", "queues", "purge", "ops", "--yes").code)
 }
 
-func TestCancelRunningJob(t *testing.T) {
+func TestCLICancelRunningJob(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t)
 	require.Zero(t, runHopper(t, d.URL, "", "enqueue", "--kind", "k").code)
 	claimed, err := db.New(d.Pool).Dequeue(context.Background(), db.DequeueParams{Queue: "default", Kinds: []string{"k"}, MaxVersions: []int32{1}, MaxJobs: 1, Owner: "w", LeaseMs: 60000})
 	require.NoError(t, err)
 	id := strconv.FormatInt(claimed[0].ID, 10)
-	r := runHopper(t, d.URL, "", "cancel", id)
+	r := runHopper(t, d.URL, "", "jobs", "cancel", id)
 	require.Zero(t, r.code, r.stderr)
 	require.Contains(t, r.stdout, "job "+id+": cancelled while running")
-	r = runHopper(t, d.URL, "", "cancel", id)
+	r = runHopper(t, d.URL, "", "jobs", "cancel", id)
 	requireFailure(t, r, 1, "1 of 1 jobs not cancelled")
 	require.Contains(t, r.stdout, "job "+id+": not cancelled: it is cancelled already")
 	r = runHopper(t, d.URL, "", "dead", "list", "--state", "cancelled")
@@ -228,7 +240,7 @@ func TestCancelRunningJob(t *testing.T) {
 	require.Regexp(t, id+`\s+cancelled\s+default\s+k\s+1/25\s+.*cancelled`, r.stdout)
 }
 
-func TestStatsWatch(t *testing.T) {
+func TestCLIStatsWatch(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t)
 	cmd := exec.Command(hopperBin, "stats", "--watch", "--json", "--interval", "100ms")
@@ -245,7 +257,7 @@ func TestStatsWatch(t *testing.T) {
 	require.Contains(t, second, "finished_per_second", "throughput since the last refresh")
 }
 
-func TestDeadTriage(t *testing.T) {
+func TestCLIDeadTriage(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t)
 	q := db.New(d.Pool)
@@ -297,10 +309,10 @@ func TestDeadTriage(t *testing.T) {
 	require.Contains(t, r.stdout, "purged 1 job\n")
 }
 
-// TestDeadRetryCancelled: dead retry by id takes a cancelled job as dead
+// TestCLIDeadRetryCancelled: dead retry by id takes a cancelled job as dead
 // list shows it, and a filter that matches nothing says so, with the
 // cancelled jobs it left alone.
-func TestDeadRetryCancelled(t *testing.T) {
+func TestCLIDeadRetryCancelled(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t)
 	enqueue := func(kind string) string {
@@ -312,7 +324,7 @@ func TestDeadRetryCancelled(t *testing.T) {
 		return m[1]
 	}
 	a, b := enqueue("mailer"), enqueue("mailer")
-	require.Zero(t, runHopper(t, d.URL, "", "cancel", a, b).code)
+	require.Zero(t, runHopper(t, d.URL, "", "jobs", "cancel", a, b).code)
 	r := runHopper(t, d.URL, "", "dead", "list")
 	require.Regexp(t, `(?m)^`+a+`\s+cancelled\s+default\s+mailer`, r.stdout)
 
@@ -360,7 +372,8 @@ func TestSQLExport(t *testing.T) {
 			require.Equal(t, string(want), string(got), e.Name())
 		}
 	}
-	requireFailure(t, runHopper(t, "", "", "sql", "import", dir), 2, "say export DIR, check DIR or entry DIR")
+	requireFailure(t, runHopper(t, "", "", "sql", "import", dir), 2, `unknown sql action "import"; did you mean export?`)
+	requireFailure(t, runHopper(t, "", "", "sql", "export"), 2, "say export DIR, check DIR or entry DIR")
 
 	r = runHopper(t, "", "", "sql", "check", dir)
 	require.Zero(t, r.code, r.stderr)
@@ -478,8 +491,8 @@ func TestDemoKeepsSchemasItDidNotCreate(t *testing.T) {
 	require.Contains(t, r.stdout, "recreated schema hopper_demo, the demo's own from an earlier run")
 }
 
-// TestHelpAtTheTop: hopper --help and -h print the usage and succeed.
-func TestHelpAtTheTop(t *testing.T) {
+// TestCLIHelpAtTheTop: hopper --help and -h print the usage and succeed.
+func TestCLIHelpAtTheTop(t *testing.T) {
 	t.Parallel()
 	for _, flag := range []string{"--help", "-h", "help"} {
 		r := runHopper(t, "", "", flag)
@@ -609,9 +622,9 @@ func TestBenchKeysWithoutFlowControl(t *testing.T) {
 	require.Contains(t, r.stdout, "keys: mean steady state with keys is")
 }
 
-// TestKeys: hopper keys lists the keys with the most ready jobs, and the
+// TestCLIKeys: hopper keys lists the keys with the most ready jobs, and the
 // rate limits' budgets (none here), as a table and as JSON.
-func TestKeys(t *testing.T) {
+func TestCLIKeys(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t)
 	for _, key := range []string{"acme", "acme", "acme", "globex"} {

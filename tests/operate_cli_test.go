@@ -21,7 +21,7 @@ import (
 	"github.com/hopperq/hopper/worker"
 )
 
-// TestOperateCLI: jobs list and show with filters and pages, queue pause,
+// TestOperateCLI: jobs list and show with filters and pages, queues pause,
 // resume and list, history, and their answers to bad input.
 func TestOperateCLI(t *testing.T) {
 	t.Parallel()
@@ -73,22 +73,26 @@ func TestOperateCLI(t *testing.T) {
 	require.Contains(t, r.stdout, `payload: {"to": "ada"}`)
 	require.Contains(t, r.stdout, "meta: region=eu tenant=acme\n")
 
-	// Queues: pause (twice), list, resume (twice).
-	r = runHopper(t, d.URL, "", "queue", "pause", "email")
+	// Queues: pause (twice), list, resume (twice). Not paused is
+	// "active", never "running": no worker serves these queues.
+	r = runHopper(t, d.URL, "", "queues", "pause", "email")
 	require.Zero(t, r.code, r.stderr)
-	require.Equal(t, "queue email paused: no worker claims its jobs until hopper queue resume email (running jobs finish)\n", r.stdout)
-	r = runHopper(t, d.URL, "", "queue", "pause", "email")
+	require.Equal(t, "queue email paused: no worker claims its jobs until hopper queues resume email (running jobs finish)\n", r.stdout)
+	r = runHopper(t, d.URL, "", "queues", "pause", "email")
 	require.Zero(t, r.code, "pausing twice is not an error: %s", r.stderr)
 	require.Contains(t, r.stdout, "queue email was paused already (since ")
-	r = runHopper(t, d.URL, "", "queue", "list")
+	r = runHopper(t, d.URL, "", "queues", "list")
 	require.Zero(t, r.code, r.stderr)
-	require.Regexp(t, `(?m)^email\s+paused since \S+ \S+\s+2\s+0\s+0\s+0\s+0`, r.stdout)
-	require.Regexp(t, `(?m)^default\s+running\s+0\s+1\s+0`, r.stdout)
+	require.Regexp(t, `(?m)^QUEUE\s+STATE\s+WORKERS\s+READY\s+SCHEDULED\s+RUNNING\s+DEAD\s+CANCELLED\s+CLAIM LAG$`, r.stdout)
+	require.Regexp(t, `(?m)^email\s+paused since \S+ \S+\s+no worker\s+2\s+0\s+0\s+0\s+0`, r.stdout)
+	require.Regexp(t, `(?m)^default\s+active\s+no worker\s+0\s+1\s+0`, r.stdout)
 	r = runHopper(t, d.URL, "", "stats")
-	require.Regexp(t, `email \(paused\)\s+mail\s+2`, r.stdout)
-	r = runHopper(t, d.URL, "", "queue", "resume", "email")
+	require.Regexp(t, `(?m)^\s*email\s+mail\s+2\s.*\spaused\s+no worker$`, r.stdout)
+	require.Regexp(t, `(?m)^\s*default\s+report\s+0\s+1\s.*\sactive\s+no worker$`, r.stdout)
+	require.NotContains(t, r.stdout, "running\n")
+	r = runHopper(t, d.URL, "", "queues", "resume", "email")
 	require.Equal(t, "queue email resumed\n", r.stdout)
-	r = runHopper(t, d.URL, "", "queue", "resume", "email")
+	r = runHopper(t, d.URL, "", "queues", "resume", "email")
 	require.Equal(t, "queue email was not paused\n", r.stdout)
 
 	// History: completed jobs only; none kept here.
@@ -97,14 +101,14 @@ func TestOperateCLI(t *testing.T) {
 	require.Equal(t, "(no jobs)\n", r.stdout)
 
 	runErrorCases(t, []errorCase{
-		{name: "unknown queue", url: d.URL, args: []string{"queue", "pause", "emial"}, code: 1,
-			stderr: `hopper queue: no queue "emial": no worker serves it and it has no jobs (hopper queue list shows the queues)`},
+		{name: "unknown queue", url: d.URL, args: []string{"queues", "pause", "emial"}, code: 1,
+			stderr: `hopper queues: no queue "emial": no worker serves it and it has no jobs (hopper queues list shows the queues)`},
 		{name: "bad state", url: d.URL, args: []string{"jobs", "list", "--state", "done"}, code: 2,
 			stderr: `hopper jobs: --state "done" (one of pending, scheduled, running, completed, dead, cancelled) (run hopper jobs --help)`},
 		{name: "bad cursor", url: d.URL, args: []string{"jobs", "list", "--after", "42"}, code: 2,
 			stderr: `hopper jobs: --after "42" is not a cursor this command printed (run hopper jobs --help)`},
 		{name: "bad limit", url: d.URL, args: []string{"jobs", "list", "--limit", "0"}, code: 2,
-			stderr: `hopper jobs: --limit must be 1 to 1000 (run hopper jobs --help)`},
+			stderr: `hopper jobs: --limit 0 is outside 1 to 1000 (run hopper jobs --help)`},
 		{name: "bad time", url: d.URL, args: []string{"jobs", "list", "--since", "yesterday"}, code: 2,
 			stderr: `hopper jobs: --since wants a time like 2026-11-22T15:04:05Z (RFC 3339) or a duration ago like 2h or 7d, not "yesterday" (run hopper jobs --help)`},
 		{name: "unknown job", url: d.URL, args: []string{"jobs", "show", "424242"}, code: 1,
@@ -113,22 +117,28 @@ func TestOperateCLI(t *testing.T) {
 			stderr: "hopper history: job " + a + " is pending, not completed (hopper jobs show " + a + " shows it)"},
 		{name: "dead list of live states", url: d.URL, args: []string{"dead", "list", "--state", "pending"}, code: 2,
 			stderr: `hopper dead: --state pending: the dead table holds dead and cancelled jobs (hopper jobs list --state pending) (run hopper dead --help)`},
-		{name: "queue without a name", url: d.URL, args: []string{"queue", "pause"}, code: 2,
-			stderr: `hopper queue: pause takes one queue name (run hopper queue --help)`},
+		{name: "queues without a name", url: d.URL, args: []string{"queues", "pause"}, code: 2,
+			stderr: `hopper queues: pause takes one queue name (run hopper queues --help)`},
 		{name: "jobs without an action", url: d.URL, args: []string{"jobs"}, code: 2,
-			stderr: `hopper jobs: say list or show (run hopper jobs --help)`},
+			stderr: `hopper jobs: say list, show or cancel (run hopper jobs --help)`},
+		{name: "jobs cancel with a filter", url: d.URL, args: []string{"jobs", "cancel", a, "--kind", "mail"}, code: 2,
+			stderr: `hopper jobs: cancel takes job ids, not --kind (run hopper jobs --help)`},
+		{name: "history cannot cancel", url: d.URL, args: []string{"history", "cancel", a}, code: 2,
+			stderr: `hopper history: unknown history action "cancel" (list or show) (run hopper history --help)`},
 		{name: "unknown history action", url: d.URL, args: []string{"history", "drop"}, code: 2,
 			stderr: `hopper history: unknown history action "drop" (list or show) (run hopper history --help)`},
 		{name: "dead without an action", url: d.URL, args: []string{"dead"}, code: 2,
 			stderr: `hopper dead: say list, show, retry or purge (run hopper dead --help)`},
 		{name: "unknown dead action", url: d.URL, args: []string{"dead", "revive"}, code: 2,
 			stderr: `hopper dead: unknown dead action "revive" (list, show, retry or purge) (run hopper dead --help)`},
-		{name: "queue list with a name", url: d.URL, args: []string{"queue", "list", "a"}, code: 2,
-			stderr: `hopper queue: list takes no argument (run hopper queue --help)`},
-		{name: "bad queue name", url: d.URL, args: []string{"queue", "pause", ""}, code: 2,
-			stderr: `hopper queue: invalid queue name: queue name "" is empty (run hopper queue --help)`},
-		{name: "unknown queue action", url: d.URL, args: []string{"queue", "drain", "a"}, code: 2,
-			stderr: `hopper queue: unknown queue action "drain" (list, pause or resume) (run hopper queue --help)`},
+		{name: "queues list with a name", url: d.URL, args: []string{"queues", "list", "a"}, code: 2,
+			stderr: `hopper queues: list takes no argument (run hopper queues --help)`},
+		{name: "bad queue name", url: d.URL, args: []string{"queues", "pause", ""}, code: 2,
+			stderr: `hopper queues: invalid queue name: queue name "" is empty (run hopper queues --help)`},
+		{name: "bad queue name, purge", url: d.URL, args: []string{"queues", "purge", ""}, code: 2,
+			stderr: `hopper queues: invalid queue name: queue name "" is empty (run hopper queues --help)`},
+		{name: "unknown queues action", url: d.URL, args: []string{"queues", "drain", "a"}, code: 2,
+			stderr: `hopper queues: unknown queues action "drain" (list, pause, resume or purge) (run hopper queues --help)`},
 	})
 }
 
@@ -163,12 +173,16 @@ func TestSchedulesCLI(t *testing.T) {
 	})
 	require.Zero(t, r.code, r.stderr)
 	require.Regexp(t, `(?m)^NAME\s+KIND\s+WHEN\s+MISSED\s+NEXT FIRE\s+LAST FIRE\s+STATE$`, r.stdout)
-	require.Regexp(t, `(?m)^nightly\s+beat\s+30 2 \* \* \* \(Europe/Berlin\)\s+catch up 2\s+\S+ \S+\s+never\s+running$`, r.stdout)
+	require.Regexp(t, `(?m)^nightly\s+beat\s+30 2 \* \* \* \(Europe/Berlin\)\s+catch up 2\s+\S+ \S+\s+never\s+active$`, r.stdout)
+	waitForCLI("the worker counted", func() bool {
+		r = runHopper(t, d.URL, "", "queues", "list")
+		return regexp.MustCompile(`(?m)^default\s+active\s+1 worker\s`).MatchString(r.stdout)
+	})
 
 	r = runHopper(t, d.URL, "", "schedules", "pause", "nightly")
 	require.Equal(t, "schedule nightly paused: no worker fires it until hopper schedules resume nightly\n", r.stdout)
 	r = runHopper(t, d.URL, "", "schedules", "pause", "nightly")
-	require.Equal(t, "schedule nightly was paused already\n", r.stdout)
+	require.Regexp(t, `^schedule nightly was paused already \(since \S+ \S+\)\n$`, r.stdout)
 	r = runHopper(t, d.URL, "", "schedules", "list")
 	require.Regexp(t, `paused since \S+ \S+`, r.stdout)
 
@@ -215,9 +229,9 @@ func TestCLIMoreKeepsConnection(t *testing.T) {
 	}
 	for range 2 {
 		enqueue(d.URL, "mine")
-		require.Zero(t, runHopper(t, d.URL, "", "cancel", enqueue(d.URL, "mine")).code)
+		require.Zero(t, runHopper(t, d.URL, "", "jobs", "cancel", enqueue(d.URL, "mine")).code)
 		enqueue(decoy.URL, "decoy")
-		require.Zero(t, runHopper(t, decoy.URL, "", "cancel", enqueue(decoy.URL, "decoy")).code)
+		require.Zero(t, runHopper(t, decoy.URL, "", "jobs", "cancel", enqueue(decoy.URL, "decoy")).code)
 	}
 	const secret = "s3cr#t pw"
 	withPassword := testdb.WithSearchPath(urlWithPassword(t, secret), d.Schema)
@@ -308,7 +322,7 @@ func TestSchedulesCLITriggerStale(t *testing.T) {
 	stop()
 	testdb.WaitFor(t, "the schedule stale", func() bool {
 		r = runHopper(t, d.URL, "", "schedules", "list")
-		return strings.Contains(r.stdout, "stale: no worker defines it since")
+		return strings.Contains(r.stdout, "stale (no worker defines it since")
 	})
 
 	r = runHopper(t, d.URL, "", "schedules", "trigger", "hourly")
@@ -317,7 +331,7 @@ func TestSchedulesCLITriggerStale(t *testing.T) {
 		`its job is enqueued when a worker that defines it starts\n$`, r.stderr)
 	require.Empty(t, r.stdout)
 	r = runHopper(t, d.URL, "", "schedules", "list")
-	require.Regexp(t, `(?m)^hourly\s.*stale: no worker defines it since \S+ \S+, triggered$`, r.stdout, "the trigger is kept")
+	require.Regexp(t, `(?m)^hourly\s.*stale \(no worker defines it since \S+ \S+\), triggered$`, r.stdout, "the trigger is kept")
 
 	// As said: a worker that defines it fires the trigger when it starts.
 	defer run(0)()

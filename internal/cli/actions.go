@@ -14,6 +14,9 @@ func pickAction(command string, args []string, known ...string) (action string, 
 		return "", nil, fmt.Errorf("%w: say %s", errUsage, orList(known))
 	}
 	if !slices.Contains(known, args[0]) {
+		if hint := didYouMean(args[0], "", known); hint != "" {
+			return "", nil, fmt.Errorf("%w: unknown %s action %q%s", errUsage, command, args[0], hint)
+		}
 		return "", nil, fmt.Errorf("%w: unknown %s action %q (%s)", errUsage, command, args[0], orList(known))
 	}
 	return args[0], args[1:], nil

@@ -27,13 +27,13 @@ func benchCommand() *command {
 		summary: "measure throughput, latency, memory and PostgreSQL CPU on a scratch schema, with a pgbench raw-SQL baseline",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all (those four); noisy, keys, rate or flow (those three)")
-			fs.DurationVar(&cfg.Duration, "duration", time.Minute, "continuous and baseline: how long to measure (the steady state is the last half)")
-			fs.DurationVar(&cfg.Window, "window", 10*time.Second, "continuous and baseline: the length of one reported window")
+			durationVar(fs, &cfg.Duration, "duration", time.Minute, "continuous and baseline: how long to measure (the steady state is the last half)")
+			durationVar(fs, &cfg.Window, "window", 10*time.Second, "continuous and baseline: the length of one reported window")
 			fs.BoolVar(&cfg.HoldSnapshot, "hold-snapshot", false, "continuous: hold a REPEATABLE READ snapshot open for the whole run (a long report, an idle-in-transaction session)")
 			fs.IntVar(&cfg.Burst, "burst", 0, "continuous: this many ready jobs arrive at once a third of the way in (--pressure: 1000000)")
-			fs.DurationVar(&cfg.Recover, "recover", 0, "with --hold-snapshot: release the snapshot after --duration and measure this much longer (--pressure: 6m)")
+			durationVar(fs, &cfg.Recover, "recover", 0, "with --hold-snapshot: release the snapshot after --duration and measure this much longer (--pressure: 6m)")
 			fs.BoolVar(&cfg.Pressure, "pressure", false, "after the other modes: a continuous run with a snapshot held for --hold-for then released, and one with a --burst, compared with the clean runs")
-			fs.DurationVar(&cfg.HoldFor, "hold-for", 5*time.Minute, "--pressure: how long the snapshot is held")
+			durationVar(fs, &cfg.HoldFor, "hold-for", 5*time.Minute, "--pressure: how long the snapshot is held")
 			fs.IntVar(&cfg.Jobs, "jobs", 1_000_000, "drain: backlog size; enqueue: jobs sent with COPY")
 			fs.StringVar(&drainSizes, "drain-sizes", "", "drain: drain once per backlog size instead of --jobs, comma-separated (e.g. 20000,50000,500000), each analyzed after its enqueue")
 			fs.IntVar(&cfg.Workers, "workers", 2, "worker instances in the worker process")
@@ -41,10 +41,10 @@ func benchCommand() *command {
 			fs.IntVar(&cfg.BatchSize, "batch-size", 5000, "producer and COPY batch size (also the baseline's)")
 			fs.IntVar(&cfg.Producers, "producers", 2, "producer connections (continuous)")
 			fs.IntVar(&cfg.PayloadSize, "payload-size", 0, "bytes of padding in each payload")
-			fs.DurationVar(&cfg.HandlerTime, "handler-time", 0, "how long each handler works (0: no-op)")
+			durationVar(fs, &cfg.HandlerTime, "handler-time", 0, "how long each handler works (0: no-op)")
 			fs.IntVar(&cfg.Scheduled, "scheduled", 0, "continuous: measure again with this many far-future jobs in the table; drain: add them first")
-			fs.DurationVar(&cfg.History, "history", 0, "continuous: measure again with the workers keeping every completed job in the history this long (e.g. 30s: pruned as they expire)")
-			fs.DurationVar(&keep, "keep-history", 0, "internal: the worker process keeps completed jobs this long")
+			durationVar(fs, &cfg.History, "history", 0, "continuous: measure again with the workers keeping every completed job in the history this long (e.g. 30s: pruned as they expire)")
+			durationVar(fs, &keep, "keep-history", 0, "internal: the worker process keeps completed jobs this long")
 			fs.BoolVar(&cfg.Baseline, "baseline", false, "also run pgbench's insert / SKIP LOCKED claim / delete cycle and report ratios")
 			fs.IntVar(&cfg.Singles, "singles", 2000, "enqueue: single transactional enqueues timed")
 			fs.IntVar(&cfg.Samples, "samples", 300, "latency: jobs timed")
@@ -53,13 +53,13 @@ func benchCommand() *command {
 			fs.IntVar(&cfg.Neighbours, "neighbours", 10, "noisy: tenants enqueuing after A (B, C …; at most 25)")
 			fs.IntVar(&cfg.NeighbourJobs, "neighbour-jobs", 100, "noisy: each neighbour's jobs")
 			fs.IntVar(&cfg.NoisyConcurrency, "noisy-concurrency", 100, "noisy: handler slots per worker")
-			fs.DurationVar(&cfg.NoisyHandlerTime, "noisy-handler-time", 2*time.Millisecond, "noisy: how long each handler works")
+			durationVar(fs, &cfg.NoisyHandlerTime, "noisy-handler-time", 2*time.Millisecond, "noisy: how long each handler works")
 			fs.IntVar(&cfg.Keys, "keys", 1000, "keys: distinct concurrency keys")
 			fs.IntVar(&cfg.KeyLimit, "key-limit", 5, "keys: running jobs allowed per key (0: the keys with no flow control, what a key costs by itself)")
 			fs.IntVar(&cfg.Rate, "rate", 500, "rate: jobs allowed per --rate-per, across the worker processes")
-			fs.DurationVar(&cfg.RatePer, "rate-per", time.Second, "rate: the limit's interval")
+			durationVar(fs, &cfg.RatePer, "rate-per", time.Second, "rate: the limit's interval")
 			fs.IntVar(&cfg.RateProcesses, "rate-processes", 3, "rate: worker processes sharing the limit")
-			fs.DurationVar(&cfg.RateDuration, "rate-duration", 30*time.Second, "rate: how long to measure")
+			durationVar(fs, &cfg.RateDuration, "rate-duration", 30*time.Second, "rate: how long to measure")
 			fs.BoolVar(&fair, "fair", false, "internal: the worker process claims fairly across keys")
 			fs.BoolVar(&exactStarts, "rate-exact-starts", false, "internal: the worker process's rate limit counts claims from their last handler start")
 			fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
@@ -76,7 +76,8 @@ func benchCommand() *command {
 			switch cfg.Mode {
 			case "continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow":
 			default:
-				return fmt.Errorf("%w: unknown mode %q", errUsage, cfg.Mode)
+				return fmt.Errorf("%w: unknown mode %q%s", errUsage, cfg.Mode,
+					didYouMean(cfg.Mode, "", []string{"continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow"}))
 			}
 			sizes, err := parseDrainSizes(drainSizes)
 			if err != nil {

@@ -69,7 +69,10 @@ func checkSchemaName(name string) error {
 }
 
 type command struct {
-	name    string
+	name string
+	// actions are the verbs of a command of the form "hopper NOUN VERB"
+	// (queues: list, pause, ...), for hopper help; none for the others.
+	actions []string
 	args    string
 	summary string
 	run     func(e *env, fs *flag.FlagSet, args []string) error
@@ -83,12 +86,10 @@ func commands() []*command {
 		statsCommand(),
 		keysCommand(),
 		jobsCommand(),
-		queueCommand(),
+		queuesCommand(),
 		schedulesCommand(),
-		cancelCommand(),
 		deadCommand(),
 		historyCommand(),
-		purgeCommand(),
 		sqlCommand(),
 		uiCommand(),
 		demoCommand(),
@@ -109,7 +110,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			printHelp(stdout)
 			return exitOK
 		}
-		fmt.Fprintf(stderr, "hopper: %v (run hopper help)\n", err)
+		fmt.Fprintf(stderr, "hopper: %v (run hopper help)\n", flagError(global, err))
 		return exitUsage
 	}
 	args = global.Args()
@@ -127,6 +128,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 				printUsage(stdout, c)
 				return exitOK
 			}
+			fmt.Fprintln(stderr, notACommand(args[1]))
+			return exitUsage
 		}
 		printHelp(stdout)
 		if len(args) == 0 {
@@ -136,7 +139,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	c := find(args[0])
 	if c == nil {
-		fmt.Fprintf(stderr, "hopper: unknown command %q (run hopper help)\n", args[0])
+		fmt.Fprintln(stderr, notACommand(args[0]))
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("hopper "+c.name, flag.ContinueOnError)
@@ -154,7 +157,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			printUsage(stdout, c)
 			return exitOK
 		}
-		fmt.Fprintf(stderr, "hopper %s: %v (run hopper %s --help)\n", c.name, err, c.name)
+		fmt.Fprintf(stderr, "hopper %s: %v (run hopper %s --help)\n", c.name, flagError(fs, err), c.name)
 		return exitUsage
 	}
 	fs.Visit(func(f *flag.Flag) { schemaSet = schemaSet || (f.Name == "schema" && f.Usage == schemaUsage) })
@@ -178,18 +181,19 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 }
 
 // errorLine prefixes msg with "hopper <command>" once. The library's own
-// errors begin "hopper: <operation> ..." (so that they say where they come
-// from in a program's log); when that repeats the command, the two
-// prefixes become one: "hopper: enqueue k: invalid priority" under hopper
-// enqueue prints as "hopper enqueue k: invalid priority".
+// errors say "hopper: " (so that they say where they come from in a
+// program's log), at their start or after the operation that wrapped them
+// ("enqueue k: hopper: invalid priority"): the command's prefix replaces
+// it. When the operation repeats the command, the two become one:
+// "enqueue k: hopper: invalid priority" under hopper enqueue prints as
+// "hopper enqueue k: invalid priority".
 func errorLine(command, msg string) string {
-	if rest, ok := strings.CutPrefix(msg, "hopper: "); ok {
-		if r, ok := strings.CutPrefix(rest, command+": "); ok {
-			rest = r
-		} else if r, ok := strings.CutPrefix(rest, command+" "); ok {
-			return "hopper " + command + " " + r
-		}
-		msg = rest
+	msg = strings.TrimPrefix(msg, "hopper: ")
+	msg = strings.ReplaceAll(msg, ": hopper: ", ": ")
+	if r, ok := strings.CutPrefix(msg, command+": "); ok {
+		msg = r
+	} else if r, ok := strings.CutPrefix(msg, command+" "); ok {
+		return "hopper " + command + " " + r
 	}
 	return "hopper " + command + ": " + msg
 }
@@ -221,10 +225,8 @@ func find(name string) *command {
 
 func printHelp(w io.Writer) {
 	fmt.Fprintln(w, "hopper: operate a Hopper job queue in PostgreSQL")
-	fmt.Fprintln(w, "\nUsage: hopper [--database-url URL] [--schema NAME] <command> [flags]\n\nCommands:")
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
-	}
+	fmt.Fprintln(w, "\nUsage: hopper [--database-url URL] [--schema NAME] <command> [<action>] [flags]\n\nCommands:")
+	printCommands(w)
 	fmt.Fprintln(w, "\nThe database is --database-url, else $DATABASE_URL, else the libpq defaults (PG* variables, localhost:5432).")
 	fmt.Fprintln(w, "Run hopper help <command> (or hopper <command> --help) for a command's flags.")
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // confirm asks question on stdout and reads one line of stdin: the one
-// question of every command that deletes or drops (purge, dead purge,
+// question of every command that deletes or drops (queues purge, dead purge,
 // migrate down), each skipped by its --yes. It returns nil when the
 // answer accepts, else an error saying that nothing was done (nothing is
 // "deleted", "undone") and how to skip the question.

@@ -19,7 +19,8 @@ func deadCommand() *command {
 	var all, yes bool
 	return &command{
 		name:    "dead",
-		args:    "list | show ID | retry ID... | retry --kind K | purge --older-than D [--yes] | ...",
+		actions: []string{"list", "show", "retry", "purge"},
+		args:    "list [filters] [--json] | show ID [--json] | retry ID... | retry FILTER... | purge ID... | purge FILTER... [--yes]",
 		summary: "triage the dead table (dead and cancelled jobs): list, show with error history, retry, purge",
 		flags: func(fs *flag.FlagSet) {
 			l.declare(fs, true)

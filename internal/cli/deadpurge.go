@@ -9,7 +9,7 @@ import (
 
 // purgeDead deletes, for good, the dead jobs filter chooses. A filter that
 // chooses jobs by what they are (--kind, --queue, --older-than, --all)
-// may reach thousands, so it asks first, as hopper purge and hopper
+// may reach thousands, so it asks first, as hopper queues purge and hopper
 // migrate down do, unless yes; ids name each job already and ask nothing.
 func purgeDead(e *env, client *hopper.Client, filter hopper.DeadFilter, olderThan string, yes bool) error {
 	if !yes && len(filter.IDs) == 0 {

@@ -73,10 +73,10 @@ func demoCommand() *command {
 	var reset bool
 	return &command{
 		name:    "demo",
-		args:    "[--duration D] [--rate N]",
+		args:    "[--duration D] [--rate N] [--reset]",
 		summary: "one producer, three workers and the sweep on schema hopper_demo, with live progress and a summary that accounts for every job",
 		flags: func(fs *flag.FlagSet) {
-			fs.DurationVar(&duration, "duration", 30*time.Second, "how long to produce (0: until Ctrl-C)")
+			durationVar(fs, &duration, "duration", 30*time.Second, "how long to produce (0: until Ctrl-C)")
 			fs.IntVar(&rate, "rate", 2000, "jobs enqueued per second")
 			fs.BoolVar(&reset, "reset", false, "drop a hopper_demo schema that the demo did not create (and everything in it)")
 		},

@@ -28,7 +28,7 @@ func enqueueCommand() *command {
 			fs.StringVar(&payload, "payload", "{}", `payload, a JSON object (e.g. {"user_id": 7})`)
 			fs.StringVar(&queue, "queue", jobs.DefaultQueue, "queue")
 			fs.IntVar(&priority, "priority", 0, "0 runs first, 9 last")
-			fs.DurationVar(&delay, "delay", 0, "run no earlier than this long from now (e.g. 90s, 2h)")
+			durationVar(fs, &delay, "delay", 0, "run no earlier than this long from now (e.g. 90s, 2h, 2d)")
 			fs.StringVar(&runAt, "run-at", "", "run no earlier than this RFC 3339 time (2026-11-22T15:04:05Z), or this long from now (10m)")
 			fs.StringVar(&uniqueKey, "unique-key", "", "skip if a live job holds this key")
 			fs.StringVar(&key, "concurrency-key", "", "the job's concurrency key (flow control: per-key limits, fairness)")

@@ -43,7 +43,7 @@ func (l *listFlags) declare(fs *flag.FlagSet, states bool) {
 func (l *listFlags) params(fixed ...jobs.State) (hopper.ListParams, error) {
 	p := hopper.ListParams{Queue: l.queue, Kind: l.kind, UniqueKey: l.uniqueKey, Limit: l.limit, After: l.after, States: fixed}
 	if l.limit < 1 || l.limit > hopper.MaxListLimit {
-		return p, fmt.Errorf("%w: --limit must be 1 to %d", errUsage, hopper.MaxListLimit)
+		return p, fmt.Errorf("%w: --limit %d is outside 1 to %d", errUsage, l.limit, hopper.MaxListLimit)
 	}
 	if l.states != "" {
 		for _, name := range strings.Split(l.states, ",") {
@@ -78,6 +78,13 @@ func parseWhen(flagName, s string) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%w: %s wants a time like 2026-11-22T15:04:05Z (RFC 3339) or a duration ago like 2h or 7d, not %q", errUsage, flagName, s)
 }
 
+// jobsPage is a page of jobs, as the listings print it with --json: the
+// jobs, and the cursor of the next page ("" on the last).
+type jobsPage struct {
+	Jobs []jobs.Row `json:"jobs"`
+	Next string     `json:"next,omitempty"`
+}
+
 // listJobs runs a listing and prints it: a table, or JSON. again is the
 // command and filters that list the next page ("jobs list --queue q").
 func listJobs(e *env, client *hopper.Client, p hopper.ListParams, l *listFlags, again string) error {
@@ -92,11 +99,7 @@ func listJobs(e *env, client *hopper.Client, p hopper.ListParams, l *listFlags, 
 		return err
 	}
 	if l.asJSON {
-		enc := json.NewEncoder(e.stdout)
-		return enc.Encode(struct {
-			Jobs []jobs.Row `json:"jobs"`
-			Next string     `json:"next,omitempty"`
-		}{page.Jobs, page.Next})
+		return json.NewEncoder(e.stdout).Encode(jobsPage{page.Jobs, page.Next})
 	}
 	if err := printJobTable(e.stdout, page.Jobs); err != nil {
 		return err
@@ -230,31 +233,41 @@ func joinStates(states []jobs.State, sep string) string {
 }
 
 func jobsCommand() *command {
-	return listShowCommand("jobs", "list jobs of every state (newest first, with filters and paging), or show one in full")
+	return listShowCommand("jobs", "list jobs of every state (newest first, with filters and paging), show one in full, "+
+		"or cancel jobs (pending, scheduled and running ones: their workers stop them; each kept as cancelled in the dead table)", true)
 }
 
 func historyCommand() *command {
 	return listShowCommand("history", "completed jobs kept by the kinds and queues that keep history: list (newest first), or show one with its result",
-		jobs.StateCompleted)
+		false, jobs.StateCompleted)
 }
 
 // listShowCommand is a command that lists jobs with the shared filters or
-// shows one in full (hopper jobs, hopper history); only, when given, are
-// the states it lists and shows (and it then takes no --state).
-func listShowCommand(name, summary string, only ...jobs.State) *command {
+// shows one in full (hopper jobs, hopper history), and with withCancel
+// cancels jobs too; only, when given, are the states it lists and shows
+// (and it then takes no --state).
+func listShowCommand(name, summary string, withCancel bool, only ...jobs.State) *command {
 	var l listFlags
 	again := name + " list"
+	actions := []string{"list", "show"}
+	args := "list [filters] [--json] | show ID [--json]"
+	if withCancel {
+		actions = append(actions, "cancel")
+		args += " | cancel ID..."
+	}
 	return &command{
 		name:    name,
-		args:    "list [filters] | show ID",
+		actions: actions,
+		args:    args,
 		summary: summary,
 		flags:   func(fs *flag.FlagSet) { l.declare(fs, len(only) == 0) },
-		run: func(e *env, _ *flag.FlagSet, args []string) error {
-			action, rest, err := pickAction(name, args, "list", "show")
+		run: func(e *env, fs *flag.FlagSet, args []string) error {
+			action, rest, err := pickAction(name, args, actions...)
 			if err != nil {
 				return err
 			}
 			var p hopper.ListParams
+			var ids []int64
 			switch action {
 			case "list":
 				if len(rest) > 0 {
@@ -263,14 +276,24 @@ func listShowCommand(name, summary string, only ...jobs.State) *command {
 				if p, err = l.params(only...); err != nil {
 					return err
 				}
+			case "cancel":
+				if err := onlyConnectionFlags(fs, "cancel", "job ids"); err != nil {
+					return err
+				}
+				if ids, err = parseIDs(rest); err != nil {
+					return err
+				}
 			}
 			client, done, err := e.connectClient()
 			if err != nil {
 				return err
 			}
 			defer done()
-			if action == "show" {
+			switch action {
+			case "show":
 				return showJob(e, client, rest, l.asJSON, only...)
+			case "cancel":
+				return cancelJobs(e, client, ids)
 			}
 			return listJobs(e, client, p, &l, again+flagsAgain(&l, len(only) == 0))
 		},

@@ -37,7 +37,7 @@ func keysCommand() *command {
 	var asJSON bool
 	return &command{
 		name:    "keys",
-		args:    "[--queue Q] [--limit N] [--json]",
+		args:    "[--queue NAME] [--limit N] [--json]",
 		summary: "flow control: the concurrency keys with the most ready jobs (ready, running, scheduled per key) and the global rate limits' budgets",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&queue, "queue", "", "only this queue")

@@ -19,6 +19,7 @@ func migrateCommand() *command {
 	var schemaName string
 	return &command{
 		name:    "migrate",
+		actions: []string{"up", "down", "version", "force"},
 		args:    "up | down [N] [--yes] | down --all [--yes] | version | force V",
 		summary: "apply (up), undo (down: the last N, default 1; asks first unless --yes), report (version) or, after a hand repair, record (force) Hopper's schema migrations",
 		flags: func(fs *flag.FlagSet) {
@@ -61,6 +62,9 @@ func migrateCommand() *command {
 				}
 				force = v
 			default:
+				if hint := didYouMean(args[0], "", []string{"up", "down", "version", "force"}); hint != "" {
+					return fmt.Errorf("%w: unknown migrate action %q%s", errUsage, args[0], hint)
+				}
 				return fmt.Errorf("%w: unknown migrate action %q (%s)", errUsage, args[0], migrateActions)
 			}
 			pool, err := e.connect()

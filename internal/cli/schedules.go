@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hopperq/hopper"
@@ -14,8 +15,9 @@ func schedulesCommand() *command {
 	var asJSON bool
 	return &command{
 		name:    "schedules",
-		args:    "list | pause NAME | resume NAME | trigger NAME",
-		summary: "periodic jobs: list them (next and last fire, policy, paused, stale); pause or resume one; fire one now",
+		actions: []string{"list", "pause", "resume", "trigger"},
+		args:    "list [--json] | pause NAME | resume NAME | trigger NAME",
+		summary: "periodic jobs: list them (next and last fire, policy; active, paused, or stale: no worker defines it); pause or resume one; fire one now",
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&asJSON, "json", false, "list: print JSON")
 		},
@@ -54,7 +56,7 @@ func schedulesCommand() *command {
 			}
 			switch {
 			case action == "pause" && !res.Changed:
-				fmt.Fprintf(e.stdout, "schedule %s was paused already\n", rest[0])
+				fmt.Fprintf(e.stdout, "schedule %s was paused already (since %s)\n", rest[0], stamp(res.PausedAt))
 			case action == "pause":
 				fmt.Fprintf(e.stdout, "schedule %s paused: no worker fires it until hopper schedules resume %s\n", rest[0], rest[0])
 			case action == "resume" && res.Changed:
@@ -111,18 +113,29 @@ func listSchedules(e *env, client *hopper.Client, asJSON bool) error {
 		if s.LastFireAt != nil {
 			last = stamp(*s.LastFireAt)
 		}
-		state := "running"
-		switch {
-		case s.Stale && s.LastReported != nil:
-			state = "stale: no worker defines it since " + stamp(*s.LastReported)
-		case s.Stale:
-			state = "stale: no worker defines it"
-		case s.PausedAt != nil:
-			state = "paused since " + stamp(*s.PausedAt)
-		}
-		if s.TriggeredAt != nil {
-			state += ", triggered"
-		}
-		return fmt.Sprintf("%s\t%s\t%s (%s)\t%s\t%s\t%s\t%s", s.Name, s.Kind, s.Expression, s.TimeZone, missed, stamp(s.NextFireAt), last, state)
+		return fmt.Sprintf("%s\t%s\t%s (%s)\t%s\t%s\t%s\t%s", s.Name, s.Kind, s.Expression, s.TimeZone, missed, stamp(s.NextFireAt), last, scheduleState(s))
 	})
+}
+
+// scheduleState says whether a schedule is paused (and since when),
+// stale (no running worker defines it, so nothing fires it), both, or
+// neither: active. A trigger no worker has fired yet is added.
+func scheduleState(s hopper.ScheduleInfo) string {
+	var parts []string
+	if s.PausedAt != nil {
+		parts = append(parts, "paused since "+stamp(*s.PausedAt))
+	}
+	switch {
+	case s.Stale && s.LastReported != nil:
+		parts = append(parts, "stale (no worker defines it since "+stamp(*s.LastReported)+")")
+	case s.Stale:
+		parts = append(parts, "stale (no worker defines it)")
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "active")
+	}
+	if s.TriggeredAt != nil {
+		parts = append(parts, "triggered")
+	}
+	return strings.Join(parts, ", ")
 }

@@ -25,8 +25,9 @@ func sqlCommand() *command {
 	var clean bool
 	var pkg, out string
 	return &command{
-		name: "sql",
-		args: "export [--clean] DIR | check DIR | entry [--package P] [--out O] DIR",
+		name:    "sql",
+		actions: []string{"export", "check", "entry"},
+		args:    "export [--clean] DIR | check DIR | entry [--package P] [--out O] DIR",
 		summary: "export: write this version's schema and query files to DIR/schema and DIR/queries (for your own sqlc project), " +
 			"replacing an earlier export; check: report how DIR differs from this version; entry: print the sqlc.yaml entry that compiles DIR's queries",
 		flags: func(fs *flag.FlagSet) {
@@ -46,7 +47,10 @@ func sqlCommand() *command {
 			case "entry":
 				return sqlEntry(e, args[1], pkg, out)
 			}
-			return fmt.Errorf("%w: say export DIR, check DIR or entry DIR", errUsage)
+			if hint := didYouMean(args[0], "", []string{"export", "check", "entry"}); hint != "" {
+				return fmt.Errorf("%w: unknown sql action %q%s", errUsage, args[0], hint)
+			}
+			return fmt.Errorf("%w: unknown sql action %q (say export DIR, check DIR or entry DIR)", errUsage, args[0])
 		},
 	}
 }

@@ -25,6 +25,7 @@ type statsRow struct {
 	Queue              string  `json:"queue"`
 	Kind               string  `json:"kind"`
 	Paused             bool    `json:"paused"`
+	Workers            int     `json:"workers"` // live workers serving the queue
 	Ready              int64   `json:"ready"`
 	Scheduled          int64   `json:"scheduled"`
 	Running            int64   `json:"running"`
@@ -34,9 +35,9 @@ type statsRow struct {
 	RetryRate          float64 `json:"retry_rate"`
 }
 
-func rowOf(s hopper.StatsRow) statsRow {
+func rowOf(s hopper.StatsRow, workers int) statsRow {
 	return statsRow{
-		Queue: s.Queue, Kind: s.Kind, Paused: s.Paused, Ready: s.Ready, Scheduled: s.Scheduled, Running: s.Running,
+		Queue: s.Queue, Kind: s.Kind, Paused: s.Paused, Workers: workers, Ready: s.Ready, Scheduled: s.Scheduled, Running: s.Running,
 		Dead: s.Dead, Cancelled: s.Cancelled, OldestReadySeconds: s.OldestReady.Seconds(), RetryRate: s.RetryRate(),
 	}
 }
@@ -46,12 +47,12 @@ func statsCommand() *command {
 	var interval time.Duration
 	return &command{
 		name:    "stats",
-		args:    "[--watch] [--json]",
-		summary: "per queue and kind: ready, scheduled, running, dead, cancelled, claim lag, retry rate, paused; throughput with --watch",
+		args:    "[--watch] [--interval D] [--json]",
+		summary: "per queue and kind: ready, scheduled, running, dead, cancelled, claim lag, retry rate; the queue active or paused, and its live workers; throughput with --watch",
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&watch, "watch", false, "redraw every --interval until Ctrl-C")
 			fs.BoolVar(&asJSON, "json", false, "print JSON (one object per refresh)")
-			fs.DurationVar(&interval, "interval", 2*time.Second, "refresh interval with --watch")
+			durationVar(fs, &interval, "interval", 2*time.Second, "refresh interval with --watch")
 		},
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
 			if len(args) > 0 || interval <= 0 {
@@ -68,9 +69,17 @@ func statsCommand() *command {
 				if err != nil {
 					return err
 				}
+				queues, err := client.ListQueues(e.ctx)
+				if err != nil {
+					return err
+				}
+				workers := map[string]int{}
+				for _, q := range queues {
+					workers[q.Name] = q.Workers
+				}
 				report := statsReport{Time: stats.At, Queues: make([]statsRow, len(stats.Rows))}
 				for i, r := range stats.Rows {
-					report.Queues[i] = rowOf(r)
+					report.Queues[i] = rowOf(r, workers[r.Queue])
 				}
 				if prev != nil {
 					enq, fin := stats.Rates(*prev)
@@ -107,14 +116,14 @@ func printStats(w io.Writer, r statsReport) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "QUEUE\tKIND\tREADY\tSCHEDULED\tRUNNING\tDEAD\tCANCELLED\tCLAIM LAG\tRETRY RATE\t")
+	fmt.Fprintln(tw, "QUEUE\tKIND\tREADY\tSCHEDULED\tRUNNING\tDEAD\tCANCELLED\tCLAIM LAG\tRETRY RATE\tSTATE\tWORKERS\t")
 	for _, s := range r.Queues {
-		queue := s.Queue
+		state := "active"
 		if s.Paused {
-			queue += " (paused)"
+			state = "paused"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%.1f%%\t\n", queue, s.Kind, s.Ready, s.Scheduled, s.Running, s.Dead,
-			s.Cancelled, (time.Duration(s.OldestReadySeconds * float64(time.Second))).Round(time.Millisecond), 100*s.RetryRate)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%.1f%%\t%s\t%s\t\n", s.Queue, s.Kind, s.Ready, s.Scheduled, s.Running, s.Dead,
+			s.Cancelled, (time.Duration(s.OldestReadySeconds * float64(time.Second))).Round(time.Millisecond), 100*s.RetryRate, state, workers(s.Workers))
 	}
 	tw.Flush()
 	if len(r.Queues) == 0 {

@@ -36,7 +36,7 @@ func uiCommand() *command {
 				}
 				return nil
 			})
-			fs.DurationVar(&sampleEvery, "sample-every", 10*time.Second, "how often the overview's charts are sampled (they keep an hour)")
+			durationVar(fs, &sampleEvery, "sample-every", 10*time.Second, "how often the overview's charts are sampled (they keep an hour)")
 		},
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
 			if len(args) > 0 {

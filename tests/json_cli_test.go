@@ -1,0 +1,146 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/worker"
+)
+
+// Kinds of TestCLIJSONSnakeCase: one that completes (kept in the
+// history) and one that fails for good (dead, with an error history).
+var (
+	jsonDone = jobs.MustDefine[Beat]("json_done")
+	jsonFail = jobs.MustDefine[Beat]("json_fail")
+)
+
+// snakeCase is the one style of every field name the CLI prints as JSON.
+var snakeCase = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
+// userData are the fields whose contents are the user's own (a job's
+// payload, result and metadata), whatever names they use.
+var userData = map[string]bool{"payload": true, "result": true, "meta": true}
+
+// requireSnakeCase checks every key of a JSON document, at any depth
+// (user data apart), and returns the keys it saw, by path.
+func requireSnakeCase(t *testing.T, what, doc string) map[string]bool {
+	t.Helper()
+	seen := map[string]bool{}
+	dec := json.NewDecoder(strings.NewReader(doc))
+	for dec.More() { // stats --json prints one object per refresh
+		var v any
+		require.NoError(t, dec.Decode(&v), "%s: %s", what, doc)
+		var walk func(path string, v any)
+		walk = func(path string, v any) {
+			switch v := v.(type) {
+			case map[string]any:
+				for k, x := range v {
+					require.Regexp(t, snakeCase, k, "%s: key %q at %s", what, k, path)
+					seen[path+"."+k] = true
+					if !userData[k] {
+						walk(path+"."+k, x)
+					}
+				}
+			case []any:
+				for _, x := range v {
+					walk(path+"[]", x)
+				}
+			}
+		}
+		walk("", v)
+	}
+	require.NotEmpty(t, seen, "%s printed no field: %s", what, doc)
+	return seen
+}
+
+// TestCLIJSONSnakeCase runs every command that takes --json, on a schema
+// with something of each kind to show (a live worker, a paused queue, a
+// rate limit in use, concurrency keys, completed, dead and cancelled jobs,
+// schedules fired and paused), and checks that every field name it prints
+// is snake_case. A command that takes --json and is missing here fails
+// the test.
+func TestCLIJSONSnakeCase(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	w, err := worker.New(d.Pool, worker.Config{Logger: quietLog, PollInterval: 50 * time.Millisecond,
+		Queues:             map[string]int{jobs.DefaultQueue: 5, "limited": 1},
+		FlowControl:        map[string]worker.FlowControl{"limited": {Rate: worker.Rate{Limit: 100, Per: time.Hour}}},
+		KeepHistoryByQueue: map[string]time.Duration{jobs.DefaultQueue: time.Hour, "limited": time.Hour}})
+	require.NoError(t, err)
+	for _, name := range []string{"nightly", "weekly"} {
+		require.NoError(t, worker.Schedule(w, name, beat, "30 2 * * *", func(slot time.Time) Beat { return Beat{Slot: slot} }))
+	}
+	require.NoError(t, worker.Handle(w, beat, func(context.Context, *jobs.Job[Beat]) error { return nil }))
+	require.NoError(t, worker.Handle(w, jsonDone, func(context.Context, *jobs.Job[Beat]) error { return nil }))
+	require.NoError(t, worker.Handle(w, jsonFail, func(context.Context, *jobs.Job[Beat]) error { return errors.New("boom") }))
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-errc) }()
+
+	run := func(args ...string) string {
+		t.Helper()
+		r := runHopper(t, d.URL, "", args...)
+		require.Zero(t, r.code, "%v: %s", args, r.stderr)
+		return r.stdout
+	}
+	enqueue := func(args ...string) string {
+		t.Helper()
+		m := regexp.MustCompile(`enqueued job (\d+)`).FindStringSubmatch(run(append([]string{"enqueue"}, args...)...))
+		require.NotNil(t, m)
+		return m[1]
+	}
+	done := enqueue("--kind", "json_done", "--meta", "Tenant-ID=acme", "--payload", `{"UserID": 7}`)
+	enqueue("--kind", "json_done", "--queue", "limited")
+	dead := enqueue("--kind", "json_fail", "--max-attempts", "1")
+	enqueue("--kind", "held", "--queue", "held", "--concurrency-key", "acme")
+	run("jobs", "cancel", enqueue("--kind", "held", "--queue", "held"))
+	run("queues", "pause", "held")
+	testdb.WaitFor(t, "the schedules defined", func() bool { return strings.Contains(run("schedules", "list"), "weekly") })
+	run("schedules", "pause", "weekly")
+	run("schedules", "trigger", "nightly")
+	testdb.WaitFor(t, "the jobs worked and the schedule fired", func() bool {
+		return len(regexp.MustCompile(`(?m)^\d+\s+completed\s`).FindAllString(run("history", "list"), -1)) >= 3 &&
+			strings.Contains(run("dead", "list"), "json_fail")
+	})
+
+	cases := []struct {
+		args []string
+		want []string // keys that must be there: the test shows what it means to
+	}{
+		{[]string{"stats"}, []string{".queues[].workers", ".queues[].oldest_ready_seconds"}},
+		{[]string{"keys"}, []string{".keys[].key", ".rate_limits[].per_seconds"}},
+		{[]string{"queues", "list"}, []string{"[].workers", "[].paused_at", "[].oldest_ready_seconds"}},
+		{[]string{"schedules", "list"}, []string{"[].time_zone", "[].next_fire_at", "[].last_fire_at", "[].paused_at", "[].last_reported"}},
+		{[]string{"jobs", "list"}, []string{".jobs[].max_attempts", ".jobs[].concurrency_key", ".jobs[].payload"}},
+		{[]string{"jobs", "show", done}, []string{".created_at", ".meta"}},
+		{[]string{"dead", "list"}, []string{".jobs[].errors[].attempt", ".jobs[].reason"}},
+		{[]string{"dead", "show", dead}, []string{".errors[].error", ".finished_at"}},
+		{[]string{"history", "list"}, []string{".jobs[].finished_at"}},
+		{[]string{"history", "show", done}, []string{".finished_at"}},
+	}
+	covered := map[string]bool{"bench": true} // TestBenchRuns checks its report
+	for _, c := range cases {
+		seen := requireSnakeCase(t, strings.Join(c.args, " "), run(append(c.args, "--json")...))
+		for _, k := range c.want {
+			require.True(t, seen[k], "%v --json: no %s in %v", c.args, k, seen)
+		}
+		covered[c.args[0]] = true
+	}
+
+	// Every command that takes --json is above.
+	for _, m := range regexp.MustCompile(`(?m)^  ([a-z]+) `).FindAllStringSubmatch(run("help"), -1) {
+		if strings.Contains(run("help", m[1]), "--json") {
+			require.True(t, covered[m[1]], "hopper %s takes --json: check it here", m[1])
+		}
+	}
+}
