@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync/atomic"
@@ -36,33 +37,9 @@ func TestLeastPrivilege(t *testing.T) {
 	d := testdb.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	role := d.Schema + "_app"
-	schemaID, roleID := pgx.Identifier{d.Schema}.Sanitize(), pgx.Identifier{role}.Sanitize()
-	// The grants, exactly as docs/operating.md lists them.
-	for _, stmt := range []string{
-		"CREATE ROLE " + roleID + " LOGIN",
-		"GRANT USAGE ON SCHEMA " + schemaID + " TO " + roleID,
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_jobs, hopper_dead_jobs, hopper_queues, hopper_job_history, hopper_schedules, hopper_schedule_versions, hopper_workers TO " + roleID,
-		"GRANT SELECT ON hopper_all_jobs TO " + roleID,
-		"GRANT USAGE ON SEQUENCE hopper_jobs_id_seq TO " + roleID,
-	} {
-		_, err := d.Pool.Exec(ctx, stmt)
-		require.NoError(t, err, stmt)
-	}
-	t.Cleanup(func() {
-		for _, stmt := range []string{"DROP OWNED BY " + roleID, "DROP ROLE " + roleID} {
-			_, _ = d.Pool.Exec(context.Background(), stmt)
-		}
-	})
-	cfg, err := pgxpool.ParseConfig(d.URL)
-	require.NoError(t, err)
-	cfg.ConnConfig.User = role
-	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT current_database()").Scan(&cfg.ConnConfig.Database))
-	app, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer app.Close()
+	app := leastPrivilegePool(t, d)
 
-	_, err = app.Exec(ctx, "CREATE TABLE sneaky (id int)")
+	_, err := app.Exec(ctx, "CREATE TABLE sneaky (id int)")
 	require.ErrorContains(t, err, "permission denied", "the role has no DDL rights")
 
 	chore := jobs.MustDefine[Chore]("chore")
@@ -138,4 +115,69 @@ func TestLeastPrivilege(t *testing.T) {
 	purged, err := client.PurgeDeadJobs(ctx, hopper.DeadFilter{States: []jobs.State{jobs.StateCancelled}, All: true})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, purged)
+}
+
+// leastPrivilegePool makes a role with the grants docs/operating.md lists,
+// plus extra ones, and returns a pool that logs in as it.
+func leastPrivilegePool(t *testing.T, d *testdb.DB, extra ...string) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	role := d.Schema + "_app"
+	schemaID, roleID := pgx.Identifier{d.Schema}.Sanitize(), pgx.Identifier{role}.Sanitize()
+	// The grants, exactly as docs/operating.md lists them.
+	grants := []string{
+		"CREATE ROLE " + roleID + " LOGIN",
+		"GRANT USAGE ON SCHEMA " + schemaID + " TO " + roleID,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_jobs, hopper_dead_jobs, hopper_queues, hopper_job_history, hopper_schedules, hopper_schedule_versions, hopper_workers TO " + roleID,
+		"GRANT SELECT ON hopper_all_jobs TO " + roleID,
+		"GRANT USAGE ON SEQUENCE hopper_jobs_id_seq TO " + roleID,
+	}
+	for _, g := range extra {
+		grants = append(grants, g+" TO "+roleID)
+	}
+	for _, stmt := range grants {
+		_, err := d.Pool.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	t.Cleanup(func() {
+		for _, stmt := range []string{"DROP OWNED BY " + roleID, "DROP ROLE " + roleID} {
+			_, _ = d.Pool.Exec(context.Background(), stmt)
+		}
+	})
+	cfg, err := pgxpool.ParseConfig(d.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.User = role
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT current_database()").Scan(&cfg.ConnConfig.Database))
+	app, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(app.Close)
+	return app
+}
+
+// TestLeastPrivilegeFlowControl: a flow-controlled queue claims under the
+// listed grants plus the one docs/operating.md adds for flow control.
+func TestLeastPrivilegeFlowControl(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	app := leastPrivilegePool(t, d, "GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_rate_claims")
+
+	chore := jobs.MustDefine[Chore]("keyed_chore", jobs.KeyBy(func(c Chore) string { return fmt.Sprint(c.N % 2) }))
+	_, err := chore.EnqueueMany(ctx, app, jobs.Items(Chore{1}, Chore{2}, Chore{3}, Chore{4}))
+	require.NoError(t, err)
+	var done atomic.Int64
+	w, err := worker.New(app, worker.Config{Logger: quietLog, PollInterval: 50 * time.Millisecond,
+		FlowControl: map[string]worker.FlowControl{jobs.DefaultQueue: {KeyLimit: 1}}})
+	require.NoError(t, err)
+	require.NoError(t, worker.Handle(w, chore, func(context.Context, *jobs.Job[Chore]) error { done.Add(1); return nil }))
+	runCtx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(runCtx) }()
+	testdb.WaitFor(t, "every keyed job done", func() bool { return done.Load() == 4 })
+	stop()
+	require.NoError(t, <-errc)
+	budgets, err := hopper.NewClient(app).ListRateBudgets(ctx)
+	require.NoError(t, err, "hopper keys' rate budgets read under the grant")
+	require.Empty(t, budgets)
 }
