@@ -128,8 +128,10 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 				printUsage(stdout, c)
 				return exitOK
 			}
-			fmt.Fprintln(stderr, notACommand(args[1]))
-			return exitUsage
+			if !strings.HasPrefix(args[1], "-") { // hopper help --help: the help
+				fmt.Fprintln(stderr, notACommand(args[1]))
+				return exitUsage
+			}
 		}
 		printHelp(stdout)
 		if len(args) == 0 {

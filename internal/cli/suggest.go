@@ -113,9 +113,9 @@ func flagError(fs *flag.FlagSet, err error) error {
 	}
 	if m := flagBadValue.FindStringSubmatch(msg); m != nil {
 		if m[4] == "parse error" { // package flag's word for a value its type cannot read
-			return fmt.Errorf("invalid value %s for --%s", m[2], m[3])
+			return fmt.Errorf("invalid %svalue %s for --%s", m[1], m[2], m[3])
 		}
-		return fmt.Errorf("invalid value %s for --%s: %s", m[2], m[3], m[4])
+		return fmt.Errorf("invalid %svalue %s for --%s: %s", m[1], m[2], m[3], m[4])
 	}
 	return err
 }

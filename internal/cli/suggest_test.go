@@ -99,7 +99,7 @@ func TestUsageErrorsSuggest(t *testing.T) {
 		{[]string{"stats", "--interval"}, `hopper stats: --interval needs a value (run hopper stats --help)`},
 		{[]string{"stats", "--interval", "soon"}, `hopper stats: invalid value "soon" for --interval: want a duration like 90s, 2h or 7d (run hopper stats --help)`},
 		{[]string{"keys", "--limit", "many"}, `hopper keys: invalid value "many" for --limit (run hopper keys --help)`},
-		{[]string{"stats", "--json=maybe"}, `hopper stats: invalid value "maybe" for --json (run hopper stats --help)`},
+		{[]string{"stats", "--json=maybe"}, `hopper stats: invalid boolean value "maybe" for --json (run hopper stats --help)`},
 		// Old spellings: refused, with the new one.
 		{[]string{"queue", "list"}, `hopper queue: this command is now hopper queues list | pause NAME | resume NAME | purge NAME`},
 		{[]string{"--schema", "s", "queue", "pause", "q"}, `hopper queue: this command is now hopper queues list | pause NAME | resume NAME | purge NAME`},
