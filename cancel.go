@@ -20,7 +20,7 @@ type CancelResult struct {
 }
 
 // CancelJobs cancels jobs, whatever their live state. A cancelled job moves
-// to the dead table as cancelled (never dropped: RetryDead brings it
+// to the dead table as cancelled (never dropped: RetryDeadJobs brings it
 // back). A running job's worker is told at once and cancels the handler's
 // context with the cause worker.ErrCancelled (a worker without LISTEN
 // learns it at its next heartbeat); whatever the handler returns after

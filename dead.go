@@ -10,7 +10,7 @@ import (
 	"github.com/hopperq/hopper/jobs"
 )
 
-// DeadFilter chooses dead and cancelled jobs for RetryDead and PurgeDead.
+// DeadFilter chooses dead and cancelled jobs for RetryDeadJobs and PurgeDeadJobs.
 // Set filters combine (all must match).
 type DeadFilter struct {
 	// IDs keeps these jobs only.
@@ -28,7 +28,7 @@ type DeadFilter struct {
 	All bool
 }
 
-// deadBatch bounds one RetryDead or PurgeDead statement.
+// deadBatch bounds one RetryDeadJobs or PurgeDeadJobs statement.
 const deadBatch = 1000
 
 func (f DeadFilter) params() (db.RetryDeadParams, error) {
@@ -52,7 +52,7 @@ func (f DeadFilter) params() (db.RetryDeadParams, error) {
 	return p, nil
 }
 
-// RetryResult tells what RetryDead did.
+// RetryResult tells what RetryDeadJobs did.
 type RetryResult struct {
 	// Retried holds the ids of the jobs now live again, ready to run.
 	Retried []int64

@@ -1,7 +1,8 @@
 // Package hopper operates a Hopper job queue from Go: look jobs up and list
 // them, read stats, cancel jobs (running ones included), retry and purge
-// dead ones, and pause and resume queues. The hopper command uses exactly
-// this API.
+// dead ones, and pause and resume queues and schedules. The hopper command
+// and the dashboard use exactly this API. The README is the front door;
+// docs/operating.md is the guide to operating a queue.
 //
 // Hopper is a job queue that lives in the PostgreSQL your application
 // already has. Its other packages:
@@ -36,21 +37,21 @@
 // lease), and then, once finished, completed, dead or cancelled (see
 // jobs.State). Live jobs are in hopper_jobs; dead and cancelled ones in
 // hopper_dead_jobs; completed ones leave no trace unless their kind or
-// queue keeps history (worker.KeepHistory, worker.Config.KeepHistory), in
-// which case they are in hopper_job_history until their retention ends.
-// Job finds a job in any of them by id; ListJobs lists all of them, newest
+// queue keeps history (worker.KeepHistory,
+// worker.Config.KeepHistoryByQueue), in which case they are in
+// hopper_job_history until their retention ends. GetJob finds a job in any of them by id; ListJobs lists all of them, newest
 // first, with filters (queue, kind, states, unique key, creation time) and
 // keyset pages: a page costs the same a million jobs deep as on top.
 // A jobs.Row holds the payload as JSON; the kind's Decode makes it typed.
 //
 // # Cancelling
 //
-// Cancel takes any live job: pending and scheduled ones are cancelled at
+// CancelJobs (CancelJob for one) takes any live job: pending and scheduled ones are cancelled at
 // once; a running one's worker is told at once (a notification; a worker
 // that polls learns it at its next heartbeat) and cancels the handler's
 // context with the cause worker.ErrCancelled. Whatever the handler returns
 // afterwards is refused: the job is no longer the worker's. Every cancelled
-// job is kept, as cancelled, with the dead ones: RetryDead brings it back.
+// job is kept, as cancelled, with the dead ones: RetryDeadJobs brings it back.
 // A handler can also cancel its own job (worker.Cancel).
 //
 // # Queues
@@ -58,15 +59,17 @@
 // PauseQueue stops every worker process from claiming a queue's jobs, from
 // the moment it commits (the claim statement checks it), workers started
 // later included, until ResumeQueue, which wakes them at once. Jobs running
-// already finish; enqueueing goes on. Pausing a paused queue, or resuming a
-// running one, is not an error. A queue is known once a worker has served
+// already finish; enqueueing goes on. Pausing a paused queue, or resuming
+// one that is not paused, is not an error: PauseResult.Changed says
+// whether anything changed. Paused is all "paused" means: QueueInfo.Workers
+// tells whether any live worker serves the queue. A queue is known once a worker has served
 // it or it has jobs; operations on a queue Hopper does not know fail with
 // ErrUnknownQueue, so that a typo is not silently "paused".
 //
 // # Schedules
 //
 // Periodic jobs are defined in code (worker.Schedule) and live in the
-// database: Schedules lists them with their next and last fire, their
+// database: ListSchedules lists them with their next and last fire, their
 // policy, and whether they are paused or stale (no running worker defines
 // them); PauseSchedule and ResumeSchedule stop and restart one (slots
 // missed while paused do not fire); TriggerSchedule asks for one fire now.
@@ -78,5 +81,7 @@
 // has finished), ErrUnknownQueue, ErrUnknownSchedule, ErrInvalidCursor (a page cursor ListJobs
 // did not make), ErrInvalidFilter (a limit out of range, an empty time
 // range, a dead-job filter that would match every job without All), and
-// jobs.ErrInvalidQueue, jobs.ErrInvalidState for malformed names.
+// jobs.ErrInvalidQueue, jobs.ErrInvalidState for malformed names. On a
+// schema that is missing or older than this build, every operation
+// returns an error that matches jobs.ErrNotMigrated and says what to run.
 package hopper

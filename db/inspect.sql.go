@@ -165,7 +165,7 @@ type ListJobsParams struct {
 // and created_at in [created_from, created_to). The plan is an index scan
 // per table backwards from before_id, merged, so a page costs the rows it
 // reads however deep it is; a filter that matches few rows reads more of
-// them (see README, Operate). Searching by unique key is ListJobsByKey.
+// them (see docs/operating.md). Searching by unique key is ListJobsByKey.
 func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]HopperAllJob, error) {
 	rows, err := q.db.Query(ctx, listJobs,
 		arg.BeforeID,

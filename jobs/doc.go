@@ -115,4 +115,8 @@
 // A handler gets a *Job[T]: the decoded Payload and the job's metadata (ID,
 // Queue, Kind, stored Version, Attempt, MaxAttempts, CreatedAt, RunAt and
 // the error history of earlier attempts). The worker package runs them.
+//
+// The guide docs/jobs.md covers defining kinds, enqueue options,
+// transactions and batches, unique keys, metadata, payload versions and
+// hooks with runnable programs.
 package jobs

@@ -143,7 +143,7 @@ type Config struct {
 	// table for so long after they complete (no entry, or 0: not kept, the
 	// default). A kind's own KeepHistoryByQueue overrides its queue's. The job is
 	// copied by the statement that acknowledges it, so keeping history
-	// costs no extra round trip; see the README for what it costs the
+	// costs no extra round trip; see docs/benchmarks.md for what it costs the
 	// database.
 	KeepHistoryByQueue map[string]time.Duration
 	// DeadRetention, when positive, deletes dead and cancelled jobs that

@@ -94,7 +94,7 @@
 //     charged an attempt and with no error entry. One that returns
 //     Cancel(reason) ends its job as cancelled: kept in the dead table, not
 //     retried, not counted as failed.
-//   - Cancelled by an operator (hopper.Client.Cancel, `hopper cancel`): the
+//   - Cancelled by an operator (hopper.Client.CancelJobs, `hopper jobs cancel`): the
 //     worker running the job hears of it at once (a notification on its
 //     LISTEN session; with PollOnly at its next heartbeat) and cancels the
 //     handler's context with the cause ErrCancelled; whatever the handler
@@ -102,7 +102,7 @@
 //   - Paused queues (hopper.Client.PauseQueue): the claim statement itself
 //     checks the pause, so a paused queue's claims take nothing, in every
 //     worker, from the moment the pause commits; a resume wakes the queue.
-//   - History: a kind (KeepHistory) or queue (Config.KeepHistory) may keep
+//   - History: a kind (KeepHistory) or queue (Config.KeepHistoryByQueue) may keep
 //     its completed jobs, with the handler's result (HandleWithResult), in
 //     the history table for a while: the statement that acknowledges them
 //     copies them, so it costs no round trip, and every worker prunes the
@@ -150,5 +150,12 @@
 //     and retried with backoff; a restarted database is reconnected to by
 //     the pool.
 //   - Observability: log/slog with job id, kind, queue and attempt;
-//     Prometheus counters and histograms when Config.Registerer is set.
+//     Prometheus counters and histograms when Config.Registerer is set
+//     (hopper_job_outcomes_total counts every run by its Outcome), and the
+//     database's gauges at Config.MetricsAddr.
+//
+// The guide docs/workers.md covers the configuration, handlers, leases,
+// retries, timeouts, AckTx, middleware, hooks and shutdown with runnable
+// programs; docs/flow-control.md covers Config.FlowControl and
+// docs/periodic-jobs.md covers Schedule.
 package worker

@@ -31,7 +31,7 @@ var ErrLeaseLost = errors.New("hopper: job lease lost")
 var ErrShutdown = errors.New("hopper: worker shutting down")
 
 // ErrCancelled is the cause of a handler context cancelled because an
-// operator cancelled the running job (hopper.Client.Cancel, `hopper
+// operator cancelled the running job (hopper.Client.CancelJobs, `hopper jobs
 // cancel`). The job is recorded as cancelled already; whatever the
 // handler returns is discarded.
 var ErrCancelled = errors.New("hopper: job cancelled")

@@ -55,7 +55,7 @@ func RetryBackoff(b Backoff) HandleOption {
 
 // KeepHistory keeps this kind's completed jobs, with the handler's result
 // (HandleWithResult), in the history table for d after they complete,
-// whatever Config.KeepHistory says of their queue. They are written by the
+// whatever Config.KeepHistoryByQueue says of their queue. They are written by the
 // statement that acknowledges them, and every worker deletes them once d
 // has passed. A negative d keeps none of them, even where their queue
 // keeps history.
@@ -99,8 +99,8 @@ func Handle[T any](w *Worker, kind *jobs.Kind[T], fn func(context.Context, *jobs
 
 // HandleWithResult registers fn as the handler of kind, like Handle, for a
 // handler that returns a result. Where the kind's completed jobs are kept
-// (KeepHistory, Config.KeepHistory) the result is stored with them, as
-// JSON, and read back with the operations API (hopper.Client.Job, the
+// (KeepHistory, Config.KeepHistoryByQueue) the result is stored with them, as
+// JSON, and read back with the operations API (hopper.Client.GetJob, the
 // Result of the row); elsewhere it is dropped. A result that does not
 // marshal to JSON, or is over 1 MiB encoded, fails the attempt.
 func HandleWithResult[T, R any](w *Worker, kind *jobs.Kind[T], fn func(context.Context, *jobs.Job[T]) (R, error), opts ...HandleOption) error {

@@ -32,6 +32,6 @@ func (w *Worker) warnIfPooled(ctx context.Context) {
 	}
 	w.log.Warn("the pool reaches PostgreSQL through a pooler: in transaction mode (PgBouncer's pool_mode=transaction) "+
 		"set default_query_exec_mode=exec in the connection string and Config.PollOnly, and name the schema with Config.Schema "+
-		"(README: \"Which schema, and PgBouncer\")",
+		"(docs/workers.md: \"Which schema, and PgBouncer\")",
 		"statement_cache", cached, "poll_only", w.cfg.PollOnly)
 }

@@ -18,7 +18,7 @@
 //     prepared before a pipeline runs, outside its transaction, so each
 //     call runs in a transaction of its own: correct, but three more round
 //     trips. On a direct connection, setting search_path on the pool is the
-//     faster way (see the README).
+//     faster way (see docs/operating.md).
 //
 // CopyFrom names the table with its schema instead: its insert trigger
 // finds everything through TG_TABLE_SCHEMA.

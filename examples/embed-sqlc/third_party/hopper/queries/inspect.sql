@@ -57,7 +57,7 @@ SELECT * FROM hopper_all_jobs WHERE id = @id::bigint;
 -- and created_at in [created_from, created_to). The plan is an index scan
 -- per table backwards from before_id, merged, so a page costs the rows it
 -- reads however deep it is; a filter that matches few rows reads more of
--- them (see README, Operate). Searching by unique key is ListJobsByKey.
+-- them (see docs/operating.md). Searching by unique key is ListJobsByKey.
 SELECT * FROM hopper_all_jobs AS a
 WHERE a.id < @before_id::bigint
   AND (cardinality(@states::text[]) = 0 OR a.state = ANY(@states::text[]))
