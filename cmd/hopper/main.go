@@ -1,5 +1,7 @@
 // Command hopper operates a Hopper queue: migrations, enqueueing, stats,
-// dead-letter triage, cancelling, exporting the SQL, and a demo.
+// jobs, queues and schedules (list, pause, resume, cancel), dead-letter
+// triage, exporting the SQL, the web dashboard, and a demo. A command is a
+// plural noun, then a verb: hopper queues pause email.
 // Run `hopper help` for the commands.
 package main
 

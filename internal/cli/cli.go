@@ -250,7 +250,7 @@ func printUsage(w io.Writer, c *command) {
 	for _, n := range names {
 		f := fs.Lookup(n)
 		def := ""
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
 			def = fmt.Sprintf(" (default %s)", f.DefValue)
 		}
 		fmt.Fprintf(w, "  --%-16s %s%s\n", n, f.Usage, def)
