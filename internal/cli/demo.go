@@ -84,6 +84,10 @@ func demoCommand() *command {
 			if len(args) > 0 || duration < 0 || rate < 10 {
 				return fmt.Errorf("%w: demo takes no argument, a non-negative --duration and --rate of 10 or more", errUsage)
 			}
+			if e.schema != "" {
+				// Taken and ignored, it would say that the demo ran there.
+				return fmt.Errorf("%w: the demo runs in a schema of its own, %s: it takes no --schema", errUsage, demoSchema)
+			}
 			return runDemo(e, duration, rate, reset)
 		},
 	}

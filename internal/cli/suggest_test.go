@@ -107,6 +107,7 @@ func TestUsageErrorsSuggest(t *testing.T) {
 		{[]string{"purge", "--queue", "q", "--yes"}, `hopper purge: this command is now hopper queues purge NAME`},
 		{[]string{"help", "purge"}, `hopper purge: this command is now hopper queues purge NAME`},
 		// Flags an action does not take.
+		{[]string{"--schema", "mine", "demo"}, `hopper demo: the demo runs in a schema of its own, hopper_demo: it takes no --schema (run hopper demo --help)`},
 		{[]string{"jobs", "cancel", "1", "--state", "pending"}, `hopper jobs: cancel takes job ids, not --state (run hopper jobs --help)`},
 	} {
 		var out, errOut bytes.Buffer
