@@ -128,7 +128,9 @@ func TestCLIJSONSnakeCase(t *testing.T) {
 		{[]string{"history", "list"}, []string{".jobs[].finished_at"}},
 		{[]string{"history", "show", done}, []string{".finished_at"}},
 	}
-	covered := map[string]bool{"bench": true} // TestBenchRuns checks its report
+	// bench's report: its types are checked by internal/cli's
+	// TestJSONFieldNames (a run takes minutes).
+	covered := map[string]bool{"bench": true}
 	for _, c := range cases {
 		seen := requireSnakeCase(t, strings.Join(c.args, " "), run(append(c.args, "--json")...))
 		for _, k := range c.want {
