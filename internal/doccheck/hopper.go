@@ -113,7 +113,7 @@ func flagKind(cmd, flag string) kind {
 		return flagValue // a string flag took it
 	case strings.Contains(stderr, "invalid boolean value"):
 		return flagBool
-	case strings.Contains(stderr, "not defined"):
+	case strings.Contains(stderr, "unknown flag"):
 		return flagUnknown
 	default:
 		return flagValue // an int or duration flag refused it
