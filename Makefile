@@ -119,9 +119,10 @@ lint: ## staticcheck, pinned in tools/go.mod, on Hopper, the embed-sqlc example,
 	cd $(E2E) && go tool -modfile=../tools/go.mod staticcheck ./...
 
 .PHONY: ci
-ci: ## what .ci/run runs once PostgreSQL is up: check-generated, vet, lint, check-alerts, test, the restart scenario, a short fuzz
+ci: ## what .ci/run runs once PostgreSQL is up: check-generated, vet, api-check, lint, check-alerts, test, the restart scenario, a short fuzz
 	$(MAKE) check-generated
 	$(MAKE) vet
+	$(MAKE) api-check
 	$(MAKE) lint
 	$(MAKE) check-alerts
 	$(MAKE) test
