@@ -128,7 +128,7 @@ func TestCLIJSONSnakeCase(t *testing.T) {
 		{[]string{"history", "list"}, []string{".jobs[].finished_at"}},
 		{[]string{"history", "show", done}, []string{".finished_at"}},
 	}
-	// bench's report: its types are checked by internal/cli's
+	// bench's report: its types are checked by cmd/hopper/internal/cli's
 	// TestJSONFieldNames (a run takes minutes).
 	covered := map[string]bool{"bench": true}
 	for _, c := range cases {

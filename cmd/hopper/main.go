@@ -11,7 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/hopperq/hopper/internal/cli"
+	"github.com/hopperq/hopper/cmd/hopper/internal/cli"
 )
 
 func main() {

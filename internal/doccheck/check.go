@@ -73,8 +73,12 @@ type Checker struct {
 	SQL func(text string) (line int, err error)
 	// SQLOnly checks the SQL blocks only: no other block, no link.
 	SQLOnly bool
+	// HopperBin is the path of a built hopper command (go build
+	// ./cmd/hopper) that CheckHopperArgs runs to check the hopper command
+	// lines of shell blocks.
+	HopperBin string
 	// Hopper checks the arguments of a hopper command line (after the
-	// program name); nil means CheckHopperArgs.
+	// program name) instead; nil means CheckHopperArgs with HopperBin.
 	Hopper func(args []string) error
 
 	makeTargets map[string]map[string]bool // Makefile path -> targets

@@ -66,7 +66,7 @@ func sharedGo(t *testing.T) *doccheck.GoChecker {
 // command and flags, and every relative link leads to a file (and heading)
 // that exists. The SQL blocks are TestDocsSQL's.
 func TestDocs(t *testing.T) {
-	c := &doccheck.Checker{Root: root, Go: sharedGo(t)}
+	c := &doccheck.Checker{Root: root, Go: sharedGo(t), HopperBin: hopperBin}
 	report(t, c, docFiles(t))
 }
 
@@ -212,7 +212,7 @@ func TestCheckerGo(t *testing.T) {
 			want: []string{"doc.md:4: go: could not import github.com/hopperq/hopper/nosuch"}},
 		{name: "text blocks are not checked", md: fence + "text\nhopper.NoSuchFunction(…)\n" + fence + "\n"},
 		{name: "a skipped block", md: "<!-- doccheck: skip pseudo-code on purpose -->\n" + fence + "go\nhopper.NoSuchFunction(…)\n" + fence + "\n"},
-	}, func(dir string) *doccheck.Checker { return &doccheck.Checker{Root: dir, Go: g} })
+	}, func(dir string) *doccheck.Checker { return &doccheck.Checker{Root: dir, Go: g, HopperBin: hopperBin} })
 }
 
 // TestCheckerShell: make targets, hopper commands, their actions and
@@ -247,7 +247,7 @@ func TestCheckerShell(t *testing.T) {
 			want: []string{"flag --queue needs a value"}},
 		{name: "a flag's value that does not parse", md: fence + "sh\nhopper jobs list --limit many\n" + fence + "\n",
 			want: []string{"doc.md:2: hopper jobs list --limit many: …many"}},
-	}, func(dir string) *doccheck.Checker { return &doccheck.Checker{Root: dir} })
+	}, func(dir string) *doccheck.Checker { return &doccheck.Checker{Root: dir, HopperBin: hopperBin} })
 }
 
 // TestCheckerLinks: relative links must lead to files, and their
@@ -273,7 +273,7 @@ func TestCheckerLinks(t *testing.T) {
 			want: []string{"doc.md:1: doccheck: skip is not followed by a code block"}},
 		{name: "an unknown directive", md: "<!-- doccheck: skpi x -->\n" + fence + "go\nx\n" + fence + "\n",
 			want: []string{`unknown doccheck directive "skpi x"`}},
-	}, func(dir string) *doccheck.Checker { return &doccheck.Checker{Root: dir} })
+	}, func(dir string) *doccheck.Checker { return &doccheck.Checker{Root: dir, HopperBin: hopperBin} })
 }
 
 // TestCheckerSQL: SQL blocks run against a migrated schema, with the line

@@ -5,36 +5,36 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"regexp"
 	"strings"
-
-	"github.com/hopperq/hopper/internal/cli"
+	"time"
 )
 
 // CheckHopperArgs checks a hopper command line (the arguments after the
 // program name) without running it: the command exists, its flags parse,
 // and the action of a command that takes one ("jobs list") is one it
-// knows.
+// knows. bin is the path of a built hopper command (go build ./cmd/hopper).
 //
 // It runs the CLI with --help appended: the CLI parses every flag before
 // it and prints the command's usage instead of running it. A line that
 // ends with a flag expecting a value would make that flag swallow --help,
 // so such a line is caught first, by a probe of the flag alone.
-func CheckHopperArgs(args []string) error {
+func CheckHopperArgs(bin string, args []string) error {
 	if i := indexOf(args, "--"); i >= 0 {
 		args = args[:i]
 	}
 	cmdAt := commandIndex(args)
 	if cmdAt < 0 {
 		// Only global flags, or nothing: hopper prints its help.
-		code, _, stderr := runCLI(append(clone(args), "--help"))
+		code, _, stderr := runCLI(bin, append(clone(args), "--help"))
 		if code != 0 {
 			return errors.New(firstLine(stderr))
 		}
 		return nil
 	}
 	cmd := args[cmdAt]
-	if code, _, stderr := runCLI([]string{cmd, "--help"}); code != 0 {
+	if code, _, stderr := runCLI(bin, []string{cmd, "--help"}); code != 0 {
 		return errors.New(firstLine(stderr)) // no such command
 	}
 	help := false
@@ -44,11 +44,11 @@ func CheckHopperArgs(args []string) error {
 		}
 	}
 	if last := args[len(args)-1]; !help && len(args) > cmdAt+1 && isFlag(last) && !strings.Contains(last, "=") {
-		if kind := flagKind(cmd, last); kind == flagValue {
+		if kind := flagKind(bin, cmd, last); kind == flagValue {
 			return fmt.Errorf("flag %s needs a value", last)
 		}
 	}
-	code, stdout, stderr := runCLI(append(clone(args), "--help"))
+	code, stdout, stderr := runCLI(bin, append(clone(args), "--help"))
 	if code != 0 {
 		return errors.New(firstLine(stderr))
 	}
@@ -77,23 +77,32 @@ func CheckHopperArgs(args []string) error {
 			}
 			return nil
 		}
-		if !strings.Contains(a, "=") && flagKind(cmd, a) == flagValue {
+		if !strings.Contains(a, "=") && flagKind(bin, cmd, a) == flagValue {
 			i++
 		}
 	}
 	return fmt.Errorf("hopper %s needs an action: %s", cmd, strings.Join(actions, ", "))
 }
 
-// runCLI runs the hopper command in-process with a cancelled context and
-// a connection string that leads nowhere, so that even a command run by
-// mistake could not reach a database.
-func runCLI(args []string) (code int, stdout, stderr string) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
+// runCLI runs the hopper binary with a connection string that leads
+// nowhere, so that even a command run by mistake could not reach a
+// database, and returns its exit code and what it printed. A binary that
+// does not start (or hangs) gives code -1 and the reason on stderr.
+func runCLI(bin string, args []string) (code int, stdout, stderr string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	var out, errOut bytes.Buffer
 	args = append([]string{"--database-url", "postgres://doccheck.invalid:1/none?connect_timeout=1"}, args...)
-	code = cli.Run(ctx, args, strings.NewReader(""), &out, &errOut)
-	return code, out.String(), errOut.String()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || ctx.Err() != nil {
+			return -1, out.String(), fmt.Sprintf("run %s: %v\n%s", bin, err, errOut.String())
+		}
+		return exit.ExitCode(), out.String(), errOut.String()
+	}
+	return 0, out.String(), errOut.String()
 }
 
 type kind int
@@ -106,8 +115,8 @@ const (
 
 // flagKind tells whether a flag of a command is boolean or takes a value:
 // --flag=doccheck-probe fails to parse as a boolean only.
-func flagKind(cmd, flag string) kind {
-	code, _, stderr := runCLI([]string{cmd, flag + "=doccheck-probe", "--help"})
+func flagKind(bin, cmd, flag string) kind {
+	code, _, stderr := runCLI(bin, []string{cmd, flag + "=doccheck-probe", "--help"})
 	switch {
 	case code == 0:
 		return flagValue // a string flag took it

@@ -2,6 +2,7 @@ package doccheck
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -382,7 +383,10 @@ func (c *Checker) checkHopper(args []string) error {
 	if c.Hopper != nil {
 		return c.Hopper(args)
 	}
-	return CheckHopperArgs(args)
+	if c.HopperBin == "" {
+		return errors.New("no hopper binary to check it with (Checker.HopperBin)")
+	}
+	return CheckHopperArgs(c.HopperBin, args)
 }
 
 // toolIndex returns the index of tool among go tool's arguments (after

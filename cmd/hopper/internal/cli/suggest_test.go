@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
-	"github.com/hopperq/hopper/internal/bench"
+	"github.com/hopperq/hopper/cmd/hopper/internal/bench"
 )
 
 func TestEditDistance(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hopperq/hopper"
-	"github.com/hopperq/hopper/internal/bench"
+	"github.com/hopperq/hopper/cmd/hopper/internal/bench"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/schema"
 	"github.com/hopperq/hopper/worker"

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hopperq/hopper/internal/bench"
+	"github.com/hopperq/hopper/cmd/hopper/internal/bench"
 )
 
 func benchCommand() *command {
