@@ -60,17 +60,17 @@ func TestClientNotMigrated(t *testing.T) {
 func TestClientNotMigratedInSchema(t *testing.T) {
 	b := setup(t)
 	empty := testdb.NewEmpty(t)
-	scoped, err := jobs.InSchema(b.pool, empty.Schema)
+	scoped, err := jobs.InSchema(b.Pool, empty.Schema)
 	require.NoError(t, err)
 	client := hopper.NewClient(scoped)
-	_, err = client.GetStats(b.ctx)
+	_, err = client.GetStats(b.Ctx)
 	require.ErrorIs(t, err, jobs.ErrNotMigrated)
 	require.ErrorContains(t, err, "run `hopper migrate up --schema "+empty.Schema+"` (or schema.Up with schema.Name)")
 
-	tx, err := b.pool.Begin(b.ctx)
+	tx, err := b.Pool.Begin(b.Ctx)
 	require.NoError(t, err)
-	defer tx.Rollback(b.ctx) //nolint:errcheck
-	_, err = client.ListKeysTx(b.ctx, tx, "", 10)
+	defer tx.Rollback(b.Ctx) //nolint:errcheck
+	_, err = client.ListKeysTx(b.Ctx, tx, "", 10)
 	require.ErrorIs(t, err, jobs.ErrNotMigrated)
 	require.ErrorContains(t, err, "--schema "+empty.Schema)
 }

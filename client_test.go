@@ -30,7 +30,7 @@ func everyState(t *testing.T, b *bundle) (ids map[jobs.State]int64, release func
 		jobs.StateDead:      b.enqueue(t, email, "dead", jobs.MaxAttempts(1)),
 		jobs.StateCancelled: b.enqueue(t, report, "cancelled", jobs.Queue("idle")),
 	}
-	require.NoError(t, b.client.CancelJob(b.ctx, ids[jobs.StateCancelled]))
+	require.NoError(t, b.client.CancelJob(b.Ctx, ids[jobs.StateCancelled]))
 	b.runUntil(t, worker.Config{Queues: map[string]int{"mail": 2}, KeepHistoryByQueue: map[string]time.Duration{"mail": time.Hour}},
 		func(w *worker.Worker) {
 			require.NoError(t, worker.HandleWithResult(w, email, func(_ context.Context, j *jobs.Job[Email]) (int, error) {
@@ -40,8 +40,8 @@ func everyState(t *testing.T, b *bundle) (ids map[jobs.State]int64, release func
 				return 42, nil
 			}))
 		}, "completed and dead", func() bool {
-			row, err := b.client.GetJob(b.ctx, ids[jobs.StateDead])
-			done, err2 := b.client.GetJob(b.ctx, ids[jobs.StateCompleted])
+			row, err := b.client.GetJob(b.Ctx, ids[jobs.StateDead])
+			done, err2 := b.client.GetJob(b.Ctx, ids[jobs.StateCompleted])
 			return err == nil && err2 == nil && row.State == jobs.StateDead && done.State == jobs.StateCompleted
 		})
 
@@ -49,7 +49,7 @@ func everyState(t *testing.T, b *bundle) (ids map[jobs.State]int64, release func
 	ids[jobs.StateRunning] = b.enqueue(t, email, "running", jobs.Queue("slow"))
 	hold := make(chan struct{})
 	started := make(chan struct{})
-	w, err := worker.New(b.pool, worker.Config{Queues: map[string]int{"slow": 1}, PollInterval: 20 * time.Millisecond, Logger: quiet})
+	w, err := worker.New(b.Pool, worker.Config{Queues: map[string]int{"slow": 1}, PollInterval: 20 * time.Millisecond, Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, worker.Handle(w, email, func(ctx context.Context, j *jobs.Job[Email]) error {
 		close(started)
@@ -59,7 +59,7 @@ func everyState(t *testing.T, b *bundle) (ids map[jobs.State]int64, release func
 		}
 		return nil
 	}))
-	ctx, stop := context.WithCancel(b.ctx)
+	ctx, stop := context.WithCancel(b.Ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(ctx) }()
 	<-started
@@ -78,7 +78,7 @@ func TestJobInEveryState(t *testing.T) {
 	ids, release := everyState(t, b)
 	defer release()
 	for state, id := range ids {
-		row, err := b.client.GetJob(b.ctx, id)
+		row, err := b.client.GetJob(b.Ctx, id)
 		require.NoError(t, err, state)
 		require.Equal(t, state, row.State)
 		require.Equal(t, id, row.ID)
@@ -87,7 +87,7 @@ func TestJobInEveryState(t *testing.T) {
 		require.Equal(t, !state.Live(), row.FinishedAt != nil, "%s: FinishedAt is set once finished", state)
 		require.Equal(t, state == jobs.StateRunning, row.LeaseUntil != nil && row.LeaseOwner != "", "%s: a lease only while running", state)
 	}
-	done, err := b.client.GetJob(b.ctx, ids[jobs.StateCompleted])
+	done, err := b.client.GetJob(b.Ctx, ids[jobs.StateCompleted])
 	require.NoError(t, err)
 	require.JSONEq(t, "42", string(done.Result), "the handler's result is kept")
 	require.Equal(t, 1, done.Attempt)
@@ -95,17 +95,17 @@ func TestJobInEveryState(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "completed", typed.Payload.To, "a kind decodes a row of any state")
 
-	dead, err := b.client.GetJob(b.ctx, ids[jobs.StateDead])
+	dead, err := b.client.GetJob(b.Ctx, ids[jobs.StateDead])
 	require.NoError(t, err)
 	require.Equal(t, "out of attempts", dead.Reason)
 	require.Len(t, dead.Errors, 1)
 	require.Equal(t, "no such mailbox", dead.Errors[0].Error)
-	cancelled, err := b.client.GetJob(b.ctx, ids[jobs.StateCancelled])
+	cancelled, err := b.client.GetJob(b.Ctx, ids[jobs.StateCancelled])
 	require.NoError(t, err)
 	require.Equal(t, "cancelled", cancelled.Reason)
 
 	for _, id := range []int64{0, -3, 1 << 50} {
-		_, err := b.client.GetJob(b.ctx, id)
+		_, err := b.client.GetJob(b.Ctx, id)
 		require.ErrorIs(t, err, hopper.ErrNotFound, "id %d", id)
 	}
 }
@@ -117,7 +117,7 @@ func TestListJobs(t *testing.T) {
 	defer release()
 	list := func(p hopper.ListParams) []int64 {
 		t.Helper()
-		page, err := b.client.ListJobs(b.ctx, p)
+		page, err := b.client.ListJobs(b.Ctx, p)
 		require.NoError(t, err)
 		out := []int64{}
 		for _, r := range page.Jobs {
@@ -148,7 +148,7 @@ func TestListJobs(t *testing.T) {
 	p := hopper.ListParams{Limit: 2}
 	for pages := 0; ; pages++ {
 		require.Less(t, pages, 10, "paging ends")
-		page, err := b.client.ListJobs(b.ctx, p)
+		page, err := b.client.ListJobs(b.Ctx, p)
 		require.NoError(t, err)
 		for _, r := range page.Jobs {
 			paged = append(paged, r.ID)
@@ -175,7 +175,7 @@ func TestListJobs(t *testing.T) {
 		"empty time range":    {hopper.ListParams{CreatedFrom: time.Now(), CreatedTo: time.Now().Add(-time.Hour)}, hopper.ErrInvalidFilter},
 		"range of no instant": {hopper.ListParams{CreatedFrom: time.Unix(5, 0), CreatedTo: time.Unix(5, 0)}, hopper.ErrInvalidFilter},
 	} {
-		_, err := b.client.ListJobs(b.ctx, bad.p)
+		_, err := b.client.ListJobs(b.Ctx, bad.p)
 		require.ErrorIs(t, err, bad.want, name)
 	}
 }
@@ -185,9 +185,9 @@ func TestStats(t *testing.T) {
 	b := setup(t)
 	ids, release := everyState(t, b)
 	defer release()
-	_, err := b.client.PauseQueue(b.ctx, "idle")
+	_, err := b.client.PauseQueue(b.Ctx, "idle")
 	require.NoError(t, err)
-	s, err := b.client.GetStats(b.ctx)
+	s, err := b.client.GetStats(b.Ctx)
 	require.NoError(t, err)
 	require.Equal(t, hopper.Counts{Ready: 1, Scheduled: 1, Running: 1, Dead: 1, Cancelled: 1, OldestReady: s.Total.OldestReady}, s.Total)
 	require.EqualValues(t, 3, s.Total.Live())
@@ -205,7 +205,7 @@ func TestStats(t *testing.T) {
 	before := s
 	b.enqueue(t, report, "one more", jobs.Queue("idle"))
 	testdb.WaitFor(t, "the statistics collector counts the insert", func() bool {
-		s, err = b.client.GetStats(b.ctx)
+		s, err = b.client.GetStats(b.Ctx)
 		require.NoError(t, err)
 		return s.Enqueued > before.Enqueued
 	})
@@ -219,7 +219,7 @@ func TestStats(t *testing.T) {
 func TestCancel(t *testing.T) {
 	b := setup(t)
 	ids, release := everyState(t, b)
-	results, err := b.client.CancelJobs(b.ctx, ids[jobs.StatePending], ids[jobs.StateScheduled], ids[jobs.StateRunning],
+	results, err := b.client.CancelJobs(b.Ctx, ids[jobs.StatePending], ids[jobs.StateScheduled], ids[jobs.StateRunning],
 		ids[jobs.StateCompleted], ids[jobs.StateDead], ids[jobs.StateCancelled], 999_999, ids[jobs.StatePending])
 	require.NoError(t, err)
 	require.Len(t, results, 7, "one result per distinct id")
@@ -242,18 +242,18 @@ func TestCancel(t *testing.T) {
 	require.Empty(t, byID[999_999].Was)
 	release() // the cancelled handler's result, if any, is refused
 
-	require.ErrorIs(t, b.client.CancelJob(b.ctx, 999_999), hopper.ErrNotFound)
-	require.ErrorIs(t, b.client.CancelJob(b.ctx, ids[jobs.StateDead]), hopper.ErrFinished)
-	none, err := b.client.CancelJobs(b.ctx)
+	require.ErrorIs(t, b.client.CancelJob(b.Ctx, 999_999), hopper.ErrNotFound)
+	require.ErrorIs(t, b.client.CancelJob(b.Ctx, ids[jobs.StateDead]), hopper.ErrFinished)
+	none, err := b.client.CancelJobs(b.Ctx)
 	require.NoError(t, err)
 	require.Empty(t, none)
 
 	// In the caller's transaction: nothing happens unless it commits.
 	id := b.enqueue(t, report, "tx")
-	tx, err := b.pool.Begin(b.ctx)
+	tx, err := b.Pool.Begin(b.Ctx)
 	require.NoError(t, err)
-	require.NoError(t, b.client.CancelJobTx(b.ctx, tx, id))
-	require.NoError(t, tx.Rollback(b.ctx))
+	require.NoError(t, b.client.CancelJobTx(b.Ctx, tx, id))
+	require.NoError(t, tx.Rollback(b.Ctx))
 	require.Equal(t, jobs.StatePending, b.state(t, id))
 }
 
@@ -270,52 +270,52 @@ func TestRetryAndPurgeDead(t *testing.T) {
 		require.NoError(t, worker.Handle(w, email, func(context.Context, *jobs.Job[Email]) error { return errors.New("down") }))
 		require.NoError(t, worker.Handle(w, report, func(context.Context, *jobs.Job[Email]) error { return errors.New("down") }))
 	}, "four dead", func() bool {
-		s, err := b.client.GetStats(b.ctx)
+		s, err := b.client.GetStats(b.Ctx)
 		require.NoError(t, err)
 		return s.Total.Dead == 4
 	})
 	cancelled := b.enqueue(t, email, "z")
-	require.NoError(t, b.client.CancelJob(b.ctx, cancelled))
+	require.NoError(t, b.client.CancelJob(b.Ctx, cancelled))
 
-	_, err := b.client.RetryDeadJobs(b.ctx, hopper.DeadFilter{})
+	_, err := b.client.RetryDeadJobs(b.Ctx, hopper.DeadFilter{})
 	require.ErrorIs(t, err, hopper.ErrInvalidFilter, "no filter: say All")
-	_, err = b.client.PurgeDeadJobs(b.ctx, hopper.DeadFilter{})
+	_, err = b.client.PurgeDeadJobs(b.Ctx, hopper.DeadFilter{})
 	require.ErrorIs(t, err, hopper.ErrInvalidFilter)
-	_, err = b.client.RetryDeadJobs(b.ctx, hopper.DeadFilter{All: true, States: []jobs.State{jobs.StatePending}})
+	_, err = b.client.RetryDeadJobs(b.Ctx, hopper.DeadFilter{All: true, States: []jobs.State{jobs.StatePending}})
 	require.ErrorIs(t, err, hopper.ErrInvalidFilter, "only dead and cancelled")
 
 	// By id; the key of the second is held again, so it stays dead.
 	b.enqueue(t, email, "holder", jobs.UniqueKey("key-b"))
-	res, err := b.client.RetryDeadJobs(b.ctx, hopper.DeadFilter{IDs: []int64{dead[0], dead[1], 424242}})
+	res, err := b.client.RetryDeadJobs(b.Ctx, hopper.DeadFilter{IDs: []int64{dead[0], dead[1], 424242}})
 	require.NoError(t, err)
 	require.Equal(t, []int64{dead[0]}, res.Retried)
 	require.Equal(t, []int64{dead[1]}, res.Kept)
-	row, err := b.client.GetJob(b.ctx, dead[0])
+	row, err := b.client.GetJob(b.Ctx, dead[0])
 	require.NoError(t, err)
 	require.Equal(t, jobs.StatePending, row.State)
 	require.Equal(t, 1, row.Attempt, "the attempt count, the fencing token, stays")
 	require.Equal(t, 2, row.MaxAttempts, "as many attempts again as it had")
 
 	// By kind: only dead ones unless cancelled are asked for.
-	res, err = b.client.RetryDeadJobs(b.ctx, hopper.DeadFilter{Kind: "email"})
+	res, err = b.client.RetryDeadJobs(b.Ctx, hopper.DeadFilter{Kind: "email"})
 	require.NoError(t, err)
 	require.Equal(t, []int64{dead[2]}, res.Retried)
 	require.Equal(t, []int64{dead[1]}, res.Kept)
 	require.Equal(t, jobs.StateCancelled, b.state(t, cancelled))
-	res, err = b.client.RetryDeadJobs(b.ctx, hopper.DeadFilter{Kind: "email", States: []jobs.State{jobs.StateCancelled}})
+	res, err = b.client.RetryDeadJobs(b.Ctx, hopper.DeadFilter{Kind: "email", States: []jobs.State{jobs.StateCancelled}})
 	require.NoError(t, err)
 	require.Equal(t, []int64{cancelled}, res.Retried)
 
 	// Purge by age, queue and all.
-	n, err := b.client.PurgeDeadJobs(b.ctx, hopper.DeadFilter{DiedBefore: time.Now().Add(-time.Hour)})
+	n, err := b.client.PurgeDeadJobs(b.Ctx, hopper.DeadFilter{DiedBefore: time.Now().Add(-time.Hour)})
 	require.NoError(t, err)
 	require.Zero(t, n, "none died an hour ago")
-	n, err = b.client.PurgeDeadJobs(b.ctx, hopper.DeadFilter{Queue: "mail", Kind: "report"})
+	n, err = b.client.PurgeDeadJobs(b.Ctx, hopper.DeadFilter{Queue: "mail", Kind: "report"})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
-	_, err = b.client.GetJob(b.ctx, other)
+	_, err = b.client.GetJob(b.Ctx, other)
 	require.ErrorIs(t, err, hopper.ErrNotFound, "purged for good")
-	n, err = b.client.PurgeDeadJobs(b.ctx, hopper.DeadFilter{All: true})
+	n, err = b.client.PurgeDeadJobs(b.Ctx, hopper.DeadFilter{All: true})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "the one kept dead")
 }
@@ -327,27 +327,27 @@ func TestQueues(t *testing.T) {
 	b.enqueue(t, email, "a")
 	b.enqueue(t, report, "b", jobs.Queue("reports"), jobs.Delay(time.Hour))
 
-	_, err := b.client.PauseQueue(b.ctx, "nope")
+	_, err := b.client.PauseQueue(b.Ctx, "nope")
 	require.ErrorIs(t, err, hopper.ErrUnknownQueue)
-	_, err = b.client.ResumeQueue(b.ctx, "nope")
+	_, err = b.client.ResumeQueue(b.Ctx, "nope")
 	require.ErrorIs(t, err, hopper.ErrUnknownQueue)
-	_, err = b.client.PurgeQueue(b.ctx, "nope")
+	_, err = b.client.PurgeQueue(b.Ctx, "nope")
 	require.ErrorIs(t, err, hopper.ErrUnknownQueue)
-	_, err = b.client.PauseQueue(b.ctx, "")
+	_, err = b.client.PauseQueue(b.Ctx, "")
 	require.ErrorIs(t, err, jobs.ErrInvalidQueue)
 
-	p, err := b.client.PauseQueue(b.ctx, "mail")
+	p, err := b.client.PauseQueue(b.Ctx, "mail")
 	require.NoError(t, err)
 	require.True(t, p.Changed)
-	again, err := b.client.PauseQueue(b.ctx, "mail")
+	again, err := b.client.PauseQueue(b.Ctx, "mail")
 	require.NoError(t, err, "pausing twice is not an error")
 	require.False(t, again.Changed)
 	require.True(t, again.PausedAt.Equal(p.PausedAt))
 	// A queue known only by a scheduled job can be paused too.
-	_, err = b.client.PauseQueue(b.ctx, "reports")
+	_, err = b.client.PauseQueue(b.Ctx, "reports")
 	require.NoError(t, err)
 
-	queues, err := b.client.ListQueues(b.ctx)
+	queues, err := b.client.ListQueues(b.Ctx)
 	require.NoError(t, err)
 	require.Len(t, queues, 2)
 	require.Equal(t, "mail", queues[0].Name)
@@ -356,11 +356,11 @@ func TestQueues(t *testing.T) {
 	require.Equal(t, "reports", queues[1].Name)
 	require.EqualValues(t, 1, queues[1].Scheduled)
 
-	res, err := b.client.ResumeQueue(b.ctx, "mail")
+	res, err := b.client.ResumeQueue(b.Ctx, "mail")
 	require.NoError(t, err)
 	require.True(t, res.Changed)
 	require.True(t, res.PausedAt.Equal(p.PausedAt), "a resume says since when the queue was paused")
-	res, err = b.client.ResumeQueue(b.ctx, "mail")
+	res, err = b.client.ResumeQueue(b.Ctx, "mail")
 	require.NoError(t, err, "resuming twice is not an error")
 	require.Equal(t, hopper.PauseResult{}, res)
 
@@ -368,26 +368,26 @@ func TestQueues(t *testing.T) {
 	b.runUntil(t, worker.Config{Queues: map[string]int{"empty": 1}}, func(w *worker.Worker) {
 		require.NoError(t, worker.Handle(w, report, func(context.Context, *jobs.Job[Email]) error { return nil }))
 	}, "registered", func() bool {
-		_, err := b.client.PauseQueue(b.ctx, "empty")
+		_, err := b.client.PauseQueue(b.Ctx, "empty")
 		return err == nil
 	})
-	queues, err = b.client.ListQueues(b.ctx)
+	queues, err = b.client.ListQueues(b.Ctx)
 	require.NoError(t, err)
 	require.Len(t, queues, 3)
 	require.Equal(t, "empty", queues[0].Name)
 	require.True(t, queues[0].Paused())
 
-	n, err := b.client.PurgeQueue(b.ctx, "reports")
+	n, err := b.client.PurgeQueue(b.Ctx, "reports")
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 
 	// In the caller's transaction: the pause holds when it commits.
-	tx, err := b.pool.Begin(b.ctx)
+	tx, err := b.Pool.Begin(b.Ctx)
 	require.NoError(t, err)
-	_, err = b.client.PauseQueueTx(b.ctx, tx, "mail")
+	_, err = b.client.PauseQueueTx(b.Ctx, tx, "mail")
 	require.NoError(t, err)
-	require.NoError(t, tx.Rollback(b.ctx))
-	queues, err = b.client.ListQueues(b.ctx)
+	require.NoError(t, tx.Rollback(b.Ctx))
+	queues, err = b.client.ListQueues(b.Ctx)
 	require.NoError(t, err)
 	require.False(t, queues[1].Paused(), "rolled back")
 }

@@ -23,15 +23,15 @@ import (
 // merged, reading few buffers.
 func TestListJobsOverAMillion(t *testing.T) {
 	b := setup(t)
-	ctx, cancel := context.WithTimeout(b.ctx, 3*time.Minute)
+	ctx, cancel := context.WithTimeout(b.Ctx, 3*time.Minute)
 	defer cancel()
 	began := time.Now()
-	testdb.SeedMillion(t, ctx, b.pool)
+	testdb.SeedMillion(t, ctx, b.Pool)
 	t.Logf("1,000,000 jobs written in %v", time.Since(began).Round(time.Millisecond))
 
 	// A client whose statements are captured, to EXPLAIN the real one.
 	var last captured
-	cfg, err := pgxpool.ParseConfig(b.tdb.URL)
+	cfg, err := pgxpool.ParseConfig(b.URL)
 	require.NoError(t, err)
 	cfg.ConnConfig.Tracer = &last
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

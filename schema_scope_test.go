@@ -58,25 +58,25 @@ func TestInSchema(t *testing.T) {
 	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
 		t.Run(mode, func(t *testing.T) {
 			b := setup(t)
-			pool := unscopedPool(t, b.ctx, mode)
-			scoped, err := jobs.InSchema(pool, b.tdb.Schema)
+			pool := unscopedPool(t, b.Ctx, mode)
+			scoped, err := jobs.InSchema(pool, b.Schema)
 			require.NoError(t, err)
 
 			// Unscoped, the tables are not found: the test would pass for
 			// the wrong reason otherwise.
-			_, err = email.Enqueue(b.ctx, pool, Email{To: "nowhere"})
+			_, err = email.Enqueue(b.Ctx, pool, Email{To: "nowhere"})
 			var pgErr *pgconn.PgError
 			require.ErrorAs(t, err, &pgErr)
 			require.Equal(t, "42P01", pgErr.Code)
 
-			one, err := email.Enqueue(b.ctx, scoped, Email{To: "one"})
+			one, err := email.Enqueue(b.Ctx, scoped, Email{To: "one"})
 			require.NoError(t, err)
 			require.Equal(t, jobs.StatePending, b.state(t, one.ID))
-			many, err := email.EnqueueMany(b.ctx, scoped, jobs.Items(Email{To: "now"}, Email{To: "now too"}),
+			many, err := email.EnqueueMany(b.Ctx, scoped, jobs.Items(Email{To: "now"}, Email{To: "now too"}),
 				jobs.Delay(0))
 			require.NoError(t, err)
 			require.Equal(t, 2, many.Inserted)
-			later, err := jobs.EnqueueBatch(b.ctx, scoped, []jobs.Entry{
+			later, err := jobs.EnqueueBatch(b.Ctx, scoped, []jobs.Entry{
 				email.Entry(Email{To: "now"}), email.Entry(Email{To: "later"}, jobs.Delay(time.Hour)),
 			})
 			require.NoError(t, err)
@@ -86,55 +86,55 @@ func TestInSchema(t *testing.T) {
 			// In the caller's transaction: the job commits or rolls back with
 			// it, and the caller's search_path is the same after.
 			for _, commit := range []bool{false, true} {
-				tx, err := pool.Begin(b.ctx)
+				tx, err := pool.Begin(b.Ctx)
 				require.NoError(t, err)
-				before := searchPath(t, b.ctx, tx)
-				inTx, err := jobs.InSchema(tx, b.tdb.Schema)
+				before := searchPath(t, b.Ctx, tx)
+				inTx, err := jobs.InSchema(tx, b.Schema)
 				require.NoError(t, err)
-				res, err := email.Enqueue(b.ctx, inTx, Email{To: "tx"})
+				res, err := email.Enqueue(b.Ctx, inTx, Email{To: "tx"})
 				require.NoError(t, err)
-				require.Equal(t, before, searchPath(t, b.ctx, tx))
+				require.Equal(t, before, searchPath(t, b.Ctx, tx))
 				if commit {
-					require.NoError(t, tx.Commit(b.ctx))
+					require.NoError(t, tx.Commit(b.Ctx))
 					require.Equal(t, jobs.StatePending, b.state(t, res.ID))
 				} else {
-					require.NoError(t, tx.Rollback(b.ctx))
-					_, err := b.client.GetJob(b.ctx, res.ID)
+					require.NoError(t, tx.Rollback(b.Ctx))
+					_, err := b.client.GetJob(b.Ctx, res.ID)
 					require.ErrorIs(t, err, hopper.ErrNotFound)
 				}
 			}
 
 			// A failing statement in a caller's transaction reports its own
 			// error, not the restore's.
-			tx, err := pool.Begin(b.ctx)
+			tx, err := pool.Begin(b.Ctx)
 			require.NoError(t, err)
-			inTx, err := jobs.InSchema(tx, b.tdb.Schema)
+			inTx, err := jobs.InSchema(tx, b.Schema)
 			require.NoError(t, err)
-			_, err = email.Enqueue(b.ctx, inTx, Email{To: "dup"}, jobs.UniqueKey("k"))
+			_, err = email.Enqueue(b.Ctx, inTx, Email{To: "dup"}, jobs.UniqueKey("k"))
 			require.NoError(t, err)
-			_, err = inTx.Exec(b.ctx, "SELECT 1/0")
+			_, err = inTx.Exec(b.Ctx, "SELECT 1/0")
 			require.ErrorAs(t, err, &pgErr)
 			require.Equal(t, "22012", pgErr.Code)
-			require.NoError(t, tx.Rollback(b.ctx))
+			require.NoError(t, tx.Rollback(b.Ctx))
 
 			// The Client scopes the transactions given to its Tx methods.
 			client := hopper.NewClient(scoped)
-			row, err := client.GetJob(b.ctx, one.ID)
+			row, err := client.GetJob(b.Ctx, one.ID)
 			require.NoError(t, err)
 			require.Equal(t, "email", row.Kind)
-			tx, err = pool.Begin(b.ctx)
+			tx, err = pool.Begin(b.Ctx)
 			require.NoError(t, err)
-			cancelled, err := client.CancelJobsTx(b.ctx, tx, later.Results[1].ID)
+			cancelled, err := client.CancelJobsTx(b.Ctx, tx, later.Results[1].ID)
 			require.NoError(t, err)
 			require.Len(t, cancelled, 1)
-			require.NoError(t, tx.Commit(b.ctx))
+			require.NoError(t, tx.Commit(b.Ctx))
 			require.Equal(t, jobs.StateCancelled, b.state(t, later.Results[1].ID))
 
 			// A worker given the schema runs the ready jobs (one, two from
 			// EnqueueMany, one from EnqueueBatch, the committed one).
 			var done atomic.Int32
 			w, err := worker.New(pool, worker.Config{
-				Queues: map[string]int{"mail": 4}, Schema: b.tdb.Schema, PollOnly: true,
+				Queues: map[string]int{"mail": 4}, Schema: b.Schema, PollOnly: true,
 				PollInterval: 20 * time.Millisecond, Logger: quiet,
 			})
 			require.NoError(t, err)
@@ -149,11 +149,11 @@ func TestInSchema(t *testing.T) {
 				return nil
 			}))
 			require.NoError(t, worker.Schedule(w, "scoped-beat", beat, "@every 1s", func(time.Time) Email { return Email{To: "beat"} }))
-			ctx, stop := context.WithCancel(b.ctx)
+			ctx, stop := context.WithCancel(b.Ctx)
 			errc := make(chan error, 1)
 			go func() { errc <- w.Run(ctx) }()
 			testdb.WaitFor(t, "the five ready jobs to be done, and a scheduled one", func() bool {
-				s, err := client.GetStats(b.ctx)
+				s, err := client.GetStats(b.Ctx)
 				require.NoError(t, err)
 				return done.Load() == 5 && beats.Load() >= 1 && s.Total.Running == 0 && s.Total.Ready == 0
 			})

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
@@ -25,26 +24,21 @@ var (
 	report = jobs.MustDefine[Email]("report")
 )
 
-// bundle is a test's own schema, with a Client on it.
+// bundle is the test bed's Bundle with a Client on the test's schema.
 type bundle struct {
-	ctx    context.Context
-	pool   *pgxpool.Pool
+	*testdb.Bundle
 	client *hopper.Client
-	tdb    *testdb.DB
 }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	tdb := testdb.New(t)
-	return &bundle{ctx: ctx, pool: tdb.Pool, client: hopper.NewClient(tdb.Pool), tdb: tdb}
+	tb := testdb.Setup(t)
+	return &bundle{Bundle: tb, client: hopper.NewClient(tb.Pool)}
 }
 
 func (b *bundle) enqueue(t *testing.T, k *jobs.Kind[Email], to string, opts ...jobs.EnqueueOption) int64 {
 	t.Helper()
-	res, err := k.Enqueue(b.ctx, b.pool, Email{To: to}, opts...)
+	res, err := k.Enqueue(b.Ctx, b.Pool, Email{To: to}, opts...)
 	require.NoError(t, err)
 	require.False(t, res.Duplicate)
 	return res.ID
@@ -52,7 +46,7 @@ func (b *bundle) enqueue(t *testing.T, k *jobs.Kind[Email], to string, opts ...j
 
 func (b *bundle) state(t *testing.T, id int64) jobs.State {
 	t.Helper()
-	row, err := b.client.GetJob(b.ctx, id)
+	row, err := b.client.GetJob(b.Ctx, id)
 	require.NoError(t, err)
 	return row.State
 }
@@ -66,10 +60,10 @@ func (b *bundle) runUntil(t *testing.T, cfg worker.Config, register func(*worker
 	}
 	cfg.RetryBackoff = worker.Backoff{Base: time.Millisecond, Max: time.Millisecond}
 	cfg.Logger = quiet
-	w, err := worker.New(b.pool, cfg)
+	w, err := worker.New(b.Pool, cfg)
 	require.NoError(t, err)
 	register(w)
-	ctx, stop := context.WithCancel(b.ctx)
+	ctx, stop := context.WithCancel(b.Ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(ctx) }()
 	defer func() {

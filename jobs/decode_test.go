@@ -78,13 +78,13 @@ func TestVersionedClaims(t *testing.T) {
 		if v < 4 {
 			raw = fixture(t, v)
 		}
-		_, err := b.q.Enqueue(b.ctx, db.EnqueueParams{
+		_, err := b.Queries.Enqueue(b.Ctx, db.EnqueueParams{
 			Queue: "default", Kind: "welcome", Version: int32(v), Payload: raw, RunAt: longAgo, MaxAttempts: 1,
 		})
 		require.NoError(t, err)
 	}
 	claim := func(k *jobs.Kind[Welcome]) []db.HopperJob {
-		rows, err := b.q.Dequeue(b.ctx, db.DequeueParams{
+		rows, err := b.Queries.Dequeue(b.Ctx, db.DequeueParams{
 			Queue: "default", Kinds: []string{k.Name()}, MaxVersions: []int32{int32(k.Version())},
 			MaxJobs: 10, Owner: "w", LeaseMs: 60_000,
 		})

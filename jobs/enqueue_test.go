@@ -26,11 +26,11 @@ var noteKind = jobs.MustDefine[Note]("note")
 func TestEnqueueStoresOptions(t *testing.T) {
 	b := setup(t)
 	k := jobs.MustDefine[Note]("note.options", jobs.Defaults(jobs.Queue("notes"), jobs.MaxAttempts(4)))
-	res, err := k.Enqueue(b.ctx, b.pool, Note{Text: "hi"}, jobs.Priority(7), jobs.Delay(time.Hour), jobs.UniqueKey("n-1"))
+	res, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "hi"}, jobs.Priority(7), jobs.Delay(time.Hour), jobs.UniqueKey("n-1"))
 	require.NoError(t, err)
 	require.False(t, res.Duplicate)
 
-	row, err := b.q.GetJob(b.ctx, res.ID)
+	row, err := b.Queries.GetJob(b.Ctx, res.ID)
 	require.NoError(t, err)
 	require.Equal(t, "notes", row.Queue, "kind default")
 	require.Equal(t, "note.options", row.Kind)
@@ -42,9 +42,9 @@ func TestEnqueueStoresOptions(t *testing.T) {
 	require.WithinDuration(t, row.CreatedAt.Add(time.Hour), row.RunAt, time.Second)
 
 	at := time.Now().Add(72 * time.Hour).Truncate(time.Microsecond)
-	res, err = k.Enqueue(b.ctx, b.pool, Note{}, jobs.RunAt(at), jobs.Queue("other"))
+	res, err = k.Enqueue(b.Ctx, b.Pool, Note{}, jobs.RunAt(at), jobs.Queue("other"))
 	require.NoError(t, err)
-	row, err = b.q.GetJob(b.ctx, res.ID)
+	row, err = b.Queries.GetJob(b.Ctx, res.ID)
 	require.NoError(t, err)
 	require.True(t, at.Equal(row.RunAt))
 	require.Equal(t, "other", row.Queue, "call options override kind defaults")
@@ -61,37 +61,37 @@ func TestEnqueueRejectsBadInput(t *testing.T) {
 		want    error
 		msg     string
 	}{
-		{"empty queue", func() error { _, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.Queue("")); return err }, jobs.ErrInvalidQueue, "empty"},
+		{"empty queue", func() error { _, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.Queue("")); return err }, jobs.ErrInvalidQueue, "empty"},
 		{"long queue", func() error {
-			_, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.Queue(strings.Repeat("q", 129)))
+			_, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.Queue(strings.Repeat("q", 129)))
 			return err
 		}, jobs.ErrInvalidQueue, "129 characters"},
-		{"priority above 9", func() error { _, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.Priority(10)); return err }, jobs.ErrInvalidPriority, "10 is outside 0"},
-		{"negative priority", func() error { _, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.Priority(-1)); return err }, jobs.ErrInvalidPriority, "-1"},
-		{"zero attempts", func() error { _, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.MaxAttempts(0)); return err }, jobs.ErrInvalidMaxAttempts, "0"},
+		{"priority above 9", func() error { _, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.Priority(10)); return err }, jobs.ErrInvalidPriority, "10 is outside 0"},
+		{"negative priority", func() error { _, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.Priority(-1)); return err }, jobs.ErrInvalidPriority, "-1"},
+		{"zero attempts", func() error { _, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.MaxAttempts(0)); return err }, jobs.ErrInvalidMaxAttempts, "0"},
 		{"absurd attempts", func() error {
-			_, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.MaxAttempts(math.MaxInt))
+			_, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.MaxAttempts(math.MaxInt))
 			return err
 		}, jobs.ErrInvalidMaxAttempts, ""},
-		{"negative delay", func() error { _, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.Delay(-time.Second)); return err }, jobs.ErrInvalidRunAt, "negative"},
-		{"empty unique key", func() error { _, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.UniqueKey("")); return err }, jobs.ErrInvalidUniqueKey, "empty"},
+		{"negative delay", func() error { _, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.Delay(-time.Second)); return err }, jobs.ErrInvalidRunAt, "negative"},
+		{"empty unique key", func() error { _, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.UniqueKey("")); return err }, jobs.ErrInvalidUniqueKey, "empty"},
 		{"long unique key", func() error {
-			_, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.UniqueKey(strings.Repeat("u", 513)))
+			_, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.UniqueKey(strings.Repeat("u", 513)))
 			return err
 		}, jobs.ErrInvalidUniqueKey, "513"},
 		{"payload too large", func() error {
-			_, err := small.Enqueue(b.ctx, b.pool, Note{Text: strings.Repeat("x", 100)})
+			_, err := small.Enqueue(b.Ctx, b.Pool, Note{Text: strings.Repeat("x", 100)})
 			return err
 		}, jobs.ErrPayloadTooLarge, "over the limit of 64"},
-		{"payload does not marshal", func() error { _, err := bad.Enqueue(b.ctx, b.pool, unmarshalable{}); return err }, jobs.ErrMarshal, "chan"},
+		{"payload does not marshal", func() error { _, err := bad.Enqueue(b.Ctx, b.Pool, unmarshalable{}); return err }, jobs.ErrMarshal, "chan"},
 		{"one bad item fails the batch", func() error {
 			items := jobs.Items(Note{}, Note{}, Note{})
 			items[2].Options = []jobs.EnqueueOption{jobs.Priority(99)}
-			_, err := noteKind.EnqueueMany(b.ctx, b.pool, items)
+			_, err := noteKind.EnqueueMany(b.Ctx, b.Pool, items)
 			return err
 		}, jobs.ErrInvalidPriority, "item 2"},
 		{"oversize item fails the batch", func() error {
-			_, err := small.EnqueueMany(b.ctx, b.pool, jobs.Items(Note{}, Note{Text: strings.Repeat("x", 100)}))
+			_, err := small.EnqueueMany(b.Ctx, b.Pool, jobs.Items(Note{}, Note{Text: strings.Repeat("x", 100)}))
 			return err
 		}, jobs.ErrPayloadTooLarge, "item 1"},
 	} {
@@ -103,9 +103,9 @@ func TestEnqueueRejectsBadInput(t *testing.T) {
 	require.Zero(t, b.live(t), "nothing was written")
 
 	// The default limit is 1 MiB.
-	_, err := noteKind.Enqueue(b.ctx, b.pool, Note{Text: strings.Repeat("x", jobs.DefaultMaxPayloadBytes)})
+	_, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{Text: strings.Repeat("x", jobs.DefaultMaxPayloadBytes)})
 	require.ErrorIs(t, err, jobs.ErrPayloadTooLarge)
-	_, err = noteKind.Enqueue(b.ctx, b.pool, Note{Text: strings.Repeat("x", jobs.DefaultMaxPayloadBytes-20)})
+	_, err = noteKind.Enqueue(b.Ctx, b.Pool, Note{Text: strings.Repeat("x", jobs.DefaultMaxPayloadBytes-20)})
 	require.NoError(t, err)
 }
 
@@ -113,56 +113,56 @@ func TestEnqueueRejectsBadInput(t *testing.T) {
 // own writes, whatever handle the caller holds.
 func TestEnqueueTransactional(t *testing.T) {
 	b := setup(t)
-	_, err := b.pool.Exec(b.ctx, "CREATE TABLE orders (id bigint PRIMARY KEY)")
+	_, err := b.Pool.Exec(b.Ctx, "CREATE TABLE orders (id bigint PRIMARY KEY)")
 	require.NoError(t, err)
 
 	placeOrder := func(tx pgx.Tx, id int64) {
-		_, err := tx.Exec(b.ctx, "INSERT INTO orders (id) VALUES ($1)", id)
+		_, err := tx.Exec(b.Ctx, "INSERT INTO orders (id) VALUES ($1)", id)
 		require.NoError(t, err)
 		// The caller's own sqlc Queries, bound to the same transaction, can
 		// work alongside: both go through tx.
-		_, err = db.New(tx).Stats(b.ctx)
+		_, err = db.New(tx).Stats(b.Ctx)
 		require.NoError(t, err)
-		_, err = noteKind.Enqueue(b.ctx, tx, Note{Text: fmt.Sprint("order ", id)})
+		_, err = noteKind.Enqueue(b.Ctx, tx, Note{Text: fmt.Sprint("order ", id)})
 		require.NoError(t, err)
 	}
 	orders := func() (n int64) {
-		require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT count(*) FROM orders").Scan(&n))
+		require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT count(*) FROM orders").Scan(&n))
 		return n
 	}
 
-	tx, err := b.pool.Begin(b.ctx)
+	tx, err := b.Pool.Begin(b.Ctx)
 	require.NoError(t, err)
 	placeOrder(tx, 1)
-	require.NoError(t, tx.Rollback(b.ctx))
+	require.NoError(t, tx.Rollback(b.Ctx))
 	require.Zero(t, b.live(t), "rolled back: no job")
 	require.Zero(t, orders())
 
-	tx, err = b.pool.Begin(b.ctx)
+	tx, err = b.Pool.Begin(b.Ctx)
 	require.NoError(t, err)
 	placeOrder(tx, 2)
-	require.NoError(t, tx.Commit(b.ctx))
+	require.NoError(t, tx.Commit(b.Ctx))
 	require.EqualValues(t, 1, b.live(t), "committed: exactly one job")
 	require.EqualValues(t, 1, orders())
 
 	// A plain connection and the pool work too.
-	conn, err := pgx.Connect(b.ctx, b.tdb.URL)
+	conn, err := pgx.Connect(b.Ctx, b.URL)
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
-	_, err = noteKind.Enqueue(b.ctx, conn, Note{})
+	_, err = noteKind.Enqueue(b.Ctx, conn, Note{})
 	require.NoError(t, err)
-	_, err = noteKind.Enqueue(b.ctx, b.pool, Note{})
+	_, err = noteKind.Enqueue(b.Ctx, b.Pool, Note{})
 	require.NoError(t, err)
 
 	// And a batch inside a transaction that rolls back leaves nothing.
-	tx, err = b.pool.Begin(b.ctx)
+	tx, err = b.Pool.Begin(b.Ctx)
 	require.NoError(t, err)
 	items := jobs.Items(Note{}, Note{})
 	items[1].Options = []jobs.EnqueueOption{jobs.Delay(time.Minute)} // two COPY statements
-	res, err := noteKind.EnqueueMany(b.ctx, tx, items)
+	res, err := noteKind.EnqueueMany(b.Ctx, tx, items)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Inserted)
-	require.NoError(t, tx.Rollback(b.ctx))
+	require.NoError(t, tx.Rollback(b.Ctx))
 	require.EqualValues(t, 3, b.live(t))
 }
 
@@ -184,7 +184,7 @@ func TestUniqueKeyConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			res, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.UniqueKey("same"))
+			res, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.UniqueKey("same"))
 			mu.Lock()
 			defer mu.Unlock()
 			results = append(results, res)
@@ -216,7 +216,7 @@ func TestEnqueueMany100k(t *testing.T) {
 	for i := range payloads {
 		payloads[i] = Note{Text: fmt.Sprint(i)}
 	}
-	res, err := noteKind.EnqueueMany(b.ctx, b.pool, jobs.Items(payloads...), jobs.Queue("bulk"), jobs.Priority(5), jobs.MaxAttempts(3))
+	res, err := noteKind.EnqueueMany(b.Ctx, b.Pool, jobs.Items(payloads...), jobs.Queue("bulk"), jobs.Priority(5), jobs.MaxAttempts(3))
 	require.NoError(t, err)
 	require.Equal(t, n, res.Inserted)
 	require.Zero(t, res.Duplicates)
@@ -230,13 +230,13 @@ func TestEnqueueMany100k(t *testing.T) {
 		}
 	}
 	for _, i := range []int{0, 1, n / 2, n - 1} {
-		row, err := b.q.GetJob(b.ctx, res.Results[i].ID)
+		row, err := b.Queries.GetJob(b.Ctx, res.Results[i].ID)
 		require.NoError(t, err)
 		require.JSONEq(t, fmt.Sprintf(`{"text":%q}`, fmt.Sprint(i)), string(row.Payload), "result %d names item %d's job", i, i)
 	}
 
 	var count, right, distinct int64
-	require.NoError(t, b.pool.QueryRow(b.ctx, `
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, `
 		SELECT count(*),
 		       count(*) FILTER (WHERE queue = 'bulk' AND kind = 'note' AND version = 1 AND priority = 5
 		                        AND max_attempts = 3 AND state = 'pending' AND attempt = 0 AND unique_key IS NULL),
@@ -246,14 +246,14 @@ func TestEnqueueMany100k(t *testing.T) {
 	require.EqualValues(t, n, right, "every job has the fields it was given")
 	require.EqualValues(t, n, distinct, "every payload arrived once")
 
-	empty, err := noteKind.EnqueueMany(b.ctx, b.pool, nil)
+	empty, err := noteKind.EnqueueMany(b.Ctx, b.Pool, nil)
 	require.NoError(t, err)
 	require.Zero(t, empty.Inserted)
 }
 
 func TestEnqueueManyMixed(t *testing.T) {
 	b := setup(t)
-	_, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.UniqueKey("held"))
+	_, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.UniqueKey("held"))
 	require.NoError(t, err)
 
 	items := jobs.Items(Note{Text: "a"}, Note{Text: "b"}, Note{Text: "c"}, Note{Text: "d"}, Note{Text: "e"})
@@ -261,7 +261,7 @@ func TestEnqueueManyMixed(t *testing.T) {
 	items[1].Options = []jobs.EnqueueOption{jobs.UniqueKey("held")}
 	items[2].Options = []jobs.EnqueueOption{jobs.UniqueKey("k1")} // repeats item 0
 	items[4].Options = []jobs.EnqueueOption{jobs.Delay(time.Hour)}
-	res, err := noteKind.EnqueueMany(b.ctx, b.pool, items)
+	res, err := noteKind.EnqueueMany(b.Ctx, b.Pool, items)
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Inserted)
 	require.Equal(t, 2, res.Duplicates)
@@ -271,13 +271,13 @@ func TestEnqueueManyMixed(t *testing.T) {
 	dup := []bool{false, true, true, false, false}
 	for i, r := range res.Results {
 		require.Equal(t, dup[i], r.Duplicate, "item %d", i)
-		row, err := b.q.GetJob(b.ctx, r.ID)
+		row, err := b.Queries.GetJob(b.Ctx, r.ID)
 		require.NoError(t, err, "item %d names a live job", i)
 		require.JSONEq(t, fmt.Sprintf(`{"text":%q}`, texts[i]), string(row.Payload), "item %d", i)
 	}
 	require.Equal(t, res.Results[0].ID, res.Results[2].ID, "a duplicate within the batch names the earlier item's job")
 
-	stats, err := b.q.Stats(b.ctx)
+	stats, err := b.Queries.Stats(b.Ctx)
 	require.NoError(t, err)
 	require.Len(t, stats, 1)
 	require.EqualValues(t, 3, stats[0].Ready) // held, a, d
@@ -286,11 +286,11 @@ func TestEnqueueManyMixed(t *testing.T) {
 	// A plain batch mixing ready and scheduled jobs, without a transaction.
 	items = jobs.Items(Note{Text: "x"}, Note{Text: "y"}, Note{Text: "z"})
 	items[1].Options = []jobs.EnqueueOption{jobs.RunAt(time.Now().Add(time.Hour))}
-	res, err = noteKind.EnqueueMany(b.ctx, b.pool, items)
+	res, err = noteKind.EnqueueMany(b.Ctx, b.Pool, items)
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Inserted)
 	for i, r := range res.Results {
-		row, err := b.q.GetJob(b.ctx, r.ID)
+		row, err := b.Queries.GetJob(b.Ctx, r.ID)
 		require.NoError(t, err)
 		require.JSONEq(t, fmt.Sprintf(`{"text":%q}`, []string{"x", "y", "z"}[i]), string(row.Payload))
 		require.Equal(t, map[bool]string{true: "scheduled", false: "pending"}[i == 1], row.State)
@@ -308,7 +308,7 @@ func TestEnqueueBatchMixedKinds(t *testing.T) {
 	invoice := jobs.MustDefine[Invoice]("invoice", jobs.Version(2), jobs.Upgrade(1, func(raw json.RawMessage) (json.RawMessage, error) { return raw, nil }),
 		jobs.Defaults(jobs.Queue("billing")))
 
-	res, err := jobs.EnqueueBatch(b.ctx, b.pool, []jobs.Entry{
+	res, err := jobs.EnqueueBatch(b.Ctx, b.Pool, []jobs.Entry{
 		noteKind.Entry(Note{Text: "hi"}),
 		invoice.Entry(Invoice{Number: 7}, jobs.Priority(3)),
 		noteKind.Entry(Note{Text: "later"}, jobs.Delay(time.Hour)),
@@ -320,7 +320,7 @@ func TestEnqueueBatchMixedKinds(t *testing.T) {
 		version            int32
 	}{{"note", "default", "pending", 1}, {"invoice", "billing", "pending", 2}, {"note", "default", "scheduled", 1}}
 	for i, r := range res.Results {
-		row, err := b.q.GetJob(b.ctx, r.ID)
+		row, err := b.Queries.GetJob(b.Ctx, r.ID)
 		require.NoError(t, err)
 		require.Equal(t, want[i].kind, row.Kind, "entry %d", i)
 		require.Equal(t, want[i].queue, row.Queue, "entry %d", i)
@@ -329,7 +329,7 @@ func TestEnqueueBatchMixedKinds(t *testing.T) {
 	}
 
 	// With a unique key: one statement, duplicates named.
-	res, err = jobs.EnqueueBatch(b.ctx, b.pool, []jobs.Entry{
+	res, err = jobs.EnqueueBatch(b.Ctx, b.Pool, []jobs.Entry{
 		invoice.Entry(Invoice{Number: 8}, jobs.UniqueKey("invoice-8")),
 		noteKind.Entry(Note{Text: "dup"}, jobs.UniqueKey("invoice-8")),
 	})
@@ -339,26 +339,26 @@ func TestEnqueueBatchMixedKinds(t *testing.T) {
 
 	// One bad entry refuses the whole batch, naming it; nothing is written.
 	before := b.live(t)
-	_, err = jobs.EnqueueBatch(b.ctx, b.pool, []jobs.Entry{
+	_, err = jobs.EnqueueBatch(b.Ctx, b.Pool, []jobs.Entry{
 		noteKind.Entry(Note{}),
 		invoice.Entry(Invoice{}, jobs.Priority(12)),
 	})
 	require.ErrorIs(t, err, jobs.ErrInvalidPriority)
 	require.Contains(t, err.Error(), "item 1 (invoice)")
-	_, err = jobs.EnqueueBatch(b.ctx, b.pool, []jobs.Entry{{}})
+	_, err = jobs.EnqueueBatch(b.Ctx, b.Pool, []jobs.Entry{{}})
 	require.ErrorIs(t, err, jobs.ErrInvalidDefinition, "a zero Entry is refused")
 	require.Equal(t, before, b.live(t))
 
-	empty, err := jobs.EnqueueBatch(b.ctx, b.pool, nil)
+	empty, err := jobs.EnqueueBatch(b.Ctx, b.Pool, nil)
 	require.NoError(t, err)
 	require.Empty(t, empty.Results)
 }
 
 func TestEnqueueRaw(t *testing.T) {
 	b := setup(t)
-	res, err := jobs.EnqueueRaw(b.ctx, b.pool, "ops.reindex", 3, []byte(`{"table":"users"}`), jobs.Queue("ops"), jobs.Priority(2))
+	res, err := jobs.EnqueueRaw(b.Ctx, b.Pool, "ops.reindex", 3, []byte(`{"table":"users"}`), jobs.Queue("ops"), jobs.Priority(2))
 	require.NoError(t, err)
-	row, err := b.q.GetJob(b.ctx, res.ID)
+	row, err := b.Queries.GetJob(b.Ctx, res.ID)
 	require.NoError(t, err)
 	require.Equal(t, int32(3), row.Version)
 	require.Equal(t, "ops", row.Queue)
@@ -375,10 +375,10 @@ func TestEnqueueRaw(t *testing.T) {
 		{"k", 1, `{"unterminated":`, jobs.ErrMarshal},
 		{"k", 1, ``, jobs.ErrMarshal},
 	} {
-		_, err := jobs.EnqueueRaw(b.ctx, b.pool, tc.kind, tc.version, []byte(tc.payload))
+		_, err := jobs.EnqueueRaw(b.Ctx, b.Pool, tc.kind, tc.version, []byte(tc.payload))
 		require.ErrorIs(t, err, tc.want, "%+v", tc)
 	}
-	_, err = jobs.EnqueueRaw(b.ctx, b.pool, "k", 1, []byte(`{}`), jobs.Priority(10))
+	_, err = jobs.EnqueueRaw(b.Ctx, b.Pool, "k", 1, []byte(`{}`), jobs.Priority(10))
 	require.ErrorIs(t, err, jobs.ErrInvalidPriority)
 	require.EqualValues(t, 1, b.live(t))
 }

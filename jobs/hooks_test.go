@@ -113,7 +113,7 @@ func TestMetaRules(t *testing.T) {
 		{"too large", jobs.Meta{"k": strings.Repeat("x", jobs.MaxMetaBytes)}, "over the limit of 8192"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := noteKind.Enqueue(b.ctx, b.pool, Note{}, jobs.Metadata(tc.meta))
+			_, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.Metadata(tc.meta))
 			require.ErrorIs(t, err, jobs.ErrInvalidMeta)
 			require.ErrorContains(t, err, tc.want)
 			require.ErrorIs(t, noteKind.Check(Note{}, jobs.Metadata(tc.meta)), jobs.ErrInvalidMeta)
@@ -122,20 +122,20 @@ func TestMetaRules(t *testing.T) {
 	// Later values win, and a kind's default metadata is not changed by a
 	// job's own.
 	k := jobs.MustDefine[Note]("note.meta", jobs.Defaults(jobs.Metadata(jobs.Meta{"team": "core", "tier": "1"})))
-	one, err := k.Enqueue(b.ctx, b.pool, Note{}, jobs.Metadata(jobs.Meta{"tier": "2"}))
+	one, err := k.Enqueue(b.Ctx, b.Pool, Note{}, jobs.Metadata(jobs.Meta{"tier": "2"}))
 	require.NoError(t, err)
-	two, err := k.Enqueue(b.ctx, b.pool, Note{})
+	two, err := k.Enqueue(b.Ctx, b.Pool, Note{})
 	require.NoError(t, err)
-	require.Equal(t, jobs.Meta{"team": "core", "tier": "2"}, storedMeta(t, b.q, one.ID))
-	require.Equal(t, jobs.Meta{"team": "core", "tier": "1"}, storedMeta(t, b.q, two.ID))
-	none, err := noteKind.Enqueue(b.ctx, b.pool, Note{})
+	require.Equal(t, jobs.Meta{"team": "core", "tier": "2"}, storedMeta(t, b.Queries, one.ID))
+	require.Equal(t, jobs.Meta{"team": "core", "tier": "1"}, storedMeta(t, b.Queries, two.ID))
+	none, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{})
 	require.NoError(t, err)
-	row, err := b.q.GetJob(b.ctx, none.ID)
+	row, err := b.Queries.GetJob(b.Ctx, none.ID)
 	require.NoError(t, err)
 	require.Nil(t, row.Meta, "no metadata is stored as NULL")
-	batch, err := jobs.EnqueueBatch(b.ctx, b.pool, []jobs.Entry{noteKind.Entry(Note{}, jobs.UniqueKey("no-meta"))})
+	batch, err := jobs.EnqueueBatch(b.Ctx, b.Pool, []jobs.Entry{noteKind.Entry(Note{}, jobs.UniqueKey("no-meta"))})
 	require.NoError(t, err)
-	row, err = b.q.GetJob(b.ctx, batch.Results[0].ID)
+	row, err = b.Queries.GetJob(b.Ctx, batch.Results[0].ID)
 	require.NoError(t, err)
 	require.Nil(t, row.Meta, "in a batch too")
 

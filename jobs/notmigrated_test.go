@@ -84,9 +84,9 @@ func TestEnqueueNotMigrated(t *testing.T) {
 func TestEnqueueNotMigratedInSchema(t *testing.T) {
 	b := setup(t)
 	empty := testdb.NewEmpty(t)
-	scoped, err := jobs.InSchema(b.pool, empty.Schema)
+	scoped, err := jobs.InSchema(b.Pool, empty.Schema)
 	require.NoError(t, err)
-	_, err = noteKind.Enqueue(b.ctx, scoped, Note{})
+	_, err = noteKind.Enqueue(b.Ctx, scoped, Note{})
 	requireNotMigrated(t, err, `relation "hopper_jobs"`)
 	require.ErrorContains(t, err, "run `hopper migrate up --schema "+empty.Schema+"` (or schema.Up with schema.Name)")
 }
@@ -99,7 +99,7 @@ func TestEnqueueHookErrorNotExplained(t *testing.T) {
 		_, err := e.DB.Exec(ctx, "INSERT INTO no_such_audit_table VALUES (1)")
 		return err
 	}))
-	_, err := k.Enqueue(b.ctx, b.pool, Note{})
+	_, err := k.Enqueue(b.Ctx, b.Pool, Note{})
 	require.ErrorContains(t, err, `relation "no_such_audit_table" does not exist`)
 	require.False(t, errors.Is(err, jobs.ErrNotMigrated), "%v", err)
 }

@@ -1,15 +1,11 @@
 package jobs_test
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -63,26 +59,18 @@ func defineWelcome(t testing.TB, name string) *jobs.Kind[Welcome] {
 	return k
 }
 
-type bundle struct {
-	ctx  context.Context
-	pool *pgxpool.Pool
-	q    *db.Queries
-	tdb  *testdb.DB
-}
+// bundle is the test bed's Bundle; this package's helpers hang on it.
+type bundle struct{ *testdb.Bundle }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	tdb := testdb.New(t)
-	return &bundle{ctx: ctx, pool: tdb.Pool, q: db.New(tdb.Pool), tdb: tdb}
+	return &bundle{testdb.SetupWithin(t, 2*time.Minute)}
 }
 
 // live counts live jobs through the Stats query.
 func (b *bundle) live(t *testing.T) int64 {
 	t.Helper()
-	rows, err := b.q.Stats(b.ctx)
+	rows, err := b.Queries.Stats(b.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,11 +19,11 @@ func TestDequeueOrder(t *testing.T) {
 	low := b.enqueue(t, jobSpec{priority: 5})
 	high2 := b.enqueue(t, jobSpec{priority: 1})
 	// high1 is enqueued after high2 but was due a minute earlier.
-	rows := withIDsAt(t, b.q, []db.EnqueueBatchAtParams{{
+	rows := withIDsAt(t, b.Queries, []db.EnqueueBatchAtParams{{
 		Queue: "default", Kind: "k", Version: 1, Priority: 1, Payload: json.RawMessage(`{}`),
 		RunAt: time.Now().Add(-time.Minute), State: "pending", MaxAttempts: 1,
 	}})
-	_, err := b.q.EnqueueBatchAt(b.ctx, rows)
+	_, err := b.Queries.EnqueueBatchAt(b.Ctx, rows)
 	require.NoError(t, err)
 	high1 := rows[0].ID
 	urgent := b.enqueue(t, jobSpec{priority: 0})
@@ -44,7 +44,7 @@ func TestDequeueSameRunAtOrdersByID(t *testing.T) {
 	for i := range rows {
 		rows[i] = db.EnqueueBatchParams{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), MaxAttempts: 1}
 	}
-	_, err := b.q.EnqueueBatch(b.ctx, withIDs(t, b.q, rows)) // one statement: one run_at for all
+	_, err := b.Queries.EnqueueBatch(b.Ctx, withIDs(t, b.Queries, rows)) // one statement: one run_at for all
 	require.NoError(t, err)
 	var last int64
 	for range 50 {
@@ -97,14 +97,14 @@ func TestDequeueFilters(t *testing.T) {
 		{"v1 worker takes none", "default", []string{"versioned"}, []int32{1}, 10, nil},
 		{"empty queue", "nothing-here", []string{"k"}, []int32{1}, 10, nil},
 	} {
-		tx, err := b.pool.Begin(b.ctx)
+		tx, err := b.Pool.Begin(b.Ctx)
 		require.NoError(t, err)
-		got, err := db.New(tx).Dequeue(b.ctx, db.DequeueParams{
+		got, err := db.New(tx).Dequeue(b.Ctx, db.DequeueParams{
 			Queue: tc.queue, Kinds: tc.kinds, MaxVersions: tc.maxVersions, MaxJobs: tc.max, Owner: "w", LeaseMs: 1000,
 		})
 		require.NoError(t, err, tc.name)
 		require.ElementsMatch(t, tc.want, ids(got), tc.name)
-		require.NoError(t, tx.Rollback(b.ctx)) // leave the table as it was for the next case
+		require.NoError(t, tx.Rollback(b.Ctx)) // leave the table as it was for the next case
 	}
 }
 
@@ -117,7 +117,7 @@ func TestNoDoubleClaim(t *testing.T) {
 	for i := range rows {
 		rows[i] = db.EnqueueBatchParams{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), MaxAttempts: 1}
 	}
-	_, err := b.q.EnqueueBatch(b.ctx, withIDs(t, b.q, rows))
+	_, err := b.Queries.EnqueueBatch(b.Ctx, withIDs(t, b.Queries, rows))
 	require.NoError(t, err)
 
 	var (
@@ -130,7 +130,7 @@ func TestNoDoubleClaim(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn, err := b.pool.Acquire(b.ctx) // a connection of its own for the whole run
+			conn, err := b.Pool.Acquire(b.Ctx) // a connection of its own for the whole run
 			if err != nil {
 				errs <- err
 				return
@@ -138,7 +138,7 @@ func TestNoDoubleClaim(t *testing.T) {
 			defer conn.Release()
 			q := db.New(conn)
 			for {
-				got, err := q.Dequeue(b.ctx, db.DequeueParams{
+				got, err := q.Dequeue(b.Ctx, db.DequeueParams{
 					Queue: "default", Kinds: []string{"k"}, MaxVersions: []int32{1},
 					MaxJobs: batch, Owner: string(rune('a' + w)), LeaseMs: 60_000,
 				})
@@ -189,7 +189,7 @@ func TestScheduledAndPromote(t *testing.T) {
 
 	// The job due in an hour is never promoted; the one due in 50ms may
 	// already be (a loaded machine can take that long between statements).
-	first, err := b.q.Promote(b.ctx, db.PromoteParams{MaxJobs: 100})
+	first, err := b.Queries.Promote(b.Ctx, db.PromoteParams{MaxJobs: 100})
 	require.NoError(t, err)
 	for _, r := range first {
 		require.Equal(t, "other", r.Queue, "only the job due in 50ms may be due")
@@ -202,7 +202,7 @@ func TestScheduledAndPromote(t *testing.T) {
 		if len(promoted) > 0 {
 			return
 		}
-		got, err := b.q.Promote(b.ctx, db.PromoteParams{MaxJobs: 100})
+		got, err := b.Queries.Promote(b.Ctx, db.PromoteParams{MaxJobs: 100})
 		require.NoError(c, err)
 		require.NotEmpty(c, got, "the job due in 50ms is promoted")
 		promoted = got
@@ -216,7 +216,7 @@ func TestScheduledAndPromote(t *testing.T) {
 	// A nack with no backoff is pending at once; with one, scheduled.
 	got := b.claim(t, "w", 1)
 	require.Len(t, got, 1)
-	rows, err := b.q.NackBatch(b.ctx, db.NackBatchParams{Ids: ids(got), Attempts: []int32{1}, Actions: []string{"retry"}, Messages: []string{"x"}, BackoffsMs: []int64{0}, Reasons: []string{""}})
+	rows, err := b.Queries.NackBatch(b.Ctx, db.NackBatchParams{Ids: ids(got), Attempts: []int32{1}, Actions: []string{"retry"}, Messages: []string{"x"}, BackoffsMs: []int64{0}, Reasons: []string{""}})
 	require.NoError(t, err)
 	require.Len(t, rows, 1)
 	require.Equal(t, "pending", b.job(t, got[0].ID).State)
@@ -229,7 +229,7 @@ func TestPromoteBoundedAndConcurrent(t *testing.T) {
 		rows[i] = db.EnqueueBatchAtParams{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`),
 			RunAt: time.Now().Add(-time.Second), State: "scheduled", MaxAttempts: 1}
 	}
-	_, err := b.q.EnqueueBatchAt(b.ctx, withIDsAt(t, b.q, rows))
+	_, err := b.Queries.EnqueueBatchAt(b.Ctx, withIDsAt(t, b.Queries, rows))
 	require.NoError(t, err)
 	var mu sync.Mutex
 	total := int64(0)
@@ -239,7 +239,7 @@ func TestPromoteBoundedAndConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				got, err := b.q.Promote(context.Background(), db.PromoteParams{MaxJobs: 70})
+				got, err := b.Queries.Promote(context.Background(), db.PromoteParams{MaxJobs: 70})
 				if err != nil || len(got) == 0 {
 					return
 				}
@@ -251,7 +251,7 @@ func TestPromoteBoundedAndConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	require.EqualValues(t, 1000, total, "each job promoted once")
-	stats, err := b.q.Stats(b.ctx)
+	stats, err := b.Queries.Stats(b.Ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1000, stats[0].Ready)
 }

@@ -27,16 +27,16 @@ func TestClaimSeeksPastClaimedJobs(t *testing.T) {
 	for i := range rows {
 		rows[i] = db.EnqueueBatchParams{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), MaxAttempts: 3}
 	}
-	_, err := b.q.EnqueueBatch(b.ctx, withIDs(t, b.q, rows))
+	_, err := b.Queries.EnqueueBatch(b.Ctx, withIDs(t, b.Queries, rows))
 	require.NoError(t, err)
 
 	// The snapshot: a report, an idle-in-transaction session.
-	holder, err := b.pool.Begin(b.ctx)
+	holder, err := b.Pool.Begin(b.Ctx)
 	require.NoError(t, err)
-	defer func() { _ = holder.Rollback(b.ctx) }()
-	_, err = holder.Exec(b.ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+	defer func() { _ = holder.Rollback(b.Ctx) }()
+	_, err = holder.Exec(b.Ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 	require.NoError(t, err)
-	_, err = holder.Exec(b.ctx, "SELECT count(*) FROM hopper_jobs")
+	_, err = holder.Exec(b.Ctx, "SELECT count(*) FROM hopper_jobs")
 	require.NoError(t, err)
 
 	after := db.DequeueParams{AfterPriority: -1}
@@ -44,7 +44,7 @@ func TestClaimSeeksPastClaimedJobs(t *testing.T) {
 		for done := 0; done < n; done += batch {
 			p := after
 			p.Queue, p.Kinds, p.MaxVersions, p.MaxJobs, p.Owner, p.LeaseMs = "default", []string{"k"}, []int32{1}, batch, "w", 60_000
-			got, err := b.q.Dequeue(b.ctx, p)
+			got, err := b.Queries.Dequeue(b.Ctx, p)
 			require.NoError(t, err)
 			require.Len(t, got, batch)
 			ack := db.AckBatchParams{}
@@ -54,7 +54,7 @@ func TestClaimSeeksPastClaimedJobs(t *testing.T) {
 					after.AfterPriority, after.AfterRunAt, after.AfterID = j.Priority, j.RunAt, j.ID
 				}
 			}
-			acked, err := b.q.AckBatch(b.ctx, ack)
+			acked, err := b.Queries.AckBatch(b.Ctx, ack)
 			require.NoError(t, err)
 			require.Len(t, acked, batch)
 		}
@@ -62,9 +62,9 @@ func TestClaimSeeksPastClaimedJobs(t *testing.T) {
 	// buffers runs one claim of 100 under EXPLAIN (ANALYZE, BUFFERS) and
 	// rolls it back.
 	buffers := func(from db.DequeueParams) int {
-		tx, err := b.pool.Begin(b.ctx)
+		tx, err := b.Pool.Begin(b.Ctx)
 		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(b.ctx) }()
+		defer func() { _ = tx.Rollback(b.Ctx) }()
 		var plan []struct {
 			Plan struct {
 				Hit  int `json:"Shared Hit Blocks"`
@@ -76,7 +76,7 @@ func TestClaimSeeksPastClaimedJobs(t *testing.T) {
 			"after_priority": from.AfterPriority, "after_run_at": from.AfterRunAt, "after_id": from.AfterID,
 			"max_versions": []int32{1}, "kinds": []string{"k"}, "max_jobs": int32(100),
 		}
-		require.NoError(t, tx.QueryRow(b.ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+dequeue.sql, dequeue.args(t, args)...).Scan(&plan))
+		require.NoError(t, tx.QueryRow(b.Ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+dequeue.sql, dequeue.args(t, args)...).Scan(&plan))
 		return plan[0].Plan.Hit + plan[0].Plan.Read
 	}
 	fromStart := db.DequeueParams{AfterPriority: -1}

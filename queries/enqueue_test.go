@@ -17,7 +17,7 @@ func TestEnqueueDefaults(t *testing.T) {
 	b := setup(t)
 	id := b.enqueue(t, jobSpec{queue: "email", kind: "welcome", version: 2, priority: 3, maxAttempts: 7})
 
-	j, err := b.q.GetJob(b.ctx, id)
+	j, err := b.Queries.GetJob(b.Ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, "email", j.Queue)
 	require.Equal(t, "welcome", j.Kind)
@@ -38,7 +38,7 @@ func TestEnqueueDefaults(t *testing.T) {
 // valid job (queue default, version 1, payload {}, 25 attempts, due now).
 func TestEnqueueZeroValue(t *testing.T) {
 	b := setup(t)
-	row, err := b.q.Enqueue(b.ctx, db.EnqueueParams{Kind: "k"})
+	row, err := b.Queries.Enqueue(b.Ctx, db.EnqueueParams{Kind: "k"})
 	require.NoError(t, err)
 	require.True(t, row.Inserted)
 	j := b.job(t, row.ID)
@@ -48,7 +48,7 @@ func TestEnqueueZeroValue(t *testing.T) {
 	require.Equal(t, int32(25), j.MaxAttempts)
 	require.Equal(t, "pending", j.State)
 
-	got, err := b.q.EnqueueBatchUnique(b.ctx, db.EnqueueBatchUniqueParams{
+	got, err := b.Queries.EnqueueBatchUnique(b.Ctx, db.EnqueueBatchUniqueParams{
 		Queues: []string{""}, Kinds: []string{"k"}, Versions: []int32{0}, Payloads: []json.RawMessage{nil},
 		Priorities: []int16{0}, RunAts: []time.Time{{}}, DelaysMs: []int64{0}, MaxAttempts: []int32{0}, UniqueKeys: []string{"u"},
 	})
@@ -59,39 +59,39 @@ func TestEnqueueZeroValue(t *testing.T) {
 	require.JSONEq(t, `{}`, string(j.Payload))
 
 	// Values that are not zero and still wrong are refused by the table.
-	_, err = b.q.Enqueue(b.ctx, db.EnqueueParams{Kind: "k", MaxAttempts: -1})
+	_, err = b.Queries.Enqueue(b.Ctx, db.EnqueueParams{Kind: "k", MaxAttempts: -1})
 	require.ErrorContains(t, err, "hopper_jobs_max_attempts_check")
 }
 
 func TestEnqueueRunAt(t *testing.T) {
 	b := setup(t)
 	delayed := b.enqueue(t, jobSpec{delay: time.Hour})
-	j, err := b.q.GetJob(b.ctx, delayed)
+	j, err := b.Queries.GetJob(b.Ctx, delayed)
 	require.NoError(t, err)
 	require.WithinDuration(t, j.CreatedAt.Add(time.Hour), j.RunAt, time.Second)
 
 	at := time.Now().Add(48 * time.Hour).Truncate(time.Microsecond)
 	p := params(jobSpec{})
 	p.RunAt = at
-	row, err := b.q.Enqueue(b.ctx, p)
+	row, err := b.Queries.Enqueue(b.Ctx, p)
 	require.NoError(t, err)
-	j, err = b.q.GetJob(b.ctx, row.ID)
+	j, err = b.Queries.GetJob(b.Ctx, row.ID)
 	require.NoError(t, err)
 	require.True(t, at.Equal(j.RunAt), "explicit run_at kept: %v vs %v", at, j.RunAt)
 }
 
 func TestEnqueueUniqueKey(t *testing.T) {
 	b := setup(t)
-	first, err := b.q.Enqueue(b.ctx, params(jobSpec{uniqueKey: "order-1"}))
+	first, err := b.Queries.Enqueue(b.Ctx, params(jobSpec{uniqueKey: "order-1"}))
 	require.NoError(t, err)
 	require.True(t, first.Inserted)
 
-	dup, err := b.q.Enqueue(b.ctx, params(jobSpec{uniqueKey: "order-1"}))
+	dup, err := b.Queries.Enqueue(b.Ctx, params(jobSpec{uniqueKey: "order-1"}))
 	require.NoError(t, err)
 	require.False(t, dup.Inserted, "a live job holds the key")
 	require.Equal(t, first.ID, dup.ID, "the duplicate names the live holder")
 
-	other, err := b.q.Enqueue(b.ctx, params(jobSpec{uniqueKey: "order-2"}))
+	other, err := b.Queries.Enqueue(b.Ctx, params(jobSpec{uniqueKey: "order-2"}))
 	require.NoError(t, err)
 	require.True(t, other.Inserted)
 
@@ -101,10 +101,10 @@ func TestEnqueueUniqueKey(t *testing.T) {
 	// Once the holder is finished the key is free again.
 	claimed := b.claim(t, "w", 10)
 	require.Len(t, claimed, 2)
-	acked, err := b.q.AckBatch(b.ctx, db.AckBatchParams{Ids: ids(claimed), Attempts: []int32{1, 1}})
+	acked, err := b.Queries.AckBatch(b.Ctx, db.AckBatchParams{Ids: ids(claimed), Attempts: []int32{1, 1}})
 	require.NoError(t, err)
 	require.Len(t, acked, 2)
-	again, err := b.q.Enqueue(b.ctx, params(jobSpec{uniqueKey: "order-1"}))
+	again, err := b.Queries.Enqueue(b.Ctx, params(jobSpec{uniqueKey: "order-1"}))
 	require.NoError(t, err)
 	require.True(t, again.Inserted)
 }
@@ -127,7 +127,7 @@ func TestEnqueueRejectsBadRows(t *testing.T) {
 	} {
 		p := params(tc.spec)
 		tc.mut(&p)
-		_, err := b.q.Enqueue(b.ctx, p)
+		_, err := b.Queries.Enqueue(b.Ctx, p)
 		require.Error(t, err, tc.name)
 	}
 	live, _ := b.totals(t)
@@ -136,11 +136,11 @@ func TestEnqueueRejectsBadRows(t *testing.T) {
 
 func TestEnqueueBatchCopy(t *testing.T) {
 	b := setup(t)
-	n, err := b.q.EnqueueBatch(b.ctx, nil)
+	n, err := b.Queries.EnqueueBatch(b.Ctx, nil)
 	require.NoError(t, err)
 	require.Zero(t, n, "an empty batch inserts nothing")
 
-	ids, err := b.q.ReserveJobIDs(b.ctx, 1001)
+	ids, err := b.Queries.ReserveJobIDs(b.Ctx, 1001)
 	require.NoError(t, err)
 	require.Len(t, ids, 1001)
 	require.True(t, slices.IsSorted(ids), "ids come in ascending order")
@@ -151,7 +151,7 @@ func TestEnqueueBatchCopy(t *testing.T) {
 			Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)),
 		}
 	}
-	n, err = b.q.EnqueueBatch(b.ctx, rows)
+	n, err = b.Queries.EnqueueBatch(b.Ctx, rows)
 	require.NoError(t, err)
 	require.EqualValues(t, 1000, n)
 	for _, i := range []int{0, 999} {
@@ -160,21 +160,21 @@ func TestEnqueueBatchCopy(t *testing.T) {
 	}
 
 	future := time.Now().Add(time.Hour)
-	n, err = b.q.EnqueueBatchAt(b.ctx, []db.EnqueueBatchAtParams{
+	n, err = b.Queries.EnqueueBatchAt(b.Ctx, []db.EnqueueBatchAtParams{
 		{ID: ids[1000], Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), RunAt: future, State: "scheduled", MaxAttempts: 1},
 	})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 
 	// A zero id (a parameter left at its zero value) is refused.
-	_, err = b.q.EnqueueBatch(b.ctx, []db.EnqueueBatchParams{{Queue: "default", Kind: "k", Version: 1, MaxAttempts: 1, Payload: json.RawMessage(`{}`)}})
+	_, err = b.Queries.EnqueueBatch(b.Ctx, []db.EnqueueBatchParams{{Queue: "default", Kind: "k", Version: 1, MaxAttempts: 1, Payload: json.RawMessage(`{}`)}})
 	require.ErrorContains(t, err, "hopper_jobs_id_check")
 	next := b.enqueue(t, jobSpec{})
 	require.Greater(t, next, ids[1000], "the sequence goes on past the reserved ids")
-	_, err = b.pool.Exec(b.ctx, "DELETE FROM hopper_jobs WHERE id = $1", next)
+	_, err = b.Pool.Exec(b.Ctx, "DELETE FROM hopper_jobs WHERE id = $1", next)
 	require.NoError(t, err)
 
-	stats, err := b.q.Stats(b.ctx)
+	stats, err := b.Queries.Stats(b.Ctx)
 	require.NoError(t, err)
 	require.Len(t, stats, 1)
 	require.EqualValues(t, 1000, stats[0].Ready)
@@ -183,7 +183,7 @@ func TestEnqueueBatchCopy(t *testing.T) {
 
 func TestEnqueueBatchUnique(t *testing.T) {
 	b := setup(t)
-	empty, err := b.q.EnqueueBatchUnique(b.ctx, db.EnqueueBatchUniqueParams{})
+	empty, err := b.Queries.EnqueueBatchUnique(b.Ctx, db.EnqueueBatchUniqueParams{})
 	require.NoError(t, err)
 	require.Empty(t, empty)
 
@@ -203,7 +203,7 @@ func TestEnqueueBatchUnique(t *testing.T) {
 		p.UniqueKeys = append(p.UniqueKeys, k)
 	}
 	p.RunAts[4] = future // "b" is scheduled
-	rows, err := b.q.EnqueueBatchUnique(b.ctx, p)
+	rows, err := b.Queries.EnqueueBatchUnique(b.Ctx, p)
 	require.NoError(t, err)
 	// One row per job, in order: "taken" is held by a live job and the
 	// second "a" repeats the first, and each names the holder; jobs
@@ -220,7 +220,7 @@ func TestEnqueueBatchUnique(t *testing.T) {
 	require.Equal(t, rows[0].ID, rows[3].ID, "a duplicate within the batch names the earlier job")
 	require.JSONEq(t, `{"i":4}`, string(b.job(t, rows[4].ID).Payload))
 
-	stats, err := b.q.Stats(b.ctx)
+	stats, err := b.Queries.Stats(b.Ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 4, stats[0].Ready) // holder, a and two without key
 	require.EqualValues(t, 1, stats[0].Scheduled)

@@ -17,11 +17,11 @@ func TestAckBatch(t *testing.T) {
 	claimed := b.claim(t, "w", 3)
 	require.Len(t, claimed, 3)
 
-	none, err := b.q.AckBatch(b.ctx, db.AckBatchParams{})
+	none, err := b.Queries.AckBatch(b.Ctx, db.AckBatchParams{})
 	require.NoError(t, err)
 	require.Empty(t, none, "an empty batch acks nothing")
 
-	acked, err := b.q.AckBatch(b.ctx, db.AckBatchParams{
+	acked, err := b.Queries.AckBatch(b.Ctx, db.AckBatchParams{
 		Ids:      []int64{claimed[0].ID, claimed[1].ID, 999_999},
 		Attempts: []int32{1, 2, 1}, // the second names a claim that never happened
 	})
@@ -32,7 +32,7 @@ func TestAckBatch(t *testing.T) {
 
 	// A pending job cannot be acked, even with its current attempt.
 	pending := b.enqueue(t, jobSpec{queue: "idle"})
-	acked, err = b.q.AckBatch(b.ctx, db.AckBatchParams{Ids: []int64{pending}, Attempts: []int32{0}})
+	acked, err = b.Queries.AckBatch(b.Ctx, db.AckBatchParams{Ids: []int64{pending}, Attempts: []int32{0}})
 	require.NoError(t, err)
 	require.Empty(t, acked)
 }
@@ -56,25 +56,25 @@ func TestFencing(t *testing.T) {
 	}{
 		{"second claimant acks", func(t *testing.T, b *bundle, j db.HopperJob) {
 			ack, _, _, _ := stale(b, j)
-			got, err := b.q.AckBatch(b.ctx, ack)
+			got, err := b.Queries.AckBatch(b.Ctx, ack)
 			require.NoError(t, err)
 			require.Equal(t, []db.AckBatchRow{{ID: j.ID, Attempt: j.Attempt}}, got)
 		}},
 		{"second claimant nacks", func(t *testing.T, b *bundle, j db.HopperJob) {
 			_, nack, _, _ := stale(b, j)
-			got, err := b.q.NackBatch(b.ctx, nack)
+			got, err := b.Queries.NackBatch(b.Ctx, nack)
 			require.NoError(t, err)
 			require.Equal(t, []db.NackBatchRow{{ID: j.ID, Attempt: j.Attempt, Dead: false}}, got)
 		}},
 		{"second claimant extends", func(t *testing.T, b *bundle, j db.HopperJob) {
 			_, _, ext, _ := stale(b, j)
-			got, err := b.q.Extend(b.ctx, ext)
+			got, err := b.Queries.Extend(b.Ctx, ext)
 			require.NoError(t, err)
 			require.Equal(t, []db.ExtendRow{{ID: j.ID, Attempt: j.Attempt, Extended: true}}, got)
 		}},
 		{"second claimant releases", func(t *testing.T, b *bundle, j db.HopperJob) {
 			_, _, _, rel := stale(b, j)
-			got, err := b.q.Release(b.ctx, rel)
+			got, err := b.Queries.Release(b.Ctx, rel)
 			require.NoError(t, err)
 			require.Len(t, got, 1)
 		}},
@@ -84,7 +84,7 @@ func TestFencing(t *testing.T) {
 			b.enqueue(t, jobSpec{maxAttempts: 5})
 			first := b.claim(t, "first", 1)[0]
 			b.expire(t, first)
-			swept, err := b.q.Sweep(b.ctx, db.SweepParams{MaxJobs: 100})
+			swept, err := b.Queries.Sweep(b.Ctx, db.SweepParams{MaxJobs: 100})
 			require.NoError(t, err)
 			require.Len(t, swept, 1)
 			second := b.claim(t, "second", 1)[0]
@@ -92,21 +92,21 @@ func TestFencing(t *testing.T) {
 			require.Equal(t, first.Attempt+1, second.Attempt)
 
 			ack, nack, ext, rel := stale(b, first)
-			acked, err := b.q.AckBatch(b.ctx, ack)
+			acked, err := b.Queries.AckBatch(b.Ctx, ack)
 			require.NoError(t, err)
 			require.Empty(t, acked, "stale ack refused")
-			nacked, err := b.q.NackBatch(b.ctx, nack)
+			nacked, err := b.Queries.NackBatch(b.Ctx, nack)
 			require.NoError(t, err)
 			require.Empty(t, nacked, "stale nack refused")
-			held, err := b.q.Extend(b.ctx, ext)
+			held, err := b.Queries.Extend(b.Ctx, ext)
 			require.NoError(t, err)
 			require.Empty(t, held, "stale extend refused")
-			released, err := b.q.Release(b.ctx, rel)
+			released, err := b.Queries.Release(b.Ctx, rel)
 			require.NoError(t, err)
 			require.Empty(t, released, "stale release refused")
 
 			// Nothing the stale claimant did changed the job.
-			j, err := b.q.GetJob(b.ctx, second.ID)
+			j, err := b.Queries.GetJob(b.Ctx, second.ID)
 			require.NoError(t, err)
 			require.Equal(t, "running", j.State)
 			require.Equal(t, "second", *j.LeaseOwner)
@@ -127,7 +127,7 @@ func TestAckAfterExpiryBeforeSweep(t *testing.T) {
 	b.enqueue(t, jobSpec{})
 	j := b.claim(t, "w", 1)[0]
 	b.expire(t, j)
-	acked, err := b.q.AckBatch(b.ctx, db.AckBatchParams{Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}})
+	acked, err := b.Queries.AckBatch(b.Ctx, db.AckBatchParams{Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}})
 	require.NoError(t, err)
 	require.Equal(t, []db.AckBatchRow{{ID: j.ID, Attempt: j.Attempt}}, acked)
 }
@@ -138,40 +138,40 @@ func TestExtend(t *testing.T) {
 	b.enqueue(t, jobSpec{})
 	claimed := b.claim(t, "w", 2)
 	before := b.dbNow(t)
-	held, err := b.q.Extend(b.ctx, db.ExtendParams{Ids: ids(claimed), Attempts: []int32{1, 1}, LeaseMs: 3_600_000})
+	held, err := b.Queries.Extend(b.Ctx, db.ExtendParams{Ids: ids(claimed), Attempts: []int32{1, 1}, LeaseMs: 3_600_000})
 	require.NoError(t, err)
 	after := b.dbNow(t)
 	require.ElementsMatch(t, []db.ExtendRow{{ID: claimed[0].ID, Attempt: 1, Extended: true}, {ID: claimed[1].ID, Attempt: 1, Extended: true}}, held)
 	for _, h := range held {
-		j, err := b.q.GetJob(b.ctx, h.ID)
+		j, err := b.Queries.GetJob(b.Ctx, h.ID)
 		require.NoError(t, err)
 		requireBetween(t, before.Add(time.Hour), after.Add(time.Hour), *j.LeaseUntil, "extended to lease_ms from the extend")
 	}
-	none, err := b.q.Extend(b.ctx, db.ExtendParams{LeaseMs: 1000})
+	none, err := b.Queries.Extend(b.Ctx, db.ExtendParams{LeaseMs: 1000})
 	require.NoError(t, err)
 	require.Empty(t, none)
 
 	// A shorter extension (the heartbeat's) never shortens a longer one
 	// (a handler's ExtendLease).
-	again, err := b.q.Extend(b.ctx, db.ExtendParams{Ids: ids(claimed), Attempts: []int32{1, 1}, LeaseMs: 1000})
+	again, err := b.Queries.Extend(b.Ctx, db.ExtendParams{Ids: ids(claimed), Attempts: []int32{1, 1}, LeaseMs: 1000})
 	require.NoError(t, err)
 	require.Len(t, again, 2)
 	for _, h := range again {
 		require.True(t, h.Extended)
-		j, err := b.q.GetJob(b.ctx, h.ID)
+		j, err := b.Queries.GetJob(b.Ctx, h.ID)
 		require.NoError(t, err)
 		requireBetween(t, before.Add(time.Hour), after.Add(time.Hour), *j.LeaseUntil, "kept the longer lease")
 	}
 
 	// A row another transaction holds locked is reported held but not
 	// extended, at once: Extend never waits for a lock.
-	tx, err := b.pool.Begin(b.ctx)
+	tx, err := b.Pool.Begin(b.Ctx)
 	require.NoError(t, err)
-	defer tx.Rollback(b.ctx) //nolint:errcheck
-	locked, err := db.New(tx).AckBatch(b.ctx, db.AckBatchParams{Ids: ids(claimed[:1]), Attempts: []int32{1}})
+	defer tx.Rollback(b.Ctx) //nolint:errcheck
+	locked, err := db.New(tx).AckBatch(b.Ctx, db.AckBatchParams{Ids: ids(claimed[:1]), Attempts: []int32{1}})
 	require.NoError(t, err)
 	require.Len(t, locked, 1)
-	busy, err := b.q.Extend(b.ctx, db.ExtendParams{Ids: ids(claimed), Attempts: []int32{1, 1}, LeaseMs: 7_200_000})
+	busy, err := b.Queries.Extend(b.Ctx, db.ExtendParams{Ids: ids(claimed), Attempts: []int32{1, 1}, LeaseMs: 7_200_000})
 	require.NoError(t, err)
 	require.ElementsMatch(t, []db.ExtendRow{{ID: claimed[0].ID, Attempt: 1, Extended: false}, {ID: claimed[1].ID, Attempt: 1, Extended: true}}, busy)
 }
@@ -180,13 +180,13 @@ func TestRelease(t *testing.T) {
 	b := setup(t)
 	b.enqueue(t, jobSpec{maxAttempts: 2})
 	j := b.claim(t, "w", 1)[0]
-	released, err := b.q.Release(b.ctx, db.ReleaseParams{Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}})
+	released, err := b.Queries.Release(b.Ctx, db.ReleaseParams{Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}})
 	require.NoError(t, err)
 	require.Len(t, released, 1)
 	require.Equal(t, db.ReleaseRow{ID: j.ID, Queue: "default", Priority: j.Priority}, db.ReleaseRow{ID: released[0].ID, Queue: released[0].Queue, Priority: released[0].Priority})
 	require.True(t, j.RunAt.Equal(released[0].RunAt), "the released job's place in claim order is reported, for the wake-up")
 
-	got, err := b.q.GetJob(b.ctx, j.ID)
+	got, err := b.Queries.GetJob(b.Ctx, j.ID)
 	require.NoError(t, err)
 	require.Equal(t, "pending", got.State)
 	require.Nil(t, got.LeaseOwner)
@@ -207,15 +207,15 @@ func TestReleaseOwner(t *testing.T) {
 	}
 	mine := b.claim(t, "host-1", 2)
 	theirs := b.claim(t, "host-2", 1)
-	released, err := b.q.ReleaseOwner(b.ctx, "host-1")
+	released, err := b.Queries.ReleaseOwner(b.Ctx, "host-1")
 	require.NoError(t, err)
 	require.Len(t, released, 2)
 
 	// The released claims are fenced out: a zombie host-1 cannot ack them.
-	acked, err := b.q.AckBatch(b.ctx, db.AckBatchParams{Ids: ids(mine), Attempts: []int32{1, 1}})
+	acked, err := b.Queries.AckBatch(b.Ctx, db.AckBatchParams{Ids: ids(mine), Attempts: []int32{1, 1}})
 	require.NoError(t, err)
 	require.Empty(t, acked)
-	j, err := b.q.GetJob(b.ctx, theirs[0].ID)
+	j, err := b.Queries.GetJob(b.Ctx, theirs[0].ID)
 	require.NoError(t, err)
 	require.Equal(t, "running", j.State, "other owners keep their claims")
 }

@@ -37,7 +37,7 @@ func TestStrictClaimGoesRoundOnlyWhenCrowded(t *testing.T) {
 			b := setup(t)
 			enqueue := func(key string) {
 				t.Helper()
-				_, err := b.q.Enqueue(b.ctx, db.EnqueueParams{Queue: "default", Kind: "k", Version: 1,
+				_, err := b.Queries.Enqueue(b.Ctx, db.EnqueueParams{Queue: "default", Kind: "k", Version: 1,
 					Payload: json.RawMessage(`{}`), RunAt: past, MaxAttempts: 3, ConcurrencyKey: &key})
 				require.NoError(t, err)
 			}
@@ -51,7 +51,7 @@ func TestStrictClaimGoesRoundOnlyWhenCrowded(t *testing.T) {
 				enqueue(fmt.Sprintf("beyond-%d", i))
 			}
 
-			rows, err := b.q.DequeueLimited(b.ctx, db.DequeueLimitedParams{Owner: "w", LeaseMs: 60_000,
+			rows, err := b.Queries.DequeueLimited(b.Ctx, db.DequeueLimitedParams{Owner: "w", LeaseMs: 60_000,
 				Queue: "default", Kinds: []string{"k"}, MaxVersions: []int32{1}, KeyLimits: []int32{0},
 				KeyLimit: 1, AfterPriority: -1, AfterRunAt: time.Time{}, MaxJobs: ask, Scan: scan,
 				RateBy: "queue", RateWindowMs: 1000})
@@ -86,7 +86,7 @@ func TestExactStartsHoldBudgetUntilMoved(t *testing.T) {
 	}
 	claim := func(exact bool) int {
 		t.Helper()
-		rows, err := b.q.DequeueLimited(b.ctx, db.DequeueLimitedParams{Owner: "w", LeaseMs: 60_000,
+		rows, err := b.Queries.DequeueLimited(b.Ctx, db.DequeueLimitedParams{Owner: "w", LeaseMs: 60_000,
 			Queue: "default", Kinds: []string{"k"}, MaxVersions: []int32{1}, KeyLimits: []int32{0},
 			AfterPriority: -1, MaxJobs: 10, Scan: 64, RateBy: "queue", RateLimit: 3, RateWindowMs: 1000, ExactStarts: exact})
 		require.NoError(t, err)
@@ -95,13 +95,13 @@ func TestExactStartsHoldBudgetUntilMoved(t *testing.T) {
 	age := func(by string) time.Time { // moves every entry back; returns the newest
 		t.Helper()
 		var newest time.Time
-		require.NoError(t, b.pool.QueryRow(b.ctx,
+		require.NoError(t, b.Pool.QueryRow(b.Ctx,
 			"WITH aged AS (UPDATE hopper_rate_claims SET claimed_at = claimed_at - $1::interval RETURNING claimed_at) SELECT max(claimed_at) FROM aged", by).Scan(&newest))
 		return newest
 	}
 	wait := func() int64 {
 		t.Helper()
-		ms, err := b.q.RateWait(b.ctx, db.RateWaitParams{Queue: "default", RateWindowMs: 1000})
+		ms, err := b.Queries.RateWait(b.Ctx, db.RateWaitParams{Queue: "default", RateWindowMs: 1000})
 		require.NoError(t, err)
 		return ms
 	}
@@ -111,7 +111,7 @@ func TestExactStartsHoldBudgetUntilMoved(t *testing.T) {
 	require.Zero(t, claim(true), "an entry awaiting its starts still counts")
 	require.EqualValues(t, 10, wait(), "overdue: it is moved any moment")
 
-	require.NoError(t, b.q.RateClaimStarted(b.ctx, db.RateClaimStartedParams{Queue: "default", ClaimedAt: claimedAt}))
+	require.NoError(t, b.Queries.RateClaimStarted(b.Ctx, db.RateClaimStartedParams{Queue: "default", ClaimedAt: claimedAt}))
 	require.Zero(t, claim(true), "moved to now: in the window")
 	require.Greater(t, wait(), int64(500))
 	require.LessOrEqual(t, wait(), int64(1000))
@@ -123,6 +123,6 @@ func TestExactStartsHoldBudgetUntilMoved(t *testing.T) {
 	age("7 seconds") // past the window and the grace, never moved
 	require.Equal(t, 3, claim(true), "a worker that never moves its entry holds the budget five seconds at most")
 	var left int
-	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT count(*) FROM hopper_rate_claims").Scan(&left))
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT count(*) FROM hopper_rate_claims").Scan(&left))
 	require.Equal(t, 1, left, "older entries are pruned, the one just made stays")
 }

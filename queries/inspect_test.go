@@ -15,7 +15,7 @@ import (
 
 func TestStats(t *testing.T) {
 	b := setup(t)
-	stats, err := b.q.Stats(b.ctx)
+	stats, err := b.Queries.Stats(b.Ctx)
 	require.NoError(t, err)
 	require.Empty(t, stats)
 
@@ -32,7 +32,7 @@ func TestStats(t *testing.T) {
 		nack(t, b, j, "boom", 0, "") // one is retried, one (max 1 attempt) dies
 	}
 
-	stats, err = b.q.Stats(b.ctx)
+	stats, err = b.Queries.Stats(b.Ctx)
 	require.NoError(t, err)
 	require.Len(t, stats, 2)
 	def, mail := stats[0], stats[1]
@@ -49,12 +49,12 @@ func TestStats(t *testing.T) {
 
 	// Cancelled jobs count apart from dead ones; a paused queue says so.
 	b.enqueue(t, jobSpec{queue: "mail", kind: "send"})
-	rows, err := b.q.Cancel(b.ctx, []int64{b.enqueue(t, jobSpec{queue: "mail", kind: "send"})})
+	rows, err := b.Queries.Cancel(b.Ctx, []int64{b.enqueue(t, jobSpec{queue: "mail", kind: "send"})})
 	require.NoError(t, err)
 	require.True(t, rows[0].Cancelled)
-	_, err = b.q.PauseQueue(b.ctx, "mail")
+	_, err = b.Queries.PauseQueue(b.Ctx, "mail")
 	require.NoError(t, err)
-	stats, err = b.q.Stats(b.ctx)
+	stats, err = b.Queries.Stats(b.Ctx)
 	require.NoError(t, err)
 	mail = stats[1]
 	require.Equal(t, db.StatsRow{Queue: "mail", Kind: "send", Ready: 2, Cancelled: 1, Paused: true, OldestReadySeconds: mail.OldestReadySeconds}, mail)
@@ -74,13 +74,13 @@ func TestCancel(t *testing.T) {
 	require.NotEqual(t, pending, deadJob.ID)
 	nack(t, b, deadJob, "x", 0, "")
 
-	conn, err := pgx.Connect(b.ctx, b.tdb.URL)
+	conn, err := pgx.Connect(b.Ctx, b.URL)
 	require.NoError(t, err)
-	defer conn.Close(b.ctx)
-	_, err = conn.Exec(b.ctx, "LISTEN hopper_jobs")
+	defer conn.Close(b.Ctx)
+	_, err = conn.Exec(b.Ctx, "LISTEN hopper_jobs")
 	require.NoError(t, err)
 
-	rows, err := b.q.Cancel(b.ctx, []int64{running.ID, scheduled, 424242, deadJob.ID, scheduled, pending})
+	rows, err := b.Queries.Cancel(b.Ctx, []int64{running.ID, scheduled, 424242, deadJob.ID, scheduled, pending})
 	require.NoError(t, err)
 	got := map[int64]db.CancelRow{}
 	for _, r := range rows {
@@ -98,7 +98,7 @@ func TestCancel(t *testing.T) {
 	require.Zero(t, live)
 	require.EqualValues(t, 1, dead)
 	for _, id := range []int64{running.ID, scheduled, pending} {
-		d, err := b.q.GetDead(b.ctx, id)
+		d, err := b.Queries.GetDead(b.Ctx, id)
 		require.NoError(t, err, "a cancelled job is kept")
 		require.Equal(t, "cancelled", d.State)
 		require.Equal(t, "cancelled", d.Reason)
@@ -107,7 +107,7 @@ func TestCancel(t *testing.T) {
 	// Each running job's worker hears of it at commit, with the claim.
 	wantNotices := map[int64]bool{running.ID: true, pending: true}
 	for len(wantNotices) > 0 {
-		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		ctx, cancel := context.WithTimeout(b.Ctx, 10*time.Second)
 		n, err := conn.WaitForNotification(ctx)
 		cancel()
 		require.NoError(t, err)
@@ -118,22 +118,22 @@ func TestCancel(t *testing.T) {
 			Owner   string `json:"owner"`
 		}
 		require.NoError(t, json.Unmarshal([]byte(n.Payload), &notice))
-		if notice.Schema != b.tdb.Schema {
+		if notice.Schema != b.Schema {
 			continue // other tests' schemas share the channel
 		}
 		require.True(t, wantNotices[notice.Cancel], "a notice for %d: %s", notice.Cancel, n.Payload)
 		delete(wantNotices, notice.Cancel)
-		require.Equal(t, b.tdb.Schema, notice.Schema)
+		require.Equal(t, b.Schema, notice.Schema)
 		require.Equal(t, "w", notice.Owner)
 		require.Equal(t, int32(1), notice.Attempt)
 	}
 
 	// The cancelled claim is fenced out: its ack takes no effect.
-	acked, err := b.q.AckBatch(b.ctx, db.AckBatchParams{Ids: []int64{running.ID}, Attempts: []int32{running.Attempt}})
+	acked, err := b.Queries.AckBatch(b.Ctx, db.AckBatchParams{Ids: []int64{running.ID}, Attempts: []int32{running.Attempt}})
 	require.NoError(t, err)
 	require.Empty(t, acked)
 
-	empty, err := b.q.Cancel(b.ctx, nil)
+	empty, err := b.Queries.Cancel(b.Ctx, nil)
 	require.NoError(t, err)
 	require.Empty(t, empty)
 }
@@ -145,10 +145,10 @@ func TestPurgeQueue(t *testing.T) {
 	b.enqueue(t, jobSpec{queue: "q2"})
 	b.enqueue(t, jobSpec{})
 	b.claim(t, "w", 1) // running jobs are left to finish
-	n, err := b.q.PurgeQueue(b.ctx, "q1")
+	n, err := b.Queries.PurgeQueue(b.Ctx, "q1")
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
-	n, err = b.q.PurgeQueue(b.ctx, "default")
+	n, err = b.Queries.PurgeQueue(b.Ctx, "default")
 	require.NoError(t, err)
 	require.Zero(t, n)
 	live, _ := b.totals(t)
@@ -161,7 +161,7 @@ func killAll(t *testing.T, b *bundle, kind string, n int, uniqueKey string) []in
 	var out []int64
 	for range n {
 		b.enqueue(t, jobSpec{kind: kind, maxAttempts: 1, uniqueKey: uniqueKey})
-		got, err := b.q.Dequeue(b.ctx, db.DequeueParams{Queue: "default", Kinds: []string{kind}, MaxVersions: []int32{1}, MaxJobs: 1, Owner: "w", LeaseMs: 1000})
+		got, err := b.Queries.Dequeue(b.Ctx, db.DequeueParams{Queue: "default", Kinds: []string{kind}, MaxVersions: []int32{1}, MaxJobs: 1, Owner: "w", LeaseMs: 1000})
 		require.NoError(t, err)
 		require.Len(t, got, 1)
 		nack(t, b, got[0], "fatal", 0, "")
@@ -177,10 +177,10 @@ func TestDeadRetryPurge(t *testing.T) {
 	dead := []string{"dead"}
 	kind := func(k string) *string { return &k }
 
-	retried, err := b.q.RetryDead(b.ctx, db.RetryDeadParams{States: dead, Ids: []int64{a[0], 777}, MaxJobs: 100})
+	retried, err := b.Queries.RetryDead(b.Ctx, db.RetryDeadParams{States: dead, Ids: []int64{a[0], 777}, MaxJobs: 100})
 	require.NoError(t, err)
 	require.Equal(t, []db.RetryDeadRow{{ID: a[0], Retried: true}}, retried)
-	j, err := b.q.GetJob(b.ctx, a[0])
+	j, err := b.Queries.GetJob(b.Ctx, a[0])
 	require.NoError(t, err, "the job keeps its id")
 	require.Equal(t, "pending", j.State)
 	require.Equal(t, int32(1), j.Attempt, "attempt, the fencing token, never goes down")
@@ -188,21 +188,21 @@ func TestDeadRetryPurge(t *testing.T) {
 	require.Len(t, history(t, j.Errors), 1, "history is kept")
 
 	// Batches: after_id pages through, max_jobs bounds each.
-	first, err := b.q.RetryDead(b.ctx, db.RetryDeadParams{States: dead, Ids: []int64{}, Kind: kind("zeta"), MaxJobs: 1})
+	first, err := b.Queries.RetryDead(b.Ctx, db.RetryDeadParams{States: dead, Ids: []int64{}, Kind: kind("zeta"), MaxJobs: 1})
 	require.NoError(t, err)
 	require.Equal(t, []db.RetryDeadRow{{ID: z[0], Retried: true}}, first)
-	rest, err := b.q.RetryDead(b.ctx, db.RetryDeadParams{States: dead, Ids: []int64{}, Kind: kind("zeta"), AfterID: z[0], MaxJobs: 1})
+	rest, err := b.Queries.RetryDead(b.Ctx, db.RetryDeadParams{States: dead, Ids: []int64{}, Kind: kind("zeta"), AfterID: z[0], MaxJobs: 1})
 	require.NoError(t, err)
 	require.Equal(t, []db.RetryDeadRow{{ID: z[1], Retried: true}}, rest)
 
 	old := time.Now().Add(-time.Hour)
-	gone, err := b.q.PurgeDead(b.ctx, db.PurgeDeadParams{States: dead, Ids: []int64{}, DiedBefore: &old, MaxJobs: 100})
+	gone, err := b.Queries.PurgeDead(b.Ctx, db.PurgeDeadParams{States: dead, Ids: []int64{}, DiedBefore: &old, MaxJobs: 100})
 	require.NoError(t, err)
 	require.Empty(t, gone, "nothing died that long ago")
-	gone, err = b.q.PurgeDead(b.ctx, db.PurgeDeadParams{States: []string{"cancelled"}, Ids: []int64{}, MaxJobs: 100})
+	gone, err = b.Queries.PurgeDead(b.Ctx, db.PurgeDeadParams{States: []string{"cancelled"}, Ids: []int64{}, MaxJobs: 100})
 	require.NoError(t, err)
 	require.Empty(t, gone, "no cancelled job")
-	gone, err = b.q.PurgeDead(b.ctx, db.PurgeDeadParams{States: dead, Ids: []int64{}, MaxJobs: 100})
+	gone, err = b.Queries.PurgeDead(b.Ctx, db.PurgeDeadParams{States: dead, Ids: []int64{}, MaxJobs: 100})
 	require.NoError(t, err)
 	require.ElementsMatch(t, a[1:], gone)
 	live, deadN := b.totals(t)
@@ -216,12 +216,12 @@ func TestRetryDeadKeepsConflictingJob(t *testing.T) {
 	b := setup(t)
 	dead := killAll(t, b, "k", 1, "invoice-9")
 	holder := b.enqueue(t, jobSpec{uniqueKey: "invoice-9"})
-	retried, err := b.q.RetryDead(b.ctx, db.RetryDeadParams{States: []string{"dead"}, Ids: dead, MaxJobs: 100})
+	retried, err := b.Queries.RetryDead(b.Ctx, db.RetryDeadParams{States: []string{"dead"}, Ids: dead, MaxJobs: 100})
 	require.NoError(t, err)
 	require.Equal(t, []db.RetryDeadRow{{ID: dead[0], Retried: false}}, retried)
-	_, err = b.q.GetDead(b.ctx, dead[0])
+	_, err = b.Queries.GetDead(b.Ctx, dead[0])
 	require.NoError(t, err, "still in the dead table")
-	_, err = b.q.GetJob(b.ctx, holder)
+	_, err = b.Queries.GetJob(b.Ctx, holder)
 	require.NoError(t, err)
 }
 
@@ -238,27 +238,27 @@ func TestFindAndListJobsEverywhere(t *testing.T) {
 	completes := b.enqueue(t, jobSpec{kind: "k", uniqueKey: "c"})
 	running := b.claim(t, "w", 1)[0] // completes
 	require.Equal(t, completes, running.ID)
-	kept, err := b.q.AckBatchKeep(b.ctx, db.AckBatchKeepParams{Ids: []int64{completes}, Attempts: []int32{1},
+	kept, err := b.Queries.AckBatchKeep(b.Ctx, db.AckBatchKeepParams{Ids: []int64{completes}, Attempts: []int32{1},
 		KeepMs: []int64{3_600_000}, Results: []json.RawMessage{json.RawMessage(`{"sent":true}`)}})
 	require.NoError(t, err)
 	require.Len(t, kept, 1)
 	cancelled := b.enqueue(t, jobSpec{})
-	_, err = b.q.Cancel(b.ctx, []int64{cancelled})
+	_, err = b.Queries.Cancel(b.Ctx, []int64{cancelled})
 	require.NoError(t, err)
 
 	state := map[int64]string{}
 	for _, id := range []int64{pending, scheduled, dies.ID, completes, cancelled} {
-		j, err := b.q.FindJob(b.ctx, id)
+		j, err := b.Queries.FindJob(b.Ctx, id)
 		require.NoError(t, err)
 		state[id] = j.State
 	}
 	require.Equal(t, map[int64]string{pending: "running", scheduled: "scheduled", dies.ID: "dead",
 		completes: "completed", cancelled: "cancelled"}, state)
-	done, err := b.q.FindJob(b.ctx, completes)
+	done, err := b.Queries.FindJob(b.Ctx, completes)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"sent":true}`, string(done.Result))
 	require.NotNil(t, done.FinishedAt)
-	_, err = b.q.FindJob(b.ctx, 987654)
+	_, err = b.Queries.FindJob(b.Ctx, 987654)
 	require.ErrorIs(t, err, pgx.ErrNoRows)
 
 	all := func(p db.ListJobsParams) []int64 {
@@ -272,7 +272,7 @@ func TestFindAndListJobsEverywhere(t *testing.T) {
 		if p.MaxJobs == 0 {
 			p.MaxJobs = 100
 		}
-		rows, err := b.q.ListJobs(b.ctx, p)
+		rows, err := b.Queries.ListJobs(b.Ctx, p)
 		require.NoError(t, err)
 		return ids2(rows)
 	}
@@ -285,7 +285,7 @@ func TestFindAndListJobsEverywhere(t *testing.T) {
 	future := time.Now().Add(time.Hour)
 	require.Empty(t, all(db.ListJobsParams{CreatedFrom: &future}))
 
-	byKey, err := b.q.ListJobsByKey(b.ctx, db.ListJobsByKeyParams{UniqueKey: "c", BeforeID: math.MaxInt64, States: []string{}, MaxJobs: 10})
+	byKey, err := b.Queries.ListJobsByKey(b.Ctx, db.ListJobsByKeyParams{UniqueKey: "c", BeforeID: math.MaxInt64, States: []string{}, MaxJobs: 10})
 	require.NoError(t, err)
 	require.Equal(t, []int64{completes}, ids2(byKey), "a completed job keeps its key in the history")
 }

@@ -49,37 +49,37 @@ func TestStatementsNeverDeadlock(t *testing.T) {
 			Actions: repeat("retry", half), BackoffsMs: make([]int64, half), Reasons: make([]string, half)}
 		steps := []func() error{
 			func() error {
-				_, err := b.q.Extend(b.ctx, db.ExtendParams{Ids: desc, Attempts: ones(jobs), LeaseMs: 60_000})
+				_, err := b.Queries.Extend(b.Ctx, db.ExtendParams{Ids: desc, Attempts: ones(jobs), LeaseMs: 60_000})
 				return err
 			},
 			func() error {
-				_, err := b.q.Extend(b.ctx, db.ExtendParams{Ids: shuffled, Attempts: ones(jobs), LeaseMs: 60_000})
+				_, err := b.Queries.Extend(b.Ctx, db.ExtendParams{Ids: shuffled, Attempts: ones(jobs), LeaseMs: 60_000})
 				return err
 			},
 			func() error {
-				_, err := b.q.AckBatch(b.ctx, db.AckBatchParams{Ids: shuffled[:half], Attempts: ones(half)})
+				_, err := b.Queries.AckBatch(b.Ctx, db.AckBatchParams{Ids: shuffled[:half], Attempts: ones(half)})
 				return err
 			},
 			func() error {
-				_, err := b.q.AckBatch(b.ctx, db.AckBatchParams{Ids: desc, Attempts: ones(jobs)})
+				_, err := b.Queries.AckBatch(b.Ctx, db.AckBatchParams{Ids: desc, Attempts: ones(jobs)})
 				return err
 			},
 			func() error {
-				_, err := b.q.NackBatch(b.ctx, nack)
+				_, err := b.Queries.NackBatch(b.Ctx, nack)
 				return err
 			},
 			func() error {
-				_, err := b.q.Release(b.ctx, db.ReleaseParams{Ids: shuffled, Attempts: ones(jobs)})
+				_, err := b.Queries.Release(b.Ctx, db.ReleaseParams{Ids: shuffled, Attempts: ones(jobs)})
 				return err
 			},
 			func() error {
-				_, err := b.q.AckBatchKeep(b.ctx, db.AckBatchKeepParams{Ids: desc[half:], Attempts: ones(jobs - half),
+				_, err := b.Queries.AckBatchKeep(b.Ctx, db.AckBatchKeepParams{Ids: desc[half:], Attempts: ones(jobs - half),
 					KeepMs: repeat(int64(60_000), jobs-half), Results: make([]json.RawMessage, jobs-half)})
 				return err
 			},
 			func() error {
 				// An operator cancels some of the same jobs meanwhile.
-				_, err := b.q.Cancel(b.ctx, desc[half/2:half+half/2])
+				_, err := b.Queries.Cancel(b.Ctx, desc[half/2:half+half/2])
 				return err
 			},
 		}
@@ -105,9 +105,9 @@ func TestStatementsNeverDeadlock(t *testing.T) {
 			require.NoError(t, err, "round %d", round)
 		}
 		// Clear what is left for the next round.
-		_, err := b.pool.Exec(b.ctx, "DELETE FROM hopper_jobs")
+		_, err := b.Pool.Exec(b.Ctx, "DELETE FROM hopper_jobs")
 		require.NoError(t, err)
-		_, err = b.pool.Exec(b.ctx, "DELETE FROM hopper_job_history")
+		_, err = b.Pool.Exec(b.Ctx, "DELETE FROM hopper_job_history")
 		require.NoError(t, err)
 	}
 }

@@ -23,7 +23,7 @@ func nack(t *testing.T, b *bundle, j db.HopperJob, msg string, backoff time.Dura
 // settle runs NackBatch for one claim with the given action.
 func settle(t *testing.T, b *bundle, j db.HopperJob, action, msg string, backoff time.Duration, reason string) []db.NackBatchRow {
 	t.Helper()
-	rows, err := b.q.NackBatch(b.ctx, db.NackBatchParams{
+	rows, err := b.Queries.NackBatch(b.Ctx, db.NackBatchParams{
 		Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}, Actions: []string{action}, Messages: []string{msg},
 		BackoffsMs: []int64{backoff.Milliseconds()}, Reasons: []string{reason},
 	})
@@ -40,7 +40,7 @@ func TestNackReschedulesWithBackoff(t *testing.T) {
 	after := b.dbNow(t)
 	require.Equal(t, []db.NackBatchRow{{ID: j.ID, Attempt: 1, Dead: false}}, rows)
 
-	got, err := b.q.GetJob(b.ctx, j.ID)
+	got, err := b.Queries.GetJob(b.Ctx, j.ID)
 	require.NoError(t, err)
 	require.Equal(t, "scheduled", got.State, "waiting out its backoff, off the ready index")
 	require.Nil(t, got.LeaseOwner)
@@ -66,7 +66,7 @@ func TestNackLastAttemptDeadLetters(t *testing.T) {
 	require.Zero(t, live)
 	require.EqualValues(t, 1, dead)
 
-	d, err := b.q.GetDead(b.ctx, id)
+	d, err := b.Queries.GetDead(b.Ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, "out of attempts", d.Reason)
 	require.Equal(t, int32(3), d.Attempt)
@@ -86,7 +86,7 @@ func TestNackPermanentFailure(t *testing.T) {
 	j := b.claim(t, "w", 1)[0]
 	rows := nack(t, b, j, "cannot decode payload", 0, "undecodable payload")
 	require.Equal(t, []db.NackBatchRow{{ID: id, Attempt: 1, Dead: true}}, rows)
-	d, err := b.q.GetDead(b.ctx, id)
+	d, err := b.Queries.GetDead(b.Ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, "undecodable payload", d.Reason)
 	require.Equal(t, int32(1), d.Attempt, "no retries were burnt")
@@ -98,7 +98,7 @@ func TestNackBatchMixed(t *testing.T) {
 	b.enqueue(t, jobSpec{maxAttempts: 5})
 	js := b.claim(t, "w", 2)
 	require.Len(t, js, 2)
-	rows, err := b.q.NackBatch(b.ctx, db.NackBatchParams{
+	rows, err := b.Queries.NackBatch(b.Ctx, db.NackBatchParams{
 		Ids: ids(js), Attempts: []int32{1, 1}, Actions: []string{"retry", "retry"}, Messages: []string{"a", "b"},
 		BackoffsMs: []int64{0, 0}, Reasons: []string{"", ""},
 	})
@@ -108,7 +108,7 @@ func TestNackBatchMixed(t *testing.T) {
 		{ID: js[1].ID, Attempt: 1, Dead: js[1].MaxAttempts == 1},
 	}
 	require.ElementsMatch(t, want, rows)
-	empty, err := b.q.NackBatch(b.ctx, db.NackBatchParams{})
+	empty, err := b.Queries.NackBatch(b.Ctx, db.NackBatchParams{})
 	require.NoError(t, err)
 	require.Empty(t, empty)
 }
@@ -134,7 +134,7 @@ func TestNackSnooze(t *testing.T) {
 
 	// Snoozed on every attempt, it never runs out of attempts.
 	for attempt := int32(2); attempt <= 6; attempt++ {
-		_, err := b.pool.Exec(b.ctx, "UPDATE hopper_jobs SET state = 'pending', run_at = now() WHERE id = $1", id)
+		_, err := b.Pool.Exec(b.Ctx, "UPDATE hopper_jobs SET state = 'pending', run_at = now() WHERE id = $1", id)
 		require.NoError(t, err)
 		j = b.claim(t, "w", 1)[0]
 		require.Equal(t, attempt, j.Attempt)
@@ -151,7 +151,7 @@ func TestNackCancel(t *testing.T) {
 	j := b.claim(t, "w", 1)[0]
 	rows := settle(t, b, j, "cancel", "cancelled: the account is gone", 0, "")
 	require.Equal(t, []db.NackBatchRow{{ID: id, Attempt: 1, Dead: true}}, rows)
-	d, err := b.q.GetDead(b.ctx, id)
+	d, err := b.Queries.GetDead(b.Ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, "cancelled", d.State)
 	require.Equal(t, "cancelled", d.Reason)
@@ -167,7 +167,7 @@ func TestNackCancel(t *testing.T) {
 	id2 := b.enqueue(t, jobSpec{})
 	j2 := b.claim(t, "w", 1)[0]
 	b.expire(t, j2)
-	_, err = b.q.Sweep(b.ctx, db.SweepParams{MaxJobs: 10})
+	_, err = b.Queries.Sweep(b.Ctx, db.SweepParams{MaxJobs: 10})
 	require.NoError(t, err)
 	require.Empty(t, settle(t, b, j2, "cancel", "late", 0, ""))
 	require.Equal(t, "pending", b.job(t, id2).State)

@@ -37,16 +37,16 @@ func notify(t *testing.T, b *bundle, queues []string, places ...place) {
 		p.RunAts = append(p.RunAts, at.RunAt)
 		p.Ids = append(p.Ids, at.ID)
 	}
-	require.NoError(t, b.q.Notify(b.ctx, p))
+	require.NoError(t, b.Queries.Notify(b.Ctx, p))
 }
 
 // listen opens a session of its own subscribed to wake-ups.
 func listen(t *testing.T, b *bundle) *pgx.Conn {
 	t.Helper()
-	conn, err := pgx.Connect(b.ctx, b.tdb.URL)
+	conn, err := pgx.Connect(b.Ctx, b.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	require.NoError(t, db.New(conn).Listen(b.ctx))
+	require.NoError(t, db.New(conn).Listen(b.Ctx))
 	return conn
 }
 
@@ -66,14 +66,14 @@ func drainPlaces(t *testing.T, b *bundle, conn *pgx.Conn) ([]wakeUp, []place) {
 	var got []wakeUp
 	var places []place
 	for {
-		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		ctx, cancel := context.WithTimeout(b.Ctx, 10*time.Second)
 		n, err := conn.WaitForNotification(ctx)
 		cancel()
 		require.NoError(t, err)
 		require.Equal(t, "hopper_jobs", n.Channel)
 		var w wakeUp
 		require.NoError(t, json.Unmarshal([]byte(n.Payload), &w))
-		if w.Schema != b.tdb.Schema {
+		if w.Schema != b.Schema {
 			continue // another test's schema: workers ignore these too
 		}
 		if w.Queue == "sentinel" {
@@ -91,7 +91,7 @@ func TestWakeUps(t *testing.T) {
 	conn := listen(t, b)
 
 	b.enqueue(t, jobSpec{queue: "email"})
-	require.Equal(t, []wakeUp{{Schema: b.tdb.Schema, Queue: "email"}}, drain(t, b, conn))
+	require.Equal(t, []wakeUp{{Schema: b.Schema, Queue: "email"}}, drain(t, b, conn))
 
 	b.enqueue(t, jobSpec{queue: "email", delay: time.Hour})
 	require.Empty(t, drain(t, b, conn), "a scheduled job wakes nobody")
@@ -104,21 +104,21 @@ func TestWakeUps(t *testing.T) {
 		}
 		rows[i] = db.EnqueueBatchParams{Queue: queue, Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), MaxAttempts: 1}
 	}
-	_, err := b.q.EnqueueBatch(b.ctx, withIDs(t, b.q, rows))
+	_, err := b.Queries.EnqueueBatch(b.Ctx, withIDs(t, b.Queries, rows))
 	require.NoError(t, err)
-	require.ElementsMatch(t, []wakeUp{{b.tdb.Schema, "a"}, {b.tdb.Schema, "b"}}, drain(t, b, conn),
+	require.ElementsMatch(t, []wakeUp{{b.Schema, "a"}, {b.Schema, "b"}}, drain(t, b, conn),
 		"one wake-up per queue for a whole COPY batch")
 
 	// A rolled-back enqueue wakes nobody.
-	tx, err := b.pool.Begin(b.ctx)
+	tx, err := b.Pool.Begin(b.Ctx)
 	require.NoError(t, err)
-	_, err = db.New(tx).Enqueue(b.ctx, params(jobSpec{queue: "ghost"}))
+	_, err = db.New(tx).Enqueue(b.Ctx, params(jobSpec{queue: "ghost"}))
 	require.NoError(t, err)
-	require.NoError(t, tx.Rollback(b.ctx))
+	require.NoError(t, tx.Rollback(b.Ctx))
 	require.Empty(t, drain(t, b, conn))
 
 	notify(t, b, []string{"x", "x", "y"})
-	require.ElementsMatch(t, []wakeUp{{b.tdb.Schema, "x"}, {b.tdb.Schema, "y"}}, drain(t, b, conn))
+	require.ElementsMatch(t, []wakeUp{{b.Schema, "x"}, {b.Schema, "y"}}, drain(t, b, conn))
 }
 
 // TestWakeUpsPlaceTheirJobs: a wake-up names a place in claim order at or
@@ -131,7 +131,7 @@ func TestWakeUpsPlaceTheirJobs(t *testing.T) {
 	// An enqueue: its job's own place.
 	id := b.enqueue(t, jobSpec{queue: "email", priority: 3})
 	var runAt time.Time
-	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT run_at FROM hopper_jobs WHERE id = $1", id).Scan(&runAt))
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT run_at FROM hopper_jobs WHERE id = $1", id).Scan(&runAt))
 	got, places := drainPlaces(t, b, conn)
 	require.Len(t, got, 1)
 	require.Equal(t, place{Priority: 3, RunAt: runAt.UTC(), ID: id}, normalize(places[0]))
@@ -141,10 +141,10 @@ func TestWakeUpsPlaceTheirJobs(t *testing.T) {
 		{Queue: "a", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), MaxAttempts: 1, Priority: 5},
 		{Queue: "a", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), MaxAttempts: 1, Priority: 2},
 	}
-	_, err := b.q.EnqueueBatch(b.ctx, withIDs(t, b.q, rows))
+	_, err := b.Queries.EnqueueBatch(b.Ctx, withIDs(t, b.Queries, rows))
 	require.NoError(t, err)
 	var first int64
-	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT min(id) FROM hopper_jobs WHERE queue = 'a'").Scan(&first))
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT min(id) FROM hopper_jobs WHERE queue = 'a'").Scan(&first))
 	_, places = drainPlaces(t, b, conn)
 	require.Len(t, places, 1)
 	require.Equal(t, int16(2), places[0].Priority)

@@ -21,16 +21,16 @@ func TestPausedQueueClaimsNothing(t *testing.T) {
 	b.enqueue(t, jobSpec{})
 	b.enqueue(t, jobSpec{queue: "other"})
 
-	p, err := b.q.PauseQueue(b.ctx, "default")
+	p, err := b.Queries.PauseQueue(b.Ctx, "default")
 	require.NoError(t, err)
 	require.False(t, p.WasPaused)
-	again, err := b.q.PauseQueue(b.ctx, "default")
+	again, err := b.Queries.PauseQueue(b.Ctx, "default")
 	require.NoError(t, err)
 	require.True(t, again.WasPaused, "pausing twice changes nothing")
 	require.True(t, again.PausedAt.Equal(p.PausedAt), "and keeps the first pause's time")
 
 	require.Empty(t, b.claim(t, "w", 10), "a paused queue gives nothing")
-	other, err := b.q.Dequeue(b.ctx, db.DequeueParams{Queue: "other", Kinds: []string{"k"}, MaxVersions: []int32{1}, MaxJobs: 10, Owner: "w", LeaseMs: 1000})
+	other, err := b.Queries.Dequeue(b.Ctx, db.DequeueParams{Queue: "other", Kinds: []string{"k"}, MaxVersions: []int32{1}, MaxJobs: 10, Owner: "w", LeaseMs: 1000})
 	require.NoError(t, err)
 	require.Len(t, other, 1, "other queues go on")
 
@@ -38,15 +38,15 @@ func TestPausedQueueClaimsNothing(t *testing.T) {
 	require.Contains(t, plan, "One-Time Filter", "the pause is checked once, before the scan:\n%s", plan)
 	require.Contains(t, plan, "never executed", "a paused queue's claim reads no job index:\n%s", plan)
 
-	was, err := b.q.ResumeQueue(b.ctx, "default")
+	was, err := b.Queries.ResumeQueue(b.Ctx, "default")
 	require.NoError(t, err)
 	require.True(t, was.WasPaused)
 	require.NotNil(t, was.PausedAt, "a resume says when the queue had been paused")
-	was, err = b.q.ResumeQueue(b.ctx, "default")
+	was, err = b.Queries.ResumeQueue(b.Ctx, "default")
 	require.NoError(t, err)
 	require.False(t, was.WasPaused, "resuming a running queue changes nothing")
 	require.Nil(t, was.PausedAt)
-	_, err = b.q.ResumeQueue(b.ctx, "nobody")
+	_, err = b.Queries.ResumeQueue(b.Ctx, "nobody")
 	require.ErrorContains(t, err, "no rows", "no row for a queue hopper_queues does not have")
 
 	got := b.claim(t, "w", 10)
@@ -60,10 +60,10 @@ func explainDequeue(t *testing.T, b *bundle, queue string) string {
 	t.Helper()
 	statements, _ := readStatements(t)
 	dequeue := positional(statements["Dequeue"])
-	tx, err := b.pool.Begin(b.ctx)
+	tx, err := b.Pool.Begin(b.Ctx)
 	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(b.ctx) }()
-	rows, err := tx.Query(b.ctx, "EXPLAIN (ANALYZE, COSTS OFF) "+dequeue.sql, dequeue.args(t, map[string]any{
+	defer func() { _ = tx.Rollback(b.Ctx) }()
+	rows, err := tx.Query(b.Ctx, "EXPLAIN (ANALYZE, COSTS OFF) "+dequeue.sql, dequeue.args(t, map[string]any{
 		"owner": "probe", "lease_ms": int64(60_000), "queue": queue,
 		"after_priority": int16(-1), "after_run_at": time.Time{}, "after_id": int64(0),
 		"max_versions": []int32{1}, "kinds": []string{"k"}, "max_jobs": int32(10),
@@ -97,30 +97,30 @@ func TestAckKeepsHistoryAndPrunes(t *testing.T) {
 		Results: []json.RawMessage{json.RawMessage(`{"sent":3}`), nil, nil, nil, nil},
 	}
 	before := b.dbNow(t)
-	acked, err := b.q.AckBatchKeep(b.ctx, p)
+	acked, err := b.Queries.AckBatchKeep(b.Ctx, p)
 	require.NoError(t, err)
 	require.Len(t, acked, 5, "every claim acknowledged")
 	live, _ := b.totals(t)
 	require.Zero(t, live)
 
 	var kept int
-	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT count(*) FROM hopper_job_history").Scan(&kept))
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT count(*) FROM hopper_job_history").Scan(&kept))
 	require.Equal(t, 3, kept)
-	h, err := b.q.FindJob(b.ctx, js[0].ID)
+	h, err := b.Queries.FindJob(b.Ctx, js[0].ID)
 	require.NoError(t, err)
 	require.Equal(t, "completed", h.State)
 	require.JSONEq(t, `{"sent":3}`, string(h.Result))
 	require.False(t, h.FinishedAt.Before(before))
-	noResult, err := b.q.FindJob(b.ctx, js[1].ID)
+	noResult, err := b.Queries.FindJob(b.Ctx, js[1].ID)
 	require.NoError(t, err)
 	require.Nil(t, noResult.Result, "no result stored as NULL")
 
-	fates, err := b.q.ClaimFates(b.ctx, db.ClaimFatesParams{Ids: ids(js[:1]), Attempts: []int32{1}})
+	fates, err := b.Queries.ClaimFates(b.Ctx, db.ClaimFatesParams{Ids: ids(js[:1]), Attempts: []int32{1}})
 	require.NoError(t, err)
 	require.Equal(t, int32(1), *fates[0].HistoryAttempt, "a kept job is found in the history")
 
 	// A stale claim cannot complete into the history.
-	again, err := b.q.AckBatchKeep(b.ctx, p)
+	again, err := b.Queries.AckBatchKeep(b.Ctx, p)
 	require.NoError(t, err)
 	require.Empty(t, again)
 
@@ -128,15 +128,15 @@ func TestAckKeepsHistoryAndPrunes(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	var pruned int64
 	for pruned < 2 && time.Now().Before(deadline) {
-		n, err := b.q.PruneHistory(b.ctx, db.PruneHistoryParams{MaxJobs: 1})
+		n, err := b.Queries.PruneHistory(b.Ctx, db.PruneHistoryParams{MaxJobs: 1})
 		require.NoError(t, err)
 		require.LessOrEqual(t, n, int64(1), "bounded by max_jobs")
 		pruned += n
 	}
 	require.EqualValues(t, 2, pruned)
-	n, err := b.q.PruneHistory(b.ctx, db.PruneHistoryParams{MaxJobs: 100})
+	n, err := b.Queries.PruneHistory(b.Ctx, db.PruneHistoryParams{MaxJobs: 100})
 	require.NoError(t, err)
 	require.Zero(t, n, "the hour-long row is kept")
-	_, err = b.q.FindJob(b.ctx, js[0].ID)
+	_, err = b.Queries.FindJob(b.Ctx, js[0].ID)
 	require.NoError(t, err)
 }

@@ -146,9 +146,9 @@ var planStates = []planState{
 
 func (b *bundle) loadPlanState(t *testing.T, st planState) {
 	t.Helper()
-	tx, err := b.pool.Begin(b.ctx)
+	tx, err := b.Pool.Begin(b.Ctx)
 	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(b.ctx) }()
+	defer func() { _ = tx.Rollback(b.Ctx) }()
 	for _, stmt := range []string{
 		// Quicker loads: nothing here needs to survive a crash, and no
 		// one listens for these jobs.
@@ -165,10 +165,10 @@ func (b *bundle) loadPlanState(t *testing.T, st planState) {
 		if stmt == "" {
 			continue
 		}
-		_, err := tx.Exec(b.ctx, stmt)
+		_, err := tx.Exec(b.Ctx, stmt)
 		require.NoError(t, err, stmt)
 	}
-	require.NoError(t, tx.Commit(b.ctx))
+	require.NoError(t, tx.Commit(b.Ctx))
 }
 
 // planCase is one hot statement: how its rows are made ready (prep, run
@@ -297,7 +297,7 @@ func (b *bundle) preparePlan(t *testing.T, st planState, pc planCase) planClaims
 	b.loadPlanState(t, st)
 	// planBatch jobs from the middle of the table.
 	first := int64(st.jobs/2 + 1)
-	rows, err := b.pool.Query(b.ctx, pc.prep, first, first+planBatch-1)
+	rows, err := b.Pool.Query(b.Ctx, pc.prep, first, first+planBatch-1)
 	require.NoError(t, err)
 	type claim struct {
 		id      int64
@@ -328,8 +328,8 @@ func (b *bundle) preparePlan(t *testing.T, st planState, pc planCase) planClaims
 // forced to its generic plan.
 func (b *bundle) explainWork(t *testing.T, pc planCase, claims planClaims, generic bool) planWork {
 	t.Helper()
-	ctx := b.ctx
-	conn, err := b.pool.Acquire(ctx)
+	ctx := b.Ctx
+	conn, err := b.Pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
 	tx, err := conn.Begin(ctx)

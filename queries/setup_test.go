@@ -6,29 +6,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/testdb"
 )
 
-// bundle is what most tests need: a migrated schema of their own and the
-// generated queries bound to its pool.
-type bundle struct {
-	ctx  context.Context
-	pool *pgxpool.Pool
-	q    *db.Queries
-	tdb  *testdb.DB
-}
+// bundle is the test bed's Bundle; this package's helpers hang on it.
+type bundle struct{ *testdb.Bundle }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	tdb := testdb.New(t)
-	return &bundle{ctx: ctx, pool: tdb.Pool, q: db.New(tdb.Pool), tdb: tdb}
+	return &bundle{testdb.SetupWithin(t, 2*time.Minute)}
 }
 
 // past is a run_at that means "now" to Enqueue (run_at is the later of it
@@ -46,7 +35,7 @@ type jobSpec struct {
 
 func (b *bundle) enqueue(t *testing.T, s jobSpec) int64 {
 	t.Helper()
-	row, err := b.q.Enqueue(b.ctx, params(s))
+	row, err := b.Queries.Enqueue(b.Ctx, params(s))
 	require.NoError(t, err)
 	require.True(t, row.Inserted)
 	return row.ID
@@ -79,7 +68,7 @@ func params(s jobSpec) db.EnqueueParams {
 // claim dequeues from queue "default" for kind "k" up to version 1.
 func (b *bundle) claim(t *testing.T, owner string, n int32) []db.HopperJob {
 	t.Helper()
-	jobs, err := b.q.Dequeue(b.ctx, db.DequeueParams{
+	jobs, err := b.Queries.Dequeue(b.Ctx, db.DequeueParams{
 		Queue: "default", Kinds: []string{"k"}, MaxVersions: []int32{1},
 		MaxJobs: n, Owner: owner, LeaseMs: 30_000,
 	})
@@ -91,14 +80,14 @@ func (b *bundle) claim(t *testing.T, owner string, n int32) []db.HopperJob {
 // lease, so the test does it by hand.
 func (b *bundle) expire(t *testing.T, j db.HopperJob) {
 	t.Helper()
-	tag, err := b.pool.Exec(b.ctx, "UPDATE hopper_jobs SET lease_until = now() - interval '1 second' WHERE id = $1 AND attempt = $2 AND state = 'running'", j.ID, j.Attempt)
+	tag, err := b.Pool.Exec(b.Ctx, "UPDATE hopper_jobs SET lease_until = now() - interval '1 second' WHERE id = $1 AND attempt = $2 AND state = 'running'", j.ID, j.Attempt)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
 }
 
 func (b *bundle) job(t *testing.T, id int64) db.HopperJob {
 	t.Helper()
-	j, err := b.q.GetJob(b.ctx, id)
+	j, err := b.Queries.GetJob(b.Ctx, id)
 	require.NoError(t, err)
 	return j
 }
@@ -131,7 +120,7 @@ func history(t *testing.T, raw json.RawMessage) []historyEntry {
 func (b *bundle) dbNow(t *testing.T) time.Time {
 	t.Helper()
 	var now time.Time
-	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT now()").Scan(&now))
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT now()").Scan(&now))
 	return now
 }
 
@@ -144,7 +133,7 @@ func requireBetween(t *testing.T, lo, hi, got time.Time, msg string) {
 // totals counts live and dead (not cancelled) jobs through the Stats query.
 func (b *bundle) totals(t *testing.T) (live, dead int64) {
 	t.Helper()
-	rows, err := b.q.Stats(b.ctx)
+	rows, err := b.Queries.Stats(b.Ctx)
 	require.NoError(t, err)
 	for _, r := range rows {
 		live += r.Ready + r.Scheduled + r.Running

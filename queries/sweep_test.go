@@ -24,7 +24,7 @@ func TestSweep(t *testing.T) {
 		}
 	}
 
-	rows, err := b.q.Sweep(b.ctx, db.SweepParams{MaxJobs: 100})
+	rows, err := b.Queries.Sweep(b.Ctx, db.SweepParams{MaxJobs: 100})
 	require.NoError(t, err)
 	moved := map[int64]bool{}
 	for _, r := range rows {
@@ -33,7 +33,7 @@ func TestSweep(t *testing.T) {
 	}
 	require.Equal(t, map[int64]bool{requeue: false, bury: true}, moved)
 
-	j, err := b.q.GetJob(b.ctx, requeue)
+	j, err := b.Queries.GetJob(b.Ctx, requeue)
 	require.NoError(t, err)
 	require.Equal(t, "pending", j.State)
 	for _, r := range rows {
@@ -49,16 +49,16 @@ func TestSweep(t *testing.T) {
 	require.Equal(t, "crashed", h[0].Owner)
 	require.Equal(t, int32(1), h[0].Attempt)
 
-	d, err := b.q.GetDead(b.ctx, bury)
+	d, err := b.Queries.GetDead(b.Ctx, bury)
 	require.NoError(t, err)
 	require.Equal(t, "lease expired on last attempt", d.Reason)
 	require.Equal(t, "lease expired", history(t, d.Errors)[0].Error)
 
-	j, err = b.q.GetJob(b.ctx, healthy)
+	j, err = b.Queries.GetJob(b.Ctx, healthy)
 	require.NoError(t, err)
 	require.Equal(t, "running", j.State, "a live lease is left alone")
 
-	again, err := b.q.Sweep(b.ctx, db.SweepParams{MaxJobs: 100})
+	again, err := b.Queries.Sweep(b.Ctx, db.SweepParams{MaxJobs: 100})
 	require.NoError(t, err)
 	require.Empty(t, again)
 	require.Len(t, b.claim(t, "w", 10), 1, "the requeued job is ready at once")
@@ -72,10 +72,10 @@ func TestSweepBounded(t *testing.T) {
 	for _, j := range b.claim(t, "w", 5) {
 		b.expire(t, j)
 	}
-	first, err := b.q.Sweep(b.ctx, db.SweepParams{MaxJobs: 2})
+	first, err := b.Queries.Sweep(b.Ctx, db.SweepParams{MaxJobs: 2})
 	require.NoError(t, err)
 	require.Len(t, first, 2)
-	rest, err := b.q.Sweep(b.ctx, db.SweepParams{MaxJobs: 100})
+	rest, err := b.Queries.Sweep(b.Ctx, db.SweepParams{MaxJobs: 100})
 	require.NoError(t, err)
 	require.Len(t, rest, 3)
 }
@@ -91,14 +91,14 @@ func TestSweepWithin(t *testing.T) {
 		if j.ID == recent {
 			ago = "1 second"
 		}
-		_, err := b.pool.Exec(b.ctx, "UPDATE hopper_jobs SET lease_until = now() - $2::interval WHERE id = $1", j.ID, ago)
+		_, err := b.Pool.Exec(b.Ctx, "UPDATE hopper_jobs SET lease_until = now() - $2::interval WHERE id = $1", j.ID, ago)
 		require.NoError(t, err)
 	}
-	got, err := b.q.Sweep(b.ctx, db.SweepParams{MaxJobs: 100, WithinMs: time.Minute.Milliseconds()})
+	got, err := b.Queries.Sweep(b.Ctx, db.SweepParams{MaxJobs: 100, WithinMs: time.Minute.Milliseconds()})
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Equal(t, recent, got[0].ID, "the lease that expired within the minute")
-	got, err = b.q.Sweep(b.ctx, db.SweepParams{MaxJobs: 100})
+	got, err = b.Queries.Sweep(b.Ctx, db.SweepParams{MaxJobs: 100})
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Equal(t, old, got[0].ID, "within 0: every expired lease")
@@ -111,14 +111,14 @@ func TestPromoteWithin(t *testing.T) {
 	old := b.enqueue(t, jobSpec{delay: time.Hour})
 	recent := b.enqueue(t, jobSpec{delay: time.Hour})
 	for id, ago := range map[int64]string{old: "1 hour", recent: "1 second"} {
-		_, err := b.pool.Exec(b.ctx, "UPDATE hopper_jobs SET run_at = now() - $2::interval WHERE id = $1", id, ago)
+		_, err := b.Pool.Exec(b.Ctx, "UPDATE hopper_jobs SET run_at = now() - $2::interval WHERE id = $1", id, ago)
 		require.NoError(t, err)
 	}
-	got, err := b.q.Promote(b.ctx, db.PromoteParams{MaxJobs: 100, WithinMs: time.Minute.Milliseconds()})
+	got, err := b.Queries.Promote(b.Ctx, db.PromoteParams{MaxJobs: 100, WithinMs: time.Minute.Milliseconds()})
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Equal(t, recent, got[0].ID, "the job that fell due within the minute")
-	got, err = b.q.Promote(b.ctx, db.PromoteParams{MaxJobs: 100})
+	got, err = b.Queries.Promote(b.Ctx, db.PromoteParams{MaxJobs: 100})
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Equal(t, old, got[0].ID, "within 0: every job due")
@@ -134,9 +134,9 @@ func TestSweepConcurrent(t *testing.T) {
 		// Half have a retry left, half are on their last attempt.
 		rows[i] = db.EnqueueBatchParams{Queue: "default", Kind: "k", Version: 1, Payload: json.RawMessage(`{}`), MaxAttempts: int32(1 + i%2)}
 	}
-	_, err := b.q.EnqueueBatch(b.ctx, withIDs(t, b.q, rows))
+	_, err := b.Queries.EnqueueBatch(b.Ctx, withIDs(t, b.Queries, rows))
 	require.NoError(t, err)
-	claimed, err := b.q.Dequeue(b.ctx, db.DequeueParams{
+	claimed, err := b.Queries.Dequeue(b.Ctx, db.DequeueParams{
 		Queue: "default", Kinds: []string{"k"}, MaxVersions: []int32{1}, MaxJobs: total, Owner: "crashed", LeaseMs: -1000,
 	})
 	require.NoError(t, err)
@@ -153,7 +153,7 @@ func TestSweepConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn, err := b.pool.Acquire(b.ctx)
+			conn, err := b.Pool.Acquire(b.Ctx)
 			if err != nil {
 				errs <- err
 				return
@@ -161,7 +161,7 @@ func TestSweepConcurrent(t *testing.T) {
 			defer conn.Release()
 			q := db.New(conn)
 			for {
-				got, err := q.Sweep(b.ctx, db.SweepParams{MaxJobs: 50})
+				got, err := q.Sweep(b.Ctx, db.SweepParams{MaxJobs: 50})
 				if err != nil {
 					errs <- err
 					return
