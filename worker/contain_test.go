@@ -57,14 +57,14 @@ func TestTakenJobsStuckHandlerFreesItsSlot(t *testing.T) {
 				Queues: map[string]int{"default": 1}, HeartbeatInterval: 50 * time.Millisecond,
 				AbandonAfter: 100 * time.Millisecond, Registerer: reg, Logger: quiet,
 			}, func(w *worker.Worker) {
-				must(t, worker.Handle(w, stuck, func(ctx context.Context, j *jobs.Job[Task]) error {
+				require.NoError(t, worker.Handle(w, stuck, func(ctx context.Context, j *jobs.Job[Task]) error {
 					if j.Attempt == 1 {
 						close(started)
 						<-unstick // ignores ctx
 					}
 					return nil
 				}, worker.Timeout(time.Hour)))
-				must(t, worker.Handle(w, quick, func(ctx context.Context, j *jobs.Job[Task]) error {
+				require.NoError(t, worker.Handle(w, quick, func(ctx context.Context, j *jobs.Job[Task]) error {
 					quickRan <- j.ID
 					return nil
 				}))
@@ -122,7 +122,7 @@ func TestAckTxOutcomeIsTheTransactions(t *testing.T) {
 				KeepHistoryByQueue: map[string]time.Duration{jobs.DefaultQueue: time.Hour},
 			}, func(w *worker.Worker) {
 				seen = observe(w)
-				must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+				require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 					if j.Attempt > 1 {
 						return nil
 					}
@@ -242,18 +242,18 @@ func TestRefusedResultStaysWithItsJob(t *testing.T) {
 				RetryBackoff:       worker.Backoff{Base: time.Hour, Max: time.Hour}, // the bad failure's retry stays visible
 			}, func(w *worker.Worker) {
 				seen = observe(w)
-				must(t, worker.Handle(w, plain, func(ctx context.Context, j *jobs.Job[Task]) error {
+				require.NoError(t, worker.Handle(w, plain, func(ctx context.Context, j *jobs.Job[Task]) error {
 					gate(ctx, j.Attempt)
 					return nil
 				}))
-				must(t, worker.Handle(w, failing, func(ctx context.Context, j *jobs.Job[Task]) error {
+				require.NoError(t, worker.Handle(w, failing, func(ctx context.Context, j *jobs.Job[Task]) error {
 					gate(ctx, j.Attempt)
 					if j.Payload.N < 0 {
 						return errors.New(tc.failure)
 					}
 					return errors.New("an ordinary failure")
 				}))
-				must(t, worker.HandleWithResult(w, returning, func(ctx context.Context, j *jobs.Job[Result]) (Result, error) {
+				require.NoError(t, worker.HandleWithResult(w, returning, func(ctx context.Context, j *jobs.Job[Result]) (Result, error) {
 					gate(ctx, j.Attempt)
 					return Result{Text: tc.result}, nil
 				}))
@@ -313,7 +313,7 @@ func TestRefusesIsolationAboveReadCommitted(t *testing.T) {
 			t.Cleanup(pool.Close)
 			w, err := worker.New(pool, fast(worker.Config{Logger: quiet}))
 			require.NoError(t, err)
-			must(t, worker.Handle(w, kind(t, "any"), func(context.Context, *jobs.Job[Task]) error { return nil }))
+			require.NoError(t, worker.Handle(w, kind(t, "any"), func(context.Context, *jobs.Job[Task]) error { return nil }))
 			ctx, cancel := context.WithCancel(b.ctx)
 			defer cancel()
 			errc := make(chan error, 1)
@@ -360,7 +360,7 @@ func TestReadyBehindCursorRunsAtOnce(t *testing.T) {
 		r := start(t, b, worker.Config{Queues: map[string]int{jobs.DefaultQueue: 2}, FullScanInterval: time.Hour, Logger: quiet},
 			func(w *worker.Worker) {
 				seen = observe(w)
-				must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+				require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 					if j.Payload.N == 1 && j.Attempt == 1 {
 						return worker.RetryAt(time.Time{}, errors.New("again, now"))
 					}
@@ -385,7 +385,7 @@ func TestReadyBehindCursorRunsAtOnce(t *testing.T) {
 			FlowControl: map[string]worker.FlowControl{jobs.DefaultQueue: {KeyLimit: 1}},
 		}, func(w *worker.Worker) {
 			seen = observe(w)
-			must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 				if j.Payload.N == 1 {
 					close(started)
 					<-ctx.Done()
@@ -426,11 +426,11 @@ func TestErrorThatPanicsWhenRead(t *testing.T) {
 	var seen *outcomes
 	start(t, b, worker.Config{Logger: quiet}, func(w *worker.Worker) {
 		seen = observe(w)
-		must(t, worker.Handle(w, bad, func(context.Context, *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, bad, func(context.Context, *jobs.Job[Task]) error {
 			var e *nilDeref
 			return e
 		}))
-		must(t, worker.Handle(w, good, func(context.Context, *jobs.Job[Task]) error { return nil }))
+		require.NoError(t, worker.Handle(w, good, func(context.Context, *jobs.Job[Task]) error { return nil }))
 	})
 	testdb.WaitFor(t, "the bad job's outcome", func() bool { return len(seen.of(res.ID, 1)) > 0 })
 	require.Equal(t, []string{string(worker.OutcomeDead)}, seen.of(res.ID, 1))
@@ -458,7 +458,7 @@ func TestAckTxCommittedThenAbandoned(t *testing.T) {
 	start(t, b, worker.Config{HeartbeatInterval: 20 * time.Millisecond, AbandonAfter: 50 * time.Millisecond, Registerer: reg, Logger: quiet},
 		func(w *worker.Worker) {
 			seen = observe(w)
-			must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 				tx, err := b.pool.Begin(context.Background())
 				if err != nil {
 					return err

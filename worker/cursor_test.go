@@ -88,7 +88,7 @@ func jobBehindTheCursorRuns(t *testing.T, cfg worker.Config, before func(t *test
 	b := setup(t)
 	k := kind(t, "cursor")
 	ran := newRanSet()
-	r := start(t, b, cfg, func(w *worker.Worker) { must(t, worker.Handle(w, k, ran.handler)) })
+	r := start(t, b, cfg, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, k, ran.handler)) })
 	testdb.WaitFor(t, "the wake-up listener", func() bool { return worker.Listening(r.w) })
 
 	after := before(t, b, k)
@@ -107,7 +107,7 @@ func TestFullScanFindsWhatNoWakeUpAnnounced(t *testing.T) {
 	k := kind(t, "cursor")
 	ran := newRanSet()
 	r := start(t, b, worker.Config{FullScanInterval: 100 * time.Millisecond},
-		func(w *worker.Worker) { must(t, worker.Handle(w, k, ran.handler)) })
+		func(w *worker.Worker) { require.NoError(t, worker.Handle(w, k, ran.handler)) })
 	testdb.WaitFor(t, "the wake-up listener", func() bool { return worker.Listening(r.w) })
 	enqueueMany(t, b, k, 5)
 	testdb.WaitFor(t, "the first jobs run", func() bool { return ran.count() >= 5 })

@@ -66,7 +66,7 @@ func TestMetricsCount(t *testing.T) {
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	start(t, b, worker.Config{Registerer: reg}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
 			if j.Payload.N < 0 {
 				return errBoom
 			}
@@ -95,7 +95,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	_, err = k.Enqueue(b.ctx, b.pool, Task{}, jobs.Queue("idle"), jobs.Delay(time.Hour))
 	require.NoError(t, err)
 	r := start(t, b, worker.Config{MetricsAddr: ":0", MetricsInterval: 20 * time.Millisecond}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { return nil }))
+		require.NoError(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { return nil }))
 	})
 	testdb.WaitFor(t, "listening", func() bool { return r.w.MetricsAddr() != "" })
 	require.True(t, strings.HasPrefix(r.w.MetricsAddr(), "127.0.0.1:"), "bound to loopback by default")
@@ -153,7 +153,7 @@ func TestExtendLease(t *testing.T) {
 	extended := make(chan error, 2)
 	proceed := make(chan struct{})
 	start(t, b, worker.Config{SweepInterval: time.Hour}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 			if j.Attempt > 1 {
 				return nil
 			}

@@ -75,7 +75,7 @@ func TestFlowControlMismatchIsLogged(t *testing.T) {
 	} {
 		logs := &logLines{}
 		r := start(t, b, worker.Config{Queues: map[string]int{"default": 1}, FlowControl: step.flow, Logger: slog.New(logs)},
-			func(w *worker.Worker) { must(t, worker.Handle(w, kind(t, "tenant"), noopTask)) })
+			func(w *worker.Worker) { require.NoError(t, worker.Handle(w, kind(t, "tenant"), noopTask)) })
 		testdb.WaitFor(t, "the worker started", func() bool { return len(logs.with("hopper worker started")) > 0 })
 		r.stop()
 		warnings := logs.with("flow control differs")
@@ -116,7 +116,7 @@ func TestFlowNeedsItsMigrations(t *testing.T) {
 			require.NoError(t, err)
 			w, err := worker.New(pool, fast(worker.Config{FlowControl: tc.flow}))
 			require.NoError(t, err)
-			must(t, worker.Handle(w, kind(t, "tenant"), noopTask))
+			require.NoError(t, worker.Handle(w, kind(t, "tenant"), noopTask))
 			err = w.Run(ctx)
 			require.ErrorIs(t, err, jobs.ErrNotMigrated)
 			require.ErrorContains(t, err, tc.want)

@@ -85,8 +85,8 @@ func TestKeyLimitAcrossWorkers(t *testing.T) {
 			Queues:      map[string]int{"default": 10},
 			FlowControl: map[string]worker.FlowControl{"default": {KeyLimit: 2}},
 		}, func(w *worker.Worker) {
-			must(t, worker.Handle(w, limited, hold(ledger)))
-			must(t, worker.Handle(w, single, hold(singles), worker.KeyLimit(1)))
+			require.NoError(t, worker.Handle(w, limited, hold(ledger)))
+			require.NoError(t, worker.Handle(w, single, hold(singles), worker.KeyLimit(1)))
 		})
 	}
 	items := make([]jobs.Item[Task], 200)
@@ -134,7 +134,7 @@ func TestFairQueue(t *testing.T) {
 				Queues:      map[string]int{"default": 1},
 				FlowControl: map[string]worker.FlowControl{"default": {Fair: fair}},
 			}, func(w *worker.Worker) {
-				must(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
+				require.NoError(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
 					ledger.enter(j.ConcurrencyKey)
 					ledger.leave(j.ConcurrencyKey)
 					return nil
@@ -185,7 +185,7 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 						Rate: worker.Rate{Limit: 15, Per: 300 * time.Millisecond, By: by},
 					}},
 				}, func(w *worker.Worker) {
-					must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+					require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 						var until time.Time
 						if err := b.pool.QueryRow(ctx, "SELECT lease_until FROM hopper_jobs WHERE id = $1", j.ID).Scan(&until); err != nil {
 							return err
@@ -262,7 +262,7 @@ func TestRateExactStarts(t *testing.T) {
 					Rate: worker.Rate{Limit: limit, Per: per, ExactStarts: exact},
 				}},
 			}, func(w *worker.Worker) {
-				must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+				require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 					var claimedAt time.Time
 					if err := b.pool.QueryRow(ctx, "SELECT lease_until FROM hopper_jobs WHERE id = $1", j.ID).Scan(&claimedAt); err != nil {
 						return err
@@ -412,7 +412,7 @@ func TestFlowStats(t *testing.T) {
 			Rate:     worker.Rate{Limit: 1000, Per: time.Hour, By: worker.RateByKey},
 		}},
 	}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(ctx context.Context, _ *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, _ *jobs.Job[Task]) error {
 			select {
 			case <-release:
 			case <-ctx.Done():
@@ -492,7 +492,7 @@ func TestKeyLimitDoesNotBlockOtherKeys(t *testing.T) {
 		Queues:      map[string]int{"default": 10},
 		FlowControl: map[string]worker.FlowControl{"default": {KeyLimit: 1}},
 	}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
 			ledger.enter(j.ConcurrencyKey)
 			defer ledger.leave(j.ConcurrencyKey)
 			mu.Lock()
@@ -540,7 +540,7 @@ func TestCrowdedHeadLeavesNoJobBehindTheCursor(t *testing.T) {
 		Timeout:          time.Hour, // the held job's end would move the cursor back
 		FlowControl:      map[string]worker.FlowControl{"default": {KeyLimit: 1}},
 	}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 			group, _, _ := strings.Cut(j.ConcurrencyKey, "-")
 			if group == "flood" {
 				select {
@@ -608,7 +608,7 @@ func TestPriorityAging(t *testing.T) {
 		Queues:      map[string]int{"default": 1},
 		FlowControl: map[string]worker.FlowControl{"default": {PriorityAging: 100 * time.Millisecond}},
 	}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 			mu.Lock()
 			done := stop
 			mu.Unlock()
@@ -618,7 +618,7 @@ func TestPriorityAging(t *testing.T) {
 			_, err := k.Enqueue(ctx, b.pool, Task{N: j.Payload.N + 1})
 			return err
 		}))
-		must(t, worker.Handle(w, low, func(_ context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, low, func(_ context.Context, j *jobs.Job[Task]) error {
 			mu.Lock()
 			defer mu.Unlock()
 			ranAt, stop = j.Priority, true
@@ -652,7 +652,7 @@ func TestHeldJobRunsWhenItsKeyFrees(t *testing.T) {
 		FullScanInterval: time.Hour,
 		FlowControl:      map[string]worker.FlowControl{"default": {KeyLimit: 1}},
 	}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 			if j.ID == slow1.ID {
 				select {
 				case <-release:

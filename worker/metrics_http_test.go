@@ -24,9 +24,9 @@ func TestMetricsScheduleGauges(t *testing.T) {
 	defines := func(names ...string) func(*worker.Worker) {
 		return func(w *worker.Worker) {
 			for _, name := range names {
-				must(t, worker.Schedule(w, name, tick, "@every 1h", slotOf))
+				require.NoError(t, worker.Schedule(w, name, tick, "@every 1h", slotOf))
 			}
-			must(t, worker.Handle(w, tick, func(context.Context, *jobs.Job[Tick]) error { return nil }))
+			require.NoError(t, worker.Handle(w, tick, func(context.Context, *jobs.Job[Tick]) error { return nil }))
 		}
 	}
 	listed := func() map[string]hopper.ScheduleInfo {
@@ -89,7 +89,7 @@ func TestMetricsQueuePaused(t *testing.T) {
 		Queues:      map[string]int{"held": 1, "open": 1},
 		MetricsAddr: ":0", MetricsInterval: 20 * time.Millisecond,
 	}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { return nil }))
+		require.NoError(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { return nil }))
 	})
 	testdb.WaitFor(t, "the queue gauges", func() bool {
 		body := scrape(r.w)

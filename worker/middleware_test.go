@@ -99,7 +99,7 @@ func TestMiddlewareOrder(t *testing.T) {
 		Middleware: []worker.Middleware{named(j, "A"), named(j, "B")},
 		OnOutcome:  []worker.OutcomeHook{j.outcome},
 	}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, kind, func(_ context.Context, job *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, kind, func(_ context.Context, job *jobs.Job[Task]) error {
 			j.add("handler meta=%v", job.Meta)
 			return nil
 		}, worker.Use(named(j, "C"))))
@@ -147,7 +147,7 @@ func TestMiddlewareDecides(t *testing.T) {
 		OnOutcome:  []worker.OutcomeHook{j.outcome},
 		OnError:    []worker.ErrorHook{j.failed},
 	}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, kind, func(_ context.Context, job *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, kind, func(_ context.Context, job *jobs.Job[Task]) error {
 			handled.Store(job.Meta["mw"], true)
 			if job.Meta["mw"] == "swallow" {
 				return errors.New("handler failed")
@@ -240,7 +240,7 @@ func TestHooksSeeEveryOutcome(t *testing.T) {
 	// handler waits, and the sweep takes the job back.
 	lossy.Queues, lossy.LeaseDuration, lossy.HeartbeatInterval = map[string]int{"lossy": 1}, time.Second, -1
 	for _, cfg := range []worker.Config{steady, lossy} {
-		start(t, b, cfg, func(w *worker.Worker) { must(t, worker.Handle(w, kind, handler)) })
+		start(t, b, cfg, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, kind, handler)) })
 	}
 	want := map[string][]string{
 		"done":           {"1:done"},
@@ -283,7 +283,7 @@ func TestMetaTravelsWithTheJob(t *testing.T) {
 	plain, err := jobs.MustDefine[Task]("meta_none").Enqueue(b.ctx, b.pool, Task{})
 	require.NoError(t, err)
 	r := start(t, b, worker.Config{}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, kind, func(_ context.Context, job *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, kind, func(_ context.Context, job *jobs.Job[Task]) error {
 			if job.Payload.N == 1 && job.Attempt == 1 {
 				return errors.New("dies")
 			}

@@ -32,7 +32,7 @@ func TestRunNotMigrated(t *testing.T) {
 			d := testdb.NewAtVersion(t, v)
 			w, err := worker.New(d.Pool, fast(worker.Config{}))
 			require.NoError(t, err)
-			must(t, worker.Handle(w, kind(t, "x"), noopTask))
+			require.NoError(t, worker.Handle(w, kind(t, "x"), noopTask))
 			err = w.Run(ctx)
 			require.ErrorIs(t, err, jobs.ErrNotMigrated)
 			require.ErrorContains(t, err, needs)

@@ -29,7 +29,7 @@ func TestSnoozeIsNotCharged(t *testing.T) {
 	var seen *outcomes
 	start(t, b, worker.Config{Registerer: reg}, func(w *worker.Worker) {
 		seen = observe(w)
-		must(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
 			runs <- run{j.Attempt, j.MaxAttempts, len(j.Errors)}
 			if j.Attempt < 3 {
 				return worker.Snooze(50 * time.Millisecond)
@@ -68,7 +68,7 @@ func TestSnoozeRejectsNonsense(t *testing.T) {
 	res, err := k.Enqueue(b.ctx, b.pool, Task{}, jobs.MaxAttempts(1))
 	require.NoError(t, err)
 	start(t, b, worker.Config{}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { return worker.Snooze(-time.Second) }))
+		require.NoError(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { return worker.Snooze(-time.Second) }))
 	})
 	var d = waitDead(t, b, res.ID)
 	require.Equal(t, "out of attempts", d.Reason, "an invalid snooze is a failure")
@@ -87,7 +87,7 @@ func TestHandlerCancelsItsOwnJob(t *testing.T) {
 	var seen *outcomes
 	start(t, b, worker.Config{Registerer: reg}, func(w *worker.Worker) {
 		seen = observe(w)
-		must(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error {
 			return worker.Cancel(errors.New("the account is gone"))
 		}))
 	})
@@ -128,7 +128,7 @@ func TestOperatorCancelsRunningJob(t *testing.T) {
 			var seen *outcomes
 			r := start(t, b, tc.cfg, func(w *worker.Worker) {
 				seen = observe(w)
-				must(t, worker.Handle(w, k, func(ctx context.Context, _ *jobs.Job[Task]) error {
+				require.NoError(t, worker.Handle(w, k, func(ctx context.Context, _ *jobs.Job[Task]) error {
 					close(started)
 					<-ctx.Done()
 					cause <- context.Cause(ctx)
@@ -176,7 +176,7 @@ func TestCancelAfterTheHandlerReturned(t *testing.T) {
 	// Acks wait for a full batch or a minute: long enough for the cancel.
 	r := start(t, b, worker.Config{AckFlushInterval: time.Minute, AckBatchSize: 1000}, func(w *worker.Worker) {
 		seen = observe(w)
-		must(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error {
 			defer close(returned)
 			return nil
 		}))
@@ -217,10 +217,10 @@ func TestKeepHistory(t *testing.T) {
 	client := hopper.NewClient(b.pool)
 	r := start(t, b, worker.Config{Queues: map[string]int{"kept": 5, "not_kept": 1}, KeepHistoryByQueue: map[string]time.Duration{"kept": time.Hour},
 		DeadRetention: time.Hour, SweepInterval: time.Hour}, func(w *worker.Worker) {
-		must(t, worker.HandleWithResult(w, withResult, func(_ context.Context, j *jobs.Job[Task]) (Out, error) {
+		require.NoError(t, worker.HandleWithResult(w, withResult, func(_ context.Context, j *jobs.Job[Task]) (Out, error) {
 			return Out{Sent: j.Payload.N}, nil
 		}))
-		must(t, worker.Handle(w, plain, func(ctx context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, plain, func(ctx context.Context, j *jobs.Job[Task]) error {
 			if j.Payload.N == -1 { // acknowledges in its own transaction
 				tx, err := b.pool.Begin(ctx)
 				if err != nil {
@@ -234,7 +234,7 @@ func TestKeepHistory(t *testing.T) {
 			}
 			return nil
 		}))
-		must(t, worker.Handle(w, never, func(context.Context, *jobs.Job[Task]) error { return nil }, worker.KeepHistory(-1)))
+		require.NoError(t, worker.Handle(w, never, func(context.Context, *jobs.Job[Task]) error { return nil }, worker.KeepHistory(-1)))
 	})
 	testdb.WaitFor(t, "every job done", func() bool { live, _ := b.totals(t); return live == 0 })
 

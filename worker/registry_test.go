@@ -46,13 +46,13 @@ func TestRegistryCountsLiveWorkers(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "registry.count")
 	a := start(t, b, worker.Config{ID: "reg-a", Queues: map[string]int{"only-a": 1, "shared": 1}}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, noop))
+		require.NoError(t, worker.Handle(w, k, noop))
 	})
 	start(t, b, worker.Config{ID: "reg-b", Queues: map[string]int{"shared": 2}}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, noop))
+		require.NoError(t, worker.Handle(w, k, noop))
 	})
 	start(t, b, worker.Config{ID: "reg-schedules", Queues: map[string]int{"timed": 1}}, func(w *worker.Worker) {
-		must(t, worker.Schedule(w, "registry.daily", k, "@daily", func(time.Time) Task { return Task{} }))
+		require.NoError(t, worker.Schedule(w, "registry.daily", k, "@daily", func(time.Time) Task { return Task{} }))
 	})
 	testdb.WaitFor(t, "three workers registered", func() bool { return len(b.workerRows(t)) == 3 })
 	require.Equal(t, map[string]int{"only-a": 1, "shared": 2, "timed": 0}, b.liveWorkers(t))
@@ -89,7 +89,7 @@ func TestRegistryKilledWorkerGoesStale(t *testing.T) {
 	require.Equal(t, []string{"reg-doomed"}, b.workerRows(t), "the row is kept: the worker did not stop cleanly")
 
 	// A live worker's row is never pruned, whatever the retention.
-	start(t, b, worker.Config{ID: "reg-live"}, func(w *worker.Worker) { must(t, worker.Handle(w, kind(t, "registry.live"), noop)) })
+	start(t, b, worker.Config{ID: "reg-live"}, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, kind(t, "registry.live"), noop)) })
 	testdb.WaitFor(t, "the live worker serves the default queue", func() bool { return b.liveWorkers(t)[jobs.DefaultQueue] == 1 })
 	n, err := b.q.PruneWorkers(b.ctx, db.PruneWorkersParams{GoneForMs: time.Hour.Milliseconds(), MaxWorkers: 10})
 	require.NoError(t, err)
@@ -106,7 +106,7 @@ func TestRegistryKilledWorkerGoesStale(t *testing.T) {
 func TestRegistryStaleRow(t *testing.T) {
 	b := setup(t)
 	start(t, b, worker.Config{ID: "reg-stalled", LeaseDuration: 300 * time.Millisecond}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, kind(t, "registry.stalled"), noop))
+		require.NoError(t, worker.Handle(w, kind(t, "registry.stalled"), noop))
 	})
 	testdb.WaitFor(t, "registered", func() bool { return b.liveWorkers(t)[jobs.DefaultQueue] == 1 })
 	stale := func() { // the last beat, a minute ago
@@ -141,7 +141,7 @@ func TestRegistryStableID(t *testing.T) {
 	require.Equal(t, 0, b.liveWorkers(t)["old"], "the crashed run's row is stale")
 
 	cfg := worker.Config{ID: "reg-stable", LeaseDuration: 300 * time.Millisecond, Queues: map[string]int{"new": 1}}
-	register := func(w *worker.Worker) { must(t, worker.Handle(w, kind(t, "registry.stable"), noop)) }
+	register := func(w *worker.Worker) { require.NoError(t, worker.Handle(w, kind(t, "registry.stable"), noop)) }
 	first := start(t, b, cfg, register)
 	testdb.WaitFor(t, "the restarted worker registered", func() bool { return b.liveWorkers(t)["new"] == 1 })
 	var host string

@@ -80,8 +80,8 @@ func TestScheduleFires(t *testing.T) {
 	fireLog(t, b)
 	seen := make(chan Tick, 100)
 	start(t, b, worker.Config{}, func(w *worker.Worker) {
-		must(t, worker.Schedule(w, "every-second", tick, "@every 1s", slotOf, worker.OnMissed(worker.CatchUp(100))))
-		must(t, worker.Handle(w, tick, func(_ context.Context, j *jobs.Job[Tick]) error { seen <- j.Payload; return nil }))
+		require.NoError(t, worker.Schedule(w, "every-second", tick, "@every 1s", slotOf, worker.OnMissed(worker.CatchUp(100))))
+		require.NoError(t, worker.Handle(w, tick, func(_ context.Context, j *jobs.Job[Tick]) error { seen <- j.Payload; return nil }))
 	})
 	var got []time.Time
 	for len(got) < 3 {
@@ -131,7 +131,7 @@ func TestScheduleRejects(t *testing.T) {
 		require.ErrorIs(t, err, worker.ErrInvalidSchedule, tc.msg)
 		require.ErrorContains(t, err, tc.msg)
 	}
-	must(t, worker.Schedule(w, "good", tick, "0 9 * * MON-FRI", slotOf, worker.InZone("America/New_York")))
+	require.NoError(t, worker.Schedule(w, "good", tick, "0 9 * * MON-FRI", slotOf, worker.InZone("America/New_York")))
 	require.ErrorContains(t, worker.Schedule(w, "good", tick, "@hourly", slotOf), "defined twice")
 }
 
@@ -148,8 +148,8 @@ func TestScheduleDeploys(t *testing.T) {
 	cfg := worker.Config{ScheduleStaleAfter: 10 * time.Second}
 	define := func(expr string) func(*worker.Worker) {
 		return func(w *worker.Worker) {
-			must(t, worker.Schedule(w, "report", tick, expr, slotOf, worker.OnMissed(worker.CatchUp(100))))
-			must(t, worker.Handle(w, tick, func(context.Context, *jobs.Job[Tick]) error { return nil }))
+			require.NoError(t, worker.Schedule(w, "report", tick, expr, slotOf, worker.OnMissed(worker.CatchUp(100))))
+			require.NoError(t, worker.Handle(w, tick, func(context.Context, *jobs.Job[Tick]) error { return nil }))
 		}
 	}
 	inForce := func() hopper.ScheduleInfo {
@@ -199,8 +199,8 @@ func TestSchedulePauseResumeTrigger(t *testing.T) {
 	fireLog(t, b)
 	client := hopper.NewClient(b.pool)
 	start(t, b, worker.Config{}, func(w *worker.Worker) {
-		must(t, worker.Schedule(w, "beat", tick, "@every 1s", slotOf))
-		must(t, worker.Handle(w, tick, func(context.Context, *jobs.Job[Tick]) error { return nil }))
+		require.NoError(t, worker.Schedule(w, "beat", tick, "@every 1s", slotOf))
+		require.NoError(t, worker.Handle(w, tick, func(context.Context, *jobs.Job[Tick]) error { return nil }))
 	})
 	testdb.WaitFor(t, "a slot", func() bool { s, _ := fires(t, b, "beat"); return len(s) >= 1 })
 	first, err := client.PauseSchedule(b.ctx, "beat")
@@ -258,15 +258,15 @@ func TestFailingScheduleCostsOnlyItself(t *testing.T) {
 	var flakyCalls atomic.Int32
 	start(t, b, worker.Config{Registerer: reg, Logger: quiet}, func(w *worker.Worker) {
 		catchUp := worker.OnMissed(worker.CatchUp(100))
-		must(t, worker.Schedule(w, "a-broken", tick, "@every 1s", func(time.Time) Tick { panic("no payload today") }, catchUp))
-		must(t, worker.Schedule(w, "b-flaky", tick, "@every 1s", func(s time.Time) Tick {
+		require.NoError(t, worker.Schedule(w, "a-broken", tick, "@every 1s", func(time.Time) Tick { panic("no payload today") }, catchUp))
+		require.NoError(t, worker.Schedule(w, "b-flaky", tick, "@every 1s", func(s time.Time) Tick {
 			if flakyCalls.Add(1) <= 2 {
 				panic("not yet")
 			}
 			return slotOf(s)
 		}, catchUp))
-		must(t, worker.Schedule(w, "c-healthy", tick, "@every 1s", slotOf, catchUp))
-		must(t, worker.Handle(w, tick, func(context.Context, *jobs.Job[Tick]) error { return nil }))
+		require.NoError(t, worker.Schedule(w, "c-healthy", tick, "@every 1s", slotOf, catchUp))
+		require.NoError(t, worker.Handle(w, tick, func(context.Context, *jobs.Job[Tick]) error { return nil }))
 	})
 	testdb.WaitFor(t, "the healthy and the flaky schedule fired 4 slots each", func() bool {
 		healthy, _ := fires(t, b, "c-healthy")

@@ -116,11 +116,6 @@ func start(t *testing.T, b *bundle, cfg worker.Config, register func(*worker.Wor
 	return &running{w: w, stop: stop}
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	require.NoError(t, err)
-}
-
 // totals counts live and dead jobs through the Stats query.
 func (b *bundle) totals(t *testing.T) (live, dead int64) {
 	t.Helper()

@@ -64,7 +64,7 @@ func TestExtendLeaseSurvivesHeartbeats(t *testing.T) {
 	// sweep could take the job before its handler extends the lease.
 	start(t, b, worker.Config{LeaseDuration: time.Second, HeartbeatInterval: 50 * time.Millisecond, ShutdownTimeout: 100 * time.Millisecond,
 		SweepInterval: time.Hour}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 			extended <- worker.ExtendLease(ctx, j, 2*time.Hour)
 			beaten <- waitBeats(ctx, w, 3)
 			<-ctx.Done() // until the test ends
@@ -87,7 +87,7 @@ func TestLostClaimLeavesHeartbeat(t *testing.T) {
 	started := make(chan struct{})
 	cause := make(chan error, 1)
 	r := start(t, b, worker.Config{HeartbeatInterval: 50 * time.Millisecond}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(ctx context.Context, _ *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, _ *jobs.Job[Task]) error {
 			close(started)
 			<-ctx.Done()
 			cause <- context.Cause(ctx)
@@ -115,7 +115,7 @@ func TestAckTxRolledBack(t *testing.T) {
 	var seen *outcomes
 	start(t, b, worker.Config{Registerer: reg}, func(w *worker.Worker) {
 		seen = observe(w)
-		must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 			runs <- j.Attempt
 			tx, err := b.pool.Begin(ctx)
 			if err != nil {
@@ -155,7 +155,7 @@ func TestAckTxCommittedThenKeepsWorking(t *testing.T) {
 	start(t, b, worker.Config{Registerer: reg, LeaseDuration: 3 * time.Second, HeartbeatInterval: 50 * time.Millisecond},
 		func(w *worker.Worker) {
 			seen = observe(w)
-			must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 				tx, err := b.pool.Begin(ctx)
 				if err != nil {
 					return err
@@ -205,14 +205,14 @@ func TestStuckHandlerIsAbandoned(t *testing.T) {
 		AbandonAfter: 100 * time.Millisecond, Registerer: reg,
 	}, func(w *worker.Worker) {
 		seen = observe(w)
-		must(t, worker.Handle(w, stuck, func(ctx context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, stuck, func(ctx context.Context, j *jobs.Job[Task]) error {
 			if j.Attempt == 1 {
 				close(started)
 				<-unstick // ignores ctx
 			}
 			return nil
 		}, worker.Timeout(100*time.Millisecond)))
-		must(t, worker.Handle(w, quick, func(ctx context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, quick, func(ctx context.Context, j *jobs.Job[Task]) error {
 			quickRuns <- j.ID
 			return nil
 		}))
@@ -281,7 +281,7 @@ func TestTimeoutPrecedence(t *testing.T) {
 				if tc.useJobTimeout {
 					opts = append(opts, worker.TimeoutBy(func(*jobs.Job[Task]) time.Duration { return tc.job }))
 				}
-				must(t, worker.Handle(w, k, func(ctx context.Context, _ *jobs.Job[Task]) error {
+				require.NoError(t, worker.Handle(w, k, func(ctx context.Context, _ *jobs.Job[Task]) error {
 					deadline, ok := ctx.Deadline()
 					if !ok {
 						left <- none
@@ -318,7 +318,7 @@ func TestShutdownWaitsForFinishingHandlers(t *testing.T) {
 	inHandler := make(chan int64, 2)
 	release := make(chan struct{})
 	var cancelled sync.Map
-	must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+	require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 		inHandler <- j.ID
 		<-release
 		if ctx.Err() != nil {

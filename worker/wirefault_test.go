@@ -633,7 +633,7 @@ func (h *wf) run(t *testing.T, pool *pgxpool.Pool, name string, cfg worker.Confi
 	w, err := worker.New(pool, fast(cfg))
 	require.NoError(t, err)
 	for k, body := range kinds {
-		must(t, worker.Handle(w, k, h.handler(name, body)))
+		require.NoError(t, worker.Handle(w, k, h.handler(name, body)))
 	}
 	worker.ObserveOutcomes(w, func(id int64, attempt int32, outcome string) {
 		h.mu.Lock()

@@ -46,7 +46,7 @@ func TestEndToEnd(t *testing.T) {
 	var count atomic.Int64
 	register := func(w *worker.Worker) {
 		for _, k := range kinds {
-			must(t, worker.Handle(w, k, func(ctx context.Context, job *jobs.Job[Task]) error {
+			require.NoError(t, worker.Handle(w, k, func(ctx context.Context, job *jobs.Job[Task]) error {
 				if _, dup := handled.LoadOrStore(job.ID, true); dup {
 					t.Errorf("job %d handled twice", job.ID)
 				}
@@ -127,7 +127,7 @@ func TestFailureOutcomes(t *testing.T) {
 			res, err := k.Enqueue(b.ctx, b.pool, Task{N: 30}, jobs.MaxAttempts(tc.maxAttempts))
 			require.NoError(t, err)
 			before := time.Now()
-			start(t, b, worker.Config{}, func(w *worker.Worker) { must(t, worker.Handle(w, k, tc.handler, tc.opts...)) })
+			start(t, b, worker.Config{}, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, k, tc.handler, tc.opts...)) })
 
 			var h []jobs.AttemptError
 			if tc.wantDead != "" {
@@ -172,7 +172,7 @@ func TestUndecodablePayloadIsDeadAtOnce(t *testing.T) {
 	var seen atomic.Int64
 	var seenID atomic.Int64
 	start(t, b, worker.Config{}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
 			seen.Add(1)
 			seenID.Store(j.ID)
 			return nil
@@ -202,7 +202,7 @@ func TestVersionGate(t *testing.T) {
 
 	var oldRan, newRan, oldID atomic.Int64
 	old := start(t, b, worker.Config{}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, v1, func(_ context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, v1, func(_ context.Context, j *jobs.Job[Task]) error {
 			oldRan.Add(1)
 			oldID.Store(j.ID)
 			return nil
@@ -215,7 +215,7 @@ func TestVersionGate(t *testing.T) {
 	require.Zero(t, b.job(t, newer.ID).Attempt, "never claimed by the old worker")
 
 	start(t, b, worker.Config{}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, v2, func(context.Context, *jobs.Job[Task]) error { newRan.Add(1); return nil }))
+		require.NoError(t, worker.Handle(w, v2, func(context.Context, *jobs.Job[Task]) error { newRan.Add(1); return nil }))
 	})
 	testdb.WaitFor(t, "new worker took the v2 job", func() bool { return newRan.Load() == 1 })
 }
@@ -240,8 +240,8 @@ func TestHeartbeatKeepsLongJob(t *testing.T) {
 		}
 	}
 	cfg := worker.Config{LeaseDuration: 2 * time.Second, HeartbeatInterval: 100 * time.Millisecond, SweepInterval: 50 * time.Millisecond}
-	start(t, b, cfg, func(w *worker.Worker) { must(t, worker.Handle(w, k, handler)) })
-	start(t, b, cfg, func(w *worker.Worker) { must(t, worker.Handle(w, k, handler)) })
+	start(t, b, cfg, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, k, handler)) })
+	start(t, b, cfg, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, k, handler)) })
 	testdb.WaitFor(t, "job done", func() bool { live, _ := b.totals(t); return live == 0 })
 	require.EqualValues(t, 1, runs.Load())
 	_, dead := b.totals(t)
@@ -261,7 +261,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 	started := make(chan struct{}, 1)
 	start(t, b, worker.Config{HeartbeatInterval: 50 * time.Millisecond, SweepInterval: time.Hour, ShutdownTimeout: 100 * time.Millisecond},
 		func(w *worker.Worker) {
-			must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 				if j.Attempt > 1 {
 					<-ctx.Done() // the second claim just waits for the end of the test
 					return nil
@@ -301,7 +301,7 @@ func TestShutdownReleasesUnfinished(t *testing.T) {
 
 	var inHandler atomic.Int64
 	first := start(t, b, worker.Config{ShutdownTimeout: 200 * time.Millisecond}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(ctx context.Context, _ *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, _ *jobs.Job[Task]) error {
 			inHandler.Add(1)
 			<-ctx.Done()
 			return context.Cause(ctx)
@@ -320,7 +320,7 @@ func TestShutdownReleasesUnfinished(t *testing.T) {
 
 	seen := make(chan [2]int, 3)
 	start(t, b, worker.Config{PollInterval: time.Hour}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
 			seen <- [2]int{j.Attempt, j.MaxAttempts}
 			return nil
 		}))
@@ -343,7 +343,7 @@ func TestShutdownWhileStarting(t *testing.T) {
 
 	w, err := worker.New(b.pool, fast(worker.Config{}))
 	require.NoError(t, err)
-	must(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error {
+	require.NoError(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error {
 		t.Error("a worker shut down while starting ran a job")
 		return nil
 	}))
@@ -367,7 +367,7 @@ func TestAckTx(t *testing.T) {
 	require.NoError(t, err)
 
 	r := start(t, b, worker.Config{Registerer: prometheus.NewRegistry()}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 			tx, err := b.pool.Begin(ctx)
 			if err != nil {
 				return err
@@ -416,7 +416,7 @@ func TestStableIdentityReleasesPredecessor(t *testing.T) {
 
 	var ran atomic.Int64
 	start(t, b, worker.Config{ID: "pod-7", SweepInterval: time.Hour}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { ran.Add(1); return nil }))
+		require.NoError(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { ran.Add(1); return nil }))
 	})
 	testdb.WaitFor(t, "the job ran without waiting an hour", func() bool { return ran.Load() == 1 })
 	_ = res
@@ -443,7 +443,7 @@ func TestWorkerKilled(t *testing.T) {
 
 	again := make(chan *jobs.Job[Task], 3)
 	start(t, b, worker.Config{}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, blocking, func(_ context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, blocking, func(_ context.Context, j *jobs.Job[Task]) error {
 			again <- j
 			return nil
 		}))
@@ -539,7 +539,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 	_, err := k.EnqueueMany(b.ctx, b.pool, jobs.Items(make([]Task, 200)...))
 	require.NoError(t, err)
 	r := start(t, b, worker.Config{Queues: map[string]int{"default": 8, "other": 2}}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { return nil }))
+		require.NoError(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { return nil }))
 	})
 	testdb.WaitFor(t, "done", func() bool { live, _ := b.totals(t); return live == 0 })
 	require.Positive(t, workerGoroutines(r.w), "the check sees a running worker's goroutines")
@@ -578,7 +578,7 @@ func TestScheduledAndRetriedJobsRun(t *testing.T) {
 	var runs []time.Time
 	start(t, b, worker.Config{RetryBackoff: worker.Backoff{Base: 200 * time.Millisecond, Max: 200 * time.Millisecond}},
 		func(w *worker.Worker) {
-			must(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
+			require.NoError(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error {
 				mu.Lock()
 				defer mu.Unlock()
 				runs = append(runs, time.Now())
@@ -605,7 +605,7 @@ func TestBlockingHandlersDoNotStarveQueuedJobs(t *testing.T) {
 	var inHandler atomic.Int64
 	release := make(chan struct{})
 	start(t, b, worker.Config{Queues: map[string]int{"default": 5}}, func(w *worker.Worker) {
-		must(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 			if j.Payload.N == 0 {
 				return nil // the warm-up job leaves an idle handler goroutine behind
 			}
