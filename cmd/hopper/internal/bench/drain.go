@@ -1,0 +1,79 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// DrainResult is working off a backlog enqueued beforehand.
+type DrainResult struct {
+	Jobs               int     `json:"jobs"`
+	Seconds            float64 `json:"seconds"`
+	JobsPerSecond      float64 `json:"jobs_per_second"`
+	WorkerPeakRSSBytes int64   `json:"worker_peak_rss_bytes"`
+	// Statements is what each of Hopper's statements cost the server
+	// during the drain, the most expensive first (pg_stat_statements).
+	Statements []StatementCost `json:"statements,omitempty"`
+}
+
+func runDrain(ctx context.Context, cfg Config) (*DrainResult, error) {
+	s, err := newScratch(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	defer s.drop()
+	if err := addScheduled(ctx, s.pool, cfg.Scheduled); err != nil {
+		return nil, err
+	}
+	if err := enqueueCopy(ctx, s.pool, noop, cfg.Jobs, 5000, cfg.payload()); err != nil {
+		return nil, err
+	}
+	// What autovacuum does after a burst of inserts: the statistics then
+	// describe a table of pending jobs only.
+	if err := maintain(ctx, s.pool, "vacuum.sql"); err != nil {
+		return nil, err
+	}
+	statements := newStatementMeter(ctx, s.pool)
+	p, err := startWorkers(cfg, s.url)
+	if err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	// Drained when every job's ack was sent; an unconfirmed one may not
+	// have committed (the job runs again once its lease expires), so the
+	// table has the last word.
+	for drained := false; !drained; {
+		select {
+		case <-ctx.Done():
+			_, _ = p.stop()
+			return nil, ctx.Err()
+		case <-p.exited:
+			_ = p.cmd.Wait()
+			return nil, fmt.Errorf("worker process died")
+		case <-time.After(5 * time.Millisecond):
+		}
+		if p.finished() < int64(cfg.Jobs) {
+			continue
+		}
+		if p.unconfirmed.Load() == 0 {
+			break
+		}
+		live, _, err := TableCounts(ctx, s.pool)
+		if err != nil {
+			_, _ = p.stop()
+			return nil, err
+		}
+		drained = live == int64(cfg.Scheduled)
+	}
+	secs := time.Since(began).Seconds()
+	peak, err := p.stop()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTable(ctx, s.pool, p, int64(cfg.Jobs), cfg.Scheduled); err != nil {
+		return nil, err
+	}
+	return &DrainResult{Jobs: cfg.Jobs, Seconds: secs, JobsPerSecond: float64(cfg.Jobs) / secs, WorkerPeakRSSBytes: peak,
+		Statements: statements.costs(ctx)}, nil
+}
