@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/hopperq/hopper/internal/wirefault"
+	"github.com/hopperq/hopper/internal/testdb/wirefault"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
