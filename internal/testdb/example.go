@@ -23,7 +23,7 @@ import (
 // package legitimately keeps for the whole binary; none is needed for pgx
 // pools, which end theirs on Close.
 func Main(m *testing.M, ignore ...goleak.Option) {
-	serverOnce.Do(func() { serverDSN, serverErr = findServer() })
+	resolveServer()
 	if serverErr != nil {
 		if os.Getenv("CI") != "" {
 			fmt.Fprintf(os.Stderr, "testdb: no PostgreSQL for tests (CI is set, so this fails): %v\n", serverErr)
@@ -35,6 +35,9 @@ func Main(m *testing.M, ignore ...goleak.Option) {
 	code := m.Run()
 	if scratch != nil {
 		scratch.Stop()
+	}
+	if docker != nil {
+		docker.stop()
 	}
 	// A failed test may have skipped its cleanups: its leaks are noise.
 	if code == 0 {
@@ -68,7 +71,7 @@ func findLeaks(ignore ...goleak.Option) error {
 // and a function that drops it. It panics when there is no database: call
 // it only from packages whose TestMain is Main.
 func ForExample() (*pgxpool.Pool, func()) {
-	serverOnce.Do(func() { serverDSN, serverErr = findServer() })
+	resolveServer()
 	if serverErr != nil {
 		panic(serverErr)
 	}
@@ -89,7 +92,7 @@ func ForExample() (*pgxpool.Pool, func()) {
 // testing.TB); it panics when there is none: call it only from packages
 // whose TestMain is Main.
 func URL() string {
-	serverOnce.Do(func() { serverDSN, serverErr = findServer() })
+	resolveServer()
 	if serverErr != nil {
 		panic(serverErr)
 	}

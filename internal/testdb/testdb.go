@@ -4,11 +4,14 @@
 //
 // The server is picked once per test binary, in this order:
 // HOPPER_TEST_DATABASE_URL, DATABASE_URL, the libpq defaults (PG* variables,
-// localhost:5432); when none answers and PostgreSQL's server programs are
-// installed (initdb on the PATH or in /usr/lib/postgresql/*/bin), a
-// throwaway cluster of the binary's own (package pgcluster), stopped and
-// removed when its tests end. With no database at all a test is skipped,
-// or fails when the CI variable is set.
+// localhost:5432); when none answers and a Docker engine does, a PostgreSQL
+// container started with dockertest (by the dockerpg helper, a module of
+// its own: see docker.go), purged when its tests end; else, when
+// PostgreSQL's server programs are installed (initdb on the PATH or in
+// /usr/lib/postgresql/*/bin), a throwaway cluster of the binary's own
+// (package pgcluster), stopped and removed when its tests end. With no
+// database at all a test is skipped, or fails when the CI variable is set.
+// The binary says on stderr which server it used.
 package testdb
 
 import (
@@ -50,7 +53,7 @@ var (
 // use, skipping (or, under CI, failing) the test when there is none.
 func Server(t testing.TB) string {
 	t.Helper()
-	serverOnce.Do(func() { serverDSN, serverErr = findServer() })
+	resolveServer()
 	if serverErr != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("testdb: no PostgreSQL for tests (CI is set, so this fails): %v", serverErr)
@@ -111,8 +114,39 @@ func dropSchema(t testing.TB, dsn, name string) {
 	}
 }
 
-func findServer() (string, error) {
-	var tried []string
+// resolveServer picks the server once per test binary and says on stderr
+// which one it picked (go test shows it with -v, or when the package
+// fails).
+func resolveServer() {
+	serverOnce.Do(func() {
+		var source string
+		var skipped []string
+		serverDSN, source, skipped, serverErr = defaultFinder.find()
+		if serverErr == nil {
+			note := ""
+			if len(skipped) > 0 {
+				note = " (skipped: " + strings.Join(skipped, "; ") + ")"
+			}
+			fmt.Fprintf(os.Stderr, "testdb: PostgreSQL from %s%s\n", source, note)
+		}
+	})
+}
+
+// finder tries the ways to a server in order; its fields are the steps
+// that reach beyond the process, replaced in the tests of the order.
+type finder struct {
+	ping    func(dsn string) error // does a server answer at dsn?
+	docker  func() (string, error) // a container, when a Docker engine answers
+	scratch func() (string, error) // a cluster of our own, when initdb is installed
+}
+
+var defaultFinder = finder{ping: ping, docker: startDocker, scratch: startScratch}
+
+// find returns the connection string of the first server that answers, in
+// order: HOPPER_TEST_DATABASE_URL, DATABASE_URL, the libpq defaults, a
+// Docker container, a scratch cluster. source names the one used; skipped
+// says why each one before it was not.
+func (f finder) find() (dsn, source string, skipped []string, err error) {
 	for _, candidate := range []struct{ name, dsn string }{
 		{"HOPPER_TEST_DATABASE_URL", os.Getenv("HOPPER_TEST_DATABASE_URL")},
 		{"DATABASE_URL", os.Getenv("DATABASE_URL")},
@@ -121,18 +155,26 @@ func findServer() (string, error) {
 		if candidate.dsn == "" && candidate.name != "libpq defaults" {
 			continue
 		}
-		err := ping(candidate.dsn)
+		err := f.ping(candidate.dsn)
 		if err == nil {
-			return candidate.dsn, nil
+			return candidate.dsn, candidate.name, skipped, nil
 		}
-		tried = append(tried, fmt.Sprintf("%s: %v", candidate.name, err))
+		skipped = append(skipped, fmt.Sprintf("%s: %v", candidate.name, err))
 	}
-	dsn, err := startScratch()
-	if err == nil {
-		return dsn, nil
+	for _, step := range []struct {
+		name  string
+		start func() (string, error)
+	}{
+		{"a Docker container (dockertest)", f.docker},
+		{"a scratch cluster", f.scratch},
+	} {
+		dsn, err := step.start()
+		if err == nil {
+			return dsn, step.name, skipped, nil
+		}
+		skipped = append(skipped, fmt.Sprintf("%s: %v", step.name, err))
 	}
-	tried = append(tried, fmt.Sprintf("scratch cluster: %v", err))
-	return "", errors.New(strings.Join(tried, "; "))
+	return "", "", skipped, errors.New(strings.Join(skipped, "; "))
 }
 
 func ping(dsn string) error {
