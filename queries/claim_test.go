@@ -172,7 +172,7 @@ func TestNoDoubleClaim(t *testing.T) {
 	for id, n := range claims {
 		require.Equal(t, 1, n, "job %d claimed %d times", id, n)
 	}
-	live, _ := b.totals(t)
+	live, _ := b.Totals(t)
 	require.Zero(t, live)
 }
 

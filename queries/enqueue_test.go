@@ -95,7 +95,7 @@ func TestEnqueueUniqueKey(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, other.Inserted)
 
-	live, _ := b.totals(t)
+	live, _ := b.Totals(t)
 	require.EqualValues(t, 2, live)
 
 	// Once the holder is finished the key is free again.
@@ -130,7 +130,7 @@ func TestEnqueueRejectsBadRows(t *testing.T) {
 		_, err := b.Queries.Enqueue(b.Ctx, p)
 		require.Error(t, err, tc.name)
 	}
-	live, _ := b.totals(t)
+	live, _ := b.Totals(t)
 	require.Zero(t, live)
 }
 

@@ -27,7 +27,7 @@ func TestAckBatch(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, []db.AckBatchRow{{ID: claimed[0].ID, Attempt: 1}}, acked)
-	live, _ := b.totals(t)
+	live, _ := b.Totals(t)
 	require.EqualValues(t, 2, live)
 
 	// A pending job cannot be acked, even with its current attempt.

@@ -94,7 +94,7 @@ func TestCancel(t *testing.T) {
 		424242:     {ID: 424242, State: "", Cancelled: false},
 		deadJob.ID: {ID: deadJob.ID, State: "dead", Cancelled: false},
 	}, got)
-	live, dead := b.totals(t)
+	live, dead := b.Totals(t)
 	require.Zero(t, live)
 	require.EqualValues(t, 1, dead)
 	for _, id := range []int64{running.ID, scheduled, pending} {
@@ -151,7 +151,7 @@ func TestPurgeQueue(t *testing.T) {
 	n, err = b.Queries.PurgeQueue(b.Ctx, "default")
 	require.NoError(t, err)
 	require.Zero(t, n)
-	live, _ := b.totals(t)
+	live, _ := b.Totals(t)
 	require.EqualValues(t, 2, live)
 }
 
@@ -205,7 +205,7 @@ func TestDeadRetryPurge(t *testing.T) {
 	gone, err = b.Queries.PurgeDead(b.Ctx, db.PurgeDeadParams{States: dead, Ids: []int64{}, MaxJobs: 100})
 	require.NoError(t, err)
 	require.ElementsMatch(t, a[1:], gone)
-	live, deadN := b.totals(t)
+	live, deadN := b.Totals(t)
 	require.EqualValues(t, 3, live)
 	require.Zero(t, deadN)
 }

@@ -62,7 +62,7 @@ func TestNackLastAttemptDeadLetters(t *testing.T) {
 		rows := nack(t, b, got[0], fmt.Sprintf("failure %d", attempt), 0, "")
 		require.Equal(t, []db.NackBatchRow{{ID: id, Attempt: attempt, Dead: attempt == 3}}, rows)
 	}
-	live, dead := b.totals(t)
+	live, dead := b.Totals(t)
 	require.Zero(t, live)
 	require.EqualValues(t, 1, dead)
 
@@ -159,7 +159,7 @@ func TestNackCancel(t *testing.T) {
 	require.Len(t, h, 1)
 	require.Equal(t, "cancelled: the account is gone", h[0].Error)
 	require.Equal(t, "w", h[0].Owner)
-	live, dead := b.totals(t)
+	live, dead := b.Totals(t)
 	require.Zero(t, live)
 	require.Zero(t, dead, "cancelled, not dead")
 

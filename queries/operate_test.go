@@ -100,7 +100,7 @@ func TestAckKeepsHistoryAndPrunes(t *testing.T) {
 	acked, err := b.Queries.AckBatchKeep(b.Ctx, p)
 	require.NoError(t, err)
 	require.Len(t, acked, 5, "every claim acknowledged")
-	live, _ := b.totals(t)
+	live, _ := b.Totals(t)
 	require.Zero(t, live)
 
 	var kept int

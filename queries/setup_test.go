@@ -130,18 +130,6 @@ func requireBetween(t *testing.T, lo, hi, got time.Time, msg string) {
 	require.False(t, got.Before(lo) || got.After(hi), "%s: %v is outside [%v, %v]", msg, got, lo, hi)
 }
 
-// totals counts live and dead (not cancelled) jobs through the Stats query.
-func (b *bundle) totals(t *testing.T) (live, dead int64) {
-	t.Helper()
-	rows, err := b.Queries.Stats(b.Ctx)
-	require.NoError(t, err)
-	for _, r := range rows {
-		live += r.Ready + r.Scheduled + r.Running
-		dead += r.Dead
-	}
-	return live, dead
-}
-
 // repeat is n copies of v.
 func repeat[T any](v T, n int) []T {
 	out := make([]T, n)

@@ -190,7 +190,7 @@ func TestSweepConcurrent(t *testing.T) {
 		require.Equal(t, 1, n, "job %d moved %d times", id, n)
 	}
 	require.Equal(t, total/2, dead)
-	live, deadRows := b.totals(t)
+	live, deadRows := b.Totals(t)
 	require.EqualValues(t, total/2, live)
 	require.EqualValues(t, total/2, deadRows)
 }

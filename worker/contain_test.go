@@ -34,14 +34,14 @@ func TestTakenJobsStuckHandlerFreesItsSlot(t *testing.T) {
 		take func(t *testing.T, b *bundle, id int64)
 	}{
 		{"operator cancel", func(t *testing.T, b *bundle, id int64) {
-			require.NoError(t, hopper.NewClient(b.pool).CancelJob(b.ctx, id))
+			require.NoError(t, hopper.NewClient(b.Pool).CancelJob(b.Ctx, id))
 		}},
 		{"lease lost", func(t *testing.T, b *bundle, id int64) { b.takeAway(t, b.job(t, id)) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
 			stuck, quick := kind(t, "stuck"), kind(t, "quick")
-			res, err := stuck.Enqueue(b.ctx, b.pool, Task{})
+			res, err := stuck.Enqueue(b.Ctx, b.Pool, Task{})
 			require.NoError(t, err)
 			unstick, started := make(chan struct{}), make(chan struct{})
 			t.Cleanup(func() {
@@ -71,7 +71,7 @@ func TestTakenJobsStuckHandlerFreesItsSlot(t *testing.T) {
 			})
 			<-started
 			tc.take(t, b, res.ID)
-			_, err = quick.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{}, Task{}, Task{}))
+			_, err = quick.EnqueueMany(b.Ctx, b.Pool, jobs.Items(Task{}, Task{}, Task{}))
 			require.NoError(t, err)
 			ran := map[int64]bool{}
 			testdb.WaitFor(t, "the quick jobs ran in the freed slot", func() bool {
@@ -110,7 +110,7 @@ func TestAckTxOutcomeIsTheTransactions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
 			k := kind(t, "acked_in_tx")
-			res, err := k.Enqueue(b.ctx, b.pool, Task{}, jobs.MaxAttempts(2))
+			res, err := k.Enqueue(b.Ctx, b.Pool, Task{}, jobs.MaxAttempts(2))
 			require.NoError(t, err)
 			acked, cancelled := make(chan struct{}), make(chan struct{})
 			reg := prometheus.NewRegistry()
@@ -126,7 +126,7 @@ func TestAckTxOutcomeIsTheTransactions(t *testing.T) {
 					if j.Attempt > 1 {
 						return nil
 					}
-					tx, err := b.pool.Begin(ctx)
+					tx, err := b.Pool.Begin(ctx)
 					if err != nil {
 						return err
 					}
@@ -157,7 +157,7 @@ func TestAckTxOutcomeIsTheTransactions(t *testing.T) {
 			})
 			<-acked
 			if tc.cancel {
-				require.NoError(t, hopper.NewClient(b.pool).CancelJob(b.ctx, res.ID))
+				require.NoError(t, hopper.NewClient(b.Pool).CancelJob(b.Ctx, res.ID))
 				close(cancelled)
 			}
 			testdb.WaitFor(t, "the first attempt's outcome", func() bool { return len(seen.of(res.ID, 1)) > 0 })
@@ -199,7 +199,7 @@ func TestRefusedResultStaysWithItsJob(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
 			if tc.constrain {
-				_, err := b.pool.Exec(b.ctx, `ALTER TABLE hopper_jobs ADD CONSTRAINT poison CHECK (errors::text NOT LIKE '%POISON%');
+				_, err := b.Pool.Exec(b.Ctx, `ALTER TABLE hopper_jobs ADD CONSTRAINT poison CHECK (errors::text NOT LIKE '%POISON%');
 					ALTER TABLE hopper_job_history ADD CONSTRAINT poison CHECK (coalesce(result::text, '') NOT LIKE '%POISON%')`)
 				require.NoError(t, err)
 			}
@@ -211,17 +211,17 @@ func TestRefusedResultStaysWithItsJob(t *testing.T) {
 			for i := range items {
 				items[i] = Task{N: i}
 			}
-			many, err := plain.EnqueueMany(b.ctx, b.pool, jobs.Items(items...))
+			many, err := plain.EnqueueMany(b.Ctx, b.Pool, jobs.Items(items...))
 			require.NoError(t, err)
 			var okIDs []int64
 			for _, r := range many.Results {
 				okIDs = append(okIDs, r.ID)
 			}
-			bad, err := failing.Enqueue(b.ctx, b.pool, Task{N: -1}, jobs.MaxAttempts(2))
+			bad, err := failing.Enqueue(b.Ctx, b.Pool, Task{N: -1}, jobs.MaxAttempts(2))
 			require.NoError(t, err)
-			mate, err := failing.Enqueue(b.ctx, b.pool, Task{N: 1}, jobs.MaxAttempts(1))
+			mate, err := failing.Enqueue(b.Ctx, b.Pool, Task{N: 1}, jobs.MaxAttempts(1))
 			require.NoError(t, err)
-			kept, err := returning.Enqueue(b.ctx, b.pool, Result{}) // a payload with NUL is refused at enqueue, to its caller
+			kept, err := returning.Enqueue(b.Ctx, b.Pool, Result{}) // a payload with NUL is refused at enqueue, to its caller
 			require.NoError(t, err)
 			total := healthy + 3
 
@@ -273,7 +273,7 @@ func TestRefusedResultStaysWithItsJob(t *testing.T) {
 			require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(kept.ID, 1))
 
 			var storedResult []byte
-			require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT result FROM hopper_job_history WHERE id = $1", kept.ID).Scan(&storedResult))
+			require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT result FROM hopper_job_history WHERE id = $1", kept.ID).Scan(&storedResult))
 			var badHistory []byte
 			var state string
 			if tc.wantFailed == jobs.StateDead {
@@ -285,7 +285,7 @@ func TestRefusedResultStaysWithItsJob(t *testing.T) {
 				return
 			}
 			require.Equal(t, []string{string(worker.OutcomeFailed)}, seen.of(bad.ID, 1))
-			require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT errors, state FROM hopper_jobs WHERE id = $1", bad.ID).Scan(&badHistory, &state))
+			require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT errors, state FROM hopper_jobs WHERE id = $1", bad.ID).Scan(&badHistory, &state))
 			require.Equal(t, string(tc.wantFailed), state)
 			h := history(t, badHistory)
 			require.Len(t, h, 1)
@@ -305,16 +305,16 @@ func TestRefusesIsolationAboveReadCommitted(t *testing.T) {
 	for _, level := range []string{"repeatable read", "serializable", "read committed"} {
 		t.Run(level, func(t *testing.T) {
 			b := setup(t)
-			cfg, err := pgxpool.ParseConfig(b.tdb.URL)
+			cfg, err := pgxpool.ParseConfig(b.URL)
 			require.NoError(t, err)
 			cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = level
-			pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+			pool, err := pgxpool.NewWithConfig(b.Ctx, cfg)
 			require.NoError(t, err)
 			t.Cleanup(pool.Close)
 			w, err := worker.New(pool, fast(worker.Config{Logger: quiet}))
 			require.NoError(t, err)
 			require.NoError(t, worker.Handle(w, kind(t, "any"), func(context.Context, *jobs.Job[Task]) error { return nil }))
-			ctx, cancel := context.WithCancel(b.ctx)
+			ctx, cancel := context.WithCancel(b.Ctx)
 			defer cancel()
 			errc := make(chan error, 1)
 			go func() { errc <- w.Run(ctx) }()
@@ -341,15 +341,15 @@ func TestReadyBehindCursorRunsAtOnce(t *testing.T) {
 	// in use only then), so that one claim takes them all.
 	inOneTx := func(t *testing.T, b *bundle, w *worker.Worker, enqueue func(tx pgx.Tx) []int64) []int64 {
 		testdb.WaitFor(t, "the worker listening", func() bool { return worker.Listening(w) })
-		tx, err := b.pool.Begin(b.ctx)
+		tx, err := b.Pool.Begin(b.Ctx)
 		require.NoError(t, err)
-		defer tx.Rollback(b.ctx) //nolint:errcheck
+		defer tx.Rollback(b.Ctx) //nolint:errcheck
 		ids := enqueue(tx)
-		require.NoError(t, tx.Commit(b.ctx))
+		require.NoError(t, tx.Commit(b.Ctx))
 		return ids
 	}
 	enq := func(t *testing.T, b *bundle, tx pgx.Tx, k *jobs.Kind[Task], n int, opts ...jobs.EnqueueOption) int64 {
-		res, err := k.Enqueue(b.ctx, tx, Task{N: n}, opts...)
+		res, err := k.Enqueue(b.Ctx, tx, Task{N: n}, opts...)
 		require.NoError(t, err)
 		return res.ID
 	}
@@ -403,7 +403,7 @@ func TestReadyBehindCursorRunsAtOnce(t *testing.T) {
 		})
 		<-started
 		testdb.WaitFor(t, "the unkeyed job ran, past the held-back one", func() bool { return len(seen.of(ids[2], 1)) > 0 })
-		require.NoError(t, hopper.NewClient(b.pool).CancelJob(b.ctx, ids[0]))
+		require.NoError(t, hopper.NewClient(b.Pool).CancelJob(b.Ctx, ids[0]))
 		testdb.WaitFor(t, "the held-back job ran", func() bool { return len(seen.of(ids[1], 1)) > 0 })
 		require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(ids[1], 1))
 	})
@@ -421,7 +421,7 @@ func (e *nilDeref) Error() string { return e.msg }
 func TestErrorThatPanicsWhenRead(t *testing.T) {
 	b := setup(t)
 	bad, good := kind(t, "bad_error"), kind(t, "good")
-	res, err := bad.Enqueue(b.ctx, b.pool, Task{}, jobs.MaxAttempts(1))
+	res, err := bad.Enqueue(b.Ctx, b.Pool, Task{}, jobs.MaxAttempts(1))
 	require.NoError(t, err)
 	var seen *outcomes
 	start(t, b, worker.Config{Logger: quiet}, func(w *worker.Worker) {
@@ -439,7 +439,7 @@ func TestErrorThatPanicsWhenRead(t *testing.T) {
 	h := history(t, d.Errors)
 	require.Len(t, h, 1)
 	require.Contains(t, h[0].Error, "an error of type *worker_test.nilDeref that panics when read")
-	after, err := good.Enqueue(b.ctx, b.pool, Task{})
+	after, err := good.Enqueue(b.Ctx, b.Pool, Task{})
 	require.NoError(t, err)
 	testdb.WaitFor(t, "a later job done by the same worker", func() bool { return len(seen.of(after.ID, 1)) > 0 })
 }
@@ -450,7 +450,7 @@ func TestErrorThatPanicsWhenRead(t *testing.T) {
 func TestAckTxCommittedThenAbandoned(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "acked_then_stuck")
-	res, err := k.Enqueue(b.ctx, b.pool, Task{})
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	unstick := make(chan struct{})
@@ -459,7 +459,7 @@ func TestAckTxCommittedThenAbandoned(t *testing.T) {
 		func(w *worker.Worker) {
 			seen = observe(w)
 			require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
-				tx, err := b.pool.Begin(context.Background())
+				tx, err := b.Pool.Begin(context.Background())
 				if err != nil {
 					return err
 				}

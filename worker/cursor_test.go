@@ -28,14 +28,14 @@ func TestJobsBehindTheCursorRun(t *testing.T) {
 		{
 			name: "an enqueue that commits after later jobs ran",
 			before: func(t *testing.T, b *bundle, k *jobs.Kind[Task]) func(time.Time) int64 {
-				tx, err := b.pool.Begin(b.ctx)
+				tx, err := b.Pool.Begin(b.Ctx)
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-				late, err := k.Enqueue(b.ctx, tx, Task{N: -1}) // run_at: the transaction's start
+				late, err := k.Enqueue(b.Ctx, tx, Task{N: -1}) // run_at: the transaction's start
 				require.NoError(t, err)
 				enqueueMany(t, b, k, 20)
 				return func(time.Time) int64 {
-					require.NoError(t, tx.Commit(b.ctx))
+					require.NoError(t, tx.Commit(b.Ctx))
 					return late.ID
 				}
 			},
@@ -45,7 +45,7 @@ func TestJobsBehindTheCursorRun(t *testing.T) {
 			before: func(t *testing.T, b *bundle, k *jobs.Kind[Task]) func(time.Time) int64 {
 				enqueueMany(t, b, k, 20, jobs.Priority(5))
 				return func(time.Time) int64 {
-					urgent, err := k.Enqueue(b.ctx, b.pool, Task{N: -1}, jobs.Priority(0))
+					urgent, err := k.Enqueue(b.Ctx, b.Pool, Task{N: -1}, jobs.Priority(0))
 					require.NoError(t, err)
 					return urgent.ID
 				}
@@ -54,7 +54,7 @@ func TestJobsBehindTheCursorRun(t *testing.T) {
 		{
 			name: "a promoted job due before later jobs ran",
 			before: func(t *testing.T, b *bundle, k *jobs.Kind[Task]) func(time.Time) int64 {
-				due, err := k.Enqueue(b.ctx, b.pool, Task{N: -1}, jobs.Delay(time.Hour))
+				due, err := k.Enqueue(b.Ctx, b.Pool, Task{N: -1}, jobs.Delay(time.Hour))
 				require.NoError(t, err)
 				enqueueMany(t, b, k, 20)
 				return func(cursor time.Time) int64 {
@@ -63,7 +63,7 @@ func TestJobsBehindTheCursorRun(t *testing.T) {
 					// which only looks back to shortly before the last
 					// one (a full pass comes every minute). The worker's
 					// promotion wakes the queue.
-					_, err := b.pool.Exec(b.ctx, "UPDATE hopper_jobs SET run_at = $2 WHERE id = $1", due.ID, cursor.Add(-time.Microsecond))
+					_, err := b.Pool.Exec(b.Ctx, "UPDATE hopper_jobs SET run_at = $2 WHERE id = $1", due.ID, cursor.Add(-time.Microsecond))
 					require.NoError(t, err)
 					return due.ID
 				}
@@ -112,9 +112,9 @@ func TestFullScanFindsWhatNoWakeUpAnnounced(t *testing.T) {
 	enqueueMany(t, b, k, 5)
 	testdb.WaitFor(t, "the first jobs run", func() bool { return ran.count() >= 5 })
 
-	hidden, err := k.Enqueue(b.ctx, b.pool, Task{N: -1}, jobs.Delay(time.Hour))
+	hidden, err := k.Enqueue(b.Ctx, b.Pool, Task{N: -1}, jobs.Delay(time.Hour))
 	require.NoError(t, err)
-	_, err = b.pool.Exec(b.ctx, "UPDATE hopper_jobs SET state = 'pending', run_at = now() - interval '1 hour' WHERE id = $1", hidden.ID)
+	_, err = b.Pool.Exec(b.Ctx, "UPDATE hopper_jobs SET state = 'pending', run_at = now() - interval '1 hour' WHERE id = $1", hidden.ID)
 	require.NoError(t, err)
 	testdb.WaitFor(t, "the job made ready by hand runs", func() bool { return ran.has(hidden.ID) })
 }
@@ -122,7 +122,7 @@ func TestFullScanFindsWhatNoWakeUpAnnounced(t *testing.T) {
 func enqueueMany(t *testing.T, b *bundle, k *jobs.Kind[Task], n int, opts ...jobs.EnqueueOption) {
 	t.Helper()
 	for i := range n {
-		_, err := k.Enqueue(b.ctx, b.pool, Task{N: i}, opts...)
+		_, err := k.Enqueue(b.Ctx, b.Pool, Task{N: i}, opts...)
 		require.NoError(t, err)
 	}
 }

@@ -24,7 +24,7 @@ func TestConnectionsKilled(t *testing.T) {
 
 	k := kind(t, "survivor")
 	const total = 3000
-	_, err := k.EnqueueMany(b.ctx, b.pool, jobs.Items(make([]Task, total)...))
+	_, err := k.EnqueueMany(b.Ctx, b.Pool, jobs.Items(make([]Task, total)...))
 	require.NoError(t, err)
 
 	var ran atomic.Int64
@@ -35,7 +35,7 @@ func TestConnectionsKilled(t *testing.T) {
 		time.Sleep(time.Millisecond) // keep it busy long enough to be interrupted
 		return nil
 	}))
-	ctx, cancel := context.WithCancel(b.ctx)
+	ctx, cancel := context.WithCancel(b.Ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(ctx) }()
 
@@ -43,16 +43,16 @@ func TestConnectionsKilled(t *testing.T) {
 	for round := 0; round < 5; round++ {
 		testdb.WaitFor(t, "progress since the last kill", func() bool { return ran.Load() > int64(round+1)*total/10 })
 		var n int
-		require.NoError(t, b.pool.QueryRow(b.ctx,
-			"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", b.tdb.Schema).Scan(&n))
+		require.NoError(t, b.Pool.QueryRow(b.Ctx,
+			"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", b.Schema).Scan(&n))
 		killed += n
 	}
 	require.Positive(t, killed)
-	testdb.WaitFor(t, "every job done despite the kills", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "every job done despite the kills", func() bool { live, _ := b.Totals(t); return live == 0 })
 	cancel()
 	require.NoError(t, <-errc)
 	require.GreaterOrEqual(t, ran.Load(), int64(total))
-	_, dead := b.totals(t)
+	_, dead := b.Totals(t)
 	require.Zero(t, dead)
 	t.Logf("killed %d sessions; %d runs for %d jobs", killed, ran.Load(), total)
 }
@@ -60,9 +60,9 @@ func TestConnectionsKilled(t *testing.T) {
 func TestMetricsCount(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "metered")
-	_, err := k.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{N: 1}, Task{N: 2}, Task{N: 3}))
+	_, err := k.EnqueueMany(b.Ctx, b.Pool, jobs.Items(Task{N: 1}, Task{N: 2}, Task{N: 3}))
 	require.NoError(t, err)
-	_, err = k.Enqueue(b.ctx, b.pool, Task{N: -1}, jobs.MaxAttempts(1))
+	_, err = k.Enqueue(b.Ctx, b.Pool, Task{N: -1}, jobs.MaxAttempts(1))
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	start(t, b, worker.Config{Registerer: reg}, func(w *worker.Worker) {
@@ -74,7 +74,7 @@ func TestMetricsCount(t *testing.T) {
 		}))
 	})
 	testdb.WaitFor(t, "all recorded", func() bool {
-		live, dead := b.totals(t)
+		live, dead := b.Totals(t)
 		return live == 0 && dead == 1
 	})
 	// The counters move once the worker has read each statement's reply,
@@ -90,9 +90,9 @@ func TestMetricsCount(t *testing.T) {
 func TestMetricsEndpoint(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "scraped")
-	_, err := k.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{}, Task{}))
+	_, err := k.EnqueueMany(b.Ctx, b.Pool, jobs.Items(Task{}, Task{}))
 	require.NoError(t, err)
-	_, err = k.Enqueue(b.ctx, b.pool, Task{}, jobs.Queue("idle"), jobs.Delay(time.Hour))
+	_, err = k.Enqueue(b.Ctx, b.Pool, Task{}, jobs.Queue("idle"), jobs.Delay(time.Hour))
 	require.NoError(t, err)
 	r := start(t, b, worker.Config{MetricsAddr: ":0", MetricsInterval: 20 * time.Millisecond}, func(w *worker.Worker) {
 		require.NoError(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { return nil }))
@@ -120,24 +120,24 @@ func TestListenReconnects(t *testing.T) {
 	w, err := worker.New(wpool, fast(worker.Config{PollInterval: time.Hour}))
 	require.NoError(t, err)
 	require.NoError(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { ran.Add(1); return nil }))
-	ctx, cancel := context.WithCancel(b.ctx)
+	ctx, cancel := context.WithCancel(b.Ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(ctx) }()
 	defer func() { cancel(); require.NoError(t, <-errc) }()
 
 	listening := func() int64 {
 		var n int64
-		require.NoError(t, b.pool.QueryRow(b.ctx,
-			"SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE '%LISTEN hopper_jobs%'", b.tdb.Schema).Scan(&n))
+		require.NoError(t, b.Pool.QueryRow(b.Ctx,
+			"SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE '%LISTEN hopper_jobs%'", b.Schema).Scan(&n))
 		return n
 	}
 	testdb.WaitFor(t, "listening", func() bool { return listening() == 1 })
-	_, err = b.pool.Exec(b.ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE '%LISTEN hopper_jobs%'", b.tdb.Schema)
+	_, err = b.Pool.Exec(b.Ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE '%LISTEN hopper_jobs%'", b.Schema)
 	require.NoError(t, err)
 	testdb.WaitFor(t, "listening again", func() bool { return listening() == 1 })
 
 	for i := 1; i <= 3; i++ {
-		_, err = k.Enqueue(b.ctx, b.pool, Task{N: i})
+		_, err = k.Enqueue(b.Ctx, b.Pool, Task{N: i})
 		require.NoError(t, err)
 		testdb.WaitFor(t, "woken, not polled", func() bool { return ran.Load() == int64(i) })
 	}
@@ -148,7 +148,7 @@ func TestListenReconnects(t *testing.T) {
 func TestExtendLease(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "extended")
-	res, err := k.Enqueue(b.ctx, b.pool, Task{}, jobs.MaxAttempts(3))
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{}, jobs.MaxAttempts(3))
 	require.NoError(t, err)
 	extended := make(chan error, 2)
 	proceed := make(chan struct{})

@@ -104,7 +104,7 @@ type flowProc struct {
 func startFlowHelper(t *testing.T, b *bundle, mode, id string) *flowProc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+b.tdb.URL, "HOPPER_WORKER_HELPER_ID="+id, flowHelperEnv+"="+mode)
+	cmd.Env = append(os.Environ(), helperEnv+"="+b.URL, "HOPPER_WORKER_HELPER_ID="+id, flowHelperEnv+"="+mode)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
@@ -119,21 +119,21 @@ func (p *flowProc) kill(t *testing.T, b *bundle) {
 	t.Helper()
 	require.NoError(t, p.cmd.Process.Kill())
 	_ = p.cmd.Wait()
-	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT clock_timestamp()").Scan(&p.killedAt))
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT clock_timestamp()").Scan(&p.killedAt))
 }
 
 // closeRuns ends the killed process's open ledger rows at its death (a row
 // its dying session wrote after that ran no handler code).
 func (p *flowProc) closeRuns(t *testing.T, b *bundle) {
 	t.Helper()
-	_, err := b.pool.Exec(b.ctx, `UPDATE flow_ledger SET ended_at = greatest(started_at, $2), outcome = 'killed'
+	_, err := b.Pool.Exec(b.Ctx, `UPDATE flow_ledger SET ended_at = greatest(started_at, $2), outcome = 'killed'
 		WHERE worker = $1 AND ended_at IS NULL`, p.id, p.killedAt)
 	require.NoError(t, err)
 }
 
 func createLedger(t *testing.T, b *bundle) {
 	t.Helper()
-	_, err := b.pool.Exec(b.ctx, `CREATE TABLE flow_ledger (
+	_, err := b.Pool.Exec(b.Ctx, `CREATE TABLE flow_ledger (
 		id bigint, attempt integer, key text, worker text,
 		claimed_at timestamptz, started_at timestamptz, ended_at timestamptz, outcome text,
 		PRIMARY KEY (id, attempt))`)
@@ -143,7 +143,7 @@ func createLedger(t *testing.T, b *bundle) {
 func (b *bundle) count(t *testing.T, sql string, args ...any) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.pool.QueryRow(b.ctx, sql, args...).Scan(&n))
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, sql, args...).Scan(&n))
 	return n
 }
 
@@ -160,7 +160,7 @@ func TestKeyLimitAcrossProcesses(t *testing.T) {
 	for i := range 120 {
 		entries = append(entries, k.Entry(Task{N: i}, jobs.ConcurrencyKey(fmt.Sprintf("key-%d", i%6))))
 	}
-	_, err := jobs.EnqueueBatch(b.ctx, b.pool, entries)
+	_, err := jobs.EnqueueBatch(b.Ctx, b.Pool, entries)
 	require.NoError(t, err)
 	startFlowHelper(t, b, "lossy", "lossy")
 	testdb.WaitFor(t, "the lossy worker to be running a job", func() bool {
@@ -178,7 +178,7 @@ func TestKeyLimitAcrossProcesses(t *testing.T) {
 	victim.kill(t, b)
 	startFlowHelper(t, b, "keys", "replacement")
 	testdb.WaitFor(t, "every job done, every run's outcome recorded", func() bool {
-		live, _ := b.totals(t)
+		live, _ := b.Totals(t)
 		victim.closeRuns(t, b)
 		return live == 0 && b.count(t, "SELECT count(*) FROM flow_ledger WHERE outcome IS NULL") == 0
 	})
@@ -188,7 +188,7 @@ func TestKeyLimitAcrossProcesses(t *testing.T) {
 	// Overlapping runs of one key, neither of which lost its lease.
 	var overlaps int
 	var example string
-	require.NoError(t, b.pool.QueryRow(b.ctx, `
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, `
 		SELECT count(*), coalesce(min(format('%s: job %s attempt %s (%s, %s) and job %s attempt %s (%s, %s)',
 		       a.key, a.id, a.attempt, a.worker, a.outcome, c.id, c.attempt, c.worker, c.outcome)), '')
 		FROM flow_ledger AS a
@@ -210,16 +210,16 @@ func TestRateLimitAcrossProcesses(t *testing.T) {
 	// claim from the first window on, however slowly they started.
 	var ids []string
 	for i := range 3 {
-		ids = append(ids, fmt.Sprintf("%s-rate-%d", b.tdb.Schema, i))
+		ids = append(ids, fmt.Sprintf("%s-rate-%d", b.Schema, i))
 		startFlowHelper(t, b, "rate", ids[i])
 	}
 	testdb.WaitFor(t, "the three processes connected", func() bool {
 		return b.count(t, "SELECT count(DISTINCT application_name) FROM pg_stat_activity WHERE application_name = ANY($1)", ids) == 3
 	})
-	_, err := k.EnqueueMany(b.ctx, b.pool, jobs.Items(make([]Task, 70)...))
+	_, err := k.EnqueueMany(b.Ctx, b.Pool, jobs.Items(make([]Task, 70)...))
 	require.NoError(t, err)
 	testdb.WaitFor(t, "every job done", func() bool {
-		live, _ := b.totals(t)
+		live, _ := b.Totals(t)
 		return live == 0
 	})
 	require.Equal(t, 70, b.count(t, "SELECT count(*) FROM flow_ledger"))

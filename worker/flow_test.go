@@ -93,10 +93,10 @@ func TestKeyLimitAcrossWorkers(t *testing.T) {
 	for i := range items {
 		items[i] = jobs.Item[Task]{Payload: Task{N: i}}
 	}
-	_, err := limited.EnqueueMany(b.ctx, b.pool, items)
+	_, err := limited.EnqueueMany(b.Ctx, b.Pool, items)
 	require.NoError(t, err)
 	for i := range 40 {
-		_, err := single.Enqueue(b.ctx, b.pool, Task{N: i}, jobs.ConcurrencyKey(fmt.Sprintf("account-%d", i%2)))
+		_, err := single.Enqueue(b.Ctx, b.Pool, Task{N: i}, jobs.ConcurrencyKey(fmt.Sprintf("account-%d", i%2)))
 		require.NoError(t, err)
 	}
 	testdb.WaitFor(t, "every job to run", func() bool { return ledger.finished() == 200 && singles.finished() == 40 })
@@ -127,7 +127,7 @@ func TestFairQueue(t *testing.T) {
 					entries = append(entries, k.Entry(Task{N: i}, jobs.ConcurrencyKey(tenant.key)))
 				}
 			}
-			_, err := jobs.EnqueueBatch(b.ctx, b.pool, entries)
+			_, err := jobs.EnqueueBatch(b.Ctx, b.Pool, entries)
 			require.NoError(t, err)
 			ledger := newKeyLedger()
 			start(t, b, worker.Config{
@@ -187,7 +187,7 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 				}, func(w *worker.Worker) {
 					require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 						var until time.Time
-						if err := b.pool.QueryRow(ctx, "SELECT lease_until FROM hopper_jobs WHERE id = $1", j.ID).Scan(&until); err != nil {
+						if err := b.Pool.QueryRow(ctx, "SELECT lease_until FROM hopper_jobs WHERE id = $1", j.ID).Scan(&until); err != nil {
 							return err
 						}
 						mu.Lock()
@@ -201,7 +201,7 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 			for i := range 60 {
 				entries = append(entries, k.Entry(Task{N: i}, jobs.ConcurrencyKey([]string{"x", "y"}[i%2])))
 			}
-			_, err := jobs.EnqueueBatch(b.ctx, b.pool, entries)
+			_, err := jobs.EnqueueBatch(b.Ctx, b.Pool, entries)
 			require.NoError(t, err)
 			testdb.WaitFor(t, "every job to run", func() bool {
 				mu.Lock()
@@ -240,7 +240,7 @@ func TestRateExactStarts(t *testing.T) {
 	for _, exact := range []bool{false, true} {
 		t.Run(fmt.Sprintf("exact=%t", exact), func(t *testing.T) {
 			b := setup(t)
-			_, err := b.pool.Exec(b.ctx, `
+			_, err := b.Pool.Exec(b.Ctx, `
 				CREATE TABLE rate_log (op text, old_at timestamptz, new_at timestamptz, jobs integer);
 				CREATE FUNCTION rate_log() RETURNS trigger LANGUAGE plpgsql AS $$
 				BEGIN
@@ -264,13 +264,13 @@ func TestRateExactStarts(t *testing.T) {
 			}, func(w *worker.Worker) {
 				require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 					var claimedAt time.Time
-					if err := b.pool.QueryRow(ctx, "SELECT lease_until FROM hopper_jobs WHERE id = $1", j.ID).Scan(&claimedAt); err != nil {
+					if err := b.Pool.QueryRow(ctx, "SELECT lease_until FROM hopper_jobs WHERE id = $1", j.ID).Scan(&claimedAt); err != nil {
 						return err
 					}
 					claimedAt = claimedAt.Add(-lease)
 					for exact {
 						var moved bool
-						if err := b.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM rate_log WHERE op = 'UPDATE' AND old_at = $1)", claimedAt).Scan(&moved); err != nil {
+						if err := b.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM rate_log WHERE op = 'UPDATE' AND old_at = $1)", claimedAt).Scan(&moved); err != nil {
 							return err
 						}
 						if moved {
@@ -288,7 +288,7 @@ func TestRateExactStarts(t *testing.T) {
 					return nil
 				}))
 			})
-			_, err = k.EnqueueMany(b.ctx, b.pool, jobs.Items(make([]Task, 3*limit)...))
+			_, err = k.EnqueueMany(b.Ctx, b.Pool, jobs.Items(make([]Task, 3*limit)...))
 			require.NoError(t, err)
 			testdb.WaitFor(t, "every job to run", func() bool {
 				mu.Lock()
@@ -301,7 +301,7 @@ func TestRateExactStarts(t *testing.T) {
 				jobs        int
 			}
 			var claims []claimLog
-			rows, err := b.pool.Query(b.ctx, `
+			rows, err := b.Pool.Query(b.Ctx, `
 				SELECT i.new_at, coalesce(max(u.new_at), i.new_at), i.jobs, count(u.op)
 				FROM rate_log AS i
 				LEFT JOIN rate_log AS u ON u.op = 'UPDATE' AND u.old_at = i.new_at
@@ -425,12 +425,12 @@ func TestFlowStats(t *testing.T) {
 		entries = append(entries, k.Entry(Task{N: i}, jobs.ConcurrencyKey("big")))
 	}
 	entries = append(entries, k.Entry(Task{}, jobs.ConcurrencyKey("small")), k.Entry(Task{}))
-	_, err := jobs.EnqueueBatch(b.ctx, b.pool, entries)
+	_, err := jobs.EnqueueBatch(b.Ctx, b.Pool, entries)
 	require.NoError(t, err)
-	client := hopper.NewClient(b.pool)
+	client := hopper.NewClient(b.Pool)
 	var keys []hopper.KeyCount
 	testdb.WaitFor(t, "one job of each key running", func() bool {
-		keys, err = client.ListKeys(b.ctx, "", 0)
+		keys, err = client.ListKeys(b.Ctx, "", 0)
 		require.NoError(t, err)
 		return len(keys) == 2 && keys[0].Running == 1 && keys[1].Running == 1
 	})
@@ -438,7 +438,7 @@ func TestFlowStats(t *testing.T) {
 		{Queue: "default", Key: "big", Ready: 4, Running: 1},
 		{Queue: "default", Key: "small", Running: 1},
 	}, keys)
-	budgets, err := client.ListRateBudgets(b.ctx)
+	budgets, err := client.ListRateBudgets(b.Ctx)
 	require.NoError(t, err)
 	require.ElementsMatch(t, []hopper.RateBudget{
 		{Queue: "default", Group: "", Limit: 1000, Per: time.Hour, Used: 1}, // the job without a key
@@ -446,7 +446,7 @@ func TestFlowStats(t *testing.T) {
 		{Queue: "default", Group: "small", Limit: 1000, Per: time.Hour, Used: 1},
 	}, budgets)
 	require.Equal(t, 999, budgets[0].Left())
-	_, err = client.ListKeys(b.ctx, "", hopper.MaxKeysLimit+1)
+	_, err = client.ListKeys(b.Ctx, "", hopper.MaxKeysLimit+1)
 	require.ErrorIs(t, err, hopper.ErrInvalidFilter)
 
 	testdb.WaitFor(t, "the flow gauges", func() bool {
@@ -458,7 +458,7 @@ func TestFlowStats(t *testing.T) {
 	})
 	close(release)
 	testdb.WaitFor(t, "every job done", func() bool {
-		live, _ := b.totals(t)
+		live, _ := b.Totals(t)
 		return live == 0
 	})
 }
@@ -476,13 +476,13 @@ func TestKeyLimitDoesNotBlockOtherKeys(t *testing.T) {
 	for i := range 1000 {
 		entries = append(entries, k.Entry(Task{N: i}, jobs.ConcurrencyKey("flood")))
 	}
-	_, err := jobs.EnqueueBatch(b.ctx, b.pool, entries)
+	_, err := jobs.EnqueueBatch(b.Ctx, b.Pool, entries)
 	require.NoError(t, err)
 	entries = entries[:0]
 	for i := range 100 {
 		entries = append(entries, k.Entry(Task{N: i}, jobs.ConcurrencyKey(fmt.Sprintf("tenant-%d", i%10))))
 	}
-	_, err = jobs.EnqueueBatch(b.ctx, b.pool, entries)
+	_, err = jobs.EnqueueBatch(b.Ctx, b.Pool, entries)
 	require.NoError(t, err)
 	ledger := newKeyLedger()
 	var mu sync.Mutex
@@ -569,7 +569,7 @@ func TestCrowdedHeadLeavesNoJobBehindTheCursor(t *testing.T) {
 	for i := range 20 {
 		entries = append(entries, k.Entry(Task{N: i}, jobs.ConcurrencyKey(fmt.Sprintf("afar-%d", i))))
 	}
-	_, err := jobs.EnqueueBatch(b.ctx, b.pool, entries)
+	_, err := jobs.EnqueueBatch(b.Ctx, b.Pool, entries)
 	require.NoError(t, err)
 
 	testdb.WaitFor(t, "the middle and far keys' jobs to run beside the held flood", func() bool {
@@ -582,7 +582,7 @@ func TestCrowdedHeadLeavesNoJobBehindTheCursor(t *testing.T) {
 	mu.Unlock()
 	close(release)
 	testdb.WaitFor(t, "the flood to drain", func() bool {
-		live, _ := b.totals(t)
+		live, _ := b.Totals(t)
 		return live == 0
 	})
 }
@@ -600,9 +600,9 @@ func TestPriorityAging(t *testing.T) {
 	stop := false
 	// Enqueued before the worker starts: from its first claim on, a
 	// priority-0 job is always ready ahead of the priority-9 one.
-	_, err := k.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{}, Task{}, Task{}))
+	_, err := k.EnqueueMany(b.Ctx, b.Pool, jobs.Items(Task{}, Task{}, Task{}))
 	require.NoError(t, err)
-	_, err = low.Enqueue(b.ctx, b.pool, Task{}, jobs.Priority(9))
+	_, err = low.Enqueue(b.Ctx, b.Pool, Task{}, jobs.Priority(9))
 	require.NoError(t, err)
 	start(t, b, worker.Config{
 		Queues:      map[string]int{"default": 1},
@@ -615,7 +615,7 @@ func TestPriorityAging(t *testing.T) {
 			if done {
 				return nil
 			}
-			_, err := k.Enqueue(ctx, b.pool, Task{N: j.Payload.N + 1})
+			_, err := k.Enqueue(ctx, b.Pool, Task{N: j.Payload.N + 1})
 			return err
 		}))
 		require.NoError(t, worker.Handle(w, low, func(_ context.Context, j *jobs.Job[Task]) error {
@@ -641,9 +641,9 @@ func TestPriorityAging(t *testing.T) {
 func TestHeldJobRunsWhenItsKeyFrees(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "tenant")
-	slow1, err := k.Enqueue(b.ctx, b.pool, Task{N: 1}, jobs.ConcurrencyKey("slow"))
+	slow1, err := k.Enqueue(b.Ctx, b.Pool, Task{N: 1}, jobs.ConcurrencyKey("slow"))
 	require.NoError(t, err)
-	slow2, err := k.Enqueue(b.ctx, b.pool, Task{N: 2}, jobs.ConcurrencyKey("slow"))
+	slow2, err := k.Enqueue(b.Ctx, b.Pool, Task{N: 2}, jobs.ConcurrencyKey("slow"))
 	require.NoError(t, err)
 	release := make(chan struct{})
 	ran := newRanSet()
@@ -665,7 +665,7 @@ func TestHeldJobRunsWhenItsKeyFrees(t *testing.T) {
 	testdb.WaitFor(t, "the wake-up listener", func() bool { return worker.Listening(r.w) })
 	var others []int64
 	for i := range 20 {
-		j, err := k.Enqueue(b.ctx, b.pool, Task{N: 10 + i}, jobs.ConcurrencyKey(fmt.Sprintf("quick-%d", i)))
+		j, err := k.Enqueue(b.Ctx, b.Pool, Task{N: 10 + i}, jobs.ConcurrencyKey(fmt.Sprintf("quick-%d", i)))
 		require.NoError(t, err)
 		others = append(others, j.ID)
 	}

@@ -56,7 +56,7 @@ func runHelper() int {
 func startHelper(t *testing.T, b *bundle, id string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+b.tdb.URL, "HOPPER_WORKER_HELPER_ID="+id)
+	cmd.Env = append(os.Environ(), helperEnv+"="+b.URL, "HOPPER_WORKER_HELPER_ID="+id)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()

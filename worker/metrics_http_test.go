@@ -20,7 +20,7 @@ import (
 // is how an operator quiets the stale-schedules alert.
 func TestMetricsScheduleGauges(t *testing.T) {
 	b := setup(t)
-	client := hopper.NewClient(b.pool)
+	client := hopper.NewClient(b.Pool)
 	defines := func(names ...string) func(*worker.Worker) {
 		return func(w *worker.Worker) {
 			for _, name := range names {
@@ -30,7 +30,7 @@ func TestMetricsScheduleGauges(t *testing.T) {
 		}
 	}
 	listed := func() map[string]hopper.ScheduleInfo {
-		list, err := client.ListSchedules(b.ctx)
+		list, err := client.ListSchedules(b.Ctx)
 		require.NoError(t, err)
 		byName := map[string]hopper.ScheduleInfo{}
 		for _, s := range list {
@@ -48,7 +48,7 @@ func TestMetricsScheduleGauges(t *testing.T) {
 	r := start(t, b, worker.Config{MetricsAddr: ":0", MetricsInterval: 20 * time.Millisecond}, defines("live", "held"))
 	testdb.WaitFor(t, "the running deploy's schedules", func() bool { return len(listed()) == 4 })
 	for _, name := range []string{"parked", "held"} {
-		_, err := client.PauseSchedule(b.ctx, name)
+		_, err := client.PauseSchedule(b.Ctx, name)
 		require.NoError(t, err)
 	}
 	testdb.WaitFor(t, "the old deploy's schedules stale", func() bool {
@@ -65,7 +65,7 @@ func TestMetricsScheduleGauges(t *testing.T) {
 	})
 
 	// The retired schedule is paused too: nothing is stale any more.
-	_, err := client.PauseSchedule(b.ctx, "retired")
+	_, err := client.PauseSchedule(b.Ctx, "retired")
 	require.NoError(t, err)
 	testdb.WaitFor(t, "the schedule gauges after the pause", func() bool {
 		body := scrape(r.w)
@@ -77,13 +77,13 @@ func TestMetricsScheduleGauges(t *testing.T) {
 // that alerts on waiting work can leave them out.
 func TestMetricsQueuePaused(t *testing.T) {
 	b := setup(t)
-	client := hopper.NewClient(b.pool)
+	client := hopper.NewClient(b.Pool)
 	k := kind(t, "parked")
-	_, err := k.Enqueue(b.ctx, b.pool, Task{}, jobs.Queue("held"))
+	_, err := k.Enqueue(b.Ctx, b.Pool, Task{}, jobs.Queue("held"))
 	require.NoError(t, err)
-	_, err = client.PauseQueue(b.ctx, "held") // before any worker runs
+	_, err = client.PauseQueue(b.Ctx, "held") // before any worker runs
 	require.NoError(t, err)
-	_, err = k.Enqueue(b.ctx, b.pool, Task{}, jobs.Queue("open"), jobs.Delay(time.Hour))
+	_, err = k.Enqueue(b.Ctx, b.Pool, Task{}, jobs.Queue("open"), jobs.Delay(time.Hour))
 	require.NoError(t, err)
 	r := start(t, b, worker.Config{
 		Queues:      map[string]int{"held": 1, "open": 1},
@@ -97,7 +97,7 @@ func TestMetricsQueuePaused(t *testing.T) {
 			strings.Contains(body, `hopper_queue_paused{queue="open"} 0`) &&
 			strings.Contains(body, `hopper_queue_jobs{kind="parked",queue="held",state="ready"} 1`)
 	})
-	_, err = client.ResumeQueue(b.ctx, "held")
+	_, err = client.ResumeQueue(b.Ctx, "held")
 	require.NoError(t, err)
 	testdb.WaitFor(t, "the held job done", func() bool {
 		body := scrape(r.w)

@@ -93,7 +93,7 @@ func TestMiddlewareOrder(t *testing.T) {
 	b := setup(t)
 	kind := jobs.MustDefine[Task]("mw_order")
 	j := newJournal()
-	res, err := kind.Enqueue(b.ctx, b.pool, Task{N: 1}, jobs.Metadata(jobs.Meta{"tenant": "acme"}))
+	res, err := kind.Enqueue(b.Ctx, b.Pool, Task{N: 1}, jobs.Metadata(jobs.Meta{"tenant": "acme"}))
 	require.NoError(t, err)
 	start(t, b, worker.Config{
 		Middleware: []worker.Middleware{named(j, "A"), named(j, "B")},
@@ -138,7 +138,7 @@ func TestMiddlewareDecides(t *testing.T) {
 	}
 	ids := map[string]int64{}
 	for _, mode := range []string{"refuse", "panic", "swallow", "snooze"} {
-		res, err := kind.Enqueue(b.ctx, b.pool, Task{}, jobs.Metadata(jobs.Meta{"mw": mode}))
+		res, err := kind.Enqueue(b.Ctx, b.Pool, Task{}, jobs.Metadata(jobs.Meta{"mw": mode}))
 		require.NoError(t, err)
 		ids[mode] = res.ID
 	}
@@ -172,7 +172,7 @@ func TestMiddlewareDecides(t *testing.T) {
 	require.Equal(t, "middleware exploded", pe.Value)
 	require.Contains(t, string(pe.Stack), "middleware_test.go")
 	require.Empty(t, j.errorsOf(ids["swallow"]), "the run's result is what the middleware returned")
-	row, err := hopper.NewClient(b.pool).GetJob(b.ctx, ids["panic"])
+	row, err := hopper.NewClient(b.Pool).GetJob(b.Ctx, ids["panic"])
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(row.Errors[0].Error, "panic: middleware exploded"), row.Errors[0].Error)
 }
@@ -184,7 +184,7 @@ func TestMiddlewareDecides(t *testing.T) {
 func TestHooksSeeEveryOutcome(t *testing.T) {
 	b := setup(t)
 	j := newJournal()
-	client := hopper.NewClient(b.pool)
+	client := hopper.NewClient(b.Pool)
 	kind := jobs.MustDefine[Task]("hooks_all", jobs.Defaults(jobs.MaxAttempts(2)))
 	modes := []string{"done", "fail-then-done", "dead", "cancel", "snooze", "panic", "operator", "refused"}
 	ids := map[string]int64{}
@@ -193,7 +193,7 @@ func TestHooksSeeEveryOutcome(t *testing.T) {
 		if mode == "refused" {
 			opts = append(opts, jobs.Queue("lossy"))
 		}
-		res, err := kind.Enqueue(b.ctx, b.pool, Task{}, opts...)
+		res, err := kind.Enqueue(b.Ctx, b.Pool, Task{}, opts...)
 		require.NoError(t, err)
 		ids[mode] = res.ID
 	}
@@ -274,13 +274,13 @@ func TestHooksSeeEveryOutcome(t *testing.T) {
 // table, in the history, and back in the live table after a retry.
 func TestMetaTravelsWithTheJob(t *testing.T) {
 	b := setup(t)
-	client := hopper.NewClient(b.pool)
+	client := hopper.NewClient(b.Pool)
 	kind := jobs.MustDefine[Task]("meta_travels", jobs.Defaults(jobs.MaxAttempts(1), jobs.Metadata(jobs.Meta{"team": "core"})))
-	dead, err := kind.Enqueue(b.ctx, b.pool, Task{N: 1}, jobs.Metadata(jobs.Meta{"tenant": "acme"}))
+	dead, err := kind.Enqueue(b.Ctx, b.Pool, Task{N: 1}, jobs.Metadata(jobs.Meta{"tenant": "acme"}))
 	require.NoError(t, err)
-	kept, err := kind.Enqueue(b.ctx, b.pool, Task{N: 2}, jobs.Metadata(jobs.Meta{"tenant": "globex"}))
+	kept, err := kind.Enqueue(b.Ctx, b.Pool, Task{N: 2}, jobs.Metadata(jobs.Meta{"tenant": "globex"}))
 	require.NoError(t, err)
-	plain, err := jobs.MustDefine[Task]("meta_none").Enqueue(b.ctx, b.pool, Task{})
+	plain, err := jobs.MustDefine[Task]("meta_none").Enqueue(b.Ctx, b.Pool, Task{})
 	require.NoError(t, err)
 	r := start(t, b, worker.Config{}, func(w *worker.Worker) {
 		require.NoError(t, worker.Handle(w, kind, func(_ context.Context, job *jobs.Job[Task]) error {
@@ -291,24 +291,24 @@ func TestMetaTravelsWithTheJob(t *testing.T) {
 		}, worker.KeepHistory(time.Hour)))
 	})
 	testdb.WaitFor(t, "one dead, one completed", func() bool {
-		d, err1 := client.GetJob(b.ctx, dead.ID)
-		k, err2 := client.GetJob(b.ctx, kept.ID)
+		d, err1 := client.GetJob(b.Ctx, dead.ID)
+		k, err2 := client.GetJob(b.Ctx, kept.ID)
 		return err1 == nil && err2 == nil && d.State == jobs.StateDead && k.State == jobs.StateCompleted
 	})
 	r.stop()
-	d, err := client.GetJob(b.ctx, dead.ID)
+	d, err := client.GetJob(b.Ctx, dead.ID)
 	require.NoError(t, err)
 	require.Equal(t, jobs.Meta{"team": "core", "tenant": "acme"}, d.Meta)
-	k, err := client.GetJob(b.ctx, kept.ID)
+	k, err := client.GetJob(b.Ctx, kept.ID)
 	require.NoError(t, err)
 	require.Equal(t, jobs.Meta{"team": "core", "tenant": "globex"}, k.Meta)
-	p, err := client.GetJob(b.ctx, plain.ID)
+	p, err := client.GetJob(b.Ctx, plain.ID)
 	require.NoError(t, err)
 	require.Nil(t, p.Meta)
 
-	_, err = client.RetryDeadJobs(b.ctx, hopper.DeadFilter{IDs: []int64{dead.ID}})
+	_, err = client.RetryDeadJobs(b.Ctx, hopper.DeadFilter{IDs: []int64{dead.ID}})
 	require.NoError(t, err)
-	d, err = client.GetJob(b.ctx, dead.ID)
+	d, err = client.GetJob(b.Ctx, dead.ID)
 	require.NoError(t, err)
 	require.Equal(t, jobs.StatePending, d.State)
 	require.Equal(t, jobs.Meta{"team": "core", "tenant": "acme"}, d.Meta)

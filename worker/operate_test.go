@@ -21,7 +21,7 @@ import (
 func TestSnoozeIsNotCharged(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "snoozy")
-	res, err := k.Enqueue(b.ctx, b.pool, Task{}, jobs.MaxAttempts(1))
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{}, jobs.MaxAttempts(1))
 	require.NoError(t, err)
 	type run struct{ attempt, max, errors int }
 	runs := make(chan run, 10)
@@ -65,7 +65,7 @@ func TestSnoozeRejectsNonsense(t *testing.T) {
 	require.NotErrorIs(t, worker.SnoozeUntil(time.Now().Add(time.Hour)), worker.ErrInvalidSnooze)
 
 	k := kind(t, "bad_snooze")
-	res, err := k.Enqueue(b.ctx, b.pool, Task{}, jobs.MaxAttempts(1))
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{}, jobs.MaxAttempts(1))
 	require.NoError(t, err)
 	start(t, b, worker.Config{}, func(w *worker.Worker) {
 		require.NoError(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { return worker.Snooze(-time.Second) }))
@@ -81,7 +81,7 @@ func TestSnoozeRejectsNonsense(t *testing.T) {
 func TestHandlerCancelsItsOwnJob(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "self_cancel")
-	res, err := k.Enqueue(b.ctx, b.pool, Task{}, jobs.MaxAttempts(25))
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{}, jobs.MaxAttempts(25))
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	var seen *outcomes
@@ -93,7 +93,7 @@ func TestHandlerCancelsItsOwnJob(t *testing.T) {
 	})
 	testdb.WaitFor(t, "outcome reported", func() bool { return len(seen.of(res.ID, 1)) > 0 })
 	require.Equal(t, []string{string(worker.OutcomeCancelled)}, seen.of(res.ID, 1))
-	row, err := hopper.NewClient(b.pool).GetJob(b.ctx, res.ID)
+	row, err := hopper.NewClient(b.Pool).GetJob(b.Ctx, res.ID)
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateCancelled, row.State)
 	require.Equal(t, "cancelled", row.Reason)
@@ -120,7 +120,7 @@ func TestOperatorCancelsRunningJob(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
 			k := kind(t, "cancel_me")
-			res, err := k.Enqueue(b.ctx, b.pool, Task{})
+			res, err := k.Enqueue(b.Ctx, b.Pool, Task{})
 			require.NoError(t, err)
 			started, cause := make(chan struct{}), make(chan error, 1)
 			reg := prometheus.NewRegistry()
@@ -142,7 +142,7 @@ func TestOperatorCancelsRunningJob(t *testing.T) {
 				// about the notice, so it waits for the subscription.
 				testdb.WaitFor(t, "the wake-up listener subscribed", func() bool { return worker.Listening(r.w) })
 			}
-			require.NoError(t, hopper.NewClient(b.pool).CancelJob(b.ctx, res.ID))
+			require.NoError(t, hopper.NewClient(b.Pool).CancelJob(b.Ctx, res.ID))
 			select {
 			case err := <-cause:
 				require.ErrorIs(t, err, worker.ErrCancelled)
@@ -155,7 +155,7 @@ func TestOperatorCancelsRunningJob(t *testing.T) {
 			require.Equal(t, 1.0, metricValue(t, reg, `hopper_job_outcomes_total{outcome="cancelled"}`))
 			require.Zero(t, metricValue(t, reg, "hopper_leases_lost_total"), "a cancel is not a lost lease")
 			require.Zero(t, metricValue(t, reg, `hopper_job_outcomes_total{outcome="done"}`))
-			row, err := hopper.NewClient(b.pool).GetJob(b.ctx, res.ID)
+			row, err := hopper.NewClient(b.Pool).GetJob(b.Ctx, res.ID)
 			require.NoError(t, err)
 			require.Equal(t, jobs.StateCancelled, row.State)
 		})
@@ -169,7 +169,7 @@ func TestOperatorCancelsRunningJob(t *testing.T) {
 func TestCancelAfterTheHandlerReturned(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "late_cancel")
-	res, err := k.Enqueue(b.ctx, b.pool, Task{})
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{})
 	require.NoError(t, err)
 	returned := make(chan struct{})
 	var seen *outcomes
@@ -185,10 +185,10 @@ func TestCancelAfterTheHandlerReturned(t *testing.T) {
 	// The handler has returned, but the worker may not have taken its
 	// result yet; a cancel before then would cancel a running claim.
 	testdb.WaitFor(t, "the result waits for its ack", func() bool { return worker.ClaimFinished(r.w, res.ID, 1) })
-	require.NoError(t, hopper.NewClient(b.pool).CancelJob(b.ctx, res.ID))
+	require.NoError(t, hopper.NewClient(b.Pool).CancelJob(b.Ctx, res.ID))
 	r.stop() // records the waiting ack
 	require.Equal(t, []string{string(worker.OutcomeCancelled)}, seen.of(res.ID, 1), "the ack, sent at shutdown, matched nothing: the job was cancelled")
-	row, err := hopper.NewClient(b.pool).GetJob(b.ctx, res.ID)
+	row, err := hopper.NewClient(b.Pool).GetJob(b.Ctx, res.ID)
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateCancelled, row.State)
 }
@@ -205,16 +205,16 @@ func TestKeepHistory(t *testing.T) {
 	withResult, plain, never := kind(t, "with_result"), kind(t, "plain"), kind(t, "never")
 	ids := map[string]int64{}
 	for name, k := range map[string]*jobs.Kind[Task]{"with_result": withResult, "plain": plain, "never": never} {
-		res, err := k.Enqueue(b.ctx, b.pool, Task{N: 5}, jobs.Queue("kept"))
+		res, err := k.Enqueue(b.Ctx, b.Pool, Task{N: 5}, jobs.Queue("kept"))
 		require.NoError(t, err)
 		ids[name] = res.ID
 	}
-	other, err := plain.Enqueue(b.ctx, b.pool, Task{}, jobs.Queue("not_kept"))
+	other, err := plain.Enqueue(b.Ctx, b.Pool, Task{}, jobs.Queue("not_kept"))
 	require.NoError(t, err)
-	acked, err := plain.Enqueue(b.ctx, b.pool, Task{N: -1}, jobs.Queue("kept"))
+	acked, err := plain.Enqueue(b.Ctx, b.Pool, Task{N: -1}, jobs.Queue("kept"))
 	require.NoError(t, err)
 
-	client := hopper.NewClient(b.pool)
+	client := hopper.NewClient(b.Pool)
 	r := start(t, b, worker.Config{Queues: map[string]int{"kept": 5, "not_kept": 1}, KeepHistoryByQueue: map[string]time.Duration{"kept": time.Hour},
 		DeadRetention: time.Hour, SweepInterval: time.Hour}, func(w *worker.Worker) {
 		require.NoError(t, worker.HandleWithResult(w, withResult, func(_ context.Context, j *jobs.Job[Task]) (Out, error) {
@@ -222,7 +222,7 @@ func TestKeepHistory(t *testing.T) {
 		}))
 		require.NoError(t, worker.Handle(w, plain, func(ctx context.Context, j *jobs.Job[Task]) error {
 			if j.Payload.N == -1 { // acknowledges in its own transaction
-				tx, err := b.pool.Begin(ctx)
+				tx, err := b.Pool.Begin(ctx)
 				if err != nil {
 					return err
 				}
@@ -236,48 +236,48 @@ func TestKeepHistory(t *testing.T) {
 		}))
 		require.NoError(t, worker.Handle(w, never, func(context.Context, *jobs.Job[Task]) error { return nil }, worker.KeepHistory(-1)))
 	})
-	testdb.WaitFor(t, "every job done", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "every job done", func() bool { live, _ := b.Totals(t); return live == 0 })
 
-	row, err := client.GetJob(b.ctx, ids["with_result"])
+	row, err := client.GetJob(b.Ctx, ids["with_result"])
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateCompleted, row.State)
 	require.JSONEq(t, `{"sent":5}`, string(row.Result))
-	row, err = client.GetJob(b.ctx, ids["plain"])
+	row, err = client.GetJob(b.Ctx, ids["plain"])
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateCompleted, row.State)
 	require.Nil(t, row.Result, "a handler without a result stores none")
-	row, err = client.GetJob(b.ctx, acked.ID)
+	row, err = client.GetJob(b.Ctx, acked.ID)
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateCompleted, row.State, "AckTx keeps history too, in the handler's transaction")
 	for _, id := range []int64{ids["never"], other.ID} {
-		_, err = client.GetJob(b.ctx, id)
+		_, err = client.GetJob(b.Ctx, id)
 		require.ErrorIs(t, err, hopper.ErrNotFound, "not kept: its kind says never, or its queue keeps none")
 	}
 
 	// Expired rows and old dead jobs are pruned by PruneOnce (every
 	// worker's sweep interval runs it).
 	dead := b.enqueueDead(t)
-	_, err = b.pool.Exec(b.ctx, "UPDATE hopper_job_history SET keep_until = now() - interval '1 second' WHERE id = $1", ids["plain"])
+	_, err = b.Pool.Exec(b.Ctx, "UPDATE hopper_job_history SET keep_until = now() - interval '1 second' WHERE id = $1", ids["plain"])
 	require.NoError(t, err)
-	_, err = b.pool.Exec(b.ctx, "UPDATE hopper_dead_jobs SET died_at = now() - interval '2 hours' WHERE id = $1", dead)
+	_, err = b.Pool.Exec(b.Ctx, "UPDATE hopper_dead_jobs SET died_at = now() - interval '2 hours' WHERE id = $1", dead)
 	require.NoError(t, err)
-	history, deadPruned := r.w.PruneOnce(b.ctx)
+	history, deadPruned := r.w.PruneOnce(b.Ctx)
 	require.EqualValues(t, 1, history)
 	require.EqualValues(t, 1, deadPruned)
-	_, err = client.GetJob(b.ctx, ids["plain"])
+	_, err = client.GetJob(b.Ctx, ids["plain"])
 	require.ErrorIs(t, err, hopper.ErrNotFound)
-	_, err = client.GetJob(b.ctx, dead)
+	_, err = client.GetJob(b.Ctx, dead)
 	require.ErrorIs(t, err, hopper.ErrNotFound)
-	_, err = client.GetJob(b.ctx, ids["with_result"])
+	_, err = client.GetJob(b.Ctx, ids["with_result"])
 	require.NoError(t, err, "not expired: kept")
 }
 
 // enqueueDead puts a job straight into the dead table (cancelled).
 func (b *bundle) enqueueDead(t *testing.T) int64 {
 	t.Helper()
-	res, err := kind(t, "doomed").Enqueue(b.ctx, b.pool, Task{}, jobs.Queue("nobody"))
+	res, err := kind(t, "doomed").Enqueue(b.Ctx, b.Pool, Task{}, jobs.Queue("nobody"))
 	require.NoError(t, err)
-	require.NoError(t, hopper.NewClient(b.pool).CancelJob(b.ctx, res.ID))
+	require.NoError(t, hopper.NewClient(b.Pool).CancelJob(b.Ctx, res.ID))
 	return res.ID
 }
 

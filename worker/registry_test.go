@@ -20,7 +20,7 @@ import (
 // says.
 func (b *bundle) liveWorkers(t *testing.T) map[string]int {
 	t.Helper()
-	queues, err := hopper.NewClient(b.pool).ListQueues(b.ctx)
+	queues, err := hopper.NewClient(b.Pool).ListQueues(b.Ctx)
 	require.NoError(t, err)
 	out := map[string]int{}
 	for _, q := range queues {
@@ -33,7 +33,7 @@ func (b *bundle) liveWorkers(t *testing.T) map[string]int {
 func (b *bundle) workerRows(t *testing.T) []string {
 	t.Helper()
 	var ids []string
-	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM hopper_workers").Scan(&ids))
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM hopper_workers").Scan(&ids))
 	return ids
 }
 
@@ -61,7 +61,7 @@ func TestRegistryCountsLiveWorkers(t *testing.T) {
 	var pid int
 	var queues []string
 	var fresh bool
-	require.NoError(t, b.pool.QueryRow(b.ctx, `
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, `
 		SELECT host, pid, queues, last_seen_at + '1 millisecond'::interval * stale_after_ms > now()
 		FROM hopper_workers WHERE id = 'reg-a'`).Scan(&host, &pid, &queues, &fresh))
 	wantHost, _ := os.Hostname()
@@ -91,10 +91,10 @@ func TestRegistryKilledWorkerGoesStale(t *testing.T) {
 	// A live worker's row is never pruned, whatever the retention.
 	start(t, b, worker.Config{ID: "reg-live"}, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, kind(t, "registry.live"), noop)) })
 	testdb.WaitFor(t, "the live worker serves the default queue", func() bool { return b.liveWorkers(t)[jobs.DefaultQueue] == 1 })
-	n, err := b.q.PruneWorkers(b.ctx, db.PruneWorkersParams{GoneForMs: time.Hour.Milliseconds(), MaxWorkers: 10})
+	n, err := b.Queries.PruneWorkers(b.Ctx, db.PruneWorkersParams{GoneForMs: time.Hour.Milliseconds(), MaxWorkers: 10})
 	require.NoError(t, err)
 	require.Zero(t, n, "gone for a second, not an hour: kept")
-	n, err = b.q.PruneWorkers(b.ctx, db.PruneWorkersParams{GoneForMs: 0, MaxWorkers: 10})
+	n, err = b.Queries.PruneWorkers(b.Ctx, db.PruneWorkersParams{GoneForMs: 0, MaxWorkers: 10})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	require.Equal(t, []string{"reg-live"}, b.workerRows(t))
@@ -110,7 +110,7 @@ func TestRegistryStaleRow(t *testing.T) {
 	})
 	testdb.WaitFor(t, "registered", func() bool { return b.liveWorkers(t)[jobs.DefaultQueue] == 1 })
 	stale := func() { // the last beat, a minute ago
-		_, err := b.pool.Exec(b.ctx, "UPDATE hopper_workers SET last_seen_at = now() - interval '1 minute' WHERE id = 'reg-stalled'")
+		_, err := b.Pool.Exec(b.Ctx, "UPDATE hopper_workers SET last_seen_at = now() - interval '1 minute' WHERE id = 'reg-stalled'")
 		require.NoError(t, err)
 	}
 	stale()
@@ -130,13 +130,13 @@ func TestRegistryStaleRow(t *testing.T) {
 // a beat.
 func TestRegistryStableID(t *testing.T) {
 	b := setup(t)
-	_, err := b.q.RegisterWorker(b.ctx, db.RegisterWorkerParams{
+	_, err := b.Queries.RegisterWorker(b.Ctx, db.RegisterWorkerParams{
 		ID: "reg-stable", Host: "elsewhere", Pid: 1, Queues: []string{"old"}, StaleAfterMs: 1000,
 	})
 	require.NoError(t, err)
-	require.NoError(t, b.q.RegisterQueues(b.ctx, []string{"old"}))
+	require.NoError(t, b.Queries.RegisterQueues(b.Ctx, []string{"old"}))
 	require.Equal(t, 1, b.liveWorkers(t)["old"])
-	_, err = b.pool.Exec(b.ctx, "UPDATE hopper_workers SET started_at = now() - interval '1 hour', last_seen_at = now() - interval '1 hour'")
+	_, err = b.Pool.Exec(b.Ctx, "UPDATE hopper_workers SET started_at = now() - interval '1 hour', last_seen_at = now() - interval '1 hour'")
 	require.NoError(t, err)
 	require.Equal(t, 0, b.liveWorkers(t)["old"], "the crashed run's row is stale")
 
@@ -148,7 +148,7 @@ func TestRegistryStableID(t *testing.T) {
 	var firstStarted time.Time
 	started := func() time.Time {
 		var at time.Time
-		require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT host, started_at FROM hopper_workers").Scan(&host, &at))
+		require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT host, started_at FROM hopper_workers").Scan(&host, &at))
 		return at
 	}
 	firstStarted = started()

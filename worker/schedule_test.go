@@ -38,7 +38,7 @@ func fireLog(t *testing.T, b *bundle) {
 		`CREATE TRIGGER fire_logged BEFORE INSERT ON hopper_jobs FOR EACH ROW
 		 WHEN (NEW.unique_key LIKE 'schedule:%') EXECUTE FUNCTION fire_logged()`,
 	} {
-		_, err := b.pool.Exec(b.ctx, stmt)
+		_, err := b.Pool.Exec(b.Ctx, stmt)
 		require.NoError(t, err)
 	}
 }
@@ -47,7 +47,7 @@ func fireLog(t *testing.T, b *bundle) {
 // times each was fired.
 func fires(t *testing.T, b *bundle, name string) (slots []time.Time, twice int) {
 	t.Helper()
-	rows, err := b.pool.Query(b.ctx, "SELECT unique_key, count(*) FROM fire_log WHERE unique_key LIKE $1 GROUP BY 1 ORDER BY 1", "schedule:"+name+"@%")
+	rows, err := b.Pool.Query(b.Ctx, "SELECT unique_key, count(*) FROM fire_log WHERE unique_key LIKE $1 GROUP BY 1 ORDER BY 1", "schedule:"+name+"@%")
 	require.NoError(t, err)
 	defer rows.Close()
 	for rows.Next() {
@@ -96,7 +96,7 @@ func TestScheduleFires(t *testing.T) {
 	require.Zero(t, twice)
 	require.GreaterOrEqual(t, len(slots), 3)
 	requireEvery(t, slots, time.Second, "every second")
-	list, err := hopper.NewClient(b.pool).ListSchedules(b.ctx)
+	list, err := hopper.NewClient(b.Pool).ListSchedules(b.Ctx)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.Equal(t, "@every 1s", list[0].Expression)
@@ -110,7 +110,7 @@ func TestScheduleFires(t *testing.T) {
 // TestScheduleRejects: bad definitions are refused at registration.
 func TestScheduleRejects(t *testing.T) {
 	b := setup(t)
-	w, err := worker.New(b.pool, fast(worker.Config{}))
+	w, err := worker.New(b.Pool, fast(worker.Config{}))
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		name, expr string
@@ -142,7 +142,7 @@ func TestScheduleRejects(t *testing.T) {
 func TestScheduleDeploys(t *testing.T) {
 	b := setup(t)
 	fireLog(t, b)
-	client := hopper.NewClient(b.pool)
+	client := hopper.NewClient(b.Pool)
 	// Stale after 10s: workers report every 2s, so a few slow reports on
 	// a loaded machine cannot make the running definition stale.
 	cfg := worker.Config{ScheduleStaleAfter: 10 * time.Second}
@@ -153,7 +153,7 @@ func TestScheduleDeploys(t *testing.T) {
 		}
 	}
 	inForce := func() hopper.ScheduleInfo {
-		list, err := client.ListSchedules(b.ctx)
+		list, err := client.ListSchedules(b.Ctx)
 		require.NoError(t, err)
 		require.Len(t, list, 1)
 		return list[0]
@@ -175,7 +175,7 @@ func TestScheduleDeploys(t *testing.T) {
 	restarted := start(t, b, cfg, define("@every 2s"))
 	testdb.WaitFor(t, "the restarted old worker at work", func() bool {
 		var n int
-		require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT count(*) FROM hopper_schedule_versions WHERE name = 'report' AND last_seen_at > $1", stopped).Scan(&n))
+		require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT count(*) FROM hopper_schedule_versions WHERE name = 'report' AND last_seen_at > $1", stopped).Scan(&n))
 		return n == 2 // both definitions reported since the old one stopped
 	})
 	require.Equal(t, "@every 1s", inForce().Expression, "the older definition does not come back")
@@ -197,23 +197,23 @@ func TestScheduleDeploys(t *testing.T) {
 func TestSchedulePauseResumeTrigger(t *testing.T) {
 	b := setup(t)
 	fireLog(t, b)
-	client := hopper.NewClient(b.pool)
+	client := hopper.NewClient(b.Pool)
 	start(t, b, worker.Config{}, func(w *worker.Worker) {
 		require.NoError(t, worker.Schedule(w, "beat", tick, "@every 1s", slotOf))
 		require.NoError(t, worker.Handle(w, tick, func(context.Context, *jobs.Job[Tick]) error { return nil }))
 	})
 	testdb.WaitFor(t, "a slot", func() bool { s, _ := fires(t, b, "beat"); return len(s) >= 1 })
-	first, err := client.PauseSchedule(b.ctx, "beat")
+	first, err := client.PauseSchedule(b.Ctx, "beat")
 	require.NoError(t, err)
 	require.True(t, first.Changed)
-	again, err := client.PauseSchedule(b.ctx, "beat")
+	again, err := client.PauseSchedule(b.Ctx, "beat")
 	require.NoError(t, err)
 	require.False(t, again.Changed, "pausing twice is not an error")
 	require.True(t, again.PausedAt.Equal(first.PausedAt), "a second pause keeps the first one's time")
 	var pausedAt time.Time
-	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT clock_timestamp()").Scan(&pausedAt))
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT clock_timestamp()").Scan(&pausedAt))
 
-	at, err := client.TriggerSchedule(b.ctx, "beat")
+	at, err := client.TriggerSchedule(b.Ctx, "beat")
 	require.NoError(t, err)
 	testdb.WaitFor(t, "the trigger fired", func() bool {
 		s, _ := fires(t, b, "beat")
@@ -227,7 +227,7 @@ func TestSchedulePauseResumeTrigger(t *testing.T) {
 	}
 
 	resumed := time.Now()
-	res, err := client.ResumeSchedule(b.ctx, "beat")
+	res, err := client.ResumeSchedule(b.Ctx, "beat")
 	require.NoError(t, err)
 	require.True(t, res.Changed)
 	require.True(t, res.PausedAt.Equal(first.PausedAt), "a resume says since when it was paused")
@@ -238,11 +238,11 @@ func TestSchedulePauseResumeTrigger(t *testing.T) {
 		require.False(t, s.Before(resumed.Add(-time.Second)), "slot %v was missed while paused and fired anyway", s)
 	}
 
-	_, err = client.PauseSchedule(b.ctx, "nope")
+	_, err = client.PauseSchedule(b.Ctx, "nope")
 	require.ErrorIs(t, err, hopper.ErrUnknownSchedule)
-	_, err = client.TriggerSchedule(b.ctx, "nope")
+	_, err = client.TriggerSchedule(b.Ctx, "nope")
 	require.ErrorIs(t, err, hopper.ErrUnknownSchedule)
-	_, err = client.ResumeSchedule(b.ctx, "nope")
+	_, err = client.ResumeSchedule(b.Ctx, "nope")
 	require.ErrorIs(t, err, hopper.ErrUnknownSchedule)
 }
 

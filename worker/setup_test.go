@@ -36,30 +36,22 @@ type Task struct {
 	N int `json:"n"`
 }
 
-type bundle struct {
-	ctx  context.Context
-	pool *pgxpool.Pool
-	q    *db.Queries
-	tdb  *testdb.DB
-}
+// bundle is the test bed's Bundle; this package's helpers hang on it.
+type bundle struct{ *testdb.Bundle }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	tdb := testdb.New(t)
-	return &bundle{ctx: ctx, pool: tdb.Pool, q: db.New(tdb.Pool), tdb: tdb}
+	return &bundle{testdb.Setup(t)}
 }
 
 // taggedPool is a pool of the test's schema whose sessions carry the
 // schema's name as application_name, so a test can find (and kill) them.
 func (b *bundle) taggedPool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(b.tdb.URL)
+	cfg, err := pgxpool.ParseConfig(b.URL)
 	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["application_name"] = b.tdb.Schema
-	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	cfg.ConnConfig.RuntimeParams["application_name"] = b.Schema
+	pool, err := pgxpool.NewWithConfig(b.Ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return pool
@@ -94,10 +86,10 @@ type running struct {
 // start runs a worker until the test ends (or stop is called).
 func start(t *testing.T, b *bundle, cfg worker.Config, register func(*worker.Worker)) *running {
 	t.Helper()
-	w, err := worker.New(b.pool, fast(cfg))
+	w, err := worker.New(b.Pool, fast(cfg))
 	require.NoError(t, err)
 	register(w)
-	ctx, cancel := context.WithCancel(b.ctx)
+	ctx, cancel := context.WithCancel(b.Ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(ctx) }()
 	var once sync.Once
@@ -116,28 +108,16 @@ func start(t *testing.T, b *bundle, cfg worker.Config, register func(*worker.Wor
 	return &running{w: w, stop: stop}
 }
 
-// totals counts live and dead jobs through the Stats query.
-func (b *bundle) totals(t *testing.T) (live, dead int64) {
-	t.Helper()
-	rows, err := b.q.Stats(b.ctx)
-	require.NoError(t, err)
-	for _, r := range rows {
-		live += r.Ready + r.Scheduled + r.Running
-		dead += r.Dead
-	}
-	return live, dead
-}
-
 func (b *bundle) job(t *testing.T, id int64) db.HopperJob {
 	t.Helper()
-	j, err := b.q.GetJob(b.ctx, id)
+	j, err := b.Queries.GetJob(b.Ctx, id)
 	require.NoError(t, err)
 	return j
 }
 
 func (b *bundle) dead(t *testing.T, id int64) (db.HopperDeadJob, bool) {
 	t.Helper()
-	d, err := b.q.GetDead(b.ctx, id)
+	d, err := b.Queries.GetDead(b.Ctx, id)
 	if err != nil {
 		return d, false
 	}
@@ -149,18 +129,18 @@ func (b *bundle) dead(t *testing.T, id int64) (db.HopperDeadJob, bool) {
 // between and renew the lease.
 func (b *bundle) takeAway(t *testing.T, j db.HopperJob) {
 	t.Helper()
-	tx, err := b.pool.Begin(b.ctx)
+	tx, err := b.Pool.Begin(b.Ctx)
 	require.NoError(t, err)
-	defer tx.Rollback(b.ctx) //nolint:errcheck
+	defer tx.Rollback(b.Ctx) //nolint:errcheck
 	q := db.New(tx)
 	// Extend never shortens a lease, so the test ends it by hand.
-	tag, err := tx.Exec(b.ctx, "UPDATE hopper_jobs SET lease_until = now() - interval '1 second' WHERE id = $1 AND attempt = $2 AND state = 'running'", j.ID, j.Attempt)
+	tag, err := tx.Exec(b.Ctx, "UPDATE hopper_jobs SET lease_until = now() - interval '1 second' WHERE id = $1 AND attempt = $2 AND state = 'running'", j.ID, j.Attempt)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
-	swept, err := q.Sweep(b.ctx, db.SweepParams{MaxJobs: 10})
+	swept, err := q.Sweep(b.Ctx, db.SweepParams{MaxJobs: 10})
 	require.NoError(t, err)
 	require.Len(t, swept, 1)
-	require.NoError(t, tx.Commit(b.ctx))
+	require.NoError(t, tx.Commit(b.Ctx))
 }
 
 func history(t *testing.T, raw []byte) []jobs.AttemptError {

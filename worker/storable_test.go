@@ -64,7 +64,7 @@ func TestStorableProperty(t *testing.T) {
 	for i := range 300 {
 		msg := worker.StorableText(text())
 		var stored string
-		require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT jsonb_build_object('error', $1::text) ->> 'error'", msg).Scan(&stored),
+		require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT jsonb_build_object('error', $1::text) ->> 'error'", msg).Scan(&stored),
 			"seed %d, case %d: message %q", seed, i, msg)
 		require.Equal(t, msg, stored)
 
@@ -86,7 +86,7 @@ func TestStorableProperty(t *testing.T) {
 		}
 		require.True(t, json.Valid(res), "seed %d, case %d: %q", seed, i, res)
 		var back []byte
-		require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT $1::jsonb", string(res)).Scan(&back),
+		require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT $1::jsonb", string(res)).Scan(&back),
 			"seed %d, case %d: result %q from %q", seed, i, res, raw)
 	}
 }

@@ -56,7 +56,7 @@ func waitBeats(ctx context.Context, w *worker.Worker, n int64) error {
 func TestExtendLeaseSurvivesHeartbeats(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "long_step")
-	res, err := k.Enqueue(b.ctx, b.pool, Task{})
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{})
 	require.NoError(t, err)
 	extended := make(chan error, 1)
 	beaten := make(chan error, 1)
@@ -82,7 +82,7 @@ func TestExtendLeaseSurvivesHeartbeats(t *testing.T) {
 func TestLostClaimLeavesHeartbeat(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "vanishing")
-	res, err := k.Enqueue(b.ctx, b.pool, Task{})
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{})
 	require.NoError(t, err)
 	started := make(chan struct{})
 	cause := make(chan error, 1)
@@ -96,7 +96,7 @@ func TestLostClaimLeavesHeartbeat(t *testing.T) {
 	})
 	<-started
 	require.Equal(t, 1, worker.HeldClaims(r.w))
-	_, err = b.pool.Exec(b.ctx, "DELETE FROM hopper_jobs WHERE id = $1", res.ID) // cancelled by an operator, say
+	_, err = b.Pool.Exec(b.Ctx, "DELETE FROM hopper_jobs WHERE id = $1", res.ID) // cancelled by an operator, say
 	require.NoError(t, err)
 	require.ErrorIs(t, <-cause, worker.ErrLeaseLost)
 	testdb.WaitFor(t, "the lost claim left the heartbeat's set", func() bool { return worker.HeldClaims(r.w) == 0 })
@@ -108,7 +108,7 @@ func TestLostClaimLeavesHeartbeat(t *testing.T) {
 func TestAckTxRolledBack(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "rolled_back")
-	res, err := k.Enqueue(b.ctx, b.pool, Task{})
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{})
 	require.NoError(t, err)
 	runs := make(chan int, 10)
 	reg := prometheus.NewRegistry()
@@ -117,7 +117,7 @@ func TestAckTxRolledBack(t *testing.T) {
 		seen = observe(w)
 		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 			runs <- j.Attempt
-			tx, err := b.pool.Begin(ctx)
+			tx, err := b.Pool.Begin(ctx)
 			if err != nil {
 				return err
 			}
@@ -130,14 +130,14 @@ func TestAckTxRolledBack(t *testing.T) {
 	// The worker reports once it has read the ack's reply, a moment after
 	// the database shows the row gone: wait for both.
 	testdb.WaitFor(t, "job acked by the worker", func() bool {
-		live, _ := b.totals(t)
+		live, _ := b.Totals(t)
 		return live == 0 && len(seen.of(res.ID, 1)) > 0
 	})
 	require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(res.ID, 1))
 	require.Equal(t, 1.0, metricValue(t, reg, `hopper_job_outcomes_total{outcome="done"}`))
 	require.Equal(t, 1, <-runs)
 	require.Empty(t, runs, "ran once")
-	_, dead := b.totals(t)
+	_, dead := b.Totals(t)
 	require.Zero(t, dead)
 }
 
@@ -147,7 +147,7 @@ func TestAckTxRolledBack(t *testing.T) {
 func TestAckTxCommittedThenKeepsWorking(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "acked_early")
-	res, err := k.Enqueue(b.ctx, b.pool, Task{})
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{})
 	require.NoError(t, err)
 	after := make(chan error, 1)
 	reg := prometheus.NewRegistry()
@@ -156,7 +156,7 @@ func TestAckTxCommittedThenKeepsWorking(t *testing.T) {
 		func(w *worker.Worker) {
 			seen = observe(w)
 			require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
-				tx, err := b.pool.Begin(ctx)
+				tx, err := b.Pool.Begin(ctx)
 				if err != nil {
 					return err
 				}
@@ -193,7 +193,7 @@ func TestAckTxCommittedThenKeepsWorking(t *testing.T) {
 func TestStuckHandlerIsAbandoned(t *testing.T) {
 	b := setup(t)
 	stuck, quick := kind(t, "stuck"), kind(t, "quick")
-	res, err := stuck.Enqueue(b.ctx, b.pool, Task{})
+	res, err := stuck.Enqueue(b.Ctx, b.Pool, Task{})
 	require.NoError(t, err)
 	unstick := make(chan struct{})
 	started := make(chan struct{})
@@ -218,7 +218,7 @@ func TestStuckHandlerIsAbandoned(t *testing.T) {
 		}))
 	})
 	<-started
-	_, err = quick.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{}, Task{}, Task{}))
+	_, err = quick.EnqueueMany(b.Ctx, b.Pool, jobs.Items(Task{}, Task{}, Task{}))
 	require.NoError(t, err)
 	// The attempt that finished the stuck job: the second, unless a loaded
 	// machine let a lease of 1s lapse once more (at least once delivery).
@@ -231,7 +231,7 @@ func TestStuckHandlerIsAbandoned(t *testing.T) {
 		return 0
 	}
 	testdb.WaitFor(t, "the stuck job ran again, and the quick ones ran in the freed slot", func() bool {
-		live, _ := b.totals(t)
+		live, _ := b.Totals(t)
 		return live == 0 && finishedBy() > 0 // reported, not only gone
 	})
 	ran := map[int64]bool{}
@@ -270,7 +270,7 @@ func TestTimeoutPrecedence(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
 			k := kind(t, "timed")
-			_, err := k.Enqueue(b.ctx, b.pool, Task{})
+			_, err := k.Enqueue(b.Ctx, b.Pool, Task{})
 			require.NoError(t, err)
 			left := make(chan time.Duration, 1)
 			start(t, b, worker.Config{Timeout: tc.worker}, func(w *worker.Worker) {
@@ -310,9 +310,9 @@ func TestTimeoutPrecedence(t *testing.T) {
 func TestShutdownWaitsForFinishingHandlers(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "finishing")
-	_, err := k.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{}, Task{}))
+	_, err := k.EnqueueMany(b.Ctx, b.Pool, jobs.Items(Task{}, Task{}))
 	require.NoError(t, err)
-	w, err := worker.New(b.pool, fast(worker.Config{ShutdownTimeout: time.Minute}))
+	w, err := worker.New(b.Pool, fast(worker.Config{ShutdownTimeout: time.Minute}))
 	require.NoError(t, err)
 	seen := observe(w)
 	inHandler := make(chan int64, 2)
@@ -326,7 +326,7 @@ func TestShutdownWaitsForFinishingHandlers(t *testing.T) {
 		}
 		return nil
 	}))
-	ctx, cancel := context.WithCancel(b.ctx)
+	ctx, cancel := context.WithCancel(b.Ctx)
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(ctx) }()
@@ -344,7 +344,7 @@ func TestShutdownWaitsForFinishingHandlers(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("Run did not return")
 	}
-	live, dead := b.totals(t)
+	live, dead := b.Totals(t)
 	require.Zero(t, live, "recorded, not given back")
 	require.Zero(t, dead)
 	for _, id := range ids {

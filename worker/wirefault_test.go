@@ -175,7 +175,7 @@ func wfClaimAnswerLate(t *testing.T) {
 	h.waitFired(t, p, wfDequeue, 1) // the first claim committed; its answer is held
 	testdb.WaitFor(t, "the held claim's leases ran out", func() bool {
 		var expired int
-		require.NoError(t, h.b.pool.QueryRow(h.b.ctx,
+		require.NoError(t, h.b.Pool.QueryRow(h.b.Ctx,
 			"SELECT count(*) FROM hopper_jobs WHERE state = 'running' AND lease_until < now() AND lease_owner = $1",
 			faulty.w.ID()).Scan(&expired))
 		return expired > 0
@@ -229,7 +229,7 @@ func wfExtendStalledAndCut(t *testing.T) {
 	var expired int
 	testdb.WaitFor(t, "a lease of the partitioned worker ran out", func() bool {
 		var held int
-		require.NoError(t, h.b.pool.QueryRow(h.b.ctx,
+		require.NoError(t, h.b.Pool.QueryRow(h.b.Ctx,
 			"SELECT count(*), count(*) FILTER (WHERE lease_until < now()) FROM hopper_jobs WHERE state = 'running' AND lease_owner = $1",
 			faulty.w.ID()).Scan(&held, &expired))
 		return expired > 0 || held == 0
@@ -298,7 +298,7 @@ func wfShutdownDuringOutage(t *testing.T) {
 	for range held + blockers {
 		select {
 		case <-arrived:
-		case <-h.b.ctx.Done():
+		case <-h.b.Ctx.Done():
 			require.FailNow(t, "the gated and blocking handlers did not all start")
 		}
 	}
@@ -410,20 +410,20 @@ func newWF(t *testing.T) *wf {
 	select {
 	case wfSlots <- struct{}{}:
 		t.Cleanup(func() { <-wfSlots })
-	case <-b.ctx.Done():
+	case <-b.Ctx.Done():
 		require.FailNow(t, "no slot for the scenario")
 	}
-	_, err := b.pool.Exec(b.ctx, `CREATE TABLE wf_ledger (
+	_, err := b.Pool.Exec(b.Ctx, `CREATE TABLE wf_ledger (
 		job_id  bigint  NOT NULL,
 		attempt integer NOT NULL,
 		worker  text    NOT NULL,
 		ok      boolean NOT NULL,
 		PRIMARY KEY (job_id, attempt))`)
 	require.NoError(t, err)
-	cfg, err := pgxpool.ParseConfig(b.tdb.URL)
+	cfg, err := pgxpool.ParseConfig(b.URL)
 	require.NoError(t, err)
 	cfg.MaxConns = 4
-	ledger, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	ledger, err := pgxpool.NewWithConfig(b.Ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(ledger.Close)
 	h := &wf{b: b, ledger: ledger, reports: map[wfKey][]wfReport{}, kinds: map[int64]string{}}
@@ -445,12 +445,12 @@ func (h *wf) enqueue(t *testing.T, k *jobs.Kind[Task], n int, opts ...jobs.Enque
 	for id := range h.kinds {
 		known = max(known, id)
 	}
-	tx, err := h.b.pool.Begin(h.b.ctx)
+	tx, err := h.b.Pool.Begin(h.b.Ctx)
 	require.NoError(t, err)
-	defer tx.Rollback(h.b.ctx) //nolint:errcheck
-	_, err = k.EnqueueMany(h.b.ctx, tx, jobs.Items(make([]Task, n)...), opts...)
+	defer tx.Rollback(h.b.Ctx) //nolint:errcheck
+	_, err = k.EnqueueMany(h.b.Ctx, tx, jobs.Items(make([]Task, n)...), opts...)
 	require.NoError(t, err)
-	rows, err := tx.Query(h.b.ctx, "SELECT id FROM hopper_jobs WHERE id > $1", known)
+	rows, err := tx.Query(h.b.Ctx, "SELECT id FROM hopper_jobs WHERE id > $1", known)
 	require.NoError(t, err)
 	added := 0
 	for rows.Next() {
@@ -462,7 +462,7 @@ func (h *wf) enqueue(t *testing.T, k *jobs.Kind[Task], n int, opts ...jobs.Enque
 	rows.Close()
 	require.NoError(t, rows.Err())
 	require.Equal(t, n, added)
-	require.NoError(t, tx.Commit(h.b.ctx))
+	require.NoError(t, tx.Commit(h.b.Ctx))
 }
 
 // cutWhile arms a cut of the reply of the next statement marked marker,
@@ -516,7 +516,7 @@ func (h *wf) logUnreported(t *testing.T) {
 		var attempt int32
 		var runs int
 		var expired bool
-		err := h.b.pool.QueryRow(h.b.ctx, `SELECT j.state, j.attempt, coalesce(j.lease_owner, ''),
+		err := h.b.Pool.QueryRow(h.b.Ctx, `SELECT j.state, j.attempt, coalesce(j.lease_owner, ''),
 			coalesce(j.lease_until < now(), false),
 			(SELECT count(*) FROM wf_ledger WHERE job_id = j.id)
 			FROM hopper_all_jobs AS j WHERE j.id = $1`, id).Scan(&state, &attempt, &owner, &expired, &runs)
@@ -530,7 +530,7 @@ func (h *wf) logUnreported(t *testing.T) {
 // and skips unless that reaches the same server.
 func (h *wf) proxy(t *testing.T) *wirefault.Proxy {
 	t.Helper()
-	conn, err := h.b.pool.Acquire(h.b.ctx)
+	conn, err := h.b.Pool.Acquire(h.b.Ctx)
 	require.NoError(t, err)
 	addr := conn.Conn().PgConn().Conn().RemoteAddr()
 	upstream := addr.String()
@@ -539,9 +539,9 @@ func (h *wf) proxy(t *testing.T) *wirefault.Proxy {
 	}
 	conn.Release()
 	p := wirefault.Start(t, upstream)
-	ctx, cancel := context.WithTimeout(h.b.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(h.b.Ctx, 30*time.Second)
 	defer cancel()
-	pc, err := pgx.Connect(ctx, p.URL(h.b.tdb.URL))
+	pc, err := pgx.Connect(ctx, p.URL(h.b.URL))
 	if err != nil {
 		t.Skipf("PostgreSQL not reachable over TCP at %s for the proxy: %v", upstream, err)
 	}
@@ -557,10 +557,10 @@ func (h *wf) proxy(t *testing.T) *wirefault.Proxy {
 // proxiedPool connects to the test's schema (its search_path kept) through p.
 func (h *wf) proxiedPool(t *testing.T, p *wirefault.Proxy) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(p.URL(h.b.tdb.URL))
+	cfg, err := pgxpool.ParseConfig(p.URL(h.b.URL))
 	require.NoError(t, err)
 	cfg.MaxConns = 6
-	pool, err := pgxpool.NewWithConfig(h.b.ctx, cfg)
+	pool, err := pgxpool.NewWithConfig(h.b.Ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close) // after the worker stopped, before the proxy closes
 	return pool
@@ -591,20 +591,20 @@ func (h *wf) record(j *jobs.Job[Task], name string, ok bool) error {
 	var conn *pgxpool.Conn
 	for {
 		var err error
-		conn, err = h.ledger.Acquire(h.b.ctx)
+		conn, err = h.ledger.Acquire(h.b.Ctx)
 		if err == nil {
 			break
 		}
 		pause := time.NewTimer(20 * time.Millisecond)
 		select {
-		case <-h.b.ctx.Done():
+		case <-h.b.Ctx.Done():
 			pause.Stop()
 			return err
 		case <-pause.C:
 		}
 	}
 	defer conn.Release()
-	_, err := conn.Exec(h.b.ctx, "INSERT INTO wf_ledger (job_id, attempt, worker, ok) VALUES ($1, $2, $3, $4)",
+	_, err := conn.Exec(h.b.Ctx, "INSERT INTO wf_ledger (job_id, attempt, worker, ok) VALUES ($1, $2, $3, $4)",
 		j.ID, j.Attempt, name, ok)
 	return err
 }
@@ -641,7 +641,7 @@ func (h *wf) run(t *testing.T, pool *pgxpool.Pool, name string, cfg worker.Confi
 		key := wfKey{id, attempt}
 		h.reports[key] = append(h.reports[key], wfReport{name, outcome})
 	})
-	ctx, cancel := context.WithCancel(h.b.ctx)
+	ctx, cancel := context.WithCancel(h.b.Ctx)
 	r := &wfRunner{w: w, cancel: cancel, errc: make(chan error, 1), shutdownBound: cfg.ShutdownTimeout + cfg.ShutdownGrace}
 	go func() {
 		defer func() {
@@ -682,14 +682,14 @@ func (r *wfRunner) stop(t *testing.T) {
 func (h *wf) runClean(t *testing.T, kinds wfKinds) *wfRunner {
 	t.Helper()
 	sentinel := kind(t, "wf.sentinel")
-	res, err := sentinel.Enqueue(h.b.ctx, h.b.pool, Task{})
+	res, err := sentinel.Enqueue(h.b.Ctx, h.b.Pool, Task{})
 	require.NoError(t, err)
 	h.kinds[res.ID] = sentinel.Name()
 	withSentinel := wfKinds{sentinel: wfQuick}
 	for k, body := range kinds {
 		withSentinel[k] = body
 	}
-	return h.run(t, h.b.pool, "clean", worker.Config{
+	return h.run(t, h.b.Pool, "clean", worker.Config{
 		Queues:        map[string]int{"default": 16},
 		LeaseDuration: 30 * time.Second, SweepInterval: 100 * time.Millisecond,
 	}, withSentinel)
@@ -705,21 +705,21 @@ func (h *wf) drain(t *testing.T, kinds wfKinds) {
 
 func (h *wf) waitFired(t *testing.T, p *wirefault.Proxy, marker string, n int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(h.b.ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(h.b.Ctx, time.Minute)
 	defer cancel()
 	require.NoError(t, p.WaitFired(ctx, marker, n))
 }
 
 func (h *wf) live(t *testing.T) int {
 	var n int
-	require.NoError(t, h.b.pool.QueryRow(h.b.ctx, "SELECT count(*) FROM hopper_jobs").Scan(&n))
+	require.NoError(t, h.b.Pool.QueryRow(h.b.Ctx, "SELECT count(*) FROM hopper_jobs").Scan(&n))
 	return n
 }
 
 // liveOf counts the live jobs of one kind.
 func (h *wf) liveOf(t *testing.T, kindName string) int {
 	var n int
-	require.NoError(t, h.b.pool.QueryRow(h.b.ctx, "SELECT count(*) FROM hopper_jobs WHERE kind = $1", kindName).Scan(&n))
+	require.NoError(t, h.b.Pool.QueryRow(h.b.Ctx, "SELECT count(*) FROM hopper_jobs WHERE kind = $1", kindName).Scan(&n))
 	return n
 }
 
@@ -732,7 +732,7 @@ func (h *wf) ledgerOf(t *testing.T, kindName string) int {
 		}
 	}
 	var n int
-	require.NoError(t, h.b.pool.QueryRow(h.b.ctx, "SELECT count(*) FROM wf_ledger WHERE job_id = ANY($1)", ids).Scan(&n))
+	require.NoError(t, h.b.Pool.QueryRow(h.b.Ctx, "SELECT count(*) FROM wf_ledger WHERE job_id = ANY($1)", ids).Scan(&n))
 	return n
 }
 
@@ -786,7 +786,7 @@ func (h *wf) verify(t *testing.T, dying map[string]bool) *wfLedger {
 	require.Zero(t, h.live(t), "every job gone from hopper_jobs")
 
 	succeeded := map[wfKey]bool{}
-	rows, err := h.b.pool.Query(h.b.ctx, "SELECT job_id, attempt, worker, ok FROM wf_ledger")
+	rows, err := h.b.Pool.Query(h.b.Ctx, "SELECT job_id, attempt, worker, ok FROM wf_ledger")
 	require.NoError(t, err)
 	for rows.Next() {
 		var k wfKey
@@ -801,7 +801,7 @@ func (h *wf) verify(t *testing.T, dying map[string]bool) *wfLedger {
 	require.NoError(t, rows.Err())
 
 	dead := map[int64]bool{}
-	rows, err = h.b.pool.Query(h.b.ctx, "SELECT id FROM hopper_dead_jobs")
+	rows, err = h.b.Pool.Query(h.b.Ctx, "SELECT id FROM hopper_dead_jobs")
 	require.NoError(t, err)
 	for rows.Next() {
 		var id int64

@@ -36,7 +36,7 @@ func TestEndToEnd(t *testing.T) {
 			for i := range payloads {
 				payloads[i] = Task{N: i}
 			}
-			res, err := k.EnqueueMany(b.ctx, b.pool, jobs.Items(payloads...), jobs.Queue(q))
+			res, err := k.EnqueueMany(b.Ctx, b.Pool, jobs.Items(payloads...), jobs.Queue(q))
 			require.NoError(t, err)
 			total += res.Inserted
 		}
@@ -59,11 +59,11 @@ func TestEndToEnd(t *testing.T) {
 	start(t, b, cfg, register)
 	start(t, b, cfg, register)
 	testdb.WaitFor(t, "every job handled and acked", func() bool {
-		live, _ := b.totals(t)
+		live, _ := b.Totals(t)
 		return live == 0
 	})
 	require.EqualValues(t, total, count.Load())
-	_, dead := b.totals(t)
+	_, dead := b.Totals(t)
 	require.Zero(t, dead)
 }
 
@@ -124,7 +124,7 @@ func TestFailureOutcomes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
 			k := kind(t, "outcome")
-			res, err := k.Enqueue(b.ctx, b.pool, Task{N: 30}, jobs.MaxAttempts(tc.maxAttempts))
+			res, err := k.Enqueue(b.Ctx, b.Pool, Task{N: 30}, jobs.MaxAttempts(tc.maxAttempts))
 			require.NoError(t, err)
 			before := time.Now()
 			start(t, b, worker.Config{}, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, k, tc.handler, tc.opts...)) })
@@ -160,13 +160,13 @@ func TestUndecodablePayloadIsDeadAtOnce(t *testing.T) {
 	k := kind(t, "decode", jobs.Version(2), jobs.Upgrade(1, func(raw json.RawMessage) (json.RawMessage, error) {
 		return nil, errors.New("v1 had no id")
 	}))
-	bad, err := b.q.Enqueue(b.ctx, db.EnqueueParams{Queue: "default", Kind: "decode", Version: 2,
+	bad, err := b.Queries.Enqueue(b.Ctx, db.EnqueueParams{Queue: "default", Kind: "decode", Version: 2,
 		Payload: json.RawMessage(`{"n":"not a number"}`), RunAt: time.Unix(0, 0), MaxAttempts: 25})
 	require.NoError(t, err)
-	oldBad, err := b.q.Enqueue(b.ctx, db.EnqueueParams{Queue: "default", Kind: "decode", Version: 1,
+	oldBad, err := b.Queries.Enqueue(b.Ctx, db.EnqueueParams{Queue: "default", Kind: "decode", Version: 1,
 		Payload: json.RawMessage(`{}`), RunAt: time.Unix(0, 0), MaxAttempts: 25})
 	require.NoError(t, err)
-	good, err := k.Enqueue(b.ctx, b.pool, Task{N: 1})
+	good, err := k.Enqueue(b.Ctx, b.Pool, Task{N: 1})
 	require.NoError(t, err)
 
 	var seen atomic.Int64
@@ -185,7 +185,7 @@ func TestUndecodablePayloadIsDeadAtOnce(t *testing.T) {
 		require.Contains(t, d.Reason, reason)
 		require.Equal(t, int32(1), d.Attempt, "no retries burnt")
 	}
-	testdb.WaitFor(t, "good job done", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "good job done", func() bool { live, _ := b.Totals(t); return live == 0 })
 	require.EqualValues(t, 1, seen.Load())
 	require.Equal(t, good.ID, seenID.Load(), "only the decodable job reached the handler")
 }
@@ -195,9 +195,9 @@ func TestVersionGate(t *testing.T) {
 	b := setup(t)
 	v1 := kind(t, "gated")
 	v2 := kind(t, "gated", jobs.Version(2), jobs.Upgrade(1, func(r json.RawMessage) (json.RawMessage, error) { return r, nil }))
-	newer, err := v2.Enqueue(b.ctx, b.pool, Task{N: 2})
+	newer, err := v2.Enqueue(b.Ctx, b.Pool, Task{N: 2})
 	require.NoError(t, err)
-	older, err := v1.Enqueue(b.ctx, b.pool, Task{N: 1})
+	older, err := v1.Enqueue(b.Ctx, b.Pool, Task{N: 1})
 	require.NoError(t, err)
 
 	var oldRan, newRan, oldID atomic.Int64
@@ -227,7 +227,7 @@ func TestVersionGate(t *testing.T) {
 func TestHeartbeatKeepsLongJob(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "long")
-	res, err := k.Enqueue(b.ctx, b.pool, Task{})
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{})
 	require.NoError(t, err)
 	var runs atomic.Int64
 	handler := func(ctx context.Context, _ *jobs.Job[Task]) error {
@@ -242,9 +242,9 @@ func TestHeartbeatKeepsLongJob(t *testing.T) {
 	cfg := worker.Config{LeaseDuration: 2 * time.Second, HeartbeatInterval: 100 * time.Millisecond, SweepInterval: 50 * time.Millisecond}
 	start(t, b, cfg, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, k, handler)) })
 	start(t, b, cfg, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, k, handler)) })
-	testdb.WaitFor(t, "job done", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "job done", func() bool { live, _ := b.Totals(t); return live == 0 })
 	require.EqualValues(t, 1, runs.Load())
-	_, dead := b.totals(t)
+	_, dead := b.Totals(t)
 	require.Zero(t, dead)
 	_ = res
 }
@@ -255,7 +255,7 @@ func TestHeartbeatKeepsLongJob(t *testing.T) {
 func TestLostLeaseCancelsHandler(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "lost")
-	res, err := k.Enqueue(b.ctx, b.pool, Task{}, jobs.MaxAttempts(5))
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{}, jobs.MaxAttempts(5))
 	require.NoError(t, err)
 	cause := make(chan error, 1)
 	started := make(chan struct{}, 1)
@@ -295,7 +295,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 func TestShutdownReleasesUnfinished(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "inflight")
-	res, err := k.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{}, Task{}, Task{}), jobs.MaxAttempts(1))
+	res, err := k.EnqueueMany(b.Ctx, b.Pool, jobs.Items(Task{}, Task{}, Task{}), jobs.MaxAttempts(1))
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Inserted)
 
@@ -313,7 +313,7 @@ func TestShutdownReleasesUnfinished(t *testing.T) {
 	took := time.Since(began)
 	require.GreaterOrEqual(t, took, 200*time.Millisecond, "waited for the deadline")
 
-	stats, err := b.q.Stats(b.ctx)
+	stats, err := b.Queries.Stats(b.Ctx)
 	require.NoError(t, err)
 	require.Len(t, stats, 1)
 	require.EqualValues(t, 3, stats[0].Ready, "released, ready at once")
@@ -338,16 +338,16 @@ func TestShutdownReleasesUnfinished(t *testing.T) {
 func TestShutdownWhileStarting(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "unstarted")
-	res, err := k.Enqueue(b.ctx, b.pool, Task{})
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{})
 	require.NoError(t, err)
 
-	w, err := worker.New(b.pool, fast(worker.Config{}))
+	w, err := worker.New(b.Pool, fast(worker.Config{}))
 	require.NoError(t, err)
 	require.NoError(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error {
 		t.Error("a worker shut down while starting ran a job")
 		return nil
 	}))
-	ctx, cancel := context.WithCancel(b.ctx)
+	ctx, cancel := context.WithCancel(b.Ctx)
 	cancel()
 	require.NoError(t, w.Run(ctx))
 
@@ -360,15 +360,15 @@ func TestShutdownWhileStarting(t *testing.T) {
 // job is retried; committed, it is gone and acked exactly once.
 func TestAckTx(t *testing.T) {
 	b := setup(t)
-	_, err := b.pool.Exec(b.ctx, "CREATE TABLE effects (job_id bigint, attempt int)")
+	_, err := b.Pool.Exec(b.Ctx, "CREATE TABLE effects (job_id bigint, attempt int)")
 	require.NoError(t, err)
 	k := kind(t, "tx")
-	res, err := k.Enqueue(b.ctx, b.pool, Task{})
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{})
 	require.NoError(t, err)
 
 	r := start(t, b, worker.Config{Registerer: prometheus.NewRegistry()}, func(w *worker.Worker) {
 		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
-			tx, err := b.pool.Begin(ctx)
+			tx, err := b.Pool.Begin(ctx)
 			if err != nil {
 				return err
 			}
@@ -385,10 +385,10 @@ func TestAckTx(t *testing.T) {
 			return tx.Commit(ctx)
 		}))
 	})
-	testdb.WaitFor(t, "job done", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "job done", func() bool { live, _ := b.Totals(t); return live == 0 })
 	r.stop()
 	var rows []int32
-	r2, err := b.pool.Query(b.ctx, "SELECT attempt FROM effects WHERE job_id = $1", res.ID)
+	r2, err := b.Pool.Query(b.Ctx, "SELECT attempt FROM effects WHERE job_id = $1", res.ID)
 	require.NoError(t, err)
 	for r2.Next() {
 		var a int32
@@ -397,7 +397,7 @@ func TestAckTx(t *testing.T) {
 	}
 	require.NoError(t, r2.Err())
 	require.Equal(t, []int32{2}, rows, "only the committed attempt left effects")
-	_, dead := b.totals(t)
+	_, dead := b.Totals(t)
 	require.Zero(t, dead)
 }
 
@@ -406,10 +406,10 @@ func TestAckTx(t *testing.T) {
 func TestStableIdentityReleasesPredecessor(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "stable")
-	res, err := k.Enqueue(b.ctx, b.pool, Task{})
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{})
 	require.NoError(t, err)
 	// The predecessor claimed with a long lease and died.
-	claimed, err := b.q.Dequeue(b.ctx, db.DequeueParams{Queue: "default", Kinds: []string{"stable"}, MaxVersions: []int32{1},
+	claimed, err := b.Queries.Dequeue(b.Ctx, db.DequeueParams{Queue: "default", Kinds: []string{"stable"}, MaxVersions: []int32{1},
 		MaxJobs: 1, Owner: "pod-7", LeaseMs: time.Hour.Milliseconds()})
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
@@ -420,7 +420,7 @@ func TestStableIdentityReleasesPredecessor(t *testing.T) {
 	})
 	testdb.WaitFor(t, "the job ran without waiting an hour", func() bool { return ran.Load() == 1 })
 	_ = res
-	testdb.WaitFor(t, "acked", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "acked", func() bool { live, _ := b.Totals(t); return live == 0 })
 }
 
 // TestWorkerKilled: a worker process killed with SIGKILL mid-job; its job
@@ -428,13 +428,13 @@ func TestStableIdentityReleasesPredecessor(t *testing.T) {
 func TestWorkerKilled(t *testing.T) {
 	b := setup(t)
 	blocking := kind(t, "blocking")
-	res, err := blocking.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{}, Task{}, Task{}), jobs.MaxAttempts(3))
+	res, err := blocking.EnqueueMany(b.Ctx, b.Pool, jobs.Items(Task{}, Task{}, Task{}), jobs.MaxAttempts(3))
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Inserted)
 
 	cmd := startHelper(t, b, "doomed")
 	testdb.WaitFor(t, "the helper holds all three", func() bool {
-		stats, err := b.q.Stats(b.ctx)
+		stats, err := b.Queries.Stats(b.Ctx)
 		require.NoError(t, err)
 		return len(stats) == 1 && stats[0].Running == 3
 	})
@@ -455,7 +455,7 @@ func TestWorkerKilled(t *testing.T) {
 		require.Equal(t, "lease expired", j.Errors[0].Error)
 		require.Equal(t, "doomed", j.Errors[0].Owner)
 	}
-	testdb.WaitFor(t, "table empty", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "table empty", func() bool { live, _ := b.Totals(t); return live == 0 })
 }
 
 // TestWorkerSIGTERM: a worker process told to stop gives its jobs back at
@@ -463,16 +463,16 @@ func TestWorkerKilled(t *testing.T) {
 func TestWorkerSIGTERM(t *testing.T) {
 	b := setup(t)
 	blocking := kind(t, "blocking")
-	_, err := blocking.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{}, Task{}))
+	_, err := blocking.EnqueueMany(b.Ctx, b.Pool, jobs.Items(Task{}, Task{}))
 	require.NoError(t, err)
 	cmd := startHelper(t, b, "graceful")
 	testdb.WaitFor(t, "helper holds both", func() bool {
-		stats, _ := b.q.Stats(b.ctx)
+		stats, _ := b.Queries.Stats(b.Ctx)
 		return len(stats) == 1 && stats[0].Running == 2
 	})
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, cmd.Wait(), "clean exit")
-	stats, err := b.q.Stats(b.ctx)
+	stats, err := b.Queries.Stats(b.Ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, stats[0].Ready, "released at exit, not left to expire")
 }
@@ -480,7 +480,7 @@ func TestWorkerSIGTERM(t *testing.T) {
 func TestRegistrationAndConfigErrors(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "reg")
-	w, err := worker.New(b.pool, worker.Config{})
+	w, err := worker.New(b.Pool, worker.Config{})
 	require.NoError(t, err)
 	noop := func(context.Context, *jobs.Job[Task]) error { return nil }
 	require.NoError(t, worker.Handle(w, k, noop))
@@ -498,13 +498,13 @@ func TestRegistrationAndConfigErrors(t *testing.T) {
 		{ShutdownTimeout: -1},
 		{RetryBackoff: worker.Backoff{Base: time.Second, Max: time.Millisecond}},
 	} {
-		_, err := worker.New(b.pool, cfg)
+		_, err := worker.New(b.Pool, cfg)
 		require.ErrorIs(t, err, worker.ErrInvalidConfig, fmt.Sprintf("%+v", cfg))
 	}
 
-	empty, err := worker.New(b.pool, worker.Config{})
+	empty, err := worker.New(b.Pool, worker.Config{})
 	require.NoError(t, err)
-	require.ErrorIs(t, empty.Run(b.ctx), worker.ErrInvalidConfig, "no handlers")
+	require.ErrorIs(t, empty.Run(b.Ctx), worker.ErrInvalidConfig, "no handlers")
 }
 
 func TestNotMigrated(t *testing.T) {
@@ -536,12 +536,12 @@ func TestBackoff(t *testing.T) {
 func TestNoGoroutineLeak(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "leak")
-	_, err := k.EnqueueMany(b.ctx, b.pool, jobs.Items(make([]Task, 200)...))
+	_, err := k.EnqueueMany(b.Ctx, b.Pool, jobs.Items(make([]Task, 200)...))
 	require.NoError(t, err)
 	r := start(t, b, worker.Config{Queues: map[string]int{"default": 8, "other": 2}}, func(w *worker.Worker) {
 		require.NoError(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { return nil }))
 	})
-	testdb.WaitFor(t, "done", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "done", func() bool { live, _ := b.Totals(t); return live == 0 })
 	require.Positive(t, workerGoroutines(r.w), "the check sees a running worker's goroutines")
 	r.stop()
 	// A goroutine that has just signalled its WaitGroup is still returning:
@@ -572,7 +572,7 @@ func TestScheduledAndRetriedJobsRun(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "later")
 	enqueued := time.Now()
-	_, err := k.Enqueue(b.ctx, b.pool, Task{N: 1}, jobs.Delay(300*time.Millisecond))
+	_, err := k.Enqueue(b.Ctx, b.Pool, Task{N: 1}, jobs.Delay(300*time.Millisecond))
 	require.NoError(t, err)
 	var mu sync.Mutex
 	var runs []time.Time
@@ -588,7 +588,7 @@ func TestScheduledAndRetriedJobsRun(t *testing.T) {
 				return nil
 			}))
 		})
-	testdb.WaitFor(t, "ran twice and done", func() bool { live, _ := b.totals(t); return live == 0 })
+	testdb.WaitFor(t, "ran twice and done", func() bool { live, _ := b.Totals(t); return live == 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, runs, 2)
@@ -617,10 +617,10 @@ func TestBlockingHandlersDoNotStarveQueuedJobs(t *testing.T) {
 			return nil
 		}))
 	})
-	_, err := k.Enqueue(b.ctx, b.pool, Task{N: 0})
+	_, err := k.Enqueue(b.Ctx, b.Pool, Task{N: 0})
 	require.NoError(t, err)
-	testdb.WaitFor(t, "warm-up done", func() bool { live, _ := b.totals(t); return live == 0 })
-	_, err = k.EnqueueMany(b.ctx, b.pool, jobs.Items(Task{N: 1}, Task{N: 2}, Task{N: 3}, Task{N: 4}))
+	testdb.WaitFor(t, "warm-up done", func() bool { live, _ := b.Totals(t); return live == 0 })
+	_, err = k.EnqueueMany(b.Ctx, b.Pool, jobs.Items(Task{N: 1}, Task{N: 2}, Task{N: 3}, Task{N: 4}))
 	require.NoError(t, err)
 	testdb.WaitFor(t, "all four blocking handlers run at once", func() bool { return inHandler.Load() == 4 })
 	close(release)

@@ -48,3 +48,18 @@ func SetupWithin(t *testing.T, timeout time.Duration) *Bundle {
 	d := New(t)
 	return &Bundle{Ctx: ctx, Pool: d.Pool, Queries: db.New(d.Pool), Schema: d.Schema, URL: d.URL}
 }
+
+// Totals counts the schema's live jobs (ready, scheduled or running) and
+// its dead ones (not cancelled), through the Stats query.
+func (b *Bundle) Totals(t testing.TB) (live, dead int64) {
+	t.Helper()
+	rows, err := b.Queries.Stats(b.Ctx)
+	if err != nil {
+		t.Fatalf("testdb: stats: %v", err)
+	}
+	for _, r := range rows {
+		live += r.Ready + r.Scheduled + r.Running
+		dead += r.Dead
+	}
+	return live, dead
+}
