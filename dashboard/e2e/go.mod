@@ -1,8 +1,8 @@
-module github.com/hopperq/hopper/e2e
+module github.com/hopperq/hopper/dashboard/e2e
 
 go 1.25.0
 
-replace github.com/hopperq/hopper => ../
+replace github.com/hopperq/hopper => ../..
 
 require (
 	github.com/chromedp/chromedp v0.14.2

@@ -128,7 +128,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	client := hopper.NewClient(d.Pool)
 
 	bin := filepath.Join(t.TempDir(), "hopper")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "../cmd/hopper")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "../../cmd/hopper")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 
@@ -193,7 +193,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	require.NoError(t, os.WriteFile(artefact, shot, 0o644))
 	t.Logf("screenshot of the overview: %s (%d bytes)", artefact, len(shot))
 	if os.Getenv("HOPPER_UPDATE_SCREENSHOT") != "" {
-		require.NoError(t, os.WriteFile("../docs/dashboard.png", shot, 0o644))
+		require.NoError(t, os.WriteFile("../../docs/dashboard.png", shot, 0o644))
 	}
 
 	// The overview refreshes itself: a job enqueued now shows up without
