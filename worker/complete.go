@@ -34,7 +34,7 @@ func (a action) sqlName() string {
 
 // completion is a handler's result, waiting to be recorded.
 type completion struct {
-	claim      *claim
+	job        *heldJob
 	act        action
 	message    string        // the history entry (retry, dead, cancel)
 	backoff    time.Duration // how long the job waits (retry, snooze)
@@ -182,9 +182,9 @@ func (w *Worker) flush(batch []completion) {
 func (w *Worker) giveUp(pending []completion) {
 	for _, c := range pending {
 		switch {
-		case c.ok() && c.claim.ackCommitted.Load():
+		case c.ok() && c.job.ackCommitted.Load():
 			w.report(c, outcomeDone) // the handler's AckTx committed: proven already
-		case c.ambiguous || c.claim.ackedInTx.Load():
+		case c.ambiguous || c.job.ackedInTx.Load():
 			w.report(c, outcomeUnconfirmed)
 		default:
 			w.report(c, outcomeUnrecorded)
@@ -236,18 +236,18 @@ func settleFailed(cs []completion, err error, again []completion) []completion {
 // those whose kind or queue keeps it (AckBatchKeep: same statement, same
 // round trip). A batch that keeps nothing runs plain AckBatch, so history
 // costs nothing where it is off. It returns the claims it deleted.
-func ackBatch(ctx context.Context, q *db.Queries, acks []completion) (map[claimKey]bool, error) {
-	deleted := make(map[claimKey]bool, len(acks))
+func ackBatch(ctx context.Context, q *db.Queries, acks []completion) (map[heldKey]bool, error) {
+	deleted := make(map[heldKey]bool, len(acks))
 	ids, attempts := make([]int64, len(acks)), make([]int32, len(acks))
 	keeps := false
 	for i, c := range acks {
-		ids[i], attempts[i] = c.claim.id, c.claim.attempt
+		ids[i], attempts[i] = c.job.id, c.job.attempt
 		keeps = keeps || c.keep > 0
 	}
 	if !keeps {
 		rows, err := q.AckBatch(ctx, db.AckBatchParams{Ids: ids, Attempts: attempts})
 		for _, r := range rows {
-			deleted[claimKey{r.ID, r.Attempt}] = true
+			deleted[heldKey{r.ID, r.Attempt}] = true
 		}
 		return deleted, err
 	}
@@ -257,7 +257,7 @@ func ackBatch(ctx context.Context, q *db.Queries, acks []completion) (map[claimK
 	}
 	rows, err := q.AckBatchKeep(ctx, p)
 	for _, r := range rows {
-		deleted[claimKey{r.ID, r.Attempt}] = true
+		deleted[heldKey{r.ID, r.Attempt}] = true
 	}
 	return deleted, err
 }
@@ -275,9 +275,9 @@ func (w *Worker) recordAcks(acks []completion, again, unsure []completion) ([]co
 	}
 	for _, c := range acks {
 		switch {
-		case deleted[claimKey{c.claim.id, c.claim.attempt}]:
+		case deleted[heldKey{c.job.id, c.job.attempt}]:
 			w.report(c, outcomeDone)
-		case c.claim.ackCommitted.Load():
+		case c.job.ackCommitted.Load():
 			w.report(c, outcomeDone)
 		default:
 			// No row matched: the lease was lost, an operator cancelled
@@ -297,8 +297,8 @@ func (w *Worker) recordAcks(acks []completion, again, unsure []completion) ([]co
 func (w *Worker) settleAckedInTx(batch []completion) (rest, again []completion) {
 	var xids []int64
 	for _, c := range batch {
-		if c.claim.ackedInTx.Load() && !c.claim.ackCommitted.Load() && c.claim.ackXid.Load() != 0 {
-			xids = append(xids, c.claim.ackXid.Load())
+		if c.job.ackedInTx.Load() && !c.job.ackCommitted.Load() && c.job.ackXid.Load() != 0 {
+			xids = append(xids, c.job.ackXid.Load())
 		}
 	}
 	status := map[int64]string{}
@@ -314,20 +314,20 @@ func (w *Worker) settleAckedInTx(batch []completion) (rest, again []completion) 
 		}
 	}
 	for _, c := range batch {
-		if !c.claim.ackedInTx.Load() {
+		if !c.job.ackedInTx.Load() {
 			rest = append(rest, c)
 			continue
 		}
-		switch status[c.claim.ackXid.Load()] {
+		switch status[c.job.ackXid.Load()] {
 		case "committed":
-			c.claim.ackCommitted.Store(true)
+			c.job.ackCommitted.Store(true)
 		case "aborted":
-			c.claim.ackedInTx.Store(false)
+			c.job.ackedInTx.Store(false)
 		}
 		switch {
-		case c.claim.ackCommitted.Load():
+		case c.job.ackCommitted.Load():
 			w.report(c, outcomeDone)
-		case c.claim.ackedInTx.Load() && len(xids) > 0 && len(status) == 0:
+		case c.job.ackedInTx.Load() && len(xids) > 0 && len(status) == 0:
 			again = append(again, c) // the status read failed: ask again
 		default:
 			rest = append(rest, c)
@@ -342,7 +342,7 @@ func (w *Worker) recordNacks(nacks []completion, again, unsure []completion) ([]
 		Messages: make([]string, len(nacks)), BackoffsMs: make([]int64, len(nacks)), Reasons: make([]string, len(nacks)),
 	}
 	for i, c := range nacks {
-		p.Ids[i], p.Attempts[i], p.Actions[i] = c.claim.id, c.claim.attempt, c.act.sqlName()
+		p.Ids[i], p.Attempts[i], p.Actions[i] = c.job.id, c.job.attempt, c.act.sqlName()
 		p.Messages[i], p.BackoffsMs[i], p.Reasons[i] = c.message, c.backoff.Milliseconds(), c.deadReason
 	}
 	ctx, cancel := w.statementContext()
@@ -355,19 +355,19 @@ func (w *Worker) recordNacks(nacks []completion, again, unsure []completion) ([]
 		w.log.Warn("nack batch failed", "jobs", len(nacks), "error", err)
 		return settleFailed(nacks, err, again), unsure
 	}
-	taken := make(map[claimKey]bool, len(rows))
+	taken := make(map[heldKey]bool, len(rows))
 	for _, r := range rows {
-		taken[claimKey{r.ID, r.Attempt}] = r.Dead
+		taken[heldKey{r.ID, r.Attempt}] = r.Dead
 	}
 	for _, c := range nacks {
-		dead, ok := taken[claimKey{c.claim.id, c.claim.attempt}]
+		dead, ok := taken[heldKey{c.job.id, c.job.attempt}]
 		switch {
 		case ok:
 			if !dead && c.act == actRetry && c.backoff == 0 {
 				// Pending again at once, at a place the cursor may have
 				// passed (a higher priority than the jobs claimed since),
 				// and no insert announces it.
-				c.claim.readyAgain()
+				c.job.readyAgain()
 			}
 			w.report(c, c.act.outcome(dead))
 		default:
@@ -383,7 +383,7 @@ func (w *Worker) recordNacks(nacks []completion, again, unsure []completion) ([]
 func (w *Worker) resolve(unsure []completion) (again []completion) {
 	p := db.ClaimFatesParams{Ids: make([]int64, len(unsure)), Attempts: make([]int32, len(unsure))}
 	for i, c := range unsure {
-		p.Ids[i], p.Attempts[i] = c.claim.id, c.claim.attempt
+		p.Ids[i], p.Attempts[i] = c.job.id, c.job.attempt
 	}
 	ctx, cancel := w.statementContext()
 	fates, err := w.q.ClaimFates(ctx, p)
@@ -397,18 +397,18 @@ func (w *Worker) resolve(unsure []completion) (again []completion) {
 		return again
 	}
 	read := time.Now()
-	byClaim := make(map[claimKey]db.ClaimFatesRow, len(fates))
+	byClaim := make(map[heldKey]db.ClaimFatesRow, len(fates))
 	for _, f := range fates {
-		byClaim[claimKey{f.ID, f.Attempt}] = f
+		byClaim[heldKey{f.ID, f.Attempt}] = f
 	}
 	for _, c := range unsure {
-		f := byClaim[claimKey{c.claim.id, c.claim.attempt}]
-		held := c.claim.leaseHeldAt(read) || c.claim.ackCommitted.Load()
+		f := byClaim[heldKey{c.job.id, c.job.attempt}]
+		held := c.job.leaseHeldAt(read) || c.job.ackCommitted.Load()
 		o := fateOfAck(f, held)
 		if !c.ok() {
-			o = fateOfNack(f, c.act, c.claim.ackedInTx.Load(), held)
+			o = fateOfNack(f, c.act, c.job.ackedInTx.Load(), held)
 		}
-		if !c.ambiguous && !c.claim.ackedInTx.Load() && o != outcomeRetry && o != outcomeCancelled {
+		if !c.ambiguous && !c.job.ackedInTx.Load() && o != outcomeRetry && o != outcomeCancelled {
 			// Only this try was ever sent, and it matched nothing: it had
 			// no effect. The row was read only to tell an operator's
 			// cancel from a lost lease.

@@ -41,7 +41,7 @@ func keyOf(row db.HopperJob) readyKey {
 	return readyKey{priority: row.Priority, runAt: row.RunAt, id: row.ID}
 }
 
-// claimCursor is where a queue's next claim starts scanning the ready
+// scanCursor is where a queue's next claim starts scanning the ready
 // index: just past the last job it claimed. Everything before it was
 // claimed already, and its index entries, dead but kept while any
 // snapshot older than them is open, are not walked again.
@@ -58,7 +58,7 @@ func keyOf(row db.HopperJob) readyKey {
 // A claim in flight while a rewind arrives must not move the cursor past
 // it when it returns: rewinds are kept aside for the duration of a claim
 // and win over its answer.
-type claimCursor struct {
+type scanCursor struct {
 	mu       sync.Mutex
 	pos      readyKey
 	claiming bool
@@ -69,13 +69,13 @@ type claimCursor struct {
 	lastFull time.Time
 }
 
-func newClaimCursor(fullScan time.Duration) *claimCursor {
-	return &claimCursor{pos: fromStart, fullScan: fullScan}
+func newScanCursor(fullScan time.Duration) *scanCursor {
+	return &scanCursor{pos: fromStart, fullScan: fullScan}
 }
 
 // begin starts a claim and returns where it scans from: the cursor, or the
 // start when wake-ups cannot reach it (usable false) or a full scan is due.
-func (c *claimCursor) begin(now time.Time, usable bool) readyKey {
+func (c *scanCursor) begin(now time.Time, usable bool) readyKey {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.claiming, c.rewound = true, false
@@ -91,7 +91,7 @@ func (c *claimCursor) begin(now time.Time, usable bool) readyKey {
 // claimed ends a claim that answered: the cursor moves past the furthest
 // job it claimed, unless a rewind arrived meanwhile. A claim that found
 // nothing leaves the cursor where it was.
-func (c *claimCursor) claimed(rows []db.HopperJob) {
+func (c *scanCursor) claimed(rows []db.HopperJob) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, row := range rows {
@@ -106,7 +106,7 @@ func (c *claimCursor) claimed(rows []db.HopperJob) {
 // cursor does not pass headEnd, the last job the claim's head considered
 // (priority -1: none), since a round of keys may have taken jobs far
 // beyond it, past ready jobs no one considered.
-func (c *claimCursor) claimedWithin(rows []db.HopperJob, headEnd readyKey) {
+func (c *scanCursor) claimedWithin(rows []db.HopperJob, headEnd readyKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, row := range rows {
@@ -123,14 +123,14 @@ func (c *claimCursor) claimedWithin(rows []db.HopperJob, headEnd readyKey) {
 
 // failed ends a claim without an answer. Whatever it locked is pending
 // again if it rolled back, so the next claim scans from the start.
-func (c *claimCursor) failed() {
+func (c *scanCursor) failed() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.pos = fromStart
 	c.end()
 }
 
-func (c *claimCursor) end() {
+func (c *scanCursor) end() {
 	if c.rewound && c.rewindTo.less(c.pos) {
 		c.pos = c.rewindTo
 	}
@@ -138,7 +138,7 @@ func (c *claimCursor) end() {
 }
 
 // rewind moves the cursor back so that the job at k is claimed again.
-func (c *claimCursor) rewind(k readyKey) {
+func (c *scanCursor) rewind(k readyKey) {
 	back := k.justBefore()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -151,7 +151,7 @@ func (c *claimCursor) rewind(k readyKey) {
 }
 
 // at reports the cursor (tests).
-func (c *claimCursor) at() readyKey {
+func (c *scanCursor) at() readyKey {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.pos

@@ -21,63 +21,63 @@ func TestClaimCursorRules(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		run  func(c *claimCursor) readyKey // returns where the next claim starts
+		run  func(c *scanCursor) readyKey // returns where the next claim starts
 		want readyKey
 	}{
-		{"a new cursor scans from the start", func(c *claimCursor) readyKey {
+		{"a new cursor scans from the start", func(c *scanCursor) readyKey {
 			return c.begin(t0, true)
 		}, fromStart},
-		{"a claim moves it past the furthest job claimed, whatever the rows' order", func(c *claimCursor) readyKey {
+		{"a claim moves it past the furthest job claimed, whatever the rows' order", func(c *scanCursor) readyKey {
 			c.begin(t0, true)
 			c.claimed([]db.HopperJob{job(0, 2, 9), job(0, 3, 5), job(0, 1, 12)})
 			return c.begin(t0, true)
 		}, key(0, 3, 5)},
-		{"priority comes first in claim order", func(c *claimCursor) readyKey {
+		{"priority comes first in claim order", func(c *scanCursor) readyKey {
 			c.begin(t0, true)
 			c.claimed([]db.HopperJob{job(1, 0, 1), job(0, 9, 2)})
 			return c.begin(t0, true)
 		}, key(1, 0, 1)},
-		{"a limited claim does not pass the last job its head considered", func(c *claimCursor) readyKey {
+		{"a limited claim does not pass the last job its head considered", func(c *scanCursor) readyKey {
 			c.begin(t0, true)
 			c.claimedWithin([]db.HopperJob{job(0, 1, 1), job(0, 50, 90)}, key(0, 5, 7))
 			return c.begin(t0, true)
 		}, key(0, 5, 7)},
-		{"a limited claim within its head moves as any claim", func(c *claimCursor) readyKey {
+		{"a limited claim within its head moves as any claim", func(c *scanCursor) readyKey {
 			c.begin(t0, true)
 			c.claimedWithin([]db.HopperJob{job(0, 1, 1), job(0, 3, 4)}, key(0, 5, 7))
 			return c.begin(t0, true)
 		}, key(0, 3, 4)},
-		{"a limited claim without a head is not capped", func(c *claimCursor) readyKey {
+		{"a limited claim without a head is not capped", func(c *scanCursor) readyKey {
 			c.begin(t0, true)
 			c.claimedWithin([]db.HopperJob{job(0, 3, 4)}, readyKey{priority: -1})
 			return c.begin(t0, true)
 		}, key(0, 3, 4)},
-		{"a claim that finds nothing leaves it", func(c *claimCursor) readyKey {
+		{"a claim that finds nothing leaves it", func(c *scanCursor) readyKey {
 			c.begin(t0, true)
 			c.claimed([]db.HopperJob{job(0, 3, 5)})
 			c.begin(t0, true)
 			c.claimed(nil)
 			return c.begin(t0, true)
 		}, key(0, 3, 5)},
-		{"a wake-up behind it moves it back to just before the job", func(c *claimCursor) readyKey {
+		{"a wake-up behind it moves it back to just before the job", func(c *scanCursor) readyKey {
 			c.begin(t0, true)
 			c.claimed([]db.HopperJob{job(0, 3, 5)})
 			c.rewind(key(0, 1, 7))
 			return c.begin(t0, true)
 		}, key(0, 1, 6)},
-		{"a wake-up ahead of it leaves it", func(c *claimCursor) readyKey {
+		{"a wake-up ahead of it leaves it", func(c *scanCursor) readyKey {
 			c.begin(t0, true)
 			c.claimed([]db.HopperJob{job(0, 3, 5)})
 			c.rewind(key(0, 4, 7))
 			return c.begin(t0, true)
 		}, key(0, 3, 5)},
-		{"a wake-up during a claim wins over the claim's answer", func(c *claimCursor) readyKey {
+		{"a wake-up during a claim wins over the claim's answer", func(c *scanCursor) readyKey {
 			c.begin(t0, true)
 			c.rewind(key(0, 1, 7))
 			c.claimed([]db.HopperJob{job(0, 3, 5)})
 			return c.begin(t0, true)
 		}, key(0, 1, 6)},
-		{"the earliest of several wake-ups during a claim wins", func(c *claimCursor) readyKey {
+		{"the earliest of several wake-ups during a claim wins", func(c *scanCursor) readyKey {
 			c.begin(t0, true)
 			c.rewind(key(0, 2, 7))
 			c.rewind(key(0, 1, 8))
@@ -85,30 +85,30 @@ func TestClaimCursorRules(t *testing.T) {
 			c.claimed([]db.HopperJob{job(0, 3, 5)})
 			return c.begin(t0, true)
 		}, key(0, 1, 7)},
-		{"a wake-up without a place rewinds to the start", func(c *claimCursor) readyKey {
+		{"a wake-up without a place rewinds to the start", func(c *scanCursor) readyKey {
 			c.begin(t0, true)
 			c.claimed([]db.HopperJob{job(0, 3, 5)})
 			c.rewind(fromStart)
 			return c.begin(t0, true)
 		}, fromStart},
-		{"a claim without an answer rewinds to the start", func(c *claimCursor) readyKey {
+		{"a claim without an answer rewinds to the start", func(c *scanCursor) readyKey {
 			c.begin(t0, true)
 			c.claimed([]db.HopperJob{job(0, 3, 5)})
 			c.begin(t0, true)
 			c.failed()
 			return c.begin(t0, true)
 		}, fromStart},
-		{"while wake-ups cannot arrive, claims scan from the start", func(c *claimCursor) readyKey {
+		{"while wake-ups cannot arrive, claims scan from the start", func(c *scanCursor) readyKey {
 			c.begin(t0, true)
 			c.claimed([]db.HopperJob{job(0, 3, 5)})
 			return c.begin(t0, false)
 		}, fromStart},
-		{"a full scan is due every interval", func(c *claimCursor) readyKey {
+		{"a full scan is due every interval", func(c *scanCursor) readyKey {
 			c.begin(t0, true)
 			c.claimed([]db.HopperJob{job(0, 3, 5)})
 			return c.begin(t0.Add(every), true)
 		}, fromStart},
-		{"and not before", func(c *claimCursor) readyKey {
+		{"and not before", func(c *scanCursor) readyKey {
 			c.begin(t0, true)
 			c.claimed([]db.HopperJob{job(0, 3, 5)})
 			return c.begin(t0.Add(every-time.Millisecond), true)
@@ -116,7 +116,7 @@ func TestClaimCursorRules(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tc.want, tc.run(newClaimCursor(every)))
+			require.Equal(t, tc.want, tc.run(newScanCursor(every)))
 		})
 	}
 }

@@ -22,7 +22,7 @@ func (e *timeoutError) Error() string { return fmt.Sprintf("hopper: job timed ou
 var errAbandoned = errors.New("hopper: handler abandoned past its timeout")
 
 // handlerLoop runs jobs of one queue until the queue's dispatch closes.
-func (w *Worker) handlerLoop(qr *queueRunner) {
+func (w *Worker) handlerLoop(qr *producer) {
 	defer w.poolWG.Done()
 	for d := range qr.dispatch {
 		w.execute(d)
@@ -31,7 +31,7 @@ func (w *Worker) handlerLoop(qr *queueRunner) {
 
 func (w *Worker) execute(d dispatched) {
 	defer w.handlerWG.Done()
-	c, row := d.claim, d.row
+	c, row := d.job, d.row
 	w.handlerStarting(d.rate)
 	err := d.err
 	var elapsed time.Duration
@@ -50,11 +50,11 @@ func (w *Worker) execute(d dispatched) {
 			// The handler's AckTx committed before its job was taken from
 			// it (abandoned as stuck, given back at shutdown): the job is
 			// done, whatever happened to the claim since.
-			w.report(completion{claim: c, act: actAck}, outcomeDone)
+			w.report(completion{job: c, act: actAck}, outcomeDone)
 			c.freeSlot()
 			return
 		}
-		switch claimState(c.state.Load()) {
+		switch heldState(c.state.Load()) {
 		case claimLost:
 			log().Warn("lease lost while the handler ran: its result is discarded; the job runs again elsewhere", "handler_error", err)
 			w.told(c, OutcomeRefused)
@@ -98,16 +98,16 @@ func (w *Worker) run(d dispatched) (elapsed time.Duration, result json.RawMessag
 	ctx, cancel := context.WithCancelCause(w.handlerBase)
 	defer cancel(nil)
 	start := time.Now()
-	d.claim.begin(cancel, start, d.timeout)
-	w.inFlight.add(d.claim)
-	defer w.inFlight.remove(d.claim)
-	ctx = context.WithValue(ctx, claimKeyCtx{}, d.claim)
+	d.job.begin(cancel, start, d.timeout)
+	w.inFlight.add(d.job)
+	defer w.inFlight.remove(d.job)
+	ctx = context.WithValue(ctx, claimKeyCtx{}, d.job)
 	if d.timeout > 0 {
 		var cancelTimeout context.CancelFunc
 		ctx, cancelTimeout = context.WithTimeoutCause(ctx, d.timeout, &timeoutError{d.timeout})
 		defer cancelTimeout()
 	}
-	if d.claim.view != nil {
+	if d.job.view != nil {
 		result, err = w.callHooked(ctx, d)
 	} else {
 		result, err = d.call(ctx)
@@ -116,16 +116,16 @@ func (w *Worker) run(d dispatched) (elapsed time.Duration, result json.RawMessag
 	if err != nil && d.timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("timed out after %v: %w", d.timeout, err)
 	}
-	if err != nil && d.claim.view != nil {
-		w.tellError(ctx, d.claim.view, err)
+	if err != nil && d.job.view != nil {
+		w.tellError(ctx, d.job.view, err)
 	}
 	return time.Since(start), result, err
 }
 
 // completion turns a handler's result into what the completer records.
-func (w *Worker) completion(h *handler, row db.HopperJob, c *claim, err error) completion {
+func (w *Worker) completion(h *handler, row db.HopperJob, c *heldJob, err error) completion {
 	v := judge(err)
-	comp := completion{claim: c, act: v.act, message: v.message, deadReason: v.deadReason}
+	comp := completion{job: c, act: v.act, message: v.message, deadReason: v.deadReason}
 	switch {
 	case v.act == actSnooze:
 		comp.backoff = max(time.Until(v.until), time.Millisecond) // a snoozed job waits, scheduled
@@ -144,7 +144,7 @@ func (w *Worker) completion(h *handler, row db.HopperJob, c *claim, err error) c
 
 // ackedInCommittedTx reports whether the claim's handler acked its job
 // with AckTx in a transaction the server says committed.
-func (w *Worker) ackedInCommittedTx(c *claim) bool {
+func (w *Worker) ackedInCommittedTx(c *heldJob) bool {
 	if !c.ackedInTx.Load() || c.ackXid.Load() == 0 {
 		return false
 	}

@@ -9,7 +9,7 @@ func ObserveOutcomes(w *Worker, fn func(id int64, attempt int32, outcome string)
 }
 
 // HeldClaims is how many claims the worker's heartbeat keeps extending.
-func HeldClaims(w *Worker) int { return w.claims.len() }
+func HeldClaims(w *Worker) int { return w.held.len() }
 
 // Beats is how many heartbeats the worker has done.
 func Beats(w *Worker) int64 { return w.beats.Load() }
@@ -28,7 +28,7 @@ func CursorAt(w *Worker, queue string) (priority int16, runAt time.Time, id int6
 // ClaimFinished reports whether the claim (id, attempt) is held with its
 // handler returned and its result waiting to be recorded.
 func ClaimFinished(w *Worker, id int64, attempt int32) bool {
-	c := w.claims.get(id, attempt)
+	c := w.held.get(id, attempt)
 	return c != nil && c.is(claimFinished)
 }
 

@@ -13,7 +13,7 @@ import (
 // after a key and found too few jobs goes round once more from the first
 // key. It also returns how long until a rate limit gives budget back,
 // when one cut the claim short.
-func (w *Worker) dequeueLimited(ctx context.Context, qr *queueRunner, n int) ([]db.HopperJob, time.Duration, error) {
+func (w *Worker) dequeueLimited(ctx context.Context, qr *producer, n int) ([]db.HopperJob, time.Duration, error) {
 	f := qr.flow
 	if f.PriorityAging > 0 && !time.Now().Before(f.nextAging) {
 		w.agePriorities(ctx, qr)
@@ -123,7 +123,7 @@ func (w *Worker) claimLimited(ctx context.Context, p db.DequeueLimitedParams) ([
 // rateWait is how long until the queue's rate window gives budget back,
 // after a claim it cut short: read outside the claim lock. If it cannot
 // be read, the window's length, after which all of it is back.
-func (w *Worker) rateWait(ctx context.Context, qr *queueRunner) time.Duration {
+func (w *Worker) rateWait(ctx context.Context, qr *producer) time.Duration {
 	per := qr.flow.Rate.Per
 	ms, err := w.q.RateWait(ctx, db.RateWaitParams{Queue: qr.name, RateWindowMs: per.Milliseconds()})
 	if err != nil {
@@ -141,7 +141,7 @@ const agingBatch = 10000
 // agePriorities ages the queue's waiting jobs if no worker has in the last
 // interval. It tries four times per interval, so that the interval between
 // two agings stays close to PriorityAging whichever worker does it.
-func (w *Worker) agePriorities(ctx context.Context, qr *queueRunner) {
+func (w *Worker) agePriorities(ctx context.Context, qr *producer) {
 	f := qr.flow
 	f.nextAging = time.Now().Add(f.PriorityAging / 4)
 	n, err := w.q.AgePriorities(ctx, db.AgePrioritiesParams{

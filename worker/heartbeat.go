@@ -31,7 +31,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 			continue
 		}
 		w.abandonStuck(time.Now())
-		held := w.claims.snapshot()
+		held := w.held.snapshot()
 		for start := 0; start < len(held); start += extendBatch {
 			chunk := held[start:min(start+extendBatch, len(held))]
 			if _, err := w.extend(ctx, chunk, w.cfg.LeaseDuration); err != nil {
@@ -70,7 +70,7 @@ func (w *Worker) abandonStuck(now time.Time) {
 // the database no longer holds for us as lost. It returns how many it
 // extended; a claim whose row another transaction has locked is skipped
 // this time (see queries/lease.sql).
-func (w *Worker) extend(ctx context.Context, claims []*claim, lease time.Duration) (int, error) {
+func (w *Worker) extend(ctx context.Context, claims []*heldJob, lease time.Duration) (int, error) {
 	p := db.ExtendParams{LeaseMs: lease.Milliseconds(), Ids: make([]int64, len(claims)), Attempts: make([]int32, len(claims))}
 	for i, c := range claims {
 		p.Ids[i], p.Attempts[i] = c.id, c.attempt
@@ -82,14 +82,14 @@ func (w *Worker) extend(ctx context.Context, claims []*claim, lease time.Duratio
 	if err != nil {
 		return 0, err
 	}
-	held := make(map[claimKey]bool, len(rows))
+	held := make(map[heldKey]bool, len(rows))
 	for _, r := range rows {
-		held[claimKey{r.ID, r.Attempt}] = r.Extended
+		held[heldKey{r.ID, r.Attempt}] = r.Extended
 	}
 	extended := 0
-	var gone []*claim
+	var gone []*heldJob
 	for _, c := range claims {
-		ext, ok := held[claimKey{c.id, c.attempt}]
+		ext, ok := held[heldKey{c.id, c.attempt}]
 		switch {
 		case ext:
 			c.leaseHeldUntil(sent, lease)
@@ -115,11 +115,11 @@ func (w *Worker) extend(ctx context.Context, claims []*claim, lease time.Duratio
 // holds for this worker: with ErrCancelled when an operator cancelled the
 // job (a worker that missed the notification, or has none: PollOnly),
 // with ErrLeaseLost otherwise (swept, claimed again).
-func (w *Worker) settleGone(ctx context.Context, gone []*claim) {
+func (w *Worker) settleGone(ctx context.Context, gone []*heldJob) {
 	if len(gone) == 0 {
 		return
 	}
-	cancelled := map[claimKey]bool{}
+	cancelled := map[heldKey]bool{}
 	p := db.ClaimFatesParams{Ids: make([]int64, len(gone)), Attempts: make([]int32, len(gone))}
 	for i, c := range gone {
 		p.Ids[i], p.Attempts[i] = c.id, c.attempt
@@ -134,12 +134,12 @@ func (w *Worker) settleGone(ctx context.Context, gone []*claim) {
 		// An operator's cancel moves the job to the dead table under the
 		// same attempt, with no entry for it (a sweep would add one).
 		if cancelledByOperator(f) {
-			cancelled[claimKey{f.ID, f.Attempt}] = true
+			cancelled[heldKey{f.ID, f.Attempt}] = true
 		}
 	}
 	for _, c := range gone {
 		switch {
-		case cancelled[claimKey{c.id, c.attempt}]:
+		case cancelled[heldKey{c.id, c.attempt}]:
 			if c.cancelled() {
 				w.log.Info("job cancelled while it ran: cancelling the handler", "job_id", c.id, "kind", c.kind, "attempt", c.attempt)
 			}
@@ -153,7 +153,7 @@ func (w *Worker) settleGone(ctx context.Context, gone []*claim) {
 // by the Cancel statement: the claim it names, if this worker holds it,
 // has its handler cancelled.
 func (w *Worker) cancelNotice(id int64, attempt int32) {
-	if c := w.claims.get(id, attempt); c != nil && c.cancelled() {
+	if c := w.held.get(id, attempt); c != nil && c.cancelled() {
 		w.log.Info("job cancelled while it ran: cancelling the handler", "job_id", c.id, "kind", c.kind, "attempt", c.attempt)
 	}
 }

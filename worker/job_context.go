@@ -12,8 +12,8 @@ import (
 
 type claimKeyCtx struct{}
 
-func claimFrom(ctx context.Context, id int64) (*claim, error) {
-	c, ok := ctx.Value(claimKeyCtx{}).(*claim)
+func claimFrom(ctx context.Context, id int64) (*heldJob, error) {
+	c, ok := ctx.Value(claimKeyCtx{}).(*heldJob)
 	if !ok || c.id != id {
 		return nil, fmt.Errorf("no running job %d in this context: pass the handler's context", id)
 	}
@@ -45,7 +45,7 @@ func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) 
 	// an ack in flight (Extend skips locked rows rather than wait): try
 	// again a few times before calling it busy.
 	for try := 0; ; try++ {
-		n, err := c.owner.extend(ctx, []*claim{c}, d)
+		n, err := c.owner.extend(ctx, []*heldJob{c}, d)
 		switch {
 		case err != nil:
 			return fmt.Errorf("extend lease of job %d: %w", job.ID, err)
@@ -82,7 +82,7 @@ func AckTx[T any](ctx context.Context, tx jobs.DBTX, job *jobs.Job[T]) error {
 		return err
 	}
 	q := db.New(c.owner.dbtx(tx))
-	deleted, err := ackBatch(ctx, q, []completion{{claim: c, keep: c.keep}})
+	deleted, err := ackBatch(ctx, q, []completion{{job: c, keep: c.keep}})
 	if err != nil {
 		return fmt.Errorf("ack job %d in transaction: %w", job.ID, err)
 	}

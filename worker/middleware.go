@@ -127,7 +127,7 @@ func (w *Worker) callHooked(ctx context.Context, d dispatched) (json.RawMessage,
 		return d.call(ctx)
 	}
 	var out json.RawMessage
-	err := w.wrap(d.h, d.claim.view, func(ctx context.Context) error {
+	err := w.wrap(d.h, d.job.view, func(ctx context.Context) error {
 		r, err := d.call(ctx)
 		out = r
 		return err
@@ -156,7 +156,7 @@ func (w *Worker) safely(what string, job *jobs.Row, hook func()) {
 }
 
 // told calls the outcome hooks for a run that had a view.
-func (w *Worker) told(c *claim, o Outcome) {
+func (w *Worker) told(c *heldJob, o Outcome) {
 	if c.view == nil {
 		return
 	}

@@ -151,7 +151,7 @@ const sweptError = "lease expired"
 
 // report counts and logs a settled result, and retires its claim.
 func (w *Worker) report(c completion, o outcome) {
-	q, k := c.claim.queue.name, c.claim.kind
+	q, k := c.job.queue.name, c.job.kind
 	switch o {
 	case outcomeDone:
 		w.metrics.outcome(q, k, OutcomeDone)
@@ -166,19 +166,19 @@ func (w *Worker) report(c completion, o outcome) {
 	case outcomeRefused:
 		w.metrics.outcome(q, k, OutcomeRefused)
 		w.log.Warn("result refused: the job is no longer this worker's (its lease was lost and it runs again elsewhere, or it was cancelled)",
-			"job_id", c.claim.id, "kind", k, "attempt", c.claim.attempt, "ok", c.ok())
+			"job_id", c.job.id, "kind", k, "attempt", c.job.attempt, "ok", c.ok())
 	case outcomeUnconfirmed:
 		w.metrics.outcome(q, k, OutcomeUnconfirmed)
 		w.log.Warn("result unconfirmed: its statement may have committed, but the reply was lost and the database no longer shows it",
-			"job_id", c.claim.id, "kind", k, "attempt", c.claim.attempt, "ok", c.ok())
+			"job_id", c.job.id, "kind", k, "attempt", c.job.attempt, "ok", c.ok())
 	case outcomeUnrecorded:
 		w.metrics.outcome(q, k, OutcomeUnrecorded)
 		w.log.Error("result not recorded (the shutdown deadline passed, or the server refused it): the job will run again after its lease expires",
-			"job_id", c.claim.id, "kind", k, "attempt", c.claim.attempt, "ok", c.ok())
+			"job_id", c.job.id, "kind", k, "attempt", c.job.attempt, "ok", c.ok())
 	}
 	if w.observe != nil {
-		w.observe(c.claim.id, c.claim.attempt, o)
+		w.observe(c.job.id, c.job.attempt, o)
 	}
-	w.told(c.claim, o.public())
-	c.claim.recorded()
+	w.told(c.job, o.public())
+	c.job.recorded()
 }

@@ -48,11 +48,11 @@ func (w *Worker) splitAcks(acks []completion, code string, again, unsure []compl
 	switch {
 	case c.keep > 0 && c.result != nil && c.degraded == 1:
 		w.log.Error("the server refused the handler's result: the job is kept in the history without it",
-			"job_id", c.claim.id, "kind", c.claim.kind, "sqlstate", code)
+			"job_id", c.job.id, "kind", c.job.kind, "sqlstate", code)
 		c.result = nil
 	case c.keep > 0 && c.degraded <= 2:
 		w.log.Error("the server refused to keep the job in the history: it is completed without being kept",
-			"job_id", c.claim.id, "kind", c.claim.kind, "sqlstate", code)
+			"job_id", c.job.id, "kind", c.job.kind, "sqlstate", code)
 		c.keep, c.result = 0, nil
 	default:
 		w.refusedForGood(c, code)
@@ -75,11 +75,11 @@ func (w *Worker) splitNacks(nacks []completion, code string, again, unsure []com
 	switch c.degraded {
 	case 1:
 		w.log.Error("the server refused the job's failure message: it is stored as plain ASCII",
-			"job_id", c.claim.id, "kind", c.claim.kind, "sqlstate", code)
+			"job_id", c.job.id, "kind", c.job.kind, "sqlstate", code)
 		c.message, c.deadReason = asciiText(c.message), asciiText(c.deadReason)
 	case 2:
 		w.log.Error("the server refused the job's failure even in plain ASCII: the job goes dead",
-			"job_id", c.claim.id, "kind", c.claim.kind, "sqlstate", code)
+			"job_id", c.job.id, "kind", c.job.kind, "sqlstate", code)
 		c.act = actDead
 		c.message = "hopper: the server refused this attempt's outcome (SQLSTATE " + code + ")"
 		c.deadReason = "outcome refused by the server (SQLSTATE " + code + ")"
@@ -96,6 +96,6 @@ func (w *Worker) splitNacks(nacks []completion, code string, again, unsure []com
 // attempt by the sweep. It is never lost.
 func (w *Worker) refusedForGood(c completion, code string) {
 	w.log.Error("the server refused every form of this result: the job runs again after its lease expires",
-		"job_id", c.claim.id, "kind", c.claim.kind, "attempt", c.claim.attempt, "sqlstate", code)
+		"job_id", c.job.id, "kind", c.job.kind, "attempt", c.job.attempt, "sqlstate", code)
 	w.report(c, outcomeUnrecorded)
 }

@@ -13,8 +13,8 @@ import (
 func benchRun(b *testing.B, prepare func(w *Worker, d *dispatched)) {
 	w := &Worker{handlerBase: context.Background()}
 	w.cfg.AbandonAfter = 10 * time.Second
-	c := &claim{owner: w}
-	d := dispatched{h: &handler{}, claim: c, timeout: time.Minute,
+	c := &heldJob{owner: w}
+	d := dispatched{h: &handler{}, job: c, timeout: time.Minute,
 		call: func(context.Context) (json.RawMessage, error) { return nil, nil }}
 	prepare(w, &d)
 	b.ReportAllocs()

@@ -18,7 +18,7 @@ func BenchmarkRunMiddleware(b *testing.B) {
 					w.cfg.Middleware = append(w.cfg.Middleware, noop)
 				}
 				w.cfg.OnOutcome = []OutcomeHook{func(*jobs.Row, Outcome, error) {}}
-				d.claim.view = &jobs.Row{ID: 1, Kind: "k"}
+				d.job.view = &jobs.Row{ID: 1, Kind: "k"}
 			})
 		})
 	}

@@ -14,7 +14,7 @@ func (w *Worker) shutdown(hardDeadline time.Time) {
 	if waitUntil(&w.handlerWG, hardDeadline.Add(-w.cfg.ShutdownGrace)) {
 		return
 	}
-	released := w.claims.releaseRunning()
+	released := w.held.releaseRunning()
 	w.log.Warn("shutdown deadline passed: cancelling running handlers", "jobs", len(released))
 	// Handlers that honour their context return at once; wait a little for
 	// them, keeping most of the grace for recording results and giving
@@ -41,8 +41,8 @@ func waitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
 
 // releaseUnfinished gives back every claim whose handler did not finish.
 func (w *Worker) releaseUnfinished() {
-	w.claims.releaseRunning()
-	claims := w.claims.takeReleased()
+	w.held.releaseRunning()
+	claims := w.held.takeReleased()
 	if len(claims) == 0 {
 		return
 	}

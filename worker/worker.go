@@ -54,17 +54,17 @@ type Worker struct {
 	keyLimits    []int32
 	running      bool
 
-	queues     map[string]*queueRunner
+	queues     map[string]*producer
 	metricsSrv *metricsServer
 	schema     string // where hopper_jobs lives: wake-ups for others are ignored
 	// listening: the wake-up listener is subscribed, so wake-ups reach the
-	// claim cursors and they may be used.
+	// scan cursors and they may be used.
 	listening atomic.Bool
 	// sweeps and promotions: how far back the next one looks.
 	sweeps     scanHorizon
 	promotions scanHorizon
 	prunes     scanHorizon
-	claims     claimSet
+	held       heldJobs
 	inFlight   handlerSet // running handlers, held claims or not
 	results    *resultQueue
 	registry   registration // this worker's row in hopper_workers
@@ -102,21 +102,21 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		cfg:          cfg,
 		log:          cfg.Logger.With("worker", cfg.ID),
 		handlers:     map[string]*handler{},
-		queues:       map[string]*queueRunner{},
+		queues:       map[string]*producer{},
 		scheduleWake: make(chan struct{}, 1),
 	}
 	if cfg.Schema != "" {
 		w.scope = schemascope.Wrap(pool, cfg.Schema)
 	}
 	w.q = db.New(w.dbtx(pool))
-	w.claims.claims = map[claimKey]*claim{}
+	w.held.jobs = map[heldKey]*heldJob{}
 	w.results = newResultQueue(cfg.AckBatchSize)
 	w.metrics, err = newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
 	for name, n := range cfg.Queues {
-		w.queues[name] = newQueueRunner(w, name, n)
+		w.queues[name] = newProducer(w, name, n)
 	}
 	return w, nil
 }

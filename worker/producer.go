@@ -9,8 +9,8 @@ import (
 	"github.com/hopperq/hopper/db"
 )
 
-// queueRunner is one queue's claim loop state.
-type queueRunner struct {
+// producer is one queue's claim loop state.
+type producer struct {
 	owner     *Worker
 	name      string
 	max       int
@@ -23,21 +23,21 @@ type queueRunner struct {
 	// a few goroutines rather than one new goroutine per job.
 	dispatch chan dispatched
 	spawned  int // handler goroutines started (claim goroutine only)
-	cursor   *claimCursor
+	cursor   *scanCursor
 	flow     *queueFlow    // nil: no flow control (set as Run starts)
 	budget   time.Duration // flow control: the last claim was cut short by a rate limit until then
 }
 
-func newQueueRunner(w *Worker, name string, n int) *queueRunner {
-	return &queueRunner{owner: w, name: name, max: n, wake: make(chan struct{}, 1), slotFreed: make(chan struct{}, 1),
-		dispatch: make(chan dispatched, n), cursor: newClaimCursor(w.cfg.FullScanInterval)}
+func newProducer(w *Worker, name string, n int) *producer {
+	return &producer{owner: w, name: name, max: n, wake: make(chan struct{}, 1), slotFreed: make(chan struct{}, 1),
+		dispatch: make(chan dispatched, n), cursor: newScanCursor(w.cfg.FullScanInterval)}
 }
 
 // dispatched is a claimed, decoded job on its way to a handler goroutine.
 type dispatched struct {
 	h       *handler
 	row     db.HopperJob
-	claim   *claim
+	job     *heldJob
 	call    func(context.Context) (json.RawMessage, error) // nil when decoding failed
 	timeout time.Duration                                  // the run's timeout; 0: none
 	keep    time.Duration                                  // how long its completion is kept; 0: not
@@ -70,7 +70,7 @@ func (w *Worker) wakeAll() {
 // after a short pause, whatever is free then), so that claims come in
 // batches rather than one job per freed slot; an idle queue waits for a
 // wake-up or the poll interval.
-func (w *Worker) fetchLoop(ctx context.Context, qr *queueRunner) {
+func (w *Worker) fetchLoop(ctx context.Context, qr *producer) {
 	poll := time.NewTimer(w.cfg.PollInterval)
 	defer poll.Stop()
 	refill := max(1, qr.max/4)
@@ -78,7 +78,7 @@ func (w *Worker) fetchLoop(ctx context.Context, qr *queueRunner) {
 	for {
 		free := qr.max - int(qr.running.Load())
 		if free > 0 {
-			n, err := w.claim(ctx, qr, free)
+			n, err := w.fetch(ctx, qr, free)
 			if ctx.Err() != nil {
 				return
 			}
@@ -109,7 +109,7 @@ const refillPause = 2 * time.Millisecond
 
 // awaitSlots waits until want slots are free, or refillPause has passed and
 // at least one is. It returns false when ctx ends.
-func awaitSlots(ctx context.Context, qr *queueRunner, want int) bool {
+func awaitSlots(ctx context.Context, qr *producer, want int) bool {
 	pause := time.NewTimer(refillPause)
 	defer pause.Stop()
 	paused := false
@@ -133,7 +133,7 @@ func awaitSlots(ctx context.Context, qr *queueRunner, want int) bool {
 }
 
 // awaitWork waits for a wake-up or the poll interval.
-func (w *Worker) awaitWork(ctx context.Context, qr *queueRunner, poll *time.Timer) {
+func (w *Worker) awaitWork(ctx context.Context, qr *producer, poll *time.Timer) {
 	if !poll.Stop() {
 		select {
 		case <-poll.C:
@@ -160,7 +160,7 @@ func (w *Worker) awaitWork(ctx context.Context, qr *queueRunner, poll *time.Time
 
 // dequeue claims up to n jobs of the queue: from the claim cursor on, or,
 // under flow control, by the limited claim.
-func (w *Worker) dequeue(ctx context.Context, qr *queueRunner, n int, sent time.Time) ([]db.HopperJob, error) {
+func (w *Worker) dequeue(ctx context.Context, qr *producer, n int, sent time.Time) ([]db.HopperJob, error) {
 	if qr.flow != nil {
 		rows, wait, err := w.dequeueLimited(ctx, qr, n)
 		qr.budget = wait
@@ -196,8 +196,8 @@ func (w *Worker) dequeue(ctx context.Context, qr *queueRunner, n int, sent time.
 // wait on a connection that will never answer.
 const claimAnswerWait = 30 * time.Second
 
-// claim dequeues up to n jobs and starts their handlers.
-func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error) {
+// fetch dequeues up to n jobs and starts their handlers.
+func (w *Worker) fetch(ctx context.Context, qr *producer, n int) (int, error) {
 	// The claim is not cut off by shutdown, only by the shutdown's hard
 	// deadline, and it waits long for its answer (claimAnswerWait).
 	qctx, cancel := context.WithTimeout(w.hard, claimAnswerWait)
@@ -213,7 +213,7 @@ func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error)
 	for i, row := range rows {
 		h := w.handlers[row.Kind]
 		keep := h.keepFor(&w.cfg, row.Queue)
-		c := w.claims.add(w, row, qr, sent, keep)
+		c := w.held.add(w, row, qr, sent, keep)
 		w.metrics.claimed(row.Queue, row.Kind, now.Sub(row.RunAt))
 		// Decoding here, in one busy goroutine, rather than in the handler
 		// goroutine keeps the decoder's deep stack from being grown anew
@@ -236,7 +236,7 @@ func (w *Worker) claim(ctx context.Context, qr *queueRunner, n int) (int, error)
 			go w.handlerLoop(qr)
 		}
 		// Never blocks: at most max jobs are waiting or running.
-		d := dispatched{h: h, row: row, claim: c, call: call, timeout: timeout, keep: keep, err: err}
+		d := dispatched{h: h, row: row, job: c, call: call, timeout: timeout, keep: keep, err: err}
 		if rates != nil {
 			d.rate = rates[i]
 		}

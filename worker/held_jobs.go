@@ -10,14 +10,14 @@ import (
 	"github.com/hopperq/hopper/jobs"
 )
 
-// claimState is where one claim is in its life inside the worker. Every
-// change goes through a method of claim below, which does the clean-up the
+// heldState is where one held job is in its life inside the worker. Every
+// change goes through a method of heldJob below, which does the clean-up the
 // new state needs, so no caller has to remember it.
-type claimState int32
+type heldState int32
 
 const (
 	// claimRunning: the handler runs; the heartbeat extends the lease.
-	claimRunning claimState = iota
+	claimRunning heldState = iota
 	// claimFinished: the handler returned; its result waits to be recorded
 	// and the heartbeat still extends the lease until it is.
 	claimFinished
@@ -39,19 +39,19 @@ const (
 	claimCancelled
 )
 
-// claim is one job this worker holds, from its claim until its outcome is
+// heldJob is one job this worker holds, from its claim until its outcome is
 // known.
-type claim struct {
+type heldJob struct {
 	id      int64
 	attempt int32
 	kind    string
-	queue   *queueRunner
+	queue   *producer
 	owner   *Worker
 	keep    time.Duration // how long its completion stays in the history; 0: not kept
 	keyed   bool          // a keyed job of a queue under flow control
 	place   readyKey      // where it stood in the ready order when claimed
 
-	state     atomic.Int32 // a claimState
+	state     atomic.Int32 // a heldState
 	ackedInTx atomic.Bool  // AckTx deleted the row in the handler's transaction
 	ackXid    atomic.Int64 // that transaction's id (0: unknown)
 	// ackCommitted: the server said the handler's AckTx transaction
@@ -79,16 +79,16 @@ type claim struct {
 	givenUp     bool
 }
 
-func (c *claim) is(s claimState) bool { return claimState(c.state.Load()) == s }
+func (c *heldJob) is(s heldState) bool { return heldState(c.state.Load()) == s }
 
-func (c *claim) move(from, to claimState) bool {
+func (c *heldJob) move(from, to heldState) bool {
 	return c.state.CompareAndSwap(int32(from), int32(to))
 }
 
 // begin records the start of the handler and its context's cancel; the
 // claim may have been lost or released before its handler got here, in
 // which case the context is cancelled at once.
-func (c *claim) begin(cancel context.CancelCauseFunc, started time.Time, timeout time.Duration) {
+func (c *heldJob) begin(cancel context.CancelCauseFunc, started time.Time, timeout time.Duration) {
 	c.mu.Lock()
 	c.cancel = cancel
 	c.started = started
@@ -96,7 +96,7 @@ func (c *claim) begin(cancel context.CancelCauseFunc, started time.Time, timeout
 		c.hardStop = started.Add(timeout + c.owner.cfg.AbandonAfter)
 	}
 	c.mu.Unlock()
-	switch claimState(c.state.Load()) {
+	switch heldState(c.state.Load()) {
 	case claimLost:
 		c.cancelWith(ErrLeaseLost)
 	case claimReleased:
@@ -110,7 +110,7 @@ func (c *claim) begin(cancel context.CancelCauseFunc, started time.Time, timeout
 // stop gets AbandonAfter to do so, whatever its timeout: past that the
 // heartbeat gives up on it and frees its slot (abandonStuck), whether or
 // not the worker still holds its job.
-func (c *claim) cancelWith(cause error) {
+func (c *heldJob) cancelWith(cause error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cancel == nil {
@@ -123,7 +123,7 @@ func (c *claim) cancelWith(cause error) {
 }
 
 // overdue reports whether the handler should have returned by now.
-func (c *claim) overdue(now time.Time) (due bool, ranFor time.Duration) {
+func (c *heldJob) overdue(now time.Time) (due bool, ranFor time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return !c.handlerDone && !c.hardStop.IsZero() && now.After(c.hardStop), now.Sub(c.started)
@@ -132,7 +132,7 @@ func (c *claim) overdue(now time.Time) (due bool, ranFor time.Duration) {
 // giveUp stops waiting for the handler: its slot goes back to the queue and
 // it is counted stuck until it returns. It reports false when the handler
 // returned already or was given up on before.
-func (c *claim) giveUp() bool {
+func (c *heldJob) giveUp() bool {
 	c.mu.Lock()
 	if c.handlerDone || c.givenUp {
 		c.mu.Unlock()
@@ -148,7 +148,7 @@ func (c *claim) giveUp() bool {
 
 // returned marks the handler returned and reports whether it had been given
 // up on (its stuck count is then taken back).
-func (c *claim) returned() (wasGivenUp bool) {
+func (c *heldJob) returned() (wasGivenUp bool) {
 	c.mu.Lock()
 	c.handlerDone = true
 	wasGivenUp = c.givenUp
@@ -163,7 +163,7 @@ func (c *claim) returned() (wasGivenUp bool) {
 // leaseHeldUntil raises the time until which the lease certainly holds:
 // the database set lease_until to at least its now() + lease, and its now()
 // came after sent.
-func (c *claim) leaseHeldUntil(sent time.Time, lease time.Duration) {
+func (c *heldJob) leaseHeldUntil(sent time.Time, lease time.Duration) {
 	c.mu.Lock()
 	if t := sent.Add(lease); t.After(c.leaseFloor) {
 		c.leaseFloor = t
@@ -173,14 +173,14 @@ func (c *claim) leaseHeldUntil(sent time.Time, lease time.Duration) {
 
 // leaseHeldAt reports whether no one else could have taken the job before t
 // (a moment on this process's monotonic clock).
-func (c *claim) leaseHeldAt(t time.Time) bool {
+func (c *heldJob) leaseHeldAt(t time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return t.Before(c.leaseFloor)
 }
 
 // freeSlot gives the claim's queue slot back, once.
-func (c *claim) freeSlot() {
+func (c *heldJob) freeSlot() {
 	if c.slotFree.CompareAndSwap(false, true) {
 		c.queue.running.Add(-1)
 		signal(c.queue.slotFreed)
@@ -188,12 +188,12 @@ func (c *claim) freeSlot() {
 }
 
 // finish: running → finished, when the handler returned in time.
-func (c *claim) finish() bool { return c.move(claimRunning, claimFinished) }
+func (c *heldJob) finish() bool { return c.move(claimRunning, claimFinished) }
 
 // recorded: finished → recorded; the claim leaves the set.
-func (c *claim) recorded() {
+func (c *heldJob) recorded() {
 	if c.move(claimFinished, claimRecorded) {
-		c.owner.claims.remove(c)
+		c.owner.held.remove(c)
 		c.freeKey()
 	}
 }
@@ -204,7 +204,7 @@ func (c *claim) recorded() {
 // cursor may have passed them: it goes back to here. No wake-up announces
 // them (nothing was inserted), so without this they would wait for the
 // next full scan.
-func (c *claim) freeKey() {
+func (c *heldJob) freeKey() {
 	if c.keyed {
 		c.readyAgain()
 	}
@@ -212,18 +212,18 @@ func (c *claim) freeKey() {
 
 // readyAgain moves the queue's cursor back to the claim's place and wakes
 // the claim loop: a job at or after that place became ready unannounced.
-func (c *claim) readyAgain() {
+func (c *heldJob) readyAgain() {
 	c.queue.cursor.rewind(c.place)
 	signal(c.queue.wake)
 }
 
 // lose: running → lost; the claim leaves the set (the heartbeat stops
 // extending it at once) and its handler is cancelled.
-func (c *claim) lose() bool {
+func (c *heldJob) lose() bool {
 	if !c.move(claimRunning, claimLost) {
 		return false
 	}
-	c.owner.claims.remove(c)
+	c.owner.held.remove(c)
 	c.owner.metrics.leaseLost(c.queue.name, c.kind)
 	c.cancelWith(ErrLeaseLost)
 	c.freeKey()
@@ -233,11 +233,11 @@ func (c *claim) lose() bool {
 // cancelled: running → cancelled, when the worker learns that an operator
 // cancelled the job; the claim leaves the set (there is no lease left to
 // extend) and its handler is cancelled with ErrCancelled.
-func (c *claim) cancelled() bool {
+func (c *heldJob) cancelled() bool {
 	if !c.move(claimRunning, claimCancelled) {
 		return false
 	}
-	c.owner.claims.remove(c)
+	c.owner.held.remove(c)
 	c.owner.metrics.outcome(c.queue.name, c.kind, OutcomeCancelled)
 	c.cancelWith(ErrCancelled)
 	c.freeKey()
@@ -246,7 +246,7 @@ func (c *claim) cancelled() bool {
 
 // release: running → released, at the shutdown deadline; the handler is
 // cancelled. The claim stays in the set until Release gave it back.
-func (c *claim) release() bool {
+func (c *heldJob) release() bool {
 	if !c.move(claimRunning, claimReleased) {
 		return false
 	}
@@ -258,57 +258,57 @@ func (c *claim) release() bool {
 // claim leaves the set (no more lease extension), its slot is freed so the
 // worker keeps its capacity, and the stuck handler is counted until it
 // returns (giveUp).
-func (c *claim) abandon() bool {
+func (c *heldJob) abandon() bool {
 	if !c.move(claimRunning, claimAbandoned) {
 		return false
 	}
-	c.owner.claims.remove(c)
+	c.owner.held.remove(c)
 	c.cancelWith(errAbandoned)
 	c.giveUp()
 	return true
 }
 
-// claimKey names one claim: a worker that lost a job may claim it again.
-type claimKey struct {
+// heldKey names one claim: a worker that lost a job may claim it again.
+type heldKey struct {
 	id      int64
 	attempt int32
 }
 
-// claimSet holds the claims whose leases the heartbeat keeps: running and
+// heldJobs holds the claims whose leases the heartbeat keeps: running and
 // finished ones, and released ones until they are given back.
-type claimSet struct {
-	mu     sync.Mutex
-	claims map[claimKey]*claim
+type heldJobs struct {
+	mu   sync.Mutex
+	jobs map[heldKey]*heldJob
 }
 
-func (s *claimSet) add(w *Worker, row db.HopperJob, qr *queueRunner, sent time.Time, keep time.Duration) *claim {
-	c := &claim{id: row.ID, attempt: row.Attempt, kind: row.Kind, queue: qr, owner: w, keep: keep,
+func (s *heldJobs) add(w *Worker, row db.HopperJob, qr *producer, sent time.Time, keep time.Duration) *heldJob {
+	c := &heldJob{id: row.ID, attempt: row.Attempt, kind: row.Kind, queue: qr, owner: w, keep: keep,
 		keyed: row.ConcurrencyKey != nil && qr.flow != nil, place: keyOf(row)}
 	c.leaseHeldUntil(sent, w.cfg.LeaseDuration)
 	s.mu.Lock()
-	s.claims[claimKey{row.ID, row.Attempt}] = c
+	s.jobs[heldKey{row.ID, row.Attempt}] = c
 	s.mu.Unlock()
 	return c
 }
 
 // get returns the claim (id, attempt), or nil.
-func (s *claimSet) get(id int64, attempt int32) *claim {
+func (s *heldJobs) get(id int64, attempt int32) *heldJob {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.claims[claimKey{id, attempt}]
+	return s.jobs[heldKey{id, attempt}]
 }
 
-func (s *claimSet) remove(c *claim) {
+func (s *heldJobs) remove(c *heldJob) {
 	s.mu.Lock()
-	delete(s.claims, claimKey{c.id, c.attempt})
+	delete(s.jobs, heldKey{c.id, c.attempt})
 	s.mu.Unlock()
 }
 
-func (s *claimSet) snapshot() []*claim {
+func (s *heldJobs) snapshot() []*heldJob {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]*claim, 0, len(s.claims))
-	for _, c := range s.claims {
+	out := make([]*heldJob, 0, len(s.jobs))
+	for _, c := range s.jobs {
 		out = append(out, c)
 	}
 	return out
@@ -316,8 +316,8 @@ func (s *claimSet) snapshot() []*claim {
 
 // releaseRunning moves every running claim to released, so that a handler
 // finishing later cannot queue a result, and returns the claims it moved.
-func (s *claimSet) releaseRunning() []*claim {
-	var moved []*claim
+func (s *heldJobs) releaseRunning() []*heldJob {
+	var moved []*heldJob
 	for _, c := range s.snapshot() {
 		if c.release() {
 			moved = append(moved, c)
@@ -327,54 +327,54 @@ func (s *claimSet) releaseRunning() []*claim {
 }
 
 // takeReleased removes and returns the released claims.
-func (s *claimSet) takeReleased() []*claim {
+func (s *heldJobs) takeReleased() []*heldJob {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []*claim
-	for key, c := range s.claims {
+	var out []*heldJob
+	for key, c := range s.jobs {
 		if c.is(claimReleased) {
 			out = append(out, c)
-			delete(s.claims, key)
+			delete(s.jobs, key)
 		}
 	}
 	return out
 }
 
 // len is the number of claims held.
-func (s *claimSet) len() int {
+func (s *heldJobs) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.claims)
+	return len(s.jobs)
 }
 
 // handlerSet holds the claims whose handlers are running, whatever became
-// of the claims themselves: a lost or cancelled claim leaves the claimSet at
+// of the claims themselves: a lost or cancelled claim leaves heldJobs at
 // once, but its handler may go on ignoring its context, and the heartbeat
 // must still see it to give up on it.
 type handlerSet struct {
 	mu sync.Mutex
-	m  map[*claim]struct{}
+	m  map[*heldJob]struct{}
 }
 
-func (s *handlerSet) add(c *claim) {
+func (s *handlerSet) add(c *heldJob) {
 	s.mu.Lock()
 	if s.m == nil {
-		s.m = map[*claim]struct{}{}
+		s.m = map[*heldJob]struct{}{}
 	}
 	s.m[c] = struct{}{}
 	s.mu.Unlock()
 }
 
-func (s *handlerSet) remove(c *claim) {
+func (s *handlerSet) remove(c *heldJob) {
 	s.mu.Lock()
 	delete(s.m, c)
 	s.mu.Unlock()
 }
 
-func (s *handlerSet) snapshot() []*claim {
+func (s *handlerSet) snapshot() []*heldJob {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]*claim, 0, len(s.m))
+	out := make([]*heldJob, 0, len(s.m))
 	for c := range s.m {
 		out = append(out, c)
 	}
