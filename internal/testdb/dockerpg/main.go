@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
@@ -53,9 +54,17 @@ func run() error {
 	}
 	pool.MaxWait = 2 * time.Minute
 
-	// Stop on a signal from here on: a purge must follow every start.
+	// Stop on a signal, or when stdin closes, from here on: a purge must
+	// follow every start. A test binary that ended early closed stdout
+	// too: printing to it must fail, not kill this process unpurged.
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Ignore(syscall.SIGPIPE)
+	eof := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(eof)
+	}()
 
 	resource, err := pool.RunWithOptions(&dockertest.RunOptions{
 		Repository: repository,
@@ -87,7 +96,7 @@ func run() error {
 	dsn := (&url.URL{
 		Scheme:   "postgres",
 		User:     url.User("hopper"),
-		Host:     resource.GetHostPort("5432/tcp"),
+		Host:     hostPort(resource),
 		Path:     "/test",
 		RawQuery: "sslmode=disable",
 	}).String()
@@ -103,20 +112,34 @@ func run() error {
 		}
 	case s := <-signals:
 		return fmt.Errorf("%v before postgres answered", s)
+	case <-eof:
+		return errors.New("stdin closed before postgres answered")
 	}
 
-	fmt.Println(dsn)
+	if _, err := fmt.Println(dsn); err != nil {
+		return fmt.Errorf("print the connection string: %w", err)
+	}
 
-	eof := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		close(eof)
-	}()
 	select {
 	case <-eof:
 	case <-signals:
 	}
 	return nil
+}
+
+// hostPort is where the container's PostgreSQL port is published: on the
+// engine's host when DOCKER_HOST names a remote one, else on this machine.
+func hostPort(r *dockertest.Resource) string {
+	hp := r.GetHostPort("5432/tcp")
+	u, err := url.Parse(os.Getenv("DOCKER_HOST"))
+	if err != nil || u.Scheme != "tcp" || u.Hostname() == "" {
+		return hp
+	}
+	_, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return hp
+	}
+	return net.JoinHostPort(u.Hostname(), port)
 }
 
 func ping(dsn string) error {
