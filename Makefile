@@ -58,7 +58,7 @@ bench-go: ## Go benchmarks of the hot paths (dequeue, ack_batch, COPY, decode wi
 
 EXAMPLE := examples/embed-sqlc
 OTEL := hopperotel
-E2E := e2e
+E2E := dashboard/e2e
 
 .PHONY: test
 test: ## run every test (race detector on) against a real PostgreSQL, the embed-sqlc example's, the OpenTelemetry module's and the dashboard's browser test included
@@ -112,11 +112,11 @@ vet: ## go vet and gofmt
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1; }
 
 .PHONY: lint
-lint: ## staticcheck, pinned in tools/go.mod, on Hopper, the embed-sqlc example, hopperotel and e2e
+lint: ## staticcheck, pinned in tools/go.mod, on Hopper, the embed-sqlc example, hopperotel and dashboard/e2e
 	go tool -modfile=tools/go.mod staticcheck ./...
 	cd $(EXAMPLE) && go tool -modfile=../../tools/go.mod staticcheck ./...
 	cd $(OTEL) && go tool -modfile=../tools/go.mod staticcheck ./...
-	cd $(E2E) && go tool -modfile=../tools/go.mod staticcheck ./...
+	cd $(E2E) && go tool -modfile=../../tools/go.mod staticcheck ./...
 
 .PHONY: ci
 ci: ## what .ci/run runs once PostgreSQL is up: check-generated, vet, api-check, lint, check-alerts, test, the restart scenario, a short fuzz
