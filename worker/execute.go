@@ -86,7 +86,7 @@ func (w *Worker) execute(d dispatched) {
 	case actRetry, actDead:
 		log().Warn("job failed", "error", err, "retry_in", comp.backoff, "dead_reason", comp.deadReason)
 	}
-	if !w.results.push(comp) {
+	if !w.completer.push(comp) {
 		w.report(comp, outcomeUnrecorded)
 	}
 }
@@ -151,7 +151,7 @@ func (w *Worker) ackedInCommittedTx(c *heldJob) bool {
 	if c.ackCommitted.Load() {
 		return true
 	}
-	ctx, cancel := w.statementContext()
+	ctx, cancel := context.WithTimeout(w.hard, statementTimeout(w.cfg.LeaseDuration))
 	defer cancel()
 	rows, err := w.q.TransactionStatuses(ctx, []int64{c.ackXid.Load()})
 	if err != nil {

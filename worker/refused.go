@@ -38,64 +38,64 @@ func refusedForItsData(err error) (code string, ok bool) {
 
 // splitAcks records each half of a refused ack batch on its own, or
 // degrades a single refused ack.
-func (w *Worker) splitAcks(acks []completion, code string, again, unsure []completion) ([]completion, []completion) {
+func (cp *completer) splitAcks(acks []completion, code string, again, unsure []completion) ([]completion, []completion) {
 	if len(acks) > 1 {
-		again, unsure = w.recordAcks(acks[:len(acks)/2], again, unsure)
-		return w.recordAcks(acks[len(acks)/2:], again, unsure)
+		again, unsure = cp.recordAcks(acks[:len(acks)/2], again, unsure)
+		return cp.recordAcks(acks[len(acks)/2:], again, unsure)
 	}
 	c := acks[0]
 	c.degraded++
 	switch {
 	case c.keep > 0 && c.result != nil && c.degraded == 1:
-		w.log.Error("the server refused the handler's result: the job is kept in the history without it",
+		cp.log.Error("the server refused the handler's result: the job is kept in the history without it",
 			"job_id", c.job.id, "kind", c.job.kind, "sqlstate", code)
 		c.result = nil
 	case c.keep > 0 && c.degraded <= 2:
-		w.log.Error("the server refused to keep the job in the history: it is completed without being kept",
+		cp.log.Error("the server refused to keep the job in the history: it is completed without being kept",
 			"job_id", c.job.id, "kind", c.job.kind, "sqlstate", code)
 		c.keep, c.result = 0, nil
 	default:
-		w.refusedForGood(c, code)
+		cp.refusedForGood(c, code)
 		return again, unsure
 	}
-	return w.recordAcks([]completion{c}, again, unsure)
+	return cp.recordAcks([]completion{c}, again, unsure)
 }
 
 // splitNacks records each half of a refused nack batch on its own, or
 // degrades a single refused nack: first its texts become plain ASCII,
 // then the job goes dead with a reason saying why, then nothing is left
 // to try.
-func (w *Worker) splitNacks(nacks []completion, code string, again, unsure []completion) ([]completion, []completion) {
+func (cp *completer) splitNacks(nacks []completion, code string, again, unsure []completion) ([]completion, []completion) {
 	if len(nacks) > 1 {
-		again, unsure = w.recordNacks(nacks[:len(nacks)/2], again, unsure)
-		return w.recordNacks(nacks[len(nacks)/2:], again, unsure)
+		again, unsure = cp.recordNacks(nacks[:len(nacks)/2], again, unsure)
+		return cp.recordNacks(nacks[len(nacks)/2:], again, unsure)
 	}
 	c := nacks[0]
 	c.degraded++
 	switch c.degraded {
 	case 1:
-		w.log.Error("the server refused the job's failure message: it is stored as plain ASCII",
+		cp.log.Error("the server refused the job's failure message: it is stored as plain ASCII",
 			"job_id", c.job.id, "kind", c.job.kind, "sqlstate", code)
 		c.message, c.deadReason = asciiText(c.message), asciiText(c.deadReason)
 	case 2:
-		w.log.Error("the server refused the job's failure even in plain ASCII: the job goes dead",
+		cp.log.Error("the server refused the job's failure even in plain ASCII: the job goes dead",
 			"job_id", c.job.id, "kind", c.job.kind, "sqlstate", code)
 		c.act = actDead
 		c.message = "hopper: the server refused this attempt's outcome (SQLSTATE " + code + ")"
 		c.deadReason = "outcome refused by the server (SQLSTATE " + code + ")"
 	default:
-		w.refusedForGood(c, code)
+		cp.refusedForGood(c, code)
 		return again, unsure
 	}
-	return w.recordNacks([]completion{c}, again, unsure)
+	return cp.recordNacks([]completion{c}, again, unsure)
 }
 
 // refusedForGood settles a result the server refused in every form:
 // nothing was recorded, the claim is dropped (its lease is no longer
 // extended), and the job runs again once its lease expires, charged an
 // attempt by the sweep. It is never lost.
-func (w *Worker) refusedForGood(c completion, code string) {
-	w.log.Error("the server refused every form of this result: the job runs again after its lease expires",
+func (cp *completer) refusedForGood(c completion, code string) {
+	cp.log.Error("the server refused every form of this result: the job runs again after its lease expires",
 		"job_id", c.job.id, "kind", c.job.kind, "attempt", c.job.attempt, "sqlstate", code)
-	w.report(c, outcomeUnrecorded)
+	cp.report(c, outcomeUnrecorded)
 }

@@ -46,7 +46,7 @@ func (w *Worker) releaseUnfinished() {
 	if len(claims) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(w.hard, w.flushTimeout())
+	ctx, cancel := context.WithTimeout(w.hard, statementTimeout(w.cfg.LeaseDuration))
 	defer cancel()
 	p := db.ReleaseParams{Ids: make([]int64, len(claims)), Attempts: make([]int32, len(claims))}
 	for i, c := range claims {

@@ -66,7 +66,7 @@ type Worker struct {
 	prunes     scanHorizon
 	held       heldJobs
 	inFlight   handlerSet // running handlers, held claims or not
-	results    *resultQueue
+	completer  *completer
 	registry   registration // this worker's row in hopper_workers
 
 	// hard ends at the shutdown's hard deadline (ShutdownTimeout plus
@@ -110,7 +110,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	}
 	w.q = db.New(w.dbtx(pool))
 	w.held.jobs = map[heldKey]*heldJob{}
-	w.results = newResultQueue(cfg.AckBatchSize)
+	w.completer = newCompleter(w.q, w.log, &w.cfg, w.report)
 	w.metrics, err = newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("worker: metrics: %w", err)
@@ -213,7 +213,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.handlerBase = context.WithoutCancel(ctx)
 	stopCompleter, completerDone := make(chan struct{}), make(chan struct{})
-	go func() { defer close(completerDone); w.complete(stopCompleter) }()
+	go func() { defer close(completerDone); w.completer.run(hard, stopCompleter) }()
 	goBG(w.heartbeat)
 	goBG(w.sweep)
 	goBG(w.promote)

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -109,93 +110,131 @@ func (q *resultQueue) close() []completion {
 	return out
 }
 
-// complete records results in batches: one AckBatch (and, when something
-// failed, one NackBatch) per flush, a flush when a batch is full or
-// AckFlushInterval after its first result. When stop closes it records
-// what is left and returns.
-func (w *Worker) complete(stop <-chan struct{}) {
+// completer records handlers' results exactly: in batches (one AckBatch
+// and, when something failed, one NackBatch per flush), retrying while the
+// database is unreachable, and settling every result with the outcome the
+// database proves (see outcome.go). Handlers hand it results with push; run
+// drains them until shutdown.
+//
+// Invariant: every pushed result is settled exactly once through report,
+// as recorded, refused, unconfirmed or unrecorded; none is dropped.
+type completer struct {
+	q          *db.Queries
+	log        *slog.Logger
+	batchSize  int           // Config.AckBatchSize
+	flushEvery time.Duration // Config.AckFlushInterval: the longest a result waits for its batch
+	timeout    time.Duration // bound of one recording statement (statementTimeout)
+	// report settles a result: counts it, logs it, tells the hooks and
+	// retires its held job.
+	report  func(completion, outcome)
+	results *resultQueue
+	// hard ends at the shutdown's hard deadline: past it nothing more is
+	// sent and unsettled results are given up. Set by run.
+	hard context.Context
+}
+
+// newCompleter prepares a completer recording on q with cfg's batching.
+func newCompleter(q *db.Queries, log *slog.Logger, cfg *Config, report func(completion, outcome)) *completer {
+	return &completer{
+		q: q, log: log, report: report,
+		batchSize: cfg.AckBatchSize, flushEvery: cfg.AckFlushInterval,
+		timeout: statementTimeout(cfg.LeaseDuration),
+		results: newResultQueue(cfg.AckBatchSize),
+		hard:    context.Background(),
+	}
+}
+
+// push hands a result over; false when the completer has stopped taking
+// results (the shutdown closed its queue).
+func (cp *completer) push(c completion) bool { return cp.results.push(c) }
+
+// run records results in batches: a flush when a batch is full or
+// flushEvery after its first result. When stop closes it records what is
+// left and returns; hard ends the shutdown's last tries.
+func (cp *completer) run(hard context.Context, stop <-chan struct{}) {
+	cp.hard = hard
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
 		select {
-		case <-w.results.ready:
+		case <-cp.results.ready:
 		case <-stop:
-			w.flushAll(w.results.close())
+			cp.flushAll(cp.results.close())
 			return
 		}
-		timer.Reset(w.cfg.AckFlushInterval)
+		timer.Reset(cp.flushEvery)
 		select {
 		case <-timer.C:
-		case <-w.results.full:
+		case <-cp.results.full:
 			timer.Stop()
 		case <-stop:
 			timer.Stop()
 		}
 		for {
-			batch := w.results.take()
+			batch := cp.results.take()
 			if len(batch) == 0 {
 				break
 			}
-			w.flush(batch)
+			cp.flush(batch)
 		}
 	}
 }
 
-func (w *Worker) flushAll(rest []completion) {
+func (cp *completer) flushAll(rest []completion) {
 	for len(rest) > 0 {
-		n := min(len(rest), w.cfg.AckBatchSize)
-		w.flush(rest[:n])
+		n := min(len(rest), cp.batchSize)
+		cp.flush(rest[:n])
 		rest = rest[n:]
 	}
 }
 
-// flushTimeout bounds one recording statement. It is never a fraction of a
-// short lease: a statement cut off by the client may still commit, and
-// then only a second look at the database can tell what happened.
-func (w *Worker) flushTimeout() time.Duration { return max(w.cfg.LeaseDuration, 10*time.Second) }
+// statementTimeout bounds one recording statement. It is never a fraction
+// of a short lease: a statement cut off by the client may still commit,
+// and then only a second look at the database can tell what happened.
+func statementTimeout(lease time.Duration) time.Duration { return max(lease, 10*time.Second) }
 
 // flush records a batch, retrying while the database is unreachable, until
 // every result is settled. It gives up only when the shutdown's hard
-// deadline passes (w.hard ends): unsettled results are then unconfirmed
+// deadline passes (hard ends): unsettled results are then unconfirmed
 // (a try may have committed) or unrecorded (none did).
-func (w *Worker) flush(batch []completion) {
+func (cp *completer) flush(batch []completion) {
 	pending := batch
 	for failures := 0; len(pending) > 0; failures++ {
 		if failures > 0 {
 			delay := retryDelay(failures)
-			w.log.Warn("recording results failed; retrying", "jobs", len(pending), "in", delay)
-			sleep(w.hard, delay)
+			cp.log.Warn("recording results failed; retrying", "jobs", len(pending), "in", delay)
+			sleep(cp.hard, delay)
 		}
-		if w.hard.Err() != nil {
+		if cp.hard.Err() != nil {
 			// Past the hard deadline nothing more is sent: a statement
 			// started now would fail before leaving the process, which
 			// proves nothing about earlier tries.
-			w.giveUp(pending)
+			cp.giveUp(pending)
 			return
 		}
-		pending = w.record(pending)
+		pending = cp.record(pending)
 	}
 }
 
 // giveUp settles results that can no longer be recorded: unconfirmed when
 // an earlier try may have committed, unrecorded when none did.
-func (w *Worker) giveUp(pending []completion) {
+func (cp *completer) giveUp(pending []completion) {
 	for _, c := range pending {
 		switch {
 		case c.ok() && c.job.ackCommitted.Load():
-			w.report(c, outcomeDone) // the handler's AckTx committed: proven already
+			cp.report(c, outcomeDone) // the handler's AckTx committed: proven already
 		case c.ambiguous || c.job.ackedInTx.Load():
-			w.report(c, outcomeUnconfirmed)
+			cp.report(c, outcomeUnconfirmed)
 		default:
-			w.report(c, outcomeUnrecorded)
+			cp.report(c, outcomeUnrecorded)
 		}
 	}
 }
 
 // record runs the statements for the results given and settles what it
 // can; it returns the results still to be tried again.
-func (w *Worker) record(batch []completion) (again []completion) {
-	batch, again = w.settleAckedInTx(batch)
+func (cp *completer) record(batch []completion) (again []completion) {
+	batch, again = cp.settleAckedInTx(batch)
 	var acks, nacks []completion
 	for _, c := range batch {
 		if c.ok() {
@@ -206,19 +245,19 @@ func (w *Worker) record(batch []completion) (again []completion) {
 	}
 	var unsure []completion // no row matched, and that alone proves nothing
 	if len(acks) > 0 {
-		again, unsure = w.recordAcks(acks, again, unsure)
+		again, unsure = cp.recordAcks(acks, again, unsure)
 	}
 	if len(nacks) > 0 {
-		again, unsure = w.recordNacks(nacks, again, unsure)
+		again, unsure = cp.recordNacks(nacks, again, unsure)
 	}
 	if len(unsure) > 0 {
-		again = append(again, w.resolve(unsure)...)
+		again = append(again, cp.resolve(unsure)...)
 	}
 	return again
 }
 
-func (w *Worker) statementContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(w.hard, w.flushTimeout())
+func (cp *completer) statementContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(cp.hard, cp.timeout)
 }
 
 // settleFailed marks results whose statement failed: they are tried again,
@@ -262,23 +301,23 @@ func ackBatch(ctx context.Context, q *db.Queries, acks []completion) (map[heldKe
 	return deleted, err
 }
 
-func (w *Worker) recordAcks(acks []completion, again, unsure []completion) ([]completion, []completion) {
-	ctx, cancel := w.statementContext()
-	deleted, err := ackBatch(ctx, w.q, acks)
+func (cp *completer) recordAcks(acks []completion, again, unsure []completion) ([]completion, []completion) {
+	ctx, cancel := cp.statementContext()
+	deleted, err := ackBatch(ctx, cp.q, acks)
 	cancel()
 	if code, ok := refusedForItsData(err); ok {
-		return w.splitAcks(acks, code, again, unsure)
+		return cp.splitAcks(acks, code, again, unsure)
 	}
 	if err != nil {
-		w.log.Warn("ack batch failed", "jobs", len(acks), "error", err)
+		cp.log.Warn("ack batch failed", "jobs", len(acks), "error", err)
 		return settleFailed(acks, err, again), unsure
 	}
 	for _, c := range acks {
 		switch {
 		case deleted[heldKey{c.job.id, c.job.attempt}]:
-			w.report(c, outcomeDone)
+			cp.report(c, outcomeDone)
 		case c.job.ackCommitted.Load():
-			w.report(c, outcomeDone)
+			cp.report(c, outcomeDone)
 		default:
 			// No row matched: the lease was lost, an operator cancelled
 			// the job, or an earlier try of ours took effect. Only what
@@ -294,7 +333,7 @@ func (w *Worker) recordAcks(acks []completion, again, unsure []completion) ([]co
 // whatever the handler returned afterwards: done. After a rollback the
 // result takes the normal path, as if AckTx had never run. A status the
 // server no longer knows leaves the result to be settled from its row.
-func (w *Worker) settleAckedInTx(batch []completion) (rest, again []completion) {
+func (cp *completer) settleAckedInTx(batch []completion) (rest, again []completion) {
 	var xids []int64
 	for _, c := range batch {
 		if c.job.ackedInTx.Load() && !c.job.ackCommitted.Load() && c.job.ackXid.Load() != 0 {
@@ -303,11 +342,11 @@ func (w *Worker) settleAckedInTx(batch []completion) (rest, again []completion) 
 	}
 	status := map[int64]string{}
 	if len(xids) > 0 {
-		ctx, cancel := w.statementContext()
-		rows, err := w.q.TransactionStatuses(ctx, xids)
+		ctx, cancel := cp.statementContext()
+		rows, err := cp.q.TransactionStatuses(ctx, xids)
 		cancel()
 		if err != nil {
-			w.log.Warn("reading whether handlers' transactions committed failed", "jobs", len(xids), "error", err)
+			cp.log.Warn("reading whether handlers' transactions committed failed", "jobs", len(xids), "error", err)
 		}
 		for _, r := range rows {
 			status[r.Xid] = r.Status
@@ -326,7 +365,7 @@ func (w *Worker) settleAckedInTx(batch []completion) (rest, again []completion) 
 		}
 		switch {
 		case c.job.ackCommitted.Load():
-			w.report(c, outcomeDone)
+			cp.report(c, outcomeDone)
 		case c.job.ackedInTx.Load() && len(xids) > 0 && len(status) == 0:
 			again = append(again, c) // the status read failed: ask again
 		default:
@@ -336,7 +375,7 @@ func (w *Worker) settleAckedInTx(batch []completion) (rest, again []completion) 
 	return rest, again
 }
 
-func (w *Worker) recordNacks(nacks []completion, again, unsure []completion) ([]completion, []completion) {
+func (cp *completer) recordNacks(nacks []completion, again, unsure []completion) ([]completion, []completion) {
 	p := db.NackBatchParams{
 		Ids: make([]int64, len(nacks)), Attempts: make([]int32, len(nacks)), Actions: make([]string, len(nacks)),
 		Messages: make([]string, len(nacks)), BackoffsMs: make([]int64, len(nacks)), Reasons: make([]string, len(nacks)),
@@ -345,14 +384,14 @@ func (w *Worker) recordNacks(nacks []completion, again, unsure []completion) ([]
 		p.Ids[i], p.Attempts[i], p.Actions[i] = c.job.id, c.job.attempt, c.act.sqlName()
 		p.Messages[i], p.BackoffsMs[i], p.Reasons[i] = c.message, c.backoff.Milliseconds(), c.deadReason
 	}
-	ctx, cancel := w.statementContext()
-	rows, err := w.q.NackBatch(ctx, p)
+	ctx, cancel := cp.statementContext()
+	rows, err := cp.q.NackBatch(ctx, p)
 	cancel()
 	if code, ok := refusedForItsData(err); ok {
-		return w.splitNacks(nacks, code, again, unsure)
+		return cp.splitNacks(nacks, code, again, unsure)
 	}
 	if err != nil {
-		w.log.Warn("nack batch failed", "jobs", len(nacks), "error", err)
+		cp.log.Warn("nack batch failed", "jobs", len(nacks), "error", err)
 		return settleFailed(nacks, err, again), unsure
 	}
 	taken := make(map[heldKey]bool, len(rows))
@@ -369,7 +408,7 @@ func (w *Worker) recordNacks(nacks []completion, again, unsure []completion) ([]
 				// and no insert announces it.
 				c.job.readyAgain()
 			}
-			w.report(c, c.act.outcome(dead))
+			cp.report(c, c.act.outcome(dead))
 		default:
 			unsure = append(unsure, c) // refused, cancelled, or an earlier try took effect
 		}
@@ -380,16 +419,16 @@ func (w *Worker) recordNacks(nacks []completion, again, unsure []completion) ([]
 // resolve reads what became of claims whose statement matched no row after
 // an earlier try may have committed (or after the handler's AckTx), and
 // settles each from that. Whatever it cannot read yet is tried again.
-func (w *Worker) resolve(unsure []completion) (again []completion) {
+func (cp *completer) resolve(unsure []completion) (again []completion) {
 	p := db.ClaimFatesParams{Ids: make([]int64, len(unsure)), Attempts: make([]int32, len(unsure))}
 	for i, c := range unsure {
 		p.Ids[i], p.Attempts[i] = c.job.id, c.job.attempt
 	}
-	ctx, cancel := w.statementContext()
-	fates, err := w.q.ClaimFates(ctx, p)
+	ctx, cancel := cp.statementContext()
+	fates, err := cp.q.ClaimFates(ctx, p)
 	cancel()
 	if err != nil {
-		w.log.Warn("reading what became of unsure results failed", "jobs", len(unsure), "error", err)
+		cp.log.Warn("reading what became of unsure results failed", "jobs", len(unsure), "error", err)
 		for _, c := range unsure {
 			c.ambiguous = true // the retry's "no match" must be resolved again
 			again = append(again, c)
@@ -418,7 +457,7 @@ func (w *Worker) resolve(unsure []completion) (again []completion) {
 			again = append(again, c)
 			continue
 		}
-		w.report(c, o)
+		cp.report(c, o)
 	}
 	return again
 }
