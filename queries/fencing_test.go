@@ -124,9 +124,7 @@ func TestFencing(t *testing.T) {
 // holds the job).
 func TestAckAfterExpiryBeforeSweep(t *testing.T) {
 	b := setup(t)
-	b.enqueue(t, jobSpec{})
-	j := b.claim(t, "w", 1)[0]
-	b.expire(t, j)
+	j := b.expiredClaim(t, "w")
 	acked, err := b.Queries.AckBatch(b.Ctx, db.AckBatchParams{Ids: []int64{j.ID}, Attempts: []int32{j.Attempt}})
 	require.NoError(t, err)
 	require.Equal(t, []db.AckBatchRow{{ID: j.ID, Attempt: j.Attempt}}, acked)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testfactory"
 )
 
 // bundle is the test bed's Bundle; this package's helpers hang on it.
@@ -83,6 +84,16 @@ func (b *bundle) expire(t *testing.T, j db.HopperJob) {
 	tag, err := b.Pool.Exec(b.Ctx, "UPDATE hopper_jobs SET lease_until = now() - interval '1 second' WHERE id = $1 AND attempt = $2 AND state = 'running'", j.ID, j.Attempt)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
+}
+
+// expiredClaim is a job claimed once by owner whose lease ran out a second
+// ago (by the database's clock), not yet swept.
+func (b *bundle) expiredClaim(t *testing.T, owner string) db.HopperAllJob {
+	t.Helper()
+	return testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{
+		State: testfactory.Running, Attempt: 1, LeaseOwner: owner,
+		LeaseUntil: testfactory.Ptr(b.dbNow(t).Add(-time.Second)),
+	})
 }
 
 func (b *bundle) job(t *testing.T, id int64) db.HopperJob {

@@ -9,20 +9,21 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/testfactory"
 )
 
 func TestSweep(t *testing.T) {
 	b := setup(t)
-	requeue := b.enqueue(t, jobSpec{maxAttempts: 2})
-	bury := b.enqueue(t, jobSpec{maxAttempts: 1})
-	healthy := b.enqueue(t, jobSpec{maxAttempts: 1})
-	claimed := b.claim(t, "crashed", 3)
-	require.Len(t, claimed, 3)
-	for _, j := range claimed {
-		if j.ID != healthy {
-			b.expire(t, j)
-		}
+	ranOut := testfactory.Ptr(b.dbNow(t).Add(-time.Second))
+	claim := func(maxAttempts int32, leaseUntil *time.Time) int64 {
+		return testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{
+			State: testfactory.Running, Attempt: 1, MaxAttempts: maxAttempts,
+			LeaseOwner: "crashed", LeaseUntil: leaseUntil,
+		}).ID
 	}
+	requeue := claim(2, ranOut)
+	bury := claim(1, ranOut)
+	healthy := claim(1, nil) // a lease 30 seconds long
 
 	rows, err := b.Queries.Sweep(b.Ctx, db.SweepParams{MaxJobs: 100})
 	require.NoError(t, err)
@@ -67,10 +68,7 @@ func TestSweep(t *testing.T) {
 func TestSweepBounded(t *testing.T) {
 	b := setup(t)
 	for range 5 {
-		b.enqueue(t, jobSpec{})
-	}
-	for _, j := range b.claim(t, "w", 5) {
-		b.expire(t, j)
+		b.expiredClaim(t, "w")
 	}
 	first, err := b.Queries.Sweep(b.Ctx, db.SweepParams{MaxJobs: 2})
 	require.NoError(t, err)
@@ -84,16 +82,13 @@ func TestSweepBounded(t *testing.T) {
 // that recently; 0 takes them all.
 func TestSweepWithin(t *testing.T) {
 	b := setup(t)
-	old := b.enqueue(t, jobSpec{})
-	recent := b.enqueue(t, jobSpec{})
-	for _, j := range b.claim(t, "w", 2) {
-		ago := "1 hour"
-		if j.ID == recent {
-			ago = "1 second"
-		}
-		_, err := b.Pool.Exec(b.Ctx, "UPDATE hopper_jobs SET lease_until = now() - $2::interval WHERE id = $1", j.ID, ago)
-		require.NoError(t, err)
+	ranOut := func(ago time.Duration) int64 {
+		return testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{
+			State: testfactory.Running, LeaseOwner: "w", LeaseUntil: testfactory.Ptr(b.dbNow(t).Add(-ago)),
+		}).ID
 	}
+	old := ranOut(time.Hour)
+	recent := ranOut(time.Second)
 	got, err := b.Queries.Sweep(b.Ctx, db.SweepParams{MaxJobs: 100, WithinMs: time.Minute.Milliseconds()})
 	require.NoError(t, err)
 	require.Len(t, got, 1)
