@@ -2,6 +2,7 @@ package hopper_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -12,71 +13,48 @@ import (
 
 	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testfactory"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// everyState puts one job in each state and returns their ids by state.
-// completed keeps history (KeepHistory), dead is out of attempts, running
-// is held by a handler until release is closed.
-func everyState(t *testing.T, b *bundle) (ids map[jobs.State]int64, release func()) {
+// everyState puts one job in each state and returns their ids by state:
+// written straight into the tables (testfactory) as a worker would have
+// left them, completed with its result kept, dead out of attempts,
+// running on a lease; the cancelled one is cancelled through the Client.
+func everyState(t *testing.T, b *bundle) (ids map[jobs.State]int64) {
 	t.Helper()
+	job := func(o testfactory.JobOpts) int64 {
+		t.Helper()
+		return testfactory.Job(b.Ctx, t, b.Pool, &o).ID
+	}
+	payload := func(to string) json.RawMessage {
+		raw, err := json.Marshal(Email{To: to})
+		require.NoError(t, err)
+		return raw
+	}
 	ids = map[jobs.State]int64{
-		jobs.StatePending:   b.enqueue(t, report, "pending", jobs.Queue("idle")),
-		jobs.StateScheduled: b.enqueue(t, report, "scheduled", jobs.Delay(time.Hour)),
-		jobs.StateCompleted: b.enqueue(t, email, "completed"),
-		jobs.StateDead:      b.enqueue(t, email, "dead", jobs.MaxAttempts(1)),
-		jobs.StateCancelled: b.enqueue(t, report, "cancelled", jobs.Queue("idle")),
+		jobs.StatePending:   job(testfactory.JobOpts{Kind: "report", Queue: "idle", Payload: payload("pending")}),
+		jobs.StateScheduled: job(testfactory.JobOpts{Kind: "report", State: testfactory.Scheduled, Payload: payload("scheduled"), RunAt: testfactory.Ptr(time.Now().Add(time.Hour))}),
+		jobs.StateCompleted: job(testfactory.JobOpts{Kind: "email", Queue: "mail", State: testfactory.Completed, Payload: payload("completed"), Result: json.RawMessage(`42`)}),
+		jobs.StateDead: job(testfactory.JobOpts{
+			Kind: "email", Queue: "mail", State: testfactory.Dead, Payload: payload("dead"), MaxAttempts: 1, Reason: "out of attempts",
+			Errors: json.RawMessage(`[{"attempt": 1, "at": "2026-01-01T00:00:00Z", "owner": "w", "error": "no such mailbox"}]`),
+		}),
+		jobs.StateRunning:   job(testfactory.JobOpts{Kind: "email", Queue: "slow", State: testfactory.Running, Payload: payload("running")}),
+		jobs.StateCancelled: job(testfactory.JobOpts{Kind: "report", Queue: "idle", Payload: payload("cancelled")}),
 	}
 	require.NoError(t, b.client.CancelJob(b.Ctx, ids[jobs.StateCancelled]))
-	b.runUntil(t, worker.Config{Queues: map[string]int{"mail": 2}, KeepHistoryByQueue: map[string]time.Duration{"mail": time.Hour}},
-		func(w *worker.Worker) {
-			require.NoError(t, worker.HandleWithResult(w, email, func(_ context.Context, j *jobs.Job[Email]) (int, error) {
-				if j.Payload.To == "dead" {
-					return 0, errors.New("no such mailbox")
-				}
-				return 42, nil
-			}))
-		}, "completed and dead", func() bool {
-			row, err := b.client.GetJob(b.Ctx, ids[jobs.StateDead])
-			done, err2 := b.client.GetJob(b.Ctx, ids[jobs.StateCompleted])
-			return err == nil && err2 == nil && row.State == jobs.StateDead && done.State == jobs.StateCompleted
-		})
-
-	// A running job: held by a handler in a worker of its own.
-	ids[jobs.StateRunning] = b.enqueue(t, email, "running", jobs.Queue("slow"))
-	hold := make(chan struct{})
-	started := make(chan struct{})
-	w, err := worker.New(b.Pool, worker.Config{Queues: map[string]int{"slow": 1}, PollInterval: 20 * time.Millisecond, Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, worker.Handle(w, email, func(ctx context.Context, j *jobs.Job[Email]) error {
-		close(started)
-		select {
-		case <-hold:
-		case <-ctx.Done():
-		}
-		return nil
-	}))
-	ctx, stop := context.WithCancel(b.Ctx)
-	errc := make(chan error, 1)
-	go func() { errc <- w.Run(ctx) }()
-	<-started
-	release = func() {
-		close(hold)
-		stop()
-		require.NoError(t, <-errc)
-	}
-	return ids, release
+	return ids
 }
 
 // TestJobInEveryState: Job finds a job wherever it is, with the fields of
 // its state, and a kind decodes any row.
 func TestJobInEveryState(t *testing.T) {
 	b := setup(t)
-	ids, release := everyState(t, b)
-	defer release()
+	ids := everyState(t, b)
 	for state, id := range ids {
 		row, err := b.client.GetJob(b.Ctx, id)
 		require.NoError(t, err, state)
@@ -113,8 +91,7 @@ func TestJobInEveryState(t *testing.T) {
 // TestListJobs: filters, keyset pages, and the errors of bad parameters.
 func TestListJobs(t *testing.T) {
 	b := setup(t)
-	ids, release := everyState(t, b)
-	defer release()
+	ids := everyState(t, b)
 	list := func(p hopper.ListParams) []int64 {
 		t.Helper()
 		page, err := b.client.ListJobs(b.Ctx, p)
@@ -183,8 +160,7 @@ func TestListJobs(t *testing.T) {
 // TestStats: counts per queue and kind, totals, paused queues, rates.
 func TestStats(t *testing.T) {
 	b := setup(t)
-	ids, release := everyState(t, b)
-	defer release()
+	ids := everyState(t, b)
 	_, err := b.client.PauseQueue(b.Ctx, "idle")
 	require.NoError(t, err)
 	s, err := b.client.GetStats(b.Ctx)
@@ -218,7 +194,7 @@ func TestStats(t *testing.T) {
 // finished and unknown ones are reported, with errors to match.
 func TestCancel(t *testing.T) {
 	b := setup(t)
-	ids, release := everyState(t, b)
+	ids := everyState(t, b)
 	results, err := b.client.CancelJobs(b.Ctx, ids[jobs.StatePending], ids[jobs.StateScheduled], ids[jobs.StateRunning],
 		ids[jobs.StateCompleted], ids[jobs.StateDead], ids[jobs.StateCancelled], 999_999, ids[jobs.StatePending])
 	require.NoError(t, err)
@@ -240,7 +216,6 @@ func TestCancel(t *testing.T) {
 	}
 	require.ErrorIs(t, byID[999_999].Err, hopper.ErrNotFound)
 	require.Empty(t, byID[999_999].Was)
-	release() // the cancelled handler's result, if any, is refused
 
 	require.ErrorIs(t, b.client.CancelJob(b.Ctx, 999_999), hopper.ErrNotFound)
 	require.ErrorIs(t, b.client.CancelJob(b.Ctx, ids[jobs.StateDead]), hopper.ErrFinished)
