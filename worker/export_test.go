@@ -16,7 +16,7 @@ func Beats(w *Worker) int64 { return w.beats.Load() }
 
 // Listening reports whether the worker's wake-up listener is subscribed
 // (its claim cursors are in use only then).
-func Listening(w *Worker) bool { return w.listening.Load() }
+func Listening(w *Worker) bool { return w.notifier.listening.Load() }
 
 // CursorAt is where queue's next claim starts: the (priority, run_at, id)
 // of the last job it claimed, or priority -1 for the start.

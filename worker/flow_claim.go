@@ -36,7 +36,7 @@ func (w *Worker) dequeueLimited(ctx context.Context, qr *producer, n int) ([]db.
 	strict := !f.Fair && (!f.global() || f.rateBy() == string(RateByQueue)) && f.PriorityAging == 0
 	after := fromStart
 	if strict {
-		after = qr.cursor.begin(time.Now(), w.listening.Load())
+		after = qr.cursor.begin(time.Now(), w.notifier.listening.Load())
 	}
 	p := db.DequeueLimitedParams{
 		Owner:         w.cfg.ID,

@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -9,30 +11,59 @@ import (
 	"github.com/hopperq/hopper/db"
 )
 
+// notifier carries wake-ups between workers: it LISTENs on a session of its
+// own, wakes the producers' queues and rewinds their cursors to the jobs
+// announced, passes on cancel notices and schedule triggers, and announces
+// the jobs this worker made ready other than by an insert.
+//
+// Invariant: listening is true only while the subscription is live; the
+// producers' scan cursors may be trusted only then (a wake-up missed
+// while it is false may announce a job behind a cursor).
+type notifier struct {
+	q          *db.Queries
+	connConfig *pgx.ConnConfig // the listener's own session (never the pool's)
+	log        *slog.Logger
+	owner      string // Config.ID: cancel notices for this worker's claims
+	schema     string // where hopper_jobs lives: wake-ups for others are ignored (set by Worker.start)
+	producers  map[string]*producer
+	// onCancel: an operator cancelled the held job (id, attempt).
+	onCancel func(id int64, attempt int32)
+	// onSchedule: the named schedule was triggered or resumed.
+	onSchedule func(name string)
+
+	listening atomic.Bool
+}
+
+func newNotifier(q *db.Queries, connConfig *pgx.ConnConfig, log *slog.Logger, owner string,
+	producers map[string]*producer, onCancel func(int64, int32), onSchedule func(string)) *notifier {
+	return &notifier{q: q, connConfig: connConfig, log: log, owner: owner, producers: producers,
+		onCancel: onCancel, onSchedule: onSchedule}
+}
+
 // listen keeps a session of its own subscribed to wake-ups, wakes the queue
 // each one names and moves its claim cursor back to the job announced. A
 // lost session is re-established with backoff; after every (re)connect all
 // queues look for work from the start, since wake-ups sent meanwhile were
 // missed. Polling goes on regardless, so a broken LISTEN
 // only costs latency; while it is broken, claims scan from the start.
-func (w *Worker) listen(ctx context.Context) {
+func (n *notifier) run(ctx context.Context) {
 	for failures := 0; ctx.Err() == nil; failures++ {
 		if failures > 0 && !sleep(ctx, retryDelay(failures)) {
 			return
 		}
-		conn, err := pgx.ConnectConfig(ctx, w.pool.Config().ConnConfig)
+		conn, err := pgx.ConnectConfig(ctx, n.connConfig)
 		if err != nil {
 			// A shutdown cancels a connect under way ("context canceled"):
 			// nothing failed, and a worker stopped soon after it started
 			// must not warn.
 			if ctx.Err() == nil {
-				w.log.Warn("wake-up listener cannot connect; polling meanwhile", "error", err)
+				n.log.Warn("wake-up listener cannot connect; polling meanwhile", "error", err)
 			}
 			continue
 		}
 		if err := db.New(conn).Listen(ctx); err != nil {
 			if ctx.Err() == nil {
-				w.log.Warn("wake-up listener cannot LISTEN; polling meanwhile", "error", err)
+				n.log.Warn("wake-up listener cannot LISTEN; polling meanwhile", "error", err)
 			}
 			closeQuietly(conn)
 			continue
@@ -40,40 +71,62 @@ func (w *Worker) listen(ctx context.Context) {
 		failures = 0
 		// Wake-ups sent before LISTEN took effect were missed: every queue
 		// scans from the start, and cursors are usable from now on.
-		w.listening.Store(true)
-		w.rewindAll()
-		w.wakeAll()
+		n.listening.Store(true)
+		n.rewindAll()
+		n.wakeAll()
 		for {
-			n, err := conn.WaitForNotification(ctx)
+			note, err := conn.WaitForNotification(ctx)
 			if err != nil {
 				if ctx.Err() == nil {
-					w.log.Warn("wake-up listener lost its connection; reconnecting", "error", err)
+					n.log.Warn("wake-up listener lost its connection; reconnecting", "error", err)
 				}
 				break
 			}
-			wake, ok := parseWakeup(n.Payload)
-			if !ok || wake.Schema != w.schema {
+			wake, ok := parseWakeup(note.Payload)
+			if !ok || wake.Schema != n.schema {
 				continue
 			}
 			if wake.Schedule != "" {
-				if w.schedules[wake.Schedule] != nil {
-					signal(w.scheduleWake)
-				}
+				n.onSchedule(wake.Schedule)
 				continue
 			}
 			if wake.Cancel != nil {
-				if wake.Attempt != nil && wake.Owner == w.cfg.ID {
-					w.cancelNotice(*wake.Cancel, *wake.Attempt)
+				if wake.Attempt != nil && wake.Owner == n.owner {
+					n.onCancel(*wake.Cancel, *wake.Attempt)
 				}
 				continue
 			}
-			if qr := w.queues[wake.Queue]; qr != nil {
+			if qr := n.producers[wake.Queue]; qr != nil {
 				qr.cursor.rewind(wake.key())
 				signal(qr.wake)
 			}
 		}
-		w.listening.Store(false)
+		n.listening.Store(false)
 		closeQuietly(conn)
+	}
+}
+
+// rewindAll makes every queue's next claim scan from the start.
+func (n *notifier) rewindAll() {
+	for _, qr := range n.producers {
+		qr.cursor.rewind(fromStart)
+	}
+}
+
+func (n *notifier) wakeAll() {
+	for _, qr := range n.producers {
+		signal(qr.wake)
+	}
+}
+
+// announce sends the wake-ups collected, if any. A failure costs latency
+// only: workers poll, and scan from the start periodically.
+func (n *notifier) announce(ctx context.Context, wk *wakeups, after string) {
+	if len(wk.p.Queues) == 0 {
+		return
+	}
+	if err := n.q.Notify(ctx, wk.p); err != nil {
+		n.log.Warn("wake-up after "+after+" failed; workers will poll", "error", err)
 	}
 }
 

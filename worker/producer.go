@@ -52,19 +52,6 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// rewindAll makes every queue's next claim scan from the start.
-func (w *Worker) rewindAll() {
-	for _, qr := range w.queues {
-		qr.cursor.rewind(fromStart)
-	}
-}
-
-func (w *Worker) wakeAll() {
-	for _, qr := range w.queues {
-		signal(qr.wake)
-	}
-}
-
 // fetchLoop claims as many jobs as there are free slots. While work is
 // waiting it claims again as soon as a quarter of the slots are free (or
 // after a short pause, whatever is free then), so that claims come in
@@ -166,7 +153,7 @@ func (w *Worker) dequeue(ctx context.Context, qr *producer, n int, sent time.Tim
 		qr.budget = wait
 		return rows, err
 	}
-	after := qr.cursor.begin(sent, w.listening.Load())
+	after := qr.cursor.begin(sent, w.notifier.listening.Load())
 	rows, err := w.q.Dequeue(ctx, db.DequeueParams{
 		Owner:         w.cfg.ID,
 		LeaseMs:       w.cfg.LeaseDuration.Milliseconds(),

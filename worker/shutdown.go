@@ -61,6 +61,6 @@ func (w *Worker) releaseUnfinished() {
 	for _, r := range rows {
 		wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
 	}
-	w.announce(ctx, &wk, "release")
+	w.notifier.announce(ctx, &wk, "release")
 	w.log.Info("gave back unfinished jobs", "jobs", len(rows))
 }

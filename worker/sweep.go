@@ -51,7 +51,7 @@ func (w *Worker) SweepOnce(ctx context.Context) (requeued, dead int) {
 			// and jobs of the key held back behind it are ready now.
 			wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
 		}
-		w.announce(ctx, &wk, "sweep")
+		w.notifier.announce(ctx, &wk, "sweep")
 		if len(rows) > 0 {
 			w.log.Info("swept expired leases", "requeued", requeued, "dead", dead)
 		}
@@ -104,7 +104,7 @@ func (w *Worker) PromoteOnce(ctx context.Context) int {
 			wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
 		}
 		total += n
-		w.announce(ctx, &wk, "promotion")
+		w.notifier.announce(ctx, &wk, "promotion")
 		if n < promoteBatch {
 			complete = true
 			break

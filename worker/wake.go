@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"encoding/json"
 	"time"
 
@@ -18,17 +17,6 @@ func (wk *wakeups) add(queue string, priority int16, runAt time.Time, id int64) 
 	wk.p.Priorities = append(wk.p.Priorities, priority)
 	wk.p.RunAts = append(wk.p.RunAts, runAt)
 	wk.p.Ids = append(wk.p.Ids, id)
-}
-
-// announce sends the wake-ups collected, if any. A failure costs latency
-// only: workers poll, and scan from the start periodically.
-func (w *Worker) announce(ctx context.Context, wk *wakeups, after string) {
-	if len(wk.p.Queues) == 0 {
-		return
-	}
-	if err := w.q.Notify(ctx, wk.p); err != nil {
-		w.log.Warn("wake-up after "+after+" failed; workers will poll", "error", err)
-	}
 }
 
 // wakeup is a notification's payload: the trigger on hopper_jobs and Notify

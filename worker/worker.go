@@ -57,9 +57,6 @@ type Worker struct {
 	queues     map[string]*producer
 	metricsSrv *metricsServer
 	schema     string // where hopper_jobs lives: wake-ups for others are ignored
-	// listening: the wake-up listener is subscribed, so wake-ups reach the
-	// scan cursors and they may be used.
-	listening atomic.Bool
 	// sweeps and promotions: how far back the next one looks.
 	sweeps     scanHorizon
 	promotions scanHorizon
@@ -67,6 +64,7 @@ type Worker struct {
 	held       heldJobs
 	inFlight   handlerSet // running handlers, held claims or not
 	completer  *completer
+	notifier   *notifier
 	registry   registration // this worker's row in hopper_workers
 
 	// hard ends at the shutdown's hard deadline (ShutdownTimeout plus
@@ -118,6 +116,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	for name, n := range cfg.Queues {
 		w.queues[name] = newProducer(w, name, n)
 	}
+	w.notifier = newNotifier(w.q, pool.Config().ConnConfig, w.log, cfg.ID, w.queues, w.cancelNotice, func(schedule string) {
+		if w.schedules[schedule] != nil {
+			signal(w.scheduleWake)
+		}
+	})
 	return w, nil
 }
 
@@ -222,7 +225,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		goBG(w.fireSchedules)
 	}
 	if !w.cfg.PollOnly {
-		goBG(w.listen)
+		goBG(w.notifier.run)
 	}
 	if w.metricsSrv != nil {
 		goBG(func(ctx context.Context) { w.serveMetrics(ctx, w.metricsSrv) })
@@ -276,6 +279,7 @@ func (w *Worker) start(ctx context.Context) error {
 		return fmt.Errorf("worker: start: %w", err)
 	}
 	w.schema = schemaName
+	w.notifier.schema = schemaName
 	// The recorded version, when this role may read it; the statements
 	// below check what they need of the schema when it may not.
 	if err := migrated.Check(ctx, w.dbtx(w.pool), schemaName, w.migrateUp()); err != nil {
@@ -330,7 +334,7 @@ func (w *Worker) releasePrevious(ctx context.Context) error {
 		for _, r := range released {
 			wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
 		}
-		w.announce(ctx, &wk, "release")
+		w.notifier.announce(ctx, &wk, "release")
 	}
 	return nil
 }
