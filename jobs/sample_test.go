@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -59,20 +58,5 @@ func defineWelcome(t testing.TB, name string) *jobs.Kind[Welcome] {
 	return k
 }
 
-// bundle is the test bed's Bundle; this package's helpers hang on it.
-type bundle struct{ *testdb.Bundle }
-
-func setup(t *testing.T) *bundle {
-	t.Helper()
-	return &bundle{testdb.SetupWithin(t, 2*time.Minute)}
-}
-
 // longAgo as Enqueue's run_at means "now".
 var longAgo = time.Unix(0, 0)
-
-// live is the number of live jobs (testdb's Totals without the dead).
-func (b *bundle) live(t *testing.T) int64 {
-	t.Helper()
-	n, _ := b.Totals(t)
-	return n
-}

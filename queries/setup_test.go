@@ -13,6 +13,10 @@ import (
 	"github.com/hopperq/hopper/internal/testfactory"
 )
 
+// TestMain skips the package without a database and fails it on leaked
+// goroutines.
+func TestMain(m *testing.M) { testdb.Main(m) }
+
 // bundle is the test bed's Bundle; this package's helpers hang on it.
 type bundle struct{ *testdb.Bundle }
 

@@ -1,9 +1,0 @@
-package jobs_test
-
-import (
-	"testing"
-
-	"github.com/hopperq/hopper/internal/testdb"
-)
-
-func TestMain(m *testing.M) { testdb.Main(m) }
