@@ -21,29 +21,29 @@ const (
 // prune deletes expired history and, with DeadRetention, old dead and
 // cancelled jobs, on the sweep interval (jittered). Every worker runs it;
 // SKIP LOCKED makes that safe, as for the sweep.
-func (w *Worker) prune(ctx context.Context) {
+func (m *maintainer) prune(ctx context.Context) {
 	for {
 		jitter := 0.75 + rand.Float64()/2 // ±25%
-		if !sleep(ctx, time.Duration(float64(w.cfg.SweepInterval)*jitter)) {
+		if !sleep(ctx, time.Duration(float64(m.sweepEvery)*jitter)) {
 			return
 		}
-		w.PruneOnce(ctx)
+		m.pruneOnce(ctx)
 	}
 }
 
-// PruneOnce runs the pruning now and reports how many completed jobs left
+// pruneOnce runs the pruning now and reports how many completed jobs left
 // the history and how many dead or cancelled jobs were deleted.
-func (w *Worker) PruneOnce(ctx context.Context) (history, dead int64) {
+func (m *maintainer) pruneOnce(ctx context.Context) (history, dead int64) {
 	start := time.Now()
 	full, complete := true, false
-	defer func() { w.prunes.done(start, complete, full) }()
+	defer func() { m.prunes.done(start, complete, full) }()
 	for range prunePasses {
-		within := w.prunes.window(start, time.Now())
+		within := m.prunes.window(start, time.Now())
 		full = full && within == 0
-		n, err := w.q.PruneHistory(ctx, db.PruneHistoryParams{MaxJobs: pruneBatch, WithinMs: within.Milliseconds()})
+		n, err := m.q.PruneHistory(ctx, db.PruneHistoryParams{MaxJobs: pruneBatch, WithinMs: within.Milliseconds()})
 		if err != nil {
 			if ctx.Err() == nil {
-				w.log.Warn("pruning the history failed; retrying at the next interval", "error", err)
+				m.log.Warn("pruning the history failed; retrying at the next interval", "error", err)
 			}
 			break
 		}
@@ -53,28 +53,28 @@ func (w *Worker) PruneOnce(ctx context.Context) (history, dead int64) {
 			break
 		}
 	}
-	if w.cfg.DeadRetention > 0 {
-		dead = w.pruneDead(ctx)
+	if m.deadRetention > 0 {
+		dead = m.pruneDead(ctx)
 	}
 	if history+dead > 0 {
-		w.log.Info("pruned finished jobs", "history", history, "dead", dead)
+		m.log.Info("pruned finished jobs", "history", history, "dead", dead)
 	}
 	return history, dead
 }
 
 // pruneDead deletes dead and cancelled jobs older than DeadRetention.
-func (w *Worker) pruneDead(ctx context.Context) int64 {
-	before := time.Now().Add(-w.cfg.DeadRetention)
+func (m *maintainer) pruneDead(ctx context.Context) int64 {
+	before := time.Now().Add(-m.deadRetention)
 	p := db.PurgeDeadParams{
 		States: []string{string(jobs.StateDead), string(jobs.StateCancelled)}, Ids: []int64{},
 		DiedBefore: &before, MaxJobs: pruneBatch,
 	}
 	var n int64
 	for range prunePasses {
-		ids, err := w.q.PurgeDead(ctx, p)
+		ids, err := m.q.PurgeDead(ctx, p)
 		if err != nil {
 			if ctx.Err() == nil {
-				w.log.Warn("pruning dead jobs failed; retrying at the next interval", "error", err)
+				m.log.Warn("pruning dead jobs failed; retrying at the next interval", "error", err)
 			}
 			break
 		}

@@ -12,30 +12,30 @@ import (
 // interval, in bounded batches until none is left, and now and then prunes
 // the rows of workers gone long ago. Every worker runs it; SKIP LOCKED
 // makes concurrent sweeps safe.
-func (w *Worker) sweep(ctx context.Context) {
+func (m *maintainer) sweep(ctx context.Context) {
 	for {
 		jitter := 0.75 + rand.Float64()/2 // ±25%
-		if !sleep(ctx, time.Duration(float64(w.cfg.SweepInterval)*jitter)) {
+		if !sleep(ctx, time.Duration(float64(m.sweepEvery)*jitter)) {
 			return
 		}
-		w.SweepOnce(ctx)
-		w.pruneWorkers(ctx)
+		m.sweepOnce(ctx)
+		m.pruneWorkers(ctx)
 	}
 }
 
-// SweepOnce runs the sweep now and reports how many expired jobs went back
+// sweepOnce runs the sweep now and reports how many expired jobs went back
 // to pending and how many to the dead table.
-func (w *Worker) SweepOnce(ctx context.Context) (requeued, dead int) {
+func (m *maintainer) sweepOnce(ctx context.Context) (requeued, dead int) {
 	start := time.Now()
 	full, complete := true, false
-	defer func() { w.sweeps.done(start, complete, full) }()
+	defer func() { m.sweeps.done(start, complete, full) }()
 	for ctx.Err() == nil {
-		within := w.sweeps.window(start, time.Now())
+		within := m.sweeps.window(start, time.Now())
 		full = full && within == 0
-		rows, err := w.q.Sweep(ctx, db.SweepParams{MaxJobs: int32(w.cfg.SweepBatch), WithinMs: within.Milliseconds()})
+		rows, err := m.q.Sweep(ctx, db.SweepParams{MaxJobs: int32(m.sweepBatch), WithinMs: within.Milliseconds()})
 		if err != nil {
 			if ctx.Err() == nil {
-				w.log.Warn("sweep failed; retrying at the next interval", "error", err)
+				m.log.Warn("sweep failed; retrying at the next interval", "error", err)
 			}
 			return requeued, dead
 		}
@@ -43,7 +43,7 @@ func (w *Worker) SweepOnce(ctx context.Context) (requeued, dead int) {
 		for _, r := range rows {
 			if r.Dead {
 				dead++
-				w.metrics.outcome(r.Queue, "", OutcomeDead)
+				m.metrics.outcome(r.Queue, "", OutcomeDead)
 			} else {
 				requeued++
 			}
@@ -51,11 +51,11 @@ func (w *Worker) SweepOnce(ctx context.Context) (requeued, dead int) {
 			// and jobs of the key held back behind it are ready now.
 			wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
 		}
-		w.notifier.announce(ctx, &wk, "sweep")
+		m.announce(ctx, &wk, "sweep")
 		if len(rows) > 0 {
-			w.log.Info("swept expired leases", "requeued", requeued, "dead", dead)
+			m.log.Info("swept expired leases", "requeued", requeued, "dead", dead)
 		}
-		if len(rows) < w.cfg.SweepBatch {
+		if len(rows) < m.sweepBatch {
 			complete = true
 			break
 		}
@@ -70,30 +70,30 @@ const promoteBatch = 1000
 // interval (jittered), and wakes their queues. Every worker runs it; SKIP
 // LOCKED makes concurrent promotions safe. A scheduled job therefore starts
 // within about one poll interval of its run_at.
-func (w *Worker) promote(ctx context.Context) {
+func (m *maintainer) promote(ctx context.Context) {
 	for {
 		jitter := 0.75 + rand.Float64()/2
-		if !sleep(ctx, time.Duration(float64(w.cfg.PollInterval)*jitter)) {
+		if !sleep(ctx, time.Duration(float64(m.pollEvery)*jitter)) {
 			return
 		}
-		w.PromoteOnce(ctx)
+		m.promoteOnce(ctx)
 	}
 }
 
-// PromoteOnce promotes every scheduled job that is due now and reports how
+// promoteOnce promotes every scheduled job that is due now and reports how
 // many it promoted.
-func (w *Worker) PromoteOnce(ctx context.Context) int {
+func (m *maintainer) promoteOnce(ctx context.Context) int {
 	total := 0
 	start := time.Now()
 	full, complete := true, false
-	defer func() { w.promotions.done(start, complete, full) }()
+	defer func() { m.promotions.done(start, complete, full) }()
 	for ctx.Err() == nil {
-		within := w.promotions.window(start, time.Now())
+		within := m.promotions.window(start, time.Now())
 		full = full && within == 0
-		rows, err := w.q.Promote(ctx, db.PromoteParams{MaxJobs: promoteBatch, WithinMs: within.Milliseconds()})
+		rows, err := m.q.Promote(ctx, db.PromoteParams{MaxJobs: promoteBatch, WithinMs: within.Milliseconds()})
 		if err != nil {
 			if ctx.Err() == nil {
-				w.log.Warn("promoting scheduled jobs failed; retrying at the next poll", "error", err)
+				m.log.Warn("promoting scheduled jobs failed; retrying at the next poll", "error", err)
 			}
 			return total
 		}
@@ -104,7 +104,7 @@ func (w *Worker) PromoteOnce(ctx context.Context) int {
 			wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
 		}
 		total += n
-		w.notifier.announce(ctx, &wk, "promotion")
+		m.announce(ctx, &wk, "promotion")
 		if n < promoteBatch {
 			complete = true
 			break

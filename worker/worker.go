@@ -57,14 +57,11 @@ type Worker struct {
 	queues     map[string]*producer
 	metricsSrv *metricsServer
 	schema     string // where hopper_jobs lives: wake-ups for others are ignored
-	// sweeps and promotions: how far back the next one looks.
-	sweeps     scanHorizon
-	promotions scanHorizon
-	prunes     scanHorizon
 	held       heldJobs
 	inFlight   handlerSet // running handlers, held claims or not
 	completer  *completer
 	notifier   *notifier
+	maintainer *maintainer
 	registry   registration // this worker's row in hopper_workers
 
 	// hard ends at the shutdown's hard deadline (ShutdownTimeout plus
@@ -121,6 +118,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 			signal(w.scheduleWake)
 		}
 	})
+	w.maintainer = newMaintainer(w.q, w.log, w.metrics, &w.cfg, w.notifier.announce, w.pruneWorkers)
 	return w, nil
 }
 
@@ -218,9 +216,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopCompleter, completerDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(completerDone); w.completer.run(hard, stopCompleter) }()
 	goBG(w.heartbeat)
-	goBG(w.sweep)
-	goBG(w.promote)
-	goBG(w.prune)
+	goBG(w.maintainer.sweep)
+	goBG(w.maintainer.promote)
+	goBG(w.maintainer.prune)
 	if len(w.schedules) > 0 {
 		goBG(w.fireSchedules)
 	}
