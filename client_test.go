@@ -3,7 +3,6 @@ package hopper_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -236,19 +235,14 @@ func TestCancel(t *testing.T) {
 // held again keeps a job dead; a filter that matches everything needs All.
 func TestRetryAndPurgeDead(t *testing.T) {
 	b := setup(t)
-	var dead []int64
-	for i := range 3 {
-		dead = append(dead, b.enqueue(t, email, "x", jobs.MaxAttempts(1), jobs.UniqueKey("key-"+string(rune('a'+i)))))
+	died := func(kind, key string) int64 {
+		return testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{
+			State: testfactory.Dead, Kind: kind, Queue: "mail", Payload: json.RawMessage(`{"to":"x"}`),
+			MaxAttempts: 1, UniqueKey: key, Reason: "out of attempts",
+		}).ID
 	}
-	other := b.enqueue(t, report, "y", jobs.MaxAttempts(1), jobs.Queue("mail"))
-	b.runUntil(t, worker.Config{Queues: map[string]int{"mail": 4}}, func(w *worker.Worker) {
-		require.NoError(t, worker.Handle(w, email, func(context.Context, *jobs.Job[Email]) error { return errors.New("down") }))
-		require.NoError(t, worker.Handle(w, report, func(context.Context, *jobs.Job[Email]) error { return errors.New("down") }))
-	}, "four dead", func() bool {
-		s, err := b.client.GetStats(b.Ctx)
-		require.NoError(t, err)
-		return s.Total.Dead == 4
-	})
+	dead := []int64{died("email", "key-a"), died("email", "key-b"), died("email", "key-c")}
+	other := died("report", "")
 	cancelled := b.enqueue(t, email, "z")
 	require.NoError(t, b.client.CancelJob(b.Ctx, cancelled))
 
