@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/testfactory"
 )
 
 func TestStats(t *testing.T) {
@@ -155,17 +156,17 @@ func TestPurgeQueue(t *testing.T) {
 	require.EqualValues(t, 2, live)
 }
 
-// killAll puts n jobs of kind k straight into the dead table.
+// killAll puts n jobs of kind k straight into the dead table, each out of
+// its one attempt with one failure in its history.
 func killAll(t *testing.T, b *bundle, kind string, n int, uniqueKey string) []int64 {
 	t.Helper()
 	var out []int64
 	for range n {
-		b.enqueue(t, jobSpec{kind: kind, maxAttempts: 1, uniqueKey: uniqueKey})
-		got, err := b.Queries.Dequeue(b.Ctx, db.DequeueParams{Queue: "default", Kinds: []string{kind}, MaxVersions: []int32{1}, MaxJobs: 1, Owner: "w", LeaseMs: 1000})
-		require.NoError(t, err)
-		require.Len(t, got, 1)
-		nack(t, b, got[0], "fatal", 0, "")
-		out = append(out, got[0].ID)
+		out = append(out, testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{
+			State: testfactory.Dead, Kind: kind, MaxAttempts: 1, UniqueKey: uniqueKey,
+			Reason: "permanent failure", Payload: json.RawMessage(`{"n":1}`),
+			Errors: json.RawMessage(`[{"attempt": 1, "at": "2026-01-01T00:00:00Z", "owner": "w", "error": "fatal"}]`),
+		}).ID)
 	}
 	return out
 }
