@@ -22,7 +22,8 @@ import (
 // and answers: on a loaded machine a worker waiting for a core would keep
 // every other claim of the queue waiting with it. A worker scoped to a
 // schema runs claim in a transaction begun on the scope, the lock first.
-func (w *Worker) underClaimLock(ctx context.Context, queue string, claim func(q *db.Queries) error) error {
+func (qr *producer) underClaimLock(ctx context.Context, queue string, claim func(q *db.Queries) error) error {
+	w := qr.owner
 	if w.scope == nil {
 		return claim(db.New(&lockedBatch{sender: w.pool, lock: sqlbatch.Record(func(q *db.Queries) error {
 			return q.LockClaims(ctx, queue)

@@ -30,7 +30,8 @@ type rateClaim struct {
 // with ExactStarts the claim it came in (nil for other queues). A claim's
 // jobs carry its time as lease_until less the lease; a worker's claim may
 // be two statements (a fair one goes round twice), each logged apart.
-func (w *Worker) rateClaimsOf(qr *producer, rows []db.HopperJob) []*rateClaim {
+func (qr *producer) rateClaimsOf(rows []db.HopperJob) []*rateClaim {
+	w := qr.owner
 	if qr.flow == nil || !qr.flow.global() || !qr.flow.Rate.ExactStarts || len(rows) == 0 {
 		return nil
 	}

@@ -235,7 +235,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			break // a worker that only fires schedules claims nothing
 		}
 		fetchWG.Add(1)
-		go func() { defer fetchWG.Done(); w.fetchLoop(ctx, qr) }()
+		go func() { defer fetchWG.Done(); qr.fetchLoop(ctx) }()
 	}
 	<-ctx.Done()
 	hardDeadline := time.Now().Add(w.cfg.ShutdownTimeout + w.cfg.ShutdownGrace)
