@@ -22,51 +22,51 @@ func (e *timeoutError) Error() string { return fmt.Sprintf("hopper: job timed ou
 var errAbandoned = errors.New("hopper: handler abandoned past its timeout")
 
 // handlerLoop runs jobs of one queue until the queue's dispatch closes.
-func (w *Worker) handlerLoop(qr *producer) {
-	defer w.poolWG.Done()
+func (e *executor) handlerLoop(qr *producer) {
+	defer e.poolWG.Done()
 	for d := range qr.dispatch {
-		w.execute(d)
+		e.execute(d)
 	}
 }
 
-func (w *Worker) execute(d dispatched) {
-	defer w.handlerWG.Done()
+func (e *executor) execute(d dispatched) {
+	defer e.handlerWG.Done()
 	c, row := d.job, d.row
-	w.handlerStarting(d.rate)
+	e.handlerStarting(d.rate)
 	err := d.err
 	var elapsed time.Duration
 	var result json.RawMessage
 	if d.call != nil {
-		elapsed, result, err = w.run(d)
+		elapsed, result, err = e.run(d)
 	}
 	// Built only when something is logged: this is the hot path.
 	log := func() *slog.Logger {
-		return w.log.With("job_id", row.ID, "kind", row.Kind, "queue", row.Queue, "attempt", row.Attempt)
+		return e.log.With("job_id", row.ID, "kind", row.Kind, "queue", row.Queue, "attempt", row.Attempt)
 	}
 	c.runErr = err
 	wasGivenUp := d.call != nil && c.returned()
 	if !c.finish() {
-		if w.ackedInCommittedTx(c) {
+		if e.ackedInCommittedTx(c) {
 			// The handler's AckTx committed before its job was taken from
 			// it (abandoned as stuck, given back at shutdown): the job is
 			// done, whatever happened to the claim since.
-			w.report(completion{job: c, act: actAck}, outcomeDone)
+			e.report(completion{job: c, act: actAck}, outcomeDone)
 			c.freeSlot()
 			return
 		}
 		switch heldState(c.state.Load()) {
 		case claimLost:
 			log().Warn("lease lost while the handler ran: its result is discarded; the job runs again elsewhere", "handler_error", err)
-			w.told(c, OutcomeRefused)
+			e.told(c, OutcomeRefused)
 		case claimReleased:
 			log().Info("job given back at shutdown: its result is discarded", "handler_error", err)
-			w.metrics.outcome(c.queue.name, c.kind, OutcomeReleased)
-			w.told(c, OutcomeReleased)
+			e.metrics.outcome(c.queue.name, c.kind, OutcomeReleased)
+			e.told(c, OutcomeReleased)
 		case claimCancelled:
 			log().Info("job cancelled while it ran: its result is discarded", "handler_error", err)
-			w.told(c, OutcomeCancelled)
+			e.told(c, OutcomeCancelled)
 		case claimAbandoned:
-			w.told(c, OutcomeAbandoned)
+			e.told(c, OutcomeAbandoned)
 		}
 		if wasGivenUp {
 			log().Warn("abandoned handler returned at last: its result is discarded", "ran_for", elapsed, "handler_error", err)
@@ -75,8 +75,8 @@ func (w *Worker) execute(d dispatched) {
 		return
 	}
 	c.freeSlot()
-	w.metrics.ran(row.Queue, row.Kind, elapsed)
-	comp := w.completion(d.h, row, c, err)
+	e.metrics.ran(row.Queue, row.Kind, elapsed)
+	comp := e.completion(d.h, row, c, err)
 	switch comp.act {
 	case actAck:
 		comp.keep = d.keep
@@ -86,21 +86,21 @@ func (w *Worker) execute(d dispatched) {
 	case actRetry, actDead:
 		log().Warn("job failed", "error", err, "retry_in", comp.backoff, "dead_reason", comp.deadReason)
 	}
-	if !w.completer.push(comp) {
-		w.report(comp, outcomeUnrecorded)
+	if !e.completer.push(comp) {
+		e.report(comp, outcomeUnrecorded)
 	}
 }
 
 // run calls the handler with its own context: cancelled when the lease is
 // lost, the job is cancelled, at the shutdown deadline, or after the run's
 // timeout.
-func (w *Worker) run(d dispatched) (elapsed time.Duration, result json.RawMessage, err error) {
-	ctx, cancel := context.WithCancelCause(w.handlerBase)
+func (e *executor) run(d dispatched) (elapsed time.Duration, result json.RawMessage, err error) {
+	ctx, cancel := context.WithCancelCause(e.handlerBase)
 	defer cancel(nil)
 	start := time.Now()
 	d.job.begin(cancel, start, d.timeout)
-	w.inFlight.add(d.job)
-	defer w.inFlight.remove(d.job)
+	e.inFlight.add(d.job)
+	defer e.inFlight.remove(d.job)
 	ctx = context.WithValue(ctx, claimKeyCtx{}, d.job)
 	if d.timeout > 0 {
 		var cancelTimeout context.CancelFunc
@@ -108,7 +108,7 @@ func (w *Worker) run(d dispatched) (elapsed time.Duration, result json.RawMessag
 		defer cancelTimeout()
 	}
 	if d.job.view != nil {
-		result, err = w.callHooked(ctx, d)
+		result, err = e.callHooked(ctx, d)
 	} else {
 		result, err = d.call(ctx)
 	}
@@ -117,13 +117,13 @@ func (w *Worker) run(d dispatched) (elapsed time.Duration, result json.RawMessag
 		err = fmt.Errorf("timed out after %v: %w", d.timeout, err)
 	}
 	if err != nil && d.job.view != nil {
-		w.tellError(ctx, d.job.view, err)
+		e.tellError(ctx, d.job.view, err)
 	}
 	return time.Since(start), result, err
 }
 
 // completion turns a handler's result into what the completer records.
-func (w *Worker) completion(h *handler, row db.HopperJob, c *heldJob, err error) completion {
+func (e *executor) completion(h *handler, row db.HopperJob, c *heldJob, err error) completion {
 	v := judge(err)
 	comp := completion{job: c, act: v.act, message: v.message, deadReason: v.deadReason}
 	switch {
@@ -134,7 +134,7 @@ func (w *Worker) completion(h *handler, row db.HopperJob, c *heldJob, err error)
 	case v.act == actRetry:
 		b := h.backoff
 		if b == (Backoff{}) {
-			b = w.cfg.RetryBackoff
+			b = e.cfg.RetryBackoff
 		}
 		comp.backoff = b.Delay(int(row.Attempt))
 	}
@@ -144,18 +144,18 @@ func (w *Worker) completion(h *handler, row db.HopperJob, c *heldJob, err error)
 
 // ackedInCommittedTx reports whether the claim's handler acked its job
 // with AckTx in a transaction the server says committed.
-func (w *Worker) ackedInCommittedTx(c *heldJob) bool {
+func (e *executor) ackedInCommittedTx(c *heldJob) bool {
 	if !c.ackedInTx.Load() || c.ackXid.Load() == 0 {
 		return false
 	}
 	if c.ackCommitted.Load() {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(w.hard, statementTimeout(w.cfg.LeaseDuration))
+	ctx, cancel := context.WithTimeout(e.hard, statementTimeout(e.cfg.LeaseDuration))
 	defer cancel()
-	rows, err := w.q.TransactionStatuses(ctx, []int64{c.ackXid.Load()})
+	rows, err := e.q.TransactionStatuses(ctx, []int64{c.ackXid.Load()})
 	if err != nil {
-		w.log.Warn("reading whether a handler's transaction committed failed", "job_id", c.id, "error", err)
+		e.log.Warn("reading whether a handler's transaction committed failed", "job_id", c.id, "error", err)
 		return false
 	}
 	if len(rows) == 1 && rows[0].Status == "committed" {

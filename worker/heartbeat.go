@@ -51,7 +51,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 // A held job is no longer extended (it runs again elsewhere after the
 // lease); every such handler's slot goes back to the queue.
 func (w *Worker) abandonStuck(now time.Time) {
-	for _, c := range w.inFlight.snapshot() {
+	for _, c := range w.executor.inFlight.snapshot() {
 		due, ranFor := c.overdue(now)
 		if !due {
 			continue

@@ -89,8 +89,8 @@ func recovered(r any) error { return &PanicError{Value: r, Stack: debug.Stack()}
 
 // hooked reports whether runs of h need the job's view: a middleware or a
 // hook would see it.
-func (w *Worker) hooked(h *handler) bool {
-	return len(w.cfg.Middleware) > 0 || len(h.middleware) > 0 || len(w.cfg.OnOutcome) > 0 || len(w.cfg.OnError) > 0
+func (e *executor) hooked(h *handler) bool {
+	return len(e.cfg.Middleware) > 0 || len(h.middleware) > 0 || len(e.cfg.OnOutcome) > 0 || len(e.cfg.OnError) > 0
 }
 
 // view is the job as middleware and hooks see it.
@@ -100,10 +100,10 @@ func view(row db.HopperJob) *jobs.Row {
 }
 
 // wrap puts the worker's and the kind's middleware around call.
-func (w *Worker) wrap(h *handler, job *jobs.Row, call func(context.Context) error) func(context.Context) error {
+func (e *executor) wrap(h *handler, job *jobs.Row, call func(context.Context) error) func(context.Context) error {
 	mws := h.middleware
-	if len(w.cfg.Middleware) > 0 {
-		mws = append(append(make([]Middleware, 0, len(w.cfg.Middleware)+len(h.middleware)), w.cfg.Middleware...), h.middleware...)
+	if len(e.cfg.Middleware) > 0 {
+		mws = append(append(make([]Middleware, 0, len(e.cfg.Middleware)+len(h.middleware)), e.cfg.Middleware...), h.middleware...)
 	}
 	for i := len(mws) - 1; i >= 0; i-- {
 		mw, next := mws[i], call
@@ -122,12 +122,12 @@ func (w *Worker) wrap(h *handler, job *jobs.Row, call func(context.Context) erro
 // callHooked runs a job whose runs middleware or hooks see: through the
 // middleware, when there is any. Kept out of run, so that a worker without
 // hooks pays nothing for them.
-func (w *Worker) callHooked(ctx context.Context, d dispatched) (json.RawMessage, error) {
-	if len(w.cfg.Middleware) == 0 && len(d.h.middleware) == 0 {
+func (e *executor) callHooked(ctx context.Context, d dispatched) (json.RawMessage, error) {
+	if len(e.cfg.Middleware) == 0 && len(d.h.middleware) == 0 {
 		return d.call(ctx)
 	}
 	var out json.RawMessage
-	err := w.wrap(d.h, d.job.view, func(ctx context.Context) error {
+	err := e.wrap(d.h, d.job.view, func(ctx context.Context) error {
 		r, err := d.call(ctx)
 		out = r
 		return err
@@ -139,28 +139,28 @@ func (w *Worker) callHooked(ctx context.Context, d dispatched) (json.RawMessage,
 }
 
 // tellError calls the error hooks.
-func (w *Worker) tellError(ctx context.Context, job *jobs.Row, err error) {
-	for _, h := range w.cfg.OnError {
-		w.safely("error", job, func() { h(ctx, job, err) })
+func (e *executor) tellError(ctx context.Context, job *jobs.Row, err error) {
+	for _, h := range e.cfg.OnError {
+		e.safely("error", job, func() { h(ctx, job, err) })
 	}
 }
 
 // safely runs a hook; a panic in it is logged, never the worker's end.
-func (w *Worker) safely(what string, job *jobs.Row, hook func()) {
+func (e *executor) safely(what string, job *jobs.Row, hook func()) {
 	defer func() {
 		if r := recover(); r != nil {
-			w.log.Error("a "+what+" hook panicked", "job_id", job.ID, "kind", job.Kind, "panic", r)
+			e.log.Error("a "+what+" hook panicked", "job_id", job.ID, "kind", job.Kind, "panic", r)
 		}
 	}()
 	hook()
 }
 
 // told calls the outcome hooks for a run that had a view.
-func (w *Worker) told(c *heldJob, o Outcome) {
+func (e *executor) told(c *heldJob, o Outcome) {
 	if c.view == nil {
 		return
 	}
-	for _, h := range w.cfg.OnOutcome {
-		w.safely("outcome", c.view, func() { h(c.view, o, c.runErr) })
+	for _, h := range e.cfg.OnOutcome {
+		e.safely("outcome", c.view, func() { h(c.view, o, c.runErr) })
 	}
 }

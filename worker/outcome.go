@@ -179,6 +179,6 @@ func (w *Worker) report(c completion, o outcome) {
 	if w.observe != nil {
 		w.observe(c.job.id, c.job.attempt, o)
 	}
-	w.told(c.job, o.public())
+	w.executor.told(c.job, o.public())
 	c.job.recorded()
 }

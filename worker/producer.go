@@ -222,7 +222,7 @@ func (qr *producer) fetch(ctx context.Context, n int) (int, error) {
 		// goroutine keeps the decoder's deep stack from being grown anew
 		// for every job.
 		call, timeout, err := h.prepare(row, keep)
-		if w.hooked(h) {
+		if w.executor.hooked(h) {
 			c.view = view(row)
 		}
 		if timeout == 0 {
@@ -232,11 +232,11 @@ func (qr *producer) fetch(ctx context.Context, n int) (int, error) {
 		// job is never left waiting behind a handler that blocks (an
 		// abandoned one included).
 		running := int(qr.running.Add(1))
-		w.handlerWG.Add(1)
+		w.executor.handlerWG.Add(1)
 		for qr.spawned-int(qr.stuck.Load()) < running {
 			qr.spawned++
-			w.poolWG.Add(1)
-			go w.handlerLoop(qr)
+			w.executor.poolWG.Add(1)
+			go w.executor.handlerLoop(qr)
 		}
 		// Never blocks: at most max jobs are waiting or running.
 		d := dispatched{h: h, row: row, job: c, call: call, timeout: timeout, keep: keep, err: err}

@@ -61,20 +61,20 @@ const rateClaimTimeout = 5 * time.Second
 // handlerStarting counts a job of the claim as started; the last one
 // moves the claim's log entry, in a goroutine of its own so that its
 // handler does not wait for the statement.
-func (w *Worker) handlerStarting(rc *rateClaim) {
+func (e *executor) handlerStarting(rc *rateClaim) {
 	if rc == nil || rc.left.Add(-1) != 0 {
 		return
 	}
 	// The caller is a handler goroutine, counted in poolWG, so this Add
 	// can never race Run's Wait at zero.
-	w.poolWG.Add(1)
+	e.poolWG.Add(1)
 	go func() {
-		defer w.poolWG.Done()
-		ctx, cancel := context.WithTimeout(w.hard, rateClaimTimeout)
+		defer e.poolWG.Done()
+		ctx, cancel := context.WithTimeout(e.hard, rateClaimTimeout)
 		defer cancel()
-		err := w.q.RateClaimStarted(ctx, db.RateClaimStartedParams{Queue: rc.queue, ClaimedAt: rc.claimedAt})
-		if err != nil && w.hard.Err() == nil {
-			w.log.Warn("could not move a rate-limited claim to its last handler start; its budget stays taken until five seconds past its window", "queue", rc.queue, "error", err)
+		err := e.q.RateClaimStarted(ctx, db.RateClaimStartedParams{Queue: rc.queue, ClaimedAt: rc.claimedAt})
+		if err != nil && e.hard.Err() == nil {
+			e.log.Warn("could not move a rate-limited claim to its last handler start; its budget stays taken until five seconds past its window", "queue", rc.queue, "error", err)
 		}
 	}()
 }

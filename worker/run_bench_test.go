@@ -11,15 +11,16 @@ import (
 // path (context, timeout, the call): what every job pays in this process,
 // without the database. prepare sets the worker and claim up.
 func benchRun(b *testing.B, prepare func(w *Worker, d *dispatched)) {
-	w := &Worker{handlerBase: context.Background()}
+	w := &Worker{}
 	w.cfg.AbandonAfter = 10 * time.Second
+	w.executor = &executor{handlerBase: context.Background(), cfg: &w.cfg}
 	c := &heldJob{owner: w}
 	d := dispatched{h: &handler{}, job: c, timeout: time.Minute,
 		call: func(context.Context) (json.RawMessage, error) { return nil, nil }}
 	prepare(w, &d)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := w.run(d); err != nil {
+		if _, _, err := w.executor.run(d); err != nil {
 			b.Fatal(err)
 		}
 	}

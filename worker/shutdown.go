@@ -11,7 +11,7 @@ import (
 // shutdown waits up to ShutdownTimeout for running handlers, then gives
 // their jobs back (their results will be discarded) and cancels them.
 func (w *Worker) shutdown(hardDeadline time.Time) {
-	if waitUntil(&w.handlerWG, hardDeadline.Add(-w.cfg.ShutdownGrace)) {
+	if waitUntil(&w.executor.handlerWG, hardDeadline.Add(-w.cfg.ShutdownGrace)) {
 		return
 	}
 	released := w.held.releaseRunning()
@@ -19,7 +19,7 @@ func (w *Worker) shutdown(hardDeadline time.Time) {
 	// Handlers that honour their context return at once; wait a little for
 	// them, keeping most of the grace for recording results and giving
 	// jobs back.
-	if !waitUntil(&w.handlerWG, time.Now().Add(min(5*time.Second, w.cfg.ShutdownGrace/4))) {
+	if !waitUntil(&w.executor.handlerWG, time.Now().Add(min(5*time.Second, w.cfg.ShutdownGrace/4))) {
 		w.log.Error("handlers ignore cancellation; going on without them")
 	}
 }

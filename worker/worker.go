@@ -58,10 +58,10 @@ type Worker struct {
 	metricsSrv *metricsServer
 	schema     string // where hopper_jobs lives: wake-ups for others are ignored
 	held       heldJobs
-	inFlight   handlerSet // running handlers, held claims or not
 	completer  *completer
 	notifier   *notifier
 	maintainer *maintainer
+	executor   *executor
 	registry   registration // this worker's row in hopper_workers
 
 	// hard ends at the shutdown's hard deadline (ShutdownTimeout plus
@@ -73,13 +73,6 @@ type Worker struct {
 	observe func(id int64, attempt int32, o outcome)
 	beats   atomic.Int64 // heartbeats done, for tests that must see one pass
 
-	// handlerBase is the parent of every handler's context. It is never
-	// cancelled, so a job's context does not register with it (one shared
-	// parent with thousands of children was a hot lock); shutdown cancels
-	// each running job's context instead.
-	handlerBase context.Context
-	handlerWG   sync.WaitGroup // jobs being handled
-	poolWG      sync.WaitGroup // handler goroutines
 }
 
 // New prepares a worker on pool with cfg; the pool's search_path decides
@@ -110,6 +103,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
+	w.executor = newExecutor(w.q, w.log, w.metrics, &w.cfg, w.completer, w.report)
 	for name, n := range cfg.Queues {
 		w.queues[name] = newProducer(w, name, n)
 	}
@@ -212,7 +206,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		bgWG.Add(1)
 		go func() { defer bgWG.Done(); fn(bg) }()
 	}
-	w.handlerBase = context.WithoutCancel(ctx)
+	w.executor.handlerBase, w.executor.hard = context.WithoutCancel(ctx), hard
 	stopCompleter, completerDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(completerDone); w.completer.run(hard, stopCompleter) }()
 	goBG(w.heartbeat)
@@ -253,7 +247,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopBG()
 	bgWG.Wait()
 	w.removeWorker(hard) // after the last beat, which could write it again
-	if !waitUntil(&w.poolWG, hardDeadline) {
+	if !waitUntil(&w.executor.poolWG, hardDeadline) {
 		w.log.Error("handlers ignore cancellation; leaving them behind")
 	}
 	w.log.Info("hopper worker stopped")

@@ -1,0 +1,93 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/jobs"
+)
+
+// newTestExecutor is an executor with cfg, and a held job for it to run.
+func newTestExecutor(cfg Config) (*executor, *heldJob) {
+	w := &Worker{cfg: cfg}
+	w.cfg.AbandonAfter = 10 * time.Second
+	e := newExecutor(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, &w.cfg, nil, nil)
+	return e, &heldJob{id: 1, attempt: 1, kind: "k", owner: w}
+}
+
+// A run goes through the worker's middleware, then the kind's, outermost
+// first; the handler's context carries its job; a panic in middleware is
+// the run's error, and the error hooks see it.
+func TestExecutorRunsThroughMiddlewareAndHooks(t *testing.T) {
+	t.Parallel()
+	var order []string
+	var told []error
+	mw := func(name string) Middleware {
+		return func(ctx context.Context, job *jobs.Row, next func(context.Context) error) error {
+			order = append(order, name)
+			return next(ctx)
+		}
+	}
+	e, c := newTestExecutor(Config{
+		Middleware: []Middleware{mw("worker")},
+		OnError:    []ErrorHook{func(_ context.Context, _ *jobs.Row, err error) { told = append(told, err) }},
+	})
+	c.view = &jobs.Row{ID: c.id, Kind: c.kind}
+	d := dispatched{h: &handler{middleware: []Middleware{mw("kind")}}, job: c, timeout: time.Minute,
+		call: func(ctx context.Context) (json.RawMessage, error) {
+			require.Same(t, c, ctx.Value(claimKeyCtx{}), "the handler's context carries its job")
+			return json.RawMessage(`{"ok":true}`), nil
+		}}
+	_, result, err := e.run(d)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"ok":true}`, string(result))
+	require.Equal(t, []string{"worker", "kind"}, order)
+	require.Empty(t, told)
+	require.Empty(t, e.inFlight.snapshot(), "a finished run is no longer in flight")
+
+	d.h = &handler{middleware: []Middleware{func(context.Context, *jobs.Row, func(context.Context) error) error {
+		panic("in middleware")
+	}}}
+	_, _, err = e.run(d)
+	var pe *PanicError
+	require.ErrorAs(t, err, &pe)
+	require.Len(t, told, 1)
+	require.ErrorAs(t, told[0], &pe)
+}
+
+// The verdict of a handler's return: success acks, a plain error retries
+// after the worker's backoff, RetryAfter after its own, Permanent and
+// Cancel end the job, Snooze waits uncharged.
+func TestExecutorVerdicts(t *testing.T) {
+	t.Parallel()
+	e, c := newTestExecutor(Config{RetryBackoff: Backoff{Base: time.Minute, Max: time.Minute}})
+	row := db.HopperJob{ID: c.id, Attempt: 1, Kind: "k"}
+	h := &handler{}
+	boom := errors.New("boom")
+
+	require.Equal(t, actAck, e.completion(h, row, c, nil).act)
+
+	r := e.completion(h, row, c, boom)
+	require.Equal(t, actRetry, r.act)
+	require.Equal(t, "boom", r.message)
+	require.Equal(t, time.Minute, r.backoff)
+
+	r = e.completion(h, row, c, RetryAfter(time.Hour, boom))
+	require.Equal(t, actRetry, r.act)
+	require.InDelta(t, time.Hour, r.backoff, float64(time.Minute))
+
+	require.Equal(t, actDead, e.completion(h, row, c, Permanent(boom)).act)
+	require.Equal(t, actCancel, e.completion(h, row, c, Cancel(boom)).act)
+
+	r = e.completion(h, row, c, Snooze(time.Hour))
+	require.Equal(t, actSnooze, r.act)
+	require.InDelta(t, time.Hour, r.backoff, float64(time.Minute))
+}
