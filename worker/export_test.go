@@ -12,7 +12,7 @@ func ObserveOutcomes(w *Worker, fn func(id int64, attempt int32, outcome string)
 func HeldClaims(w *Worker) int { return w.held.len() }
 
 // Beats is how many heartbeats the worker has done.
-func Beats(w *Worker) int64 { return w.beats.Load() }
+func Beats(w *Worker) int64 { return w.held.beats.Load() }
 
 // Listening reports whether the worker's wake-up listener is subscribed
 // (its claim cursors are in use only then).

@@ -15,8 +15,8 @@ const extendBatch = 5000
 // hard deadline. A claim the database no longer has for us is lost: its
 // handler is cancelled. With HeartbeatInterval negative (tests of lease
 // expiry) it only refreshes the row, every beatInterval.
-func (w *Worker) heartbeat(ctx context.Context) {
-	t := time.NewTicker(w.beatInterval())
+func (s *heldJobs) heartbeat(ctx context.Context) {
+	t := time.NewTicker(s.beatEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -26,22 +26,22 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		}
 		// First, and bounded (beatTimeout): one row, so that the
 		// worker's liveness does not wait on a large extension.
-		w.beatWorker(ctx)
-		if w.cfg.HeartbeatInterval <= 0 {
+		s.beatWorker(ctx)
+		if s.heartbeatEvery <= 0 {
 			continue
 		}
-		w.abandonStuck(time.Now())
-		held := w.held.snapshot()
+		s.abandonStuck(time.Now())
+		held := s.snapshot()
 		for start := 0; start < len(held); start += extendBatch {
 			chunk := held[start:min(start+extendBatch, len(held))]
-			if _, err := w.extend(ctx, chunk, w.cfg.LeaseDuration); err != nil {
+			if _, err := s.extend(ctx, chunk, s.lease); err != nil {
 				if ctx.Err() == nil {
-					w.log.Warn("heartbeat failed; retrying at the next beat", "error", err)
+					s.log.Warn("heartbeat failed; retrying at the next beat", "error", err)
 				}
 				break
 			}
 		}
-		w.beats.Add(1)
+		s.beats.Add(1)
 	}
 }
 
@@ -50,8 +50,8 @@ func (w *Worker) heartbeat(ctx context.Context) {
 // stop (lease lost, job cancelled). They ignore their cancelled context.
 // A held job is no longer extended (it runs again elsewhere after the
 // lease); every such handler's slot goes back to the queue.
-func (w *Worker) abandonStuck(now time.Time) {
-	for _, c := range w.executor.inFlight.snapshot() {
+func (s *heldJobs) abandonStuck(now time.Time) {
+	for _, c := range s.inFlight.snapshot() {
 		due, ranFor := c.overdue(now)
 		if !due {
 			continue
@@ -59,9 +59,9 @@ func (w *Worker) abandonStuck(now time.Time) {
 		attrs := []any{"job_id", c.id, "kind", c.kind, "queue", c.queue.name, "attempt", c.attempt, "running_for", ranFor.Round(time.Millisecond)}
 		switch {
 		case c.abandon():
-			w.log.Error("handler ignores its cancelled context past its timeout: abandoned; its job runs again after the lease expires", attrs...)
+			s.log.Error("handler ignores its cancelled context past its timeout: abandoned; its job runs again after the lease expires", attrs...)
 		case c.giveUp():
-			w.log.Error("handler ignores its cancelled context after its job was taken from it: abandoned, its slot freed", attrs...)
+			s.log.Error("handler ignores its cancelled context after its job was taken from it: abandoned, its slot freed", attrs...)
 		}
 	}
 }
@@ -70,15 +70,15 @@ func (w *Worker) abandonStuck(now time.Time) {
 // the database no longer holds for us as lost. It returns how many it
 // extended; a claim whose row another transaction has locked is skipped
 // this time (see queries/lease.sql).
-func (w *Worker) extend(ctx context.Context, claims []*heldJob, lease time.Duration) (int, error) {
+func (s *heldJobs) extend(ctx context.Context, claims []*heldJob, lease time.Duration) (int, error) {
 	p := db.ExtendParams{LeaseMs: lease.Milliseconds(), Ids: make([]int64, len(claims)), Attempts: make([]int32, len(claims))}
 	for i, c := range claims {
 		p.Ids[i], p.Attempts[i] = c.id, c.attempt
 	}
-	ectx, cancel := context.WithTimeout(ctx, w.cfg.LeaseDuration/2)
+	ectx, cancel := context.WithTimeout(ctx, s.lease/2)
 	defer cancel()
 	sent := time.Now()
-	rows, err := w.q.Extend(ectx, p)
+	rows, err := s.q.Extend(ectx, p)
 	if err != nil {
 		return 0, err
 	}
@@ -107,7 +107,7 @@ func (w *Worker) extend(ctx context.Context, claims []*heldJob, lease time.Durat
 			gone = append(gone, c)
 		}
 	}
-	w.settleGone(ctx, gone)
+	s.settleGone(ctx, gone)
 	return extended, nil
 }
 
@@ -115,7 +115,7 @@ func (w *Worker) extend(ctx context.Context, claims []*heldJob, lease time.Durat
 // holds for this worker: with ErrCancelled when an operator cancelled the
 // job (a worker that missed the notification, or has none: PollOnly),
 // with ErrLeaseLost otherwise (swept, claimed again).
-func (w *Worker) settleGone(ctx context.Context, gone []*heldJob) {
+func (s *heldJobs) settleGone(ctx context.Context, gone []*heldJob) {
 	if len(gone) == 0 {
 		return
 	}
@@ -124,11 +124,11 @@ func (w *Worker) settleGone(ctx context.Context, gone []*heldJob) {
 	for i, c := range gone {
 		p.Ids[i], p.Attempts[i] = c.id, c.attempt
 	}
-	fctx, cancel := context.WithTimeout(ctx, w.cfg.LeaseDuration/2)
-	fates, err := w.q.ClaimFates(fctx, p)
+	fctx, cancel := context.WithTimeout(ctx, s.lease/2)
+	fates, err := s.q.ClaimFates(fctx, p)
 	cancel()
 	if err != nil && ctx.Err() == nil {
-		w.log.Warn("reading what became of lost jobs failed; taking them as lost leases", "jobs", len(gone), "error", err)
+		s.log.Warn("reading what became of lost jobs failed; taking them as lost leases", "jobs", len(gone), "error", err)
 	}
 	for _, f := range fates {
 		// An operator's cancel moves the job to the dead table under the
@@ -141,10 +141,10 @@ func (w *Worker) settleGone(ctx context.Context, gone []*heldJob) {
 		switch {
 		case cancelled[heldKey{c.id, c.attempt}]:
 			if c.cancelled() {
-				w.log.Info("job cancelled while it ran: cancelling the handler", "job_id", c.id, "kind", c.kind, "attempt", c.attempt)
+				s.log.Info("job cancelled while it ran: cancelling the handler", "job_id", c.id, "kind", c.kind, "attempt", c.attempt)
 			}
 		case c.lose():
-			w.log.Warn("lease lost: cancelling the handler", "job_id", c.id, "kind", c.kind, "attempt", c.attempt)
+			s.log.Warn("lease lost: cancelling the handler", "job_id", c.id, "kind", c.kind, "attempt", c.attempt)
 		}
 	}
 }
@@ -152,8 +152,8 @@ func (w *Worker) settleGone(ctx context.Context, gone []*heldJob) {
 // cancelNotice handles an operator's cancel of a running job, announced
 // by the Cancel statement: the claim it names, if this worker holds it,
 // has its handler cancelled.
-func (w *Worker) cancelNotice(id int64, attempt int32) {
-	if c := w.held.get(id, attempt); c != nil && c.cancelled() {
-		w.log.Info("job cancelled while it ran: cancelling the handler", "job_id", c.id, "kind", c.kind, "attempt", c.attempt)
+func (s *heldJobs) cancelNotice(id int64, attempt int32) {
+	if c := s.get(id, attempt); c != nil && c.cancelled() {
+		s.log.Info("job cancelled while it ran: cancelling the handler", "job_id", c.id, "kind", c.kind, "attempt", c.attempt)
 	}
 }

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -274,11 +275,28 @@ type heldKey struct {
 	attempt int32
 }
 
-// heldJobs holds the claims whose leases the heartbeat keeps: running and
-// finished ones, and released ones until they are given back.
+// heldJobs holds the jobs this worker has claimed, whose leases the
+// heartbeat keeps (heartbeat.go): running and finished ones, and released
+// ones until they are given back. The heartbeat also refreshes the
+// worker's row, watches for stuck handlers and cancels the handlers of
+// jobs the database no longer holds for this worker.
+//
+// Invariants: a job is in jobs from its claim until its outcome is
+// recorded, it is lost or cancelled, or it is given back; only jobs in it
+// have their leases extended; every state change of a job goes through
+// heldJob's methods.
 type heldJobs struct {
 	mu   sync.Mutex
 	jobs map[heldKey]*heldJob
+
+	q              *db.Queries
+	log            *slog.Logger
+	lease          time.Duration // Config.LeaseDuration
+	heartbeatEvery time.Duration // Config.HeartbeatInterval; <= 0: only the worker's row is refreshed
+	beatEvery      time.Duration // how often the heartbeat runs
+	inFlight       *handlerSet   // the executor's running handlers, for the stuck watch
+	beatWorker     func(ctx context.Context)
+	beats          atomic.Int64 // heartbeats done, for tests that must see one pass
 }
 
 func (s *heldJobs) add(w *Worker, row db.HopperJob, qr *producer, sent time.Time, keep time.Duration) *heldJob {

@@ -45,7 +45,7 @@ func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) 
 	// an ack in flight (Extend skips locked rows rather than wait): try
 	// again a few times before calling it busy.
 	for try := 0; ; try++ {
-		n, err := c.owner.extend(ctx, []*heldJob{c}, d)
+		n, err := c.owner.held.extend(ctx, []*heldJob{c}, d)
 		switch {
 		case err != nil:
 			return fmt.Errorf("extend lease of job %d: %w", job.ID, err)

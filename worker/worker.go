@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -71,8 +70,6 @@ type Worker struct {
 
 	// observe, when set (tests), sees every settled result.
 	observe func(id int64, attempt int32, o outcome)
-	beats   atomic.Int64 // heartbeats done, for tests that must see one pass
-
 }
 
 // New prepares a worker on pool with cfg; the pool's search_path decides
@@ -97,17 +94,18 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		w.scope = schemascope.Wrap(pool, cfg.Schema)
 	}
 	w.q = db.New(w.dbtx(pool))
-	w.held.jobs = map[heldKey]*heldJob{}
 	w.completer = newCompleter(w.q, w.log, &w.cfg, w.report)
 	w.metrics, err = newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
 	w.executor = newExecutor(w.q, w.log, w.metrics, &w.cfg, w.completer, w.report)
+	w.held = heldJobs{jobs: map[heldKey]*heldJob{}, q: w.q, log: w.log, lease: cfg.LeaseDuration,
+		heartbeatEvery: cfg.HeartbeatInterval, beatEvery: w.beatInterval(), inFlight: &w.executor.inFlight, beatWorker: w.beatWorker}
 	for name, n := range cfg.Queues {
 		w.queues[name] = newProducer(w, name, n)
 	}
-	w.notifier = newNotifier(w.q, pool.Config().ConnConfig, w.log, cfg.ID, w.queues, w.cancelNotice, func(schedule string) {
+	w.notifier = newNotifier(w.q, pool.Config().ConnConfig, w.log, cfg.ID, w.queues, w.held.cancelNotice, func(schedule string) {
 		if w.schedules[schedule] != nil {
 			signal(w.scheduleWake)
 		}
@@ -209,7 +207,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.executor.handlerBase, w.executor.hard = context.WithoutCancel(ctx), hard
 	stopCompleter, completerDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(completerDone); w.completer.run(hard, stopCompleter) }()
-	goBG(w.heartbeat)
+	goBG(w.held.heartbeat)
 	goBG(w.maintainer.sweep)
 	goBG(w.maintainer.promote)
 	goBG(w.maintainer.prune)
