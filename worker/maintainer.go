@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/hopperq/hopper/db"
 )
 
@@ -13,7 +15,8 @@ import (
 // that fell due ready (sweep.go), pruning deletes expired history and old
 // dead jobs (prune.go). Every worker runs all three on jittered intervals;
 // SKIP LOCKED makes concurrent runs safe. Each pass remembers how far back
-// the next one must look (scanHorizon, sweep_horizon.go).
+// the next one must look (scanHorizon, sweep_horizon.go). It also defines
+// and fires this worker's schedules (schedule_fire.go).
 //
 // Invariant: a horizon only narrows after a complete pass, and a full pass
 // runs every fullScanEvery, so nothing due is missed for longer than that.
@@ -33,13 +36,33 @@ type maintainer struct {
 	sweeps     scanHorizon
 	promotions scanHorizon
 	prunes     scanHorizon
+
+	// Schedules: pool and dbtx begin each fire's transaction (scoped to
+	// Config.Schema). schedules is filled by Worker.Schedule before Run and
+	// read-only after; scheduleWake tells the firing loop a schedule was
+	// triggered or resumed.
+	pool               *pgxpool.Pool
+	dbtx               func(db.DBTX) db.DBTX
+	scheduleStaleAfter time.Duration // Config.ScheduleStaleAfter
+	schedules          map[string]*scheduled
+	scheduleWake       chan struct{}
 }
 
-func newMaintainer(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config,
+func newMaintainer(q *db.Queries, pool *pgxpool.Pool, dbtx func(db.DBTX) db.DBTX, log *slog.Logger, m *metrics, cfg *Config,
 	announce func(context.Context, *wakeups, string), pruneWorkers func(context.Context)) *maintainer {
 	return &maintainer{q: q, log: log, metrics: m,
 		sweepEvery: cfg.SweepInterval, pollEvery: cfg.PollInterval, sweepBatch: cfg.SweepBatch,
-		deadRetention: cfg.DeadRetention, announce: announce, pruneWorkers: pruneWorkers}
+		deadRetention: cfg.DeadRetention, announce: announce, pruneWorkers: pruneWorkers,
+		pool: pool, dbtx: dbtx, scheduleStaleAfter: cfg.ScheduleStaleAfter,
+		schedules: map[string]*scheduled{}, scheduleWake: make(chan struct{}, 1)}
+}
+
+// scheduleTriggered wakes the firing loop when name is one of this
+// worker's schedules.
+func (m *maintainer) scheduleTriggered(name string) {
+	if m.schedules[name] != nil {
+		signal(m.scheduleWake)
+	}
 }
 
 // SweepOnce runs the sweep now and reports how many expired jobs went back

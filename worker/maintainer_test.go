@@ -32,7 +32,7 @@ func TestMaintainerPasses(t *testing.T) {
 		announced = map[string][]int64{}
 	)
 	cfg := Config{SweepInterval: time.Hour, PollInterval: time.Hour, SweepBatch: 10, DeadRetention: time.Millisecond}
-	m := newMaintainer(q, slog.New(slog.NewTextHandler(io.Discard, nil)), met, &cfg,
+	m := newMaintainer(q, tdb.Pool, func(d db.DBTX) db.DBTX { return d }, slog.New(slog.NewTextHandler(io.Discard, nil)), met, &cfg,
 		func(_ context.Context, wk *wakeups, after string) {
 			mu.Lock()
 			defer mu.Unlock()

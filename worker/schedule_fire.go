@@ -16,9 +16,9 @@ import (
 )
 
 // scheduleNames lists the schedules this worker defines, sorted.
-func (w *Worker) scheduleNames() []string {
-	names := make([]string, 0, len(w.schedules))
-	for name := range w.schedules {
+func (m *maintainer) scheduleNames() []string {
+	names := make([]string, 0, len(m.schedules))
+	for name := range m.schedules {
 		names = append(names, name)
 	}
 	sort.Strings(names)
@@ -29,61 +29,61 @@ func (w *Worker) scheduleNames() []string {
 // where they are the newest, at start. It logs the definitions in force
 // that differ from its own (a newer deploy's) and the schedules no running
 // worker defines any more.
-func (w *Worker) defineSchedules(ctx context.Context) error {
-	if len(w.schedules) == 0 {
+func (m *maintainer) defineSchedules(ctx context.Context) error {
+	if len(m.schedules) == 0 {
 		return nil
 	}
-	if err := w.seeSchedules(ctx); err != nil {
+	if err := m.seeSchedules(ctx); err != nil {
 		return fmt.Errorf("worker: start: report schedules: %w", err)
 	}
-	for _, name := range w.scheduleNames() {
-		s := w.schedules[name]
+	for _, name := range m.scheduleNames() {
+		s := m.schedules[name]
 		p := db.DefineScheduleParams{
 			Name: s.name, DefinitionHash: s.hash, Kind: s.kind, Expression: s.spec.Expression(), TimeZone: s.spec.Zone(),
 			Policy: string(s.policy.Kind), CatchUp: int32(s.policy.CatchUp), Queue: s.queue, NextFireAt: s.spec.Next(time.Now()),
 		}
-		row, err := w.q.DefineSchedule(ctx, p)
+		row, err := m.q.DefineSchedule(ctx, p)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// Another worker created the schedule while this statement ran:
 			// its insert waited for that one and left the row alone, which
 			// this statement's snapshot cannot see. Once more sees it.
-			row, err = w.q.DefineSchedule(ctx, p)
+			row, err = m.q.DefineSchedule(ctx, p)
 		}
 		if err != nil {
 			return fmt.Errorf("worker: start: define schedule %q: %w", name, err)
 		}
 		if !row.InForce {
-			w.log.Warn("another (newer) definition of this schedule is in force; this worker fires it on that one's times, with its own payload function",
+			m.log.Warn("another (newer) definition of this schedule is in force; this worker fires it on that one's times, with its own payload function",
 				"schedule", name, "in_force", row.Expression+" in "+row.TimeZone, "here", s.spec.Expression()+" in "+s.spec.Zone())
 		}
 	}
-	w.reportStaleSchedules(ctx)
+	m.reportStaleSchedules(ctx)
 	return nil
 }
 
 // seeSchedules tells the database that this worker still defines its
 // schedules (first seen now if new).
-func (w *Worker) seeSchedules(ctx context.Context) error {
-	p := db.SeeScheduleVersionsParams{StaleAfterMs: w.cfg.ScheduleStaleAfter.Milliseconds()}
-	for _, name := range w.scheduleNames() {
+func (m *maintainer) seeSchedules(ctx context.Context) error {
+	p := db.SeeScheduleVersionsParams{StaleAfterMs: m.scheduleStaleAfter.Milliseconds()}
+	for _, name := range m.scheduleNames() {
 		p.Names = append(p.Names, name)
-		p.Hashes = append(p.Hashes, w.schedules[name].hash)
+		p.Hashes = append(p.Hashes, m.schedules[name].hash)
 	}
-	return w.q.SeeScheduleVersions(ctx, p)
+	return m.q.SeeScheduleVersions(ctx, p)
 }
 
 // reportStaleSchedules logs the schedules whose definition in force no
 // running worker has reported lately: kept, not fired, until a worker
 // defines them again.
-func (w *Worker) reportStaleSchedules(ctx context.Context) {
-	rows, err := w.q.ListSchedules(ctx)
+func (m *maintainer) reportStaleSchedules(ctx context.Context) {
+	rows, err := m.q.ListSchedules(ctx)
 	if err != nil {
-		w.log.Warn("listing schedules failed", "error", err)
+		m.log.Warn("listing schedules failed", "error", err)
 		return
 	}
 	for _, r := range rows {
-		if r.Stale && w.schedules[r.Name] == nil {
-			w.log.Warn("schedule defined by no running worker: kept, but not fired until a worker defines it again",
+		if r.Stale && m.schedules[r.Name] == nil {
+			m.log.Warn("schedule defined by no running worker: kept, but not fired until a worker defines it again",
 				"schedule", r.Name, "last_reported", r.LastSeenAt)
 		}
 	}
@@ -94,9 +94,9 @@ func (w *Worker) reportStaleSchedules(ctx context.Context) {
 // changes made elsewhere; a trigger or resume wakes it at once), fires what
 // is due, and reports its definitions now and then. A schedule whose fire
 // fails waits out a backoff of its own; the others fire on time.
-func (w *Worker) fireSchedules(ctx context.Context) {
-	names := w.scheduleNames()
-	heartbeat := max(w.cfg.ScheduleStaleAfter/5, time.Second)
+func (m *maintainer) fireSchedules(ctx context.Context) {
+	names := m.scheduleNames()
+	heartbeat := max(m.scheduleStaleAfter/5, time.Second)
 	lastSeen := time.Now()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -107,29 +107,29 @@ func (w *Worker) fireSchedules(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
-		case <-w.scheduleWake:
+		case <-m.scheduleWake:
 		}
 		if time.Since(lastSeen) >= heartbeat {
-			if err := w.seeSchedules(ctx); err != nil && ctx.Err() == nil {
-				w.log.Warn("reporting schedules failed; retrying", "error", err)
+			if err := m.seeSchedules(ctx); err != nil && ctx.Err() == nil {
+				m.log.Warn("reporting schedules failed; retrying", "error", err)
 			} else {
 				lastSeen = time.Now()
 			}
 		}
-		wait := w.cfg.PollInterval
-		if err := w.fireDue(ctx, names, backoff); err != nil {
+		wait := m.pollEvery
+		if err := m.fireDue(ctx, names, backoff); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			failures++
 			wait = retryDelay(failures)
-			w.log.Warn("firing schedules failed; retrying", "error", err, "in", wait)
+			m.log.Warn("firing schedules failed; retrying", "error", err, "in", wait)
 		} else {
 			failures = 0
 			if ready := backoff.ready(names, time.Now()); len(ready) > 0 {
-				next, err := w.q.NextScheduleFire(ctx, ready)
+				next, err := m.q.NextScheduleFire(ctx, ready)
 				if err == nil {
-					wait = min(max(time.Until(next), 0), w.cfg.PollInterval)
+					wait = min(max(time.Until(next), 0), m.pollEvery)
 				}
 			}
 			if retry := backoff.nextRetry(); !retry.IsZero() {
@@ -150,22 +150,22 @@ func (w *Worker) fireSchedules(ctx context.Context) {
 // failure, one transaction each. A schedule whose fire fails is logged,
 // counted and set to wait (backoff), and the pass goes on with the
 // others; an error returned is the database's, not a schedule's.
-func (w *Worker) fireDue(ctx context.Context, names []string, backoff scheduleBackoff) error {
+func (m *maintainer) fireDue(ctx context.Context, names []string, backoff scheduleBackoff) error {
 	ready := backoff.ready(names, time.Now())
 	for range 1000 { // bounded: whatever is left waits for the next pass
 		if len(ready) == 0 {
 			return nil
 		}
-		name, err := w.fireOne(ctx, ready)
+		name, err := m.fireOne(ctx, ready)
 		var failed *scheduleError
 		switch {
 		case errors.As(err, &failed):
 			if ctx.Err() != nil {
 				return err
 			}
-			w.metrics.scheduleFailed(failed.name)
+			m.metrics.scheduleFailed(failed.name)
 			wait := backoff.failed(failed.name, time.Now())
-			w.log.Error("schedule failed to fire: its slots are tried again after a backoff; other schedules fire on time",
+			m.log.Error("schedule failed to fire: its slots are tried again after a backoff; other schedules fire on time",
 				"schedule", failed.name, "error", failed.err, "retry_in", wait)
 			ready = backoff.ready(names, time.Now())
 		case err != nil:
@@ -212,13 +212,13 @@ func specOf(expr, zone string) (*schedule.Spec, error) {
 // once, or (on any failure) not at all and are fired again. It returns the
 // name of the schedule it fired, "" when none was due; a failure after it
 // took one is a *scheduleError.
-func (w *Worker) fireOne(ctx context.Context, names []string) (string, error) {
-	tx, err := w.pool.Begin(ctx)
+func (m *maintainer) fireOne(ctx context.Context, names []string) (string, error) {
+	tx, err := m.pool.Begin(ctx)
 	if err != nil {
 		return "", err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	q := db.New(w.dbtx(tx))
+	q := db.New(m.dbtx(tx))
 	row, err := q.DueSchedule(ctx, names)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
@@ -226,24 +226,24 @@ func (w *Worker) fireOne(ctx context.Context, names []string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	fired, err := w.fireTaken(ctx, tx, q, row)
+	fired, err := m.fireTaken(ctx, tx, q, row)
 	if err != nil {
 		return "", &scheduleError{name: row.Name, err: err}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return "", &scheduleError{name: row.Name, err: err}
 	}
-	w.metrics.scheduleFired(row.Name, fired.Inserted)
+	m.metrics.scheduleFired(row.Name, fired.Inserted)
 	if fired.Duplicates > 0 {
-		w.log.Warn("a slot's job was enqueued already (its unique key is held): not enqueued again", "schedule", row.Name, "duplicates", fired.Duplicates)
+		m.log.Warn("a slot's job was enqueued already (its unique key is held): not enqueued again", "schedule", row.Name, "duplicates", fired.Duplicates)
 	}
 	return row.Name, nil
 }
 
 // fireTaken enqueues the jobs of a schedule taken by DueSchedule and moves
 // it on, in the transaction tx.
-func (w *Worker) fireTaken(ctx context.Context, tx pgx.Tx, q *db.Queries, row db.DueScheduleRow) (jobs.BatchResult, error) {
-	s := w.schedules[row.Name]
+func (m *maintainer) fireTaken(ctx context.Context, tx pgx.Tx, q *db.Queries, row db.DueScheduleRow) (jobs.BatchResult, error) {
+	s := m.schedules[row.Name]
 	spec, err := specOf(row.Expression, row.TimeZone)
 	if err != nil {
 		return jobs.BatchResult{}, fmt.Errorf("the definition in force does not parse here: %w", err)
@@ -266,7 +266,7 @@ func (w *Worker) fireTaken(ctx context.Context, tx pgx.Tx, q *db.Queries, row db
 	if err != nil {
 		return jobs.BatchResult{}, err
 	}
-	res, err := jobs.EnqueueBatch(ctx, w.dbtx(tx), entries)
+	res, err := jobs.EnqueueBatch(ctx, m.dbtx(tx), entries)
 	if err != nil {
 		return jobs.BatchResult{}, err
 	}
@@ -281,7 +281,7 @@ func (w *Worker) fireTaken(ctx context.Context, tx pgx.Tx, q *db.Queries, row db
 		return jobs.BatchResult{}, errors.New("moved meanwhile: nothing fired")
 	}
 	if len(slots) > 0 {
-		w.log.Debug("schedule fired", "schedule", row.Name, "slots", len(slots), "next", following)
+		m.log.Debug("schedule fired", "schedule", row.Name, "slots", len(slots), "next", following)
 	}
 	return res, nil
 }

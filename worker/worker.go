@@ -42,16 +42,12 @@ type Worker struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	mu       sync.Mutex
-	handlers map[string]*handler
-	// schedules this worker defines and fires, by name; scheduleWake tells
-	// the firing loop a schedule was triggered or resumed.
-	schedules    map[string]*scheduled
-	scheduleWake chan struct{}
-	kinds        []string // parallel to versions and keyLimits, as Dequeue takes them
-	versions     []int32
-	keyLimits    []int32
-	running      bool
+	mu        sync.Mutex
+	handlers  map[string]*handler
+	kinds     []string // parallel to versions and keyLimits, as Dequeue takes them
+	versions  []int32
+	keyLimits []int32
+	running   bool
 
 	queues     map[string]*producer
 	metricsSrv *metricsServer
@@ -83,12 +79,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	w := &Worker{
-		pool:         pool,
-		cfg:          cfg,
-		log:          cfg.Logger.With("worker", cfg.ID),
-		handlers:     map[string]*handler{},
-		queues:       map[string]*producer{},
-		scheduleWake: make(chan struct{}, 1),
+		pool:     pool,
+		cfg:      cfg,
+		log:      cfg.Logger.With("worker", cfg.ID),
+		handlers: map[string]*handler{},
+		queues:   map[string]*producer{},
 	}
 	if cfg.Schema != "" {
 		w.scope = schemascope.Wrap(pool, cfg.Schema)
@@ -106,11 +101,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		w.queues[name] = newProducer(w, name, n)
 	}
 	w.notifier = newNotifier(w.q, pool.Config().ConnConfig, w.log, cfg.ID, w.queues, w.held.cancelNotice, func(schedule string) {
-		if w.schedules[schedule] != nil {
-			signal(w.scheduleWake)
-		}
+		w.maintainer.scheduleTriggered(schedule)
 	})
-	w.maintainer = newMaintainer(w.q, w.log, w.metrics, &w.cfg, w.notifier.announce, w.pruneWorkers)
+	w.maintainer = newMaintainer(w.q, pool, w.dbtx, w.log, w.metrics, &w.cfg, w.notifier.announce, w.pruneWorkers)
 	return w, nil
 }
 
@@ -165,7 +158,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.mu.Unlock()
 		return fmt.Errorf("worker: %w: Run called twice", ErrInvalidConfig)
 	}
-	if len(w.handlers) == 0 && len(w.schedules) == 0 {
+	if len(w.handlers) == 0 && len(w.maintainer.schedules) == 0 {
 		w.mu.Unlock()
 		return fmt.Errorf("worker: %w: no handlers or schedules registered", ErrInvalidConfig)
 	}
@@ -211,8 +204,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	goBG(w.maintainer.sweep)
 	goBG(w.maintainer.promote)
 	goBG(w.maintainer.prune)
-	if len(w.schedules) > 0 {
-		goBG(w.fireSchedules)
+	if len(w.maintainer.schedules) > 0 {
+		goBG(w.maintainer.fireSchedules)
 	}
 	if !w.cfg.PollOnly {
 		goBG(w.notifier.run)
@@ -300,7 +293,7 @@ func (w *Worker) start(ctx context.Context) error {
 	if err := w.checkRateSchema(ctx); err != nil {
 		return err
 	}
-	if err := w.defineSchedules(ctx); err != nil {
+	if err := w.maintainer.defineSchedules(ctx); err != nil {
 		return err
 	}
 	if w.cfg.stableID { // a made-up identity has no predecessor
