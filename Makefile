@@ -90,18 +90,24 @@ screenshot: ## retake docs/dashboard.png with the dashboard's browser test
 	cd $(E2E) && HOPPER_UPDATE_SCREENSHOT=1 go test -count=1 -run TestDashboardInABrowser ./...
 
 .PHONY: generate
-generate: ## regenerate db/ from schema/ and queries/ with sqlc, then the embed-sqlc example's code
-	rm -f db/*.go
+generate: ## regenerate db/ from schema/ and queries/ with sqlc, the test factory's factorydb/, then the embed-sqlc example's code
+	rm -f db/*.go internal/testfactory/factorydb/*.go
 	$(SQLC) generate
+	$(SQLC) generate -f internal/testfactory/sqlc.yaml
 	$(MAKE) -C $(EXAMPLE) generate
 
 .PHONY: check-generated
-check-generated: ## fail when db/ differs from what sqlc makes of the SQL (stale files included)
-	rm -rf $(SCRATCH) && mkdir -p $(SCRATCH)
+check-generated: ## fail when db/ or the test factory's factorydb/ differs from what sqlc makes of the SQL (stale files included)
+	rm -rf $(SCRATCH) && mkdir -p $(SCRATCH)/internal/testfactory
 	cp -R sqlc.yaml schema queries $(SCRATCH)/
+	cp internal/testfactory/sqlc.yaml internal/testfactory/factory.sql $(SCRATCH)/internal/testfactory/
 	$(SQLC) generate -f $(SCRATCH)/sqlc.yaml
+	$(SQLC) generate -f $(SCRATCH)/internal/testfactory/sqlc.yaml
 	@if ! diff -r db $(SCRATCH)/db; then \
 		echo "db/ is stale: run 'make generate' and commit the result" >&2; exit 1; \
+	fi
+	@if ! diff -r internal/testfactory/factorydb $(SCRATCH)/internal/testfactory/factorydb; then \
+		echo "internal/testfactory/factorydb/ is stale: run 'make generate' and commit the result" >&2; exit 1; \
 	fi
 	rm -rf $(SCRATCH)
 	$(MAKE) -C $(EXAMPLE) check-generated
