@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -63,9 +62,6 @@ func (l *lockedBatch) CopyFrom(context.Context, pgx.Identifier, []string, pgx.Co
 func (l *lockedBatch) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	return sqlbatch.Around(ctx, l.sender, l.lock, sql, args)
 }
-
-// errNotAClaim: lockedBatch runs statements that return rows.
-var errNotAClaim = errors.New("hopper: only a claim's rows run after the claim lock")
 
 type errRow struct{}
 

@@ -50,3 +50,11 @@ var ErrInvalidSchedule = errors.New("hopper: invalid schedule")
 
 // ErrInvalidConfig wraps every configuration error.
 var ErrInvalidConfig = errors.New("hopper: invalid worker config")
+
+// The worker's own sentinels, never returned to callers.
+
+// errAbandoned is the cause of the context of a handler given up on.
+var errAbandoned = errors.New("hopper: handler abandoned past its timeout")
+
+// errNotAClaim: lockedBatch runs statements that return rows.
+var errNotAClaim = errors.New("hopper: only a claim's rows run after the claim lock")

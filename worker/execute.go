@@ -18,9 +18,6 @@ type timeoutError struct{ after time.Duration }
 
 func (e *timeoutError) Error() string { return fmt.Sprintf("hopper: job timed out after %v", e.after) }
 
-// errAbandoned is the cause of the context of a handler given up on.
-var errAbandoned = errors.New("hopper: handler abandoned past its timeout")
-
 // handlerLoop runs jobs of one queue until the queue's dispatch closes.
 func (e *executor) handlerLoop(qr *producer) {
 	defer e.poolWG.Done()

@@ -30,8 +30,9 @@ type maintainer struct {
 	deadRetention time.Duration // Config.DeadRetention; 0: dead jobs are kept
 	// announce wakes the queues of jobs a pass made ready.
 	announce func(ctx context.Context, wk *wakeups, after string)
-	// pruneWorkers deletes the rows of workers gone long ago, after a sweep.
-	pruneWorkers func(ctx context.Context)
+	// lastWorkerPrune: when the sweep last pruned the rows of workers gone
+	// long ago (pruneWorkers; owned by the sweep's goroutine).
+	lastWorkerPrune time.Time
 
 	sweeps     scanHorizon
 	promotions scanHorizon
@@ -49,10 +50,10 @@ type maintainer struct {
 }
 
 func newMaintainer(q *db.Queries, pool *pgxpool.Pool, dbtx func(db.DBTX) db.DBTX, log *slog.Logger, m *metrics, cfg *Config,
-	announce func(context.Context, *wakeups, string), pruneWorkers func(context.Context)) *maintainer {
+	announce func(context.Context, *wakeups, string)) *maintainer {
 	return &maintainer{q: q, log: log, metrics: m,
 		sweepEvery: cfg.SweepInterval, pollEvery: cfg.PollInterval, sweepBatch: cfg.SweepBatch,
-		deadRetention: cfg.DeadRetention, announce: announce, pruneWorkers: pruneWorkers,
+		deadRetention: cfg.DeadRetention, announce: announce,
 		pool: pool, dbtx: dbtx, scheduleStaleAfter: cfg.ScheduleStaleAfter,
 		schedules: map[string]*scheduled{}, scheduleWake: make(chan struct{}, 1)}
 }

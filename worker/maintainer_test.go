@@ -37,8 +37,7 @@ func TestMaintainerPasses(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			announced[after] = append(announced[after], wk.p.Ids...)
-		},
-		func(context.Context) {})
+		})
 
 	enqueue := func(runAt time.Time) int64 {
 		t.Helper()

@@ -86,3 +86,22 @@ func (m *maintainer) pruneDead(ctx context.Context) int64 {
 	}
 	return n
 }
+
+// pruneWorkers deletes, at most once per workerPruneEvery, the rows of
+// workers gone for longer than workerRowsKept. Called from the sweep.
+func (m *maintainer) pruneWorkers(ctx context.Context) {
+	if time.Since(m.lastWorkerPrune) < workerPruneEvery {
+		return
+	}
+	m.lastWorkerPrune = time.Now()
+	n, err := m.q.PruneWorkers(ctx, db.PruneWorkersParams{GoneForMs: workerRowsKept.Milliseconds(), MaxWorkers: workerPruneBatch})
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("pruning the rows of workers gone long ago failed; retrying later", "error", err)
+		}
+		return
+	}
+	if n > 0 {
+		m.log.Info("pruned the rows of workers gone long ago", "workers", n)
+	}
+}

@@ -42,7 +42,6 @@ const (
 type registration struct {
 	mu        sync.Mutex
 	startedAt time.Time // as the database recorded it; zero until registered
-	lastPrune time.Time
 }
 
 // beatInterval is how often the worker refreshes its row: on every
@@ -136,30 +135,6 @@ func (w *Worker) removeWorker(ctx context.Context) {
 	defer cancel()
 	if _, err := w.q.RemoveWorker(ctx, db.RemoveWorkerParams{ID: w.cfg.ID, StartedAt: started}); err != nil {
 		w.log.Warn("removing this worker's row from hopper_workers failed; it goes stale by itself", "error", err)
-	}
-}
-
-// pruneWorkers deletes, at most once per workerPruneEvery, the rows of
-// workers gone for longer than workerRowsKept. Called from the sweep.
-func (w *Worker) pruneWorkers(ctx context.Context) {
-	w.registry.mu.Lock()
-	due := time.Since(w.registry.lastPrune) >= workerPruneEvery
-	if due {
-		w.registry.lastPrune = time.Now()
-	}
-	w.registry.mu.Unlock()
-	if !due {
-		return
-	}
-	n, err := w.q.PruneWorkers(ctx, db.PruneWorkersParams{GoneForMs: workerRowsKept.Milliseconds(), MaxWorkers: workerPruneBatch})
-	if err != nil {
-		if ctx.Err() == nil {
-			w.log.Warn("pruning the rows of workers gone long ago failed; retrying later", "error", err)
-		}
-		return
-	}
-	if n > 0 {
-		w.log.Info("pruned the rows of workers gone long ago", "workers", n)
 	}
 }
 

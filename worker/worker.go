@@ -103,7 +103,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	w.notifier = newNotifier(w.q, pool.Config().ConnConfig, w.log, cfg.ID, w.queues, w.held.cancelNotice, func(schedule string) {
 		w.maintainer.scheduleTriggered(schedule)
 	})
-	w.maintainer = newMaintainer(w.q, pool, w.dbtx, w.log, w.metrics, &w.cfg, w.notifier.announce, w.pruneWorkers)
+	w.maintainer = newMaintainer(w.q, pool, w.dbtx, w.log, w.metrics, &w.cfg, w.notifier.announce)
 	return w, nil
 }
 
