@@ -2,13 +2,17 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/hopperq/hopper/db"
 )
 
-// executor runs handlers (execute.go): each job on a handler goroutine of
+// executor runs handlers: each job on a handler goroutine of
 // its queue, under its own context, through the middleware and hooks
 // (middleware.go), then turns what the handler returned into a verdict
 // (verdict.go) and hands the result to the completer.
@@ -43,4 +47,155 @@ type executor struct {
 func newExecutor(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config, cp *completer, report func(completion, outcome)) *executor {
 	return &executor{q: q, log: log, metrics: m, cfg: cfg, completer: cp, report: report,
 		handlerBase: context.Background(), hard: context.Background()}
+}
+
+// timeoutError is the cause of a handler context whose run timed out. It
+// is formatted only when read: every job carries one (TimeoutBy has a
+// default), and formatting it per job showed in the worker's CPU.
+type timeoutError struct{ after time.Duration }
+
+func (e *timeoutError) Error() string { return fmt.Sprintf("hopper: job timed out after %v", e.after) }
+
+// handlerLoop runs jobs of one queue until the queue's dispatch closes.
+func (e *executor) handlerLoop(qr *producer) {
+	defer e.poolWG.Done()
+	for d := range qr.dispatch {
+		e.execute(d)
+	}
+}
+
+func (e *executor) execute(d dispatched) {
+	defer e.handlerWG.Done()
+	c, row := d.job, d.row
+	e.handlerStarting(d.rate)
+	err := d.err
+	var elapsed time.Duration
+	var result json.RawMessage
+	if d.call != nil {
+		elapsed, result, err = e.run(d)
+	}
+	// Built only when something is logged: this is the hot path.
+	log := func() *slog.Logger {
+		return e.log.With("job_id", row.ID, "kind", row.Kind, "queue", row.Queue, "attempt", row.Attempt)
+	}
+	c.runErr = err
+	wasGivenUp := d.call != nil && c.returned()
+	if !c.finish() {
+		if e.ackedInCommittedTx(c) {
+			// The handler's AckTx committed before its job was taken from
+			// it (abandoned as stuck, given back at shutdown): the job is
+			// done, whatever happened to the claim since.
+			e.report(completion{job: c, act: actAck}, outcomeDone)
+			c.freeSlot()
+			return
+		}
+		switch heldState(c.state.Load()) {
+		case claimLost:
+			log().Warn("lease lost while the handler ran: its result is discarded; the job runs again elsewhere", "handler_error", err)
+			e.told(c, OutcomeRefused)
+		case claimReleased:
+			log().Info("job given back at shutdown: its result is discarded", "handler_error", err)
+			e.metrics.outcome(c.queue.name, c.kind, OutcomeReleased)
+			e.told(c, OutcomeReleased)
+		case claimCancelled:
+			log().Info("job cancelled while it ran: its result is discarded", "handler_error", err)
+			e.told(c, OutcomeCancelled)
+		case claimAbandoned:
+			e.told(c, OutcomeAbandoned)
+		}
+		if wasGivenUp {
+			log().Warn("abandoned handler returned at last: its result is discarded", "ran_for", elapsed, "handler_error", err)
+		}
+		c.freeSlot()
+		return
+	}
+	c.freeSlot()
+	e.metrics.ran(row.Queue, row.Kind, elapsed)
+	comp := e.completion(d.h, row, c, err)
+	switch comp.act {
+	case actAck:
+		comp.keep = d.keep
+		if d.keep > 0 {
+			comp.result = storableJSON(result)
+		}
+	case actRetry, actDead:
+		log().Warn("job failed", "error", err, "retry_in", comp.backoff, "dead_reason", comp.deadReason)
+	}
+	if !e.completer.push(comp) {
+		e.report(comp, outcomeUnrecorded)
+	}
+}
+
+// run calls the handler with its own context: cancelled when the lease is
+// lost, the job is cancelled, at the shutdown deadline, or after the run's
+// timeout.
+func (e *executor) run(d dispatched) (elapsed time.Duration, result json.RawMessage, err error) {
+	ctx, cancel := context.WithCancelCause(e.handlerBase)
+	defer cancel(nil)
+	start := time.Now()
+	d.job.begin(cancel, start, d.timeout)
+	e.inFlight.add(d.job)
+	defer e.inFlight.remove(d.job)
+	ctx = context.WithValue(ctx, claimKeyCtx{}, d.job)
+	if d.timeout > 0 {
+		var cancelTimeout context.CancelFunc
+		ctx, cancelTimeout = context.WithTimeoutCause(ctx, d.timeout, &timeoutError{d.timeout})
+		defer cancelTimeout()
+	}
+	if d.job.view != nil {
+		result, err = e.callHooked(ctx, d)
+	} else {
+		result, err = d.call(ctx)
+	}
+	err = readableError(err)
+	if err != nil && d.timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("timed out after %v: %w", d.timeout, err)
+	}
+	if err != nil && d.job.view != nil {
+		e.tellError(ctx, d.job.view, err)
+	}
+	return time.Since(start), result, err
+}
+
+// completion turns a handler's result into what the completer records.
+func (e *executor) completion(h *handler, row db.HopperJob, c *heldJob, err error) completion {
+	v := judge(err)
+	comp := completion{job: c, act: v.act, message: v.message, deadReason: v.deadReason}
+	switch {
+	case v.act == actSnooze:
+		comp.backoff = max(time.Until(v.until), time.Millisecond) // a snoozed job waits, scheduled
+	case v.act == actRetry && v.retryAt:
+		comp.backoff = time.Until(v.until)
+	case v.act == actRetry:
+		b := h.backoff
+		if b == (Backoff{}) {
+			b = e.cfg.RetryBackoff
+		}
+		comp.backoff = b.Delay(int(row.Attempt))
+	}
+	comp.backoff = max(comp.backoff, 0)
+	return comp
+}
+
+// ackedInCommittedTx reports whether the claim's handler acked its job
+// with AckTx in a transaction the server says committed.
+func (e *executor) ackedInCommittedTx(c *heldJob) bool {
+	if !c.ackedInTx.Load() || c.ackXid.Load() == 0 {
+		return false
+	}
+	if c.ackCommitted.Load() {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(e.hard, statementTimeout(e.cfg.LeaseDuration))
+	defer cancel()
+	rows, err := e.q.TransactionStatuses(ctx, []int64{c.ackXid.Load()})
+	if err != nil {
+		e.log.Warn("reading whether a handler's transaction committed failed", "job_id", c.id, "error", err)
+		return false
+	}
+	if len(rows) == 1 && rows[0].Status == "committed" {
+		c.ackCommitted.Store(true)
+		return true
+	}
+	return false
 }
