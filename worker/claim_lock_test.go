@@ -48,13 +48,13 @@ func TestClaimLockLastsForTheClaimOnly(t *testing.T) {
 				AfterPriority: -1, MaxJobs: 10, Scan: 64, RateBy: "queue", RateWindowMs: 1000}
 			bad := p
 			bad.Scan = -1 // LIMIT -1: the statement fails, after the lock
-			_, err = w.queues["default"].claimLimited(ctx, bad)
+			_, err = w.producers["default"].claimLimited(ctx, bad)
 			require.ErrorContains(t, err, "LIMIT must not be negative")
 
-			first, err := w.queues["default"].claimLimited(ctx, p)
+			first, err := w.producers["default"].claimLimited(ctx, p)
 			require.NoError(t, err)
 			require.Len(t, first, 2, "one job of each key")
-			again, err := w.queues["default"].claimLimited(ctx, p)
+			again, err := w.producers["default"].claimLimited(ctx, p)
 			require.NoError(t, err)
 			require.Empty(t, again, "key a is at its limit")
 

@@ -21,7 +21,7 @@ func Listening(w *Worker) bool { return w.notifier.listening.Load() }
 // CursorAt is where queue's next claim starts: the (priority, run_at, id)
 // of the last job it claimed, or priority -1 for the start.
 func CursorAt(w *Worker, queue string) (priority int16, runAt time.Time, id int64) {
-	k := w.queues[queue].cursor.at()
+	k := w.producers[queue].cursor.at()
 	return k.priority, k.runAt, k.id
 }
 

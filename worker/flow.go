@@ -193,7 +193,7 @@ func (w *Worker) kindKeyLimits() bool {
 // setUpFlow gives each queue its flow control, once, as Run starts.
 func (w *Worker) setUpFlow() {
 	byKind := w.kindKeyLimits()
-	for name, qr := range w.queues {
+	for name, qr := range w.producers {
 		f, ok := w.cfg.FlowControl[name]
 		if ok || byKind {
 			qr.flow = newQueueFlow(f)

@@ -50,8 +50,8 @@ func describeFlow(f FlowControl) string {
 // by the same rules. It runs once, at start, after the queues are
 // registered; the last worker to start is the record.
 func (w *Worker) recordFlow(ctx context.Context) error {
-	names := make([]string, 0, len(w.queues))
-	for name := range w.queues {
+	names := make([]string, 0, len(w.producers))
+	for name := range w.producers {
 		names = append(names, name)
 	}
 	sort.Strings(names)

@@ -25,7 +25,7 @@ func TestHeldJobsExtendAndLose(t *testing.T) {
 	tdb := testdb.New(t)
 	w, err := New(tdb.Pool, Config{Queues: map[string]int{"default": 10}, LeaseDuration: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
-	qr := w.queues["default"]
+	qr := w.producers["default"]
 
 	take := func(runAt time.Time, leaseMs int64) (*heldJob, context.Context) {
 		t.Helper()

@@ -83,7 +83,7 @@ func (e *executor) handlerStarting(rc *rateClaim) {
 // schema older than migration 8, whose claims would fail one by one.
 func (w *Worker) checkRateSchema(ctx context.Context) error {
 	global := false
-	for _, qr := range w.queues {
+	for _, qr := range w.producers {
 		global = global || (qr.flow != nil && qr.flow.global())
 	}
 	if !global {

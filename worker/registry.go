@@ -65,7 +65,7 @@ func (w *Worker) servedQueues() []string {
 	if len(w.handlers) == 0 {
 		return names
 	}
-	for name := range w.queues {
+	for name := range w.producers {
 		names = append(names, name)
 	}
 	sort.Strings(names)

@@ -49,7 +49,7 @@ type Worker struct {
 	keyLimits []int32
 	running   bool
 
-	queues     map[string]*producer
+	producers  map[string]*producer
 	metricsSrv *metricsServer
 	schema     string // where hopper_jobs lives: wake-ups for others are ignored
 	held       heldJobs
@@ -79,11 +79,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	w := &Worker{
-		pool:     pool,
-		cfg:      cfg,
-		log:      cfg.Logger.With("worker", cfg.ID),
-		handlers: map[string]*handler{},
-		queues:   map[string]*producer{},
+		pool:      pool,
+		cfg:       cfg,
+		log:       cfg.Logger.With("worker", cfg.ID),
+		handlers:  map[string]*handler{},
+		producers: map[string]*producer{},
 	}
 	if cfg.Schema != "" {
 		w.scope = schemascope.Wrap(pool, cfg.Schema)
@@ -98,9 +98,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	w.held = heldJobs{jobs: map[heldKey]*heldJob{}, q: w.q, log: w.log, lease: cfg.LeaseDuration,
 		heartbeatEvery: cfg.HeartbeatInterval, beatEvery: w.beatInterval(), inFlight: &w.executor.inFlight, beatWorker: w.beatWorker}
 	for name, n := range cfg.Queues {
-		w.queues[name] = newProducer(w, name, n)
+		w.producers[name] = newProducer(w, name, n)
 	}
-	w.notifier = newNotifier(w.q, pool.Config().ConnConfig, w.log, cfg.ID, w.queues, w.held.cancelNotice, func(schedule string) {
+	w.notifier = newNotifier(w.q, pool.Config().ConnConfig, w.log, cfg.ID, w.producers, w.held.cancelNotice, func(schedule string) {
 		w.maintainer.scheduleTriggered(schedule)
 	})
 	w.maintainer = newMaintainer(w.q, pool, w.dbtx, w.log, w.metrics, &w.cfg, w.notifier.announce)
@@ -215,7 +215,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	var fetchWG sync.WaitGroup
-	for _, qr := range w.queues {
+	for _, qr := range w.producers {
 		if len(w.handlers) == 0 {
 			break // a worker that only fires schedules claims nothing
 		}
@@ -228,7 +228,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopHard.Stop()
 
 	fetchWG.Wait()
-	for _, qr := range w.queues {
+	for _, qr := range w.producers {
 		close(qr.dispatch) // nothing more is claimed
 	}
 	w.shutdown(hardDeadline)
@@ -276,8 +276,8 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	w.warnIfPooled(ctx)
 	w.setUpFlow()
-	names := make([]string, 0, len(w.queues))
-	for name := range w.queues {
+	names := make([]string, 0, len(w.producers))
+	for name := range w.producers {
 		names = append(names, name)
 	}
 	if err := w.q.RegisterQueues(ctx, names); err != nil {
