@@ -179,20 +179,9 @@ func (f *queueFlow) rateBy() string {
 	return string(f.Rate.By)
 }
 
-// kindKeyLimits reports whether any kind sets its own key limit: then
-// every queue is claimed under flow control.
-func (w *Worker) kindKeyLimits() bool {
-	for _, n := range w.keyLimits {
-		if n > 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // setUpFlow gives each queue its flow control, once, as Run starts.
 func (w *Worker) setUpFlow() {
-	byKind := w.kindKeyLimits()
+	byKind := w.handlers.kindKeyLimits()
 	for name, qr := range w.producers {
 		f, ok := w.cfg.FlowControl[name]
 		if ok || byKind {

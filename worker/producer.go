@@ -176,8 +176,8 @@ func (qr *producer) dequeue(ctx context.Context, n int, sent time.Time) ([]db.Ho
 		AfterPriority: after.priority,
 		AfterRunAt:    after.runAt,
 		AfterID:       after.id,
-		Kinds:         w.kinds,
-		MaxVersions:   w.versions,
+		Kinds:         w.handlers.kinds,
+		MaxVersions:   w.handlers.versions,
 		MaxJobs:       int32(n),
 	})
 	if err != nil {
@@ -214,7 +214,7 @@ func (qr *producer) fetch(ctx context.Context, n int) (int, error) {
 	now := time.Now()
 	rates := qr.rateClaimsOf(rows)
 	for i, row := range rows {
-		h := w.handlers[row.Kind]
+		h := w.handlers.of(row.Kind)
 		keep := h.keepFor(&w.cfg, row.Queue)
 		c := w.held.add(w, row, qr, sent, keep)
 		w.metrics.claimed(row.Queue, row.Kind, now.Sub(row.RunAt))
@@ -284,9 +284,9 @@ func (qr *producer) dequeueLimited(ctx context.Context, n int) ([]db.HopperJob, 
 		Owner:         w.cfg.ID,
 		LeaseMs:       w.cfg.LeaseDuration.Milliseconds(),
 		Queue:         qr.name,
-		Kinds:         w.kinds,
-		MaxVersions:   w.versions,
-		KeyLimits:     w.keyLimits,
+		Kinds:         w.handlers.kinds,
+		MaxVersions:   w.handlers.versions,
+		KeyLimits:     w.handlers.keyLimits,
 		KeyLimit:      int32(f.KeyLimit),
 		Fair:          f.Fair,
 		AfterKey:      f.afterKey,

@@ -62,7 +62,7 @@ func (w *Worker) staleAfter() time.Duration { return workerStaleBeats * w.beatIn
 // it only fires schedules.
 func (w *Worker) servedQueues() []string {
 	names := []string{}
-	if len(w.handlers) == 0 {
+	if w.handlers.empty() {
 		return names
 	}
 	for name := range w.producers {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"time"
 
@@ -42,12 +41,9 @@ type Worker struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	mu        sync.Mutex
-	handlers  map[string]*handler
-	kinds     []string // parallel to versions and keyLimits, as Dequeue takes them
-	versions  []int32
-	keyLimits []int32
-	running   bool
+	mu       sync.Mutex
+	handlers *handlerTable
+	running  bool
 
 	producers  map[string]*producer
 	metricsSrv *metricsServer
@@ -82,7 +78,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		pool:      pool,
 		cfg:       cfg,
 		log:       cfg.Logger.With("worker", cfg.ID),
-		handlers:  map[string]*handler{},
+		handlers:  newHandlerTable(),
 		producers: map[string]*producer{},
 	}
 	if cfg.Schema != "" {
@@ -125,22 +121,7 @@ func (w *Worker) register(h *handler) error {
 	if w.running {
 		return fmt.Errorf("handle %s: %w: the worker is already running", h.kind, ErrInvalidConfig)
 	}
-	if w.handlers[h.kind] != nil {
-		return fmt.Errorf("handle %s: %w", h.kind, jobs.ErrDuplicateKind)
-	}
-	w.handlers[h.kind] = h
-	w.kinds, w.versions, w.keyLimits = w.kinds[:0], w.versions[:0], w.keyLimits[:0]
-	names := make([]string, 0, len(w.handlers))
-	for name := range w.handlers {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		w.kinds = append(w.kinds, name)
-		w.versions = append(w.versions, int32(w.handlers[name].maxVersion))
-		w.keyLimits = append(w.keyLimits, int32(w.handlers[name].keyLimit))
-	}
-	return nil
+	return w.handlers.add(h)
 }
 
 // Run works until ctx is cancelled, then shuts down: it stops claiming,
@@ -158,7 +139,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.mu.Unlock()
 		return fmt.Errorf("worker: %w: Run called twice", ErrInvalidConfig)
 	}
-	if len(w.handlers) == 0 && len(w.maintainer.schedules) == 0 {
+	if w.handlers.empty() && len(w.maintainer.schedules) == 0 {
 		w.mu.Unlock()
 		return fmt.Errorf("worker: %w: no handlers or schedules registered", ErrInvalidConfig)
 	}
@@ -184,7 +165,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.metricsSrv = ms
 		w.mu.Unlock()
 	}
-	w.log.Info("hopper worker started", "queues", w.cfg.Queues, "kinds", w.kinds, "schema", w.schema)
+	w.log.Info("hopper worker started", "queues", w.cfg.Queues, "kinds", w.handlers.kinds, "schema", w.schema)
 
 	hard, endHard := context.WithCancel(context.WithoutCancel(ctx))
 	defer endHard()
@@ -216,7 +197,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	var fetchWG sync.WaitGroup
 	for _, qr := range w.producers {
-		if len(w.handlers) == 0 {
+		if w.handlers.empty() {
 			break // a worker that only fires schedules claims nothing
 		}
 		fetchWG.Add(1)

@@ -1,0 +1,63 @@
+package worker
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/hopperq/hopper/jobs"
+)
+
+// handlerTable is the handlers registered with the worker, by kind, and
+// the same as the claim statements take them: kinds sorted, with each
+// kind's newest version and key limit in parallel slices.
+//
+// Invariant: it is filled before Run (the Worker refuses Handle once it
+// runs) and only read from then on, so its readers need no lock.
+type handlerTable struct {
+	byKind    map[string]*handler
+	kinds     []string // parallel to versions and keyLimits, as Dequeue takes them
+	versions  []int32
+	keyLimits []int32
+}
+
+func newHandlerTable() *handlerTable {
+	return &handlerTable{byKind: map[string]*handler{}}
+}
+
+// add registers h, refusing a second handler for its kind.
+func (t *handlerTable) add(h *handler) error {
+	if t.byKind[h.kind] != nil {
+		return fmt.Errorf("handle %s: %w", h.kind, jobs.ErrDuplicateKind)
+	}
+	t.byKind[h.kind] = h
+	t.kinds, t.versions, t.keyLimits = t.kinds[:0], t.versions[:0], t.keyLimits[:0]
+	names := make([]string, 0, len(t.byKind))
+	for name := range t.byKind {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		t.kinds = append(t.kinds, name)
+		t.versions = append(t.versions, int32(t.byKind[name].maxVersion))
+		t.keyLimits = append(t.keyLimits, int32(t.byKind[name].keyLimit))
+	}
+	return nil
+}
+
+// of is the handler of kind, nil when none is registered.
+func (t *handlerTable) of(kind string) *handler { return t.byKind[kind] }
+
+// empty reports whether no handler is registered: the worker then only
+// fires schedules.
+func (t *handlerTable) empty() bool { return len(t.byKind) == 0 }
+
+// kindKeyLimits reports whether any kind sets its own key limit: then
+// every queue is claimed under flow control.
+func (t *handlerTable) kindKeyLimits() bool {
+	for _, n := range t.keyLimits {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
+}
