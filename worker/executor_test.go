@@ -18,9 +18,9 @@ import (
 // newTestExecutor is an executor with cfg, and a held job for it to run.
 func newTestExecutor(cfg Config) (*executor, *heldJob) {
 	w := &Worker{cfg: cfg}
-	w.cfg.AbandonAfter = 10 * time.Second
+	w.held.abandonAfter = 10 * time.Second
 	e := newExecutor(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, &w.cfg, nil, nil)
-	return e, &heldJob{id: 1, attempt: 1, kind: "k", owner: w}
+	return e, &heldJob{id: 1, attempt: 1, kind: "k", held: &w.held}
 }
 
 // A run goes through the worker's middleware, then the kind's, outermost

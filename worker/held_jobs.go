@@ -47,7 +47,7 @@ type heldJob struct {
 	attempt int32
 	kind    string
 	queue   *producer
-	owner   *Worker
+	held    *heldJobs     // the set it is in while held
 	keep    time.Duration // how long its completion stays in the history; 0: not kept
 	keyed   bool          // a keyed job of a queue under flow control
 	place   readyKey      // where it stood in the ready order when claimed
@@ -94,7 +94,7 @@ func (c *heldJob) begin(cancel context.CancelCauseFunc, started time.Time, timeo
 	c.cancel = cancel
 	c.started = started
 	if timeout > 0 {
-		c.hardStop = started.Add(timeout + c.owner.cfg.AbandonAfter)
+		c.hardStop = started.Add(timeout + c.held.abandonAfter)
 	}
 	c.mu.Unlock()
 	switch heldState(c.state.Load()) {
@@ -118,7 +118,7 @@ func (c *heldJob) cancelWith(cause error) {
 		return // not started yet: begin cancels it
 	}
 	c.cancel(cause)
-	if stop := time.Now().Add(c.owner.cfg.AbandonAfter); c.hardStop.IsZero() || stop.Before(c.hardStop) {
+	if stop := time.Now().Add(c.held.abandonAfter); c.hardStop.IsZero() || stop.Before(c.hardStop) {
 		c.hardStop = stop
 	}
 }
@@ -143,7 +143,7 @@ func (c *heldJob) giveUp() bool {
 	c.mu.Unlock()
 	c.queue.stuck.Add(1)
 	c.freeSlot()
-	c.owner.metrics.abandoned(c.queue.name, c.kind)
+	c.held.metrics.abandoned(c.queue.name, c.kind)
 	return true
 }
 
@@ -156,7 +156,7 @@ func (c *heldJob) returned() (wasGivenUp bool) {
 	c.mu.Unlock()
 	if wasGivenUp {
 		c.queue.stuck.Add(-1)
-		c.owner.metrics.stuckReturned(c.queue.name, c.kind)
+		c.held.metrics.stuckReturned(c.queue.name, c.kind)
 	}
 	return wasGivenUp
 }
@@ -194,7 +194,7 @@ func (c *heldJob) finish() bool { return c.move(claimRunning, claimFinished) }
 // recorded: finished → recorded; the claim leaves the set.
 func (c *heldJob) recorded() {
 	if c.move(claimFinished, claimRecorded) {
-		c.owner.held.remove(c)
+		c.held.remove(c)
 		c.freeKey()
 	}
 }
@@ -224,8 +224,8 @@ func (c *heldJob) lose() bool {
 	if !c.move(claimRunning, claimLost) {
 		return false
 	}
-	c.owner.held.remove(c)
-	c.owner.metrics.leaseLost(c.queue.name, c.kind)
+	c.held.remove(c)
+	c.held.metrics.leaseLost(c.queue.name, c.kind)
 	c.cancelWith(ErrLeaseLost)
 	c.freeKey()
 	return true
@@ -238,8 +238,8 @@ func (c *heldJob) cancelled() bool {
 	if !c.move(claimRunning, claimCancelled) {
 		return false
 	}
-	c.owner.held.remove(c)
-	c.owner.metrics.outcome(c.queue.name, c.kind, OutcomeCancelled)
+	c.held.remove(c)
+	c.held.metrics.outcome(c.queue.name, c.kind, OutcomeCancelled)
 	c.cancelWith(ErrCancelled)
 	c.freeKey()
 	return true
@@ -263,7 +263,7 @@ func (c *heldJob) abandon() bool {
 	if !c.move(claimRunning, claimAbandoned) {
 		return false
 	}
-	c.owner.held.remove(c)
+	c.held.remove(c)
 	c.cancelWith(errAbandoned)
 	c.giveUp()
 	return true
@@ -296,13 +296,16 @@ type heldJobs struct {
 	beatEvery      time.Duration // how often the heartbeat runs
 	inFlight       *handlerSet   // the executor's running handlers, for the stuck watch
 	beatWorker     func(ctx context.Context)
-	beats          atomic.Int64 // heartbeats done, for tests that must see one pass
+	abandonAfter   time.Duration // Config.AbandonAfter
+	metrics        *metrics
+	dbtx           func(db.DBTX) db.DBTX // Worker.dbtx, for a job's AckTx
+	beats          atomic.Int64          // heartbeats done, for tests that must see one pass
 }
 
-func (s *heldJobs) add(w *Worker, row db.HopperJob, qr *producer, sent time.Time, keep time.Duration) *heldJob {
-	c := &heldJob{id: row.ID, attempt: row.Attempt, kind: row.Kind, queue: qr, owner: w, keep: keep,
+func (s *heldJobs) add(row db.HopperJob, qr *producer, sent time.Time, keep time.Duration) *heldJob {
+	c := &heldJob{id: row.ID, attempt: row.Attempt, kind: row.Kind, queue: qr, held: s, keep: keep,
 		keyed: row.ConcurrencyKey != nil && qr.flow != nil, place: keyOf(row)}
-	c.leaseHeldUntil(sent, w.cfg.LeaseDuration)
+	c.leaseHeldUntil(sent, s.lease)
 	s.mu.Lock()
 	s.jobs[heldKey{row.ID, row.Attempt}] = c
 	s.mu.Unlock()

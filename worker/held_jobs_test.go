@@ -37,7 +37,7 @@ func TestHeldJobsExtendAndLose(t *testing.T) {
 			AfterPriority: -1, Kinds: []string{"k"}, MaxVersions: []int32{1}, MaxJobs: 1})
 		require.NoError(t, err)
 		require.Len(t, rows, 1)
-		c := w.held.add(w, rows[0], qr, sent, 0)
+		c := w.held.add(rows[0], qr, sent, 0)
 		hctx, hcancel := context.WithCancelCause(context.Background())
 		t.Cleanup(func() { hcancel(nil) })
 		c.begin(hcancel, time.Now(), 0)

@@ -45,7 +45,7 @@ func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) 
 	// an ack in flight (Extend skips locked rows rather than wait): try
 	// again a few times before calling it busy.
 	for try := 0; ; try++ {
-		n, err := c.owner.held.extend(ctx, []*heldJob{c}, d)
+		n, err := c.held.extend(ctx, []*heldJob{c}, d)
 		switch {
 		case err != nil:
 			return fmt.Errorf("extend lease of job %d: %w", job.ID, err)
@@ -81,7 +81,7 @@ func AckTx[T any](ctx context.Context, tx jobs.DBTX, job *jobs.Job[T]) error {
 	if err != nil {
 		return err
 	}
-	q := db.New(c.owner.dbtx(tx))
+	q := db.New(c.held.dbtx(tx))
 	deleted, err := ackBatch(ctx, q, []completion{{job: c, keep: c.keep}})
 	if err != nil {
 		return fmt.Errorf("ack job %d in transaction: %w", job.ID, err)

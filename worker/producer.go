@@ -216,7 +216,7 @@ func (qr *producer) fetch(ctx context.Context, n int) (int, error) {
 	for i, row := range rows {
 		h := w.handlers.of(row.Kind)
 		keep := h.keepFor(&w.cfg, row.Queue)
-		c := w.held.add(w, row, qr, sent, keep)
+		c := w.held.add(row, qr, sent, keep)
 		w.metrics.claimed(row.Queue, row.Kind, now.Sub(row.RunAt))
 		// Decoding here, in one busy goroutine, rather than in the handler
 		// goroutine keeps the decoder's deep stack from being grown anew

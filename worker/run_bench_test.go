@@ -12,9 +12,9 @@ import (
 // without the database. prepare sets the worker and claim up.
 func benchRun(b *testing.B, prepare func(w *Worker, d *dispatched)) {
 	w := &Worker{}
-	w.cfg.AbandonAfter = 10 * time.Second
+	w.held.abandonAfter = 10 * time.Second
 	w.executor = &executor{handlerBase: context.Background(), cfg: &w.cfg}
-	c := &heldJob{owner: w}
+	c := &heldJob{held: &w.held}
 	d := dispatched{h: &handler{}, job: c, timeout: time.Minute,
 		call: func(context.Context) (json.RawMessage, error) { return nil, nil }}
 	prepare(w, &d)

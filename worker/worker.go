@@ -92,7 +92,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	}
 	w.executor = newExecutor(w.q, w.log, w.metrics, &w.cfg, w.completer, w.report)
 	w.held = heldJobs{jobs: map[heldKey]*heldJob{}, q: w.q, log: w.log, lease: cfg.LeaseDuration,
-		heartbeatEvery: cfg.HeartbeatInterval, beatEvery: w.beatInterval(), inFlight: &w.executor.inFlight, beatWorker: w.beatWorker}
+		heartbeatEvery: cfg.HeartbeatInterval, beatEvery: w.beatInterval(), inFlight: &w.executor.inFlight, beatWorker: w.beatWorker,
+		abandonAfter: cfg.AbandonAfter, metrics: w.metrics, dbtx: w.dbtx}
 	for name, n := range cfg.Queues {
 		w.producers[name] = newProducer(w, name, n)
 	}
