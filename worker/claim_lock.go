@@ -21,14 +21,13 @@ import (
 // and answers: on a loaded machine a worker waiting for a core would keep
 // every other claim of the queue waiting with it. A worker scoped to a
 // schema runs claim in a transaction begun on the scope, the lock first.
-func (qr *producer) underClaimLock(ctx context.Context, queue string, claim func(q *db.Queries) error) error {
-	w := qr.owner
-	if w.scope == nil {
-		return claim(db.New(&lockedBatch{sender: w.pool, lock: sqlbatch.Record(func(q *db.Queries) error {
+func (p *producer) underClaimLock(ctx context.Context, queue string, claim func(q *db.Queries) error) error {
+	if p.scope == nil {
+		return claim(db.New(&lockedBatch{sender: p.pool, lock: sqlbatch.Record(func(q *db.Queries) error {
 			return q.LockClaims(ctx, queue)
 		})}))
 	}
-	return pgx.BeginFunc(ctx, w.scope, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, p.scope, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		if err := q.LockClaims(ctx, queue); err != nil {
 			return err

@@ -57,9 +57,9 @@ type timeoutError struct{ after time.Duration }
 func (e *timeoutError) Error() string { return fmt.Sprintf("hopper: job timed out after %v", e.after) }
 
 // handlerLoop runs jobs of one queue until the queue's dispatch closes.
-func (e *executor) handlerLoop(qr *producer) {
+func (e *executor) handlerLoop(p *producer) {
 	defer e.poolWG.Done()
-	for d := range qr.dispatch {
+	for d := range p.dispatch {
 		e.execute(d)
 	}
 }

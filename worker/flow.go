@@ -182,10 +182,10 @@ func (f *queueFlow) rateBy() string {
 // setUpFlow gives each queue its flow control, once, as Run starts.
 func (w *Worker) setUpFlow() {
 	byKind := w.handlers.kindKeyLimits()
-	for name, qr := range w.producers {
+	for name, p := range w.producers {
 		f, ok := w.cfg.FlowControl[name]
 		if ok || byKind {
-			qr.flow = newQueueFlow(f)
+			p.flow = newQueueFlow(f)
 		}
 	}
 }

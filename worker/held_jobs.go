@@ -302,9 +302,9 @@ type heldJobs struct {
 	beats          atomic.Int64          // heartbeats done, for tests that must see one pass
 }
 
-func (s *heldJobs) add(row db.HopperJob, qr *producer, sent time.Time, keep time.Duration) *heldJob {
-	c := &heldJob{id: row.ID, attempt: row.Attempt, kind: row.Kind, queue: qr, held: s, keep: keep,
-		keyed: row.ConcurrencyKey != nil && qr.flow != nil, place: keyOf(row)}
+func (s *heldJobs) add(row db.HopperJob, p *producer, sent time.Time, keep time.Duration) *heldJob {
+	c := &heldJob{id: row.ID, attempt: row.Attempt, kind: row.Kind, queue: p, held: s, keep: keep,
+		keyed: row.ConcurrencyKey != nil && p.flow != nil, place: keyOf(row)}
 	c.leaseHeldUntil(sent, s.lease)
 	s.mu.Lock()
 	s.jobs[heldKey{row.ID, row.Attempt}] = c

@@ -25,7 +25,7 @@ func TestHeldJobsExtendAndLose(t *testing.T) {
 	tdb := testdb.New(t)
 	w, err := New(tdb.Pool, Config{Queues: map[string]int{"default": 10}, LeaseDuration: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
-	qr := w.producers["default"]
+	p := w.producers["default"]
 
 	take := func(runAt time.Time, leaseMs int64) (*heldJob, context.Context) {
 		t.Helper()
@@ -37,7 +37,7 @@ func TestHeldJobsExtendAndLose(t *testing.T) {
 			AfterPriority: -1, Kinds: []string{"k"}, MaxVersions: []int32{1}, MaxJobs: 1})
 		require.NoError(t, err)
 		require.Len(t, rows, 1)
-		c := w.held.add(rows[0], qr, sent, 0)
+		c := w.held.add(rows[0], p, sent, 0)
 		hctx, hcancel := context.WithCancelCause(context.Background())
 		t.Cleanup(func() { hcancel(nil) })
 		c.begin(hcancel, time.Now(), 0)

@@ -96,9 +96,9 @@ func (n *notifier) run(ctx context.Context) {
 				}
 				continue
 			}
-			if qr := n.producers[wake.Queue]; qr != nil {
-				qr.cursor.rewind(wake.key())
-				signal(qr.wake)
+			if p := n.producers[wake.Queue]; p != nil {
+				p.cursor.rewind(wake.key())
+				signal(p.wake)
 			}
 		}
 		n.listening.Store(false)
@@ -108,14 +108,14 @@ func (n *notifier) run(ctx context.Context) {
 
 // rewindAll makes every queue's next claim scan from the start.
 func (n *notifier) rewindAll() {
-	for _, qr := range n.producers {
-		qr.cursor.rewind(fromStart)
+	for _, p := range n.producers {
+		p.cursor.rewind(fromStart)
 	}
 }
 
 func (n *notifier) wakeAll() {
-	for _, qr := range n.producers {
-		signal(qr.wake)
+	for _, p := range n.producers {
+		signal(p.wake)
 	}
 }
 

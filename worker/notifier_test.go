@@ -25,9 +25,9 @@ func TestNotifierCarriesWakeups(t *testing.T) {
 	defer cancel()
 	tdb := testdb.New(t)
 	q := db.New(tdb.Pool)
-	qr := &producer{name: "default", wake: make(chan struct{}, 1), cursor: newScanCursor(time.Hour)}
+	p := &producer{name: "default", wake: make(chan struct{}, 1), cursor: newScanCursor(time.Hour)}
 	far := readyKey{priority: 100, runAt: time.Now(), id: 1 << 40}
-	qr.cursor.pos = far
+	p.cursor.pos = far
 
 	type cancelNote struct {
 		id      int64
@@ -35,7 +35,7 @@ func TestNotifierCarriesWakeups(t *testing.T) {
 	}
 	cancels, schedules := make(chan cancelNote, 4), make(chan string, 4)
 	n := newNotifier(q, tdb.Pool.Config().ConnConfig, slog.New(slog.NewTextHandler(io.Discard, nil)), "me",
-		map[string]*producer{"default": qr},
+		map[string]*producer{"default": p},
 		func(id int64, attempt int32) { cancels <- cancelNote{id, attempt} },
 		func(name string) { schedules <- name })
 	n.schema = tdb.Schema
@@ -47,23 +47,23 @@ func TestNotifierCarriesWakeups(t *testing.T) {
 	woken := func(what string) {
 		t.Helper()
 		select {
-		case <-qr.wake:
+		case <-p.wake:
 		case <-time.After(10 * time.Second):
 			t.Fatalf("no wake-up: %s", what)
 		}
 	}
 	woken("subscribing wakes every queue")
-	require.Equal(t, fromStart, qr.cursor.at(), "and rewinds its cursor")
+	require.Equal(t, fromStart, p.cursor.at(), "and rewinds its cursor")
 
-	qr.cursor.mu.Lock()
-	qr.cursor.pos = far
-	qr.cursor.mu.Unlock()
+	p.cursor.mu.Lock()
+	p.cursor.pos = far
+	p.cursor.mu.Unlock()
 	at := time.Now().Truncate(time.Microsecond)
 	var wk wakeups
 	wk.add("default", 5, at, 7)
 	n.announce(ctx, &wk, "test")
 	woken("an announcement")
-	require.Equal(t, readyKey{priority: 5, runAt: at, id: 7}.justBefore(), qr.cursor.at())
+	require.Equal(t, readyKey{priority: 5, runAt: at, id: 7}.justBefore(), p.cursor.at())
 
 	notify := func(payload map[string]any) {
 		t.Helper()
@@ -86,7 +86,7 @@ func TestNotifierCarriesWakeups(t *testing.T) {
 	require.Equal(t, cancelNote{42, 2}, <-cancels)
 	require.Empty(t, cancels, "a notice for another worker is ignored")
 	select {
-	case <-qr.wake:
+	case <-p.wake:
 		t.Fatal("a wake-up for another schema woke the queue")
 	default:
 	}

@@ -3,10 +3,14 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/schemascope"
 )
 
 // producer runs one queue's claim path, all of it in this file: fetchLoop
@@ -14,8 +18,8 @@ import (
 // takes jobs from the scan cursor on (Dequeue), or under flow control
 // through dequeueLimited and claimLimited under the queue's claim lock
 // (claim_lock.go), with the local rate (local_rate.go) and global rate
-// claims (rate_start.go). The Worker that owns it supplies the queries,
-// the handlers and the held jobs.
+// claims (rate_start.go). What it works with, the same for every queue,
+// is in producerDeps.
 //
 // Invariants: running never exceeds max (a job is claimed only for a free
 // slot, and its slot is given back once, by its heldJob); only the
@@ -23,7 +27,7 @@ import (
 // a claim's cursor move is undone by any rewind that arrived meanwhile
 // (scanCursor).
 type producer struct {
-	owner     *Worker
+	producerDeps
 	name      string
 	max       int
 	running   atomic.Int64  // slots taken: claimed jobs not yet finished or abandoned
@@ -38,11 +42,29 @@ type producer struct {
 	cursor   *scanCursor
 	flow     *queueFlow    // nil: no flow control (set as Run starts)
 	budget   time.Duration // flow control: the last claim was cut short by a rate limit until then
+	// hard is the shutdown's hard deadline (Worker.hard), set as Run
+	// starts: a claim is cut off by it only.
+	hard context.Context
 }
 
-func newProducer(w *Worker, name string, n int) *producer {
-	return &producer{owner: w, name: name, max: n, wake: make(chan struct{}, 1), slotFreed: make(chan struct{}, 1),
-		dispatch: make(chan dispatched, n), cursor: newScanCursor(w.cfg.FullScanInterval)}
+// producerDeps is what a worker's producers claim and dispatch with, the
+// same for all of them.
+type producerDeps struct {
+	q         *db.Queries
+	pool      *pgxpool.Pool   // the claim lock's batches go on it (claim_lock.go)
+	scope     *schemascope.DB // Config.Schema's scope; nil: the pool's search_path
+	cfg       *Config
+	log       *slog.Logger
+	metrics   *metrics
+	handlers  *handlerTable
+	held      *heldJobs
+	executor  *executor
+	listening *atomic.Bool // the notifier's: wake-ups reach the scan cursor
+}
+
+func newProducer(deps producerDeps, name string, n int) *producer {
+	return &producer{producerDeps: deps, name: name, max: n, wake: make(chan struct{}, 1), slotFreed: make(chan struct{}, 1),
+		dispatch: make(chan dispatched, n), cursor: newScanCursor(deps.cfg.FullScanInterval), hard: context.Background()}
 }
 
 // dispatched is a claimed, decoded job on its way to a handler goroutine.
@@ -69,23 +91,22 @@ func signal(ch chan struct{}) {
 // after a short pause, whatever is free then), so that claims come in
 // batches rather than one job per freed slot; an idle queue waits for a
 // wake-up or the poll interval.
-func (qr *producer) fetchLoop(ctx context.Context) {
-	w := qr.owner
-	poll := time.NewTimer(w.cfg.PollInterval)
+func (p *producer) fetchLoop(ctx context.Context) {
+	poll := time.NewTimer(p.cfg.PollInterval)
 	defer poll.Stop()
-	refill := max(1, qr.max/4)
+	refill := max(1, p.max/4)
 	failures := 0
 	for {
-		free := qr.max - int(qr.running.Load())
+		free := p.max - int(p.running.Load())
 		if free > 0 {
-			n, err := qr.fetch(ctx, free)
+			n, err := p.fetch(ctx, free)
 			if ctx.Err() != nil {
 				return
 			}
 			if err != nil {
 				failures++
 				delay := retryDelay(failures)
-				w.log.Warn("claim failed; retrying", "queue", qr.name, "error", err, "in", delay)
+				p.log.Warn("claim failed; retrying", "queue", p.name, "error", err, "in", delay)
 				if !sleep(ctx, delay) {
 					return
 				}
@@ -93,11 +114,11 @@ func (qr *producer) fetchLoop(ctx context.Context) {
 			}
 			failures = 0
 			if n < free {
-				qr.awaitWork(ctx, poll) // the queue is drained for now
+				p.awaitWork(ctx, poll) // the queue is drained for now
 				continue
 			}
 		}
-		if !awaitSlots(ctx, qr, refill) { // work is waiting
+		if !awaitSlots(ctx, p, refill) { // work is waiting
 			return
 		}
 	}
@@ -109,12 +130,12 @@ const refillPause = 2 * time.Millisecond
 
 // awaitSlots waits until want slots are free, or refillPause has passed and
 // at least one is. It returns false when ctx ends.
-func awaitSlots(ctx context.Context, qr *producer, want int) bool {
+func awaitSlots(ctx context.Context, p *producer, want int) bool {
 	pause := time.NewTimer(refillPause)
 	defer pause.Stop()
 	paused := false
 	for {
-		free := qr.max - int(qr.running.Load())
+		free := p.max - int(p.running.Load())
 		if free >= want || (paused && free > 0) {
 			return true
 		}
@@ -125,7 +146,7 @@ func awaitSlots(ctx context.Context, qr *producer, want int) bool {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-qr.slotFreed:
+		case <-p.slotFreed:
 		case <-timeout:
 			paused = true
 		}
@@ -133,58 +154,56 @@ func awaitSlots(ctx context.Context, qr *producer, want int) bool {
 }
 
 // awaitWork waits for a wake-up or the poll interval.
-func (qr *producer) awaitWork(ctx context.Context, poll *time.Timer) {
-	w := qr.owner
+func (p *producer) awaitWork(ctx context.Context, poll *time.Timer) {
 	if !poll.Stop() {
 		select {
 		case <-poll.C:
 		default:
 		}
 	}
-	next := w.cfg.PollInterval
-	if qr.budget > 0 && qr.budget < next {
-		next = qr.budget // a rate limit gives budget back then
+	next := p.cfg.PollInterval
+	if p.budget > 0 && p.budget < next {
+		next = p.budget // a rate limit gives budget back then
 	}
 	poll.Reset(next)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-qr.wake:
+		case <-p.wake:
 			return
 		case <-poll.C:
 			return
-		case <-qr.slotFreed: // irrelevant while the queue is drained
+		case <-p.slotFreed: // irrelevant while the queue is drained
 		}
 	}
 }
 
 // dequeue claims up to n jobs of the queue: from the claim cursor on, or,
 // under flow control, by the limited claim.
-func (qr *producer) dequeue(ctx context.Context, n int, sent time.Time) ([]db.HopperJob, error) {
-	w := qr.owner
-	if qr.flow != nil {
-		rows, wait, err := qr.dequeueLimited(ctx, n)
-		qr.budget = wait
+func (p *producer) dequeue(ctx context.Context, n int, sent time.Time) ([]db.HopperJob, error) {
+	if p.flow != nil {
+		rows, wait, err := p.dequeueLimited(ctx, n)
+		p.budget = wait
 		return rows, err
 	}
-	after := qr.cursor.begin(sent, w.notifier.listening.Load())
-	rows, err := w.q.Dequeue(ctx, db.DequeueParams{
-		Owner:         w.cfg.ID,
-		LeaseMs:       w.cfg.LeaseDuration.Milliseconds(),
-		Queue:         qr.name,
+	after := p.cursor.begin(sent, p.listening.Load())
+	rows, err := p.q.Dequeue(ctx, db.DequeueParams{
+		Owner:         p.cfg.ID,
+		LeaseMs:       p.cfg.LeaseDuration.Milliseconds(),
+		Queue:         p.name,
 		AfterPriority: after.priority,
 		AfterRunAt:    after.runAt,
 		AfterID:       after.id,
-		Kinds:         w.handlers.kinds,
-		MaxVersions:   w.handlers.versions,
+		Kinds:         p.handlers.kinds,
+		MaxVersions:   p.handlers.versions,
 		MaxJobs:       int32(n),
 	})
 	if err != nil {
-		qr.cursor.failed()
+		p.cursor.failed()
 		return nil, err
 	}
-	qr.cursor.claimed(rows)
+	p.cursor.claimed(rows)
 	return rows, nil
 }
 
@@ -199,51 +218,50 @@ func (qr *producer) dequeue(ctx context.Context, n int, sent time.Time) ([]db.Ho
 const claimAnswerWait = 30 * time.Second
 
 // fetch dequeues up to n jobs and starts their handlers.
-func (qr *producer) fetch(ctx context.Context, n int) (int, error) {
-	w := qr.owner
+func (p *producer) fetch(ctx context.Context, n int) (int, error) {
 	// The claim is not cut off by shutdown, only by the shutdown's hard
 	// deadline, and it waits long for its answer (claimAnswerWait).
-	qctx, cancel := context.WithTimeout(w.hard, claimAnswerWait)
+	qctx, cancel := context.WithTimeout(p.hard, claimAnswerWait)
 	defer cancel()
 	sent := time.Now()
-	rows, err := qr.dequeue(qctx, n, sent)
+	rows, err := p.dequeue(qctx, n, sent)
 	if err != nil {
 		return 0, err
 	}
-	w.metrics.fetched(qr.name, len(rows))
+	p.metrics.fetched(p.name, len(rows))
 	now := time.Now()
-	rates := qr.rateClaimsOf(rows)
+	rates := p.rateClaimsOf(rows)
 	for i, row := range rows {
-		h := w.handlers.of(row.Kind)
-		keep := h.keepFor(&w.cfg, row.Queue)
-		c := w.held.add(row, qr, sent, keep)
-		w.metrics.claimed(row.Queue, row.Kind, now.Sub(row.RunAt))
+		h := p.handlers.of(row.Kind)
+		keep := h.keepFor(p.cfg, row.Queue)
+		c := p.held.add(row, p, sent, keep)
+		p.metrics.claimed(row.Queue, row.Kind, now.Sub(row.RunAt))
 		// Decoding here, in one busy goroutine, rather than in the handler
 		// goroutine keeps the decoder's deep stack from being grown anew
 		// for every job.
 		call, timeout, err := h.prepare(row, keep)
-		if w.executor.hooked(h) {
+		if p.executor.hooked(h) {
 			c.view = view(row)
 		}
 		if timeout == 0 {
-			timeout = w.cfg.Timeout
+			timeout = p.cfg.Timeout
 		}
 		// Never fewer free handler goroutines than jobs in flight, so a
 		// job is never left waiting behind a handler that blocks (an
 		// abandoned one included).
-		running := int(qr.running.Add(1))
-		w.executor.handlerWG.Add(1)
-		for qr.spawned-int(qr.stuck.Load()) < running {
-			qr.spawned++
-			w.executor.poolWG.Add(1)
-			go w.executor.handlerLoop(qr)
+		running := int(p.running.Add(1))
+		p.executor.handlerWG.Add(1)
+		for p.spawned-int(p.stuck.Load()) < running {
+			p.spawned++
+			p.executor.poolWG.Add(1)
+			go p.executor.handlerLoop(p)
 		}
 		// Never blocks: at most max jobs are waiting or running.
 		d := dispatched{h: h, row: row, job: c, call: call, timeout: timeout, keep: keep, err: err}
 		if rates != nil {
 			d.rate = rates[i]
 		}
-		qr.dispatch <- d
+		p.dispatch <- d
 	}
 	return len(rows), nil
 }
@@ -254,11 +272,10 @@ func (qr *producer) fetch(ctx context.Context, n int) (int, error) {
 // after a key and found too few jobs goes round once more from the first
 // key. It also returns how long until a rate limit gives budget back,
 // when one cut the claim short.
-func (qr *producer) dequeueLimited(ctx context.Context, n int) ([]db.HopperJob, time.Duration, error) {
-	w := qr.owner
-	f := qr.flow
+func (p *producer) dequeueLimited(ctx context.Context, n int) ([]db.HopperJob, time.Duration, error) {
+	f := p.flow
 	if f.PriorityAging > 0 && !time.Now().Before(f.nextAging) {
-		qr.agePriorities(ctx)
+		p.agePriorities(ctx)
 	}
 	if f.local != nil {
 		got, wait := f.local.take(time.Now(), n)
@@ -278,15 +295,15 @@ func (qr *producer) dequeueLimited(ctx context.Context, n int) ([]db.HopperJob, 
 	strict := !f.Fair && (!f.global() || f.rateBy() == string(RateByQueue)) && f.PriorityAging == 0
 	after := fromStart
 	if strict {
-		after = qr.cursor.begin(time.Now(), w.notifier.listening.Load())
+		after = p.cursor.begin(time.Now(), p.listening.Load())
 	}
-	p := db.DequeueLimitedParams{
-		Owner:         w.cfg.ID,
-		LeaseMs:       w.cfg.LeaseDuration.Milliseconds(),
-		Queue:         qr.name,
-		Kinds:         w.handlers.kinds,
-		MaxVersions:   w.handlers.versions,
-		KeyLimits:     w.handlers.keyLimits,
+	params := db.DequeueLimitedParams{
+		Owner:         p.cfg.ID,
+		LeaseMs:       p.cfg.LeaseDuration.Milliseconds(),
+		Queue:         p.name,
+		Kinds:         p.handlers.kinds,
+		MaxVersions:   p.handlers.versions,
+		KeyLimits:     p.handlers.keyLimits,
 		KeyLimit:      int32(f.KeyLimit),
 		Fair:          f.Fair,
 		AfterKey:      f.afterKey,
@@ -300,35 +317,35 @@ func (qr *producer) dequeueLimited(ctx context.Context, n int) ([]db.HopperJob, 
 		RateWindowMs:  f.Rate.Per.Milliseconds(),
 	}
 	if f.global() {
-		p.RateLimit = int32(f.Rate.Limit)
-		p.ExactStarts = f.Rate.ExactStarts
+		params.RateLimit = int32(f.Rate.Limit)
+		params.ExactStarts = f.Rate.ExactStarts
 	}
-	rows, err := qr.claimLimited(ctx, p)
+	rows, err := p.claimLimited(ctx, params)
 	var headEnd readyKey // the last job the claim's head considered
 	if len(rows) > 0 {
 		headEnd = readyKey{priority: rows[0].HeadPriority, runAt: rows[0].HeadRunAt, id: rows[0].HeadID}
 	}
-	if err == nil && f.Fair && p.AfterKey != "" && len(rows) < n {
+	if err == nil && f.Fair && params.AfterKey != "" && len(rows) < n {
 		// A fair claim that started after a key and found too few jobs
 		// goes round once more from the first key, as a claim of its
 		// own: the first one's jobs are claimed whatever becomes of it.
-		p.AfterKey, p.MaxJobs = "", int32(n-len(rows))
-		more, merr := qr.claimLimited(ctx, p)
+		params.AfterKey, params.MaxJobs = "", int32(n-len(rows))
+		more, merr := p.claimLimited(ctx, params)
 		if merr != nil && ctx.Err() == nil {
-			w.log.Warn("claim failed", "queue", qr.name, "error", merr)
+			p.log.Warn("claim failed", "queue", p.name, "error", merr)
 		}
 		rows = append(rows, more...)
 	}
 	claimed := jobsOf(rows)
 	var wait time.Duration
 	if err == nil && f.global() && len(claimed) < n {
-		wait = qr.rateWait(ctx)
+		wait = p.rateWait(ctx)
 	}
 	if strict {
 		if err != nil {
-			qr.cursor.failed()
+			p.cursor.failed()
 		} else {
-			qr.cursor.claimedWithin(claimed, headEnd)
+			p.cursor.claimedWithin(claimed, headEnd)
 		}
 	}
 	if f.local != nil {
@@ -352,11 +369,11 @@ func (qr *producer) dequeueLimited(ctx context.Context, n int) ([]db.HopperJob, 
 }
 
 // claimLimited runs one DequeueLimited under the queue's claim lock.
-func (qr *producer) claimLimited(ctx context.Context, p db.DequeueLimitedParams) ([]db.DequeueLimitedRow, error) {
+func (p *producer) claimLimited(ctx context.Context, params db.DequeueLimitedParams) ([]db.DequeueLimitedRow, error) {
 	var rows []db.DequeueLimitedRow
-	err := qr.underClaimLock(ctx, p.Queue, func(q *db.Queries) error {
+	err := p.underClaimLock(ctx, params.Queue, func(q *db.Queries) error {
 		var err error
-		rows, err = q.DequeueLimited(ctx, p)
+		rows, err = q.DequeueLimited(ctx, params)
 		return err
 	})
 	return rows, err
@@ -365,13 +382,12 @@ func (qr *producer) claimLimited(ctx context.Context, p db.DequeueLimitedParams)
 // rateWait is how long until the queue's rate window gives budget back,
 // after a claim it cut short: read outside the claim lock. If it cannot
 // be read, the window's length, after which all of it is back.
-func (qr *producer) rateWait(ctx context.Context) time.Duration {
-	w := qr.owner
-	per := qr.flow.Rate.Per
-	ms, err := w.q.RateWait(ctx, db.RateWaitParams{Queue: qr.name, RateWindowMs: per.Milliseconds()})
+func (p *producer) rateWait(ctx context.Context) time.Duration {
+	per := p.flow.Rate.Per
+	ms, err := p.q.RateWait(ctx, db.RateWaitParams{Queue: p.name, RateWindowMs: per.Milliseconds()})
 	if err != nil {
 		if ctx.Err() == nil {
-			w.log.Warn("rate budget unknown", "queue", qr.name, "error", err)
+			p.log.Warn("rate budget unknown", "queue", p.name, "error", err)
 		}
 		return per
 	}
@@ -384,21 +400,20 @@ const agingBatch = 10000
 // agePriorities ages the queue's waiting jobs if no worker has in the last
 // interval. It tries four times per interval, so that the interval between
 // two agings stays close to PriorityAging whichever worker does it.
-func (qr *producer) agePriorities(ctx context.Context) {
-	w := qr.owner
-	f := qr.flow
+func (p *producer) agePriorities(ctx context.Context) {
+	f := p.flow
 	f.nextAging = time.Now().Add(f.PriorityAging / 4)
-	n, err := w.q.AgePriorities(ctx, db.AgePrioritiesParams{
-		Queue: qr.name, AgingMs: f.PriorityAging.Milliseconds(), MaxJobs: agingBatch,
+	n, err := p.q.AgePriorities(ctx, db.AgePrioritiesParams{
+		Queue: p.name, AgingMs: f.PriorityAging.Milliseconds(), MaxJobs: agingBatch,
 	})
 	if err != nil {
 		if ctx.Err() == nil {
-			w.log.Warn("priority aging failed", "queue", qr.name, "error", err)
+			p.log.Warn("priority aging failed", "queue", p.name, "error", err)
 		}
 		return
 	}
 	if n > 0 {
-		w.log.Debug("priorities aged", "queue", qr.name, "jobs", n)
+		p.log.Debug("priorities aged", "queue", p.name, "jobs", n)
 	}
 }
 

@@ -34,7 +34,6 @@ func TestProducerFetch(t *testing.T) {
 		<-release
 		return nil
 	}))
-	w.hard = ctx                     // as Run sets it
 	w.notifier.listening.Store(true) // wake-ups would reach the cursor: it may be used
 
 	var ids []int64
@@ -46,28 +45,29 @@ func TestProducerFetch(t *testing.T) {
 		ids = append(ids, r.ID)
 	}
 
-	qr := w.producers["default"]
-	n, err := qr.fetch(ctx, 2)
+	p := w.producers["default"]
+	p.hard = ctx // as Run sets it
+	n, err := p.fetch(ctx, 2)
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "no more than asked for")
 	require.Equal(t, 2, w.held.len())
-	require.EqualValues(t, 2, qr.running.Load(), "a slot per job")
-	require.Equal(t, ids[1], qr.cursor.at().id, "the cursor is past the last job claimed")
+	require.EqualValues(t, 2, p.running.Load(), "a slot per job")
+	require.Equal(t, ids[1], p.cursor.at().id, "the cursor is past the last job claimed")
 	got := map[int64]bool{<-started: true, <-started: true}
 	require.Equal(t, map[int64]bool{ids[0]: true, ids[1]: true}, got, "the first two in ready order run")
 
-	n, err = qr.fetch(ctx, 5)
+	n, err = p.fetch(ctx, 5)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Equal(t, ids[2], <-started)
-	at := qr.cursor.at()
-	n, err = qr.fetch(ctx, 5)
+	at := p.cursor.at()
+	n, err = p.fetch(ctx, 5)
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing left")
-	require.Equal(t, at, qr.cursor.at(), "an empty claim leaves the cursor")
+	require.Equal(t, at, p.cursor.at(), "an empty claim leaves the cursor")
 
 	close(release)
-	close(qr.dispatch)
+	close(p.dispatch)
 	w.executor.poolWG.Wait()
-	require.Zero(t, qr.running.Load(), "every slot given back")
+	require.Zero(t, p.running.Load(), "every slot given back")
 }

@@ -30,12 +30,11 @@ type rateClaim struct {
 // with ExactStarts the claim it came in (nil for other queues). A claim's
 // jobs carry its time as lease_until less the lease; a worker's claim may
 // be two statements (a fair one goes round twice), each logged apart.
-func (qr *producer) rateClaimsOf(rows []db.HopperJob) []*rateClaim {
-	w := qr.owner
-	if qr.flow == nil || !qr.flow.global() || !qr.flow.Rate.ExactStarts || len(rows) == 0 {
+func (p *producer) rateClaimsOf(rows []db.HopperJob) []*rateClaim {
+	if p.flow == nil || !p.flow.global() || !p.flow.Rate.ExactStarts || len(rows) == 0 {
 		return nil
 	}
-	lease := time.Duration(w.cfg.LeaseDuration.Milliseconds()) * time.Millisecond
+	lease := time.Duration(p.cfg.LeaseDuration.Milliseconds()) * time.Millisecond
 	out := make([]*rateClaim, len(rows))
 	var cur *rateClaim
 	for i, row := range rows {
@@ -44,7 +43,7 @@ func (qr *producer) rateClaimsOf(rows []db.HopperJob) []*rateClaim {
 		}
 		at := row.LeaseUntil.Add(-lease)
 		if cur == nil || !cur.claimedAt.Equal(at) {
-			cur = &rateClaim{queue: qr.name, claimedAt: at}
+			cur = &rateClaim{queue: p.name, claimedAt: at}
 		}
 		cur.left.Add(1)
 		out[i] = cur
@@ -83,8 +82,8 @@ func (e *executor) handlerStarting(rc *rateClaim) {
 // schema older than migration 8, whose claims would fail one by one.
 func (w *Worker) checkRateSchema(ctx context.Context) error {
 	global := false
-	for _, qr := range w.producers {
-		global = global || (qr.flow != nil && qr.flow.global())
+	for _, p := range w.producers {
+		global = global || (p.flow != nil && p.flow.global())
 	}
 	if !global {
 		return nil

@@ -94,12 +94,14 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	w.held = heldJobs{jobs: map[heldKey]*heldJob{}, q: w.q, log: w.log, lease: cfg.LeaseDuration,
 		heartbeatEvery: cfg.HeartbeatInterval, beatEvery: w.beatInterval(), inFlight: &w.executor.inFlight, beatWorker: w.beatWorker,
 		abandonAfter: cfg.AbandonAfter, metrics: w.metrics, dbtx: w.dbtx}
-	for name, n := range cfg.Queues {
-		w.producers[name] = newProducer(w, name, n)
-	}
 	w.notifier = newNotifier(w.q, pool.Config().ConnConfig, w.log, cfg.ID, w.producers, w.held.cancelNotice, func(schedule string) {
 		w.maintainer.scheduleTriggered(schedule)
 	})
+	deps := producerDeps{q: w.q, pool: pool, scope: w.scope, cfg: &w.cfg, log: w.log, metrics: w.metrics,
+		handlers: w.handlers, held: &w.held, executor: w.executor, listening: &w.notifier.listening}
+	for name, n := range cfg.Queues {
+		w.producers[name] = newProducer(deps, name, n) // the notifier sees them through the map
+	}
 	w.maintainer = newMaintainer(w.q, pool, w.dbtx, w.log, w.metrics, &w.cfg, w.notifier.announce)
 	return w, nil
 }
@@ -197,12 +199,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	var fetchWG sync.WaitGroup
-	for _, qr := range w.producers {
+	for _, p := range w.producers {
 		if w.handlers.empty() {
 			break // a worker that only fires schedules claims nothing
 		}
+		p.hard = hard
 		fetchWG.Add(1)
-		go func() { defer fetchWG.Done(); qr.fetchLoop(ctx) }()
+		go func() { defer fetchWG.Done(); p.fetchLoop(ctx) }()
 	}
 	<-ctx.Done()
 	hardDeadline := time.Now().Add(w.cfg.ShutdownTimeout + w.cfg.ShutdownGrace)
@@ -210,8 +213,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopHard.Stop()
 
 	fetchWG.Wait()
-	for _, qr := range w.producers {
-		close(qr.dispatch) // nothing more is claimed
+	for _, p := range w.producers {
+		close(p.dispatch) // nothing more is claimed
 	}
 	w.shutdown(hardDeadline)
 	close(stopCompleter)
