@@ -136,7 +136,7 @@ func (e *executor) run(d dispatched) (elapsed time.Duration, result json.RawMess
 	d.job.begin(cancel, start, d.timeout)
 	e.inFlight.add(d.job)
 	defer e.inFlight.remove(d.job)
-	ctx = context.WithValue(ctx, claimKeyCtx{}, d.job)
+	ctx = context.WithValue(ctx, heldJobKey{}, d.job)
 	if d.timeout > 0 {
 		var cancelTimeout context.CancelFunc
 		ctx, cancelTimeout = context.WithTimeoutCause(ctx, d.timeout, &timeoutError{d.timeout})

@@ -43,7 +43,7 @@ func TestExecutorRunsThroughMiddlewareAndHooks(t *testing.T) {
 	c.view = &jobs.Row{ID: c.id, Kind: c.kind}
 	d := dispatched{h: &handler{middleware: []Middleware{mw("kind")}}, job: c, timeout: time.Minute,
 		call: func(ctx context.Context) (json.RawMessage, error) {
-			require.Same(t, c, ctx.Value(claimKeyCtx{}), "the handler's context carries its job")
+			require.Same(t, c, ctx.Value(heldJobKey{}), "the handler's context carries its job")
 			return json.RawMessage(`{"ok":true}`), nil
 		}}
 	_, result, err := e.run(d)

@@ -10,10 +10,12 @@ import (
 	"github.com/hopperq/hopper/jobs"
 )
 
-type claimKeyCtx struct{}
+// heldJobKey is the context key under which a handler's context carries
+// its *heldJob (executor.run), for the job's own calls (ExtendLease, AckTx).
+type heldJobKey struct{}
 
-func claimFrom(ctx context.Context, id int64) (*heldJob, error) {
-	c, ok := ctx.Value(claimKeyCtx{}).(*heldJob)
+func heldJobFrom(ctx context.Context, id int64) (*heldJob, error) {
+	c, ok := ctx.Value(heldJobKey{}).(*heldJob)
 	if !ok || c.id != id {
 		return nil, fmt.Errorf("no running job %d in this context: pass the handler's context", id)
 	}
@@ -34,7 +36,7 @@ func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) 
 		r.Extend(d)
 		return nil
 	}
-	c, err := claimFrom(ctx, job.ID)
+	c, err := heldJobFrom(ctx, job.ID)
 	if err != nil {
 		return err
 	}
@@ -77,7 +79,7 @@ func AckTx[T any](ctx context.Context, tx jobs.DBTX, job *jobs.Job[T]) error {
 		r.AckTx(tx)
 		return nil
 	}
-	c, err := claimFrom(ctx, job.ID)
+	c, err := heldJobFrom(ctx, job.ID)
 	if err != nil {
 		return err
 	}
