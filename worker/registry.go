@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime/debug"
 	"sort"
@@ -38,103 +39,120 @@ const (
 	workerRemoveTimeout = 5 * time.Second
 )
 
-// registration is this worker's row in hopper_workers.
-type registration struct {
+// registry keeps this worker's row in hopper_workers: it writes it at
+// start (register), refreshes it on every heartbeat (beat) and deletes it
+// at a clean stop (remove).
+//
+// Invariant: startedAt, under mu, is zero until the row was first written,
+// then the start the database recorded, which every rewrite keeps.
+type registry struct {
+	q   *db.Queries
+	log *slog.Logger
+	cfg *Config // ID, Schema, HeartbeatInterval, LeaseDuration
+	// queues and schema are set as Run starts, before the row is written:
+	// the queues the worker serves, and where hopper_jobs lives (errors).
+	queues []string
+	schema string
+
 	mu        sync.Mutex
 	startedAt time.Time // as the database recorded it; zero until registered
+}
+
+func newRegistry(q *db.Queries, log *slog.Logger, cfg *Config) *registry {
+	return &registry{q: q, log: log, cfg: cfg}
 }
 
 // beatInterval is how often the worker refreshes its row: on every
 // heartbeat, or, with the heartbeat disabled (tests of lease expiry), as
 // often as the default heartbeat would beat.
-func (w *Worker) beatInterval() time.Duration {
-	if w.cfg.HeartbeatInterval > 0 {
-		return w.cfg.HeartbeatInterval
+func (r *registry) beatInterval() time.Duration {
+	if r.cfg.HeartbeatInterval > 0 {
+		return r.cfg.HeartbeatInterval
 	}
-	return w.cfg.LeaseDuration / 3
+	return r.cfg.LeaseDuration / 3
 }
 
 // staleAfter is how long after its last beat the worker is taken to be
 // gone.
-func (w *Worker) staleAfter() time.Duration { return workerStaleBeats * w.beatInterval() }
+func (r *registry) staleAfter() time.Duration { return workerStaleBeats * r.beatInterval() }
 
-// servedQueues lists the queues the worker claims from, sorted; none when
+// servedQueues lists the queues a worker claims from, sorted; none when
 // it only fires schedules.
-func (w *Worker) servedQueues() []string {
+func servedQueues(handlers *handlerTable, producers map[string]*producer) []string {
 	names := []string{}
-	if w.handlers.empty() {
+	if handlers.empty() {
 		return names
 	}
-	for name := range w.producers {
+	for name := range producers {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	return names
 }
 
-// registerWorker writes the worker's row: at start (startedAt zero: now),
-// and again should its row be gone while it runs (its own startedAt kept).
-func (w *Worker) registerWorker(ctx context.Context) error {
+// register writes the worker's row: at start (startedAt zero: now), and
+// again should its row be gone while it runs (its own startedAt kept).
+func (r *registry) register(ctx context.Context) error {
 	host, _ := os.Hostname()
 	p := db.RegisterWorkerParams{
-		ID: w.cfg.ID, Host: host, Pid: int32(os.Getpid()), HopperVersion: hopperVersion(),
-		Queues: w.servedQueues(), StaleAfterMs: w.staleAfter().Milliseconds(),
+		ID: r.cfg.ID, Host: host, Pid: int32(os.Getpid()), HopperVersion: hopperVersion(),
+		Queues: r.queues, StaleAfterMs: r.staleAfter().Milliseconds(),
 	}
-	w.registry.mu.Lock()
-	defer w.registry.mu.Unlock()
-	if !w.registry.startedAt.IsZero() {
-		p.StartedAt = &w.registry.startedAt
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.startedAt.IsZero() {
+		p.StartedAt = &r.startedAt
 	}
-	started, err := w.q.RegisterWorker(ctx, p)
+	started, err := r.q.RegisterWorker(ctx, p)
 	if err != nil {
 		var pgErr *pgconn.PgError
 		switch {
 		case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
-			return migrated.Errorf(w.migrateUp(), "schema %s lacks hopper_workers, which migration %s adds", w.schema, migrated.Migration(10))
+			return migrated.Errorf(migrated.Run(r.cfg.Schema), "schema %s lacks hopper_workers, which migration %s adds", r.schema, migrated.Migration(10))
 		case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
 			return fmt.Errorf("worker: start: register the worker in hopper_workers: %w (grant SELECT, INSERT, UPDATE, DELETE ON hopper_workers to the role workers connect as)", err)
 		}
 		return fmt.Errorf("worker: start: register the worker: %w", err)
 	}
-	w.registry.startedAt = started
+	r.startedAt = started
 	return nil
 }
 
 // beatTimeout bounds a beat: half a beat, at least a second (one row, but
 // on a busy server), and at most a quarter of the lease, since the lease
 // extensions of the same heartbeat wait for it.
-func (w *Worker) beatTimeout() time.Duration {
-	return min(max(w.beatInterval()/2, time.Second), w.cfg.LeaseDuration/4)
+func (r *registry) beatTimeout() time.Duration {
+	return min(max(r.beatInterval()/2, time.Second), r.cfg.LeaseDuration/4)
 }
 
-// beatWorker refreshes the worker's row, and writes it again if it is
-// gone. Failures are logged; the next beat tries again.
-func (w *Worker) beatWorker(ctx context.Context) {
-	bctx, cancel := context.WithTimeout(ctx, w.beatTimeout())
+// beat refreshes the worker's row, and writes it again if it is gone.
+// Failures are logged; the next beat tries again.
+func (r *registry) beat(ctx context.Context) {
+	bctx, cancel := context.WithTimeout(ctx, r.beatTimeout())
 	defer cancel()
-	n, err := w.q.BeatWorker(bctx, w.cfg.ID)
+	n, err := r.q.BeatWorker(bctx, r.cfg.ID)
 	if err == nil && n == 0 {
-		w.log.Info("this worker's row in hopper_workers was gone; writing it again")
-		err = w.registerWorker(bctx)
+		r.log.Info("this worker's row in hopper_workers was gone; writing it again")
+		err = r.register(bctx)
 	}
 	if err != nil && ctx.Err() == nil {
-		w.log.Warn("refreshing this worker's row in hopper_workers failed; retrying at the next beat", "error", err)
+		r.log.Warn("refreshing this worker's row in hopper_workers failed; retrying at the next beat", "error", err)
 	}
 }
 
-// removeWorker deletes the worker's own row at a clean stop (ctx: the
+// remove deletes the worker's own row at a clean stop (ctx: the
 // shutdown's hard deadline), or when Run fails after start.
-func (w *Worker) removeWorker(ctx context.Context) {
-	w.registry.mu.Lock()
-	started := w.registry.startedAt
-	w.registry.mu.Unlock()
+func (r *registry) remove(ctx context.Context) {
+	r.mu.Lock()
+	started := r.startedAt
+	r.mu.Unlock()
 	if started.IsZero() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, workerRemoveTimeout)
 	defer cancel()
-	if _, err := w.q.RemoveWorker(ctx, db.RemoveWorkerParams{ID: w.cfg.ID, StartedAt: started}); err != nil {
-		w.log.Warn("removing this worker's row from hopper_workers failed; it goes stale by itself", "error", err)
+	if _, err := r.q.RemoveWorker(ctx, db.RemoveWorkerParams{ID: r.cfg.ID, StartedAt: started}); err != nil {
+		r.log.Warn("removing this worker's row from hopper_workers failed; it goes stale by itself", "error", err)
 	}
 }
 

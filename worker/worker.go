@@ -53,7 +53,7 @@ type Worker struct {
 	notifier   *notifier
 	maintainer *maintainer
 	executor   *executor
-	registry   registration // this worker's row in hopper_workers
+	registry   *registry // this worker's row in hopper_workers
 
 	// hard ends at the shutdown's hard deadline (ShutdownTimeout plus
 	// ShutdownGrace after Run's context ended): every statement of the
@@ -85,6 +85,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		w.scope = schemascope.Wrap(pool, cfg.Schema)
 	}
 	w.q = db.New(w.dbtx(pool))
+	w.registry = newRegistry(w.q, w.log, &w.cfg)
 	w.completer = newCompleter(w.q, w.log, &w.cfg, w.report)
 	w.metrics, err = newMetrics(cfg.Registerer)
 	if err != nil {
@@ -92,7 +93,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	}
 	w.executor = newExecutor(w.q, w.log, w.metrics, &w.cfg, w.completer, w.report)
 	w.held = heldJobs{jobs: map[heldKey]*heldJob{}, q: w.q, log: w.log, lease: cfg.LeaseDuration,
-		heartbeatEvery: cfg.HeartbeatInterval, beatEvery: w.beatInterval(), inFlight: &w.executor.inFlight, beatWorker: w.beatWorker,
+		heartbeatEvery: cfg.HeartbeatInterval, beatEvery: w.registry.beatInterval(), inFlight: &w.executor.inFlight, beatWorker: w.registry.beat,
 		abandonAfter: cfg.AbandonAfter, metrics: w.metrics, dbtx: w.dbtx}
 	w.notifier = newNotifier(w.q, pool.Config().ConnConfig, w.log, cfg.ID, w.producers, w.held.cancelNotice, func(schedule string) {
 		w.maintainer.scheduleTriggered(schedule)
@@ -161,7 +162,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.cfg.MetricsAddr != "" {
 		ms, err := w.newMetricsServer()
 		if err != nil {
-			w.removeWorker(context.WithoutCancel(ctx))
+			w.registry.remove(context.WithoutCancel(ctx))
 			return err
 		}
 		w.mu.Lock()
@@ -222,7 +223,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.releaseUnfinished()
 	stopBG()
 	bgWG.Wait()
-	w.removeWorker(hard) // after the last beat, which could write it again
+	w.registry.remove(hard) // after the last beat, which could write it again
 	if !waitUntil(&w.executor.poolWG, hardDeadline) {
 		w.log.Error("handlers ignore cancellation; leaving them behind")
 	}
@@ -286,7 +287,8 @@ func (w *Worker) start(ctx context.Context) error {
 			return err
 		}
 	}
-	return w.registerWorker(ctx)
+	w.registry.queues, w.registry.schema = servedQueues(w.handlers, w.producers), schemaName
+	return w.registry.register(ctx)
 }
 
 // releasePrevious gives back the leases a previous run of this worker (same
