@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -21,6 +22,9 @@ import (
 // the same on every worker: sum the worker's counters across instances,
 // but take the max of these.
 type metricsServer struct {
+	q        *db.Queries
+	log      *slog.Logger
+	interval time.Duration // Config.MetricsInterval
 	registry *prometheus.Registry
 	*dbGauges
 	listener net.Listener
@@ -74,15 +78,17 @@ func (g *dbGauges) collectors() []prometheus.Collector {
 	return []prometheus.Collector{g.jobs, g.oldest, g.queuePaused, g.keys, g.rateUsed, g.rateMax, g.schedStale, g.schedPaused}
 }
 
-func (w *Worker) newMetricsServer() (*metricsServer, error) {
-	ms := &metricsServer{registry: prometheus.NewRegistry(), dbGauges: newDBGauges()}
-	cs := append(w.metrics.collectors(), ms.dbGauges.collectors()...)
+// newMetricsServer registers the worker's metrics (m) with the database's
+// gauges and listens on cfg.MetricsAddr; serve serves it.
+func newMetricsServer(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config) (*metricsServer, error) {
+	ms := &metricsServer{q: q, log: log, interval: cfg.MetricsInterval, registry: prometheus.NewRegistry(), dbGauges: newDBGauges()}
+	cs := append(m.collectors(), ms.dbGauges.collectors()...)
 	for _, c := range append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})) {
 		if err := ms.registry.Register(c); err != nil {
 			return nil, err
 		}
 	}
-	ln, err := net.Listen("tcp", w.cfg.MetricsAddr)
+	ln, err := net.Listen("tcp", cfg.MetricsAddr)
 	if err != nil {
 		return nil, fmt.Errorf("worker: metrics listener: %w", err)
 	}
@@ -104,22 +110,22 @@ func (w *Worker) MetricsAddr() string {
 	return w.metricsSrv.listener.Addr().String()
 }
 
-// serveMetrics runs the endpoint and refreshes the queue gauges until ctx
+// serve runs the endpoint and refreshes the queue gauges until ctx
 // ends.
-func (w *Worker) serveMetrics(ctx context.Context, ms *metricsServer) {
+func (ms *metricsServer) serve(ctx context.Context) {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
 		if err := ms.server.Serve(ms.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			w.log.Error("metrics endpoint failed", "error", err)
+			ms.log.Error("metrics endpoint failed", "error", err)
 		}
 	}()
 	defer func() { <-served }()
 	refresh := func() {
-		stats, err := w.q.Stats(ctx)
+		stats, err := ms.q.Stats(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				w.log.Warn("metrics: stats query failed", "error", err)
+				ms.log.Warn("metrics: stats query failed", "error", err)
 			}
 			return
 		}
@@ -138,11 +144,11 @@ func (w *Worker) serveMetrics(ctx context.Context, ms *metricsServer) {
 		for q, age := range oldest {
 			ms.oldest.WithLabelValues(q).Set(age)
 		}
-		w.refreshFlowGauges(ctx, ms)
-		w.refreshScheduleGauges(ctx, ms)
+		ms.refreshFlowGauges(ctx)
+		ms.refreshScheduleGauges(ctx)
 	}
 	refresh()
-	t := time.NewTicker(w.cfg.MetricsInterval)
+	t := time.NewTicker(ms.interval)
 	defer t.Stop()
 	for {
 		select {
@@ -163,11 +169,11 @@ const metricKeys = 20
 
 // refreshFlowGauges sets the flow-control gauges: the top keys' ready and
 // running jobs, and each global rate limit's window.
-func (w *Worker) refreshFlowGauges(ctx context.Context, ms *metricsServer) {
-	keys, err := w.q.KeyStats(ctx, db.KeyStatsParams{MaxKeys: metricKeys})
+func (ms *metricsServer) refreshFlowGauges(ctx context.Context) {
+	keys, err := ms.q.KeyStats(ctx, db.KeyStatsParams{MaxKeys: metricKeys})
 	if err != nil {
 		if ctx.Err() == nil {
-			w.log.Warn("metrics: key stats query failed", "error", err)
+			ms.log.Warn("metrics: key stats query failed", "error", err)
 		}
 		return
 	}
@@ -176,10 +182,10 @@ func (w *Worker) refreshFlowGauges(ctx context.Context, ms *metricsServer) {
 		ms.keys.WithLabelValues(k.Queue, k.ConcurrencyKey, "ready").Set(float64(k.Ready))
 		ms.keys.WithLabelValues(k.Queue, k.ConcurrencyKey, "running").Set(float64(k.Running))
 	}
-	rates, err := w.q.RateStats(ctx)
+	rates, err := ms.q.RateStats(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			w.log.Warn("metrics: rate stats query failed", "error", err)
+			ms.log.Warn("metrics: rate stats query failed", "error", err)
 		}
 		return
 	}
@@ -198,11 +204,11 @@ func (w *Worker) refreshFlowGauges(ctx context.Context, ms *metricsServer) {
 // stale schedule that is paused is counted as paused only: it would not
 // fire anyway, and pausing a schedule retired from the code is how an
 // operator says it is meant to be gone.
-func (w *Worker) refreshScheduleGauges(ctx context.Context, ms *metricsServer) {
-	rows, err := w.q.ListSchedules(ctx)
+func (ms *metricsServer) refreshScheduleGauges(ctx context.Context) {
+	rows, err := ms.q.ListSchedules(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			w.log.Warn("metrics: schedules query failed", "error", err)
+			ms.log.Warn("metrics: schedules query failed", "error", err)
 		}
 		return
 	}

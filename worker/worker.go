@@ -160,7 +160,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	if w.cfg.MetricsAddr != "" {
-		ms, err := w.newMetricsServer()
+		ms, err := newMetricsServer(w.q, w.log, w.metrics, &w.cfg)
 		if err != nil {
 			w.registry.remove(context.WithoutCancel(ctx))
 			return err
@@ -196,7 +196,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		goBG(w.notifier.run)
 	}
 	if w.metricsSrv != nil {
-		goBG(func(ctx context.Context) { w.serveMetrics(ctx, w.metricsSrv) })
+		goBG(w.metricsSrv.serve)
 	}
 
 	var fetchWG sync.WaitGroup
