@@ -34,6 +34,7 @@ type metricsServer struct {
 // dbGauges are the gauges read from the database.
 type dbGauges struct {
 	jobs        *prometheus.GaugeVec
+	depth       *prometheus.GaugeVec // QueueDepths: ready, scheduled, running, up to metricDepthLimit
 	oldest      *prometheus.GaugeVec
 	queuePaused *prometheus.GaugeVec // 1 for a paused queue
 	keys        *prometheus.GaugeVec // the top keys' jobs (flow control)
@@ -48,6 +49,10 @@ func newDBGauges() *dbGauges {
 		jobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "hopper", Name: "queue_jobs", Help: "Jobs per queue, kind and state (ready, scheduled, running, dead).",
 		}, []string{"queue", "kind", "state"}),
+		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "hopper", Name: "queue_depth",
+			Help: fmt.Sprintf("Jobs per queue and state (ready, scheduled, running), read from bounded index ranges: each stops at %d.", metricDepthLimit),
+		}, []string{"queue", "state"}),
 		oldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "hopper", Name: "queue_oldest_ready_seconds", Help: "Age of the oldest ready job per queue (claim lag).",
 		}, []string{"queue"}),
@@ -75,7 +80,7 @@ func newDBGauges() *dbGauges {
 }
 
 func (g *dbGauges) collectors() []prometheus.Collector {
-	return []prometheus.Collector{g.jobs, g.oldest, g.queuePaused, g.keys, g.rateUsed, g.rateMax, g.schedStale, g.schedPaused}
+	return []prometheus.Collector{g.jobs, g.depth, g.oldest, g.queuePaused, g.keys, g.rateUsed, g.rateMax, g.schedStale, g.schedPaused}
 }
 
 // newMetricsServer registers the worker's metrics (m) with the database's
@@ -144,6 +149,7 @@ func (ms *metricsServer) serve(ctx context.Context) {
 		for q, age := range oldest {
 			ms.oldest.WithLabelValues(q).Set(age)
 		}
+		ms.refreshDepthGauges(ctx)
 		ms.refreshFlowGauges(ctx)
 		ms.refreshScheduleGauges(ctx)
 	}
@@ -160,6 +166,30 @@ func (ms *metricsServer) serve(ctx context.Context) {
 		case <-t.C:
 			refresh()
 		}
+	}
+}
+
+// metricDepthLimit caps each count of hopper_queue_depth: the statement
+// reads at most this many index entries (plus one) per count, so its cost
+// does not grow with the table.
+const metricDepthLimit = 10_000
+
+// refreshDepthGauges sets hopper_queue_depth for every queue known
+// (QueueDepths with no queue named): ready, scheduled and running jobs,
+// each up to metricDepthLimit.
+func (ms *metricsServer) refreshDepthGauges(ctx context.Context) {
+	depths, err := ms.q.QueueDepths(ctx, db.QueueDepthsParams{Queues: []string{}, ScanLimit: metricDepthLimit + 1})
+	if err != nil {
+		if ctx.Err() == nil {
+			ms.log.Warn("metrics: queue depth query failed", "error", err)
+		}
+		return
+	}
+	ms.depth.Reset()
+	for _, d := range depths {
+		ms.depth.WithLabelValues(d.Queue, "ready").Set(float64(min(d.Ready, metricDepthLimit)))
+		ms.depth.WithLabelValues(d.Queue, "scheduled").Set(float64(min(d.Scheduled, metricDepthLimit)))
+		ms.depth.WithLabelValues(d.Queue, "running").Set(float64(min(d.Running, metricDepthLimit)))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testfactory"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -103,5 +104,40 @@ func TestMetricsQueuePaused(t *testing.T) {
 		body := scrape(r.w)
 		return strings.Contains(body, `hopper_queue_paused{queue="open"} 0`) &&
 			!strings.Contains(body, `hopper_queue_paused{queue="held"}`)
+	})
+}
+
+// TestMetricsQueueDepth: hopper_queue_depth counts every known queue's
+// ready, scheduled and running jobs, served by this worker or not.
+func TestMetricsQueueDepth(t *testing.T) {
+	b := setup(t)
+	client := hopper.NewClient(b.Pool)
+	k := kind(t, "deep")
+	for range 2 {
+		_, err := k.Enqueue(b.Ctx, b.Pool, Task{}, jobs.Queue("held"))
+		require.NoError(t, err)
+	}
+	_, err := client.PauseQueue(b.Ctx, "held") // its jobs stay ready
+	require.NoError(t, err)
+	_, err = k.Enqueue(b.Ctx, b.Pool, Task{}, jobs.Queue("open"), jobs.Delay(time.Hour))
+	require.NoError(t, err)
+	_, err = k.Enqueue(b.Ctx, b.Pool, Task{}, jobs.Queue("unserved"))
+	require.NoError(t, err)
+	later := time.Now().Add(time.Hour)
+	testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{Queue: "busy", State: testfactory.Running, LeaseUntil: &later})
+
+	r := start(t, b, worker.Config{
+		Queues:      map[string]int{"held": 1, "open": 1},
+		MetricsAddr: ":0", MetricsInterval: 20 * time.Millisecond,
+	}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, k, func(context.Context, *jobs.Job[Task]) error { return nil }))
+	})
+	testdb.WaitFor(t, "the depth gauges", func() bool {
+		body := scrape(r.w)
+		return strings.Contains(body, `hopper_queue_depth{queue="held",state="ready"} 2`) &&
+			strings.Contains(body, `hopper_queue_depth{queue="open",state="scheduled"} 1`) &&
+			strings.Contains(body, `hopper_queue_depth{queue="open",state="ready"} 0`) &&
+			strings.Contains(body, `hopper_queue_depth{queue="unserved",state="ready"} 1`) &&
+			strings.Contains(body, `hopper_queue_depth{queue="busy",state="running"} 1`)
 	})
 }
