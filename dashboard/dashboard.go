@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -106,7 +107,11 @@ func New(cfg Config) (*Dashboard, error) {
 }
 
 // Run samples the queues every SampleEvery until ctx ends: the overview's
-// charts of depth, claim lag and completions over the last hour.
+// charts of depth, claim lag and completions over the last hour. A sample
+// reads each queue's depth from bounded index ranges
+// (hopper.Client.ListQueueDepths, each count up to
+// hopper.DefaultDepthLimit), not the whole tables: its cost does not grow
+// with the number of jobs.
 func (d *Dashboard) Run(ctx context.Context) {
 	t := time.NewTicker(d.cfg.SampleEvery)
 	defer t.Stop()
@@ -123,9 +128,17 @@ func (d *Dashboard) Run(ctx context.Context) {
 func (d *Dashboard) sample(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if s, err := d.client.GetStats(ctx); err == nil {
-		d.samples.add(s)
+	// Not GetStats, which reads the tables whole: the queues' depths, each
+	// count bounded, and the table's activity from PostgreSQL's statistics.
+	depths, err := d.client.ListQueueDepths(ctx, sampleDepthLimit)
+	if err != nil {
+		return
 	}
+	activity, err := db.New(d.cfg.DB).TableActivity(ctx)
+	if err != nil {
+		return
+	}
+	d.samples.add(sampleOf(time.Now(), depths, activity.Deleted))
 }
 
 // ServeHTTP serves the dashboard.

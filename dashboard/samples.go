@@ -12,9 +12,27 @@ import (
 // sample is the queue at one moment, for the overview's charts.
 type sample struct {
 	at       time.Time
-	depth    int64         // ready + scheduled + running
+	depth    int64         // ready + scheduled + running, each count up to sampleDepthLimit
+	capped   bool          // a count of depth reached the limit: there are at least depth
 	lag      time.Duration // the oldest ready job's wait
 	finished int64         // jobs ever removed from the live table
+}
+
+// sampleDepthLimit caps each count of a sample's depth: a sample reads at
+// most this many index entries (plus one) per count and queue, not the
+// table, every SampleEvery, whether or not anyone looks.
+const sampleDepthLimit = hopper.DefaultDepthLimit
+
+// sampleOf adds up the queues' depths: the live jobs, and the longest
+// claim lag.
+func sampleOf(at time.Time, depths []hopper.QueueDepth, finished int64) sample {
+	s := sample{at: at, finished: finished}
+	for _, d := range depths {
+		s.depth += d.Ready + d.Scheduled + d.Running
+		s.capped = s.capped || d.Capped()
+		s.lag = max(s.lag, d.OldestReady)
+	}
+	return s
 }
 
 // sampler keeps the last samples, oldest first, in a fixed window.
@@ -26,10 +44,10 @@ type sampler struct {
 
 func newSampler(keep time.Duration) *sampler { return &sampler{keep: max(int(keep), 2)} }
 
-func (p *sampler) add(s hopper.Stats) {
+func (p *sampler) add(s sample) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.s = append(p.s, sample{at: s.At, depth: s.Total.Live(), lag: s.Total.OldestReady, finished: s.Finished})
+	p.s = append(p.s, s)
 	if len(p.s) > p.keep {
 		p.s = append(p.s[:0], p.s[len(p.s)-p.keep:]...)
 	}
@@ -73,8 +91,12 @@ func charts(ss []sample) []chart {
 		}
 		return fmt.Sprintf(format, v[len(v)-1])
 	}
+	depthNow := last(depth, "%.0f")
+	if len(ss) > 0 && ss[len(ss)-1].capped {
+		depthNow = "at least " + depthNow
+	}
 	return []chart{
-		{Title: "Depth (live jobs)", Now: last(depth, "%.0f"), Points: polyline(depth)},
+		{Title: "Depth (live jobs)", Now: depthNow, Points: polyline(depth)},
 		{Title: "Claim lag (seconds)", Now: last(lag, "%.1f s"), Points: polyline(lag)},
 		{Title: "Completions per minute", Now: last(done, "%.0f/min"), Points: polyline(done)},
 	}

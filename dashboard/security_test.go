@@ -349,7 +349,8 @@ func (c *countingDB) Query(ctx context.Context, sql string, args ...any) (pgx.Ro
 }
 
 // TestOverviewReadsStatsOnce: an overview (and its live part) reads the
-// stats once, and its totals are what Stats adds up.
+// stats once, and its totals are what Stats adds up; the charts' samples
+// read none (ListQueueDepths, not GetStats).
 func TestOverviewReadsStatsOnce(t *testing.T) {
 	b := newBed(t, dashboard.Config{Token: token})
 	_, err := mail.Enqueue(b.ctx, b.pool, Mail{To: "other"}, jobs.Queue("other"))
@@ -370,6 +371,7 @@ func TestOverviewReadsStatsOnce(t *testing.T) {
 		return string(body)
 	}
 	get("/") // the first takes the charts' first sample too (Run has not run)
+	require.Equal(t, int64(1), db.stats.Load(), "the charts' sample reads the queues' depths, not the stats")
 	stats, err := b.client.GetStats(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), stats.Total.Ready, "email and other")
