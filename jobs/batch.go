@@ -123,17 +123,18 @@ func (k *Kind[T]) EnqueueMany(ctx context.Context, dbtx DBTX, items []Item[T], o
 // nothing, and given a transaction it commits or rolls back with it;
 // workers get one wake-up per queue for the whole batch.
 //
-// How it is sent, in round trips: a batch without unique keys is one
-// statement that reserves its ids, then COPY (one COPY for jobs ready now,
-// another for delayed ones; a batch with both runs the two in a
+// How it is sent, in round trips: a batch without unique keys of up to 256
+// jobs is a single INSERT, one round trip, as Enqueue is. A larger one is
+// one statement that reserves its ids, then COPY (one COPY for jobs ready
+// now, another for delayed ones; a batch with both runs the two in a
 // transaction, or a savepoint of yours, so two more round trips for BEGIN
 // and COMMIT). A batch where any entry has a unique key is a single INSERT
-// … ON CONFLICT DO NOTHING, one round trip.
+// … ON CONFLICT DO NOTHING, one round trip, whatever its size.
 //
-// Which clock sets run_at: a COPY batch computes a delayed job's run_at
-// (Delay, or RunAt) with this process's clock, and a ready job gets the
-// database's now(); the single-statement path computes every run_at with
-// the database's clock, like Enqueue.
+// Which clock sets run_at: a batch without unique keys, of any size,
+// computes a delayed job's run_at (Delay, or RunAt) with this process's
+// clock, and a ready job gets the database's now(); a batch with unique
+// keys computes every run_at with the database's clock, like Enqueue.
 func EnqueueBatch(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, error) {
 	res, err := enqueueEntries(ctx, dbtx, entries, true)
 	if err != nil {
@@ -173,9 +174,12 @@ func enqueueEntries(ctx context.Context, dbtx DBTX, entries []Entry, mixed bool)
 	// table or column means a schema older than this build.
 	var res BatchResult
 	var err error
-	if unique {
+	switch {
+	case unique:
 		res, err = insertUnique(ctx, dbtx, entries)
-	} else {
+	case len(entries) <= maxInsertBatch:
+		res, err = insertPlain(ctx, dbtx, entries)
+	default:
 		res, err = copyPlain(ctx, dbtx, entries)
 	}
 	return res, migrated.Explain(err, dbtx)
@@ -221,6 +225,65 @@ func insertUnique(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult,
 	return res, nil
 }
 
+// maxInsertBatch is the largest plain batch sent as one INSERT (one round
+// trip) rather than with COPY under reserved ids (two round trips, four when
+// ready and delayed jobs are mixed). A one-job batch is the common case of a
+// producer that enqueues through the batch API: it should cost what Enqueue
+// costs. Up to a few hundred jobs the INSERT costs no more than COPY even
+// on a local server, where a round trip is cheapest; well beyond, COPY's
+// cheaper rows win (BenchmarkEnqueueMany compares 256 jobs with 257). The
+// EnqueueBatch comment and docs/jobs.md name this figure.
+const maxInsertBatch = 256
+
+// insertPlain sends a small batch without unique keys as one INSERT, which
+// stores exactly what copyPlain would: a ready job's run_at is the
+// database's now(), a delayed one's is computed by this process's clock.
+func insertPlain(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, error) {
+	n := len(entries)
+	p := db.EnqueueBatchPlainParams{
+		Queues: make([]string, n), Kinds: make([]string, n), Versions: make([]int32, n),
+		Payloads: make([]json.RawMessage, n), Priorities: make([]int16, n), RunAts: make([]time.Time, n),
+		States: make([]string, n), MaxAttempts: make([]int32, n), Metas: make([]json.RawMessage, n),
+		ConcurrencyKeys: make([]string, n),
+	}
+	clock := time.Now()
+	for i, e := range entries {
+		p.Queues[i], p.Kinds[i], p.Versions[i], p.Payloads[i] = e.o.queue, e.kind, int32(e.version), e.raw
+		p.Priorities[i], p.MaxAttempts[i], p.Metas[i] = int16(e.o.priority), int32(e.o.maxAttempts), e.o.metaRaw
+		p.ConcurrencyKeys[i] = e.ConcurrencyKey()
+		p.RunAts[i], p.States[i] = e.o.plainRunAt(clock) // "" and a zero time: ready now
+	}
+	ids, err := db.New(dbtx).EnqueueBatchPlain(ctx, p)
+	if err != nil {
+		return BatchResult{}, err
+	}
+	if len(ids) != n {
+		return BatchResult{}, fmt.Errorf("the batch statement answered %d rows for %d jobs", len(ids), n)
+	}
+	res := BatchResult{Inserted: n, Results: make([]Result, n)}
+	for i, id := range ids {
+		res.Results[i] = Result{ID: id}
+	}
+	return res, nil
+}
+
+// plainRunAt is a plain batch job's run_at and state by this process's
+// clock, or a zero time and "" for a job ready now, whose run_at is the
+// database's now().
+func (o *enqueueOptions) plainRunAt(clock time.Time) (time.Time, string) {
+	if o.runAt.IsZero() && o.delay == 0 {
+		return time.Time{}, ""
+	}
+	at := clock.Add(o.delay)
+	if o.runAt.After(at) {
+		at = o.runAt
+	}
+	if at.After(clock) {
+		return at, string(StateScheduled) // kept out of the ready index until due
+	}
+	return at, string(StatePending)
+}
+
 // copyPlain sends a batch without unique keys with COPY, under ids
 // reserved first so that the result names every job.
 func copyPlain(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, error) {
@@ -239,20 +302,13 @@ func copyPlain(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, er
 	res := BatchResult{Inserted: len(entries), Results: make([]Result, len(entries))}
 	for i, e := range entries {
 		res.Results[i] = Result{ID: ids[i]}
-		if e.o.runAt.IsZero() && e.o.delay == 0 {
+		at, state := e.o.plainRunAt(clock)
+		if state == "" {
 			now = append(now, db.EnqueueBatchParams{
 				ID: ids[i], Queue: e.o.queue, Kind: e.kind, Version: int32(e.version), Payload: e.raw,
 				Priority: int16(e.o.priority), MaxAttempts: int32(e.o.maxAttempts), Meta: e.o.metaRaw, ConcurrencyKey: e.o.key,
 			})
 			continue
-		}
-		at := clock.Add(e.o.delay)
-		if e.o.runAt.After(at) {
-			at = e.o.runAt
-		}
-		state := string(StatePending)
-		if at.After(clock) {
-			state = string(StateScheduled) // kept out of the ready index until due
 		}
 		later = append(later, db.EnqueueBatchAtParams{
 			ID: ids[i], Queue: e.o.queue, Kind: e.kind, Version: int32(e.version), Payload: e.raw,

@@ -48,6 +48,7 @@ func TestRuntimeContract(t *testing.T) {
 		{"PauseQueue", ":one", []string{"insert into hopper_queues"}, "the claim reads pauses from hopper_queues"},
 		{"ResumeQueue", ":one", []string{"paused_at = null", "pg_notify('hopper_jobs'", "cross join woken"}, "a resume wakes the queue's workers"},
 		{"ReserveJobIDs", ":many", []string{"nextval(seq.id)", "as materialized"}, "COPY batches report their jobs' ids"},
+		{"EnqueueBatchPlain", ":many", []string{"case when b.state = '' then now() else b.run_at end", "returning id ) select id from inserted order by id"}, "a small plain batch stores what COPY stores and names its jobs' ids in its order"},
 		{"EnqueueBatchUnique", ":many", []string{"on conflict (unique_key) where unique_key is not null do nothing", "order by batch.id"}, "duplicates in a batch are skipped, and every job gets its row, in order"},
 		{"Notify", ":exec", []string{"pg_notify('hopper_jobs'"}, "workers listen on hopper_jobs"},
 		{"Listen", ":exec", []string{"listen hopper_jobs"}, "the channel the trigger notifies"},

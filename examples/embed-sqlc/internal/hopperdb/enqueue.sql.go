@@ -108,6 +108,86 @@ type EnqueueBatchAtParams struct {
 	ConcurrencyKey *string
 }
 
+const enqueueBatchPlain = `-- name: EnqueueBatchPlain :many
+WITH inserted AS (
+    INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, meta, concurrency_key)
+    SELECT b.queue, b.kind, b.version, b.payload, b.priority,
+           CASE WHEN b.state = '' THEN now() ELSE b.run_at END,
+           coalesce(nullif(b.state, ''), 'pending'),
+           b.max_attempts, b.meta, nullif(b.concurrency_key, '')
+    FROM (
+        SELECT unnest($1::text[]) AS queue,
+               unnest($2::text[]) AS kind,
+               unnest($3::integer[]) AS version,
+               unnest($4::jsonb[]) AS payload,
+               unnest($5::smallint[]) AS priority,
+               unnest($6::timestamptz[]) AS run_at,
+               unnest($7::text[]) AS state,
+               unnest($8::integer[]) AS max_attempts,
+               unnest($9::jsonb[]) AS meta,
+               unnest($10::text[]) AS concurrency_key
+    ) AS b
+    RETURNING id
+)
+SELECT id FROM inserted ORDER BY id
+`
+
+type EnqueueBatchPlainParams struct {
+	Queues          []string
+	Kinds           []string
+	Versions        []int32
+	Payloads        []json.RawMessage
+	Priorities      []int16
+	RunAts          []time.Time
+	States          []string
+	MaxAttempts     []int32
+	Metas           []json.RawMessage
+	ConcurrencyKeys []string
+}
+
+// A small plain batch (no unique keys) in one statement, one round trip,
+// where ReserveJobIDs and COPY would cost two (four with BEGIN and COMMIT
+// when ready and delayed jobs are mixed). It stores what the COPY path
+// stores: an empty state means a job ready now, stored pending with the
+// database's now() as run_at (the column's default under COPY); any other
+// state is stored as given, with run_at as given (the caller computes a
+// delayed job's run_at and state with its own clock, as for COPY). queue,
+// version, priority and max_attempts are stored as given; meta: a JSON
+// object, or NULL for none; an empty concurrency key means none. One
+// statement, so one wake-up per queue with ready jobs (the trigger), and
+// all or nothing without a transaction. The ids come from the identity in
+// the batch's order: one row per job, in that order.
+func (q *Queries) EnqueueBatchPlain(ctx context.Context, arg EnqueueBatchPlainParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, enqueueBatchPlain,
+		arg.Queues,
+		arg.Kinds,
+		arg.Versions,
+		arg.Payloads,
+		arg.Priorities,
+		arg.RunAts,
+		arg.States,
+		arg.MaxAttempts,
+		arg.Metas,
+		arg.ConcurrencyKeys,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const enqueueBatchUnique = `-- name: EnqueueBatchUnique :many
 WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     SELECT pg_get_serial_sequence('hopper_jobs', 'id')::regclass AS id

@@ -58,6 +58,41 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9);
 INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, run_at, state, max_attempts, meta, concurrency_key)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
 
+-- name: EnqueueBatchPlain :many
+-- A small plain batch (no unique keys) in one statement, one round trip,
+-- where ReserveJobIDs and COPY would cost two (four with BEGIN and COMMIT
+-- when ready and delayed jobs are mixed). It stores what the COPY path
+-- stores: an empty state means a job ready now, stored pending with the
+-- database's now() as run_at (the column's default under COPY); any other
+-- state is stored as given, with run_at as given (the caller computes a
+-- delayed job's run_at and state with its own clock, as for COPY). queue,
+-- version, priority and max_attempts are stored as given; meta: a JSON
+-- object, or NULL for none; an empty concurrency key means none. One
+-- statement, so one wake-up per queue with ready jobs (the trigger), and
+-- all or nothing without a transaction. The ids come from the identity in
+-- the batch's order: one row per job, in that order.
+WITH inserted AS (
+    INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, meta, concurrency_key)
+    SELECT b.queue, b.kind, b.version, b.payload, b.priority,
+           CASE WHEN b.state = '' THEN now() ELSE b.run_at END,
+           coalesce(nullif(b.state, ''), 'pending'),
+           b.max_attempts, b.meta, nullif(b.concurrency_key, '')
+    FROM (
+        SELECT unnest(@queues::text[]) AS queue,
+               unnest(@kinds::text[]) AS kind,
+               unnest(@versions::integer[]) AS version,
+               unnest(@payloads::jsonb[]) AS payload,
+               unnest(@priorities::smallint[]) AS priority,
+               unnest(@run_ats::timestamptz[]) AS run_at,
+               unnest(@states::text[]) AS state,
+               unnest(@max_attempts::integer[]) AS max_attempts,
+               unnest(@metas::jsonb[]) AS meta,
+               unnest(@concurrency_keys::text[]) AS concurrency_key
+    ) AS b
+    RETURNING id
+)
+SELECT id FROM inserted ORDER BY id;
+
 -- name: EnqueueBatchUnique :many
 -- A batch in which some jobs carry unique keys (an empty key means none;
 -- likewise an empty concurrency key).
