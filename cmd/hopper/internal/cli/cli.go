@@ -387,12 +387,47 @@ func (e *env) target() string {
 	return fmt.Sprintf("host=%s port=%d user=%s database=%s", c.Host, c.Port, c.User, database)
 }
 
-// connect opens a pool and checks that the database answers.
-func (e *env) connect() (*pgxpool.Pool, error) {
+// Pool sizes, for a connection string that sets no pool_max_conns of its
+// own (one that does is obeyed). pgxpool's default, the larger of 4 and the
+// number of CPUs, is a worker's size: every connection a command could open
+// is one the server's max_connections no longer has for the workers.
+//
+//   - A command runs its statements one after another; the second
+//     connection is room for a statement run beside a transaction, so that
+//     a command never waits on itself. (hopper migrate's golang-migrate
+//     opens one more connection of its own.)
+//   - hopper ui serves a few requests at once, each running its statements
+//     one after another, and samples stats in the background: a request
+//     beyond four waits for a connection rather than opening one.
+const (
+	commandMaxConns   = 2
+	dashboardMaxConns = 4
+)
+
+// sizePool caps cfg at maxConns connections, unless the connection string
+// it was parsed from sets pool_max_conns (or pool_min_conns above maxConns).
+func sizePool(cfg *pgxpool.Config, maxConns int32) {
+	// pgxpool takes its settings out of what it parsed; pgconn keeps the
+	// string's every unknown setting in RuntimeParams.
+	if c, err := pgconn.ParseConfig(cfg.ConnString()); err == nil {
+		if _, set := c.RuntimeParams["pool_max_conns"]; set {
+			return
+		}
+	}
+	cfg.MaxConns = max(maxConns, cfg.MinConns)
+}
+
+// connect opens a command's pool and checks that the database answers.
+func (e *env) connect() (*pgxpool.Pool, error) { return e.connectSized(commandMaxConns) }
+
+// connectSized is connect with a pool of at most maxConns connections
+// (sizePool).
+func (e *env) connectSized(maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(e.baseURL())
 	if err != nil {
 		return nil, fmt.Errorf("bad connection string: %w", redactURLError(err))
 	}
+	sizePool(cfg, maxConns)
 	if e.schema != "" {
 		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{e.schema}.Sanitize()
 	}
@@ -489,8 +524,12 @@ func address(host string, port uint16) string {
 // command on an unmigrated schema, or one migrated only part of the way,
 // says so (jobs.ErrNotMigrated) rather than that a relation or a column
 // does not exist, or starts as if all were well.
-func (e *env) connectHopper() (*pgxpool.Pool, error) {
-	pool, err := e.connect()
+func (e *env) connectHopper() (*pgxpool.Pool, error) { return e.connectHopperSized(commandMaxConns) }
+
+// connectHopperSized is connectHopper with a pool of at most maxConns
+// connections (sizePool).
+func (e *env) connectHopperSized(maxConns int32) (*pgxpool.Pool, error) {
+	pool, err := e.connectSized(maxConns)
 	if err != nil {
 		return nil, err
 	}

@@ -48,7 +48,7 @@ func uiCommand() *command {
 			if err := access.settle(); err != nil {
 				return err
 			}
-			pool, err := e.connectHopper()
+			pool, err := e.connectHopperSized(dashboardMaxConns)
 			if err != nil {
 				return err
 			}
