@@ -21,6 +21,12 @@ var (
 	// ErrUnknownSchedule: no schedule of that name (a worker creates it
 	// when it starts with the schedule defined).
 	ErrUnknownSchedule = errors.New("hopper: unknown schedule")
+	// ErrUnknownWorker: no worker of that id in the registry (never
+	// started, stopped cleanly, or gone so long ago its row was pruned).
+	ErrUnknownWorker = errors.New("hopper: unknown worker")
+	// ErrWorkerAlive: the worker still beats, so its jobs are its own;
+	// ReleaseWorkerJobs takes them only when forced.
+	ErrWorkerAlive = errors.New("hopper: worker is alive")
 	// ErrInvalidCursor: a page cursor that ListJobs did not make.
 	ErrInvalidCursor = errors.New("hopper: invalid page cursor")
 	// ErrInvalidFilter: a filter that makes no sense (a limit out of

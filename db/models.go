@@ -140,12 +140,13 @@ type HopperScheduleVersion struct {
 }
 
 type HopperWorker struct {
-	ID            string    `json:"id"`
-	Host          string    `json:"host"`
-	Pid           int32     `json:"pid"`
-	HopperVersion string    `json:"hopper_version"`
-	Queues        []string  `json:"queues"`
-	StartedAt     time.Time `json:"started_at"`
-	LastSeenAt    time.Time `json:"last_seen_at"`
-	StaleAfterMs  int64     `json:"stale_after_ms"`
+	ID            string     `json:"id"`
+	Host          string     `json:"host"`
+	Pid           int32      `json:"pid"`
+	HopperVersion string     `json:"hopper_version"`
+	Queues        []string   `json:"queues"`
+	StartedAt     time.Time  `json:"started_at"`
+	LastSeenAt    time.Time  `json:"last_seen_at"`
+	StaleAfterMs  int64      `json:"stale_after_ms"`
+	ReleasedAt    *time.Time `json:"released_at"`
 }

@@ -197,23 +197,3 @@ func TestRelease(t *testing.T) {
 	require.Len(t, again, 1, "claimable at once")
 	require.Equal(t, int32(2), again[0].Attempt)
 }
-
-func TestReleaseOwner(t *testing.T) {
-	b := setup(t)
-	for range 3 {
-		b.enqueue(t, jobSpec{})
-	}
-	mine := b.claim(t, "host-1", 2)
-	theirs := b.claim(t, "host-2", 1)
-	released, err := b.Queries.ReleaseOwner(b.Ctx, "host-1")
-	require.NoError(t, err)
-	require.Len(t, released, 2)
-
-	// The released claims are fenced out: a zombie host-1 cannot ack them.
-	acked, err := b.Queries.AckBatch(b.Ctx, db.AckBatchParams{Ids: ids(mine), Attempts: []int32{1, 1}})
-	require.NoError(t, err)
-	require.Empty(t, acked)
-	j, err := b.Queries.GetJob(b.Ctx, theirs[0].ID)
-	require.NoError(t, err)
-	require.Equal(t, "running", j.State, "other owners keep their claims")
-}

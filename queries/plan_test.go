@@ -19,7 +19,7 @@ import (
 // TestHotPlansHoldWhateverTheStatistics runs every hot statement — the
 // claims (Dequeue, DequeueLimited), the acks and nacks (AckBatch,
 // AckBatchKeep, NackBatch), the lease statements (Extend, Release,
-// ReleaseOwner, ClaimFates), Sweep and Promote — through EXPLAIN (ANALYZE,
+// ReleaseWorkerJobs, ClaimFates), Sweep and Promote — through EXPLAIN (ANALYZE,
 // BUFFERS) on a table whose statistics were gathered when it looked quite
 // unlike the rows the statement meets: ANALYZE saw every job pending (the
 // normal state after a burst of enqueues), every job running, every job
@@ -179,7 +179,7 @@ type planCase struct {
 	prep string
 	call func(q *db.Queries, ctx context.Context, ids []int64, attempts []int32) error
 	// perRunning: the statement may read every running job besides
-	// (ReleaseOwner: no index finds an owner's jobs).
+	// (ReleaseWorkerJobs: no index finds an owner's jobs).
 	perRunning bool
 	// skip says why the case does not run.
 	skip string
@@ -188,6 +188,14 @@ type planCase struct {
 // The jobs a statement is given, made (and committed) after ANALYZE.
 const (
 	prepHeld = `UPDATE hopper_jobs SET state = 'running', attempt = attempt + 1, lease_owner = 'plan-owner',
+		lease_until = now() + interval '5 minutes' WHERE id BETWEEN $1 AND $2 RETURNING id, attempt`
+	// prepHeldGone: held as in prepHeld by a worker whose row in
+	// hopper_workers has gone stale.
+	prepHeldGone = `WITH gone AS (
+			INSERT INTO hopper_workers (id, host, pid, queues, stale_after_ms, last_seen_at)
+			VALUES ('plan-owner', 'plan-host', 1, '{default}', 1000, now() - interval '1 minute')
+			ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at, released_at = NULL)
+		UPDATE hopper_jobs SET state = 'running', attempt = attempt + 1, lease_owner = 'plan-owner',
 		lease_until = now() + interval '5 minutes' WHERE id BETWEEN $1 AND $2 RETURNING id, attempt`
 	prepExpired = `UPDATE hopper_jobs SET state = 'running', attempt = attempt + 1, lease_owner = 'plan-owner',
 		lease_until = now() - interval '1 second' WHERE id BETWEEN $1 AND $2 RETURNING id, attempt`
@@ -252,9 +260,9 @@ var planCases = []planCase{
 			_, err := q.Release(ctx, db.ReleaseParams{Ids: ids, Attempts: attempts})
 			return err
 		}},
-	{name: "ReleaseOwner", prep: prepHeld, perRunning: true,
+	{name: "ReleaseWorkerJobs", prep: prepHeldGone, perRunning: true,
 		call: func(q *db.Queries, ctx context.Context, _ []int64, _ []int32) error {
-			_, err := q.ReleaseOwner(ctx, "plan-owner")
+			_, err := q.ReleaseWorkerJobs(ctx, db.ReleaseWorkerJobsParams{Force: false, Reason: "worker gone", MaxJobs: planBatch})
 			return err
 		}},
 	{name: "ClaimFates", prep: prepHeld,

@@ -56,18 +56,29 @@ func runChaosWorker() int {
 	if os.Getenv("HOPPER_CHAOS_HISTORY") != "" {
 		keep = map[string]time.Duration{jobs.DefaultQueue: time.Hour}
 	}
-	w, err := worker.New(pool, worker.Config{
+	cfg := worker.Config{
 		KeepHistoryByQueue: keep,
 		ID:                 os.Getenv("HOPPER_CHAOS_ID"),
 		Queues:             map[string]int{jobs.DefaultQueue: 16},
 		LeaseDuration:      lease,
-		HeartbeatInterval:  heartbeat,
+		ExtendInterval:     heartbeat,
 		PollInterval:       100 * time.Millisecond,
 		SweepInterval:      200 * time.Millisecond,
 		ShutdownTimeout:    100 * time.Millisecond,
 		RetryBackoff:       worker.Backoff{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond},
 		Logger:             quietLog,
-	})
+	}
+	if os.Getenv("HOPPER_CHAOS_DEFAULTS") != "" {
+		// Every setting at its default, the ID too, as a new user runs it
+		// (recovery_test.go).
+		cfg = worker.Config{Queues: map[string]int{jobs.DefaultQueue: 16}, Logger: quietLog}
+	}
+	// Every outcome the worker reports, for tests of what it was told.
+	cfg.OnOutcome = []worker.OutcomeHook{func(job *jobs.Row, o worker.Outcome, _ error) {
+		_, _ = pool.Exec(context.WithoutCancel(ctx), "INSERT INTO chaos_outcomes (job_id, attempt, outcome) VALUES ($1, $2, $3)",
+			job.ID, job.Attempt, string(o))
+	}}
+	w, err := worker.New(pool, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
@@ -118,7 +129,8 @@ func newChaosBed(t *testing.T, env ...string) *chaosBed {
 	t.Helper()
 	pb := newProcessBed(t, 10*time.Minute,
 		"CREATE TABLE chaos_runs (job_id bigint NOT NULL, attempt int NOT NULL, worker text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())",
-		"CREATE TABLE chaos_ledger (job_id bigint NOT NULL, attempt int NOT NULL, worker text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())")
+		"CREATE TABLE chaos_ledger (job_id bigint NOT NULL, attempt int NOT NULL, worker text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())",
+		"CREATE TABLE chaos_outcomes (job_id bigint NOT NULL, attempt int NOT NULL, outcome text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())")
 	url := pb.db.URL
 	if strings.Contains(url, "://") {
 		url += "&pool_max_conns=24&application_name=" + pb.db.Schema

@@ -105,7 +105,7 @@ func runPoisonWorker() int {
 		Queues:             map[string]int{queueKept: 4, queuePlain: 4, queueStuck: 1, queueTicks: 2},
 		KeepHistoryByQueue: map[string]time.Duration{queueKept: time.Hour},
 		LeaseDuration:      poisonLease,
-		HeartbeatInterval:  poisonHeartbeat,
+		ExtendInterval:     poisonHeartbeat,
 		PollInterval:       100 * time.Millisecond,
 		PollOnly:           os.Getenv("HOPPER_POISON_POLL_ONLY") != "",
 		SweepInterval:      poisonSweep,

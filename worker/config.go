@@ -27,23 +27,33 @@ type Config struct {
 	// limit, at no extra cost.
 	FlowControl map[string]FlowControl
 
-	// ID names this worker in leases and error histories. Default: host
-	// name, process id and a random suffix, unique to this Worker. Set a
-	// stable ID (for example a pod name) to have a restarted worker give
-	// back, at start, the leases its crashed previous incarnation still
-	// held, instead of waiting for them to expire. A stable ID must be
-	// unique among running workers: a second worker started with it would
-	// take the first one's jobs away (fencing still refuses the first
-	// one's results, but the jobs run twice).
+	// ID names this worker in leases, error histories and the worker
+	// registry (hopper_workers). Default: host name, process id and a
+	// random suffix, unique to this Worker. Neither is needed for fast
+	// crash recovery: any live worker hands a gone worker's jobs back a few
+	// heartbeats after its last beat, whatever its ID. A stable ID (a
+	// StatefulSet's pod name) makes a restarted worker hand back its
+	// previous run's jobs at start, and keeps its row in the registry under
+	// one name. An ID is held by one live worker at a time: a worker
+	// started with the ID of one that still beats waits out that worker's
+	// stale window, then fails with ErrWorkerIDInUse.
 	ID string
 
 	// LeaseDuration is how long a claim lasts without being extended.
-	// Default 30s.
+	// Crash recovery does not wait for it: it bounds recovery only when a
+	// worker cannot reach the database to say it is alive, nor the others
+	// to see that it is not. Default 30s.
 	LeaseDuration time.Duration
-	// HeartbeatInterval is how often the leases of all running jobs are
-	// extended. Default a third of LeaseDuration; negative disables the
-	// heartbeat (only for tests of lease expiry).
+	// HeartbeatInterval is how often the worker says it is alive (its
+	// row in hopper_workers). A worker that misses three beats is gone:
+	// the next beat of any live worker hands its jobs back, charged like
+	// an expired lease and fenced, so a gone worker's jobs run again
+	// within about four beats of its crash. Default 1s.
 	HeartbeatInterval time.Duration
+	// ExtendInterval is how often the heartbeat extends the leases of the
+	// running jobs. Default a third of LeaseDuration; negative never
+	// extends them (only for tests of lease expiry).
+	ExtendInterval time.Duration
 
 	// PollInterval is how often an idle queue looks for work without being
 	// woken, and how often scheduled jobs (delayed, or waiting to retry)
@@ -82,16 +92,15 @@ type Config struct {
 	SweepInterval time.Duration
 	SweepBatch    int
 
-	// ShutdownTimeout is how long Run waits, once its context is
-	// cancelled, for running handlers to finish before cancelling theirs.
-	// Default 30s.
+	// ShutdownTimeout is the whole shutdown, from Run's context ending to
+	// Run returning: claiming stops at once; running handlers have until
+	// the last quarter of it (at most the last 5s) to finish; then they are
+	// cancelled, their jobs given back, and the last results recorded.
+	// Run returns by then whatever the database does (an outage
+	// included): a result not recorded by then is logged, and its job runs
+	// again once its worker is taken to be gone. Default 20s, inside
+	// Kubernetes' default 30s between SIGTERM and SIGKILL.
 	ShutdownTimeout time.Duration
-	// ShutdownGrace is the time Run allows itself past ShutdownTimeout to
-	// record the last results and give unfinished jobs back. Run returns by
-	// then whatever the database does (an outage included): results not
-	// recorded by then are logged, and their jobs run again once their
-	// leases expire. Default 10s.
-	ShutdownGrace time.Duration
 
 	// Timeout cancels a handler's context when a run takes longer; a
 	// kind (Timeout) or a job (Timeout) may set its own. Default 1m:
@@ -209,10 +218,16 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: lease duration %v is below 100ms", ErrInvalidConfig, c.LeaseDuration)
 	}
 	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = c.LeaseDuration / 3
+		c.HeartbeatInterval = time.Second
 	}
-	if c.HeartbeatInterval >= c.LeaseDuration {
-		return c, fmt.Errorf("%w: heartbeat interval %v must be shorter than the lease (%v)", ErrInvalidConfig, c.HeartbeatInterval, c.LeaseDuration)
+	if c.HeartbeatInterval < 10*time.Millisecond {
+		return c, fmt.Errorf("%w: heartbeat interval %v is below 10ms", ErrInvalidConfig, c.HeartbeatInterval)
+	}
+	if c.ExtendInterval == 0 {
+		c.ExtendInterval = c.LeaseDuration / 3
+	}
+	if c.ExtendInterval >= c.LeaseDuration {
+		return c, fmt.Errorf("%w: extend interval %v must be shorter than the lease (%v)", ErrInvalidConfig, c.ExtendInterval, c.LeaseDuration)
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = time.Second
@@ -239,16 +254,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: sweep interval %v / batch %d", ErrInvalidConfig, c.SweepInterval, c.SweepBatch)
 	}
 	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 30 * time.Second
+		c.ShutdownTimeout = 20 * time.Second
 	}
 	if c.ShutdownTimeout < 0 {
 		return c, fmt.Errorf("%w: negative shutdown timeout", ErrInvalidConfig)
-	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = 10 * time.Second
-	}
-	if c.ShutdownGrace < 0 {
-		return c, fmt.Errorf("%w: negative shutdown grace", ErrInvalidConfig)
 	}
 	if c.Timeout == 0 {
 		c.Timeout = time.Minute

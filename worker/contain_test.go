@@ -54,7 +54,7 @@ func TestTakenJobsStuckHandlerFreesItsSlot(t *testing.T) {
 			quickRan := make(chan int64, 10)
 			reg := prometheus.NewRegistry()
 			start(t, b, worker.Config{
-				Queues: map[string]int{"default": 1}, HeartbeatInterval: 50 * time.Millisecond,
+				Queues: map[string]int{"default": 1}, ExtendInterval: 50 * time.Millisecond,
 				AbandonAfter: 100 * time.Millisecond, Registerer: reg, Logger: quiet,
 			}, func(w *worker.Worker) {
 				require.NoError(t, worker.Handle(w, stuck, func(ctx context.Context, j *jobs.Job[Task]) error {
@@ -118,7 +118,7 @@ func TestAckTxOutcomeIsTheTransactions(t *testing.T) {
 			start(t, b, worker.Config{
 				// No notice of the cancel: the heartbeat finds the row gone
 				// while the lease holds, as a worker behind PgBouncer does.
-				PollOnly: true, HeartbeatInterval: 20 * time.Millisecond, Registerer: reg, Logger: quiet,
+				PollOnly: true, ExtendInterval: 20 * time.Millisecond, Registerer: reg, Logger: quiet,
 				KeepHistoryByQueue: map[string]time.Duration{jobs.DefaultQueue: time.Hour},
 			}, func(w *worker.Worker) {
 				seen = observe(w)
@@ -455,7 +455,7 @@ func TestAckTxCommittedThenAbandoned(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	unstick := make(chan struct{})
 	var seen *outcomes
-	start(t, b, worker.Config{HeartbeatInterval: 20 * time.Millisecond, AbandonAfter: 50 * time.Millisecond, Registerer: reg, Logger: quiet},
+	start(t, b, worker.Config{ExtendInterval: 20 * time.Millisecond, AbandonAfter: 50 * time.Millisecond, Registerer: reg, Logger: quiet},
 		func(w *worker.Worker) {
 			seen = observe(w)
 			require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {

@@ -48,6 +48,11 @@ var ErrInvalidSnooze = errors.New("hopper: invalid snooze")
 // same name.
 var ErrInvalidSchedule = errors.New("hopper: invalid schedule")
 
+// ErrWorkerIDInUse is returned by Run when Config.ID is held by another
+// worker that still beats: two live workers with one ID would take each
+// other's jobs away. The error names the holder's host and process id.
+var ErrWorkerIDInUse = errors.New("hopper: worker ID in use by a live worker")
+
 // ErrInvalidConfig wraps every configuration error.
 var ErrInvalidConfig = errors.New("hopper: invalid worker config")
 

@@ -59,7 +59,7 @@ func runFlowHelper(mode string) int {
 	work := 20 * time.Millisecond
 	switch mode {
 	case "lossy":
-		cfg.HeartbeatInterval = -1
+		cfg.ExtendInterval = -1
 		work = 1500 * time.Millisecond
 	case "victim":
 		// Its runs last until it is SIGKILLed: each is open, never
@@ -68,7 +68,7 @@ func runFlowHelper(mode string) int {
 	case "rate":
 		// The claim time is read back as lease_until less the lease: no
 		// heartbeat may move the lease meanwhile.
-		cfg.LeaseDuration, cfg.HeartbeatInterval = 30*time.Second, -1
+		cfg.LeaseDuration, cfg.ExtendInterval = 30*time.Second, -1
 		cfg.FlowControl = map[string]worker.FlowControl{"default": {Rate: worker.Rate{Limit: 20, Per: 500 * time.Millisecond}}}
 		work = time.Millisecond
 	}

@@ -179,8 +179,8 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 					LeaseDuration: lease,
 					// The claim time is read back as lease_until less the
 					// lease: no heartbeat may move the lease meanwhile.
-					HeartbeatInterval: -1,
-					Queues:            map[string]int{"default": 20},
+					ExtendInterval: -1,
+					Queues:         map[string]int{"default": 20},
 					FlowControl: map[string]worker.FlowControl{"default": {
 						Rate: worker.Rate{Limit: 15, Per: 300 * time.Millisecond, By: by},
 					}},
@@ -255,9 +255,9 @@ func TestRateExactStarts(t *testing.T) {
 			var mu sync.Mutex
 			ran := 0
 			start(t, b, worker.Config{
-				LeaseDuration:     lease,
-				HeartbeatInterval: -1, // the claim time is lease_until less the lease
-				Queues:            map[string]int{"default": limit},
+				LeaseDuration:  lease,
+				ExtendInterval: -1, // the claim time is lease_until less the lease
+				Queues:         map[string]int{"default": limit},
 				FlowControl: map[string]worker.FlowControl{"default": {
 					Rate: worker.Rate{Limit: limit, Per: per, ExactStarts: exact},
 				}},

@@ -10,38 +10,61 @@ import (
 // extendBatch bounds one Extend statement.
 const extendBatch = 5000
 
-// heartbeat refreshes this worker's row in hopper_workers, extends the
-// leases of every claim it holds, and abandons handlers that outlived their
-// hard deadline. A claim the database no longer has for us is lost: its
-// handler is cancelled. With HeartbeatInterval negative (tests of lease
-// expiry) it only refreshes the row, every beatInterval.
+// heartbeat says on every beat that this worker is alive (its row in
+// hopper_workers), hands back the jobs of workers gone meanwhile, and on
+// every ExtendInterval extends the leases of every claim it holds and
+// abandons handlers that outlived their hard deadline. A claim the
+// database no longer has for us is lost: its handler is cancelled. With
+// ExtendInterval negative (tests of lease expiry) it only beats.
 func (s *heldJobs) heartbeat(ctx context.Context) {
-	t := time.NewTicker(s.beatEvery)
+	tick := s.beatEvery
+	if s.extendEvery > 0 {
+		tick = min(tick, s.extendEvery)
+	}
+	t := time.NewTicker(tick)
 	defer t.Stop()
+	// A duty is due when less than half a tick is left before its time.
+	lastBeat, lastExtend := time.Now(), time.Now()
+	due := func(last time.Time, every time.Duration) bool { return time.Since(last) >= every-tick/2 }
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		// First, and bounded (beatTimeout): one row, so that the
-		// worker's liveness does not wait on a large extension.
-		s.beatWorker(ctx)
-		if s.heartbeatEvery <= 0 {
-			continue
-		}
-		s.abandonStuck(time.Now())
-		held := s.snapshot()
-		for start := 0; start < len(held); start += extendBatch {
-			chunk := held[start:min(start+extendBatch, len(held))]
-			if _, err := s.extend(ctx, chunk, s.lease); err != nil {
-				if ctx.Err() == nil {
-					s.log.Warn("heartbeat failed; retrying at the next beat", "error", err)
-				}
-				break
+		var beat beatResult
+		if due(lastBeat, s.beatEvery) {
+			lastBeat = time.Now()
+			// First, and bounded (beatTimeout): one row, so that the
+			// worker's liveness does not wait on a large extension.
+			beat = s.beatWorker(ctx)
+			if beat.goneWaiting {
+				s.releaseGone(ctx)
 			}
 		}
+		// A worker taken to be gone checks its claims at once: their
+		// handlers are cancelled, their results would be refused.
+		if !beat.released && (s.extendEvery <= 0 || !due(lastExtend, s.extendEvery)) {
+			continue
+		}
+		lastExtend = time.Now()
+		s.abandonStuck(lastExtend)
+		s.extendAll(ctx)
 		s.beats.Add(1)
+	}
+}
+
+// extendAll extends the lease of every claim held, in bounded batches.
+func (s *heldJobs) extendAll(ctx context.Context) {
+	held := s.snapshot()
+	for start := 0; start < len(held); start += extendBatch {
+		chunk := held[start:min(start+extendBatch, len(held))]
+		if _, err := s.extend(ctx, chunk, s.lease); err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("heartbeat failed; retrying at the next beat", "error", err)
+			}
+			return
+		}
 	}
 }
 

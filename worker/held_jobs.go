@@ -289,17 +289,18 @@ type heldJobs struct {
 	mu   sync.Mutex
 	jobs map[heldKey]*heldJob
 
-	q              *db.Queries
-	log            *slog.Logger
-	lease          time.Duration // Config.LeaseDuration
-	heartbeatEvery time.Duration // Config.HeartbeatInterval; <= 0: only the worker's row is refreshed
-	beatEvery      time.Duration // how often the heartbeat runs
-	inFlight       *handlerSet   // the executor's running handlers, for the stuck watch
-	beatWorker     func(ctx context.Context)
-	abandonAfter   time.Duration // Config.AbandonAfter
-	metrics        *metrics
-	dbtx           func(db.DBTX) db.DBTX // Worker.dbtx, for a job's AckTx
-	beats          atomic.Int64          // heartbeats done, for tests that must see one pass
+	q            *db.Queries
+	log          *slog.Logger
+	lease        time.Duration                        // Config.LeaseDuration
+	extendEvery  time.Duration                        // Config.ExtendInterval; <= 0: leases are never extended
+	beatEvery    time.Duration                        // Config.HeartbeatInterval: how often the heartbeat runs
+	inFlight     *handlerSet                          // the executor's running handlers, for the stuck watch
+	beatWorker   func(ctx context.Context) beatResult // registry.beat
+	releaseGone  func(ctx context.Context)            // maintainer.releaseGone
+	abandonAfter time.Duration                        // Config.AbandonAfter
+	metrics      *metrics
+	dbtx         func(db.DBTX) db.DBTX // Worker.dbtx, for a job's AckTx
+	beats        atomic.Int64          // heartbeats done, for tests that must see one pass
 }
 
 func (s *heldJobs) add(row db.HopperJob, p *producer, sent time.Time, keep time.Duration) *heldJob {

@@ -13,7 +13,7 @@ import (
 // dashboard sums or splits it without knowing every outcome's name.
 type metrics struct {
 	claimedC, outcomesC, leaseLostC *prometheus.CounterVec
-	scheduleFiresC                  *prometheus.CounterVec
+	scheduleFiresC, releasedC       *prometheus.CounterVec
 	stuckG                          *prometheus.GaugeVec
 	durationH, waitH                *prometheus.HistogramVec
 	batchH                          *prometheus.HistogramVec
@@ -67,6 +67,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 				"unconfirmed (the reply was lost), unrecorded (not recorded by the shutdown deadline). Dead by a sweep has kind \"\".",
 			"queue", "kind", "outcome"),
 		leaseLostC: counter("leases_lost_total", "Running jobs whose lease was lost; their handlers were cancelled.", qk...),
+		releasedC: counter("worker_jobs_released_total",
+			"Running jobs of other workers this worker handed back, by reason: worker gone (no beat within its stale window), worker restarted (a stable ID's previous run).",
+			"queue", "reason"),
 		scheduleFiresC: counter("schedule_fires_total",
 			"Schedule fires: outcome enqueued counts the jobs enqueued, failed the fires that failed (payload function, enqueue) and wait out a backoff.",
 			"schedule", "outcome"),
@@ -98,7 +101,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.claimedC, m.outcomesC, m.leaseLostC, m.scheduleFiresC, m.stuckG, m.durationH, m.waitH, m.batchH}
+	return []prometheus.Collector{m.claimedC, m.outcomesC, m.leaseLostC, m.releasedC, m.scheduleFiresC, m.stuckG, m.durationH, m.waitH, m.batchH}
 }
 
 func (m *metrics) fetched(queue string, n int) { m.batchH.WithLabelValues(queue).Observe(float64(n)) }
@@ -120,7 +123,8 @@ func (m *metrics) outcome(queue, kind string, o Outcome) {
 	}
 	m.outcomesC.WithLabelValues(queue, kind, string(o)).Inc()
 }
-func (m *metrics) leaseLost(queue, kind string) { m.leaseLostC.WithLabelValues(queue, kind).Inc() }
+func (m *metrics) leaseLost(queue, kind string)  { m.leaseLostC.WithLabelValues(queue, kind).Inc() }
+func (m *metrics) released(queue, reason string) { m.releasedC.WithLabelValues(queue, reason).Inc() }
 func (m *metrics) scheduleFired(name string, jobs int) {
 	m.scheduleFiresC.WithLabelValues(name, fireEnqueued).Add(float64(jobs))
 }

@@ -238,7 +238,7 @@ func TestHooksSeeEveryOutcome(t *testing.T) {
 	steady.Queues = map[string]int{jobs.DefaultQueue: len(modes)}
 	// The lossy worker has no heartbeat: its lease runs out while the
 	// handler waits, and the sweep takes the job back.
-	lossy.Queues, lossy.LeaseDuration, lossy.HeartbeatInterval = map[string]int{"lossy": 1}, time.Second, -1
+	lossy.Queues, lossy.LeaseDuration, lossy.ExtendInterval = map[string]int{"lossy": 1}, time.Second, -1
 	for _, cfg := range []worker.Config{steady, lossy} {
 		start(t, b, cfg, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, kind, handler)) })
 	}

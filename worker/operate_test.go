@@ -115,7 +115,7 @@ func TestOperatorCancelsRunningJob(t *testing.T) {
 		cfg  worker.Config
 	}{
 		{"notified", worker.Config{LeaseDuration: time.Hour}}, // no heartbeat will come: only the notice can tell
-		{"heartbeat", worker.Config{PollOnly: true, LeaseDuration: 3 * time.Second, HeartbeatInterval: 50 * time.Millisecond}},
+		{"heartbeat", worker.Config{PollOnly: true, LeaseDuration: 3 * time.Second, ExtendInterval: 50 * time.Millisecond}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)

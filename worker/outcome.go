@@ -173,7 +173,8 @@ func (w *Worker) report(c completion, o outcome) {
 			"job_id", c.job.id, "kind", k, "attempt", c.job.attempt, "ok", c.ok())
 	case outcomeUnrecorded:
 		w.metrics.outcome(q, k, OutcomeUnrecorded)
-		w.log.Error("result not recorded (the shutdown deadline passed, or the server refused it): the job will run again after its lease expires",
+		w.unrecorded.Add(1)
+		w.log.Error("result not recorded (the shutdown deadline passed, or the server refused it): the job runs again once its lease expires or this worker is gone",
 			"job_id", c.job.id, "kind", k, "attempt", c.job.attempt, "ok", c.ok())
 	}
 	if w.observe != nil {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hopperq/hopper/db"
@@ -20,7 +21,9 @@ import (
 // The worker registry (hopper_workers): every running worker is a row,
 // written at start, refreshed by each heartbeat and deleted at a clean
 // stop. A worker is live while its last beat is younger than
-// workerStaleBeats beats; the clients count the live workers serving each
+// workerStaleBeats beats; a gone worker's jobs are handed back by the next
+// beat of any live worker (maintainer.releaseGone). The clients list the
+// workers (hopper.Client.ListWorkers) and count the live ones serving each
 // queue (hopper.QueueInfo.Workers).
 const (
 	// workerStaleBeats is how many beats a worker may miss before it is
@@ -53,6 +56,9 @@ type registry struct {
 	// the queues the worker serves, and where hopper_jobs lives (errors).
 	queues []string
 	schema string
+	// claimed: this worker holds its ID in idsInUse (claimID, Run's
+	// goroutine only).
+	claimed bool
 
 	mu        sync.Mutex
 	startedAt time.Time // as the database recorded it; zero until registered
@@ -62,15 +68,9 @@ func newRegistry(q *db.Queries, log *slog.Logger, cfg *Config) *registry {
 	return &registry{q: q, log: log, cfg: cfg}
 }
 
-// beatInterval is how often the worker refreshes its row: on every
-// heartbeat, or, with the heartbeat disabled (tests of lease expiry), as
-// often as the default heartbeat would beat.
-func (r *registry) beatInterval() time.Duration {
-	if r.cfg.HeartbeatInterval > 0 {
-		return r.cfg.HeartbeatInterval
-	}
-	return r.cfg.LeaseDuration / 3
-}
+// beatInterval is how often the worker refreshes its row: every
+// HeartbeatInterval.
+func (r *registry) beatInterval() time.Duration { return r.cfg.HeartbeatInterval }
 
 // staleAfter is how long after its last beat the worker is taken to be
 // gone.
@@ -90,9 +90,80 @@ func servedQueues(handlers *handlerTable, producers map[string]*producer) []stri
 	return names
 }
 
-// register writes the worker's row: at start (startedAt zero: now), and
-// again should its row be gone while it runs (its own startedAt kept).
-func (r *registry) register(ctx context.Context) error {
+// idsInUse are the (schema, ID) pairs of the Workers running in this
+// process: the database cannot tell two of them apart (same host, same
+// pid), so the process refuses the second itself.
+var idsInUse = struct {
+	sync.Mutex
+	m map[[2]string]bool
+}{m: map[[2]string]bool{}}
+
+// claimID takes the worker's ID for this process, or refuses it.
+func (r *registry) claimID() error {
+	idsInUse.Lock()
+	defer idsInUse.Unlock()
+	key := [2]string{r.schema, r.cfg.ID}
+	if idsInUse.m[key] {
+		return fmt.Errorf("worker: start: %w: %s is held by another Worker running in this process; give each worker its own ID, or leave ID empty",
+			ErrWorkerIDInUse, r.cfg.ID)
+	}
+	idsInUse.m[key] = true
+	r.claimed = true
+	return nil
+}
+
+// freeID gives the worker's ID back at the end of Run.
+func (r *registry) freeID() {
+	if !r.claimed {
+		return
+	}
+	idsInUse.Lock()
+	delete(idsInUse.m, [2]string{r.schema, r.cfg.ID})
+	idsInUse.Unlock()
+}
+
+// register writes the worker's row at start. An ID held by a worker that
+// still beats is waited for: a crashed predecessor's row goes stale within
+// its stale window, and a live holder beats meanwhile, which refuses the
+// start with ErrWorkerIDInUse. It reports whether an earlier holder's row
+// was taken over, whose jobs the caller hands back.
+func (r *registry) register(ctx context.Context) (tookOver bool, err error) {
+	var seen time.Time // the holder's last beat when first found live
+	for {
+		took, taken, err := r.write(ctx)
+		if err != nil || taken {
+			return took, err
+		}
+		holders, err := r.q.ListWorkers(ctx, &r.cfg.ID)
+		if err != nil {
+			return false, fmt.Errorf("worker: start: read the worker holding ID %s: %w", r.cfg.ID, err)
+		}
+		if len(holders) == 0 {
+			continue // it stopped meanwhile: write again
+		}
+		h := holders[0]
+		if !seen.IsZero() && h.LastSeenAt.After(seen) {
+			return false, fmt.Errorf("worker: start: %w: %s is held by the worker on host %s with pid %d, which beat %v ago; give each worker its own ID, or leave ID empty",
+				ErrWorkerIDInUse, r.cfg.ID, h.Host, h.Pid, h.ReadAt.Sub(h.LastSeenAt).Round(time.Millisecond))
+		}
+		if seen.IsZero() {
+			seen = h.LastSeenAt
+			r.log.Info("worker ID held by another worker: waiting to see whether it still beats",
+				"holder_host", h.Host, "holder_pid", h.Pid, "last_beat", h.LastSeenAt)
+		}
+		// Until the holder's stale window ends, and at least one of its
+		// beats: a live holder shows a new beat by then.
+		wait := max(h.LastSeenAt.Add(time.Duration(h.StaleAfterMs)*time.Millisecond).Sub(h.ReadAt), 0) + 10*time.Millisecond
+		if !sleep(ctx, min(wait, time.Duration(h.StaleAfterMs)*time.Millisecond)) {
+			return false, ctx.Err()
+		}
+	}
+}
+
+// write writes the worker's row: at start (startedAt zero: now), and again
+// should its row be gone while it runs (its own startedAt kept). taken is
+// false when a live worker holds the ID.
+func (r *registry) write(ctx context.Context) (tookOver, taken bool, err error) {
 	host, _ := os.Hostname()
 	p := db.RegisterWorkerParams{
 		ID: r.cfg.ID, Host: host, Pid: int32(os.Getpid()), HopperVersion: hopperVersion(),
@@ -103,19 +174,24 @@ func (r *registry) register(ctx context.Context) error {
 	if !r.startedAt.IsZero() {
 		p.StartedAt = &r.startedAt
 	}
-	started, err := r.q.RegisterWorker(ctx, p)
+	row, err := r.q.RegisterWorker(ctx, p)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, false, nil
+	}
 	if err != nil {
 		var pgErr *pgconn.PgError
 		switch {
 		case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
-			return migrated.Errorf(migrated.Run(r.cfg.Schema), "schema %s lacks hopper_workers, which migration %s adds", r.schema, migrated.Migration(10))
+			return false, false, migrated.Errorf(migrated.Run(r.cfg.Schema), "schema %s lacks hopper_workers, which migration %s adds", r.schema, migrated.Migration(10))
+		case errors.As(err, &pgErr) && pgErr.Code == "42703": // undefined_column
+			return false, false, migrated.Errorf(migrated.Run(r.cfg.Schema), "schema %s lacks hopper_workers.released_at, which migration %s adds", r.schema, migrated.Migration(11))
 		case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
-			return fmt.Errorf("worker: start: register the worker in hopper_workers: %w (grant SELECT, INSERT, UPDATE, DELETE ON hopper_workers to the role workers connect as)", err)
+			return false, false, fmt.Errorf("worker: start: register the worker in hopper_workers: %w (grant SELECT, INSERT, UPDATE, DELETE ON hopper_workers to the role workers connect as)", err)
 		}
-		return fmt.Errorf("worker: start: register the worker: %w", err)
+		return false, false, fmt.Errorf("worker: start: register the worker: %w", err)
 	}
-	r.startedAt = started
-	return nil
+	r.startedAt = row.StartedAt
+	return row.TookOver, true, nil
 }
 
 // beatTimeout bounds a beat: half a beat, at least a second (one row, but
@@ -125,19 +201,45 @@ func (r *registry) beatTimeout() time.Duration {
 	return min(max(r.beatInterval()/2, time.Second), r.cfg.LeaseDuration/4)
 }
 
+// beatResult is what one beat learnt.
+type beatResult struct {
+	// released: this worker had been taken to be gone, and its jobs were
+	// handed to others; the heartbeat checks its claims at once.
+	released bool
+	// goneWaiting: another worker is gone and still holds jobs.
+	goneWaiting bool
+}
+
 // beat refreshes the worker's row, and writes it again if it is gone.
 // Failures are logged; the next beat tries again.
-func (r *registry) beat(ctx context.Context) {
+func (r *registry) beat(ctx context.Context) beatResult {
 	bctx, cancel := context.WithTimeout(ctx, r.beatTimeout())
 	defer cancel()
-	n, err := r.q.BeatWorker(bctx, r.cfg.ID)
-	if err == nil && n == 0 {
-		r.log.Info("this worker's row in hopper_workers was gone; writing it again")
-		err = r.register(bctx)
+	r.mu.Lock()
+	started := r.startedAt
+	r.mu.Unlock()
+	// A worker judges others only when its previous beat was on time.
+	onTime := 2*r.beatInterval() + r.beatTimeout()
+	row, err := r.q.BeatWorker(bctx, db.BeatWorkerParams{ID: r.cfg.ID, StartedAt: started, OnTimeMs: onTime.Milliseconds()})
+	if err == nil && !row.Found {
+		var taken bool
+		if _, taken, err = r.write(bctx); err == nil && !taken {
+			r.log.Error("another worker now holds this worker's ID: two live workers share it; give each its own ID", "id", r.cfg.ID)
+		} else if err == nil {
+			r.log.Info("this worker's row in hopper_workers was gone; wrote it again")
+		}
 	}
-	if err != nil && ctx.Err() == nil {
-		r.log.Warn("refreshing this worker's row in hopper_workers failed; retrying at the next beat", "error", err)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("refreshing this worker's row in hopper_workers failed; retrying at the next beat", "error", err)
+		}
+		return beatResult{}
 	}
+	if row.Released {
+		r.log.Error("this worker missed its beats and was taken to be gone: the jobs it held were handed to other workers, and its results for them will be refused",
+			"stale_after", r.staleAfter())
+	}
+	return beatResult{released: row.Released, goneWaiting: row.GoneWaiting}
 }
 
 // remove deletes the worker's own row at a clean stop (ctx: the

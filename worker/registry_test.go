@@ -2,16 +2,19 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testfactory"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -123,21 +126,15 @@ func TestRegistryStaleRow(t *testing.T) {
 	testdb.WaitFor(t, "the next beat makes it live again", func() bool { return b.liveWorkers(t)[jobs.DefaultQueue] == 1 })
 }
 
-// TestRegistryStableID: a worker restarted under a stable ID replaces the
-// row its crashed previous run left; two workers running with one ID (a
-// mistake, refused in a later version) keep one row fresh between them, and
-// neither's clean stop removes the row while the other runs for longer than
-// a beat.
+// TestRegistryStableID: a worker restarted under a stable ID takes over
+// the row its crashed previous run left (stale, on another host); a second
+// Worker started with the ID in the same process is refused at once, and
+// the first keeps its row.
 func TestRegistryStableID(t *testing.T) {
 	b := setup(t)
-	_, err := b.Queries.RegisterWorker(b.Ctx, db.RegisterWorkerParams{
-		ID: "reg-stable", Host: "elsewhere", Pid: 1, Queues: []string{"old"}, StaleAfterMs: 1000,
-	})
-	require.NoError(t, err)
+	testfactory.Worker(b.Ctx, t, b.Pool, &testfactory.WorkerOpts{
+		ID: "reg-stable", Host: "elsewhere", Queues: []string{"old"}, StaleAfter: time.Second, LastBeatAgo: time.Hour})
 	require.NoError(t, b.Queries.RegisterQueues(b.Ctx, []string{"old"}))
-	require.Equal(t, 1, b.liveWorkers(t)["old"])
-	_, err = b.Pool.Exec(b.Ctx, "UPDATE hopper_workers SET started_at = now() - interval '1 hour', last_seen_at = now() - interval '1 hour'")
-	require.NoError(t, err)
 	require.Equal(t, 0, b.liveWorkers(t)["old"], "the crashed run's row is stale")
 
 	cfg := worker.Config{ID: "reg-stable", LeaseDuration: 300 * time.Millisecond, Queues: map[string]int{"new": 1}}
@@ -145,28 +142,82 @@ func TestRegistryStableID(t *testing.T) {
 	first := start(t, b, cfg, register)
 	testdb.WaitFor(t, "the restarted worker registered", func() bool { return b.liveWorkers(t)["new"] == 1 })
 	var host string
-	var firstStarted time.Time
-	started := func() time.Time {
-		var at time.Time
-		require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT host, started_at FROM hopper_workers").Scan(&host, &at))
-		return at
-	}
-	firstStarted = started()
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT host FROM hopper_workers").Scan(&host))
 	require.NotEqual(t, "elsewhere", host, "the row is the new run's")
-	require.WithinDuration(t, time.Now(), firstStarted, time.Minute)
 	require.Equal(t, []string{"reg-stable"}, b.workerRows(t))
-	require.Equal(t, 0, b.liveWorkers(t)["old"])
 
-	second := start(t, b, cfg, register)
-	testdb.WaitFor(t, "the second wrote the row", func() bool { return started().After(firstStarted) })
-	require.Equal(t, []string{"reg-stable"}, b.workerRows(t), "one row per id")
-	require.Equal(t, 1, b.liveWorkers(t)["new"])
+	second, err := worker.New(b.Pool, cfg)
+	require.NoError(t, err)
+	register(second)
+	err = second.Run(b.Ctx)
+	require.ErrorIs(t, err, worker.ErrWorkerIDInUse)
+	require.ErrorContains(t, err, "in this process")
+	require.Equal(t, 1, b.liveWorkers(t)["new"], "the first keeps its row")
 
-	// The second wrote the row last, so its clean stop removes it; the
-	// first writes it again at its next beat.
-	second.stop()
-	testdb.WaitFor(t, "the first keeps the row", func() bool { return b.liveWorkers(t)["new"] == 1 })
 	first.stop()
-	require.Empty(t, b.workerRows(t), "the first removed the row it wrote again")
-	require.Equal(t, 0, b.liveWorkers(t)["new"])
+	require.Empty(t, b.workerRows(t), "removed at its clean stop")
+}
+
+// TestRegistryIDInUseElsewhere: a worker started with the ID of a worker
+// process that still beats waits out the holder's stale window, sees it
+// beat, and refuses to start, naming the holder; the holder keeps its
+// jobs. Once the holder is killed, the same start takes the ID over.
+func TestRegistryIDInUseElsewhere(t *testing.T) {
+	b := setup(t)
+	cmd := startHelper(t, b, "reg-dup")
+	testdb.WaitFor(t, "the helper serves the default queue", func() bool { return b.liveWorkers(t)[jobs.DefaultQueue] == 1 })
+
+	cfg := worker.Config{ID: "reg-dup", HeartbeatInterval: 50 * time.Millisecond}
+	w, err := worker.New(b.Pool, cfg)
+	require.NoError(t, err)
+	require.NoError(t, worker.Handle(w, kind(t, "registry.dup"), noop))
+	err = w.Run(b.Ctx)
+	require.ErrorIs(t, err, worker.ErrWorkerIDInUse)
+	require.ErrorContains(t, err, fmt.Sprintf("pid %d", cmd.Process.Pid))
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_ = cmd.Wait()
+	start(t, b, cfg, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, kind(t, "registry.dup2"), noop)) })
+	testdb.WaitFor(t, "the new worker took the ID over", func() bool {
+		var pid int
+		require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT pid FROM hopper_workers WHERE id = 'reg-dup'").Scan(&pid))
+		return pid == os.Getpid()
+	})
+}
+
+// TestGoneWorkersJobsReleased: a live worker hands back the jobs of a
+// worker gone from the registry at its next beat, long before their
+// leases end: charged ("worker gone" in the history), run here, and
+// counted in hopper_worker_jobs_released_total. A live worker's jobs and
+// a gone worker's already released stay as they are.
+func TestGoneWorkersJobsReleased(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "registry.gone")
+	testfactory.Worker(b.Ctx, t, b.Pool, &testfactory.WorkerOpts{ID: "crashed", StaleAfter: time.Second, LastBeatAgo: time.Minute})
+	testfactory.Worker(b.Ctx, t, b.Pool, &testfactory.WorkerOpts{ID: "busy", StaleAfter: time.Hour})
+	hourLease := testfactory.Ptr(time.Now().Add(time.Hour))
+	heldBy := func(owner string) int64 {
+		return testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{State: testfactory.Running, Kind: k.Name(),
+			LeaseOwner: owner, LeaseUntil: hourLease}).ID
+	}
+	crashedJob, busyJob := heldBy("crashed"), heldBy("busy")
+
+	reg := prometheus.NewRegistry()
+	ran := make(chan *jobs.Job[Task], 1)
+	start(t, b, worker.Config{HeartbeatInterval: 20 * time.Millisecond, Registerer: reg}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error { ran <- j; return nil }))
+	})
+	var j *jobs.Job[Task]
+	select {
+	case j = <-ran:
+	case <-b.Ctx.Done():
+		require.FailNow(t, "the crashed worker's job did not run")
+	}
+	require.Equal(t, crashedJob, j.ID)
+	h := j.Errors
+	require.Len(t, h, 1)
+	require.Equal(t, "worker gone", h[0].Error)
+	require.Equal(t, "crashed", h[0].Owner)
+	require.Equal(t, "running", b.job(t, busyJob).State, "a live worker's job stays its own")
+	require.Equal(t, 1.0, metricValue(t, reg, `hopper_worker_jobs_released_total{reason="worker gone"}`))
 }

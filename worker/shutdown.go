@@ -8,18 +8,24 @@ import (
 	"github.com/hopperq/hopper/db"
 )
 
-// shutdown waits up to ShutdownTimeout for running handlers, then gives
+// shutdownReserve is the part of the shutdown kept, at the end, for
+// cancelling handlers still running, recording the last results and
+// giving unfinished jobs back: a quarter of ShutdownTimeout, at most 5s.
+func shutdownReserve(timeout time.Duration) time.Duration { return min(timeout/4, 5*time.Second) }
+
+// shutdown waits for running handlers until the reserve begins, then gives
 // their jobs back (their results will be discarded) and cancels them.
 func (w *Worker) shutdown(hardDeadline time.Time) {
-	if waitUntil(&w.executor.handlerWG, hardDeadline.Add(-w.cfg.ShutdownGrace)) {
+	reserve := shutdownReserve(w.cfg.ShutdownTimeout)
+	if waitUntil(&w.executor.handlerWG, hardDeadline.Add(-reserve)) {
 		return
 	}
 	released := w.held.releaseRunning()
-	w.log.Warn("shutdown deadline passed: cancelling running handlers", "jobs", len(released))
+	w.log.Warn("shutdown deadline near: cancelling running handlers", "jobs", len(released))
 	// Handlers that honour their context return at once; wait a little for
-	// them, keeping most of the grace for recording results and giving
-	// jobs back.
-	if !waitUntil(&w.executor.handlerWG, time.Now().Add(min(5*time.Second, w.cfg.ShutdownGrace/4))) {
+	// them, keeping the rest of the reserve for recording results and
+	// giving jobs back.
+	if !waitUntil(&w.executor.handlerWG, time.Now().Add(reserve/2)) {
 		w.log.Error("handlers ignore cancellation; going on without them")
 	}
 }
@@ -39,12 +45,13 @@ func waitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
 	}
 }
 
-// releaseUnfinished gives back every claim whose handler did not finish.
-func (w *Worker) releaseUnfinished() {
+// releaseUnfinished gives back every claim whose handler did not finish,
+// and reports whether it could.
+func (w *Worker) releaseUnfinished() bool {
 	w.held.releaseRunning()
 	claims := w.held.takeReleased()
 	if len(claims) == 0 {
-		return
+		return true
 	}
 	ctx, cancel := context.WithTimeout(w.hard, statementTimeout(w.cfg.LeaseDuration))
 	defer cancel()
@@ -54,8 +61,8 @@ func (w *Worker) releaseUnfinished() {
 	}
 	rows, err := w.q.Release(ctx, p)
 	if err != nil {
-		w.log.Error("could not give back unfinished jobs; they run again when their leases expire", "jobs", len(claims), "error", err)
-		return
+		w.log.Error("could not give back unfinished jobs; they run again once this worker is taken to be gone", "jobs", len(claims), "error", err)
+		return false
 	}
 	var wk wakeups
 	for _, r := range rows {
@@ -63,4 +70,5 @@ func (w *Worker) releaseUnfinished() {
 	}
 	w.notifier.announce(ctx, &wk, "release")
 	w.log.Info("gave back unfinished jobs", "jobs", len(rows))
+	return true
 }

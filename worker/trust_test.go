@@ -62,7 +62,7 @@ func TestExtendLeaseSurvivesHeartbeats(t *testing.T) {
 	beaten := make(chan error, 1)
 	// Nobody sweeps: the test is about the heartbeat and ExtendLease, and a
 	// sweep could take the job before its handler extends the lease.
-	start(t, b, worker.Config{LeaseDuration: time.Second, HeartbeatInterval: 50 * time.Millisecond, ShutdownTimeout: 100 * time.Millisecond,
+	start(t, b, worker.Config{LeaseDuration: time.Second, ExtendInterval: 50 * time.Millisecond, ShutdownTimeout: 100 * time.Millisecond,
 		SweepInterval: time.Hour}, func(w *worker.Worker) {
 		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 			extended <- worker.ExtendLease(ctx, j, 2*time.Hour)
@@ -86,7 +86,7 @@ func TestLostClaimLeavesHeartbeat(t *testing.T) {
 	require.NoError(t, err)
 	started := make(chan struct{})
 	cause := make(chan error, 1)
-	r := start(t, b, worker.Config{HeartbeatInterval: 50 * time.Millisecond}, func(w *worker.Worker) {
+	r := start(t, b, worker.Config{ExtendInterval: 50 * time.Millisecond}, func(w *worker.Worker) {
 		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, _ *jobs.Job[Task]) error {
 			close(started)
 			<-ctx.Done()
@@ -152,7 +152,7 @@ func TestAckTxCommittedThenKeepsWorking(t *testing.T) {
 	after := make(chan error, 1)
 	reg := prometheus.NewRegistry()
 	var seen *outcomes
-	start(t, b, worker.Config{Registerer: reg, LeaseDuration: 3 * time.Second, HeartbeatInterval: 50 * time.Millisecond},
+	start(t, b, worker.Config{Registerer: reg, LeaseDuration: 3 * time.Second, ExtendInterval: 50 * time.Millisecond},
 		func(w *worker.Worker) {
 			seen = observe(w)
 			require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
@@ -201,7 +201,7 @@ func TestStuckHandlerIsAbandoned(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var seen *outcomes
 	start(t, b, worker.Config{
-		Queues: map[string]int{"default": 1}, LeaseDuration: time.Second, HeartbeatInterval: 50 * time.Millisecond,
+		Queues: map[string]int{"default": 1}, LeaseDuration: time.Second, ExtendInterval: 50 * time.Millisecond,
 		AbandonAfter: 100 * time.Millisecond, Registerer: reg,
 	}, func(w *worker.Worker) {
 		seen = observe(w)

@@ -83,7 +83,7 @@ func wfAckRepliesLost(t *testing.T, keep bool) {
 	kinds := wfKinds{quick: wfQuick}
 	cfg := worker.Config{
 		Queues:        map[string]int{"default": 16},
-		LeaseDuration: time.Second, HeartbeatInterval: 100 * time.Millisecond,
+		LeaseDuration: time.Second, ExtendInterval: 100 * time.Millisecond,
 		SweepInterval: time.Hour, // nobody takes a job away from it
 	}
 	marker, outcomes := wfAck, []string{string(worker.OutcomeDone), string(worker.OutcomeUnconfirmed)}
@@ -119,7 +119,7 @@ func wfNackRepliesLost(t *testing.T) {
 	kinds := wfKinds{flaky: wfFlaky, doomed: wfDoomed}
 	faulty := h.run(t, h.proxiedPool(t, p), "faulty", worker.Config{
 		Queues:        map[string]int{"default": 16},
-		LeaseDuration: time.Second, HeartbeatInterval: 100 * time.Millisecond,
+		LeaseDuration: time.Second, ExtendInterval: 100 * time.Millisecond,
 		SweepInterval: time.Hour,
 	}, kinds)
 	for range cuts {
@@ -169,7 +169,7 @@ func wfClaimAnswerLate(t *testing.T) {
 	kinds := wfKinds{quick: wfQuick}
 	faulty := h.run(t, h.proxiedPool(t, p), "faulty", worker.Config{
 		Queues:        map[string]int{"default": 16},
-		LeaseDuration: time.Second, HeartbeatInterval: 100 * time.Millisecond,
+		LeaseDuration: time.Second, ExtendInterval: 100 * time.Millisecond,
 		SweepInterval: time.Hour, // nobody takes a job away from it
 	}, kinds)
 	h.waitFired(t, p, wfDequeue, 1) // the first claim committed; its answer is held
@@ -212,9 +212,9 @@ func wfExtendStalledAndCut(t *testing.T) {
 	fpool := h.proxiedPool(t, p)
 	faulty := h.run(t, fpool, "faulty", worker.Config{
 		Queues:        map[string]int{"default": slots},
-		LeaseDuration: time.Second, HeartbeatInterval: 100 * time.Millisecond,
+		LeaseDuration: time.Second, ExtendInterval: 100 * time.Millisecond,
 		SweepInterval:   time.Hour, // the clean worker sweeps, later
-		ShutdownTimeout: 5 * time.Second, ShutdownGrace: 5 * time.Second,
+		ShutdownTimeout: 10 * time.Second,
 	}, wfKinds{slow: wfSlow(1500 * time.Millisecond)})
 
 	h.waitFired(t, p, wfExtendStall, 1)
@@ -254,7 +254,7 @@ func wfExtendStalledAndCut(t *testing.T) {
 // second set at a gate and a few handlers that run until cancelled. The
 // gate opens with the next AckBatch armed to commit and hang; once it has,
 // the whole network stalls and Run's context is cancelled. Run must return
-// within ShutdownTimeout + ShutdownGrace (checked with a generous slack:
+// within ShutdownTimeout (checked with a generous slack:
 // this bounds a hang, it does not measure speed), report every gated
 // result "unconfirmed" or "unrecorded" (it can confirm nothing, though
 // some of them did commit), and none for the handlers it cancelled.
@@ -275,9 +275,9 @@ func wfShutdownDuringOutage(t *testing.T) {
 	gate := make(chan struct{})
 	faulty := h.run(t, h.proxiedPool(t, p), "faulty", worker.Config{
 		Queues:        map[string]int{"default": held + blockers},
-		LeaseDuration: time.Second, HeartbeatInterval: 100 * time.Millisecond,
+		LeaseDuration: time.Second, ExtendInterval: 100 * time.Millisecond,
 		SweepInterval:   time.Hour,
-		ShutdownTimeout: time.Second, ShutdownGrace: 2 * time.Second,
+		ShutdownTimeout: 3 * time.Second,
 	}, wfKinds{
 		warm: wfQuick,
 		gated: func(ctx context.Context, _ *jobs.Job[Task]) error {
@@ -310,7 +310,7 @@ func wfShutdownDuringOutage(t *testing.T) {
 	testdb.WaitFor(t, "every gated handler finished", func() bool { return h.ledgerOf(t, gated.Name()) == held })
 	p.Stall()
 	began := time.Now()
-	faulty.stop(t) // bounded by ShutdownTimeout + ShutdownGrace + 30s
+	faulty.stop(t) // bounded by ShutdownTimeout + 30s
 	t.Logf("ShutdownDuringOutage: Run returned %v after its context ended (bound %v + 30s slack)",
 		time.Since(began).Round(time.Millisecond), faulty.shutdownBound)
 	p.Release()
@@ -614,7 +614,7 @@ type wfRunner struct {
 	w             *worker.Worker
 	cancel        context.CancelFunc
 	errc          chan error
-	shutdownBound time.Duration // ShutdownTimeout + ShutdownGrace
+	shutdownBound time.Duration // ShutdownTimeout
 	once          sync.Once
 	err           error
 }
@@ -624,10 +624,7 @@ type wfRunner struct {
 func (h *wf) run(t *testing.T, pool *pgxpool.Pool, name string, cfg worker.Config, kinds wfKinds) *wfRunner {
 	t.Helper()
 	if cfg.ShutdownTimeout == 0 {
-		cfg.ShutdownTimeout = 5 * time.Second
-	}
-	if cfg.ShutdownGrace == 0 {
-		cfg.ShutdownGrace = 5 * time.Second
+		cfg.ShutdownTimeout = 10 * time.Second
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(&h.logs, &slog.HandlerOptions{Level: slog.LevelWarn})).With("runner", name)
 	w, err := worker.New(pool, fast(cfg))
@@ -642,7 +639,7 @@ func (h *wf) run(t *testing.T, pool *pgxpool.Pool, name string, cfg worker.Confi
 		h.reports[key] = append(h.reports[key], wfReport{name, outcome})
 	})
 	ctx, cancel := context.WithCancel(h.b.Ctx)
-	r := &wfRunner{w: w, cancel: cancel, errc: make(chan error, 1), shutdownBound: cfg.ShutdownTimeout + cfg.ShutdownGrace}
+	r := &wfRunner{w: w, cancel: cancel, errc: make(chan error, 1), shutdownBound: cfg.ShutdownTimeout}
 	go func() {
 		defer func() {
 			if v := recover(); v != nil {
@@ -655,8 +652,8 @@ func (h *wf) run(t *testing.T, pool *pgxpool.Pool, name string, cfg worker.Confi
 	return r
 }
 
-// stop cancels Run and requires it to return nil within ShutdownTimeout +
-// ShutdownGrace plus 30s of slack: a bound on a hang, not a measure of
+// stop cancels Run and requires it to return nil within ShutdownTimeout
+// plus 30s of slack: a bound on a hang, not a measure of
 // speed.
 func (r *wfRunner) stop(t *testing.T) {
 	t.Helper()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,9 +55,12 @@ type Worker struct {
 	maintainer *maintainer
 	executor   *executor
 	registry   *registry // this worker's row in hopper_workers
+	// unrecorded counts results not recorded (OutcomeUnrecorded): their
+	// jobs may still be held in this worker's name at its stop.
+	unrecorded atomic.Int64
 
-	// hard ends at the shutdown's hard deadline (ShutdownTimeout plus
-	// ShutdownGrace after Run's context ended): every statement of the
+	// hard ends at the shutdown's hard deadline (ShutdownTimeout after
+	// Run's context ended): every statement of the
 	// shutdown path runs under it, so no database outage can hold Run.
 	hard context.Context
 
@@ -93,7 +97,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	}
 	w.executor = newExecutor(w.q, w.log, w.metrics, &w.cfg, w.completer, w.report)
 	w.held = heldJobs{jobs: map[heldKey]*heldJob{}, q: w.q, log: w.log, lease: cfg.LeaseDuration,
-		heartbeatEvery: cfg.HeartbeatInterval, beatEvery: w.registry.beatInterval(), inFlight: &w.executor.inFlight, beatWorker: w.registry.beat,
+		extendEvery: cfg.ExtendInterval, beatEvery: cfg.HeartbeatInterval, inFlight: &w.executor.inFlight, beatWorker: w.registry.beat,
 		abandonAfter: cfg.AbandonAfter, metrics: w.metrics, dbtx: w.dbtx}
 	w.notifier = newNotifier(w.q, pool.Config().ConnConfig, w.log, cfg.ID, w.producers, w.held.cancelNotice, func(schedule string) {
 		w.maintainer.scheduleTriggered(schedule)
@@ -104,6 +108,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		w.producers[name] = newProducer(deps, name, n) // the notifier sees them through the map
 	}
 	w.maintainer = newMaintainer(w.q, pool, w.dbtx, w.log, w.metrics, &w.cfg, w.notifier.announce)
+	w.held.releaseGone = w.maintainer.releaseGone
 	return w, nil
 }
 
@@ -129,12 +134,13 @@ func (w *Worker) register(h *handler) error {
 }
 
 // Run works until ctx is cancelled, then shuts down: it stops claiming,
-// waits up to ShutdownTimeout for running handlers, cancels those still
-// running, records every finished job, and gives the unfinished ones back
-// at once (uncharged) so other workers take them. Whatever the database
-// does meanwhile, Run returns at most ShutdownTimeout + ShutdownGrace after
-// ctx ended; results it could not record by then are logged, and their
-// jobs run again once their leases expire. It returns nil after a
+// waits for running handlers until the last quarter of ShutdownTimeout
+// (at most its last 5s), cancels those still running, records every
+// finished job, and gives the unfinished ones back at once (uncharged) so
+// other workers take them. Whatever the database does meanwhile, Run
+// returns at most ShutdownTimeout after ctx ended; results it could not
+// record by then are logged, and their jobs run again once this worker is
+// taken to be gone. It returns nil after a
 // shutdown (also one asked for while it was starting), or the error that
 // kept it from starting.
 func (w *Worker) Run(ctx context.Context) error {
@@ -150,6 +156,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.running = true
 	w.mu.Unlock()
 
+	defer w.registry.freeID()
 	if err := w.start(ctx); err != nil {
 		if ctx.Err() != nil {
 			// Shut down before it had started: it claimed nothing, so
@@ -209,7 +216,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() { defer fetchWG.Done(); p.fetchLoop(ctx) }()
 	}
 	<-ctx.Done()
-	hardDeadline := time.Now().Add(w.cfg.ShutdownTimeout + w.cfg.ShutdownGrace)
+	hardDeadline := time.Now().Add(w.cfg.ShutdownTimeout)
 	stopHard := time.AfterFunc(time.Until(hardDeadline), endHard)
 	defer stopHard.Stop()
 
@@ -220,10 +227,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.shutdown(hardDeadline)
 	close(stopCompleter)
 	<-completerDone
-	w.releaseUnfinished()
+	settled := w.releaseUnfinished() && w.unrecorded.Load() == 0
 	stopBG()
 	bgWG.Wait()
-	w.registry.remove(hard) // after the last beat, which could write it again
+	if settled {
+		w.registry.remove(hard) // after the last beat, which could write it again
+	} else {
+		// Jobs may still be held in this worker's name: its row goes
+		// stale, and the next live worker hands them back.
+		w.log.Warn("keeping this worker's row in hopper_workers: jobs it could not settle are handed back once it goes stale")
+	}
 	if !waitUntil(&w.executor.poolWG, hardDeadline) {
 		w.log.Error("handlers ignore cancellation; leaving them behind")
 	}
@@ -282,29 +295,25 @@ func (w *Worker) start(ctx context.Context) error {
 	if err := w.maintainer.defineSchedules(ctx); err != nil {
 		return err
 	}
-	if w.cfg.stableID { // a made-up identity has no predecessor
-		if err := w.releasePrevious(ctx); err != nil {
-			return err
-		}
-	}
 	w.registry.queues, w.registry.schema = servedQueues(w.handlers, w.producers), schemaName
-	return w.registry.register(ctx)
-}
-
-// releasePrevious gives back the leases a previous run of this worker (same
-// stable ID) still held.
-func (w *Worker) releasePrevious(ctx context.Context) error {
-	released, err := w.q.ReleaseOwner(ctx, w.cfg.ID)
-	if err != nil {
-		return fmt.Errorf("worker: release previous leases of %s: %w", w.cfg.ID, err)
+	if err := w.registry.claimID(); err != nil {
+		return err
 	}
-	if len(released) > 0 {
-		w.log.Warn("gave back leases of a previous run of this worker", "jobs", len(released))
-		var wk wakeups
-		for _, r := range released {
-			wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
-		}
-		w.notifier.announce(ctx, &wk, "release")
+	tookOver, err := w.registry.register(ctx)
+	if err != nil || !tookOver && !w.cfg.stableID { // a made-up ID has no predecessor
+		return err
+	}
+	// The ID is ours alone now: any job held under it is an earlier run's
+	// (crashed, its row taken over or pruned). Hand them back now rather
+	// than wait for the sweep of gone workers, which skips a live row.
+	id := w.cfg.ID
+	requeued, dead, err := w.maintainer.releaseJobsOf(ctx, &id, true, reasonWorkerRestarted)
+	if err != nil {
+		w.registry.remove(context.WithoutCancel(ctx))
+		return fmt.Errorf("worker: start: %w", err)
+	}
+	if requeued+dead > 0 {
+		w.log.Warn("handed back the jobs of a previous run of this worker", "requeued", requeued, "dead", dead)
 	}
 	return nil
 }

@@ -153,3 +153,41 @@ func opt(s string) *string {
 	}
 	return &s
 }
+
+// WorkerOpts describes a row of the worker registry. Zero fields take the
+// defaults each names.
+type WorkerOpts struct {
+	ID     string   // "testfactory-worker" unless set
+	Host   string   // "testfactory-host" unless set
+	PID    int32    // 1 unless set
+	Queues []string // {"default"} unless set
+	// StaleAfter is how long after its last beat it is gone (3s unless
+	// set); LastBeatAgo how long ago that beat was (0: now). A LastBeatAgo
+	// past StaleAfter is a gone worker.
+	StaleAfter, LastBeatAgo time.Duration
+}
+
+// Worker writes one worker row as opts describe, for tests of what is done
+// with live and gone workers without running them. It fails the test on
+// any error.
+func Worker(ctx context.Context, t testing.TB, exec db.DBTX, opts *WorkerOpts) {
+	t.Helper()
+	if opts == nil {
+		opts = &WorkerOpts{}
+	}
+	o := *opts
+	def(&o.ID, "testfactory-worker")
+	def(&o.Host, "testfactory-host")
+	def(&o.PID, 1)
+	def(&o.StaleAfter, 3*time.Second)
+	if o.Queues == nil {
+		o.Queues = []string{"default"}
+	}
+	err := factorydb.New(exec).FactoryInsertWorker(ctx, factorydb.FactoryInsertWorkerParams{
+		ID: o.ID, Host: o.Host, Pid: o.PID, Queues: o.Queues,
+		StaleAfterMs: o.StaleAfter.Milliseconds(), LastSeenAgoMs: o.LastBeatAgo.Milliseconds(),
+	})
+	if err != nil {
+		t.Fatalf("testfactory: insert worker %s: %v", o.ID, err)
+	}
+}

@@ -203,3 +203,33 @@ func (q *Queries) FactoryInsertLive(ctx context.Context, arg FactoryInsertLivePa
 	err := row.Scan(&id)
 	return id, err
 }
+
+const factoryInsertWorker = `-- name: FactoryInsertWorker :exec
+INSERT INTO hopper_workers (id, host, pid, hopper_version, queues, stale_after_ms, started_at, last_seen_at)
+VALUES ($1::text, $2::text, $3::integer, '', $4::text[], $5::bigint,
+        now() - '1 millisecond'::interval * $6::bigint,
+        now() - '1 millisecond'::interval * $6::bigint)
+`
+
+type FactoryInsertWorkerParams struct {
+	ID            string   `json:"id"`
+	Host          string   `json:"host"`
+	Pid           int32    `json:"pid"`
+	Queues        []string `json:"queues"`
+	StaleAfterMs  int64    `json:"stale_after_ms"`
+	LastSeenAgoMs int64    `json:"last_seen_ago_ms"`
+}
+
+// A worker in the registry whose last beat was last_seen_ago_ms ago: live
+// or gone, as its stale_after_ms says.
+func (q *Queries) FactoryInsertWorker(ctx context.Context, arg FactoryInsertWorkerParams) error {
+	_, err := q.db.Exec(ctx, factoryInsertWorker,
+		arg.ID,
+		arg.Host,
+		arg.Pid,
+		arg.Queues,
+		arg.StaleAfterMs,
+		arg.LastSeenAgoMs,
+	)
+	return err
+}

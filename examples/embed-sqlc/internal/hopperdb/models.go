@@ -148,4 +148,5 @@ type HopperWorker struct {
 	StartedAt     time.Time
 	LastSeenAt    time.Time
 	StaleAfterMs  int64
+	ReleasedAt    *time.Time
 }

@@ -148,6 +148,7 @@ type HopperWorker struct {
 	StartedAt     time.Time
 	LastSeenAt    time.Time
 	StaleAfterMs  int64
+	ReleasedAt    *time.Time
 }
 
 type Order struct {

@@ -80,30 +80,6 @@ SET state        = 'pending',
 WHERE j.id = ANY (ARRAY(SELECT released.id FROM released))
 RETURNING j.id, j.queue, j.priority, j.run_at;
 
--- name: ReleaseOwner :many
--- Gives back every claim still held by owner, uncharged as in Release. A
--- worker with a stable identity runs it at start, so the jobs of its crashed
--- previous incarnation need not wait for their leases to expire. A zombie
--- incarnation is still fenced out: attempt does not go down. It reads the
--- running jobs (no index finds an owner's) and updates the ones it locked
--- by an array of their ids, never by a join the planner could hash against
--- the whole table.
-WITH released AS (
-    SELECT j.id
-    FROM hopper_jobs AS j
-    WHERE j.state = 'running'
-      AND j.lease_owner = @owner::text
-    ORDER BY j.id
-    FOR UPDATE OF j
-)
-UPDATE hopper_jobs AS j
-SET state        = 'pending',
-    lease_owner  = NULL,
-    lease_until  = NULL,
-    max_attempts = j.max_attempts + 1
-WHERE j.id = ANY (ARRAY(SELECT released.id FROM released))
-RETURNING j.id, j.queue, j.priority, j.run_at;
-
 -- name: ClaimFates :many
 -- What became of claims whose ack or nack may or may not have committed
 -- (the reply was lost), or that the heartbeat found gone: for each claim

@@ -1,0 +1,1 @@
+ALTER TABLE hopper_workers DROP COLUMN IF EXISTS released_at;

@@ -1,0 +1,58 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hopperq/hopper/db"
+)
+
+// The reasons recorded in a job's errors when its worker's jobs are handed
+// back before its lease expired: the attempt counts, as for an expired
+// lease (the handler ran, and may have crashed its worker).
+const (
+	reasonWorkerGone      = "worker gone"
+	reasonWorkerRestarted = "worker restarted"
+)
+
+// releaseGone hands back the jobs of every worker gone (no beat within its
+// stale window) and not yet released: the heartbeat runs it when its beat
+// says such a worker exists. Any live worker may; the workers' rows are
+// locked SKIP LOCKED, so each gone worker is released by one of them.
+func (m *maintainer) releaseGone(ctx context.Context) {
+	requeued, dead, err := m.releaseJobsOf(ctx, nil, false, reasonWorkerGone)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		m.log.Warn("handing back the jobs of gone workers failed; retrying at the next beat", "error", err)
+	case requeued+dead > 0:
+		m.log.Warn("handed back the jobs of gone workers", "requeued", requeued, "dead", dead)
+	}
+}
+
+// releaseJobsOf hands back, in bounded batches, the running jobs of the
+// worker id (nil: of every gone worker not yet released), whatever its
+// state when force is set, recording reason; it wakes their queues.
+func (m *maintainer) releaseJobsOf(ctx context.Context, id *string, force bool, reason string) (requeued, dead int, err error) {
+	for {
+		rows, err := m.q.ReleaseWorkerJobs(ctx, db.ReleaseWorkerJobsParams{
+			WorkerID: id, Force: force, Reason: reason, MaxJobs: int32(m.sweepBatch)})
+		if err != nil {
+			return requeued, dead, fmt.Errorf("worker: hand back the jobs of gone workers: %w", err)
+		}
+		var wk wakeups
+		for _, r := range rows {
+			if r.Dead {
+				dead++
+				m.metrics.outcome(r.Queue, "", OutcomeDead)
+			} else {
+				requeued++
+			}
+			m.metrics.released(r.Queue, reason)
+			wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
+		}
+		m.announce(ctx, &wk, "release")
+		if len(rows) < m.sweepBatch {
+			return requeued, dead, nil
+		}
+	}
+}
