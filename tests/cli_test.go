@@ -106,7 +106,7 @@ func TestCLIHelpAndUsageErrors(t *testing.T) {
 	t.Parallel()
 	r := runHopper(t, "", "", "help")
 	require.Zero(t, r.code)
-	for _, c := range []string{"migrate", "enqueue", "stats", "keys", "jobs", "queues", "schedules", "dead", "history", "sql", "ui", "demo", "bench"} {
+	for _, c := range []string{"migrate", "enqueue", "stats", "keys", "jobs", "queues", "schedules", "workers", "dead", "history", "sql", "ui", "demo", "bench"} {
 		require.Regexp(t, `(?m)^  `+c+` `, r.stdout)
 		h := runHopper(t, "", "", c, "--help")
 		require.Zero(t, h.code, c)
@@ -114,7 +114,7 @@ func TestCLIHelpAndUsageErrors(t *testing.T) {
 		require.Contains(t, h.stdout, "--database-url", c)
 	}
 	for c, verbs := range map[string]string{"jobs": "list|show|cancel", "queues": "list|pause|resume|purge",
-		"schedules": "list|pause|resume|trigger", "dead": "list|show|retry|purge", "history": "list|show"} {
+		"schedules": "list|pause|resume|trigger", "workers": "list|release", "dead": "list|show|retry|purge", "history": "list|show"} {
 		require.Regexp(t, `(?m)^  `+c+` +`+regexp.QuoteMeta(verbs)+` `, r.stdout)
 	}
 	for _, old := range []string{"queue", "cancel", "purge"} {

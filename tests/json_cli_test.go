@@ -121,6 +121,7 @@ func TestCLIJSONSnakeCase(t *testing.T) {
 		{[]string{"keys"}, []string{".keys[].key", ".rate_limits[].per_seconds"}},
 		{[]string{"queues", "list"}, []string{"[].workers", "[].paused_at", "[].oldest_ready_seconds"}},
 		{[]string{"schedules", "list"}, []string{"[].time_zone", "[].next_fire_at", "[].last_fire_at", "[].paused_at", "[].last_reported"}},
+		{[]string{"workers", "list"}, []string{"[].jobs_held", "[].last_beat_at", "[].since_beat_seconds", "[].stale_after_seconds"}},
 		{[]string{"jobs", "list"}, []string{".jobs[].max_attempts", ".jobs[].concurrency_key", ".jobs[].payload"}},
 		{[]string{"jobs", "show", done}, []string{".created_at", ".meta"}},
 		{[]string{"dead", "list"}, []string{".jobs[].errors[].attempt", ".jobs[].reason"}},

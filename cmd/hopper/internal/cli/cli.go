@@ -88,6 +88,7 @@ func commands() []*command {
 		jobsCommand(),
 		queuesCommand(),
 		schedulesCommand(),
+		workersCommand(),
 		deadCommand(),
 		historyCommand(),
 		sqlCommand(),

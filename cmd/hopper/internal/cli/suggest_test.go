@@ -93,6 +93,10 @@ func TestUsageErrorsSuggest(t *testing.T) {
 		{[]string{"queues", "drain", "q"}, `hopper queues: unknown queues action "drain" (list, pause, resume or purge) (run hopper queues --help)`},
 		{[]string{"jobs", "cancle", "1"}, `hopper jobs: unknown jobs action "cancle"; did you mean cancel? (run hopper jobs --help)`},
 		{[]string{"schedules", "triger", "n"}, `hopper schedules: unknown schedules action "triger"; did you mean trigger? (run hopper schedules --help)`},
+		{[]string{"wokrers", "list"}, `hopper: unknown command "wokrers"; did you mean workers? (run hopper help)`},
+		{[]string{"worker", "list"}, `hopper: unknown command "worker"; did you mean workers? (run hopper help)`},
+		{[]string{"workers", "relase", "w1"}, `hopper workers: unknown workers action "relase"; did you mean release? (run hopper workers --help)`},
+		{[]string{"workers", "release", "w1", "--froce"}, `hopper workers: unknown flag --froce; did you mean --force? (run hopper workers --help)`},
 		{[]string{"migrate", "upp"}, `hopper migrate: unknown migrate action "upp"; did you mean up? (run hopper migrate --help)`},
 		{[]string{"sql", "exprot", "dir"}, `hopper sql: unknown sql action "exprot"; did you mean export? (run hopper sql --help)`},
 		// The values of flags, in the CLI's words.
@@ -171,7 +175,7 @@ func TestJSONFieldNames(t *testing.T) {
 			}
 		}
 	}
-	for _, v := range []any{statsReport{}, keysReport{}, []queueRow{}, []hopper.ScheduleInfo{}, jobsPage{}, bench.Report{}} {
+	for _, v := range []any{statsReport{}, keysReport{}, []queueRow{}, []hopper.ScheduleInfo{}, []workerRow{}, jobsPage{}, bench.Report{}} {
 		check(reflect.TypeOf(v).String(), reflect.TypeOf(v))
 	}
 }
