@@ -50,14 +50,15 @@
 // limits per key and fair queues (see worker.FlowControl).
 //
 // EnqueueMany inserts a batch of one kind; EnqueueBatch a batch of any
-// kinds (each entry made with Kind.Entry). A plain batch reserves its ids
-// (one round trip), then goes through COPY (the fast path: well over
-// 100,000 jobs per second); a batch where any job has a unique key is a
-// single INSERT … ON CONFLICT DO NOTHING. Either way every item is
+// kinds (each entry made with Kind.Entry). A plain batch of up to 256 jobs
+// is a single INSERT, one round trip like Enqueue; a larger one reserves
+// its ids (one round trip), then goes through COPY (the fast path: well
+// over 100,000 jobs per second); a batch where any job has a unique key is
+// a single INSERT … ON CONFLICT DO NOTHING. Either way every item is
 // validated before anything is written, the batch is all or nothing,
 // workers get one wake-up per queue for the whole batch, and the result
 // has one entry per job, in order: its id, or for a duplicate the id of
-// the job holding its key. A COPY batch computes a delayed job's run_at
+// the job holding its key. A plain batch computes a delayed job's run_at
 // with this process's clock; everything else uses the database's.
 //
 // # Metadata and enqueue hooks
