@@ -30,6 +30,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		return t.Local().Format(time.DateTime)
 	},
 	"since": func(d time.Duration) string { return d.Round(time.Second).String() },
+	"ago":   ago,
 	// pathesc makes a name one path segment: a queue "a/b" is
 	// queues/a%2Fb/pause, and "a%2Fb" is queues/a%252Fb/pause.
 	"pathesc": url.PathEscape,
@@ -60,6 +61,9 @@ func (d *Dashboard) routes() http.Handler {
 	mux.HandleFunc("POST /queues/{name}/{action}", d.change(d.queueAction))
 	mux.HandleFunc("GET /schedules", d.schedulesList)
 	mux.HandleFunc("POST /schedules/{name}/{action}", d.change(d.scheduleAction))
+	mux.HandleFunc("GET /workers", d.workersList)
+	mux.HandleFunc("GET /workers/{id}/release", d.workerRelease)
+	mux.HandleFunc("POST /workers/{id}/release", d.change(d.releaseWorker))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusNotFound, "No such page.")
 	})
@@ -198,13 +202,17 @@ func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, status int, msg
 
 // failErr maps an operations error to a page.
 func (d *Dashboard) failErr(w http.ResponseWriter, r *http.Request, err error) {
+	var pe *pageError
 	switch {
-	case errors.Is(err, hopper.ErrNotFound), errors.Is(err, hopper.ErrUnknownQueue), errors.Is(err, hopper.ErrUnknownSchedule):
+	case errors.As(err, &pe):
+		d.fail(w, r, pe.status, pe.msg)
+	case errors.Is(err, hopper.ErrNotFound), errors.Is(err, hopper.ErrUnknownQueue), errors.Is(err, hopper.ErrUnknownSchedule),
+		errors.Is(err, hopper.ErrUnknownWorker):
 		d.fail(w, r, http.StatusNotFound, firstLine(err))
 	case errors.Is(err, hopper.ErrInvalidCursor), errors.Is(err, hopper.ErrInvalidFilter), errors.Is(err, jobs.ErrInvalidState),
 		errors.Is(err, jobs.ErrInvalidQueue):
 		d.fail(w, r, http.StatusBadRequest, firstLine(err))
-	case errors.Is(err, hopper.ErrFinished):
+	case errors.Is(err, hopper.ErrFinished), errors.Is(err, hopper.ErrWorkerAlive):
 		d.fail(w, r, http.StatusConflict, firstLine(err))
 	case r.Context().Err() != nil:
 		d.fail(w, r, http.StatusServiceUnavailable, "The request was cancelled.")

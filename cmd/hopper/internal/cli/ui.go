@@ -22,7 +22,7 @@ func uiCommand() *command {
 	return &command{
 		name:    "ui",
 		args:    "[--addr HOST:PORT] [--allow-host NAME]... [--token T] [--read-only] [--protect-reads]",
-		summary: "serve the web dashboard (overview with charts, jobs, dead-letter triage, queues, schedules) on 127.0.0.1",
+		summary: "serve the web dashboard (overview with charts, jobs, dead-letter triage, queues, schedules, workers) on 127.0.0.1",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on (another host than 127.0.0.1 exposes the queue: add --protect-reads)")
 			fs.StringVar(&access.token, "token", "", "token that changes need, and reads with --protect-reads (default: a random one, printed)")
