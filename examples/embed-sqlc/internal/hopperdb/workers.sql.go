@@ -252,9 +252,11 @@ WITH gone AS (
     LIMIT $4::integer
     FOR UPDATE OF j SKIP LOCKED
 ), requeued AS (
+    -- run_at stays: a job its worker took from the front of the line goes
+    -- back to the front, not behind the backlog that queued up since (the
+    -- wake-up moves the claim cursors back to it).
     UPDATE hopper_jobs AS j
     SET state       = 'pending',
-        run_at      = now(),
         lease_owner = NULL,
         lease_until = NULL,
         errors      = taken.errors
@@ -307,7 +309,7 @@ type ReleaseWorkerJobsRow struct {
 // expired lease: the attempt ran (it may have had effects, or crashed its
 // worker), so it is recorded in the job's errors with reason, and a job
 // on its last attempt moves to hopper_dead_jobs. The rest go back to
-// pending, ready at once. Fenced like every release: attempt stays, so the
+// pending, ready at once in their place in line. Fenced like every release: attempt stays, so the
 // gone worker's ack, nack or extend for it matches nothing.
 //
 // Which workers: with worker_id NULL (the sweep every live worker runs),
