@@ -117,7 +117,7 @@ func seed(t *testing.T, ctx context.Context, d *testdb.DB) (dead int64) {
 // TestDashboardInABrowser starts `hopper ui` on a schema with jobs in
 // every state and drives it in headless chromium: the overview (and its
 // screenshot), a filtered jobs list, a dead job retried, a queue paused,
-// and the overview refreshing itself; the database is checked after each
+// the workers page, and the overview refreshing itself; the database is checked after each
 // change.
 func TestDashboardInABrowser(t *testing.T) {
 	exe := browser(t)
@@ -237,6 +237,14 @@ func TestDashboardInABrowser(t *testing.T) {
 	for _, q := range qs {
 		require.Equal(t, q.Name == "reports", q.Paused(), q.Name)
 	}
+
+	// The workers page, from the navigation: the worker that serves the
+	// queues is alive.
+	var workersTable string
+	run("the workers page", chromedp.Click(`nav a[href="workers"]`), chromedp.WaitVisible("#workers"),
+		chromedp.Text("#workers tbody", &workersTable))
+	require.Contains(t, workersTable, "alive")
+	require.NotContains(t, workersTable, "gone")
 
 	// A payload's script is shown, not run; no password anywhere.
 	var payloads string
