@@ -135,6 +135,7 @@ func TestCLIWorkersRelease(t *testing.T) {
 	b.worker(testfactory.WorkerOpts{ID: "gone-1", Host: "node-a", PID: 11, StaleAfter: time.Second, LastBeatAgo: time.Minute})
 	b.worker(testfactory.WorkerOpts{ID: "live-1", Host: "node-b", PID: 22, StaleAfter: time.Hour})
 	b.worker(testfactory.WorkerOpts{ID: "idle-1", Host: "node-c", PID: 33, StaleAfter: time.Hour})
+	b.worker(testfactory.WorkerOpts{ID: "gone-2", Host: "node-d", PID: 44, StaleAfter: time.Second, LastBeatAgo: time.Minute})
 	again, last := b.held("gone-1", false), b.held("gone-1", true)
 	live := []int64{b.held("live-1", false), b.held("live-1", false)}
 	id := func(n int64) string { return strconv.FormatInt(n, 10) }
@@ -150,6 +151,13 @@ func TestCLIWorkersRelease(t *testing.T) {
 	r = b.run("", "workers", "release", "gone-1")
 	require.Zero(t, r.code, r.stderr)
 	require.Equal(t, "worker gone-1 holds no jobs: nothing to release\n", r.stdout)
+
+	// --force on a gone worker asks nothing: there is nothing to force.
+	gone2 := b.held("gone-2", false)
+	r = b.run("", "workers", "release", "gone-2", "--force")
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, "worker gone-2: released 1 job: 1 requeued, 0 dead\n"+
+		"  requeued (ready to run again, the attempt charged): "+id(gone2)+"\n", r.stdout)
 
 	// A live worker: refused without --force, saying what --force risks.
 	r = b.run("", "workers", "release", "live-1")

@@ -193,7 +193,10 @@ func releaseWorker(e *env, client *hopper.Client, id string, force, yes bool) er
 			}
 		}
 	}
-	res, err := client.ReleaseWorkerJobs(e.ctx, id, hopper.ReleaseOptions{Force: force})
+	// Forced only when it was alive and the release confirmed: a gone
+	// worker that beats again before the release keeps its jobs, --force
+	// or not, since nobody was asked about a live one.
+	res, err := client.ReleaseWorkerJobs(e.ctx, id, hopper.ReleaseOptions{Force: force && !w.Gone})
 	switch {
 	case errors.Is(err, hopper.ErrUnknownWorker):
 		return unknownWorker(id)
