@@ -176,6 +176,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.metricsSrv = ms
 		w.mu.Unlock()
 	}
+	w.checkPoolSize()
 	w.log.Info("hopper worker started", "queues", w.cfg.Queues, "kinds", w.handlers.kinds, "schema", w.schema)
 
 	hard, endHard := context.WithCancel(context.WithoutCancel(ctx))

@@ -1,0 +1,84 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/worker"
+)
+
+// syncBuffer is a bytes.Buffer a logger may write from many goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestConnections: a worker counts the connections its own statements may
+// hold at once, part by part, and says at start when its pool is smaller.
+func TestConnections(t *testing.T) {
+	b := setup(t)
+	for _, c := range []struct {
+		name     string
+		maxConns int32
+		cfg      worker.Config
+		want     worker.Connections
+		warns    bool
+	}{
+		{"three queues on pgxpool's default for 2 cores", 4,
+			worker.Config{Queues: map[string]int{"a": 5, "b": 5, "c": 5}},
+			worker.Connections{Claims: 3, Completer: 1, Heartbeat: 1, Maintenance: 3}, true},
+		{"one queue with metrics, a pool of 6", 6,
+			worker.Config{MetricsAddr: "127.0.0.1:0"},
+			worker.Connections{Claims: 1, Completer: 1, Heartbeat: 1, Maintenance: 3, Metrics: 1}, true},
+		{"one queue, a pool of 6", 6,
+			worker.Config{},
+			worker.Connections{Claims: 1, Completer: 1, Heartbeat: 1, Maintenance: 3}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := pgxpool.ParseConfig(b.URL)
+			require.NoError(t, err)
+			cfg.MaxConns = c.maxConns
+			pool, err := pgxpool.NewWithConfig(b.Ctx, cfg)
+			require.NoError(t, err)
+			defer pool.Close()
+			var logs syncBuffer
+			c.cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			w, err := worker.New(pool, c.cfg)
+			require.NoError(t, err)
+			require.NoError(t, worker.Handle(w, kind(t, "connections"), noop))
+			require.Equal(t, c.want, w.Connections())
+
+			ctx, cancel := context.WithCancel(b.Ctx)
+			done := make(chan error, 1)
+			go func() { done <- w.Run(ctx) }()
+			testdb.WaitFor(t, "started", func() bool { return len(b.workerRows(t)) == 1 })
+			cancel()
+			require.NoError(t, <-done)
+			if c.warns {
+				require.Contains(t, logs.String(), "the pool is smaller than this worker needs")
+				require.Contains(t, logs.String(), c.want.String())
+			} else {
+				require.NotContains(t, logs.String(), "the pool is smaller")
+			}
+		})
+	}
+}
