@@ -30,6 +30,7 @@ func TestCLINotMigrated(t *testing.T) {
 		{"keys"},
 		{"enqueue", "--kind", "k", "--concurrency-key", "tenant-1"},
 		{"stats"},
+		{"workers", "list"},
 		{"ui", "--addr", "127.0.0.1:0"},
 	}
 	for v := uint(0); v < schema.Latest(); v++ {
