@@ -10,7 +10,10 @@ type Connections struct {
 	Claims      int // one claim loop per queue
 	Completer   int // the batched acknowledgements
 	Heartbeat   int // the registry beat and the lease extensions
-	Maintenance int // sweep, promotion and pruning, each on its own interval
+	// Maintenance: sweep, promotion and pruning run on their own
+	// intervals, each a short statement; they rarely overlap, and when
+	// they do one waits a moment, which delays nothing that matters.
+	Maintenance int
 	Schedules   int // firing schedules, when the worker defines any
 	Metrics     int // the metrics server's reads, when MetricsAddr is set
 }
@@ -31,7 +34,7 @@ func (c Connections) String() string {
 // the handlers use; Run logs a warning when the pool is smaller than
 // Total().
 func (w *Worker) Connections() Connections {
-	c := Connections{Completer: 1, Heartbeat: 1, Maintenance: 3}
+	c := Connections{Completer: 1, Heartbeat: 1, Maintenance: 1}
 	if !w.handlers.empty() {
 		c.Claims = len(w.producers)
 	}

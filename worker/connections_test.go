@@ -45,13 +45,13 @@ func TestConnections(t *testing.T) {
 	}{
 		{"three queues on pgxpool's default for 2 cores", 4,
 			worker.Config{Queues: map[string]int{"a": 5, "b": 5, "c": 5}},
-			worker.Connections{Claims: 3, Completer: 1, Heartbeat: 1, Maintenance: 3}, true},
-		{"one queue with metrics, a pool of 6", 6,
+			worker.Connections{Claims: 3, Completer: 1, Heartbeat: 1, Maintenance: 1}, true},
+		{"one queue with metrics, a pool of 4", 4,
 			worker.Config{MetricsAddr: "127.0.0.1:0"},
-			worker.Connections{Claims: 1, Completer: 1, Heartbeat: 1, Maintenance: 3, Metrics: 1}, true},
-		{"one queue, a pool of 6", 6,
+			worker.Connections{Claims: 1, Completer: 1, Heartbeat: 1, Maintenance: 1, Metrics: 1}, true},
+		{"one queue on pgxpool's default for 2 cores", 4,
 			worker.Config{},
-			worker.Connections{Claims: 1, Completer: 1, Heartbeat: 1, Maintenance: 3}, false},
+			worker.Connections{Claims: 1, Completer: 1, Heartbeat: 1, Maintenance: 1}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, err := pgxpool.ParseConfig(b.URL)
