@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/hopperq/hopper/db"
 )
 
@@ -23,6 +25,8 @@ func (s *heldJobs) heartbeat(ctx context.Context) {
 	}
 	t := time.NewTicker(tick)
 	defer t.Stop()
+	var own ownConn
+	defer own.release()
 	// A duty is due when less than half a tick is left before its time.
 	lastBeat, lastExtend := time.Now(), time.Now()
 	due := func(last time.Time, every time.Duration) bool { return time.Since(last) >= every-tick/2 }
@@ -32,34 +36,71 @@ func (s *heldJobs) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		q := own.queries(ctx, s)
 		var beat beatResult
 		if due(lastBeat, s.beatEvery) {
 			lastBeat = time.Now()
 			// First, and bounded (beatTimeout): one row, so that the
 			// worker's liveness does not wait on a large extension.
-			beat = s.beatWorker(ctx)
+			beat = s.beatWorker(ctx, q)
 			if beat.goneWaiting {
 				s.releaseGone(ctx)
 			}
 		}
 		// A worker taken to be gone checks its claims at once: their
 		// handlers are cancelled, their results would be refused.
-		if !beat.released && (s.extendEvery <= 0 || !due(lastExtend, s.extendEvery)) {
-			continue
+		if beat.released || s.extendEvery > 0 && due(lastExtend, s.extendEvery) {
+			lastExtend = time.Now()
+			s.abandonStuck(lastExtend)
+			s.extendAll(ctx, q)
+			s.beats.Add(1)
 		}
-		lastExtend = time.Now()
-		s.abandonStuck(lastExtend)
-		s.extendAll(ctx)
-		s.beats.Add(1)
+		own.check()
+	}
+}
+
+// ownConn is the heartbeat's own pool connection, held for the worker's
+// life: a beat that waited for a connection behind busy handlers would
+// make a live worker look gone, and its jobs run twice. Should it not be
+// had or break, the heartbeat uses the pool until the next tick tries
+// again.
+type ownConn struct {
+	conn *pgxpool.Conn
+}
+
+// queries runs on the heartbeat's connection, acquiring it if needed.
+func (o *ownConn) queries(ctx context.Context, s *heldJobs) *db.Queries {
+	if o.conn == nil && s.pool != nil {
+		actx, cancel := context.WithTimeout(ctx, s.beatEvery)
+		o.conn, _ = s.pool.Acquire(actx)
+		cancel()
+	}
+	if o.conn == nil {
+		return s.q
+	}
+	return db.New(s.dbtx(o.conn))
+}
+
+// check drops a connection that broke, for the next tick to replace.
+func (o *ownConn) check() {
+	if o.conn != nil && o.conn.Conn().IsClosed() {
+		o.release()
+	}
+}
+
+func (o *ownConn) release() {
+	if o.conn != nil {
+		o.conn.Release()
+		o.conn = nil
 	}
 }
 
 // extendAll extends the lease of every claim held, in bounded batches.
-func (s *heldJobs) extendAll(ctx context.Context) {
+func (s *heldJobs) extendAll(ctx context.Context, q *db.Queries) {
 	held := s.snapshot()
 	for start := 0; start < len(held); start += extendBatch {
 		chunk := held[start:min(start+extendBatch, len(held))]
-		if _, err := s.extend(ctx, chunk, s.lease); err != nil {
+		if _, err := s.extendOn(ctx, q, chunk, s.lease); err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("heartbeat failed; retrying at the next beat", "error", err)
 			}
@@ -94,6 +135,11 @@ func (s *heldJobs) abandonStuck(now time.Time) {
 // extended; a claim whose row another transaction has locked is skipped
 // this time (see queries/lease.sql).
 func (s *heldJobs) extend(ctx context.Context, claims []*heldJob, lease time.Duration) (int, error) {
+	return s.extendOn(ctx, s.q, claims, lease)
+}
+
+// extendOn is extend on q.
+func (s *heldJobs) extendOn(ctx context.Context, q *db.Queries, claims []*heldJob, lease time.Duration) (int, error) {
 	p := db.ExtendParams{LeaseMs: lease.Milliseconds(), Ids: make([]int64, len(claims)), Attempts: make([]int32, len(claims))}
 	for i, c := range claims {
 		p.Ids[i], p.Attempts[i] = c.id, c.attempt
@@ -101,7 +147,7 @@ func (s *heldJobs) extend(ctx context.Context, claims []*heldJob, lease time.Dur
 	ectx, cancel := context.WithTimeout(ctx, s.lease/2)
 	defer cancel()
 	sent := time.Now()
-	rows, err := s.q.Extend(ectx, p)
+	rows, err := q.Extend(ectx, p)
 	if err != nil {
 		return 0, err
 	}

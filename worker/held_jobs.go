@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -291,13 +293,14 @@ type heldJobs struct {
 
 	q            *db.Queries
 	log          *slog.Logger
-	lease        time.Duration                        // Config.LeaseDuration
-	extendEvery  time.Duration                        // Config.ExtendInterval; <= 0: leases are never extended
-	beatEvery    time.Duration                        // Config.HeartbeatInterval: how often the heartbeat runs
-	inFlight     *handlerSet                          // the executor's running handlers, for the stuck watch
-	beatWorker   func(ctx context.Context) beatResult // registry.beat
-	releaseGone  func(ctx context.Context)            // maintainer.releaseGone
-	abandonAfter time.Duration                        // Config.AbandonAfter
+	lease        time.Duration                                       // Config.LeaseDuration
+	extendEvery  time.Duration                                       // Config.ExtendInterval; <= 0: leases are never extended
+	beatEvery    time.Duration                                       // Config.HeartbeatInterval: how often the heartbeat runs
+	inFlight     *handlerSet                                         // the executor's running handlers, for the stuck watch
+	beatWorker   func(ctx context.Context, q *db.Queries) beatResult // registry.beat
+	releaseGone  func(ctx context.Context)                           // maintainer.releaseGone
+	pool         *pgxpool.Pool                                       // the heartbeat holds one of its connections
+	abandonAfter time.Duration                                       // Config.AbandonAfter
 	metrics      *metrics
 	dbtx         func(db.DBTX) db.DBTX // Worker.dbtx, for a job's AckTx
 	beats        atomic.Int64          // heartbeats done, for tests that must see one pass

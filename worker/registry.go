@@ -212,7 +212,7 @@ type beatResult struct {
 
 // beat refreshes the worker's row, and writes it again if it is gone.
 // Failures are logged; the next beat tries again.
-func (r *registry) beat(ctx context.Context) beatResult {
+func (r *registry) beat(ctx context.Context, q *db.Queries) beatResult {
 	bctx, cancel := context.WithTimeout(ctx, r.beatTimeout())
 	defer cancel()
 	r.mu.Lock()
@@ -220,7 +220,7 @@ func (r *registry) beat(ctx context.Context) beatResult {
 	r.mu.Unlock()
 	// A worker judges others only when its previous beat was on time.
 	onTime := 2*r.beatInterval() + r.beatTimeout()
-	row, err := r.q.BeatWorker(bctx, db.BeatWorkerParams{ID: r.cfg.ID, StartedAt: started, OnTimeMs: onTime.Milliseconds()})
+	row, err := q.BeatWorker(bctx, db.BeatWorkerParams{ID: r.cfg.ID, StartedAt: started, OnTimeMs: onTime.Milliseconds()})
 	if err == nil && !row.Found {
 		var taken bool
 		if _, taken, err = r.write(bctx); err == nil && !taken {

@@ -97,7 +97,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	}
 	w.executor = newExecutor(w.q, w.log, w.metrics, &w.cfg, w.completer, w.report)
 	w.held = heldJobs{jobs: map[heldKey]*heldJob{}, q: w.q, log: w.log, lease: cfg.LeaseDuration,
-		extendEvery: cfg.ExtendInterval, beatEvery: cfg.HeartbeatInterval, inFlight: &w.executor.inFlight, beatWorker: w.registry.beat,
+		extendEvery: cfg.ExtendInterval, beatEvery: cfg.HeartbeatInterval, pool: pool, inFlight: &w.executor.inFlight, beatWorker: w.registry.beat,
 		abandonAfter: cfg.AbandonAfter, metrics: w.metrics, dbtx: w.dbtx}
 	w.notifier = newNotifier(w.q, pool.Config().ConnConfig, w.log, cfg.ID, w.producers, w.held.cancelNotice, func(schedule string) {
 		w.maintainer.scheduleTriggered(schedule)
