@@ -2,6 +2,7 @@ package schema_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -36,4 +37,30 @@ func TestWorkersMigrationDown(t *testing.T) {
 
 	require.NoError(t, mg.Up(ctx))
 	require.Equal(t, up, objects(t, ctx, d, d.Schema))
+}
+
+// TestWorkerReleaseMigration: migration 11 adds hopper_workers.released_at
+// to a live registry, keeping its rows (NULL: never released), and its
+// down drops the column only.
+func TestWorkerReleaseMigration(t *testing.T) {
+	ctx, d := setup(t)
+	mg, err := schema.NewMigrator(ctx, d.Pool)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, mg.Close()) }()
+	require.NoError(t, mg.Up(ctx))
+	require.NoError(t, mg.Down(ctx, 1), "down to version 10")
+	_, err = d.Pool.Exec(ctx, `INSERT INTO hopper_workers (id, host, pid, queues, stale_after_ms) VALUES ('w', 'h', 1, '{default}', 3000)`)
+	require.NoError(t, err)
+
+	require.NoError(t, mg.Up(ctx))
+	var released *time.Time
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT released_at FROM hopper_workers WHERE id = 'w'").Scan(&released))
+	require.Nil(t, released, "a worker from before the migration was never released")
+
+	require.NoError(t, mg.Down(ctx, 1))
+	var n int
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT count(*) FROM hopper_workers").Scan(&n))
+	require.Equal(t, 1, n, "the row is kept")
+	_, err = d.Pool.Exec(ctx, "SELECT released_at FROM hopper_workers")
+	require.ErrorContains(t, err, "released_at", "the column is gone")
 }
