@@ -139,11 +139,18 @@
 //     is split until the bad result stands alone, which is then made
 //     plainer until the server takes it. A refused statement is never sent
 //     again unchanged.
+//   - Crashes: every worker beats in the registry (hopper_workers) every
+//     HeartbeatInterval (1s), on a connection the heartbeat keeps for
+//     itself. A worker three beats late is gone: the next beat of a live
+//     worker hands its jobs back, charged and fenced, so they run again
+//     about 3 to 4 seconds after a crash, whatever the worker's ID. An ID
+//     is held by one live worker (ErrWorkerIDInUse).
 //   - Shutdown: when Run's context is cancelled the worker stops claiming,
-//     waits up to ShutdownTimeout for running handlers, cancels the rest
-//     (cause ErrShutdown), records every finished result, and gives every
-//     unfinished job back at once without charging an attempt, waking
-//     other workers to take it.
+//     waits for running handlers until the last quarter of
+//     ShutdownTimeout (20s), cancels the rest (cause ErrShutdown), records
+//     every finished result, and gives every unfinished job back at once
+//     without charging an attempt, waking other workers to take it. Run
+//     returns by ShutdownTimeout, inside Kubernetes' default 30s grace.
 //   - Isolation: Run refuses (ErrIsolation) a pool whose sessions default
 //     to repeatable read or serializable.
 //   - Faults: claim, heartbeat, flush, sweep and listen errors are logged
