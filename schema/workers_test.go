@@ -1,6 +1,7 @@
 package schema_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -29,11 +30,11 @@ func TestWorkersMigrationDown(t *testing.T) {
 	require.EqualValues(t, 9, v)
 	var without []string
 	for _, o := range up {
-		if o != "relation hopper_workers" && o != "relation hopper_workers_pkey" {
+		if o != "relation hopper_workers" && o != "relation hopper_workers_pkey" && !slices.Contains(sqlAPIObjects, o) {
 			without = append(without, o)
 		}
 	}
-	require.Equal(t, without, objects(t, ctx, d, d.Schema), "the down drops the table and its key only")
+	require.Equal(t, without, objects(t, ctx, d, d.Schema), "the down drops the table and its key only (and migration 12's functions)")
 
 	require.NoError(t, mg.Up(ctx))
 	require.Equal(t, up, objects(t, ctx, d, d.Schema))
@@ -48,7 +49,7 @@ func TestWorkerReleaseMigration(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, mg.Close()) }()
 	require.NoError(t, mg.Up(ctx))
-	require.NoError(t, mg.Down(ctx, 1), "down to version 10")
+	require.NoError(t, mg.Down(ctx, int(schema.Latest())-10), "down to version 10")
 	_, err = d.Pool.Exec(ctx, `INSERT INTO hopper_workers (id, host, pid, queues, stale_after_ms) VALUES ('w', 'h', 1, '{default}', 3000)`)
 	require.NoError(t, err)
 
@@ -57,7 +58,7 @@ func TestWorkerReleaseMigration(t *testing.T) {
 	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT released_at FROM hopper_workers WHERE id = 'w'").Scan(&released))
 	require.Nil(t, released, "a worker from before the migration was never released")
 
-	require.NoError(t, mg.Down(ctx, 1))
+	require.NoError(t, mg.Down(ctx, int(schema.Latest())-10))
 	var n int
 	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT count(*) FROM hopper_workers").Scan(&n))
 	require.Equal(t, 1, n, "the row is kept")
