@@ -289,6 +289,159 @@ func (q *Queries) EnqueueBatchUnique(ctx context.Context, arg EnqueueBatchUnique
 	return items, nil
 }
 
+const enqueueUnique = `-- name: EnqueueUnique :one
+WITH holder AS MATERIALIZED (
+    SELECT c.id, c.waiting
+    FROM (
+        SELECT j.id, j.state IN ('pending', 'scheduled') AS waiting, 0 AS rank
+        FROM hopper_jobs AS j
+        WHERE j.unique_key = $1::text
+        UNION ALL
+        SELECT h.id, false, 1
+        FROM hopper_job_history AS h
+        WHERE h.unique_key = $1::text
+          AND 'completed' = ANY ($2::text[])
+          AND ($3::bigint = 0 OR h.created_at > now() - '1 millisecond'::interval * $3::bigint)
+        UNION ALL
+        SELECT d.id, false, 1
+        FROM hopper_dead_jobs AS d
+        WHERE d.unique_key = $1::text
+          AND d.state = ANY ($2::text[])
+          AND ($3::bigint = 0 OR d.created_at > now() - '1 millisecond'::interval * $3::bigint)
+    ) AS c
+    ORDER BY c.rank, c.id DESC
+    LIMIT 1
+), replaced AS (
+    UPDATE hopper_jobs AS j
+    SET payload = coalesce($4::jsonb, '{}'),
+        version = coalesce(nullif($5::integer, 0), 1),
+        run_at = CASE WHEN $6::boolean
+                      THEN greatest($7::timestamptz, now() + '1 millisecond'::interval * $8::bigint)
+                      ELSE j.run_at END,
+        state = CASE WHEN NOT $6::boolean THEN j.state
+                     WHEN greatest($7::timestamptz, now() + '1 millisecond'::interval * $8::bigint) > now() THEN 'scheduled'
+                     ELSE 'pending' END
+    FROM holder
+    WHERE $9::boolean AND holder.waiting
+      AND j.id = holder.id AND j.state IN ('pending', 'scheduled')
+    RETURNING j.id
+), inserted AS (
+    INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)
+    SELECT coalesce(nullif($10::text, ''), 'default'), $11::text, coalesce(nullif($5::integer, 0), 1),
+           coalesce($4::jsonb, '{}'), $12::smallint,
+           greatest($7::timestamptz, now() + '1 millisecond'::interval * $8::bigint),
+           CASE WHEN greatest($7::timestamptz, now() + '1 millisecond'::interval * $8::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
+           coalesce(nullif($13::integer, 0), 25), $1::text,
+           $14::jsonb, $15::text
+    WHERE NOT EXISTS (SELECT FROM holder)
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+    RETURNING id
+)
+SELECT i.id, 'inserted'::text AS outcome FROM inserted AS i
+UNION ALL
+SELECT r.id, 'replaced'::text FROM replaced AS r
+UNION ALL
+SELECT holder.id, 'kept'::text FROM holder WHERE NOT EXISTS (SELECT FROM replaced)
+UNION ALL
+SELECT coalesce(max(live.id), 0), 'kept'::text
+FROM hopper_jobs AS live
+WHERE live.unique_key = $1::text
+HAVING $1::text IS NOT NULL
+   AND NOT EXISTS (SELECT FROM holder) AND NOT EXISTS (SELECT FROM inserted)
+`
+
+type EnqueueUniqueParams struct {
+	UniqueKey      *string         `json:"unique_key"`
+	States         []string        `json:"states"`
+	PeriodMs       int64           `json:"period_ms"`
+	Payload        json.RawMessage `json:"payload"`
+	Version        int32           `json:"version"`
+	PushRunAt      bool            `json:"push_run_at"`
+	RunAt          time.Time       `json:"run_at"`
+	DelayMs        int64           `json:"delay_ms"`
+	Replace        bool            `json:"replace"`
+	Queue          string          `json:"queue"`
+	Kind           string          `json:"kind"`
+	Priority       int16           `json:"priority"`
+	MaxAttempts    int32           `json:"max_attempts"`
+	Meta           json.RawMessage `json:"meta"`
+	ConcurrencyKey *string         `json:"concurrency_key"`
+}
+
+type EnqueueUniqueRow struct {
+	ID      int64  `json:"id"`
+	Outcome string `json:"outcome"`
+}
+
+// One job whose unique key is held by more than a live job, run after
+// LockUniqueKeys in the same transaction (alone, it is exact only against
+// enqueues of live keys; see LockUniqueKeys). Enqueue's parameters, plus:
+// states, the finished states whose jobs hold the key too ('completed',
+// 'dead', 'cancelled'; empty: live jobs only); period_ms, how recently such
+// a job must have been enqueued (created_at) to hold it (0: whenever, as
+// long as it is kept); replace, whether a waiting holder (pending or
+// scheduled) takes this job's payload and version; push_run_at, whether it
+// also takes this job's run time (a debounce). A live holder comes first,
+// then the newest finished one. outcome is 'inserted' (the new job's id),
+// 'replaced' (the waiting holder's id) or 'kept' (the holder's id: running,
+// finished, or waiting without replace; or a job that took the key after
+// this statement's snapshot, id 0 when it is not visible to it). The
+// replace re-checks the holder's state under its row lock, so a job
+// claimed meanwhile is kept, not changed while it runs. A job without a
+// key is simply inserted.
+func (q *Queries) EnqueueUnique(ctx context.Context, arg EnqueueUniqueParams) (EnqueueUniqueRow, error) {
+	row := q.db.QueryRow(ctx, enqueueUnique,
+		arg.UniqueKey,
+		arg.States,
+		arg.PeriodMs,
+		arg.Payload,
+		arg.Version,
+		arg.PushRunAt,
+		arg.RunAt,
+		arg.DelayMs,
+		arg.Replace,
+		arg.Queue,
+		arg.Kind,
+		arg.Priority,
+		arg.MaxAttempts,
+		arg.Meta,
+		arg.ConcurrencyKey,
+	)
+	var i EnqueueUniqueRow
+	err := row.Scan(&i.ID, &i.Outcome)
+	return i, err
+}
+
+const lockUniqueKeys = `-- name: LockUniqueKeys :exec
+SELECT count(pg_advisory_xact_lock(l.lock_id))
+FROM (
+    SELECT DISTINCT hashtextextended('hopper_jobs'::regclass::oid::text || ':' || k.key, 0) AS lock_id
+    FROM unnest($1::text[]) AS k(key)
+    WHERE k.key <> ''
+    ORDER BY 1
+) AS l
+`
+
+// Serializes the enqueues of these unique keys (empty keys are skipped)
+// whose answer depends on more than the live job table: a unique period,
+// finished states, or replacing a waiting job (EnqueueUnique). It takes a
+// transaction-scoped advisory lock per key, on a 64-bit hash of the
+// schema-qualified job table (its oid: one per schema, and advisory locks
+// are per database) and the key, in hash order so that two batches never
+// deadlock on each other. It must run as its own statement before
+// EnqueueUnique, in the same transaction (a pipelined batch's implicit
+// one, or the caller's): in READ COMMITTED a statement's snapshot is taken
+// when it starts, so only a statement that starts after the lock is
+// granted sees the job the previous holder of the lock wrote, and may
+// replace it. The lock is released when the transaction ends, committed or
+// rolled back: a rolled-back enqueue frees its key. No table, no
+// migration, nothing to vacuum. ('hopper_jobs'::regclass fails on a schema
+// without Hopper's tables rather than locking nothing.)
+func (q *Queries) LockUniqueKeys(ctx context.Context, uniqueKeys []string) error {
+	_, err := q.db.Exec(ctx, lockUniqueKeys, uniqueKeys)
+	return err
+}
+
 const reserveJobIDs = `-- name: ReserveJobIDs :many
 WITH seq AS MATERIALIZED (
     SELECT pg_get_serial_sequence('hopper_jobs', 'id')::regclass AS id

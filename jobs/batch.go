@@ -80,9 +80,12 @@ func (k *Kind[T]) Entry(payload T, opts ...EnqueueOption) Entry {
 type BatchResult struct {
 	// Inserted counts the jobs inserted.
 	Inserted int
-	// Duplicates counts the jobs skipped because a live job (or an earlier
-	// job of the batch) held their unique key.
+	// Duplicates counts the jobs not inserted because a job (or an earlier
+	// job of the batch) held their unique key: kept or replaced.
 	Duplicates int
+	// Replaced counts those of the Duplicates whose waiting holder took
+	// their payload (ReplaceWaiting, Debounce).
+	Replaced int
 	// Results has one entry per job of the batch, in its order: the new
 	// job's id, or for a duplicate the id of the job holding its key.
 	Results []Result
@@ -106,6 +109,9 @@ func (k *Kind[T]) EnqueueMany(ctx context.Context, dbtx DBTX, items []Item[T], o
 		var raw json.RawMessage
 		if err == nil {
 			raw, err = k.encode(item.Payload)
+		}
+		if err == nil {
+			err = k.deriveUniqueKey(item.Payload, raw, &o)
 		}
 		entries[i] = Entry{kind: k.name, version: k.version, raw: raw, o: o, hooks: k.hooks, err: err}
 	}
@@ -135,6 +141,13 @@ func (k *Kind[T]) EnqueueMany(ctx context.Context, dbtx DBTX, items []Item[T], o
 // computes a delayed job's run_at (Delay, or RunAt) with this process's
 // clock, and a ready job gets the database's now(); a batch with unique
 // keys computes every run_at with the database's clock, like Enqueue.
+//
+// A batch in which some job's key is held by more than live jobs
+// (UniqueStates, UniquePeriod, ReplaceWaiting, Debounce) is sent as one
+// lock on all its keys, then one statement per job in the batch's order,
+// pipelined in one round trip (in a transaction begun on dbtx when it
+// cannot send pgx batches): each job's result is what enqueueing the jobs
+// one by one would give, whatever the batch's size.
 func EnqueueBatch(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, error) {
 	res, err := enqueueEntries(ctx, dbtx, entries, true)
 	if err != nil {
@@ -149,7 +162,7 @@ func enqueueEntries(ctx context.Context, dbtx DBTX, entries []Entry, mixed bool)
 	if len(entries) == 0 {
 		return BatchResult{Results: []Result{}}, nil
 	}
-	unique, cloned := false, false
+	unique, locked, cloned := false, false, false
 	for i, e := range entries {
 		if e.kind == "" {
 			return BatchResult{}, fmt.Errorf("item %d: %w: an empty Entry (make entries with Kind.Entry)", i, ErrInvalidDefinition)
@@ -169,12 +182,15 @@ func enqueueEntries(ctx context.Context, dbtx DBTX, entries []Entry, mixed bool)
 			}
 		}
 		unique = unique || entries[i].o.uniqueKey != nil
+		locked = locked || entries[i].o.locked()
 	}
 	// Hopper's own statements from here on: an error that names a missing
 	// table or column means a schema older than this build.
 	var res BatchResult
 	var err error
 	switch {
+	case locked:
+		res, err = insertLocked(ctx, dbtx, entries)
 	case unique:
 		res, err = insertUnique(ctx, dbtx, entries)
 	case len(entries) <= maxInsertBatch:
@@ -183,6 +199,35 @@ func enqueueEntries(ctx context.Context, dbtx DBTX, entries []Entry, mixed bool)
 		res, err = copyPlain(ctx, dbtx, entries)
 	}
 	return res, migrated.Explain(err, dbtx)
+}
+
+// insertLocked sends a batch in which some job's unique key is held by more
+// than live jobs (UniqueStates, UniquePeriod, ReplaceWaiting, Debounce):
+// every job of the batch, in its order, one EnqueueUnique statement each,
+// after one lock on all its keys, in one pipelined batch (lockedEnqueue).
+// Each job's answer is what enqueueing them one by one would give.
+func insertLocked(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, error) {
+	params := make([]db.EnqueueUniqueParams, len(entries))
+	for i := range entries {
+		params[i] = uniqueParams(entries[i].kind, entries[i].version, entries[i].raw, &entries[i].o)
+	}
+	results, err := lockedEnqueue(ctx, dbtx, params)
+	if err != nil {
+		return BatchResult{}, err
+	}
+	res := BatchResult{Results: results}
+	for _, r := range results {
+		switch {
+		case !r.Duplicate:
+			res.Inserted++
+		case r.Replaced:
+			res.Duplicates++
+			res.Replaced++
+		default:
+			res.Duplicates++
+		}
+	}
+	return res, nil
 }
 
 // insertUnique sends a batch with unique keys as one INSERT … ON CONFLICT

@@ -43,8 +43,13 @@
 //
 // Options: Queue, Priority (0 runs first, 9 last; default 0), RunAt, Delay,
 // MaxAttempts (default 25) and UniqueKey. With a unique key, the enqueue is
-// a no-op while a live job (pending or running) holds the key, and
-// Result.Duplicate says so, with the holder's id. ConcurrencyKey (or a
+// a no-op while a live job (pending, scheduled or running) holds the key,
+// and Result.Duplicate says so, with the holder's id. UniqueStates and
+// UniquePeriod make finished jobs hold the key too ("at most once an
+// hour"), ReplaceWaiting and Debounce give a waiting holder the new
+// payload (Result.Replaced; Result.Outcome says inserted, replaced or
+// kept), and a kind can derive the key from the payload (UniqueBy,
+// UniqueFields). ConcurrencyKey (or a
 // kind's KeyBy, which derives it from the payload) puts the job under a
 // concurrency key, for the workers' flow control: per-key limits, rate
 // limits per key and fair queues (see worker.FlowControl).
@@ -54,7 +59,10 @@
 // is a single INSERT, one round trip like Enqueue; a larger one reserves
 // its ids (one round trip), then goes through COPY (the fast path: well
 // over 100,000 jobs per second); a batch where any job has a unique key is
-// a single INSERT … ON CONFLICT DO NOTHING. Either way every item is
+// a single INSERT … ON CONFLICT DO NOTHING, and one whose keys are held by
+// more than live jobs (UniqueStates, UniquePeriod, ReplaceWaiting,
+// Debounce) one pipelined statement per job after a lock on its keys.
+// Either way every item is
 // validated before anything is written, the batch is all or nothing,
 // workers get one wake-up per queue for the whole batch, and the result
 // has one entry per job, in order: its id, or for a duplicate the id of

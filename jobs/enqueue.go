@@ -29,6 +29,13 @@ type enqueueOptions struct {
 	key         *string // concurrency key
 	meta        Meta
 	metaRaw     json.RawMessage // meta encoded, by validate
+
+	// Uniqueness beyond live jobs (unique.go).
+	uniqueStates    []State
+	uniqueStatesSet bool
+	uniquePeriod    time.Duration
+	replace         bool // ReplaceWaiting, Debounce
+	pushRunAt       bool // Debounce
 }
 
 func defaultOptions() enqueueOptions {
@@ -54,9 +61,11 @@ func RunAt(t time.Time) EnqueueOption { return func(o *enqueueOptions) { o.runAt
 // clock (see EnqueueBatch).
 func Delay(d time.Duration) EnqueueOption { return func(o *enqueueOptions) { o.delay = d } }
 
-// UniqueKey makes the enqueue a no-op while a live job (pending or running)
-// holds the same key; the result says so. Finished and dead jobs free the
-// key.
+// UniqueKey makes the enqueue a no-op while a live job (pending, scheduled
+// or running) holds the same key; the result says so. By default finished
+// jobs free the key: UniqueStates and UniquePeriod make them hold it, and
+// ReplaceWaiting and Debounce update a waiting job instead of skipping.
+// A kind can derive the key from the payload (UniqueBy, UniqueFields).
 func UniqueKey(key string) EnqueueOption { return func(o *enqueueOptions) { o.uniqueKey = &key } }
 
 // ConcurrencyKey puts the job under a concurrency key: a customer, a
@@ -86,6 +95,9 @@ func (o *enqueueOptions) validate() error {
 		return fmt.Errorf("%w: negative delay %v", ErrInvalidRunAt, o.delay)
 	}
 	if err := checkKey(o.key, ErrInvalidConcurrencyKey, MaxConcurrencyKeyLength); err != nil {
+		return err
+	}
+	if err := o.validateUnique(); err != nil {
 		return err
 	}
 	return checkKey(o.uniqueKey, ErrInvalidUniqueKey, MaxUniqueKeyLength)
@@ -124,9 +136,14 @@ type Result struct {
 	// that holds the unique key (0 in the rare case that job committed while
 	// this enqueue ran and was not yet visible to it).
 	ID int64
-	// Duplicate is true when a live job held the unique key and nothing was
-	// inserted.
+	// Duplicate is true when a job held the unique key and nothing was
+	// inserted: a live job, or a finished one under UniqueStates or
+	// UniquePeriod (ID is then that job's).
 	Duplicate bool
+	// Replaced is true when the holder was a waiting job that took this
+	// enqueue's payload (ReplaceWaiting, Debounce). Duplicate is true too,
+	// since nothing was inserted; Outcome tells the three cases apart.
+	Replaced bool
 }
 
 func (k *Kind[T]) prepare(payload T, opts []EnqueueOption) (enqueueOptions, json.RawMessage, error) {
@@ -138,6 +155,9 @@ func (k *Kind[T]) prepare(payload T, opts []EnqueueOption) (enqueueOptions, json
 		return o, nil, err
 	}
 	raw, err := k.encode(payload)
+	if err == nil {
+		err = k.deriveUniqueKey(payload, raw, &o)
+	}
 	return o, raw, err
 }
 
@@ -196,6 +216,13 @@ func (k *Kind[T]) Enqueue(ctx context.Context, dbtx DBTX, payload T, opts ...Enq
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("enqueue %s: %w", k.name, err)
+	}
+	if o.locked() {
+		res, err := lockedEnqueue(ctx, dbtx, []db.EnqueueUniqueParams{uniqueParams(k.name, k.version, raw, &o)})
+		if err != nil {
+			return Result{}, fmt.Errorf("enqueue %s: %w", k.name, migrated.Explain(err, dbtx))
+		}
+		return res[0], nil
 	}
 	row, err := db.New(dbtx).Enqueue(ctx, db.EnqueueParams{
 		Queue:          o.queue,

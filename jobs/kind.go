@@ -39,6 +39,8 @@ type Kind[T any] struct {
 	maxPayloadBytes int
 	hooks           []EnqueueHook           // OnEnqueue's
 	keyOf           func(T) (string, error) // KeyBy's
+	uniqueOf        func(T) (string, error) // UniqueBy's
+	uniqueFields    []string                // UniqueFields'
 }
 
 // Name is the kind's stable name, stored with every job.
@@ -58,6 +60,8 @@ type definition struct {
 	maxPayloadBytes int
 	hooks           []EnqueueHook
 	keyOf           any // KeyBy's func(T) string
+	uniqueOf        any // UniqueBy's func(T) string
+	uniqueFields    []string
 	errs            []error
 }
 
@@ -163,7 +167,22 @@ func Define[T any](name string, opts ...DefineOption) (*Kind[T], error) {
 	if d.maxPayloadBytes < 1 {
 		return fail("max payload bytes %d is below 1", d.maxPayloadBytes)
 	}
-	k := &Kind[T]{name: name, version: d.version, maxPayloadBytes: d.maxPayloadBytes, hooks: d.hooks}
+	k := &Kind[T]{name: name, version: d.version, maxPayloadBytes: d.maxPayloadBytes, hooks: d.hooks, uniqueFields: d.uniqueFields}
+	if d.uniqueOf != nil {
+		fn, ok := d.uniqueOf.(func(T) string)
+		if !ok {
+			var zero T
+			return fail("UniqueBy takes a func(%T) string for this kind, not %T", zero, d.uniqueOf)
+		}
+		k.uniqueOf = func(payload T) (key string, err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("%w: UniqueBy panicked: %v", ErrInvalidUniqueKey, p)
+				}
+			}()
+			return fn(payload), nil
+		}
+	}
 	if d.keyOf != nil {
 		fn, ok := d.keyOf.(func(T) string)
 		if !ok {

@@ -141,3 +141,103 @@ LEFT JOIN LATERAL (SELECT min(i.id) AS id
                    WHERE ins.id IS NULL AND i.unique_key = nullif(batch.unique_key, '')) AS twin ON true
 LEFT JOIN hopper_jobs AS live ON ins.id IS NULL AND twin.id IS NULL AND live.unique_key = nullif(batch.unique_key, '')
 ORDER BY batch.id;
+
+-- name: LockUniqueKeys :exec
+-- Serializes the enqueues of these unique keys (empty keys are skipped)
+-- whose answer depends on more than the live job table: a unique period,
+-- finished states, or replacing a waiting job (EnqueueUnique). It takes a
+-- transaction-scoped advisory lock per key, on a 64-bit hash of the
+-- schema-qualified job table (its oid: one per schema, and advisory locks
+-- are per database) and the key, in hash order so that two batches never
+-- deadlock on each other. It must run as its own statement before
+-- EnqueueUnique, in the same transaction (a pipelined batch's implicit
+-- one, or the caller's): in READ COMMITTED a statement's snapshot is taken
+-- when it starts, so only a statement that starts after the lock is
+-- granted sees the job the previous holder of the lock wrote, and may
+-- replace it. The lock is released when the transaction ends, committed or
+-- rolled back: a rolled-back enqueue frees its key. No table, no
+-- migration, nothing to vacuum. ('hopper_jobs'::regclass fails on a schema
+-- without Hopper's tables rather than locking nothing.)
+SELECT count(pg_advisory_xact_lock(l.lock_id))
+FROM (
+    SELECT DISTINCT hashtextextended('hopper_jobs'::regclass::oid::text || ':' || k.key, 0) AS lock_id
+    FROM unnest(@unique_keys::text[]) AS k(key)
+    WHERE k.key <> ''
+    ORDER BY 1
+) AS l;
+
+-- name: EnqueueUnique :one
+-- One job whose unique key is held by more than a live job, run after
+-- LockUniqueKeys in the same transaction (alone, it is exact only against
+-- enqueues of live keys; see LockUniqueKeys). Enqueue's parameters, plus:
+-- states, the finished states whose jobs hold the key too ('completed',
+-- 'dead', 'cancelled'; empty: live jobs only); period_ms, how recently such
+-- a job must have been enqueued (created_at) to hold it (0: whenever, as
+-- long as it is kept); replace, whether a waiting holder (pending or
+-- scheduled) takes this job's payload and version; push_run_at, whether it
+-- also takes this job's run time (a debounce). A live holder comes first,
+-- then the newest finished one. outcome is 'inserted' (the new job's id),
+-- 'replaced' (the waiting holder's id) or 'kept' (the holder's id: running,
+-- finished, or waiting without replace; or a job that took the key after
+-- this statement's snapshot, id 0 when it is not visible to it). The
+-- replace re-checks the holder's state under its row lock, so a job
+-- claimed meanwhile is kept, not changed while it runs. A job without a
+-- key is simply inserted.
+WITH holder AS MATERIALIZED (
+    SELECT c.id, c.waiting
+    FROM (
+        SELECT j.id, j.state IN ('pending', 'scheduled') AS waiting, 0 AS rank
+        FROM hopper_jobs AS j
+        WHERE j.unique_key = sqlc.narg(unique_key)::text
+        UNION ALL
+        SELECT h.id, false, 1
+        FROM hopper_job_history AS h
+        WHERE h.unique_key = sqlc.narg(unique_key)::text
+          AND 'completed' = ANY (@states::text[])
+          AND (@period_ms::bigint = 0 OR h.created_at > now() - '1 millisecond'::interval * @period_ms::bigint)
+        UNION ALL
+        SELECT d.id, false, 1
+        FROM hopper_dead_jobs AS d
+        WHERE d.unique_key = sqlc.narg(unique_key)::text
+          AND d.state = ANY (@states::text[])
+          AND (@period_ms::bigint = 0 OR d.created_at > now() - '1 millisecond'::interval * @period_ms::bigint)
+    ) AS c
+    ORDER BY c.rank, c.id DESC
+    LIMIT 1
+), replaced AS (
+    UPDATE hopper_jobs AS j
+    SET payload = coalesce(@payload::jsonb, '{}'),
+        version = coalesce(nullif(@version::integer, 0), 1),
+        run_at = CASE WHEN @push_run_at::boolean
+                      THEN greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint)
+                      ELSE j.run_at END,
+        state = CASE WHEN NOT @push_run_at::boolean THEN j.state
+                     WHEN greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint) > now() THEN 'scheduled'
+                     ELSE 'pending' END
+    FROM holder
+    WHERE @replace::boolean AND holder.waiting
+      AND j.id = holder.id AND j.state IN ('pending', 'scheduled')
+    RETURNING j.id
+), inserted AS (
+    INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)
+    SELECT coalesce(nullif(@queue::text, ''), 'default'), @kind::text, coalesce(nullif(@version::integer, 0), 1),
+           coalesce(@payload::jsonb, '{}'), @priority::smallint,
+           greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint),
+           CASE WHEN greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
+           coalesce(nullif(@max_attempts::integer, 0), 25), sqlc.narg(unique_key)::text,
+           sqlc.narg(meta)::jsonb, sqlc.narg(concurrency_key)::text
+    WHERE NOT EXISTS (SELECT FROM holder)
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+    RETURNING id
+)
+SELECT i.id, 'inserted'::text AS outcome FROM inserted AS i
+UNION ALL
+SELECT r.id, 'replaced'::text FROM replaced AS r
+UNION ALL
+SELECT holder.id, 'kept'::text FROM holder WHERE NOT EXISTS (SELECT FROM replaced)
+UNION ALL
+SELECT coalesce(max(live.id), 0), 'kept'::text
+FROM hopper_jobs AS live
+WHERE live.unique_key = sqlc.narg(unique_key)::text
+HAVING sqlc.narg(unique_key)::text IS NOT NULL
+   AND NOT EXISTS (SELECT FROM holder) AND NOT EXISTS (SELECT FROM inserted);

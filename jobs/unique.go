@@ -1,0 +1,386 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/hopperq/hopper/db"
+)
+
+// Uniqueness beyond the live job table. A unique key (UniqueKey, or one a
+// kind derives from the payload: UniqueBy, UniqueFields) is held by its
+// live job (pending, scheduled or running) in every mode: the job table's
+// unique index. UniqueStates and UniquePeriod make finished jobs hold it
+// too; ReplaceWaiting and Debounce make a new enqueue update the waiting
+// job that holds it. Those modes are decided against three tables, so
+// their enqueues are serialized on the key: see LockUniqueKeys in
+// queries/enqueue.sql and lockedEnqueue below.
+
+// UniqueStates chooses the states whose jobs hold the unique key. Live
+// jobs always hold it (StatePending, StateScheduled and StateRunning may be
+// named, and change nothing); add StateCompleted, StateDead and
+// StateCancelled to keep the key held after the job finished, for as long
+// as the finished job is kept (completed jobs only when the kind or queue
+// keeps history), or within UniquePeriod. Without this option and without
+// a period only live jobs hold the key. A job without a unique key ignores
+// it. An unknown state is refused with ErrInvalidState.
+func UniqueStates(states ...State) EnqueueOption {
+	return func(o *enqueueOptions) { o.uniqueStates = slices.Clone(states); o.uniqueStatesSet = true }
+}
+
+// UniquePeriod makes the unique key held by any job that has it and was
+// enqueued less than d ago, finished ones included, so that a key is
+// enqueued at most once per d ("sync this account at most once an hour").
+// The window slides: it is measured from each job's enqueue time
+// (created_at) with the database's clock, at a millisecond's resolution.
+// Finished jobs count in the states chosen by UniqueStates, or all of
+// completed, dead and cancelled when it is not given; a completed job
+// counts only where history is kept (worker.KeepHistory: keep it at least
+// d), since without history a completed job leaves no row. A live job
+// holds its key whatever its age. 0 means no period. A job without a
+// unique key ignores it.
+func UniquePeriod(d time.Duration) EnqueueOption {
+	return func(o *enqueueOptions) { o.uniquePeriod = d }
+}
+
+// ReplaceWaiting makes an enqueue whose unique key is held by a waiting job
+// (pending or scheduled) give that job its payload instead of being
+// skipped: the result says Replaced, with the waiting job's id. The job
+// keeps its run time, queue, priority, attempts, metadata and concurrency
+// key. A running job, or a finished one that holds the key (UniqueStates,
+// UniquePeriod), is kept unchanged, as without this option. A job without
+// a unique key ignores it.
+func ReplaceWaiting() EnqueueOption {
+	return func(o *enqueueOptions) { o.replace, o.pushRunAt = true, false }
+}
+
+// Debounce makes a burst of enqueues of one unique key run once, with the
+// latest payload, d after the last of them: the job is enqueued to run d
+// from now (as Delay(d)), and an enqueue that finds it still waiting gives
+// it its payload and pushes its run time to d from now (ReplaceWaiting, and
+// the run time too). Once the job runs, the next enqueue of the key starts
+// a new job. A job without a unique key is only delayed.
+func Debounce(d time.Duration) EnqueueOption {
+	return func(o *enqueueOptions) { o.replace, o.pushRunAt, o.delay = true, true, d }
+}
+
+// finishedStates are the finished states whose jobs hold the key, as the
+// statement takes them.
+func (o *enqueueOptions) finishedStates() []string {
+	var out []string
+	if !o.uniqueStatesSet {
+		if o.uniquePeriod > 0 {
+			out = []string{string(StateCompleted), string(StateDead), string(StateCancelled)}
+		}
+		return out
+	}
+	for _, s := range []State{StateCompleted, StateDead, StateCancelled} {
+		if slices.Contains(o.uniqueStates, s) {
+			out = append(out, string(s))
+		}
+	}
+	return out
+}
+
+// locked reports whether the job's enqueue needs the key's lock: its
+// answer depends on more than the live job table's unique index.
+func (o *enqueueOptions) locked() bool {
+	return o.uniqueKey != nil && (o.replace || o.uniquePeriod > 0 || len(o.finishedStates()) > 0)
+}
+
+func (o *enqueueOptions) validateUnique() error {
+	for _, s := range o.uniqueStates {
+		if !slices.Contains(States(), s) {
+			return fmt.Errorf("%w: %q in UniqueStates", ErrInvalidState, s)
+		}
+	}
+	if o.uniquePeriod < 0 {
+		return fmt.Errorf("%w: negative unique period %v", ErrInvalidUniqueKey, o.uniquePeriod)
+	}
+	return nil
+}
+
+// periodMs is the period in whole milliseconds, at least 1 when set.
+func (o *enqueueOptions) periodMs() int64 {
+	if o.uniquePeriod <= 0 {
+		return 0
+	}
+	return max(1, o.uniquePeriod.Milliseconds())
+}
+
+// UniqueBy derives each job's unique key from its payload, so that callers
+// cannot forget it: the key is the kind's name, a colon, and what fn
+// returns (an empty string: no key), so kinds never share keys by
+// accident. A UniqueKey given at enqueue overrides it. T must be the
+// kind's payload type. The modes (UniqueStates, UniquePeriod,
+// ReplaceWaiting, Debounce) are set with Defaults or per enqueue.
+func UniqueBy[T any](fn func(T) string) DefineOption {
+	return func(d *definition) {
+		if fn == nil {
+			d.errs = append(d.errs, errors.New("UniqueBy: nil function"))
+			return
+		}
+		if d.uniqueOf != nil || d.uniqueFields != nil {
+			d.errs = append(d.errs, errors.New("UniqueBy and UniqueFields: give one"))
+			return
+		}
+		d.uniqueOf = fn
+	}
+}
+
+// UniqueFields derives each job's unique key from the named top-level
+// fields of its encoded payload (their JSON names), so that callers cannot
+// forget it: the key is the kind's name, a colon, and the fields' values
+// as a JSON array in the order named (a missing field is null), such as
+// `sync-account:[42,"eu"]`. A UniqueKey given at enqueue overrides it; a
+// key over MaxUniqueKeyLength is refused (ErrInvalidUniqueKey).
+func UniqueFields(fields ...string) DefineOption {
+	return func(d *definition) {
+		switch {
+		case len(fields) == 0 || slices.Contains(fields, ""):
+			d.errs = append(d.errs, errors.New("UniqueFields: name one field or more, none empty"))
+		case d.uniqueOf != nil || d.uniqueFields != nil:
+			d.errs = append(d.errs, errors.New("UniqueBy and UniqueFields: give one"))
+		default:
+			d.uniqueFields = slices.Clone(fields)
+		}
+	}
+}
+
+// deriveUniqueKey sets the unique key from the payload (UniqueBy,
+// UniqueFields) when no option gave one.
+func (k *Kind[T]) deriveUniqueKey(payload T, raw json.RawMessage, o *enqueueOptions) error {
+	if o.uniqueKey != nil || (k.uniqueOf == nil && k.uniqueFields == nil) {
+		return nil
+	}
+	var part string
+	if k.uniqueOf != nil {
+		p, err := k.uniqueOf(payload)
+		if err != nil || p == "" {
+			return err
+		}
+		part = p
+	} else {
+		p, err := fieldsKey(raw, k.uniqueFields)
+		if err != nil {
+			return err
+		}
+		part = p
+	}
+	key := k.name + ":" + part
+	o.uniqueKey = &key
+	return checkKey(o.uniqueKey, ErrInvalidUniqueKey, MaxUniqueKeyLength)
+}
+
+// fieldsKey is the JSON array of the named fields' values in raw.
+func fieldsKey(raw json.RawMessage, fields []string) (string, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return "", fmt.Errorf("%w: UniqueFields needs a payload that encodes as a JSON object: %v", ErrInvalidUniqueKey, err)
+	}
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i, f := range fields {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		v, ok := obj[f]
+		if !ok {
+			b.WriteString("null")
+			continue
+		}
+		if err := json.Compact(&b, v); err != nil {
+			return "", fmt.Errorf("%w: field %q: %v", ErrInvalidUniqueKey, f, err)
+		}
+	}
+	b.WriteByte(']')
+	return b.String(), nil
+}
+
+// Outcome is what an enqueue did with one job.
+type Outcome string
+
+const (
+	// OutcomeInserted: a new job was inserted.
+	OutcomeInserted Outcome = "inserted"
+	// OutcomeReplaced: the waiting job holding the unique key took this
+	// payload (ReplaceWaiting, Debounce); nothing was inserted.
+	OutcomeReplaced Outcome = "replaced"
+	// OutcomeKept: a job holding the unique key was left as it was;
+	// nothing was inserted.
+	OutcomeKept Outcome = "kept"
+)
+
+// Outcome says which of inserted, replaced and kept happened.
+func (r Result) Outcome() Outcome {
+	switch {
+	case !r.Duplicate:
+		return OutcomeInserted
+	case r.Replaced:
+		return OutcomeReplaced
+	default:
+		return OutcomeKept
+	}
+}
+
+// uniqueParams is one job as EnqueueUnique takes it.
+func uniqueParams(kind string, version int, raw json.RawMessage, o *enqueueOptions) db.EnqueueUniqueParams {
+	states := o.finishedStates()
+	if states == nil {
+		states = []string{}
+	}
+	return db.EnqueueUniqueParams{
+		Queue: o.queue, Kind: kind, Version: int32(version), Payload: raw, Priority: int16(o.priority),
+		RunAt: o.runAtOrLongAgo(), DelayMs: o.delay.Milliseconds(), MaxAttempts: int32(o.maxAttempts),
+		UniqueKey: o.uniqueKey, Meta: o.metaRaw, ConcurrencyKey: o.key,
+		States: states, PeriodMs: o.periodMs(), Replace: o.replace, PushRunAt: o.pushRunAt,
+	}
+}
+
+// resultOf reads EnqueueUnique's answer.
+func resultOf(id int64, outcome string) (Result, error) {
+	switch Outcome(outcome) {
+	case OutcomeInserted:
+		return Result{ID: id}, nil
+	case OutcomeReplaced:
+		return Result{ID: id, Duplicate: true, Replaced: true}, nil
+	case OutcomeKept:
+		return Result{ID: id, Duplicate: true}, nil
+	}
+	return Result{}, fmt.Errorf("the enqueue statement answered %q", outcome)
+}
+
+// lockedEnqueue enqueues jobs with EnqueueUnique, one statement each in
+// their order, after LockUniqueKeys has locked all their keys, all in one
+// transaction: so each job's answer is what enqueueing them one by one
+// would give, and no other locked enqueue of those keys runs between the
+// check and the write.
+//
+// Why an advisory lock and not a table of keys: the lock costs no write,
+// no migration, no vacuum, and PostgreSQL frees it with the transaction,
+// rolled back or not, so a caller's rolled-back enqueue frees its key and
+// a crashed one cannot leave a key taken. Why a statement of its own: the
+// lock must be granted before the snapshot of the statement that decides
+// (see LockUniqueKeys).
+//
+// How the statements are sent: to a pool, a connection or a transaction
+// (anything that sends pgx batches), as one pipelined batch, one round
+// trip; outside a transaction the batch is one implicit transaction, which
+// the server commits at its end, and inside the caller's the lock is held
+// until that transaction ends. To a DBTX that cannot send batches but can
+// begin a transaction (InSchema's), in a transaction begun on it (a
+// savepoint inside the caller's), one round trip per statement. To any
+// other DBTX one by one: it must then be a transaction, or the lock is
+// released before the job is written.
+func lockedEnqueue(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams) ([]Result, error) {
+	keys := make([]string, 0, len(jobs))
+	for _, j := range jobs {
+		if j.UniqueKey != nil {
+			keys = append(keys, *j.UniqueKey)
+		}
+	}
+	if sender, ok := dbtx.(interface {
+		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+	}); ok {
+		return lockedBatch(ctx, sender, keys, jobs)
+	}
+	run := func(q *db.Queries) ([]Result, error) {
+		if err := q.LockUniqueKeys(ctx, keys); err != nil {
+			return nil, err
+		}
+		out := make([]Result, len(jobs))
+		for i, j := range jobs {
+			row, err := q.EnqueueUnique(ctx, j)
+			if err == nil {
+				out[i], err = resultOf(row.ID, row.Outcome)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	if _, ok := dbtx.(interface {
+		Begin(context.Context) (pgx.Tx, error)
+	}); ok {
+		var out []Result
+		err := inTx(ctx, dbtx, func(q *db.Queries) (err error) {
+			out, err = run(q)
+			return err
+		})
+		return out, err
+	}
+	return run(db.New(dbtx))
+}
+
+// lockedBatch sends the lock and the jobs' statements as one pgx batch.
+// Their SQL is recorded from the generated methods.
+func lockedBatch(ctx context.Context, sender interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, keys []string, jobs []db.EnqueueUniqueParams) ([]Result, error) {
+	var rec recorder
+	b := &pgx.Batch{}
+	_ = db.New(&rec).LockUniqueKeys(ctx, keys)
+	b.Queue(rec.sql, rec.args...)
+	for _, j := range jobs {
+		_, _ = db.New(&rec).EnqueueUnique(ctx, j)
+		b.Queue(rec.sql, rec.args...)
+	}
+	br := sender.SendBatch(ctx, b)
+	out := make([]Result, len(jobs))
+	_, err := br.Exec()
+	for i := 0; err == nil && i < len(jobs); i++ {
+		var id int64
+		var outcome string
+		if err = br.QueryRow().Scan(&id, &outcome); err == nil {
+			out[i], err = resultOf(id, outcome)
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// recorder is a DBTX that keeps the last statement it was asked to run,
+// and runs nothing: the generated methods' SQL and arguments, for a batch.
+type recorder struct {
+	sql  string
+	args []any
+}
+
+var errRecorded = errors.New("recorded, not run")
+
+func (r *recorder) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	r.sql, r.args = sql, args
+	return pgconn.CommandTag{}, nil
+}
+
+func (r *recorder) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	r.sql, r.args = sql, args
+	return nil, errRecorded
+}
+
+func (r *recorder) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
+	r.sql, r.args = sql, args
+	return recordedRow{}
+}
+
+func (r *recorder) CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error) {
+	return 0, errRecorded
+}
+
+type recordedRow struct{}
+
+func (recordedRow) Scan(...any) error { return errRecorded }
