@@ -13,7 +13,7 @@ import (
 // sqlAPIObjects are what migration 12 (sql_api) adds.
 var sqlAPIObjects = []string{
 	"function hopper_enqueue", "function hopper_enqueue_many",
-	"function hopper_enqueue_values", "function hopper_go_duration",
+	"function hopper_enqueue_values", "function hopper_go_duration", "function hopper_go_escapes",
 }
 
 // TestSQLAPIMigration: migration 12 adds the SQL API's functions, each

@@ -39,6 +39,15 @@ BEGIN
 END;
 $$;
 
+-- How many bytes more than PostgreSQL Go's JSON text takes for the
+-- characters it escapes where PostgreSQL does not: <, > and & (\u003c
+-- for 1 byte) and U+2028, U+2029 (\u2028 for 3 bytes).
+CREATE FUNCTION hopper_go_escapes(t text) RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT AS $$
+    SELECT 5 * (length(t) - length(translate(t, '<>&', '')))
+         + 3 * (length(t) - length(translate(t, U&'\2028\2029', '')))
+$$;
+
 -- Checks one job as Go checks it (EnqueueRaw, then Kind.Enqueue's options,
 -- in the same order, so that a job with two faults gets the same error)
 -- and returns what to store: Hopper's defaults for NULL options, run_at
@@ -57,6 +66,7 @@ LANGUAGE plpgsql STABLE AS $$
 DECLARE
     n integer;
     bad text;
+    t text;
 BEGIN
     n := coalesce(char_length(kind), 0);
     IF n = 0 OR n > 128 THEN
@@ -103,7 +113,11 @@ BEGIN
                 MESSAGE = prefix || 'hopper: invalid metadata: key "' || bad || '": the value is not a string',
                 HINT = 'meta is a JSON object of string tags, such as {"tenant": "acme"}: put numbers and the like in quotes';
         END IF;
-        n := octet_length(meta::text);
+        -- Go's count (jobs.Meta): its JSON text, in which <, > and & take
+        -- 6 bytes (\u003c) and U+2028, U+2029 take 6, plus two bytes a key;
+        -- PostgreSQL's text is one byte shorter than that.
+        t := meta::text;
+        n := octet_length(t) + 1 + hopper_go_escapes(t);
         IF n > 8192 THEN
             RAISE EXCEPTION USING ERRCODE = '22023',
                 MESSAGE = prefix || 'hopper: invalid metadata: ' || n || ' bytes as stored, over the limit of 8192',
@@ -147,7 +161,23 @@ BEGIN
             HINT = 'a unique key has 1 to 512 characters; NULL is none';
     END IF;
 
-    n := octet_length(payload::text);
+    -- Go counts its compact JSON (json.Marshal): PostgreSQL's text plus
+    -- Go's escapes (at most 6 bytes for 1), less the space after every
+    -- colon and comma. Counted only for a payload that may be near the
+    -- limit.
+    t := payload::text;
+    n := octet_length(t);
+    IF n > 1048576 / 6 THEN
+        n := n + hopper_go_escapes(t);
+    END IF;
+    IF n > 1048576 THEN
+        SELECT n - coalesce(sum(CASE jsonb_typeof(v)
+                   WHEN 'object' THEN greatest(2 * (SELECT count(*) FROM jsonb_object_keys(v)) - 1, 0)
+                   WHEN 'array' THEN greatest(jsonb_array_length(v) - 1, 0)
+                   ELSE 0 END), 0)
+        INTO n
+        FROM jsonb_path_query(payload, 'strict $.**') AS v;
+    END IF;
     IF n > 1048576 THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = prefix || 'hopper: payload too large: ' || n || ' bytes encoded, over the limit of 1048576',
@@ -156,7 +186,8 @@ BEGIN
 
     -- Enqueue's run_at: the later of run_at and now() + delay ("now" when
     -- neither is given), stored as scheduled when it is in the future.
-    o_run_at := greatest(coalesce(run_at, '-infinity'), now() + coalesce(delay, '0'));
+    -- (Go sends the delay in whole milliseconds.)
+    o_run_at := greatest(coalesce(run_at, '-infinity'), now() + date_trunc('milliseconds', coalesce(delay, '0')));
     o_state := CASE WHEN o_run_at > now() THEN 'scheduled' ELSE 'pending' END;
 END;
 $$;
