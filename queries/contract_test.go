@@ -49,6 +49,8 @@ func TestRuntimeContract(t *testing.T) {
 		{"ResumeQueue", ":one", []string{"paused_at = null", "pg_notify('hopper_jobs'", "cross join woken"}, "a resume wakes the queue's workers"},
 		{"ReserveJobIDs", ":many", []string{"nextval(seq.id)", "as materialized"}, "COPY batches report their jobs' ids"},
 		{"EnqueueBatchPlain", ":many", []string{"case when b.state = '' then now() else b.run_at end", "returning id ) select id from inserted order by id"}, "a small plain batch stores what COPY stores and names its jobs' ids in its order"},
+		{"LockUniqueKeys", ":exec", []string{"pg_advisory_xact_lock(", "hashtextextended('hopper_jobs'::regclass::oid::text || ':' || k.key, 0)", "order by 1"}, "locked unique modes serialize on a hash of (job table, key), freed with the transaction, taken in one order so that batches never deadlock"},
+		{"EnqueueUnique", ":one", []string{"on conflict (unique_key) where unique_key is not null do nothing", "from hopper_job_history as h", "from hopper_dead_jobs as d", "d.state = any (@states::text[])", "h.created_at > now() -", "j.state in ('pending', 'scheduled') returning j.id", "where not exists (select from holder)"}, "finished jobs hold a key in the states and period chosen, only a waiting holder is replaced, and a live one is never doubled"},
 		{"EnqueueBatchUnique", ":many", []string{"on conflict (unique_key) where unique_key is not null do nothing", "order by batch.id"}, "duplicates in a batch are skipped, and every job gets its row, in order"},
 		{"Notify", ":exec", []string{"pg_notify('hopper_jobs'"}, "workers listen on hopper_jobs"},
 		{"Listen", ":exec", []string{"listen hopper_jobs"}, "the channel the trigger notifies"},
