@@ -7,9 +7,9 @@ import "fmt"
 // own queries) need connections on top: up to the sum of the queues'
 // concurrency when every handler does.
 type Connections struct {
-	Claims      int // one claim loop per queue
-	Completer   int // the batched acknowledgements
-	Heartbeat   int // the registry beat and the lease extensions
+	Claims    int // one claim loop per queue
+	Completer int // the batched acknowledgements
+	Heartbeat int // the registry beat and the lease extensions
 	// Maintenance: sweep, promotion and pruning run on their own
 	// intervals, each a short statement; they rarely overlap, and when
 	// they do one waits a moment, which delays nothing that matters.
