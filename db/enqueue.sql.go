@@ -291,19 +291,19 @@ func (q *Queries) EnqueueBatchUnique(ctx context.Context, arg EnqueueBatchUnique
 
 const enqueueUnique = `-- name: EnqueueUnique :one
 WITH holder AS MATERIALIZED (
-    SELECT c.id, c.waiting
+    SELECT c.id, c.state
     FROM (
-        SELECT j.id, j.state IN ('pending', 'scheduled') AS waiting, 0 AS rank
+        SELECT j.id, j.state, 0 AS rank
         FROM hopper_jobs AS j
         WHERE j.unique_key = $1::text
         UNION ALL
-        SELECT h.id, false, 1
+        SELECT h.id, 'completed', 1
         FROM hopper_job_history AS h
         WHERE h.unique_key = $1::text
           AND 'completed' = ANY ($2::text[])
           AND ($3::bigint = 0 OR h.created_at > now() - '1 millisecond'::interval * $3::bigint)
         UNION ALL
-        SELECT d.id, false, 1
+        SELECT d.id, d.state, 1
         FROM hopper_dead_jobs AS d
         WHERE d.unique_key = $1::text
           AND d.state = ANY ($2::text[])
@@ -311,29 +311,41 @@ WITH holder AS MATERIALIZED (
     ) AS c
     ORDER BY c.rank, c.id DESC
     LIMIT 1
+), blocking AS MATERIALIZED (
+    -- the holder, unless it is a running job that gives up its key
+    SELECT holder.id, holder.state FROM holder
+    WHERE NOT ($4::boolean AND holder.state = 'running')
 ), replaced AS (
     UPDATE hopper_jobs AS j
-    SET payload = coalesce($4::jsonb, '{}'),
-        version = coalesce(nullif($5::integer, 0), 1),
-        run_at = CASE WHEN $6::boolean
-                      THEN greatest($7::timestamptz, now() + '1 millisecond'::interval * $8::bigint)
+    SET payload = coalesce($5::jsonb, '{}'),
+        version = coalesce(nullif($6::integer, 0), 1),
+        run_at = CASE WHEN $7::boolean
+                      THEN greatest($8::timestamptz, now() + '1 millisecond'::interval * $9::bigint)
                       ELSE j.run_at END,
-        state = CASE WHEN NOT $6::boolean THEN j.state
-                     WHEN greatest($7::timestamptz, now() + '1 millisecond'::interval * $8::bigint) > now() THEN 'scheduled'
+        state = CASE WHEN NOT $7::boolean THEN j.state
+                     WHEN greatest($8::timestamptz, now() + '1 millisecond'::interval * $9::bigint) > now() THEN 'scheduled'
                      ELSE 'pending' END
+    FROM blocking
+    WHERE $10::boolean AND blocking.state IN ('pending', 'scheduled')
+      AND j.id = blocking.id AND j.state IN ('pending', 'scheduled')
+    RETURNING j.id
+), taken AS (
+    UPDATE hopper_jobs AS j
+    SET unique_key = NULL
     FROM holder
-    WHERE $9::boolean AND holder.waiting
-      AND j.id = holder.id AND j.state IN ('pending', 'scheduled')
+    WHERE $4::boolean AND holder.state = 'running'
+      AND j.id = holder.id AND j.state = 'running'
     RETURNING j.id
 ), inserted AS (
     INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)
-    SELECT coalesce(nullif($10::text, ''), 'default'), $11::text, coalesce(nullif($5::integer, 0), 1),
-           coalesce($4::jsonb, '{}'), $12::smallint,
-           greatest($7::timestamptz, now() + '1 millisecond'::interval * $8::bigint),
-           CASE WHEN greatest($7::timestamptz, now() + '1 millisecond'::interval * $8::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
-           coalesce(nullif($13::integer, 0), 25), $1::text,
-           $14::jsonb, $15::text
-    WHERE NOT EXISTS (SELECT FROM holder)
+    SELECT coalesce(nullif($11::text, ''), 'default'), $12::text, coalesce(nullif($6::integer, 0), 1),
+           coalesce($5::jsonb, '{}'), $13::smallint,
+           greatest($8::timestamptz, now() + '1 millisecond'::interval * $9::bigint),
+           CASE WHEN greatest($8::timestamptz, now() + '1 millisecond'::interval * $9::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
+           coalesce(nullif($14::integer, 0), 25), $1::text,
+           $15::jsonb, $16::text
+    FROM (SELECT count(*) AS n FROM taken) AS t
+    WHERE NOT EXISTS (SELECT FROM blocking)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id
 )
@@ -341,31 +353,33 @@ SELECT i.id, 'inserted'::text AS outcome FROM inserted AS i
 UNION ALL
 SELECT r.id, 'replaced'::text FROM replaced AS r
 UNION ALL
-SELECT holder.id, 'kept'::text FROM holder WHERE NOT EXISTS (SELECT FROM replaced)
+SELECT blocking.id, 'kept'::text FROM blocking
+WHERE NOT EXISTS (SELECT FROM replaced)
 UNION ALL
 SELECT coalesce(max(live.id), 0), 'kept'::text
 FROM hopper_jobs AS live
 WHERE live.unique_key = $1::text
 HAVING $1::text IS NOT NULL
-   AND NOT EXISTS (SELECT FROM holder) AND NOT EXISTS (SELECT FROM inserted)
+   AND NOT EXISTS (SELECT FROM blocking) AND NOT EXISTS (SELECT FROM inserted)
 `
 
 type EnqueueUniqueParams struct {
-	UniqueKey      *string         `json:"unique_key"`
-	States         []string        `json:"states"`
-	PeriodMs       int64           `json:"period_ms"`
-	Payload        json.RawMessage `json:"payload"`
-	Version        int32           `json:"version"`
-	PushRunAt      bool            `json:"push_run_at"`
-	RunAt          time.Time       `json:"run_at"`
-	DelayMs        int64           `json:"delay_ms"`
-	Replace        bool            `json:"replace"`
-	Queue          string          `json:"queue"`
-	Kind           string          `json:"kind"`
-	Priority       int16           `json:"priority"`
-	MaxAttempts    int32           `json:"max_attempts"`
-	Meta           json.RawMessage `json:"meta"`
-	ConcurrencyKey *string         `json:"concurrency_key"`
+	UniqueKey       *string         `json:"unique_key"`
+	States          []string        `json:"states"`
+	PeriodMs        int64           `json:"period_ms"`
+	TakeFromRunning bool            `json:"take_from_running"`
+	Payload         json.RawMessage `json:"payload"`
+	Version         int32           `json:"version"`
+	PushRunAt       bool            `json:"push_run_at"`
+	RunAt           time.Time       `json:"run_at"`
+	DelayMs         int64           `json:"delay_ms"`
+	Replace         bool            `json:"replace"`
+	Queue           string          `json:"queue"`
+	Kind            string          `json:"kind"`
+	Priority        int16           `json:"priority"`
+	MaxAttempts     int32           `json:"max_attempts"`
+	Meta            json.RawMessage `json:"meta"`
+	ConcurrencyKey  *string         `json:"concurrency_key"`
 }
 
 type EnqueueUniqueRow struct {
@@ -381,19 +395,26 @@ type EnqueueUniqueRow struct {
 // a job must have been enqueued (created_at) to hold it (0: whenever, as
 // long as it is kept); replace, whether a waiting holder (pending or
 // scheduled) takes this job's payload and version; push_run_at, whether it
-// also takes this job's run time (a debounce). A live holder comes first,
-// then the newest finished one. outcome is 'inserted' (the new job's id),
-// 'replaced' (the waiting holder's id) or 'kept' (the holder's id: running,
-// finished, or waiting without replace; or a job that took the key after
-// this statement's snapshot, id 0 when it is not visible to it). The
-// replace re-checks the holder's state under its row lock, so a job
-// claimed meanwhile is kept, not changed while it runs. A job without a
-// key is simply inserted.
+// also takes this job's run time (a debounce); take_from_running, whether
+// a running holder gives up the key to this job, which is inserted (so
+// that the latest payload runs after the running job: replace with live
+// keys only). A live holder comes first, then the newest finished one.
+// outcome is 'inserted' (the new job's id), 'replaced' (the waiting
+// holder's id) or 'kept' (the holder's id: running, finished, or waiting
+// without replace; or a job that took the key after this statement's
+// snapshot, id 0 when it is not visible to it). The replace re-checks the
+// holder's state under its row lock, so a job claimed meanwhile is not
+// changed while it runs. A running holder that finished meanwhile has
+// freed the key: the job is inserted all the same. The insert reads the
+// count of taken keys first, so that the key is off the running holder
+// before the insert checks the unique index. A job without a key is simply
+// inserted.
 func (q *Queries) EnqueueUnique(ctx context.Context, arg EnqueueUniqueParams) (EnqueueUniqueRow, error) {
 	row := q.db.QueryRow(ctx, enqueueUnique,
 		arg.UniqueKey,
 		arg.States,
 		arg.PeriodMs,
+		arg.TakeFromRunning,
 		arg.Payload,
 		arg.Version,
 		arg.PushRunAt,
@@ -410,6 +431,31 @@ func (q *Queries) EnqueueUnique(ctx context.Context, arg EnqueueUniqueParams) (E
 	var i EnqueueUniqueRow
 	err := row.Scan(&i.ID, &i.Outcome)
 	return i, err
+}
+
+const lockUniqueHolders = `-- name: LockUniqueHolders :exec
+SELECT count(*)
+FROM (
+    SELECT j.id
+    FROM hopper_jobs AS j
+    WHERE j.unique_key = ANY ($1::text[])
+    ORDER BY j.id
+    FOR UPDATE OF j
+) AS locked
+`
+
+// Locks, in id order, the live jobs holding these unique keys (empty keys
+// are skipped): run after LockUniqueKeys by a batch with replacing jobs,
+// before its EnqueueUnique statements, which may each lock a holder (to
+// replace a waiting one, to take the key from a running one) and hold it
+// until the batch's transaction ends. Taken in the batch's order, those
+// locks could deadlock with the worker's statements that wait for row
+// locks, which take them in id order (AckBatch, NackBatch, Release);
+// taken here first, in id order, they cannot. A running holder locked here
+// makes its acknowledgement wait for the batch's end.
+func (q *Queries) LockUniqueHolders(ctx context.Context, uniqueKeys []string) error {
+	_, err := q.db.Exec(ctx, lockUniqueHolders, uniqueKeys)
+	return err
 }
 
 const lockUniqueKeys = `-- name: LockUniqueKeys :exec

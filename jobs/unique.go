@@ -55,9 +55,12 @@ func UniquePeriod(d time.Duration) EnqueueOption {
 // (pending or scheduled) give that job its payload instead of being
 // skipped: the result says Replaced, with the waiting job's id. The job
 // keeps its run time, queue, priority, attempts, metadata and concurrency
-// key. A running job, or a finished one that holds the key (UniqueStates,
-// UniquePeriod), is kept unchanged, as without this option. A job without
-// a unique key ignores it.
+// key. A running job is never changed: with live keys only (no
+// UniqueStates, no UniquePeriod) it gives up the key, and the new job is
+// inserted to run after it, so that the latest payload always runs (the
+// running job then shows no unique key); where finished jobs hold the key,
+// a running or finished holder is kept, as without this option. A job
+// without a unique key ignores it.
 func ReplaceWaiting() EnqueueOption {
 	return func(o *enqueueOptions) { o.replace, o.pushRunAt = true, false }
 }
@@ -67,7 +70,9 @@ func ReplaceWaiting() EnqueueOption {
 // from now (as Delay(d)), and an enqueue that finds it still waiting gives
 // it its payload and pushes its run time to d from now (ReplaceWaiting, and
 // the run time too). Once the job runs, the next enqueue of the key starts
-// a new job. A job without a unique key is only delayed.
+// a new job, which takes the key from the running one (see ReplaceWaiting):
+// the payload of the last enqueue of a burst is the one that runs last. A
+// job without a unique key is only delayed.
 func Debounce(d time.Duration) EnqueueOption {
 	return func(o *enqueueOptions) { o.replace, o.pushRunAt, o.delay = true, true, d }
 }
@@ -242,6 +247,7 @@ func uniqueParams(kind string, version int, raw json.RawMessage, o *enqueueOptio
 		RunAt: o.runAtOrLongAgo(), DelayMs: o.delay.Milliseconds(), MaxAttempts: int32(o.maxAttempts),
 		UniqueKey: o.uniqueKey, Meta: o.metaRaw, ConcurrencyKey: o.key,
 		States: states, PeriodMs: o.periodMs(), Replace: o.replace, PushRunAt: o.pushRunAt,
+		TakeFromRunning: o.replace && len(states) == 0,
 	}
 }
 
@@ -281,20 +287,66 @@ func resultOf(id int64, outcome string) (Result, error) {
 // other DBTX one by one: it must then be a transaction, or the lock is
 // released before the job is written.
 func lockedEnqueue(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams) ([]Result, error) {
+	out, err := lockedSend(ctx, dbtx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	// A replace that met its holder as it was being claimed (or a live
+	// key enqueued meanwhile without the lock) answers kept, which no
+	// order of the enqueues explains: the job should have been replaced,
+	// or have taken the key from the running job. Send it again, alone,
+	// unless a later job of the batch has its key (whose payload wins
+	// anyway): its statement then sees the claim.
+	for i, j := range jobs {
+		for try := 0; try < 3 && j.TakeFromRunning && out[i].Outcome() == OutcomeKept && lastOfKey(jobs, i); try++ {
+			again, err := lockedSend(ctx, dbtx, jobs[i:i+1])
+			if err != nil {
+				return nil, err
+			}
+			out[i] = again[0]
+		}
+	}
+	return out, nil
+}
+
+// lastOfKey reports whether no job after jobs[i] has its unique key.
+func lastOfKey(jobs []db.EnqueueUniqueParams, i int) bool {
+	for _, j := range jobs[i+1:] {
+		if j.UniqueKey != nil && *j.UniqueKey == *jobs[i].UniqueKey {
+			return false
+		}
+	}
+	return true
+}
+
+// lockedSend sends the lock, then each job's statement.
+func lockedSend(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams) ([]Result, error) {
 	keys := make([]string, 0, len(jobs))
+	var held []string // the keys whose holders a statement may lock
 	for _, j := range jobs {
 		if j.UniqueKey != nil {
 			keys = append(keys, *j.UniqueKey)
+			if j.Replace {
+				held = append(held, *j.UniqueKey)
+			}
 		}
+	}
+	if len(jobs) == 1 { // one row lock at most: no order to keep
+		held = nil
 	}
 	if sender, ok := dbtx.(interface {
 		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
 	}); ok {
-		return lockedBatch(ctx, sender, keys, jobs)
+		return lockedBatch(ctx, sender, keys, held, jobs)
 	}
 	run := func(q *db.Queries) ([]Result, error) {
 		if err := q.LockUniqueKeys(ctx, keys); err != nil {
 			return nil, err
+		}
+		if len(held) > 0 {
+			if err := q.LockUniqueHolders(ctx, held); err != nil {
+				return nil, err
+			}
 		}
 		out := make([]Result, len(jobs))
 		for i, j := range jobs {
@@ -325,11 +377,15 @@ func lockedEnqueue(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams
 // Their SQL is recorded from the generated methods.
 func lockedBatch(ctx context.Context, sender interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-}, keys []string, jobs []db.EnqueueUniqueParams) ([]Result, error) {
+}, keys, held []string, jobs []db.EnqueueUniqueParams) ([]Result, error) {
 	var rec recorder
 	b := &pgx.Batch{}
 	_ = db.New(&rec).LockUniqueKeys(ctx, keys)
 	b.Queue(rec.sql, rec.args...)
+	if len(held) > 0 {
+		_ = db.New(&rec).LockUniqueHolders(ctx, held)
+		b.Queue(rec.sql, rec.args...)
+	}
 	for _, j := range jobs {
 		_, _ = db.New(&rec).EnqueueUnique(ctx, j)
 		b.Queue(rec.sql, rec.args...)
@@ -337,6 +393,9 @@ func lockedBatch(ctx context.Context, sender interface {
 	br := sender.SendBatch(ctx, b)
 	out := make([]Result, len(jobs))
 	_, err := br.Exec()
+	if err == nil && len(held) > 0 {
+		_, err = br.Exec()
+	}
 	for i := 0; err == nil && i < len(jobs); i++ {
 		var id int64
 		var outcome string

@@ -41,13 +41,14 @@ type modelJob struct {
 	state   string // pending (waiting), running, or a finished state
 	old     bool   // enqueued two hours ago
 	payload string
+	keyless bool // gave its key up to a newer job while it ran
 }
 
 type uniqueModel map[string][]*modelJob // per key, oldest first
 
 // enqueue is what the model expects of an enqueue, and applies it.
 func (m uniqueModel) enqueue(key string, mode uniqueMode, payload string) (want jobs.Outcome, holder *modelJob) {
-	jobsOf := m[key]
+	jobsOf := m.of(key)
 	for _, j := range jobsOf {
 		if j.state == "pending" || j.state == "running" {
 			holder = j
@@ -67,12 +68,26 @@ func (m uniqueModel) enqueue(key string, mode uniqueMode, payload string) (want 
 	switch {
 	case holder == nil:
 		return jobs.OutcomeInserted, nil
+	case mode.replace && len(mode.finished) == 0 && holder.state == "running":
+		holder.keyless = true // it runs on; the new job holds the key
+		return jobs.OutcomeInserted, nil
 	case mode.replace && holder.state == "pending":
 		holder.payload = payload
 		return jobs.OutcomeReplaced, holder
 	default:
 		return jobs.OutcomeKept, holder
 	}
+}
+
+// of lists the jobs that hold key (live or finished), oldest first.
+func (m uniqueModel) of(key string) []*modelJob {
+	var out []*modelJob
+	for _, j := range m[key] {
+		if !j.keyless {
+			out = append(out, j)
+		}
+	}
+	return out
 }
 
 // A seeded sequence of enqueues in every mode, mixed with jobs claimed,
@@ -167,7 +182,7 @@ func TestUniqueProperty(t *testing.T) {
 			}
 			flush()
 			var live *modelJob
-			for _, j := range model[o.key] {
+			for _, j := range model.of(o.key) {
 				if j.state == "pending" || j.state == "running" {
 					live = j
 				}
@@ -215,7 +230,7 @@ func check(t *testing.T, seed uint64, path string, model uniqueModel, key string
 	t.Helper()
 	want, holder := model.enqueue(key, mode, payload)
 	require.Equal(t, want, got.Outcome(), "seed %d, %s: key %s, mode %s", seed, path, key, mode.name)
-	if holder != nil {
+	if want != jobs.OutcomeInserted {
 		require.Equal(t, holder.id, got.ID, "seed %d, %s: key %s, mode %s", seed, path, key, mode.name)
 		return
 	}

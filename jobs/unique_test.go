@@ -198,14 +198,27 @@ func TestReplaceWaitingAndDebounce(t *testing.T) {
 	_, state, _ = payload(d1.ID)
 	require.Equal(t, "pending", state, "a debounce of 0 makes it ready now")
 
-	// A running holder is kept, unchanged.
+	// A running holder is not changed: it gives up the key to a new job,
+	// so that the latest payload runs after it.
 	run := testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{State: testfactory.Running, Kind: k.Name(), UniqueKey: "run", Payload: json.RawMessage(`{"text":"running"}`)})
-	kept, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "new"}, jobs.UniqueKey("run"), jobs.Debounce(time.Minute))
+	after, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "new"}, jobs.UniqueKey("run"), jobs.Debounce(time.Minute))
 	require.NoError(t, err)
-	require.Equal(t, jobs.Result{ID: run.ID, Duplicate: true}, kept)
+	require.Equal(t, jobs.OutcomeInserted, after.Outcome())
 	text, state, _ = payload(run.ID)
 	require.Equal(t, "running", text)
 	require.Equal(t, "running", state)
+	var key *string
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT unique_key FROM hopper_jobs WHERE id = $1", run.ID).Scan(&key))
+	require.Nil(t, key, "the running job gave its key up")
+	again, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "newer"}, jobs.UniqueKey("run"), jobs.Debounce(time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, jobs.Result{ID: after.ID, Duplicate: true, Replaced: true}, again)
+
+	// Where finished jobs hold the key, a running holder is kept.
+	run2 := testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{State: testfactory.Running, Kind: k.Name(), UniqueKey: "run2"})
+	kept, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "new"}, jobs.UniqueKey("run2"), jobs.ReplaceWaiting(), jobs.UniquePeriod(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, jobs.Result{ID: run2.ID, Duplicate: true}, kept)
 
 	// In a batch: the counts, and each job answered as if enqueued alone.
 	res, err := k.EnqueueMany(b.Ctx, b.Pool, []jobs.Item[Note]{
@@ -213,11 +226,11 @@ func TestReplaceWaitingAndDebounce(t *testing.T) {
 		{Payload: Note{Text: "b2"}, Options: []jobs.EnqueueOption{jobs.UniqueKey("b"), jobs.ReplaceWaiting()}},
 		{Payload: Note{Text: "b3"}, Options: []jobs.EnqueueOption{jobs.UniqueKey("b")}},
 		{Payload: Note{Text: "free"}},
-		{Payload: Note{Text: "run"}, Options: []jobs.EnqueueOption{jobs.UniqueKey("run"), jobs.ReplaceWaiting()}},
+		{Payload: Note{Text: "run"}, Options: []jobs.EnqueueOption{jobs.UniqueKey("run2"), jobs.ReplaceWaiting(), jobs.UniqueStates(jobs.StateDead)}},
 	})
 	require.NoError(t, err)
 	id := res.Results[0].ID
-	require.Equal(t, []jobs.Result{{ID: id}, {ID: id, Duplicate: true, Replaced: true}, {ID: id, Duplicate: true}, {ID: res.Results[3].ID}, {ID: run.ID, Duplicate: true}}, res.Results)
+	require.Equal(t, []jobs.Result{{ID: id}, {ID: id, Duplicate: true, Replaced: true}, {ID: id, Duplicate: true}, {ID: res.Results[3].ID}, {ID: run2.ID, Duplicate: true}}, res.Results)
 	require.Equal(t, 2, res.Inserted)
 	require.Equal(t, 3, res.Duplicates)
 	require.Equal(t, 1, res.Replaced)

@@ -166,6 +166,25 @@ FROM (
     ORDER BY 1
 ) AS l;
 
+-- name: LockUniqueHolders :exec
+-- Locks, in id order, the live jobs holding these unique keys (empty keys
+-- are skipped): run after LockUniqueKeys by a batch with replacing jobs,
+-- before its EnqueueUnique statements, which may each lock a holder (to
+-- replace a waiting one, to take the key from a running one) and hold it
+-- until the batch's transaction ends. Taken in the batch's order, those
+-- locks could deadlock with the worker's statements that wait for row
+-- locks, which take them in id order (AckBatch, NackBatch, Release);
+-- taken here first, in id order, they cannot. A running holder locked here
+-- makes its acknowledgement wait for the batch's end.
+SELECT count(*)
+FROM (
+    SELECT j.id
+    FROM hopper_jobs AS j
+    WHERE j.unique_key = ANY (@unique_keys::text[])
+    ORDER BY j.id
+    FOR UPDATE OF j
+) AS locked;
+
 -- name: EnqueueUnique :one
 -- One job whose unique key is held by more than a live job, run after
 -- LockUniqueKeys in the same transaction (alone, it is exact only against
@@ -175,28 +194,34 @@ FROM (
 -- a job must have been enqueued (created_at) to hold it (0: whenever, as
 -- long as it is kept); replace, whether a waiting holder (pending or
 -- scheduled) takes this job's payload and version; push_run_at, whether it
--- also takes this job's run time (a debounce). A live holder comes first,
--- then the newest finished one. outcome is 'inserted' (the new job's id),
--- 'replaced' (the waiting holder's id) or 'kept' (the holder's id: running,
--- finished, or waiting without replace; or a job that took the key after
--- this statement's snapshot, id 0 when it is not visible to it). The
--- replace re-checks the holder's state under its row lock, so a job
--- claimed meanwhile is kept, not changed while it runs. A job without a
--- key is simply inserted.
+-- also takes this job's run time (a debounce); take_from_running, whether
+-- a running holder gives up the key to this job, which is inserted (so
+-- that the latest payload runs after the running job: replace with live
+-- keys only). A live holder comes first, then the newest finished one.
+-- outcome is 'inserted' (the new job's id), 'replaced' (the waiting
+-- holder's id) or 'kept' (the holder's id: running, finished, or waiting
+-- without replace; or a job that took the key after this statement's
+-- snapshot, id 0 when it is not visible to it). The replace re-checks the
+-- holder's state under its row lock, so a job claimed meanwhile is not
+-- changed while it runs. A running holder that finished meanwhile has
+-- freed the key: the job is inserted all the same. The insert reads the
+-- count of taken keys first, so that the key is off the running holder
+-- before the insert checks the unique index. A job without a key is simply
+-- inserted.
 WITH holder AS MATERIALIZED (
-    SELECT c.id, c.waiting
+    SELECT c.id, c.state
     FROM (
-        SELECT j.id, j.state IN ('pending', 'scheduled') AS waiting, 0 AS rank
+        SELECT j.id, j.state, 0 AS rank
         FROM hopper_jobs AS j
         WHERE j.unique_key = sqlc.narg(unique_key)::text
         UNION ALL
-        SELECT h.id, false, 1
+        SELECT h.id, 'completed', 1
         FROM hopper_job_history AS h
         WHERE h.unique_key = sqlc.narg(unique_key)::text
           AND 'completed' = ANY (@states::text[])
           AND (@period_ms::bigint = 0 OR h.created_at > now() - '1 millisecond'::interval * @period_ms::bigint)
         UNION ALL
-        SELECT d.id, false, 1
+        SELECT d.id, d.state, 1
         FROM hopper_dead_jobs AS d
         WHERE d.unique_key = sqlc.narg(unique_key)::text
           AND d.state = ANY (@states::text[])
@@ -204,6 +229,10 @@ WITH holder AS MATERIALIZED (
     ) AS c
     ORDER BY c.rank, c.id DESC
     LIMIT 1
+), blocking AS MATERIALIZED (
+    -- the holder, unless it is a running job that gives up its key
+    SELECT holder.id, holder.state FROM holder
+    WHERE NOT (@take_from_running::boolean AND holder.state = 'running')
 ), replaced AS (
     UPDATE hopper_jobs AS j
     SET payload = coalesce(@payload::jsonb, '{}'),
@@ -214,9 +243,16 @@ WITH holder AS MATERIALIZED (
         state = CASE WHEN NOT @push_run_at::boolean THEN j.state
                      WHEN greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint) > now() THEN 'scheduled'
                      ELSE 'pending' END
+    FROM blocking
+    WHERE @replace::boolean AND blocking.state IN ('pending', 'scheduled')
+      AND j.id = blocking.id AND j.state IN ('pending', 'scheduled')
+    RETURNING j.id
+), taken AS (
+    UPDATE hopper_jobs AS j
+    SET unique_key = NULL
     FROM holder
-    WHERE @replace::boolean AND holder.waiting
-      AND j.id = holder.id AND j.state IN ('pending', 'scheduled')
+    WHERE @take_from_running::boolean AND holder.state = 'running'
+      AND j.id = holder.id AND j.state = 'running'
     RETURNING j.id
 ), inserted AS (
     INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)
@@ -226,7 +262,8 @@ WITH holder AS MATERIALIZED (
            CASE WHEN greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
            coalesce(nullif(@max_attempts::integer, 0), 25), sqlc.narg(unique_key)::text,
            sqlc.narg(meta)::jsonb, sqlc.narg(concurrency_key)::text
-    WHERE NOT EXISTS (SELECT FROM holder)
+    FROM (SELECT count(*) AS n FROM taken) AS t
+    WHERE NOT EXISTS (SELECT FROM blocking)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id
 )
@@ -234,10 +271,11 @@ SELECT i.id, 'inserted'::text AS outcome FROM inserted AS i
 UNION ALL
 SELECT r.id, 'replaced'::text FROM replaced AS r
 UNION ALL
-SELECT holder.id, 'kept'::text FROM holder WHERE NOT EXISTS (SELECT FROM replaced)
+SELECT blocking.id, 'kept'::text FROM blocking
+WHERE NOT EXISTS (SELECT FROM replaced)
 UNION ALL
 SELECT coalesce(max(live.id), 0), 'kept'::text
 FROM hopper_jobs AS live
 WHERE live.unique_key = sqlc.narg(unique_key)::text
 HAVING sqlc.narg(unique_key)::text IS NOT NULL
-   AND NOT EXISTS (SELECT FROM holder) AND NOT EXISTS (SELECT FROM inserted);
+   AND NOT EXISTS (SELECT FROM blocking) AND NOT EXISTS (SELECT FROM inserted);
