@@ -126,11 +126,15 @@ func leastPrivilegePool(t *testing.T, d *testdb.DB, extra ...string) *pgxpool.Po
 	schemaID, roleID := pgx.Identifier{d.Schema}.Sanitize(), pgx.Identifier{role}.Sanitize()
 	// The grants, exactly as docs/operating.md lists them.
 	grants := []string{
+		// PUBLIC may run functions unless revoked, as security-minded
+		// setups do: the EXECUTE grant below is then the one that counts.
+		"REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA " + schemaID + " FROM PUBLIC",
 		"CREATE ROLE " + roleID + " LOGIN",
 		"GRANT USAGE ON SCHEMA " + schemaID + " TO " + roleID,
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_jobs, hopper_dead_jobs, hopper_queues, hopper_job_history, hopper_schedules, hopper_schedule_versions, hopper_workers TO " + roleID,
 		"GRANT SELECT ON hopper_all_jobs TO " + roleID,
 		"GRANT USAGE ON SEQUENCE hopper_jobs_id_seq TO " + roleID,
+		"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA " + schemaID + " TO " + roleID,
 	}
 	for _, g := range extra {
 		grants = append(grants, g+" TO "+roleID)
