@@ -433,6 +433,179 @@ func (q *Queries) EnqueueUnique(ctx context.Context, arg EnqueueUniqueParams) (E
 	return i, err
 }
 
+const enqueueUniqueBatch = `-- name: EnqueueUniqueBatch :many
+WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
+    SELECT pg_get_serial_sequence('hopper_jobs', 'id')::regclass AS id
+), batch AS MATERIALIZED (
+    SELECT b.queue, b.kind, b.version, b.payload, b.priority, b.run_at, b.delay_ms, b.max_attempts, b.unique_key, b.meta, b.concurrency_key, b.finished, b.period_ms, b.replace, b.push_run_at, b.take_from_running, nextval(seq.id) AS new_id
+    FROM seq, (
+        SELECT unnest($1::text[]) AS queue,
+               unnest($2::text[]) AS kind,
+               unnest($3::integer[]) AS version,
+               unnest($4::jsonb[]) AS payload,
+               unnest($5::smallint[]) AS priority,
+               unnest($6::timestamptz[]) AS run_at,
+               unnest($7::bigint[]) AS delay_ms,
+               unnest($8::integer[]) AS max_attempts,
+               unnest($9::text[]) AS unique_key,
+               unnest($10::jsonb[]) AS meta,
+               unnest($11::text[]) AS concurrency_key,
+               unnest($12::text[]) AS finished,
+               unnest($13::bigint[]) AS period_ms,
+               unnest($14::boolean[]) AS replace,
+               unnest($15::boolean[]) AS push_run_at,
+               unnest($16::boolean[]) AS take_from_running
+    ) AS b
+), holder AS MATERIALIZED (
+    SELECT b.new_id AS for_id, c.id, c.state
+    FROM batch AS b
+    CROSS JOIN LATERAL (
+        SELECT c.id, c.state
+        FROM (
+            SELECT j.id, j.state, 0 AS rank
+            FROM hopper_jobs AS j
+            WHERE j.unique_key = nullif(b.unique_key, '')
+            UNION ALL
+            SELECT h.id, 'completed', 1
+            FROM hopper_job_history AS h
+            WHERE h.unique_key = nullif(b.unique_key, '')
+              AND 'completed' = ANY (string_to_array(b.finished, ','))
+              AND (b.period_ms = 0 OR h.created_at > now() - '1 millisecond'::interval * b.period_ms)
+            UNION ALL
+            SELECT d.id, d.state, 1
+            FROM hopper_dead_jobs AS d
+            WHERE d.unique_key = nullif(b.unique_key, '')
+              AND d.state = ANY (string_to_array(b.finished, ','))
+              AND (b.period_ms = 0 OR d.created_at > now() - '1 millisecond'::interval * b.period_ms)
+        ) AS c
+        ORDER BY c.rank, c.id DESC
+        LIMIT 1
+    ) AS c
+), blocking AS MATERIALIZED (
+    SELECT h.for_id, h.id, h.state
+    FROM holder AS h
+    JOIN batch AS b ON b.new_id = h.for_id
+    WHERE NOT (b.take_from_running AND h.state = 'running')
+), replaced AS (
+    UPDATE hopper_jobs AS j
+    SET payload = coalesce(b.payload, '{}'),
+        version = coalesce(nullif(b.version, 0), 1),
+        run_at = CASE WHEN b.push_run_at
+                      THEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms)
+                      ELSE j.run_at END,
+        state = CASE WHEN NOT b.push_run_at THEN j.state
+                     WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled'
+                     ELSE 'pending' END
+    FROM blocking AS k
+    JOIN batch AS b ON b.new_id = k.for_id
+    WHERE b.replace AND k.state IN ('pending', 'scheduled')
+      AND j.id = k.id AND j.state IN ('pending', 'scheduled')
+    RETURNING k.for_id, j.id
+), taken AS (
+    UPDATE hopper_jobs AS j
+    SET unique_key = NULL
+    FROM holder AS h
+    JOIN batch AS b ON b.new_id = h.for_id
+    WHERE b.take_from_running AND h.state = 'running'
+      AND j.id = h.id AND j.state = 'running'
+    RETURNING h.for_id
+), inserted AS (
+    INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)
+    OVERRIDING SYSTEM VALUE
+    SELECT b.new_id, coalesce(nullif(b.queue, ''), 'default'), b.kind, coalesce(nullif(b.version, 0), 1),
+           coalesce(b.payload, '{}'), b.priority,
+           greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms),
+           CASE WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled' ELSE 'pending' END,
+           coalesce(nullif(b.max_attempts, 0), 25), nullif(b.unique_key, ''), b.meta,
+           nullif(b.concurrency_key, '')
+    FROM batch AS b
+    CROSS JOIN (SELECT count(*) AS n FROM taken) AS t -- keys off running holders first
+    WHERE NOT EXISTS (SELECT FROM blocking AS k WHERE k.for_id = b.new_id)
+    ORDER BY b.new_id
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+    RETURNING id
+)
+SELECT coalesce(i.id, r.id, k.id, live.id, 0)::bigint AS id,
+       (CASE WHEN i.id IS NOT NULL THEN 'inserted' WHEN r.id IS NOT NULL THEN 'replaced' ELSE 'kept' END)::text AS outcome
+FROM batch AS b
+LEFT JOIN inserted AS i ON i.id = b.new_id
+LEFT JOIN replaced AS r ON r.for_id = b.new_id
+LEFT JOIN blocking AS k ON k.for_id = b.new_id
+LEFT JOIN hopper_jobs AS live ON i.id IS NULL AND r.id IS NULL AND k.id IS NULL
+                             AND live.unique_key = nullif(b.unique_key, '')
+ORDER BY b.new_id
+`
+
+type EnqueueUniqueBatchParams struct {
+	Queues          []string          `json:"queues"`
+	Kinds           []string          `json:"kinds"`
+	Versions        []int32           `json:"versions"`
+	Payloads        []json.RawMessage `json:"payloads"`
+	Priorities      []int16           `json:"priorities"`
+	RunAts          []time.Time       `json:"run_ats"`
+	DelaysMs        []int64           `json:"delays_ms"`
+	MaxAttempts     []int32           `json:"max_attempts"`
+	UniqueKeys      []string          `json:"unique_keys"`
+	Metas           []json.RawMessage `json:"metas"`
+	ConcurrencyKeys []string          `json:"concurrency_keys"`
+	Finished        []string          `json:"finished"`
+	PeriodsMs       []int64           `json:"periods_ms"`
+	Replaces        []bool            `json:"replaces"`
+	PushRunAts      []bool            `json:"push_run_ats"`
+	TakeFromRunning []bool            `json:"take_from_running"`
+}
+
+type EnqueueUniqueBatchRow struct {
+	ID      int64  `json:"id"`
+	Outcome string `json:"outcome"`
+}
+
+// EnqueueUnique for many jobs in one statement, run after LockUniqueKeys
+// (and LockUniqueHolders) in the same transaction: the arrays hold one job
+// each, as EnqueueUnique's parameters, with finished the comma-separated
+// finished states that hold its key, and an empty unique key for none. No
+// two jobs may share a key (the caller sends a batch's repeated keys in
+// later statements, in the batch's order): each job's holder is then found
+// (and replaced, or its key taken) independently of the others', and the
+// answer of each is EnqueueUnique's. One row per job, in the arrays'
+// order: id and outcome as in EnqueueUnique.
+func (q *Queries) EnqueueUniqueBatch(ctx context.Context, arg EnqueueUniqueBatchParams) ([]EnqueueUniqueBatchRow, error) {
+	rows, err := q.db.Query(ctx, enqueueUniqueBatch,
+		arg.Queues,
+		arg.Kinds,
+		arg.Versions,
+		arg.Payloads,
+		arg.Priorities,
+		arg.RunAts,
+		arg.DelaysMs,
+		arg.MaxAttempts,
+		arg.UniqueKeys,
+		arg.Metas,
+		arg.ConcurrencyKeys,
+		arg.Finished,
+		arg.PeriodsMs,
+		arg.Replaces,
+		arg.PushRunAts,
+		arg.TakeFromRunning,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []EnqueueUniqueBatchRow{}
+	for rows.Next() {
+		var i EnqueueUniqueBatchRow
+		if err := rows.Scan(&i.ID, &i.Outcome); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const lockUniqueHolders = `-- name: LockUniqueHolders :exec
 SELECT count(*)
 FROM (

@@ -144,10 +144,11 @@ func (k *Kind[T]) EnqueueMany(ctx context.Context, dbtx DBTX, items []Item[T], o
 //
 // A batch in which some job's key is held by more than live jobs
 // (UniqueStates, UniquePeriod, ReplaceWaiting, Debounce) is sent as one
-// lock on all its keys, then one statement per job in the batch's order,
-// pipelined in one round trip (in a transaction begun on dbtx when it
-// cannot send pgx batches): each job's result is what enqueueing the jobs
-// one by one would give, whatever the batch's size.
+// lock on all its keys, then one statement for the jobs' first use of
+// their keys, another for the second uses of keys repeated in the batch,
+// and so on, pipelined in one round trip (in a transaction begun on dbtx
+// when it cannot send pgx batches): each job's result is what enqueueing
+// the jobs one by one would give, whatever the batch's size.
 func EnqueueBatch(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, error) {
 	res, err := enqueueEntries(ctx, dbtx, entries, true)
 	if err != nil {
@@ -203,9 +204,10 @@ func enqueueEntries(ctx context.Context, dbtx DBTX, entries []Entry, mixed bool)
 
 // insertLocked sends a batch in which some job's unique key is held by more
 // than live jobs (UniqueStates, UniquePeriod, ReplaceWaiting, Debounce):
-// every job of the batch, in its order, one EnqueueUnique statement each,
-// after one lock on all its keys, in one pipelined batch (lockedEnqueue).
-// Each job's answer is what enqueueing them one by one would give.
+// every job of the batch through EnqueueUniqueBatch, one statement per
+// round of distinct keys, after one lock on all its keys, in one pipelined
+// batch (lockedEnqueue). Each job's answer is what enqueueing them one by
+// one would give.
 func insertLocked(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, error) {
 	params := make([]db.EnqueueUniqueParams, len(entries))
 	for i := range entries {

@@ -61,7 +61,8 @@
 // over 100,000 jobs per second); a batch where any job has a unique key is
 // a single INSERT … ON CONFLICT DO NOTHING, and one whose keys are held by
 // more than live jobs (UniqueStates, UniquePeriod, ReplaceWaiting,
-// Debounce) one pipelined statement per job after a lock on its keys.
+// Debounce) a lock on its keys, then one statement (one per repetition of
+// a key), pipelined in the same round trip.
 // Either way every item is
 // validated before anything is written, the batch is all or nothing,
 // workers get one wake-up per queue for the whole batch, and the result

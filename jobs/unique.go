@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -264,8 +265,9 @@ func resultOf(id int64, outcome string) (Result, error) {
 	return Result{}, fmt.Errorf("the enqueue statement answered %q", outcome)
 }
 
-// lockedEnqueue enqueues jobs with EnqueueUnique, one statement each in
-// their order, after LockUniqueKeys has locked all their keys, all in one
+// lockedEnqueue enqueues jobs with EnqueueUnique (one job) or
+// EnqueueUniqueBatch (one statement per round of distinct keys, see
+// lockedSend), after LockUniqueKeys has locked all their keys, all in one
 // transaction: so each job's answer is what enqueueing them one by one
 // would give, and no other locked enqueue of those keys runs between the
 // check and the write.
@@ -319,7 +321,12 @@ func lastOfKey(jobs []db.EnqueueUniqueParams, i int) bool {
 	return true
 }
 
-// lockedSend sends the lock, then each job's statement.
+// lockedSend sends the locks, then the jobs' statements: EnqueueUnique for
+// one job; for more, EnqueueUniqueBatch once per round, where round r holds
+// the jobs whose key comes for the r-th time in the batch (jobs without a
+// key go in the first). Keys do not meet across jobs of different keys, so
+// the rounds, in order, answer as the jobs one by one would; a batch
+// without repeated keys is one statement.
 func lockedSend(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams) ([]Result, error) {
 	keys := make([]string, 0, len(jobs))
 	var held []string // the keys whose holders a statement may lock
@@ -334,77 +341,69 @@ func lockedSend(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams) (
 	if len(jobs) == 1 { // one row lock at most: no order to keep
 		held = nil
 	}
-	if sender, ok := dbtx.(interface {
-		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-	}); ok {
-		return lockedBatch(ctx, sender, keys, held, jobs)
+	rounds := roundsOf(jobs)
+	statements := make([]func(q *db.Queries) ([]db.EnqueueUniqueBatchRow, error), len(rounds))
+	for r, round := range rounds {
+		statements[r] = func(q *db.Queries) ([]db.EnqueueUniqueBatchRow, error) {
+			if len(jobs) == 1 {
+				row, err := q.EnqueueUnique(ctx, jobs[0])
+				return []db.EnqueueUniqueBatchRow{{ID: row.ID, Outcome: row.Outcome}}, err
+			}
+			return q.EnqueueUniqueBatch(ctx, batchParams(jobs, round))
+		}
 	}
-	run := func(q *db.Queries) ([]Result, error) {
+	locks := func(q *db.Queries) error {
 		if err := q.LockUniqueKeys(ctx, keys); err != nil {
-			return nil, err
+			return err
 		}
 		if len(held) > 0 {
-			if err := q.LockUniqueHolders(ctx, held); err != nil {
-				return nil, err
-			}
+			return q.LockUniqueHolders(ctx, held)
 		}
-		out := make([]Result, len(jobs))
-		for i, j := range jobs {
-			row, err := q.EnqueueUnique(ctx, j)
+		return nil
+	}
+	out := make([]Result, len(jobs))
+	answer := func(r int, rows []db.EnqueueUniqueBatchRow) error {
+		if len(rows) != len(rounds[r]) {
+			return fmt.Errorf("the enqueue statement answered %d rows for %d jobs", len(rows), len(rounds[r]))
+		}
+		for i, row := range rows {
+			res, err := resultOf(row.ID, row.Outcome)
+			if err != nil {
+				return err
+			}
+			out[rounds[r][i]] = res
+		}
+		return nil
+	}
+	run := func(q *db.Queries) error {
+		if err := locks(q); err != nil {
+			return err
+		}
+		for r, st := range statements {
+			rows, err := st(q)
 			if err == nil {
-				out[i], err = resultOf(row.ID, row.Outcome)
+				err = answer(r, rows)
 			}
 			if err != nil {
-				return nil, err
+				return err
 			}
 		}
-		return out, nil
+		return nil
 	}
-	if _, ok := dbtx.(interface {
+	var err error
+	switch dbtx.(type) {
+	case interface {
+		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+	}:
+		err = pipelined(ctx, dbtx.(interface {
+			SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+		}), locks, statements, answer)
+	case interface {
 		Begin(context.Context) (pgx.Tx, error)
-	}); ok {
-		var out []Result
-		err := inTx(ctx, dbtx, func(q *db.Queries) (err error) {
-			out, err = run(q)
-			return err
-		})
-		return out, err
-	}
-	return run(db.New(dbtx))
-}
-
-// lockedBatch sends the lock and the jobs' statements as one pgx batch.
-// Their SQL is recorded from the generated methods.
-func lockedBatch(ctx context.Context, sender interface {
-	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-}, keys, held []string, jobs []db.EnqueueUniqueParams) ([]Result, error) {
-	var rec recorder
-	b := &pgx.Batch{}
-	_ = db.New(&rec).LockUniqueKeys(ctx, keys)
-	b.Queue(rec.sql, rec.args...)
-	if len(held) > 0 {
-		_ = db.New(&rec).LockUniqueHolders(ctx, held)
-		b.Queue(rec.sql, rec.args...)
-	}
-	for _, j := range jobs {
-		_, _ = db.New(&rec).EnqueueUnique(ctx, j)
-		b.Queue(rec.sql, rec.args...)
-	}
-	br := sender.SendBatch(ctx, b)
-	out := make([]Result, len(jobs))
-	_, err := br.Exec()
-	if err == nil && len(held) > 0 {
-		_, err = br.Exec()
-	}
-	for i := 0; err == nil && i < len(jobs); i++ {
-		var id int64
-		var outcome string
-		if err = br.QueryRow().Scan(&id, &outcome); err == nil {
-			out[i], err = resultOf(id, outcome)
-		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
+	}:
+		err = inTx(ctx, dbtx, run)
+	default:
+		err = run(db.New(dbtx))
 	}
 	if err != nil {
 		return nil, err
@@ -412,9 +411,110 @@ func lockedBatch(ctx context.Context, sender interface {
 	return out, nil
 }
 
+// roundsOf splits jobs into rounds of jobs with distinct keys, each a list
+// of indexes into jobs, in order.
+func roundsOf(jobs []db.EnqueueUniqueParams) [][]int {
+	var rounds [][]int
+	seen := map[string]int{}
+	for i, j := range jobs {
+		r := 0
+		if j.UniqueKey != nil {
+			r = seen[*j.UniqueKey]
+			seen[*j.UniqueKey] = r + 1
+		}
+		if r == len(rounds) {
+			rounds = append(rounds, nil)
+		}
+		rounds[r] = append(rounds[r], i)
+	}
+	return rounds
+}
+
+// batchParams is one round's jobs as EnqueueUniqueBatch takes them.
+func batchParams(jobs []db.EnqueueUniqueParams, round []int) db.EnqueueUniqueBatchParams {
+	var p db.EnqueueUniqueBatchParams
+	for _, i := range round {
+		j := jobs[i]
+		key, concurrency := "", ""
+		if j.UniqueKey != nil {
+			key = *j.UniqueKey
+		}
+		if j.ConcurrencyKey != nil {
+			concurrency = *j.ConcurrencyKey
+		}
+		p.Queues = append(p.Queues, j.Queue)
+		p.Kinds = append(p.Kinds, j.Kind)
+		p.Versions = append(p.Versions, j.Version)
+		p.Payloads = append(p.Payloads, j.Payload)
+		p.Priorities = append(p.Priorities, j.Priority)
+		p.RunAts = append(p.RunAts, j.RunAt)
+		p.DelaysMs = append(p.DelaysMs, j.DelayMs)
+		p.MaxAttempts = append(p.MaxAttempts, j.MaxAttempts)
+		p.UniqueKeys = append(p.UniqueKeys, key)
+		p.Metas = append(p.Metas, j.Meta)
+		p.ConcurrencyKeys = append(p.ConcurrencyKeys, concurrency)
+		p.Finished = append(p.Finished, strings.Join(j.States, ","))
+		p.PeriodsMs = append(p.PeriodsMs, j.PeriodMs)
+		p.Replaces = append(p.Replaces, j.Replace)
+		p.PushRunAts = append(p.PushRunAts, j.PushRunAt)
+		p.TakeFromRunning = append(p.TakeFromRunning, j.TakeFromRunning)
+	}
+	return p
+}
+
+// pipelined sends the locks and the statements as one pgx batch, their SQL
+// recorded from the generated methods, and reads the statements' answers.
+func pipelined(ctx context.Context, sender interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, locks func(*db.Queries) error, statements []func(*db.Queries) ([]db.EnqueueUniqueBatchRow, error),
+	answer func(int, []db.EnqueueUniqueBatchRow) error) error {
+	rec := &recorder{}
+	_ = locks(db.New(rec))
+	b := &pgx.Batch{}
+	for _, st := range rec.all {
+		b.Queue(st.sql, st.args...)
+	}
+	nlocks := len(rec.all)
+	for _, st := range statements {
+		_, _ = st(db.New(rec))
+	}
+	for _, st := range rec.all[nlocks:] {
+		b.Queue(st.sql, st.args...)
+	}
+	br := sender.SendBatch(ctx, b)
+	var err error
+	for range nlocks {
+		if err == nil {
+			_, err = br.Exec()
+		}
+	}
+	for r := 0; err == nil && r < len(statements); r++ {
+		var rows []db.EnqueueUniqueBatchRow
+		var pr pgx.Rows
+		pr, err = br.Query()
+		if err == nil {
+			rows, err = pgx.CollectRows(pr, func(row pgx.CollectableRow) (db.EnqueueUniqueBatchRow, error) {
+				var x db.EnqueueUniqueBatchRow
+				return x, row.Scan(&x.ID, &x.Outcome)
+			})
+		}
+		if err == nil {
+			err = answer(r, rows)
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // recorder is a DBTX that keeps the last statement it was asked to run,
 // and runs nothing: the generated methods' SQL and arguments, for a batch.
 type recorder struct {
+	all []recorded
+}
+
+type recorded struct {
 	sql  string
 	args []any
 }
@@ -422,17 +522,17 @@ type recorder struct {
 var errRecorded = errors.New("recorded, not run")
 
 func (r *recorder) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	r.sql, r.args = sql, args
+	r.all = append(r.all, recorded{sql, args})
 	return pgconn.CommandTag{}, nil
 }
 
 func (r *recorder) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
-	r.sql, r.args = sql, args
+	r.all = append(r.all, recorded{sql, args})
 	return nil, errRecorded
 }
 
 func (r *recorder) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
-	r.sql, r.args = sql, args
+	r.all = append(r.all, recorded{sql, args})
 	return recordedRow{}
 }
 
