@@ -266,55 +266,94 @@ DECLARE
     msg text;
     hint text;
     code text;
+    slow boolean := false;
+    fields constant text[] := '{kind,payload,version,queue,priority,run_at,delay,unique_key,max_attempts,meta,concurrency_key}';
 BEGIN
     IF jobs IS NULL OR jsonb_typeof(jobs) <> 'array' THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = 'enqueue batch: the jobs are ' || CASE WHEN jobs IS NULL THEN 'NULL' ELSE 'a JSON ' || jsonb_typeof(jobs) END || ', not a JSON array',
             HINT = 'pass a JSON array of objects, one a job: [{"kind": "email", "payload": {"to": "a@b"}}]';
     END IF;
+    -- The jobs are checked by one statement, in the array's order, so the
+    -- first bad job is the one its error names. Two faults are found job by
+    -- job instead (the loop below), so that the error can name the job: an
+    -- item that is not an object of hopper_enqueue's fields, and a field of
+    -- the wrong type.
     BEGIN
-        FOR job IN SELECT e FROM jsonb_array_elements(jobs) AS e LOOP
-            label := 'enqueue batch: item ' || i;
-            IF jsonb_typeof(job) <> 'object' THEN
-                RAISE EXCEPTION USING ERRCODE = '22023',
-                    MESSAGE = label || ': a JSON ' || jsonb_typeof(job) || ', not an object',
-                    HINT = 'each job is an object: {"kind": "email", "payload": {"to": "a@b"}}';
-            END IF;
-            SELECT k INTO unknown FROM jsonb_object_keys(job) AS k
-            WHERE k <> ALL ('{kind,payload,version,queue,priority,run_at,delay,unique_key,max_attempts,meta,concurrency_key}')
-            ORDER BY k LIMIT 1;
-            IF unknown IS NOT NULL THEN
-                RAISE EXCEPTION USING ERRCODE = '22023',
-                    MESSAGE = label || ': unknown field "' || unknown || '"',
-                    HINT = 'the fields are hopper_enqueue''s parameters: kind, payload, version, queue, priority, run_at, delay, unique_key, max_attempts, meta, concurrency_key';
-            END IF;
-            SELECT * INTO v FROM hopper_enqueue_values(
-                label || ' (' || coalesce(job->>'kind', '') || '): ', label || ': ',
-                job->>'kind', job->'payload', (job->>'version')::integer, job->>'queue',
-                (job->>'priority')::integer, (job->>'run_at')::timestamptz, (job->>'delay')::interval,
-                job->>'unique_key', (job->>'max_attempts')::integer, job->'meta', job->>'concurrency_key');
-            kinds := array_append(kinds, (job->>'kind'));
-            payloads := array_append(payloads, (job->'payload'));
-            queues := array_append(queues, v.o_queue);
-            versions := array_append(versions, v.o_version);
-            priorities := array_append(priorities, v.o_priority);
-            run_ats := array_append(run_ats, v.o_run_at);
-            states := array_append(states, v.o_state);
-            attempts := array_append(attempts, v.o_max_attempts);
-            unique_keys := array_append(unique_keys, (job->>'unique_key'));
-            metas := array_append(metas, v.o_meta);
-            keys := array_append(keys, (job->>'concurrency_key'));
-            i := i + 1;
-        END LOOP;
-    EXCEPTION WHEN data_exception THEN
-        GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT, code = RETURNED_SQLSTATE;
-        IF code = '22023' THEN
-            RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg, HINT = hint;
+        IF EXISTS (SELECT FROM jsonb_array_elements(jobs) AS e
+                   WHERE jsonb_typeof(e) <> 'object'
+                      OR EXISTS (SELECT FROM jsonb_object_keys(e) AS k WHERE k <> ALL (fields))) THEN
+            slow := true;
+        ELSE
+            SELECT array_agg(e.job->>'kind' ORDER BY e.i), array_agg(e.job->'payload' ORDER BY e.i),
+                   array_agg(v.o_queue ORDER BY e.i), array_agg(v.o_version ORDER BY e.i),
+                   array_agg(v.o_priority ORDER BY e.i), array_agg(v.o_run_at ORDER BY e.i),
+                   array_agg(v.o_state ORDER BY e.i), array_agg(v.o_max_attempts ORDER BY e.i),
+                   array_agg(e.job->>'unique_key' ORDER BY e.i), array_agg(v.o_meta ORDER BY e.i),
+                   array_agg(e.job->>'concurrency_key' ORDER BY e.i), count(*)
+            INTO kinds, payloads, queues, versions, priorities, run_ats, states, attempts, unique_keys, metas, keys, i
+            FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(job, i)
+            CROSS JOIN LATERAL hopper_enqueue_values(
+                'enqueue batch: item ' || (e.i - 1) || ' (' || coalesce(e.job->>'kind', '') || '): ',
+                'enqueue batch: item ' || (e.i - 1) || ': ',
+                e.job->>'kind', e.job->'payload', (e.job->>'version')::integer, e.job->>'queue',
+                (e.job->>'priority')::integer, (e.job->>'run_at')::timestamptz, (e.job->>'delay')::interval,
+                e.job->>'unique_key', (e.job->>'max_attempts')::integer, e.job->'meta', e.job->>'concurrency_key') AS v;
         END IF;
-        -- A field of the wrong type ("priority": "high", "delay": "soon").
-        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = label || ': ' || msg,
-            HINT = 'version, priority and max_attempts are integers; run_at a timestamptz and delay an interval, as text';
+    EXCEPTION WHEN data_exception THEN
+        GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE;
+        IF code = '22023' THEN
+            RAISE;
+        END IF;
+        slow := true;
     END;
+
+    IF slow THEN
+        i := 0;
+        kinds := '{}'; payloads := '{}'; queues := '{}'; versions := '{}'; priorities := '{}'; run_ats := '{}';
+        states := '{}'; attempts := '{}'; unique_keys := '{}'; metas := '{}'; keys := '{}';
+        BEGIN
+            FOR job IN SELECT e FROM jsonb_array_elements(jobs) AS e LOOP
+                label := 'enqueue batch: item ' || i;
+                IF jsonb_typeof(job) <> 'object' THEN
+                    RAISE EXCEPTION USING ERRCODE = '22023',
+                        MESSAGE = label || ': a JSON ' || jsonb_typeof(job) || ', not an object',
+                        HINT = 'each job is an object: {"kind": "email", "payload": {"to": "a@b"}}';
+                END IF;
+                SELECT k INTO unknown FROM jsonb_object_keys(job) AS k WHERE k <> ALL (fields) ORDER BY k LIMIT 1;
+                IF unknown IS NOT NULL THEN
+                    RAISE EXCEPTION USING ERRCODE = '22023',
+                        MESSAGE = label || ': unknown field "' || unknown || '"',
+                        HINT = 'the fields are hopper_enqueue''s parameters: kind, payload, version, queue, priority, run_at, delay, unique_key, max_attempts, meta, concurrency_key';
+                END IF;
+                SELECT * INTO v FROM hopper_enqueue_values(
+                    label || ' (' || coalesce(job->>'kind', '') || '): ', label || ': ',
+                    job->>'kind', job->'payload', (job->>'version')::integer, job->>'queue',
+                    (job->>'priority')::integer, (job->>'run_at')::timestamptz, (job->>'delay')::interval,
+                    job->>'unique_key', (job->>'max_attempts')::integer, job->'meta', job->>'concurrency_key');
+                kinds := array_append(kinds, (job->>'kind'));
+                payloads := array_append(payloads, (job->'payload'));
+                queues := array_append(queues, v.o_queue);
+                versions := array_append(versions, v.o_version);
+                priorities := array_append(priorities, v.o_priority);
+                run_ats := array_append(run_ats, v.o_run_at);
+                states := array_append(states, v.o_state);
+                attempts := array_append(attempts, v.o_max_attempts);
+                unique_keys := array_append(unique_keys, (job->>'unique_key'));
+                metas := array_append(metas, v.o_meta);
+                keys := array_append(keys, (job->>'concurrency_key'));
+                i := i + 1;
+            END LOOP;
+        EXCEPTION WHEN data_exception THEN
+            GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT, code = RETURNED_SQLSTATE;
+            IF code = '22023' THEN
+                RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg, HINT = hint;
+            END IF;
+            -- A field of the wrong type ("priority": "high", "delay": "soon").
+            RAISE EXCEPTION USING ERRCODE = code, MESSAGE = label || ': ' || msg,
+                HINT = 'version, priority and max_attempts are integers; run_at a timestamptz and delay an interval, as text';
+        END;
+    END IF;
 
     IF i = 0 THEN
         RETURN;
