@@ -64,9 +64,11 @@ func runChaosWorker() int {
 		ExtendInterval:     heartbeat,
 		PollInterval:       100 * time.Millisecond,
 		SweepInterval:      200 * time.Millisecond,
-		ShutdownTimeout:    100 * time.Millisecond,
-		RetryBackoff:       worker.Backoff{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond},
-		Logger:             quietLog,
+		// Long enough for the last results and the give-back under load
+		// (its last quarter); the handlers finish within it.
+		ShutdownTimeout: 5 * time.Second,
+		RetryBackoff:    worker.Backoff{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+		Logger:          quietLog,
 	}
 	if os.Getenv("HOPPER_CHAOS_DEFAULTS") != "" {
 		// Every setting at its default, the ID too, as a new user runs it

@@ -118,7 +118,7 @@ ORDER BY w.id;
 -- locked (SKIP LOCKED: one sweeper per gone worker at a time), so a beat
 -- that lands meanwhile waits, and a worker that beat just before is
 -- re-checked under the lock and left alone. Each worker is marked
--- released once fewer than max_jobs jobs were left to take.
+-- released once none of its jobs is left running.
 WITH gone AS (
     SELECT w.id
     FROM hopper_workers AS w
@@ -171,10 +171,17 @@ WITH gone AS (
     WHERE taken.exhausted
     RETURNING id, queue
 ), marked AS (
+    -- Released once nothing of theirs is left running: none beyond this
+    -- batch, and none skipped because another transaction held its row (a
+    -- dead worker's backend finishing its last statement): the next beat
+    -- takes that one, rather than its lease.
     UPDATE hopper_workers AS w
     SET released_at = now()
     WHERE w.id = ANY (ARRAY(SELECT gone.id FROM gone))
-      AND (SELECT count(*) FROM taken) < @max_jobs::integer
+      AND NOT EXISTS (SELECT FROM hopper_jobs AS j
+                      WHERE j.state = 'running'
+                        AND j.lease_owner = w.id
+                        AND j.id <> ALL (ARRAY(SELECT taken.id FROM taken)))
 )
 SELECT requeued.id, requeued.queue, requeued.priority, requeued.run_at, false AS dead, requeued.lease_owner::text AS owner
 FROM requeued
