@@ -334,7 +334,8 @@ WITH holder AS MATERIALIZED (
     SET unique_key = NULL
     FROM holder
     WHERE $4::boolean AND holder.state = 'running'
-      AND j.id = holder.id AND j.state = 'running'
+      AND j.id = holder.id
+      AND j.lease_until IS NOT NULL -- running: as in AckBatch, no partial index's predicate, so a lookup by id
     RETURNING j.id
 ), inserted AS (
     INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)
@@ -507,7 +508,8 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     FROM holder AS h
     JOIN batch AS b ON b.new_id = h.for_id
     WHERE b.take_from_running AND h.state = 'running'
-      AND j.id = h.id AND j.state = 'running'
+      AND j.id = h.id
+      AND j.lease_until IS NOT NULL -- running, looked up by id (see EnqueueUnique)
     RETURNING h.for_id
 ), inserted AS (
     INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)
