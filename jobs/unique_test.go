@@ -1,10 +1,13 @@
 package jobs_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/internal/testfactory"
@@ -236,4 +239,54 @@ func TestReplaceWaitingAndDebounce(t *testing.T) {
 	require.Equal(t, 1, res.Replaced)
 	text, _, _ = payload(id)
 	require.Equal(t, "b2", text)
+}
+
+// txOnly is a DBTX that can neither send batches nor begin: the locked
+// modes then run their statements one by one on it, which must be a
+// transaction.
+type txOnly struct{ tx pgx.Tx }
+
+func (d txOnly) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return d.tx.Exec(ctx, sql, args...)
+}
+func (d txOnly) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return d.tx.Query(ctx, sql, args...)
+}
+func (d txOnly) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return d.tx.QueryRow(ctx, sql, args...)
+}
+func (d txOnly) CopyFrom(ctx context.Context, t pgx.Identifier, c []string, s pgx.CopyFromSource) (int64, error) {
+	return d.tx.CopyFrom(ctx, t, c, s)
+}
+
+// The locked modes answer alike through every kind of DBTX: a schema
+// scope (which begins a transaction of its own), a bare DBTX over a
+// transaction, a transaction that rolls back (freeing the key).
+func TestUniqueThroughEveryDBTX(t *testing.T) {
+	b := setup(t)
+	k := jobs.MustDefine[Note]("note.dbtx")
+	scoped, err := jobs.InSchema(b.Pool, b.Schema)
+	require.NoError(t, err)
+	tx, err := b.Pool.Begin(b.Ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.Ctx) //nolint:errcheck
+	for name, dbtx := range map[string]jobs.DBTX{"scoped": scoped, "bare": txOnly{tx}, "tx": tx} {
+		opts := []jobs.EnqueueOption{jobs.UniqueKey("dbtx/" + name), jobs.ReplaceWaiting(), jobs.UniquePeriod(time.Hour)}
+		first, err := k.Enqueue(b.Ctx, dbtx, Note{Text: "1"}, opts...)
+		require.NoError(t, err, name)
+		require.Equal(t, jobs.OutcomeInserted, first.Outcome(), name)
+		again, err := k.Enqueue(b.Ctx, dbtx, Note{Text: "2"}, opts...)
+		require.NoError(t, err, name)
+		require.Equal(t, jobs.Result{ID: first.ID, Duplicate: true, Replaced: true}, again, name)
+		many, err := k.EnqueueMany(b.Ctx, dbtx, jobs.Items(Note{Text: "3"}, Note{Text: "4"}), opts...)
+		require.NoError(t, err, name)
+		require.Equal(t, []jobs.Result{again, again}, many.Results, name)
+	}
+	require.NoError(t, tx.Rollback(b.Ctx))
+	// The rolled-back transaction's keys are free again.
+	for _, name := range []string{"bare", "tx"} {
+		res, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "after"}, jobs.UniqueKey("dbtx/"+name), jobs.UniquePeriod(time.Hour))
+		require.NoError(t, err)
+		require.Equal(t, jobs.OutcomeInserted, res.Outcome(), name)
+	}
 }
