@@ -43,7 +43,12 @@ type Config struct {
 	// depends on the table's size or statistics shows up as one size
 	// draining far slower than another.
 	DrainSizes []int
-	Baseline   bool // also run pgbench's raw-SQL cycle
+	// QueueCounts: the queues mode drains Jobs once per count, spread
+	// evenly over that many queues served by one worker process whose
+	// Concurrency slots are split evenly among them: what the claim costs
+	// as an application's slots are split over more queues.
+	QueueCounts []int
+	Baseline    bool // also run pgbench's raw-SQL cycle
 	Singles    int  // enqueue: single transactional enqueues timed
 	Samples    int  // latency: jobs timed
 
@@ -102,6 +107,9 @@ type Config struct {
 	// keep is how long the worker process keeps completed jobs (the run
 	// with History).
 	keep time.Duration
+	// queues: the drain's jobs and the worker's slots are spread over this
+	// many queues (0 or 1: the default queue alone).
+	queues int
 	// keyed: the producers spread their jobs over this many concurrency
 	// keys (0: none); flow is the worker process's flow control.
 	keyed int
@@ -125,7 +133,9 @@ type Report struct {
 	// RateExactStarts is the rate run again with Rate.ExactStarts.
 	RateExactStarts *RateResult `json:"rate_exact_starts,omitempty"`
 	// Drains is one drain per Config.DrainSizes.
-	Drains []*DrainResult     `json:"drains,omitempty"`
+	Drains []*DrainResult `json:"drains,omitempty"`
+	// Queues is one drain per Config.QueueCounts.
+	Queues []*QueuesResult `json:"queues,omitempty"`
 	Ratios map[string]float64 `json:"ratios,omitempty"`
 }
 
@@ -244,6 +254,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		logf("drain: %d waiting jobs", cfg.Jobs)
 		if r.Drain, err = runDrain(ctx, cfg); err != nil {
 			return r, fmt.Errorf("drain: %w", err)
+		}
+	}
+	if modes["queues"] {
+		if r.Queues, err = runQueues(ctx, cfg, logf); err != nil {
+			return r, fmt.Errorf("queues: %w", err)
+		}
+		if n := len(r.Queues); n > 1 {
+			r.Ratios[fmt.Sprintf("queues_%d_to_%d", r.Queues[n-1].Queues, r.Queues[0].Queues)] = r.Queues[n-1].Ratio
 		}
 	}
 	if modes["continuous"] {

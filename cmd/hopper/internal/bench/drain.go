@@ -26,7 +26,7 @@ func runDrain(ctx context.Context, cfg Config) (*DrainResult, error) {
 	if err := addScheduled(ctx, s.pool, cfg.Scheduled); err != nil {
 		return nil, err
 	}
-	if err := enqueueCopy(ctx, s.pool, noop, cfg.Jobs, 5000, cfg.payload()); err != nil {
+	if err := enqueueSpread(ctx, s.pool, cfg.Jobs, queueNames(cfg.queues), cfg.payload()); err != nil {
 		return nil, err
 	}
 	// What autovacuum does after a burst of inserts: the statistics then

@@ -47,7 +47,7 @@ func (p *workerProc) finished() int64 { return p.completed.Load() + p.unconfirme
 
 func startWorkers(cfg Config, dbURL string) (*workerProc, error) {
 	args := append(cfg.WorkerCommand[1:len(cfg.WorkerCommand):len(cfg.WorkerCommand)],
-		"--workers", fmt.Sprint(cfg.Workers), "--concurrency", fmt.Sprint(cfg.Concurrency),
+		"--workers", fmt.Sprint(cfg.Workers), "--concurrency", fmt.Sprint(cfg.Concurrency), "--queue-count", fmt.Sprint(max(1, cfg.queues)),
 		"--handler-time", cfg.HandlerTime.String(), "--keep-history", cfg.keep.String(),
 		// always explicit: the flags' defaults are the flow modes' own
 		fmt.Sprintf("--fair=%t", cfg.flow.fair), "--key-limit", fmt.Sprint(cfg.flow.keyLimit),
@@ -126,6 +126,7 @@ const workerReport = "completed %d unconfirmed %d"
 type WorkerOptions struct {
 	Workers     int           // worker instances
 	Concurrency int           // handler slots per worker
+	Queues      int           // queues served, the slots split evenly (0 or 1: the default queue)
 	HandlerTime time.Duration // how long each handler waits (0: no-op)
 	Keep        time.Duration // how long completed jobs are kept (0: not)
 	// Flow control of the default queue: the zero values are none.
@@ -135,6 +136,17 @@ type WorkerOptions struct {
 	RatePer  time.Duration
 	// RateExactStarts counts each claim from its last handler start.
 	RateExactStarts bool
+}
+
+// queueSlots splits the worker's slots evenly over its queues (at least
+// one each).
+func (o WorkerOptions) queueSlots() map[string]int {
+	names := queueNames(o.Queues)
+	slots := map[string]int{}
+	for _, name := range names {
+		slots[name] = max(1, o.Concurrency/len(names))
+	}
+	return slots
 }
 
 func (o WorkerOptions) flowControl() map[string]worker.FlowControl {
@@ -194,7 +206,7 @@ func RunWorkerProcess(ctx context.Context, dbURL string, o WorkerOptions, out io
 	}
 	for i := range o.Workers {
 		r := prometheus.WrapRegistererWith(prometheus.Labels{"instance": fmt.Sprint(i)}, reg)
-		w, err := worker.New(pool, worker.Config{Queues: map[string]int{jobs.DefaultQueue: o.Concurrency}, Registerer: r, Logger: quiet,
+		w, err := worker.New(pool, worker.Config{Queues: o.queueSlots(), Registerer: r, Logger: quiet,
 			KeepHistoryByQueue: map[string]time.Duration{jobs.DefaultQueue: o.Keep}, FlowControl: o.flowControl()})
 		if err != nil {
 			return err

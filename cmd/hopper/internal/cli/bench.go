@@ -20,13 +20,14 @@ func benchCommand() *command {
 	var role string
 	var keep time.Duration
 	var fair, exactStarts bool
-	var drainSizes string
+	var drainSizes, queueCounts string
+	var queueCount int
 	return &command{
 		name:    "bench",
-		args:    "[--mode continuous|drain|enqueue|latency|all|noisy|keys|rate|flow] [--drain-sizes N,N,…] [--baseline] [--json] [flags]",
+		args:    "[--mode continuous|drain|enqueue|latency|all|noisy|keys|rate|flow|queues] [--drain-sizes N,N,…] [--queues N,N,…] [--baseline] [--json] [flags]",
 		summary: "measure throughput, latency, memory and PostgreSQL CPU on a scratch schema, with a pgbench raw-SQL baseline",
 		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all (those four); noisy, keys, rate or flow (those three)")
+			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all (those four); noisy, keys, rate or flow (those three); queues")
 			durationVar(fs, &cfg.Duration, "duration", time.Minute, "continuous and baseline: how long to measure (the steady state is the last half)")
 			durationVar(fs, &cfg.Window, "window", 10*time.Second, "continuous and baseline: the length of one reported window")
 			fs.BoolVar(&cfg.HoldSnapshot, "hold-snapshot", false, "continuous: hold a REPEATABLE READ snapshot open for the whole run (a long report, an idle-in-transaction session)")
@@ -36,6 +37,8 @@ func benchCommand() *command {
 			durationVar(fs, &cfg.HoldFor, "hold-for", 5*time.Minute, "--pressure: how long the snapshot is held")
 			fs.IntVar(&cfg.Jobs, "jobs", 1_000_000, "drain: backlog size; enqueue: jobs sent with COPY")
 			fs.StringVar(&drainSizes, "drain-sizes", "", "drain: drain once per backlog size instead of --jobs, comma-separated (e.g. 20000,50000,500000), each analyzed after its enqueue")
+			fs.StringVar(&queueCounts, "queues", "1,10,50,200", "queues: drain --jobs once per queue count, comma-separated, the worker's --concurrency split evenly over the queues")
+			fs.IntVar(&queueCount, "queue-count", 1, "internal: the worker process serves this many queues")
 			fs.IntVar(&cfg.Workers, "workers", 2, "worker instances in the worker process")
 			fs.IntVar(&cfg.Concurrency, "concurrency", 1000, "handler slots per worker")
 			fs.IntVar(&cfg.BatchSize, "batch-size", 5000, "producer and COPY batch size (also the baseline's)")
@@ -70,20 +73,26 @@ func benchCommand() *command {
 				return fmt.Errorf("%w: bench takes no argument", errUsage)
 			}
 			if role == "worker" {
-				return bench.RunWorkerProcess(e.ctx, e.url(), bench.WorkerOptions{Workers: cfg.Workers, Concurrency: cfg.Concurrency,
+				return bench.RunWorkerProcess(e.ctx, e.url(), bench.WorkerOptions{Workers: cfg.Workers, Concurrency: cfg.Concurrency, Queues: queueCount,
 					HandlerTime: cfg.HandlerTime, Keep: keep, Fair: fair, KeyLimit: cfg.KeyLimit, Rate: cfg.Rate, RatePer: cfg.RatePer, RateExactStarts: exactStarts}, e.stdout)
 			}
 			switch cfg.Mode {
-			case "continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow":
+			case "continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues":
 			default:
 				return fmt.Errorf("%w: unknown mode %q%s", errUsage, cfg.Mode,
-					didYouMean(cfg.Mode, "", []string{"continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow"}))
+					didYouMean(cfg.Mode, "", []string{"continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues"}))
 			}
-			sizes, err := parseDrainSizes(drainSizes)
+			sizes, err := parseCounts("--drain-sizes", "job counts", drainSizes)
 			if err != nil {
 				return err
 			}
 			cfg.DrainSizes = sizes
+			if cfg.QueueCounts, err = parseCounts("--queues", "queue counts", queueCounts); err != nil {
+				return err
+			}
+			if cfg.Mode == "queues" && len(cfg.QueueCounts) == 0 {
+				return fmt.Errorf("%w: --mode queues needs --queues", errUsage)
+			}
 			if cfg.Duration < time.Second || cfg.Jobs < 1 || cfg.Workers < 1 || cfg.Concurrency < 1 || cfg.BatchSize < 1 ||
 				cfg.Producers < 1 || cfg.PayloadSize < 0 || cfg.HandlerTime < 0 || cfg.Scheduled < 0 || cfg.Singles < 1 || cfg.Samples < 1 ||
 				cfg.Window < time.Second || cfg.Burst < 0 || cfg.Recover < 0 || cfg.HoldFor < time.Second || cfg.History < 0 {
@@ -137,9 +146,10 @@ func benchCommand() *command {
 	}
 }
 
-// parseDrainSizes reads --drain-sizes: job counts separated by commas
+// parseCounts reads a flag of positive counts separated by commas
+// (--drain-sizes, --queues)
 // ("" is none).
-func parseDrainSizes(s string) ([]int, error) {
+func parseCounts(flagName, what, s string) ([]int, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
@@ -147,7 +157,7 @@ func parseDrainSizes(s string) ([]int, error) {
 	for _, f := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%w: --drain-sizes takes positive job counts separated by commas, not %q", errUsage, s)
+			return nil, fmt.Errorf("%w: %s takes positive %s separated by commas, not %q", errUsage, flagName, what, s)
 		}
 		sizes = append(sizes, n)
 	}
@@ -166,6 +176,11 @@ func printBench(w io.Writer, r *bench.Report) {
 	}
 	for _, d := range r.Drains {
 		printDrain(w, d)
+	}
+	for _, q := range r.Queues {
+		fmt.Fprintf(w, "queues: %d jobs over %d queues × %d slots in %.1fs = %.0f jobs/s (%.2f of %d queue(s))\n",
+			q.Jobs, q.Queues, q.SlotsPerQueue, q.Seconds, q.JobsPerSecond, q.Ratio, r.Queues[0].Queues)
+		printStatements(w, q.Statements)
 	}
 	if e := r.Enqueue; e != nil {
 		fmt.Fprintf(w, "enqueue: COPY %.0f jobs/s (batches of %d); single transactional enqueue p50 %.2f ms, p99 %.2f ms\n",
