@@ -49,8 +49,8 @@ type Config struct {
 	// as an application's slots are split over more queues.
 	QueueCounts []int
 	Baseline    bool // also run pgbench's raw-SQL cycle
-	Singles    int  // enqueue: single transactional enqueues timed
-	Samples    int  // latency: jobs timed
+	Singles     int  // enqueue: single transactional enqueues timed
+	Samples     int  // latency: jobs timed
 
 	// Window is the length of one reported window of the continuous run
 	// and the baseline; the headline rate is the mean of the last half of
@@ -135,7 +135,7 @@ type Report struct {
 	// Drains is one drain per Config.DrainSizes.
 	Drains []*DrainResult `json:"drains,omitempty"`
 	// Queues is one drain per Config.QueueCounts.
-	Queues []*QueuesResult `json:"queues,omitempty"`
+	Queues []*QueuesResult    `json:"queues,omitempty"`
 	Ratios map[string]float64 `json:"ratios,omitempty"`
 }
 
