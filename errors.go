@@ -13,8 +13,16 @@ var (
 	// completed without history, or purged).
 	ErrNotFound = errors.New("hopper: job not found")
 	// ErrFinished: the job has finished already (completed, dead or
-	// cancelled), so it cannot be cancelled.
+	// cancelled), so it cannot be cancelled, edited or deleted.
 	ErrFinished = errors.New("hopper: job already finished")
+	// ErrRunning: a worker has claimed the job, so it can no longer be
+	// edited or deleted (UpdateJob, DeleteJob change only pending and
+	// scheduled jobs); CancelJobs stops it.
+	ErrRunning = errors.New("hopper: job is running")
+	// ErrPayloadMismatch: a new payload that does not fit the job: made
+	// for another kind, raw JSON of another type than the job's payload
+	// (an array for an object), or a payload version newer than the job's.
+	ErrPayloadMismatch = errors.New("hopper: payload does not fit the job")
 	// ErrUnknownQueue: no worker has served the queue, no operator has
 	// paused it, and it holds no job.
 	ErrUnknownQueue = errors.New("hopper: unknown queue")

@@ -44,3 +44,43 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// Updated converts the job as UpdateJob left it; ok is false when the
+// statement changed nothing (its columns are NULL then).
+func Updated(r db.UpdateJobRow) (row jobs.Row, ok bool, err error) {
+	if r.ID == nil {
+		return jobs.Row{}, false, nil
+	}
+	row, err = Live(db.HopperJob{
+		ID: *r.ID, Queue: deref(r.Queue), Kind: deref(r.Kind), Version: derefOr(r.Version), Payload: r.Payload,
+		State: deref(r.State), Priority: derefOr(r.Priority), RunAt: derefOr(r.RunAt),
+		Attempt: derefOr(r.UpdatedAttempt), MaxAttempts: derefOr(r.MaxAttempts),
+		LeaseOwner: r.LeaseOwner, LeaseUntil: r.LeaseUntil, UniqueKey: r.UniqueKey,
+		Errors: r.Errors, CreatedAt: derefOr(r.CreatedAt), Meta: r.Meta, ConcurrencyKey: r.ConcurrencyKey,
+	})
+	return row, true, err
+}
+
+// Deleted converts the job as DeleteJob found it; ok is false when the
+// statement deleted nothing.
+func Deleted(r db.DeleteJobRow) (row jobs.Row, ok bool, err error) {
+	if !r.Deleted || r.ID == nil {
+		return jobs.Row{}, false, nil
+	}
+	row, err = Live(db.HopperJob{
+		ID: *r.ID, Queue: deref(r.Queue), Kind: deref(r.Kind), Version: derefOr(r.Version), Payload: r.Payload,
+		State: deref(r.State), Priority: derefOr(r.Priority), RunAt: derefOr(r.RunAt),
+		Attempt: derefOr(r.Attempt), MaxAttempts: derefOr(r.MaxAttempts),
+		LeaseOwner: r.LeaseOwner, LeaseUntil: r.LeaseUntil, UniqueKey: r.UniqueKey,
+		Errors: r.Errors, CreatedAt: derefOr(r.CreatedAt), Meta: r.Meta, ConcurrencyKey: r.ConcurrencyKey,
+	})
+	return row, true, err
+}
+
+func derefOr[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}

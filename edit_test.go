@@ -1,0 +1,477 @@
+package hopper_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testfactory"
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/worker"
+)
+
+// emailV2 is the email kind as a later build defines it: payload version
+// 2, upgraded from 1.
+var emailV2 = jobs.MustDefine[Email]("email", jobs.Version(2),
+	jobs.Upgrade(1, func(raw json.RawMessage) (json.RawMessage, error) { return raw, nil }))
+
+var tinyEmail = jobs.MustDefine[Email]("email", jobs.MaxPayloadBytes(10))
+
+func ptr[T any](v T) *T { return &v }
+
+// TestUpdateJob changes each field of pending and scheduled jobs, and
+// checks the job as stored and the wake-ups its queue's workers get.
+func TestUpdateJob(t *testing.T) {
+	future := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	past := time.Now().Add(-time.Hour)
+	for _, tc := range []struct {
+		name   string
+		job    testfactory.JobOpts
+		update hopper.JobUpdate
+		check  func(t *testing.T, before, after jobs.Row)
+		// wake is the queue woken with the job's place ("": none)
+		wake string
+	}{{
+		name:   "typed payload at the kind's version",
+		job:    testfactory.JobOpts{Kind: "email", Payload: json.RawMessage(`{"to":"a@example.com"}`)},
+		update: hopper.JobUpdate{Payload: hopper.PayloadOf(emailV2, Email{To: "b@example.com"})},
+		check: func(t *testing.T, before, after jobs.Row) {
+			require.JSONEq(t, `{"to":"b@example.com"}`, string(after.Payload))
+			require.Equal(t, 2, after.Version)
+			require.Equal(t, before.RunAt, after.RunAt)
+			require.Equal(t, jobs.StatePending, after.State)
+		},
+	}, {
+		name:   "raw payload keeps the job's version",
+		job:    testfactory.JobOpts{Version: 3, Payload: json.RawMessage(`{"n":1}`)},
+		update: hopper.JobUpdate{Payload: hopper.RawPayload(json.RawMessage(`{"n": 2}`), 0)},
+		check: func(t *testing.T, _, after jobs.Row) {
+			require.JSONEq(t, `{"n":2}`, string(after.Payload))
+			require.Equal(t, 3, after.Version)
+		},
+	}, {
+		name:   "raw payload at an older version",
+		job:    testfactory.JobOpts{Version: 3},
+		update: hopper.JobUpdate{Payload: hopper.RawPayload(json.RawMessage(`{"old":true}`), 1)},
+		check: func(t *testing.T, _, after jobs.Row) {
+			require.JSONEq(t, `{"old":true}`, string(after.Payload))
+			require.Equal(t, 1, after.Version)
+		},
+	}, {
+		name:   "run now makes a scheduled job pending",
+		job:    testfactory.JobOpts{State: testfactory.Scheduled, RunAt: &future},
+		update: hopper.JobUpdate{RunNow: true},
+		check: func(t *testing.T, _, after jobs.Row) {
+			require.Equal(t, jobs.StatePending, after.State)
+			require.WithinDuration(t, time.Now(), after.RunAt, time.Minute)
+		},
+		wake: "default",
+	}, {
+		name:   "run now keeps a ready job's place",
+		job:    testfactory.JobOpts{RunAt: &past},
+		update: hopper.JobUpdate{RunNow: true},
+		check: func(t *testing.T, before, after jobs.Row) {
+			require.Equal(t, jobs.StatePending, after.State)
+			require.Equal(t, before.RunAt, after.RunAt)
+		},
+	}, {
+		name:   "a past time is now",
+		job:    testfactory.JobOpts{State: testfactory.Scheduled, RunAt: &future},
+		update: hopper.JobUpdate{RunAt: &past},
+		check: func(t *testing.T, _, after jobs.Row) {
+			require.Equal(t, jobs.StatePending, after.State)
+			require.WithinDuration(t, time.Now(), after.RunAt, time.Minute)
+		},
+		wake: "default",
+	}, {
+		name:   "a future time makes a pending job scheduled",
+		job:    testfactory.JobOpts{},
+		update: hopper.JobUpdate{RunAt: &future},
+		check: func(t *testing.T, _, after jobs.Row) {
+			require.Equal(t, jobs.StateScheduled, after.State)
+			require.Equal(t, future, after.RunAt.UTC())
+		},
+	}, {
+		name:   "a scheduled job moves to another future time",
+		job:    testfactory.JobOpts{State: testfactory.Scheduled, RunAt: ptr(future.Add(time.Hour))},
+		update: hopper.JobUpdate{RunAt: &future},
+		check: func(t *testing.T, _, after jobs.Row) {
+			require.Equal(t, jobs.StateScheduled, after.State)
+			require.Equal(t, future, after.RunAt.UTC())
+		},
+	}, {
+		name:   "priority",
+		job:    testfactory.JobOpts{Priority: 5},
+		update: hopper.JobUpdate{Priority: ptr(1)},
+		check:  func(t *testing.T, _, after jobs.Row) { require.Equal(t, 1, after.Priority) },
+		wake:   "default",
+	}, {
+		name:   "priority of a scheduled job wakes no one",
+		job:    testfactory.JobOpts{State: testfactory.Scheduled, RunAt: &future},
+		update: hopper.JobUpdate{Priority: ptr(9)},
+		check: func(t *testing.T, _, after jobs.Row) {
+			require.Equal(t, 9, after.Priority)
+			require.Equal(t, jobs.StateScheduled, after.State)
+		},
+	}, {
+		name:   "queue, keeping the keys",
+		job:    testfactory.JobOpts{Queue: "slow", UniqueKey: "u1", ConcurrencyKey: "acme"},
+		update: hopper.JobUpdate{Queue: ptr("fast")},
+		check: func(t *testing.T, _, after jobs.Row) {
+			require.Equal(t, "fast", after.Queue)
+			require.Equal(t, "u1", after.UniqueKey)
+			require.Equal(t, "acme", after.ConcurrencyKey)
+		},
+		wake: "fast",
+	}, {
+		name:   "max attempts",
+		job:    testfactory.JobOpts{Attempt: 3, MaxAttempts: 5},
+		update: hopper.JobUpdate{MaxAttempts: ptr(4)},
+		check: func(t *testing.T, _, after jobs.Row) {
+			require.Equal(t, 4, after.MaxAttempts)
+			require.Equal(t, 3, after.Attempt)
+		},
+	}, {
+		name: "everything at once",
+		job:  testfactory.JobOpts{Kind: "email", State: testfactory.Scheduled, RunAt: &future},
+		update: hopper.JobUpdate{Payload: hopper.PayloadOf(email, Email{To: "c@example.com"}), RunNow: true,
+			Priority: ptr(2), Queue: ptr("mail"), MaxAttempts: ptr(3)},
+		check: func(t *testing.T, _, after jobs.Row) {
+			require.JSONEq(t, `{"to":"c@example.com"}`, string(after.Payload))
+			require.Equal(t, jobs.StatePending, after.State)
+			require.Equal(t, 2, after.Priority)
+			require.Equal(t, "mail", after.Queue)
+			require.Equal(t, 3, after.MaxAttempts)
+		},
+		wake: "mail",
+	}, {
+		name:   "nothing",
+		job:    testfactory.JobOpts{},
+		update: hopper.JobUpdate{},
+		check:  func(t *testing.T, before, after jobs.Row) { require.Equal(t, before, after) },
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			listener := listen(t, b)
+			before := b.row(t, testfactory.Job(b.Ctx, t, b.Pool, &tc.job))
+			wakeUps(t, b, listener) // the insert's
+			got, err := b.client.UpdateJob(b.Ctx, before.ID, tc.update)
+			require.NoError(t, err)
+			after, err := b.client.GetJob(b.Ctx, before.ID)
+			require.NoError(t, err)
+			require.Equal(t, after, got, "UpdateJob returns the job as stored")
+			tc.check(t, before, after)
+			wakes := wakeUps(t, b, listener)
+			if tc.wake == "" {
+				require.Empty(t, wakes)
+				return
+			}
+			require.Equal(t, []wakeUp{{Queue: tc.wake, Priority: int16(after.Priority), RunAt: after.RunAt.UTC(), ID: after.ID}}, wakes)
+		})
+	}
+}
+
+// TestUpdateJobRefused: every job that cannot be edited, and every change
+// that cannot be made, fails with its sentinel and leaves the job as it
+// was.
+func TestUpdateJobRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		job    *testfactory.JobOpts // nil: no such job
+		update hopper.JobUpdate
+		want   error
+		says   string
+	}{
+		{"running", &testfactory.JobOpts{State: testfactory.Running}, hopper.JobUpdate{Priority: ptr(1)}, hopper.ErrRunning, "claimed"},
+		{"completed", &testfactory.JobOpts{State: testfactory.Completed}, hopper.JobUpdate{Priority: ptr(1)}, hopper.ErrFinished, "it is completed"},
+		{"dead", &testfactory.JobOpts{State: testfactory.Dead}, hopper.JobUpdate{RunNow: true}, hopper.ErrFinished, "it is dead"},
+		{"cancelled", &testfactory.JobOpts{State: testfactory.Cancelled}, hopper.JobUpdate{Queue: ptr("q")}, hopper.ErrFinished, "it is cancelled"},
+		{"unknown id", nil, hopper.JobUpdate{Priority: ptr(1)}, hopper.ErrNotFound, "not found"},
+		{"payload of another kind", &testfactory.JobOpts{Kind: "report"},
+			hopper.JobUpdate{Payload: hopper.PayloadOf(email, Email{To: "x"})}, hopper.ErrPayloadMismatch, `for kind "email", the job is of kind "report"`},
+		{"payload over the kind's limit", &testfactory.JobOpts{Kind: "email"},
+			hopper.JobUpdate{Payload: hopper.PayloadOf(tinyEmail, Email{To: "far too long"})}, jobs.ErrPayloadTooLarge, "payload of email"},
+		{"raw payload not JSON", &testfactory.JobOpts{}, hopper.JobUpdate{Payload: hopper.RawPayload(json.RawMessage(`{"a":`), 0)}, jobs.ErrMarshal, "not valid JSON"},
+		{"raw payload of another JSON type", &testfactory.JobOpts{}, hopper.JobUpdate{Payload: hopper.RawPayload(json.RawMessage(`[1]`), 0)}, hopper.ErrPayloadMismatch, "a JSON object"},
+		{"raw payload too large", &testfactory.JobOpts{},
+			hopper.JobUpdate{Payload: hopper.RawPayload(json.RawMessage(`"`+strings.Repeat("x", jobs.DefaultMaxPayloadBytes)+`"`), 0)}, jobs.ErrPayloadTooLarge, "over the limit"},
+		{"raw payload at a newer version", &testfactory.JobOpts{Version: 2}, hopper.JobUpdate{Payload: hopper.RawPayload(json.RawMessage(`{}`), 3)}, hopper.ErrPayloadMismatch, "newer than the job's, 2"},
+		{"raw payload at a negative version", &testfactory.JobOpts{}, hopper.JobUpdate{Payload: hopper.RawPayload(json.RawMessage(`{}`), -1)}, hopper.ErrPayloadMismatch, "version -1"},
+		{"bad queue", &testfactory.JobOpts{}, hopper.JobUpdate{Queue: ptr("")}, jobs.ErrInvalidQueue, "is empty"},
+		{"long queue", &testfactory.JobOpts{}, hopper.JobUpdate{Queue: ptr(strings.Repeat("q", 129))}, jobs.ErrInvalidQueue, "over the limit"},
+		{"bad priority", &testfactory.JobOpts{}, hopper.JobUpdate{Priority: ptr(10)}, jobs.ErrInvalidPriority, "outside 0"},
+		{"max attempts below 1", &testfactory.JobOpts{}, hopper.JobUpdate{MaxAttempts: ptr(0)}, jobs.ErrInvalidMaxAttempts, "must be 1 or more"},
+		{"max attempts below the attempts made", &testfactory.JobOpts{Attempt: 3, MaxAttempts: 5}, hopper.JobUpdate{MaxAttempts: ptr(2)}, jobs.ErrInvalidMaxAttempts, "the 3 attempts the job has made (give 4 or more)"},
+		{"max attempts equal to the attempts made", &testfactory.JobOpts{Attempt: 3, MaxAttempts: 5}, hopper.JobUpdate{MaxAttempts: ptr(3)}, jobs.ErrInvalidMaxAttempts, "give 4 or more"},
+		{"run now and run at", &testfactory.JobOpts{}, hopper.JobUpdate{RunNow: true, RunAt: ptr(time.Now())}, jobs.ErrInvalidRunAt, "both set"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			id := int64(424242)
+			var before jobs.Row
+			if tc.job != nil {
+				before = b.row(t, testfactory.Job(b.Ctx, t, b.Pool, tc.job))
+				id = before.ID
+			}
+			_, err := b.client.UpdateJob(b.Ctx, id, tc.update)
+			require.ErrorIs(t, err, tc.want)
+			require.ErrorContains(t, err, fmt.Sprintf("update job %d: ", id))
+			require.ErrorContains(t, err, tc.says)
+			if tc.job != nil {
+				after, err := b.client.GetJob(b.Ctx, id)
+				require.NoError(t, err)
+				require.Equal(t, before, after, "a refused update changes nothing")
+			}
+		})
+	}
+}
+
+// TestDeleteJob deletes pending and scheduled jobs and nothing else.
+func TestDeleteJob(t *testing.T) {
+	b := setup(t)
+	future := time.Now().Add(time.Hour)
+	for _, opts := range []testfactory.JobOpts{
+		{Payload: json.RawMessage(`{"n":1}`), UniqueKey: "once"},
+		{State: testfactory.Scheduled, RunAt: &future},
+	} {
+		job := b.row(t, testfactory.Job(b.Ctx, t, b.Pool, &opts))
+		gone, err := b.client.DeleteJob(b.Ctx, job.ID)
+		require.NoError(t, err)
+		require.Equal(t, job, gone, "DeleteJob returns the job as it was")
+		_, err = b.client.GetJob(b.Ctx, job.ID)
+		require.ErrorIs(t, err, hopper.ErrNotFound, "deleted without a trace")
+		_, err = b.client.DeleteJob(b.Ctx, job.ID)
+		require.ErrorIs(t, err, hopper.ErrNotFound)
+	}
+	// The unique key is free again.
+	res, err := jobs.EnqueueRaw(b.Ctx, b.Pool, "k", 1, json.RawMessage(`{}`), jobs.UniqueKey("once"))
+	require.NoError(t, err)
+	require.False(t, res.Duplicate)
+
+	for state, want := range map[string]error{
+		testfactory.Running:   hopper.ErrRunning,
+		testfactory.Completed: hopper.ErrFinished,
+		testfactory.Dead:      hopper.ErrFinished,
+		testfactory.Cancelled: hopper.ErrFinished,
+	} {
+		job := testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{State: state})
+		_, err := b.client.DeleteJob(b.Ctx, job.ID)
+		require.ErrorIs(t, err, want, state)
+		require.ErrorContains(t, err, fmt.Sprintf("delete job %d: ", job.ID))
+		require.Equal(t, jobs.State(state), b.state(t, job.ID), "left as it was")
+	}
+	_, err = b.client.DeleteJob(b.Ctx, 0)
+	require.ErrorIs(t, err, hopper.ErrNotFound)
+}
+
+// TestUpdateJobTx: the update commits or rolls back with the caller's
+// transaction, and holds the job away from workers until then.
+func TestUpdateJobTx(t *testing.T) {
+	b := setup(t)
+	job := testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{})
+
+	tx, err := b.Pool.Begin(b.Ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.Ctx)
+	row, err := b.client.UpdateJobTx(b.Ctx, tx, job.ID, hopper.JobUpdate{Priority: ptr(7)})
+	require.NoError(t, err)
+	require.Equal(t, 7, row.Priority)
+	// A claim meanwhile skips the locked job.
+	claimed, err := b.Queries.Dequeue(b.Ctx, db.DequeueParams{
+		Queue: "default", AfterPriority: -1, Kinds: []string{"k"}, MaxVersions: []int32{1},
+		MaxJobs: 10, Owner: "w", LeaseMs: 30000,
+	})
+	require.NoError(t, err)
+	require.Empty(t, claimed)
+	require.NoError(t, tx.Rollback(b.Ctx))
+	got, err := b.client.GetJob(b.Ctx, job.ID)
+	require.NoError(t, err)
+	require.Equal(t, int(job.Priority), got.Priority, "rolled back")
+
+	tx, err = b.Pool.Begin(b.Ctx)
+	require.NoError(t, err)
+	_, err = b.client.DeleteJobTx(b.Ctx, tx, job.ID)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(b.Ctx))
+	_, err = b.client.GetJob(b.Ctx, job.ID)
+	require.ErrorIs(t, err, hopper.ErrNotFound)
+}
+
+// TestUpdateJobRacesClaims: 20 goroutines edit jobs while a worker claims
+// and runs them. An edit lands before the claim, and the worker runs the
+// job as edited, or is refused; never does one change a running job: the
+// payload each handler received is the payload the job completed with,
+// and it is that of an edit that succeeded.
+func TestUpdateJobRacesClaims(t *testing.T) {
+	b := setup(t)
+	const jobCount, editors = 10, 20
+	type marked struct {
+		N int64 `json:"n"`
+	}
+	kind := jobs.MustDefine[marked]("marked")
+	ids := make([]int64, jobCount)
+	for i := range ids {
+		res, err := kind.Enqueue(b.Ctx, b.Pool, marked{N: -1}, jobs.Queue("race"))
+		require.NoError(t, err)
+		ids[i] = res.ID
+	}
+
+	var (
+		mu        sync.Mutex
+		landed    = map[int64]map[int64]bool{} // job -> markers of edits that succeeded
+		ran       = map[int64]int64{}          // job -> the marker its handler received
+		refused   = map[int64]chan struct{}{}  // closed at a job's first edit refused as running
+		marker    atomic.Int64
+		badErrors []error
+	)
+	for _, id := range ids {
+		landed[id] = map[int64]bool{}
+		refused[id] = make(chan struct{})
+	}
+	done := make(chan struct{})
+	var editing sync.WaitGroup
+	for range editors {
+		editing.Add(1)
+		go func() {
+			defer editing.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				for _, id := range ids {
+					n := marker.Add(1)
+					row, err := b.client.UpdateJob(b.Ctx, id, hopper.JobUpdate{Payload: hopper.PayloadOf(kind, marked{N: n})})
+					mu.Lock()
+					switch {
+					case err == nil && row.State == jobs.StatePending:
+						landed[id][n] = true
+					case err == nil:
+						badErrors = append(badErrors, fmt.Errorf("job %d: an edit landed on a %s job", id, row.State))
+					case errors.Is(err, hopper.ErrRunning):
+						select {
+						case <-refused[id]:
+						default:
+							close(refused[id])
+						}
+					case errors.Is(err, hopper.ErrFinished):
+					default:
+						badErrors = append(badErrors, err)
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	defer func() { close(done); editing.Wait() }()
+
+	// Edits land before any claim.
+	testdb.WaitFor(t, "an edit of every job", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range ids {
+			if len(landed[id]) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	cfg := worker.Config{Queues: map[string]int{"race": 4}, KeepHistoryByQueue: map[string]time.Duration{"race": time.Hour}}
+	b.runUntil(t, cfg, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, kind, func(ctx context.Context, j *jobs.Job[marked]) error {
+			mu.Lock()
+			ran[j.ID] = j.Payload.N
+			wait := refused[j.ID]
+			mu.Unlock()
+			// Run until an editor has been refused on this job, so that
+			// edits race the running job too.
+			select {
+			case <-wait:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}))
+	}, "every job completed", func() bool {
+		page, err := b.client.ListJobs(b.Ctx, hopper.ListParams{Queue: "race", States: []jobs.State{jobs.StateCompleted}})
+		require.NoError(t, err)
+		return len(page.Jobs) == jobCount
+	})
+	close(done)
+	editing.Wait()
+	done = make(chan struct{}) // for the deferred close
+	require.Empty(t, badErrors)
+	for _, id := range ids {
+		row, err := b.client.GetJob(b.Ctx, id)
+		require.NoError(t, err)
+		var stored marked
+		require.NoError(t, json.Unmarshal(row.Payload, &stored))
+		require.Equal(t, ran[id], stored.N, "job %d completed with the payload its handler ran", id)
+		require.True(t, landed[id][stored.N], "job %d ran the payload of an edit that succeeded", id)
+	}
+}
+
+// row is a factory's job as the Client reads it.
+func (b *bundle) row(t *testing.T, r db.HopperAllJob) jobs.Row {
+	t.Helper()
+	row, err := b.client.GetJob(b.Ctx, r.ID)
+	require.NoError(t, err)
+	return row
+}
+
+// wakeUp is a wake-up's place, as the trigger and Notify send it.
+type wakeUp struct {
+	Schema   string    `json:"schema"`
+	Queue    string    `json:"queue"`
+	Priority int16     `json:"priority"`
+	RunAt    time.Time `json:"run_at"`
+	ID       int64     `json:"id"`
+}
+
+// listen opens a session of its own subscribed to wake-ups.
+func listen(t *testing.T, b *bundle) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(b.Ctx, b.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	require.NoError(t, db.New(conn).Listen(b.Ctx))
+	return conn
+}
+
+// wakeUps returns this schema's wake-ups received before the one a job
+// enqueued now in the queue "sentinel" sends: notifications arrive in
+// commit order, so nothing sent before it can still be on its way.
+func wakeUps(t *testing.T, b *bundle, conn *pgx.Conn) []wakeUp {
+	t.Helper()
+	_, err := jobs.EnqueueRaw(b.Ctx, b.Pool, "k", 1, json.RawMessage(`{}`), jobs.Queue("sentinel"))
+	require.NoError(t, err)
+	var got []wakeUp
+	for {
+		n, err := conn.WaitForNotification(b.Ctx)
+		require.NoError(t, err)
+		var w wakeUp
+		require.NoError(t, json.Unmarshal([]byte(n.Payload), &w))
+		switch {
+		case w.Schema != b.Schema: // another test's
+		case w.Queue == "sentinel":
+			return got
+		default:
+			w.Schema = ""
+			w.RunAt = w.RunAt.UTC()
+			got = append(got, w)
+		}
+	}
+}
