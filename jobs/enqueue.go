@@ -132,9 +132,11 @@ func (o *enqueueOptions) runAtOrLongAgo() time.Time {
 
 // Result tells what Enqueue did.
 type Result struct {
-	// ID is the new job's id, or, for a duplicate, the id of the live job
-	// that holds the unique key (0 in the rare case that job committed while
-	// this enqueue ran and was not yet visible to it).
+	// ID is the new job's id, or, for a duplicate, the id of the job that
+	// holds the unique key: live, finished (UniqueStates, UniquePeriod), or
+	// the waiting job that was replaced (0 in the rare case that a live
+	// holder committed while this enqueue ran and was not yet visible to
+	// it).
 	ID int64
 	// Duplicate is true when a job held the unique key and nothing was
 	// inserted: a live job, or a finished one under UniqueStates or

@@ -391,13 +391,9 @@ func lockedSend(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams) (
 		return nil
 	}
 	var err error
-	switch dbtx.(type) {
-	case interface {
-		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-	}:
-		err = pipelined(ctx, dbtx.(interface {
-			SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-		}), locks, statements, answer)
+	switch d := dbtx.(type) {
+	case batchSender:
+		err = pipelined(ctx, d, locks, statements, answer)
 	case interface {
 		Begin(context.Context) (pgx.Tx, error)
 	}:
@@ -409,6 +405,11 @@ func lockedSend(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams) (
 		return nil, err
 	}
 	return out, nil
+}
+
+// batchSender sends pgx batches: a pool, a connection, a transaction.
+type batchSender interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
 }
 
 // roundsOf splits jobs into rounds of jobs with distinct keys, each a list
@@ -464,9 +465,7 @@ func batchParams(jobs []db.EnqueueUniqueParams, round []int) db.EnqueueUniqueBat
 
 // pipelined sends the locks and the statements as one pgx batch, their SQL
 // recorded from the generated methods, and reads the statements' answers.
-func pipelined(ctx context.Context, sender interface {
-	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-}, locks func(*db.Queries) error, statements []func(*db.Queries) ([]db.EnqueueUniqueBatchRow, error),
+func pipelined(ctx context.Context, sender batchSender, locks func(*db.Queries) error, statements []func(*db.Queries) ([]db.EnqueueUniqueBatchRow, error),
 	answer func(int, []db.EnqueueUniqueBatchRow) error) error {
 	rec := &recorder{}
 	_ = locks(db.New(rec))

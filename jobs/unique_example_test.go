@@ -101,3 +101,41 @@ func ExampleReplaceWaiting() {
 	fmt.Println(first.Outcome(), second.Outcome(), second.ID == first.ID, second.Duplicate)
 	// Output: inserted replaced true true
 }
+
+// Derive the unique key from the payload with a function: the key is the
+// kind's name, a colon, and what the function returns.
+func ExampleUniqueBy() {
+	pool, drop := testdb.ForExample()
+	defer drop()
+	ctx := context.Background()
+	welcome := jobs.MustDefine[AccountSync]("example.welcome",
+		jobs.UniqueBy(func(s AccountSync) string { return "account-" + strconv.FormatInt(s.AccountID, 10) }),
+	)
+
+	fmt.Println(welcome.Entry(AccountSync{AccountID: 7}).UniqueKey())
+	first, _ := welcome.Enqueue(ctx, pool, AccountSync{AccountID: 7, Reason: "signup"})
+	again, _ := welcome.Enqueue(ctx, pool, AccountSync{AccountID: 7, Reason: "clicked twice"})
+	fmt.Println(first.Outcome(), again.Outcome())
+	// Output:
+	// example.welcome:account-7
+	// inserted kept
+}
+
+// Derive the unique key from named fields of the payload.
+func ExampleUniqueFields() {
+	pool, drop := testdb.ForExample()
+	defer drop()
+	ctx := context.Background()
+	export := jobs.MustDefine[AccountSync]("example.export", jobs.UniqueFields("account_id", "region"))
+
+	fmt.Println(export.Entry(AccountSync{AccountID: 7, Region: "eu"}).UniqueKey())
+	res, _ := export.EnqueueMany(ctx, pool, jobs.Items(
+		AccountSync{AccountID: 7, Region: "eu", Reason: "a"},
+		AccountSync{AccountID: 7, Region: "eu", Reason: "b"}, // the same key
+		AccountSync{AccountID: 7, Region: "us"},
+	))
+	fmt.Println("inserted:", res.Inserted, "duplicates:", res.Duplicates)
+	// Output:
+	// example.export:[7,"eu"]
+	// inserted: 2 duplicates: 1
+}
