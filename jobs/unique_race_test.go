@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -65,15 +66,27 @@ func TestUniqueRace(t *testing.T) {
 		cancel   bool // cancel live jobs meanwhile: the key must stay held
 		replaces bool
 		txOnly   bool // every enqueue in a transaction, to know the commit order
+		derived  bool // the key comes from the payload (UniqueBy), not UniqueKey
 	}{
 		{name: "live", opts: nil},
 		{name: "period", opts: []jobs.EnqueueOption{jobs.UniquePeriod(time.Hour)}, cancel: true},
 		{name: "states", opts: []jobs.EnqueueOption{jobs.UniqueStates(jobs.StateCancelled, jobs.StateDead)}, cancel: true},
 		{name: "replace", opts: []jobs.EnqueueOption{jobs.ReplaceWaiting()}, replaces: true, txOnly: true},
 		{name: "debounce", opts: []jobs.EnqueueOption{jobs.Debounce(time.Hour)}, replaces: true, txOnly: true},
+		{name: "payload", opts: []jobs.EnqueueOption{jobs.UniquePeriod(time.Hour)}, cancel: true, derived: true},
 	} {
-		kind := jobs.MustDefine[Note]("race." + mode.name)
+		kind := jobs.MustDefine[Note]("race."+mode.name,
+			jobs.UniqueBy(func(n Note) string {
+				k, _, ok := strings.Cut(n.Text, "|")
+				if !ok {
+					return "" // no key
+				}
+				return k
+			}))
 		key := func(k string) string { return mode.name + "/" + k }
+		if mode.derived { // the key UniqueBy derives from the payload's key(k)|...
+			key = func(k string) string { return kind.Name() + ":" + mode.name + "/" + k }
+		}
 		var mu sync.Mutex
 		order := map[string][]string{} // per key, the payloads of committed enqueues, in commit order
 		var committed []jobs.Result
@@ -89,12 +102,15 @@ func TestUniqueRace(t *testing.T) {
 		}
 		enqueue := func(ctx context.Context, g, round int) error {
 			k := keys[(g+round)%len(keys)]
-			payload := fmt.Sprintf("g%d-r%d", g, round)
+			payload := fmt.Sprintf("%s/%s|g%d-r%d", mode.name, k, g, round)
 			way := (g + round) % 5
 			if mode.txOnly && way == 0 {
 				way = 1
 			}
 			opts := append([]jobs.EnqueueOption{jobs.UniqueKey(key(k))}, mode.opts...)
+			if mode.derived {
+				opts = mode.opts
+			}
 			many := way >= 3
 			do := func(dbtx jobs.DBTX) ([]jobs.Result, error) {
 				if !many {
