@@ -25,7 +25,7 @@ type listFlags struct {
 }
 
 func (l *listFlags) declare(fs *flag.FlagSet, states bool) {
-	fs.StringVar(&l.queue, "queue", "", "list: only this queue")
+	fs.StringVar(&l.queue, "queue", "", "list: only this queue; edit: move the job to this queue")
 	fs.StringVar(&l.kind, "kind", "", "list: only this kind")
 	if states {
 		fs.StringVar(&l.states, "state", "", "list: only these states, comma-separated (pending, scheduled, running, completed, dead, cancelled)")
@@ -234,7 +234,8 @@ func joinStates(states []jobs.State, sep string) string {
 
 func jobsCommand() *command {
 	return listShowCommand("jobs", "list jobs of every state (newest first, with filters and paging), show one in full, "+
-		"or cancel jobs (pending, scheduled and running ones: their workers stop them; each kept as cancelled in the dead table)", true)
+		"cancel jobs (pending, scheduled and running ones: their workers stop them; each kept as cancelled in the dead table), "+
+		"edit a job that has not started (run time, priority, queue, max attempts, payload), or delete one for good (asks first unless --yes)", true)
 }
 
 func historyCommand() *command {
@@ -243,24 +244,31 @@ func historyCommand() *command {
 }
 
 // listShowCommand is a command that lists jobs with the shared filters or
-// shows one in full (hopper jobs, hopper history), and with withCancel
-// cancels jobs too; only, when given, are the states it lists and shows
-// (and it then takes no --state).
-func listShowCommand(name, summary string, withCancel bool, only ...jobs.State) *command {
+// shows one in full (hopper jobs, hopper history), and with operate
+// cancels, edits and deletes jobs too; only, when given, are the states it
+// lists and shows (and it then takes no --state).
+func listShowCommand(name, summary string, operate bool, only ...jobs.State) *command {
 	var l listFlags
+	var ed editFlags
 	again := name + " list"
 	actions := []string{"list", "show"}
 	args := "list [filters] [--json] | show ID [--json]"
-	if withCancel {
-		actions = append(actions, "cancel")
-		args += " | cancel ID..."
+	if operate {
+		actions = append(actions, "cancel", "edit", "delete")
+		args += " | cancel ID... | edit ID [--run-now|--run-at T] [--priority N] [--queue Q] [--max-attempts N] [--payload JSON [--version N]] [--json]" +
+			" | delete ID [--yes] [--json]"
 	}
 	return &command{
 		name:    name,
 		actions: actions,
 		args:    args,
 		summary: summary,
-		flags:   func(fs *flag.FlagSet) { l.declare(fs, len(only) == 0) },
+		flags: func(fs *flag.FlagSet) {
+			l.declare(fs, len(only) == 0)
+			if operate {
+				ed.declare(fs)
+			}
+		},
 		run: func(e *env, fs *flag.FlagSet, args []string) error {
 			action, rest, err := pickAction(name, args, actions...)
 			if err != nil {
@@ -268,12 +276,33 @@ func listShowCommand(name, summary string, withCancel bool, only ...jobs.State) 
 			}
 			var p hopper.ListParams
 			var ids []int64
+			var u hopper.JobUpdate
+			if action == "list" || action == "show" {
+				set := given(fs)
+				for _, f := range editOnly {
+					if set[f] {
+						return fmt.Errorf("%w: %s does not take --%s (edit and delete do)", errUsage, action, f)
+					}
+				}
+			}
 			switch action {
 			case "list":
 				if len(rest) > 0 {
 					return fmt.Errorf("%w: list takes no argument (filters are flags)", errUsage)
 				}
 				if p, err = l.params(only...); err != nil {
+					return err
+				}
+			case "edit", "delete":
+				if ids, err = parseIDs(rest); err != nil || len(ids) != 1 {
+					return fmt.Errorf("%w: %s takes one job id", errUsage, action)
+				}
+				if action == "delete" {
+					err = onlyFlags(fs, "delete", "yes", "json")
+				} else {
+					u, err = ed.update(fs, l.queue)
+				}
+				if err != nil {
 					return err
 				}
 			case "cancel":
@@ -294,6 +323,10 @@ func listShowCommand(name, summary string, withCancel bool, only ...jobs.State) 
 				return showJob(e, client, rest, l.asJSON, only...)
 			case "cancel":
 				return cancelJobs(e, client, ids)
+			case "edit":
+				return editJob(e, client, ids[0], u, l.asJSON)
+			case "delete":
+				return deleteJob(e, client, ids[0], ed.yes, l.asJSON)
 			}
 			return listJobs(e, client, p, &l, again+flagsAgain(&l, len(only) == 0))
 		},
