@@ -358,6 +358,21 @@ BEGIN
     IF i = 0 THEN
         RETURN;
     END IF;
+    IF cardinality(array_remove(unique_keys, NULL)) = 0 THEN
+        -- No unique keys (Go's EnqueueBatchPlain): every job is inserted,
+        -- and the identity gives the ids in the batch's order.
+        RETURN QUERY
+        WITH ins AS (
+            INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, meta, concurrency_key)
+            SELECT b.queue, b.kind, b.version, b.payload, b.priority, b.run_at, b.state, b.max_attempts, b.meta, b.concurrency_key
+            FROM unnest(kinds, payloads, queues, versions, priorities, run_ats, states, attempts, metas, keys)
+                WITH ORDINALITY AS b(kind, payload, queue, version, priority, run_at, state, max_attempts, meta, concurrency_key, ord)
+            ORDER BY b.ord
+            RETURNING hopper_jobs.id
+        )
+        SELECT ins.id, true FROM ins ORDER BY ins.id;
+        RETURN;
+    END IF;
     -- Ids are taken first, in the batch's order, so that every job of the
     -- batch is named whether it was inserted or not (as Go's
     -- EnqueueBatchUnique does); an earlier job of the batch wins a key.
