@@ -291,19 +291,19 @@ func (q *Queries) EnqueueBatchUnique(ctx context.Context, arg EnqueueBatchUnique
 
 const enqueueUnique = `-- name: EnqueueUnique :one
 WITH holder AS MATERIALIZED (
-    SELECT c.id, c.state
+    SELECT c.id, c.state, c.kind
     FROM (
-        SELECT j.id, j.state, 0 AS rank
+        SELECT j.id, j.state, j.kind, 0 AS rank
         FROM hopper_jobs AS j
         WHERE j.unique_key = $1::text
         UNION ALL
-        SELECT h.id, 'completed', 1
+        SELECT h.id, 'completed', h.kind, 1
         FROM hopper_job_history AS h
         WHERE h.unique_key = $1::text
           AND 'completed' = ANY ($2::text[])
           AND ($3::bigint = 0 OR h.created_at > now() - '1 millisecond'::interval * $3::bigint)
         UNION ALL
-        SELECT d.id, d.state, 1
+        SELECT d.id, d.state, d.kind, 1
         FROM hopper_dead_jobs AS d
         WHERE d.unique_key = $1::text
           AND d.state = ANY ($2::text[])
@@ -314,35 +314,35 @@ WITH holder AS MATERIALIZED (
 ), blocking AS MATERIALIZED (
     -- the holder, unless it is a running job that gives up its key
     SELECT holder.id, holder.state FROM holder
-    WHERE NOT ($4::boolean AND holder.state = 'running')
+    WHERE NOT ($4::boolean AND holder.state = 'running' AND holder.kind = $5::text)
 ), replaced AS (
     UPDATE hopper_jobs AS j
-    SET payload = coalesce($5::jsonb, '{}'),
-        version = coalesce(nullif($6::integer, 0), 1),
-        run_at = CASE WHEN $7::boolean
-                      THEN greatest($8::timestamptz, now() + '1 millisecond'::interval * $9::bigint)
+    SET payload = coalesce($6::jsonb, '{}'),
+        version = coalesce(nullif($7::integer, 0), 1),
+        run_at = CASE WHEN $8::boolean
+                      THEN greatest($9::timestamptz, now() + '1 millisecond'::interval * $10::bigint)
                       ELSE j.run_at END,
-        state = CASE WHEN NOT $7::boolean THEN j.state
-                     WHEN greatest($8::timestamptz, now() + '1 millisecond'::interval * $9::bigint) > now() THEN 'scheduled'
+        state = CASE WHEN NOT $8::boolean THEN j.state
+                     WHEN greatest($9::timestamptz, now() + '1 millisecond'::interval * $10::bigint) > now() THEN 'scheduled'
                      ELSE 'pending' END
     FROM blocking
-    WHERE $10::boolean AND blocking.state IN ('pending', 'scheduled')
-      AND j.id = blocking.id AND j.state IN ('pending', 'scheduled')
+    WHERE $11::boolean AND blocking.state IN ('pending', 'scheduled')
+      AND j.id = blocking.id AND j.state IN ('pending', 'scheduled') AND j.kind = $5::text
     RETURNING j.id
 ), taken AS (
     UPDATE hopper_jobs AS j
     SET unique_key = NULL
     FROM holder
-    WHERE $4::boolean AND holder.state = 'running'
+    WHERE $4::boolean AND holder.state = 'running' AND holder.kind = $5::text
       AND j.id = holder.id
       AND j.lease_until IS NOT NULL -- running: as in AckBatch, no partial index's predicate, so a lookup by id
     RETURNING j.id
 ), inserted AS (
     INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)
-    SELECT coalesce(nullif($11::text, ''), 'default'), $12::text, coalesce(nullif($6::integer, 0), 1),
-           coalesce($5::jsonb, '{}'), $13::smallint,
-           greatest($8::timestamptz, now() + '1 millisecond'::interval * $9::bigint),
-           CASE WHEN greatest($8::timestamptz, now() + '1 millisecond'::interval * $9::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
+    SELECT coalesce(nullif($12::text, ''), 'default'), $5::text, coalesce(nullif($7::integer, 0), 1),
+           coalesce($6::jsonb, '{}'), $13::smallint,
+           greatest($9::timestamptz, now() + '1 millisecond'::interval * $10::bigint),
+           CASE WHEN greatest($9::timestamptz, now() + '1 millisecond'::interval * $10::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
            coalesce(nullif($14::integer, 0), 25), $1::text,
            $15::jsonb, $16::text
     FROM (SELECT count(*) AS n FROM taken) AS t
@@ -369,6 +369,7 @@ type EnqueueUniqueParams struct {
 	States          []string        `json:"states"`
 	PeriodMs        int64           `json:"period_ms"`
 	TakeFromRunning bool            `json:"take_from_running"`
+	Kind            string          `json:"kind"`
 	Payload         json.RawMessage `json:"payload"`
 	Version         int32           `json:"version"`
 	PushRunAt       bool            `json:"push_run_at"`
@@ -376,7 +377,6 @@ type EnqueueUniqueParams struct {
 	DelayMs         int64           `json:"delay_ms"`
 	Replace         bool            `json:"replace"`
 	Queue           string          `json:"queue"`
-	Kind            string          `json:"kind"`
 	Priority        int16           `json:"priority"`
 	MaxAttempts     int32           `json:"max_attempts"`
 	Meta            json.RawMessage `json:"meta"`
@@ -405,7 +405,9 @@ type EnqueueUniqueRow struct {
 // without replace; or a job that took the key after this statement's
 // snapshot, id 0 when it is not visible to it). The replace re-checks the
 // holder's state under its row lock, so a job claimed meanwhile is not
-// changed while it runs. A running holder that finished meanwhile has
+// changed while it runs. Only a holder of the same kind is replaced or
+// gives up its key (another kind's payload would not decode): a holder of
+// another kind is kept. A running holder that finished meanwhile has
 // freed the key: the job is inserted all the same. The insert reads the
 // count of taken keys first, so that the key is off the running holder
 // before the insert checks the unique index. A job without a key is simply
@@ -416,6 +418,7 @@ func (q *Queries) EnqueueUnique(ctx context.Context, arg EnqueueUniqueParams) (E
 		arg.States,
 		arg.PeriodMs,
 		arg.TakeFromRunning,
+		arg.Kind,
 		arg.Payload,
 		arg.Version,
 		arg.PushRunAt,
@@ -423,7 +426,6 @@ func (q *Queries) EnqueueUnique(ctx context.Context, arg EnqueueUniqueParams) (E
 		arg.DelayMs,
 		arg.Replace,
 		arg.Queue,
-		arg.Kind,
 		arg.Priority,
 		arg.MaxAttempts,
 		arg.Meta,
@@ -458,22 +460,22 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
                unnest($16::boolean[]) AS take_from_running
     ) AS b
 ), holder AS MATERIALIZED (
-    SELECT b.new_id AS for_id, c.id, c.state
+    SELECT b.new_id AS for_id, c.id, c.state, c.kind
     FROM batch AS b
     CROSS JOIN LATERAL (
-        SELECT c.id, c.state
+        SELECT c.id, c.state, c.kind
         FROM (
-            SELECT j.id, j.state, 0 AS rank
+            SELECT j.id, j.state, j.kind, 0 AS rank
             FROM hopper_jobs AS j
             WHERE j.unique_key = nullif(b.unique_key, '')
             UNION ALL
-            SELECT h.id, 'completed', 1
+            SELECT h.id, 'completed', h.kind, 1
             FROM hopper_job_history AS h
             WHERE h.unique_key = nullif(b.unique_key, '')
               AND 'completed' = ANY (string_to_array(b.finished, ','))
               AND (b.period_ms = 0 OR h.created_at > now() - '1 millisecond'::interval * b.period_ms)
             UNION ALL
-            SELECT d.id, d.state, 1
+            SELECT d.id, d.state, d.kind, 1
             FROM hopper_dead_jobs AS d
             WHERE d.unique_key = nullif(b.unique_key, '')
               AND d.state = ANY (string_to_array(b.finished, ','))
@@ -486,7 +488,7 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     SELECT h.for_id, h.id, h.state
     FROM holder AS h
     JOIN batch AS b ON b.new_id = h.for_id
-    WHERE NOT (b.take_from_running AND h.state = 'running')
+    WHERE NOT (b.take_from_running AND h.state = 'running' AND h.kind = b.kind)
 ), replaced AS (
     UPDATE hopper_jobs AS j
     SET payload = coalesce(b.payload, '{}'),
@@ -500,14 +502,14 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     FROM blocking AS k
     JOIN batch AS b ON b.new_id = k.for_id
     WHERE b.replace AND k.state IN ('pending', 'scheduled')
-      AND j.id = k.id AND j.state IN ('pending', 'scheduled')
+      AND j.id = k.id AND j.state IN ('pending', 'scheduled') AND j.kind = b.kind
     RETURNING k.for_id, j.id
 ), taken AS (
     UPDATE hopper_jobs AS j
     SET unique_key = NULL
     FROM holder AS h
     JOIN batch AS b ON b.new_id = h.for_id
-    WHERE b.take_from_running AND h.state = 'running'
+    WHERE b.take_from_running AND h.state = 'running' AND h.kind = b.kind
       AND j.id = h.id
       AND j.lease_until IS NOT NULL -- running, looked up by id (see EnqueueUnique)
     RETURNING h.for_id

@@ -223,6 +223,24 @@ func TestReplaceWaitingAndDebounce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, jobs.Result{ID: run2.ID, Duplicate: true}, kept)
 
+	// A holder of another kind is kept, waiting or running: its payload
+	// is of another type.
+	other := jobs.MustDefine[Sync]("sync.other")
+	waiting, err := other.Enqueue(b.Ctx, b.Pool, Sync{Account: 1}, jobs.UniqueKey("shared"))
+	require.NoError(t, err)
+	for _, opt := range []jobs.EnqueueOption{jobs.ReplaceWaiting(), jobs.Debounce(time.Minute)} {
+		res, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "x"}, jobs.UniqueKey("shared"), opt)
+		require.NoError(t, err)
+		require.Equal(t, jobs.Result{ID: waiting.ID, Duplicate: true}, res)
+		many, err := k.EnqueueMany(b.Ctx, b.Pool, jobs.Items(Note{Text: "x"}, Note{Text: "y"}), jobs.UniqueKey("shared"), opt)
+		require.NoError(t, err)
+		require.Equal(t, []jobs.Result{res, res}, many.Results)
+	}
+	runningOther := testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{State: testfactory.Running, Kind: other.Name(), UniqueKey: "shared-running"})
+	res2, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "x"}, jobs.UniqueKey("shared-running"), jobs.Debounce(time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, jobs.Result{ID: runningOther.ID, Duplicate: true}, res2)
+
 	// In a batch: the counts, and each job answered as if enqueued alone.
 	res, err := k.EnqueueMany(b.Ctx, b.Pool, []jobs.Item[Note]{
 		{Payload: Note{Text: "b1"}, Options: []jobs.EnqueueOption{jobs.UniqueKey("b")}},

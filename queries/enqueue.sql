@@ -203,25 +203,27 @@ FROM (
 -- without replace; or a job that took the key after this statement's
 -- snapshot, id 0 when it is not visible to it). The replace re-checks the
 -- holder's state under its row lock, so a job claimed meanwhile is not
--- changed while it runs. A running holder that finished meanwhile has
+-- changed while it runs. Only a holder of the same kind is replaced or
+-- gives up its key (another kind's payload would not decode): a holder of
+-- another kind is kept. A running holder that finished meanwhile has
 -- freed the key: the job is inserted all the same. The insert reads the
 -- count of taken keys first, so that the key is off the running holder
 -- before the insert checks the unique index. A job without a key is simply
 -- inserted.
 WITH holder AS MATERIALIZED (
-    SELECT c.id, c.state
+    SELECT c.id, c.state, c.kind
     FROM (
-        SELECT j.id, j.state, 0 AS rank
+        SELECT j.id, j.state, j.kind, 0 AS rank
         FROM hopper_jobs AS j
         WHERE j.unique_key = sqlc.narg(unique_key)::text
         UNION ALL
-        SELECT h.id, 'completed', 1
+        SELECT h.id, 'completed', h.kind, 1
         FROM hopper_job_history AS h
         WHERE h.unique_key = sqlc.narg(unique_key)::text
           AND 'completed' = ANY (@states::text[])
           AND (@period_ms::bigint = 0 OR h.created_at > now() - '1 millisecond'::interval * @period_ms::bigint)
         UNION ALL
-        SELECT d.id, d.state, 1
+        SELECT d.id, d.state, d.kind, 1
         FROM hopper_dead_jobs AS d
         WHERE d.unique_key = sqlc.narg(unique_key)::text
           AND d.state = ANY (@states::text[])
@@ -232,7 +234,7 @@ WITH holder AS MATERIALIZED (
 ), blocking AS MATERIALIZED (
     -- the holder, unless it is a running job that gives up its key
     SELECT holder.id, holder.state FROM holder
-    WHERE NOT (@take_from_running::boolean AND holder.state = 'running')
+    WHERE NOT (@take_from_running::boolean AND holder.state = 'running' AND holder.kind = @kind::text)
 ), replaced AS (
     UPDATE hopper_jobs AS j
     SET payload = coalesce(@payload::jsonb, '{}'),
@@ -245,13 +247,13 @@ WITH holder AS MATERIALIZED (
                      ELSE 'pending' END
     FROM blocking
     WHERE @replace::boolean AND blocking.state IN ('pending', 'scheduled')
-      AND j.id = blocking.id AND j.state IN ('pending', 'scheduled')
+      AND j.id = blocking.id AND j.state IN ('pending', 'scheduled') AND j.kind = @kind::text
     RETURNING j.id
 ), taken AS (
     UPDATE hopper_jobs AS j
     SET unique_key = NULL
     FROM holder
-    WHERE @take_from_running::boolean AND holder.state = 'running'
+    WHERE @take_from_running::boolean AND holder.state = 'running' AND holder.kind = @kind::text
       AND j.id = holder.id
       AND j.lease_until IS NOT NULL -- running: as in AckBatch, no partial index's predicate, so a lookup by id
     RETURNING j.id
@@ -314,22 +316,22 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
                unnest(@take_from_running::boolean[]) AS take_from_running
     ) AS b
 ), holder AS MATERIALIZED (
-    SELECT b.new_id AS for_id, c.id, c.state
+    SELECT b.new_id AS for_id, c.id, c.state, c.kind
     FROM batch AS b
     CROSS JOIN LATERAL (
-        SELECT c.id, c.state
+        SELECT c.id, c.state, c.kind
         FROM (
-            SELECT j.id, j.state, 0 AS rank
+            SELECT j.id, j.state, j.kind, 0 AS rank
             FROM hopper_jobs AS j
             WHERE j.unique_key = nullif(b.unique_key, '')
             UNION ALL
-            SELECT h.id, 'completed', 1
+            SELECT h.id, 'completed', h.kind, 1
             FROM hopper_job_history AS h
             WHERE h.unique_key = nullif(b.unique_key, '')
               AND 'completed' = ANY (string_to_array(b.finished, ','))
               AND (b.period_ms = 0 OR h.created_at > now() - '1 millisecond'::interval * b.period_ms)
             UNION ALL
-            SELECT d.id, d.state, 1
+            SELECT d.id, d.state, d.kind, 1
             FROM hopper_dead_jobs AS d
             WHERE d.unique_key = nullif(b.unique_key, '')
               AND d.state = ANY (string_to_array(b.finished, ','))
@@ -342,7 +344,7 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     SELECT h.for_id, h.id, h.state
     FROM holder AS h
     JOIN batch AS b ON b.new_id = h.for_id
-    WHERE NOT (b.take_from_running AND h.state = 'running')
+    WHERE NOT (b.take_from_running AND h.state = 'running' AND h.kind = b.kind)
 ), replaced AS (
     UPDATE hopper_jobs AS j
     SET payload = coalesce(b.payload, '{}'),
@@ -356,14 +358,14 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     FROM blocking AS k
     JOIN batch AS b ON b.new_id = k.for_id
     WHERE b.replace AND k.state IN ('pending', 'scheduled')
-      AND j.id = k.id AND j.state IN ('pending', 'scheduled')
+      AND j.id = k.id AND j.state IN ('pending', 'scheduled') AND j.kind = b.kind
     RETURNING k.for_id, j.id
 ), taken AS (
     UPDATE hopper_jobs AS j
     SET unique_key = NULL
     FROM holder AS h
     JOIN batch AS b ON b.new_id = h.for_id
-    WHERE b.take_from_running AND h.state = 'running'
+    WHERE b.take_from_running AND h.state = 'running' AND h.kind = b.kind
       AND j.id = h.id
       AND j.lease_until IS NOT NULL -- running, looked up by id (see EnqueueUnique)
     RETURNING h.for_id
