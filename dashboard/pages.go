@@ -55,6 +55,9 @@ func (d *Dashboard) routes() http.Handler {
 	mux.HandleFunc("GET /jobs", d.jobsList)
 	mux.HandleFunc("GET /jobs/{id}", d.jobDetail)
 	mux.HandleFunc("POST /jobs/{id}/cancel", d.change(d.cancelJob))
+	mux.HandleFunc("POST /jobs/{id}/edit", d.change(d.editJob))
+	mux.HandleFunc("POST /jobs/{id}/run-now", d.change(d.runJobNow))
+	mux.HandleFunc("POST /jobs/{id}/delete", d.change(d.deleteJob))
 	mux.HandleFunc("GET /dead", d.deadList)
 	mux.HandleFunc("POST /dead/retry", d.change(d.retryDead))
 	mux.HandleFunc("POST /dead/purge", d.change(d.purgeDead))
@@ -210,9 +213,11 @@ func (d *Dashboard) failErr(w http.ResponseWriter, r *http.Request, err error) {
 		errors.Is(err, hopper.ErrUnknownWorker):
 		d.fail(w, r, http.StatusNotFound, firstLine(err))
 	case errors.Is(err, hopper.ErrInvalidCursor), errors.Is(err, hopper.ErrInvalidFilter), errors.Is(err, jobs.ErrInvalidState),
-		errors.Is(err, jobs.ErrInvalidQueue):
+		errors.Is(err, jobs.ErrInvalidQueue), errors.Is(err, jobs.ErrInvalidPriority), errors.Is(err, jobs.ErrInvalidMaxAttempts),
+		errors.Is(err, jobs.ErrInvalidRunAt), errors.Is(err, jobs.ErrMarshal), errors.Is(err, jobs.ErrPayloadTooLarge),
+		errors.Is(err, hopper.ErrPayloadMismatch):
 		d.fail(w, r, http.StatusBadRequest, firstLine(err))
-	case errors.Is(err, hopper.ErrFinished), errors.Is(err, hopper.ErrWorkerAlive):
+	case errors.Is(err, hopper.ErrFinished), errors.Is(err, hopper.ErrWorkerAlive), errors.Is(err, hopper.ErrRunning):
 		d.fail(w, r, http.StatusConflict, firstLine(err))
 	case r.Context().Err() != nil:
 		d.fail(w, r, http.StatusServiceUnavailable, "The request was cancelled.")
@@ -369,6 +374,9 @@ type detailData struct {
 	Result  string
 	Meta    []metaPair
 	Live    bool
+	// Editable: pending or scheduled, so the page offers the edit, run
+	// now and delete forms.
+	Editable bool
 }
 
 type metaPair struct{ Key, Value string }
@@ -393,7 +401,8 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data := detailData{Job: job, Payload: pretty(job.Payload), Result: pretty(job.Result),
-		Live: job.State == jobs.StatePending || job.State == jobs.StateScheduled || job.State == jobs.StateRunning}
+		Live:     job.State == jobs.StatePending || job.State == jobs.StateScheduled || job.State == jobs.StateRunning,
+		Editable: job.State == jobs.StatePending || job.State == jobs.StateScheduled}
 	for k, v := range job.Meta {
 		data.Meta = append(data.Meta, metaPair{k, v})
 	}
@@ -421,6 +430,84 @@ func (d *Dashboard) cancelJob(r *http.Request) (string, string, error) {
 		return "", "", err
 	}
 	return fmt.Sprintf("jobs/%d", id), fmt.Sprintf("Job %d cancelled.", id), nil
+}
+
+// editJob changes a job that has not started from the job page's edit
+// form: each field left empty keeps what the job has.
+func (d *Dashboard) editJob(r *http.Request) (string, string, error) {
+	id, err := parseID(r.PathValue("id"))
+	if err != nil {
+		return "", "", fmt.Errorf("%w: %v", hopper.ErrInvalidFilter, err)
+	}
+	var u hopper.JobUpdate
+	var changed []string
+	number := func(field, what string) (*int, error) {
+		v := strings.TrimSpace(r.PostFormValue(field))
+		if v == "" {
+			return nil, nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s %q is not a whole number", hopper.ErrInvalidFilter, what, v)
+		}
+		changed = append(changed, what)
+		return &n, nil
+	}
+	if u.Priority, err = number("priority", "priority"); err != nil {
+		return "", "", err
+	}
+	if u.MaxAttempts, err = number("max_attempts", "max attempts"); err != nil {
+		return "", "", err
+	}
+	if q := r.PostFormValue("queue"); q != "" {
+		u.Queue = &q
+		changed = append(changed, "queue")
+	}
+	if at := strings.TrimSpace(r.PostFormValue("run_at")); at != "" {
+		t, err := time.Parse(time.RFC3339, at)
+		if err != nil {
+			return "", "", fmt.Errorf("%w: run at %q is not a time like 2026-11-22T15:04:05Z (RFC 3339)", jobs.ErrInvalidRunAt, at)
+		}
+		u.RunAt = &t
+		changed = append(changed, "run time")
+	}
+	if p := strings.TrimSpace(r.PostFormValue("payload")); p != "" {
+		u.Payload = hopper.RawPayload(json.RawMessage(p), 0)
+		changed = append(changed, "payload")
+	}
+	if len(changed) == 0 {
+		return "", "", fmt.Errorf("%w: the form changes nothing: fill in what to change", hopper.ErrInvalidFilter)
+	}
+	if _, err := d.client.UpdateJob(r.Context(), id, u); err != nil {
+		return "", "", err
+	}
+	return fmt.Sprintf("jobs/%d", id), fmt.Sprintf("Job %d updated: %s.", id, strings.Join(changed, ", ")), nil
+}
+
+// runJobNow makes a job that has not started ready now.
+func (d *Dashboard) runJobNow(r *http.Request) (string, string, error) {
+	id, err := parseID(r.PathValue("id"))
+	if err != nil {
+		return "", "", fmt.Errorf("%w: %v", hopper.ErrInvalidFilter, err)
+	}
+	if _, err := d.client.UpdateJob(r.Context(), id, hopper.JobUpdate{RunNow: true}); err != nil {
+		return "", "", err
+	}
+	return fmt.Sprintf("jobs/%d", id), fmt.Sprintf("Job %d is ready to run now.", id), nil
+}
+
+// deleteJob deletes a job that has not started, for good; the browser is
+// sent to the list of jobs, since the job's page is gone.
+func (d *Dashboard) deleteJob(r *http.Request) (string, string, error) {
+	id, err := parseID(r.PathValue("id"))
+	if err != nil {
+		return "", "", fmt.Errorf("%w: %v", hopper.ErrInvalidFilter, err)
+	}
+	row, err := d.client.DeleteJob(r.Context(), id)
+	if err != nil {
+		return "", "", err
+	}
+	return "jobs", fmt.Sprintf("Job %d (%s, kind %s, queue %s) deleted.", id, row.State, row.Kind, row.Queue), nil
 }
 
 // deadFilter reads the dead-job form: the ids ticked, or a kind.
