@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -211,6 +212,17 @@ var planCases = []planCase{
 			_, err := q.Dequeue(ctx, db.DequeueParams{
 				Queue: "default", Kinds: []string{"k"}, MaxVersions: []int32{1}, MaxJobs: planBatch,
 				Owner: "plan-owner", LeaseMs: 30_000, AfterPriority: -1,
+			})
+			return err
+		}},
+	{name: "DequeueQueues", prep: prepReady,
+		call: func(q *db.Queries, ctx context.Context, _ []int64, _ []int32) error {
+			// The jobs' queue, and two queues that hold none: each costs
+			// a descent of the ready index, not a scan.
+			_, err := q.DequeueQueues(ctx, db.DequeueQueuesParams{
+				Queues: []string{"default", "empty-1", "empty-2"}, MaxJobs: []int32{planBatch, 10, 10},
+				AfterPriorities: []int16{-1, -1, -1}, AfterRunAts: make([]time.Time, 3), AfterIds: make([]int64, 3),
+				Kinds: []string{"k"}, MaxVersions: []int32{1}, Owner: "plan-owner", LeaseMs: 30_000,
 			})
 			return err
 		}},

@@ -60,6 +60,7 @@ type producerDeps struct {
 	held      *heldJobs
 	executor  *executor
 	listening *atomic.Bool // the notifier's: wake-ups reach the scan cursor
+	claims    *claimBatch  // plain queues' claims, batched across queues
 }
 
 func newProducer(deps producerDeps, name string, n int) *producer {
@@ -179,8 +180,9 @@ func (p *producer) awaitWork(ctx context.Context, poll *time.Timer) {
 	}
 }
 
-// dequeue claims up to n jobs of the queue: from the claim cursor on, or,
-// under flow control, by the limited claim.
+// dequeue claims up to n jobs of the queue: from the claim cursor on,
+// batched with the other plain queues' claims (claimBatch), or, under flow
+// control, by the limited claim.
 func (p *producer) dequeue(ctx context.Context, n int, sent time.Time) ([]db.HopperJob, error) {
 	if p.flow != nil {
 		rows, wait, err := p.dequeueLimited(ctx, n)
@@ -188,7 +190,7 @@ func (p *producer) dequeue(ctx context.Context, n int, sent time.Time) ([]db.Hop
 		return rows, err
 	}
 	after := p.cursor.begin(sent, p.listening.Load())
-	rows, err := p.q.Dequeue(ctx, db.DequeueParams{
+	rows, err := p.claims.dequeue(ctx, db.DequeueParams{
 		Owner:         p.cfg.ID,
 		LeaseMs:       p.cfg.LeaseDuration.Milliseconds(),
 		Queue:         p.name,

@@ -103,7 +103,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		w.maintainer.scheduleTriggered(schedule)
 	})
 	deps := producerDeps{q: w.q, pool: pool, scope: w.scope, cfg: &w.cfg, log: w.log, metrics: w.metrics,
-		handlers: w.handlers, held: &w.held, executor: w.executor, listening: &w.notifier.listening}
+		handlers: w.handlers, held: &w.held, executor: w.executor, listening: &w.notifier.listening, claims: newClaimBatch(w.q)}
 	for name, n := range cfg.Queues {
 		w.producers[name] = newProducer(deps, name, n) // the notifier sees them through the map
 	}
