@@ -46,6 +46,47 @@ SET state       = 'running',
 WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
 RETURNING j.*;
 
+-- name: DequeueQueues :many
+-- Dequeue for several queues in one statement: for each queue queues[i],
+-- up to max_jobs[i] ready jobs from its own cursor (after_priorities[i],
+-- after_run_ats[i], after_ids[i]) on, each queue's claim exactly as
+-- Dequeue's (the same kinds and versions, order, pause check and SKIP
+-- LOCKED), in a LATERAL subquery per queue. A worker with many queues
+-- sends one of these for every queue that wants jobs at that moment,
+-- instead of one Dequeue each: the round trips and the statement's fixed
+-- cost are shared, so the cost per job does not grow as a worker's slots
+-- are split over more queues. The jobs come back with their queue, for
+-- the caller to hand to each queue's producer.
+WITH picked AS (
+    SELECT p.id
+    FROM (SELECT unnest(@queues::text[]) AS queue,
+                 unnest(@max_jobs::integer[]) AS max_jobs,
+                 unnest(@after_priorities::smallint[]) AS after_priority,
+                 unnest(@after_run_ats::timestamptz[]) AS after_run_at,
+                 unnest(@after_ids::bigint[]) AS after_id) AS want
+    CROSS JOIN LATERAL (
+        SELECT j.id
+        FROM hopper_jobs AS j
+        WHERE j.state = 'pending'
+          AND j.queue = want.queue
+          AND NOT EXISTS (SELECT FROM hopper_queues AS paused
+                          WHERE paused.name = want.queue AND paused.paused_at IS NOT NULL)
+          AND (j.priority, j.run_at, j.id) > (want.after_priority, want.after_run_at, want.after_id)
+          AND j.run_at <= now()
+          AND j.version <= (@max_versions::integer[])[array_position(@kinds::text[], j.kind)]
+        ORDER BY j.priority, j.run_at, j.id
+        LIMIT want.max_jobs
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS p
+)
+UPDATE hopper_jobs AS j
+SET state       = 'running',
+    attempt     = j.attempt + 1,
+    lease_owner = @owner::text,
+    lease_until = now() + '1 millisecond'::interval * @lease_ms::bigint
+WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
+RETURNING j.*;
+
 -- name: Promote :many
 -- Makes up to max_jobs scheduled jobs whose run_at has come pending, and
 -- returns how many per queue with the smallest priority, run_at and id among
