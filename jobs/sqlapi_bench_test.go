@@ -5,17 +5,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 )
 
-// BenchmarkSQLAPI compares the SQL API with Go's enqueue, per job (ns/job):
-// one job by Kind.Enqueue and by hopper_enqueue, each one round trip; a
-// batch by EnqueueBatch and by hopper_enqueue_many, each one statement;
-// and the same with a unique key per job (Go's EnqueueBatch then takes
-// its INSERT … ON CONFLICT path, like hopper_enqueue_many always does).
-// Printed, never asserted: go test -run '^$' -bench SQLAPI ./jobs
+// BenchmarkSQLAPI compares the SQL API with Go's enqueue, per job: one job
+// by Kind.Enqueue and by hopper_enqueue (one round trip each), and batches
+// by EnqueueBatch and by hopper_enqueue_many (one statement each), with
+// and without a unique key per job. Each iteration enqueues once through
+// Go and once through SQL, in alternating order, so that both see the same
+// load on a shared machine: read go-us/job against sql-us/job, and
+// sql/go. Printed, never asserted:
+//
+//	go test -run '^$' -bench SQLAPI -count 5 ./jobs
 func BenchmarkSQLAPI(b *testing.B) {
 	tdb := testdb.New(b)
 	ctx := context.Background()
@@ -23,86 +27,87 @@ func BenchmarkSQLAPI(b *testing.B) {
 	seq := 0
 	key := func() string { seq++; return fmt.Sprint("k", seq) }
 
-	b.Run("single/go", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := noteKind.Enqueue(ctx, tdb.Pool, payload); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/job")
-	})
-	b.Run("single/sql", func(b *testing.B) {
-		for b.Loop() {
-			var id int64
-			if err := tdb.Pool.QueryRow(ctx, `SELECT id FROM hopper_enqueue(kind => $1, payload => $2)`, noteKind.Name(), `{"text": "bench"}`).Scan(&id); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/job")
-	})
-	b.Run("single-unique/go", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := noteKind.Enqueue(ctx, tdb.Pool, payload, jobs.UniqueKey(key())); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/job")
-	})
-	b.Run("single-unique/sql", func(b *testing.B) {
-		for b.Loop() {
-			var id int64
-			if err := tdb.Pool.QueryRow(ctx, `SELECT id FROM hopper_enqueue(kind => $1, payload => $2, unique_key => $3)`, noteKind.Name(), `{"text": "bench"}`, key()).Scan(&id); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/job")
-	})
-	for _, n := range []int{100, 1000} {
+	for _, n := range []int{1, 100, 1000} {
 		for _, unique := range []bool{false, true} {
-			name := fmt.Sprint("batch-", n)
+			name := fmt.Sprint("jobs=", n)
 			if unique {
-				name += "-unique"
+				name += "/unique"
 			}
-			batch := func() ([]jobs.Entry, string) {
-				entries := make([]jobs.Entry, n)
-				array := make([]map[string]any, n)
-				for i := range entries {
-					var opts []jobs.EnqueueOption
-					array[i] = map[string]any{"kind": noteKind.Name(), "payload": payload}
+			// One enqueue of n jobs through Go, and through SQL.
+			viaGo := func() {
+				var opts []jobs.EnqueueOption
+				if n == 1 {
 					if unique {
-						k := key()
-						opts = append(opts, jobs.UniqueKey(k))
-						array[i]["unique_key"] = k
+						opts = append(opts, jobs.UniqueKey(key()))
+					}
+					if _, err := noteKind.Enqueue(ctx, tdb.Pool, payload, opts...); err != nil {
+						b.Fatal(err)
+					}
+					return
+				}
+				entries := make([]jobs.Entry, n)
+				for i := range entries {
+					opts = opts[:0]
+					if unique {
+						opts = append(opts, jobs.UniqueKey(key()))
 					}
 					entries[i] = noteKind.Entry(payload, opts...)
+				}
+				if _, err := jobs.EnqueueBatch(ctx, tdb.Pool, entries); err != nil {
+					b.Fatal(err)
+				}
+			}
+			viaSQL := func() {
+				if n == 1 {
+					var uk *string
+					if unique {
+						k := key()
+						uk = &k
+					}
+					var id int64
+					if err := tdb.Pool.QueryRow(ctx, `SELECT id FROM hopper_enqueue(kind => $1, payload => $2, unique_key => $3)`,
+						noteKind.Name(), `{"text": "bench"}`, uk).Scan(&id); err != nil {
+						b.Fatal(err)
+					}
+					return
+				}
+				array := make([]map[string]any, n)
+				for i := range array {
+					array[i] = map[string]any{"kind": noteKind.Name(), "payload": payload}
+					if unique {
+						array[i]["unique_key"] = key()
+					}
 				}
 				raw, err := json.Marshal(array)
 				if err != nil {
 					b.Fatal(err)
 				}
-				return entries, string(raw)
+				if _, err := tdb.Pool.Exec(ctx, `SELECT count(*) FROM hopper_enqueue_many($1)`, string(raw)); err != nil {
+					b.Fatal(err)
+				}
 			}
-			b.Run(name+"/go", func(b *testing.B) {
-				for b.Loop() {
-					b.StopTimer()
-					entries, _ := batch()
-					b.StartTimer()
-					if _, err := jobs.EnqueueBatch(ctx, tdb.Pool, entries); err != nil {
-						b.Fatal(err)
-					}
+			b.Run(name, func(b *testing.B) {
+				var goTime, sqlTime time.Duration
+				timed := func(fn func(), into *time.Duration) {
+					start := time.Now()
+					fn()
+					*into += time.Since(start)
 				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/job")
-			})
-			b.Run(name+"/sql", func(b *testing.B) {
+				i := 0
 				for b.Loop() {
-					b.StopTimer()
-					_, array := batch()
-					b.StartTimer()
-					if _, err := tdb.Pool.Exec(ctx, `SELECT count(*) FROM hopper_enqueue_many($1)`, array); err != nil {
-						b.Fatal(err)
+					if i%2 == 0 {
+						timed(viaGo, &goTime)
+						timed(viaSQL, &sqlTime)
+					} else {
+						timed(viaSQL, &sqlTime)
+						timed(viaGo, &goTime)
 					}
+					i++
 				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/job")
+				jobsDone := float64(b.N * n)
+				b.ReportMetric(float64(goTime.Microseconds())/jobsDone, "go-us/job")
+				b.ReportMetric(float64(sqlTime.Microseconds())/jobsDone, "sql-us/job")
+				b.ReportMetric(float64(sqlTime)/float64(goTime), "sql/go")
 			})
 		}
 	}
