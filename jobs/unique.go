@@ -254,6 +254,10 @@ func uniqueParams(kind string, version int, raw json.RawMessage, o *enqueueOptio
 	}
 }
 
+// outcomeRaced is EnqueueUnique's kept that no order of the enqueues
+// explains: the holder changed under the statement.
+const outcomeRaced Outcome = "raced"
+
 // resultOf reads EnqueueUnique's answer.
 func resultOf(id int64, outcome string) (Result, error) {
 	switch Outcome(outcome) {
@@ -261,7 +265,7 @@ func resultOf(id int64, outcome string) (Result, error) {
 		return Result{ID: id}, nil
 	case OutcomeReplaced:
 		return Result{ID: id, Duplicate: true, Replaced: true}, nil
-	case OutcomeKept:
+	case OutcomeKept, outcomeRaced:
 		return Result{ID: id, Duplicate: true}, nil
 	}
 	return Result{}, fmt.Errorf("the enqueue statement answered %q", outcome)
@@ -291,23 +295,24 @@ func resultOf(id int64, outcome string) (Result, error) {
 // other DBTX one by one: it must then be a transaction, or the lock is
 // released before the job is written.
 func lockedEnqueue(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams) ([]Result, error) {
-	out, err := lockedSend(ctx, dbtx, jobs)
+	out, raced, err := lockedSend(ctx, dbtx, jobs)
 	if err != nil {
 		return nil, err
 	}
 	// A replace that met its holder as it was being claimed (or a live
-	// key enqueued meanwhile without the lock) answers kept, which no
-	// order of the enqueues explains: the job should have been replaced,
-	// or have taken the key from the running job. Send it again, alone,
-	// unless a later job of the batch has its key (whose payload wins
-	// anyway): its statement then sees the claim.
-	for i, j := range jobs {
-		for try := 0; try < 3 && j.TakeFromRunning && out[i].Outcome() == OutcomeKept && lastOfKey(jobs, i); try++ {
-			again, err := lockedSend(ctx, dbtx, jobs[i:i+1])
+	// key enqueued meanwhile without the lock) is kept, which no order of
+	// the enqueues explains (the statement says raced): the job should
+	// have been replaced, or have taken the key from the running job.
+	// Send it again, alone, unless a later job of the batch has its key
+	// (whose payload wins anyway): its statement then sees the claim.
+	for i := range jobs {
+		again := raced[i]
+		for try := 0; try < 3 && again && lastOfKey(jobs, i); try++ {
+			res, r, err := lockedSend(ctx, dbtx, jobs[i:i+1])
 			if err != nil {
 				return nil, err
 			}
-			out[i] = again[0]
+			out[i], again = res[0], r[0]
 		}
 	}
 	return out, nil
@@ -329,7 +334,7 @@ func lastOfKey(jobs []db.EnqueueUniqueParams, i int) bool {
 // key go in the first). Keys do not meet across jobs of different keys, so
 // the rounds, in order, answer as the jobs one by one would; a batch
 // without repeated keys is one statement.
-func lockedSend(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams) ([]Result, error) {
+func lockedSend(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams) (out []Result, raced []bool, err error) {
 	keys := make([]string, 0, len(jobs))
 	var held []string // the keys whose holders a statement may lock
 	for _, j := range jobs {
@@ -363,7 +368,7 @@ func lockedSend(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams) (
 		}
 		return nil
 	}
-	out := make([]Result, len(jobs))
+	out, raced = make([]Result, len(jobs)), make([]bool, len(jobs))
 	answer := func(r int, rows []db.EnqueueUniqueBatchRow) error {
 		if len(rows) != len(rounds[r]) {
 			return fmt.Errorf("the enqueue statement answered %d rows for %d jobs", len(rows), len(rounds[r]))
@@ -374,6 +379,7 @@ func lockedSend(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams) (
 				return err
 			}
 			out[rounds[r][i]] = res
+			raced[rounds[r][i]] = row.Outcome == string(outcomeRaced)
 		}
 		return nil
 	}
@@ -392,7 +398,6 @@ func lockedSend(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams) (
 		}
 		return nil
 	}
-	var err error
 	switch d := dbtx.(type) {
 	case batchSender:
 		err = pipelined(ctx, d, locks, statements, answer)
@@ -404,9 +409,9 @@ func lockedSend(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams) (
 		err = run(db.New(dbtx))
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, raced, nil
 }
 
 // batchSender sends pgx batches: a pool, a connection, a transaction.

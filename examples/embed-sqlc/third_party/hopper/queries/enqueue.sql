@@ -201,7 +201,11 @@ FROM (
 -- outcome is 'inserted' (the new job's id), 'replaced' (the waiting
 -- holder's id) or 'kept' (the holder's id: running, finished, or waiting
 -- without replace; or a job that took the key after this statement's
--- snapshot, id 0 when it is not visible to it). The replace re-checks the
+-- snapshot, id 0 when it is not visible to it); with take_from_running,
+-- 'raced' instead when the holder changed under the statement (claimed as
+-- it was being replaced, or the key taken by an enqueue without the lock):
+-- a kept no order of the enqueues explains, which the caller sends again.
+-- The replace re-checks the
 -- holder's state under its row lock, so a job claimed meanwhile is not
 -- changed while it runs. Only a holder of the same kind is replaced or
 -- gives up its key (another kind's payload would not decode): a holder of
@@ -233,7 +237,7 @@ WITH holder AS MATERIALIZED (
     LIMIT 1
 ), blocking AS MATERIALIZED (
     -- the holder, unless it is a running job that gives up its key
-    SELECT holder.id, holder.state FROM holder
+    SELECT holder.id, holder.state, holder.kind FROM holder
     WHERE NOT (@take_from_running::boolean AND holder.state = 'running' AND holder.kind = @kind::text)
 ), replaced AS (
     UPDATE hopper_jobs AS j
@@ -274,10 +278,13 @@ SELECT i.id, 'inserted'::text AS outcome FROM inserted AS i
 UNION ALL
 SELECT r.id, 'replaced'::text FROM replaced AS r
 UNION ALL
-SELECT blocking.id, 'kept'::text FROM blocking
+SELECT blocking.id,
+       CASE WHEN @take_from_running::boolean AND blocking.kind = @kind::text AND blocking.state IN ('pending', 'scheduled')
+            THEN 'raced' ELSE 'kept' END
+FROM blocking
 WHERE NOT EXISTS (SELECT FROM replaced)
 UNION ALL
-SELECT coalesce(max(live.id), 0), 'kept'::text
+SELECT coalesce(max(live.id), 0), CASE WHEN @take_from_running::boolean THEN 'raced' ELSE 'kept' END
 FROM hopper_jobs AS live
 WHERE live.unique_key = sqlc.narg(unique_key)::text
 HAVING sqlc.narg(unique_key)::text IS NOT NULL
@@ -292,7 +299,7 @@ HAVING sqlc.narg(unique_key)::text IS NOT NULL
 -- later statements, in the batch's order): each job's holder is then found
 -- (and replaced, or its key taken) independently of the others', and the
 -- answer of each is EnqueueUnique's. One row per job, in the arrays'
--- order: id and outcome as in EnqueueUnique.
+-- order: id and outcome as in EnqueueUnique ('raced' included).
 WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     SELECT pg_get_serial_sequence('hopper_jobs', 'id')::regclass AS id
 ), batch AS MATERIALIZED (
@@ -341,7 +348,7 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
         LIMIT 1
     ) AS c
 ), blocking AS MATERIALIZED (
-    SELECT h.for_id, h.id, h.state
+    SELECT h.for_id, h.id, h.state, h.kind
     FROM holder AS h
     JOIN batch AS b ON b.new_id = h.for_id
     WHERE NOT (b.take_from_running AND h.state = 'running' AND h.kind = b.kind)
@@ -386,7 +393,10 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     RETURNING id
 )
 SELECT coalesce(i.id, r.id, k.id, live.id, 0)::bigint AS id,
-       (CASE WHEN i.id IS NOT NULL THEN 'inserted' WHEN r.id IS NOT NULL THEN 'replaced' ELSE 'kept' END)::text AS outcome
+       (CASE WHEN i.id IS NOT NULL THEN 'inserted'
+             WHEN r.id IS NOT NULL THEN 'replaced'
+             WHEN b.take_from_running AND (k.id IS NULL OR k.kind = b.kind AND k.state IN ('pending', 'scheduled')) THEN 'raced'
+             ELSE 'kept' END)::text AS outcome
 FROM batch AS b
 LEFT JOIN inserted AS i ON i.id = b.new_id
 LEFT JOIN replaced AS r ON r.for_id = b.new_id
