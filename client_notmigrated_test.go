@@ -39,6 +39,8 @@ func TestClientNotMigrated(t *testing.T) {
 				"ListRateBudgets": func() error { _, err := client.ListRateBudgets(ctx); return err },
 				"CancelJobs":      func() error { _, err := client.CancelJobs(ctx, 1); return err },
 				"PurgeDeadJobs":   func() error { _, err := client.PurgeDeadJobs(ctx, hopper.DeadFilter{IDs: []int64{1}}); return err },
+				"UpdateJob":       func() error { _, err := client.UpdateJob(ctx, 1, hopper.JobUpdate{RunNow: true}); return err },
+				"DeleteJob":       func() error { _, err := client.DeleteJob(ctx, 1); return err },
 			}
 			for name, call := range calls {
 				err := call()

@@ -309,6 +309,65 @@ func TestUpdateJobTx(t *testing.T) {
 	require.ErrorIs(t, err, hopper.ErrNotFound)
 }
 
+// TestEditsWaitForAClaim: an edit or a delete that finds its job locked
+// by a claim under way waits for it; the claim committed, it sees the job
+// running and refuses it, changing nothing; the claim rolled back, it
+// changes the job.
+func TestEditsWaitForAClaim(t *testing.T) {
+	b := setup(t)
+	for _, commit := range []bool{true, false} {
+		for _, op := range []string{"update", "delete"} {
+			queue := fmt.Sprintf("%s-%v", op, commit)
+			job := testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{Queue: queue})
+			tx, err := b.Pool.Begin(b.Ctx)
+			require.NoError(t, err)
+			var claimer int32
+			require.NoError(t, tx.QueryRow(b.Ctx, "SELECT pg_backend_pid()").Scan(&claimer))
+			claimed, err := db.New(tx).Dequeue(b.Ctx, db.DequeueParams{
+				Queue: queue, AfterPriority: -1, Kinds: []string{"k"}, MaxVersions: []int32{1},
+				MaxJobs: 1, Owner: "w", LeaseMs: 30000,
+			})
+			require.NoError(t, err)
+			require.Len(t, claimed, 1)
+
+			errc := make(chan error, 1)
+			go func() {
+				var err error
+				if op == "update" {
+					_, err = b.client.UpdateJob(b.Ctx, job.ID, hopper.JobUpdate{Priority: ptr(4)})
+				} else {
+					_, err = b.client.DeleteJob(b.Ctx, job.ID)
+				}
+				errc <- err
+			}()
+			testdb.WaitFor(t, "the "+op+" waiting on the claim's lock", func() bool {
+				var n int
+				require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1::integer = ANY (pg_blocking_pids(pid))", claimer).Scan(&n))
+				return n > 0
+			})
+			if commit {
+				require.NoError(t, tx.Commit(b.Ctx))
+				require.ErrorIs(t, <-errc, hopper.ErrRunning, "%s after a claim", op)
+				row, err := b.client.GetJob(b.Ctx, job.ID)
+				require.NoError(t, err)
+				require.Equal(t, jobs.StateRunning, row.State)
+				require.Equal(t, int(job.Priority), row.Priority, "unchanged")
+				continue
+			}
+			require.NoError(t, tx.Rollback(b.Ctx))
+			require.NoError(t, <-errc, "%s after a claim rolled back", op)
+			row, err := b.client.GetJob(b.Ctx, job.ID)
+			if op == "delete" {
+				require.ErrorIs(t, err, hopper.ErrNotFound)
+				continue
+			}
+			require.NoError(t, err)
+			require.Equal(t, jobs.StatePending, row.State)
+			require.Equal(t, 4, row.Priority)
+		}
+	}
+}
+
 // TestUpdateJobRacesClaims: 20 goroutines edit jobs while a worker claims
 // and runs them. An edit lands before the claim, and the worker runs the
 // job as edited, or is refused; never does one change a running job: the
