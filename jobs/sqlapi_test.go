@@ -198,6 +198,7 @@ func sqlAPICases() []sqlAPICase {
 		{name: "empty meta is none", kind: "note", payload: `{}`, meta: jobs.Meta{}},
 		{name: "meta at its limit", kind: "note", payload: `{}`, meta: jobs.Meta{"k": strings.Repeat("v", 8182)}},
 		{name: "meta with escapes at its limit", kind: "note", payload: `{}`, meta: jobs.Meta{"k": "<&>" + strings.Repeat("v", 8164)}},
+		{name: "meta with a line separator at its limit", kind: "note", payload: `{}`, meta: jobs.Meta{"k": "\u2028" + strings.Repeat("v", 8176)}},
 		{name: "payload at its limit", kind: "note", payload: `{"a": "` + strings.Repeat("x", 1<<20-8) + `"}`},
 		{name: "payload with escapes at its limit", kind: "note", payload: `{"a": ["<", 1, {"b": "` + strings.Repeat("x", 1<<20-27) + `"}]}`},
 
@@ -209,6 +210,7 @@ func sqlAPICases() []sqlAPICase {
 		{name: "meta with an empty key", kind: "note", payload: `{}`, meta: jobs.Meta{"": "x"}, refused: "hopper: invalid metadata: an empty key"},
 		{name: "meta over its limit", kind: "note", payload: `{}`, meta: jobs.Meta{"k": strings.Repeat("v", 8183)}, refused: "hopper: invalid metadata: 8193 bytes as stored, over the limit of 8192"},
 		{name: "meta with escapes over its limit", kind: "note", payload: `{}`, meta: jobs.Meta{"k": "<&>" + strings.Repeat("v", 8165)}, refused: "hopper: invalid metadata: 8193 bytes as stored, over the limit of 8192"},
+		{name: "meta with a line separator over its limit", kind: "note", payload: `{}`, meta: jobs.Meta{"k": "\u2028" + strings.Repeat("v", 8177)}, refused: "hopper: invalid metadata: 8193 bytes as stored, over the limit of 8192"},
 		{name: "priority -1", kind: "note", payload: `{}`, priority: ptr(-1), refused: "hopper: invalid priority: -1 is outside 0 (first) to 9 (last)"},
 		{name: "priority 10", kind: "note", payload: `{}`, priority: ptr(10), refused: "hopper: invalid priority: 10 is outside 0 (first) to 9 (last)"},
 		{name: "no attempts", kind: "note", payload: `{}`, maxAttempts: ptr(0), refused: "hopper: invalid max attempts: 0 (must be 1 or more)"},

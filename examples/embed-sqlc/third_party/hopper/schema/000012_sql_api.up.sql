@@ -45,7 +45,7 @@ $$;
 CREATE FUNCTION hopper_go_escapes(t text) RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT AS $$
     SELECT 5 * (length(t) - length(translate(t, '<>&', '')))
-         + 3 * (length(t) - length(translate(t, U&'\2028\2029', '')))
+         + 3 * (length(t) - length(translate(t, chr(8232) || chr(8233), '')))
 $$;
 
 -- Checks one job as Go checks it (EnqueueRaw, then Kind.Enqueue's options,
