@@ -175,9 +175,18 @@ func (c *Client) UpdateJobTx(ctx context.Context, tx jobs.DBTX, id int64, u JobU
 	if id < 1 {
 		return fail(ErrNotFound)
 	}
-	r, err := c.queries(tx).UpdateJob(ctx, p)
-	if err != nil {
-		return fail(err)
+	var r db.UpdateJobRow
+	for try := 0; ; try++ {
+		r, err = c.queries(tx).UpdateJob(ctx, p)
+		if err != nil {
+			return fail(err)
+		}
+		if r.Locked || !editable(r.Was) {
+			break
+		}
+		if try == changedTries-1 {
+			return fail(changedMeanwhile(r.Was))
+		}
 	}
 	row, ok, err := rows.Updated(r)
 	switch {
@@ -199,7 +208,26 @@ func (c *Client) UpdateJobTx(ctx context.Context, tx jobs.DBTX, id int64, u JobU
 	case "max_attempts":
 		return fail(fmt.Errorf("%w: %d is not more than the %d attempts the job has made (give %d or more)", jobs.ErrInvalidMaxAttempts, *p.MaxAttempts, r.Attempt, r.Attempt+1))
 	}
-	return fail(fmt.Errorf("it is %s, and the statement refused it (%q)", r.Was, r.Refused))
+	return fail(fmt.Errorf("it is %s, and the statement refused it (%q)", r.Was, r.Refused)) // no such reason
+}
+
+// changedTries bounds how many times UpdateJob and DeleteJob run their
+// statement for a job that changed while the statement waited for its
+// lock: each run after the first sees, in a snapshot of its own, what
+// became of it (claimed, most often), and only a job claimed and handed
+// back again and again in between needs a third.
+const changedTries = 3
+
+// editable reports whether a job in state was is one UpdateJob and
+// DeleteJob change.
+func editable(was string) bool {
+	return was == string(jobs.StatePending) || was == string(jobs.StateScheduled)
+}
+
+// changedMeanwhile is the error for a job whose state changed under every
+// try.
+func changedMeanwhile(was string) error {
+	return fmt.Errorf("%w: it was %s, and a worker claimed it while the change waited for it, %d times over", ErrRunning, was, changedTries)
 }
 
 // notEditable is the error for a job in state was that UpdateJob and
@@ -232,9 +260,18 @@ func (c *Client) DeleteJobTx(ctx context.Context, tx jobs.DBTX, id int64) (jobs.
 	if id < 1 {
 		return fail(ErrNotFound)
 	}
-	r, err := c.queries(tx).DeleteJob(ctx, id)
-	if err != nil {
-		return fail(err)
+	var r db.DeleteJobRow
+	for try := 0; ; try++ {
+		var err error
+		if r, err = c.queries(tx).DeleteJob(ctx, id); err != nil {
+			return fail(err)
+		}
+		if r.Deleted || !editable(r.Was) {
+			break
+		}
+		if try == changedTries-1 {
+			return fail(changedMeanwhile(r.Was))
+		}
 	}
 	row, ok, err := rows.Deleted(r)
 	switch {

@@ -307,6 +307,19 @@ func TestUpdateJobTx(t *testing.T) {
 	require.NoError(t, tx.Commit(b.Ctx))
 	_, err = b.client.GetJob(b.Ctx, job.ID)
 	require.ErrorIs(t, err, hopper.ErrNotFound)
+
+	// A refused edit of a running job does not lock it: its worker's
+	// acknowledgement never waits for the caller's transaction.
+	running := testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{State: testfactory.Running})
+	tx, err = b.Pool.Begin(b.Ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.Ctx)
+	_, err = b.client.UpdateJobTx(b.Ctx, tx, running.ID, hopper.JobUpdate{Priority: ptr(1)})
+	require.ErrorIs(t, err, hopper.ErrRunning)
+	_, err = b.client.DeleteJobTx(b.Ctx, tx, running.ID)
+	require.ErrorIs(t, err, hopper.ErrRunning)
+	_, err = b.Pool.Exec(b.Ctx, "SELECT id FROM hopper_jobs WHERE id = $1 FOR UPDATE NOWAIT", running.ID)
+	require.NoError(t, err, "the running job is not locked")
 }
 
 // TestEditsWaitForAClaim: an edit or a delete that finds its job locked

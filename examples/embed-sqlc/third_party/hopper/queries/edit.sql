@@ -1,10 +1,20 @@
 -- Editing jobs that have not started: UpdateJob and DeleteJob change a
 -- pending or scheduled job, and nothing else. Each is one statement that
--- locks the job's row and reads its state under that lock: a claim that
--- committed first leaves the job running, which the statement sees and
--- refuses; a claim that comes later skips the locked row (SKIP LOCKED) and
--- takes the job as edited once the edit commits. No edit ever touches a
--- running job.
+-- locks the job's row only while it is pending or scheduled, and checks
+-- that state under the lock: a claim that committed first leaves the job
+-- running, which the lock's recheck sees, and the job is left alone; a
+-- claim that comes later skips the locked row (SKIP LOCKED) and takes the
+-- job as edited once the edit commits. No edit ever touches a running job,
+-- nor locks one: a refused edit inside a long transaction never holds up
+-- a worker's acknowledgement or heartbeat.
+--
+-- locked says whether the statement held the job. When it did not, was
+-- is the job's state as the statement's snapshot saw it: running, a
+-- finished state ('completed', 'dead', 'cancelled', from the other
+-- tables), '' for no such job; or pending or scheduled, when the job
+-- changed between the snapshot and the lock (a claim committed while the
+-- statement waited for it): the caller runs the statement again, whose
+-- new snapshot sees what became of the job.
 
 -- name: UpdateJob :one
 -- Changes a pending or scheduled job: every parameter left NULL keeps what
@@ -37,23 +47,20 @@
 -- priority, run_at, or pending only now) wakes its queue's workers with
 -- that place, as Notify does, so that cursors past it move back.
 --
--- One row: was is the job's state when the statement found it (pending,
--- scheduled, running, or completed, dead, cancelled from the other
--- tables; '' for no such job); refused is '' when the job was changed,
--- else why not: the state ('running', ...), 'kind', 'payload_type',
--- 'version' or 'max_attempts'; job_kind, job_version, payload_type and
--- attempt are the job's as found, for the message; the other columns are
--- the job as changed (NULL when refused).
+-- One row: was and locked (see above); refused is '' when the job was
+-- changed or not held, else why a held job was not changed: 'kind',
+-- 'payload_type', 'version' or 'max_attempts'; job_kind, job_version,
+-- payload_type and attempt are the held job's, for the message; the other
+-- columns are the job as changed (NULL when it was not).
 WITH target AS (
     SELECT j.id, j.state, j.kind, j.version, j.attempt, j.queue, j.priority, j.run_at,
            jsonb_typeof(j.payload) AS payload_type
     FROM hopper_jobs AS j
-    WHERE j.id = @id::bigint
+    WHERE j.id = @id::bigint AND j.state IN ('pending', 'scheduled')
     FOR UPDATE
 ), verdict AS (
     SELECT t.id,
-           CASE WHEN t.state NOT IN ('pending', 'scheduled') THEN t.state
-                WHEN sqlc.narg(kind)::text IS NOT NULL AND t.kind <> sqlc.narg(kind)::text THEN 'kind'
+           CASE WHEN sqlc.narg(kind)::text IS NOT NULL AND t.kind <> sqlc.narg(kind)::text THEN 'kind'
                 WHEN sqlc.narg(payload)::jsonb IS NOT NULL AND sqlc.narg(kind)::text IS NULL
                      AND jsonb_typeof(sqlc.narg(payload)::jsonb) <> t.payload_type THEN 'payload_type'
                 WHEN sqlc.narg(version)::integer IS NOT NULL AND sqlc.narg(kind)::text IS NULL
@@ -99,6 +106,7 @@ WITH target AS (
 SELECT coalesce((SELECT t.state FROM target AS t),
                 (SELECT a.state FROM hopper_all_jobs AS a WHERE a.id = @id::bigint),
                 '')::text AS was,
+       EXISTS (SELECT FROM target)::boolean AS locked,
        coalesce((SELECT v.refused FROM verdict AS v), '')::text AS refused,
        coalesce((SELECT t.kind FROM target AS t), '')::text AS job_kind,
        coalesce((SELECT t.version FROM target AS t), 0)::integer AS job_version,
@@ -112,19 +120,19 @@ LEFT JOIN updated AS u ON true;
 -- name: DeleteJob :one
 -- Deletes a pending or scheduled job for good, without a trace (as
 -- PurgeQueue does a queue's; Cancel keeps the job, as cancelled). A running
--- job is left to its worker. One row: was is the job's state when the
--- statement found it (as in UpdateJob; '' for no such job), deleted
--- whether it is gone, and the other columns are the job as it was (NULL
--- when it was not deleted).
+-- job is left to its worker. One row: was as in UpdateJob, deleted whether
+-- the job is gone (the statement held it: locked in UpdateJob's terms),
+-- and the other columns are the job as it was (NULL when it was not
+-- deleted).
 WITH target AS (
     SELECT j.id, j.state
     FROM hopper_jobs AS j
-    WHERE j.id = @id::bigint
+    WHERE j.id = @id::bigint AND j.state IN ('pending', 'scheduled')
     FOR UPDATE
 ), deleted AS (
     DELETE FROM hopper_jobs AS j
     USING target
-    WHERE j.id = target.id AND target.state IN ('pending', 'scheduled')
+    WHERE j.id = target.id
     RETURNING j.*
 )
 SELECT coalesce((SELECT t.state FROM target AS t),
