@@ -587,9 +587,9 @@ func TestSQLAPILeastPrivilege(t *testing.T) {
 	require.Equal(t, "42501", pgErr.Code, "the caller's grants apply: %v", err)
 }
 
-// rolePool makes a role of d's schema with only grants (each "… " + " TO
-// role"), PUBLIC's EXECUTE on the schema's functions revoked, and returns
-// a pool that logs in as it.
+// rolePool makes a role of d's schema with only grants (each a GRANT
+// without its TO clause), PUBLIC's EXECUTE on the schema's functions
+// revoked, and returns a pool that logs in as it.
 func rolePool(t *testing.T, d *testdb.DB, name string, grants ...string) *pgxpool.Pool {
 	t.Helper()
 	ctx := context.Background()
