@@ -547,3 +547,93 @@ func wakeUps(t *testing.T, b *bundle, conn *pgx.Conn) []wakeUp {
 		}
 	}
 }
+
+// TestDeleteJobRacesClaims: 20 goroutines delete jobs while a worker
+// claims and runs them. Each job is either deleted, never run, or run to
+// completion, never deleted: a delete never removes a claimed job.
+func TestDeleteJobRacesClaims(t *testing.T) {
+	b := setup(t)
+	const jobCount, deleters = 40, 20
+	kind := jobs.MustDefine[Email]("doomed")
+	ids := make([]int64, jobCount)
+	for i := range ids {
+		res, err := kind.Enqueue(b.Ctx, b.Pool, Email{}, jobs.Queue("doomed"))
+		require.NoError(t, err)
+		ids[i] = res.ID
+	}
+	var (
+		mu      sync.Mutex
+		deleted = map[int64]int{} // job -> deletes that succeeded
+		ran     = map[int64]bool{}
+		bad     []error
+	)
+	done := make(chan struct{})
+	started := make(chan struct{})
+	start := sync.OnceFunc(func() { close(started) })
+	var deleting sync.WaitGroup
+	for g := range deleters {
+		deleting.Add(1)
+		go func() {
+			defer deleting.Done()
+			select { // from the worker's first job on, so that both win some
+			case <-started:
+			case <-done:
+				return
+			}
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				for i := range ids {
+					id := ids[(i+g)%len(ids)]
+					if (id+int64(g))%3 != 0 { // each job has its deleters, not all of them
+						continue
+					}
+					_, err := b.client.DeleteJob(b.Ctx, id)
+					mu.Lock()
+					switch {
+					case err == nil:
+						deleted[id]++
+					case errors.Is(err, hopper.ErrRunning), errors.Is(err, hopper.ErrFinished), errors.Is(err, hopper.ErrNotFound):
+					default:
+						bad = append(bad, err)
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	cfg := worker.Config{Queues: map[string]int{"doomed": 4}, KeepHistoryByQueue: map[string]time.Duration{"doomed": time.Hour}}
+	b.runUntil(t, cfg, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, kind, func(_ context.Context, j *jobs.Job[Email]) error {
+			mu.Lock()
+			ran[j.ID] = true
+			mu.Unlock()
+			start()
+			return nil
+		}))
+	}, "every job completed or deleted", func() bool {
+		page, err := b.client.ListJobs(b.Ctx, hopper.ListParams{Queue: "doomed", States: []jobs.State{jobs.StatePending, jobs.StateRunning}})
+		require.NoError(t, err)
+		return len(page.Jobs) == 0
+	})
+	close(done)
+	deleting.Wait()
+	require.Empty(t, bad)
+	for _, id := range ids {
+		row, err := b.client.GetJob(b.Ctx, id)
+		switch {
+		case deleted[id] > 0:
+			require.Equal(t, 1, deleted[id], "job %d deleted once", id)
+			require.False(t, ran[id], "job %d was deleted and ran", id)
+			require.ErrorIs(t, err, hopper.ErrNotFound)
+		default:
+			require.True(t, ran[id], "job %d neither deleted nor run", id)
+			require.NoError(t, err)
+			require.Equal(t, jobs.StateCompleted, row.State)
+		}
+	}
+	t.Logf("%d of %d jobs deleted before a claim", len(deleted), jobCount)
+}
