@@ -2,8 +2,10 @@
 # Install a Debian package that a test needs, unless PROGRAM is there
 # already: .ci/debian-package.sh PACKAGE PROGRAM. make test uses it for
 # pgbouncer (tests/pgbouncer_test.go starts its own instance; the
-# package's service is not used) and chromium (dashboard/e2e/, the dashboard's
-# browser test; no test downloads a browser of its own). Idempotent;
+# package's service is not used), chromium (dashboard/e2e/, the dashboard's
+# browser test; no test downloads a browser of its own) and python3-psycopg
+# (tests/sqlapi_test.go enqueues through the SQL API from Python; PROGRAM is
+# then the module's directory). Idempotent;
 # without root it can only say what is missing, and the test skips (or,
 # with CI set, fails).
 set -euo pipefail
