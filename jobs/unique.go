@@ -525,7 +525,7 @@ type recorded struct {
 	args []any
 }
 
-var errRecorded = errors.New("recorded, not run")
+var errRecorded = errors.New("hopper: statement recorded, not run")
 
 func (r *recorder) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	r.all = append(r.all, recorded{sql, args})
