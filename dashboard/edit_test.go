@@ -27,7 +27,9 @@ func TestEditJobPage(t *testing.T) {
 		require.Equal(t, http.StatusOK, status, body)
 		require.Equal(t, fmt.Sprintf("jobs/%d/run-now", id), formAction(t, body, "<h2>Change this job</h2>"))
 		require.Equal(t, fmt.Sprintf("jobs/%d/edit", id), formAction(t, body, `id="run-now"`))
-		require.Equal(t, fmt.Sprintf("jobs/%d/delete", id), formAction(t, body, `<button>Save changes</button>`))
+		require.Equal(t, fmt.Sprintf("jobs/%d/edit", id), formAction(t, body, `<button>Save changes</button>`), "the payload's own form")
+		require.Contains(t, body, `<textarea name="payload" rows="8" cols="80">{`, "the payload as it is, to edit")
+		require.Equal(t, fmt.Sprintf("jobs/%d/delete", id), formAction(t, body, `<button>Replace the payload</button>`))
 		require.Contains(t, body, `<button id="delete" class="danger">Delete this job for good</button>`)
 	}
 	for _, id := range []int64{b.dead, testfactory.Job(b.ctx, t, b.pool, &testfactory.JobOpts{State: testfactory.Running}).ID} {
