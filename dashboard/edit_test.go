@@ -31,6 +31,7 @@ func TestEditJobPage(t *testing.T) {
 		require.Contains(t, body, `<textarea name="payload" rows="8" cols="80">{`, "the payload as it is, to edit")
 		require.Equal(t, fmt.Sprintf("jobs/%d/delete", id), formAction(t, body, `<button>Replace the payload</button>`))
 		require.Contains(t, body, `<button id="delete" class="danger">Delete this job for good</button>`)
+		require.NotContains(t, body, `<script>alert`, "the payload in the form is escaped")
 	}
 	for _, id := range []int64{b.dead, testfactory.Job(b.ctx, t, b.pool, &testfactory.JobOpts{State: testfactory.Running}).ID} {
 		_, body := b.get(fmt.Sprintf("/jobs/%d", id))
