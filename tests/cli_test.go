@@ -113,7 +113,7 @@ func TestCLIHelpAndUsageErrors(t *testing.T) {
 		require.Contains(t, h.stdout, "Usage: hopper "+c, c)
 		require.Contains(t, h.stdout, "--database-url", c)
 	}
-	for c, verbs := range map[string]string{"jobs": "list|show|cancel", "queues": "list|pause|resume|purge",
+	for c, verbs := range map[string]string{"jobs": "list|show|cancel|edit|delete", "queues": "list|pause|resume|purge",
 		"schedules": "list|pause|resume|trigger", "workers": "list|release", "dead": "list|show|retry|purge", "history": "list|show"} {
 		require.Regexp(t, `(?m)^  `+c+` +`+regexp.QuoteMeta(verbs)+` `, r.stdout)
 	}
