@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -111,10 +112,20 @@ func TestLeastPrivilege(t *testing.T) {
 	swept, err := db.New(app).Sweep(ctx, db.SweepParams{MaxJobs: 10})
 	require.NoError(t, err)
 	require.Empty(t, swept)
+	later, priority := time.Now().Add(time.Hour), 5
+	edited, err := client.UpdateJob(ctx, retried.Retried[0], hopper.JobUpdate{RunAt: &later, Priority: &priority})
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateScheduled, edited.State)
+	_, err = client.UpdateJob(ctx, retried.Retried[0], hopper.JobUpdate{RunNow: true})
+	require.NoError(t, err, "a job made ready wakes its queue")
 	require.NoError(t, client.CancelJob(ctx, retried.Retried[0]))
 	purged, err := client.PurgeDeadJobs(ctx, hopper.DeadFilter{States: []jobs.State{jobs.StateCancelled}, All: true})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, purged)
+	doomed, err := jobs.EnqueueRaw(ctx, app, "doomed", 1, json.RawMessage(`{}`), jobs.Delay(time.Hour))
+	require.NoError(t, err)
+	_, err = client.DeleteJob(ctx, doomed.ID)
+	require.NoError(t, err)
 }
 
 // leastPrivilegePool makes a role with the grants docs/operating.md lists,
