@@ -181,7 +181,12 @@ func (c *Client) UpdateJobTx(ctx context.Context, tx jobs.DBTX, id int64, u JobU
 		if err != nil {
 			return fail(err)
 		}
-		if r.Locked || !editable(r.Was) {
+		// Held but neither changed nor refused: the row moved on (claimed
+		// and given back) between the statement's snapshot and its lock,
+		// and the UPDATE, reading the snapshot, matched nothing. Nothing
+		// was written; a new snapshot settles it, as for a job not held.
+		lost := r.Locked && r.ID == nil && r.Refused == ""
+		if (r.Locked && !lost) || !editable(r.Was) {
 			break
 		}
 		if try == changedTries-1 {
@@ -266,7 +271,10 @@ func (c *Client) DeleteJobTx(ctx context.Context, tx jobs.DBTX, id int64) (jobs.
 		if r, err = c.queries(tx).DeleteJob(ctx, id); err != nil {
 			return fail(err)
 		}
-		if r.Deleted || !editable(r.Was) {
+		// Held but not deleted: as in UpdateJobTx, the row moved on
+		// between the snapshot and the lock; nothing was written.
+		lost := r.Deleted && r.ID == nil
+		if (r.Deleted && !lost) || !editable(r.Was) {
 			break
 		}
 		if try == changedTries-1 {
