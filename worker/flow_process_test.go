@@ -69,6 +69,10 @@ func runFlowHelper(mode string) int {
 		// The claim time is read back as lease_until less the lease: no
 		// heartbeat may move the lease meanwhile.
 		cfg.LeaseDuration, cfg.ExtendInterval = 30*time.Second, -1
+		// Not a test of crash recovery: a process starved for a few
+		// beats on a loaded machine must not be taken to be gone, its
+		// jobs claimed twice.
+		cfg.HeartbeatInterval = 10 * time.Second
 		cfg.FlowControl = map[string]worker.FlowControl{"default": {Rate: worker.Rate{Limit: 20, Per: 500 * time.Millisecond}}}
 		work = time.Millisecond
 	}

@@ -52,7 +52,13 @@ func (s *heldJobs) heartbeat(ctx context.Context) {
 		if beat.released || s.extendEvery > 0 && due(lastExtend, s.extendEvery) {
 			lastExtend = time.Now()
 			s.abandonStuck(lastExtend)
-			s.extendAll(ctx, q)
+			// With extension off, a released worker's check moves no lease
+			// (an extension to now() leaves every live lease as it is).
+			lease := s.lease
+			if s.extendEvery <= 0 {
+				lease = 0
+			}
+			s.extendAll(ctx, q, lease)
 			s.beats.Add(1)
 		}
 		own.check()
@@ -95,12 +101,13 @@ func (o *ownConn) release() {
 	}
 }
 
-// extendAll extends the lease of every claim held, in bounded batches.
-func (s *heldJobs) extendAll(ctx context.Context, q *db.Queries) {
+// extendAll extends the lease of every claim held to at least lease from
+// now, in bounded batches, and settles the claims found lost.
+func (s *heldJobs) extendAll(ctx context.Context, q *db.Queries, lease time.Duration) {
 	held := s.snapshot()
 	for start := 0; start < len(held); start += extendBatch {
 		chunk := held[start:min(start+extendBatch, len(held))]
-		if _, err := s.extendOn(ctx, q, chunk, s.lease); err != nil {
+		if _, err := s.extendOn(ctx, q, chunk, lease); err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("heartbeat failed; retrying at the next beat", "error", err)
 			}
