@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
@@ -164,21 +163,21 @@ func TestUpdateJob(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
-			listener := listen(t, b)
+			listener := b.Listen(t)
 			before := b.row(t, testfactory.Job(b.Ctx, t, b.Pool, &tc.job))
-			wakeUps(t, b, listener) // the insert's
+			b.WakeUps(t, listener) // the insert's
 			got, err := b.client.UpdateJob(b.Ctx, before.ID, tc.update)
 			require.NoError(t, err)
 			after, err := b.client.GetJob(b.Ctx, before.ID)
 			require.NoError(t, err)
 			require.Equal(t, after, got, "UpdateJob returns the job as stored")
 			tc.check(t, before, after)
-			wakes := wakeUps(t, b, listener)
+			wakes := b.WakeUps(t, listener)
 			if tc.wake == "" {
 				require.Empty(t, wakes)
 				return
 			}
-			require.Equal(t, []wakeUp{{Queue: tc.wake, Priority: int16(after.Priority), RunAt: after.RunAt.UTC(), ID: after.ID}}, wakes)
+			require.Equal(t, []testdb.WakeUp{{Schema: b.Schema, Queue: tc.wake, Priority: int16(after.Priority), RunAt: after.RunAt.UTC(), ID: after.ID}}, wakes)
 		})
 	}
 }
@@ -502,50 +501,6 @@ func (b *bundle) row(t *testing.T, r db.HopperAllJob) jobs.Row {
 	row, err := b.client.GetJob(b.Ctx, r.ID)
 	require.NoError(t, err)
 	return row
-}
-
-// wakeUp is a wake-up's place, as the trigger and Notify send it.
-type wakeUp struct {
-	Schema   string    `json:"schema"`
-	Queue    string    `json:"queue"`
-	Priority int16     `json:"priority"`
-	RunAt    time.Time `json:"run_at"`
-	ID       int64     `json:"id"`
-}
-
-// listen opens a session of its own subscribed to wake-ups.
-func listen(t *testing.T, b *bundle) *pgx.Conn {
-	t.Helper()
-	conn, err := pgx.Connect(b.Ctx, b.URL)
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	require.NoError(t, db.New(conn).Listen(b.Ctx))
-	return conn
-}
-
-// wakeUps returns this schema's wake-ups received before the one a job
-// enqueued now in the queue "sentinel" sends: notifications arrive in
-// commit order, so nothing sent before it can still be on its way.
-func wakeUps(t *testing.T, b *bundle, conn *pgx.Conn) []wakeUp {
-	t.Helper()
-	_, err := jobs.EnqueueRaw(b.Ctx, b.Pool, "k", 1, json.RawMessage(`{}`), jobs.Queue("sentinel"))
-	require.NoError(t, err)
-	var got []wakeUp
-	for {
-		n, err := conn.WaitForNotification(b.Ctx)
-		require.NoError(t, err)
-		var w wakeUp
-		require.NoError(t, json.Unmarshal([]byte(n.Payload), &w))
-		switch {
-		case w.Schema != b.Schema: // another test's
-		case w.Queue == "sentinel":
-			return got
-		default:
-			w.Schema = ""
-			w.RunAt = w.RunAt.UTC()
-			got = append(got, w)
-		}
-	}
 }
 
 // TestDeleteJobRacesClaims: 20 goroutines delete jobs while a worker

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -73,56 +74,13 @@ func traced(t *testing.T, b *bundle) (*pgx.Conn, *statements) {
 	return conn, s
 }
 
-// wakeUp is a notification's payload.
-type wakeUp struct {
-	Schema   string    `json:"schema"`
-	Queue    string    `json:"queue"`
-	Priority int16     `json:"priority"`
-	RunAt    time.Time `json:"run_at"`
-	ID       int64     `json:"id"`
-}
-
-// listen opens a session of its own subscribed to wake-ups.
-func listen(t *testing.T, b *bundle) *pgx.Conn {
-	t.Helper()
-	conn, err := pgx.Connect(b.Ctx, b.URL)
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	require.NoError(t, db.New(conn).Listen(b.Ctx))
-	return conn
-}
-
-// wakeUps returns this schema's wake-ups received before the one a job
-// enqueued now in the queue "sentinel" sends: notifications arrive in
-// commit order, so nothing sent before it can still be on its way.
-func wakeUps(t *testing.T, b *bundle, conn *pgx.Conn) []wakeUp {
-	t.Helper()
-	_, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.Queue("sentinel"))
-	require.NoError(t, err)
-	var got []wakeUp
-	for {
-		n, err := conn.WaitForNotification(b.Ctx)
-		require.NoError(t, err)
-		var w wakeUp
-		require.NoError(t, json.Unmarshal([]byte(n.Payload), &w))
-		switch {
-		case w.Schema != b.Schema: // another test's
-		case w.Queue == "sentinel":
-			return got
-		default:
-			w.RunAt = w.RunAt.UTC()
-			got = append(got, w)
-		}
-	}
-}
-
 // TestSmallBatchIsOneRoundTrip: a batch without unique keys of up to
 // MaxInsertBatch jobs is one statement, whether its jobs are ready, delayed
 // or both, on a connection or in a transaction; one job more goes by COPY.
 func TestSmallBatchIsOneRoundTrip(t *testing.T) {
 	b := setup(t)
 	conn, sent := traced(t, b)
-	listener := listen(t, b)
+	listener := b.Listen(t)
 
 	// Statements are prepared on a connection's first use of them: warm
 	// the connection up with each path first.
@@ -130,7 +88,7 @@ func TestSmallBatchIsOneRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	_, err = noteKind.EnqueueMany(b.Ctx, conn, jobs.Items(make([]Note, jobs.MaxInsertBatch+1)...))
 	require.NoError(t, err)
-	wakeUps(t, b, listener)
+	b.WakeUps(t, listener)
 	sent.take()
 
 	res, err := noteKind.EnqueueMany(b.Ctx, conn, jobs.Items(Note{Text: "one"}), jobs.Queue("one"), jobs.Priority(3))
@@ -143,7 +101,7 @@ func TestSmallBatchIsOneRoundTrip(t *testing.T) {
 	require.JSONEq(t, `{"text":"one"}`, string(one.Payload))
 	require.Equal(t, "pending", one.State)
 	require.Equal(t, one.CreatedAt, one.RunAt, "a ready job's run_at is the database's now()")
-	require.Equal(t, []wakeUp{{Schema: b.Schema, Queue: "one", Priority: 3, RunAt: one.RunAt.UTC(), ID: one.ID}}, wakeUps(t, b, listener))
+	require.Equal(t, []testdb.WakeUp{{Schema: b.Schema, Queue: "one", Priority: 3, RunAt: one.RunAt.UTC(), ID: one.ID}}, b.WakeUps(t, listener))
 
 	// Ready and delayed jobs in two queues, in a transaction of the caller's.
 	items := jobs.Items(Note{Text: "a"}, Note{Text: "b"}, Note{Text: "c"}, Note{Text: "d"}, Note{Text: "e"})
@@ -186,8 +144,8 @@ func TestSmallBatchIsOneRoundTrip(t *testing.T) {
 	require.Nil(t, rows[0].Meta)
 	// One statement: one wake-up per queue with ready jobs, at the
 	// smallest of its ready jobs' places.
-	got := wakeUps(t, b, listener)
-	require.ElementsMatch(t, []wakeUp{
+	got := b.WakeUps(t, listener)
+	require.ElementsMatch(t, []testdb.WakeUp{
 		{Schema: b.Schema, Queue: "default", Priority: 0, RunAt: earliest(rows[0].RunAt, rows[2].RunAt, rows[4].RunAt), ID: rows[0].ID},
 		{Schema: b.Schema, Queue: "other", Priority: 0, RunAt: rows[3].RunAt.UTC(), ID: rows[3].ID},
 	}, got)
@@ -196,7 +154,7 @@ func TestSmallBatchIsOneRoundTrip(t *testing.T) {
 	_, err = noteKind.EnqueueMany(b.Ctx, conn, jobs.Items(Note{}, Note{}), jobs.Delay(time.Hour))
 	require.NoError(t, err)
 	require.Len(t, sent.take(), 1)
-	require.Empty(t, wakeUps(t, b, listener), "a scheduled job wakes nobody")
+	require.Empty(t, b.WakeUps(t, listener), "a scheduled job wakes nobody")
 
 	// The largest small batch, then one job more: COPY under reserved ids.
 	_, err = noteKind.EnqueueMany(b.Ctx, conn, jobs.Items(make([]Note, jobs.MaxInsertBatch)...))

@@ -132,41 +132,18 @@ func TestLeastPrivilege(t *testing.T) {
 // plus extra ones, and returns a pool that logs in as it.
 func leastPrivilegePool(t *testing.T, d *testdb.DB, extra ...string) *pgxpool.Pool {
 	t.Helper()
-	ctx := context.Background()
-	role := d.Schema + "_app"
-	schemaID, roleID := pgx.Identifier{d.Schema}.Sanitize(), pgx.Identifier{role}.Sanitize()
-	// The grants, exactly as docs/operating.md lists them.
+	schemaID := pgx.Identifier{d.Schema}.Sanitize()
+	// The grants, exactly as docs/operating.md lists them. PUBLIC's
+	// EXECUTE is revoked (rolePool), as security-minded setups do: the
+	// EXECUTE grant below is then the one that counts.
 	grants := []string{
-		// PUBLIC may run functions unless revoked, as security-minded
-		// setups do: the EXECUTE grant below is then the one that counts.
-		"REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA " + schemaID + " FROM PUBLIC",
-		"CREATE ROLE " + roleID + " LOGIN",
-		"GRANT USAGE ON SCHEMA " + schemaID + " TO " + roleID,
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_jobs, hopper_dead_jobs, hopper_queues, hopper_job_history, hopper_schedules, hopper_schedule_versions, hopper_workers TO " + roleID,
-		"GRANT SELECT ON hopper_all_jobs TO " + roleID,
-		"GRANT USAGE ON SEQUENCE hopper_jobs_id_seq TO " + roleID,
-		"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA " + schemaID + " TO " + roleID,
+		"GRANT USAGE ON SCHEMA " + schemaID,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_jobs, hopper_dead_jobs, hopper_queues, hopper_job_history, hopper_schedules, hopper_schedule_versions, hopper_workers",
+		"GRANT SELECT ON hopper_all_jobs",
+		"GRANT USAGE ON SEQUENCE hopper_jobs_id_seq",
+		"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA " + schemaID,
 	}
-	for _, g := range extra {
-		grants = append(grants, g+" TO "+roleID)
-	}
-	for _, stmt := range grants {
-		_, err := d.Pool.Exec(ctx, stmt)
-		require.NoError(t, err, stmt)
-	}
-	t.Cleanup(func() {
-		for _, stmt := range []string{"DROP OWNED BY " + roleID, "DROP ROLE " + roleID} {
-			_, _ = d.Pool.Exec(context.Background(), stmt)
-		}
-	})
-	cfg, err := pgxpool.ParseConfig(d.URL)
-	require.NoError(t, err)
-	cfg.ConnConfig.User = role
-	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT current_database()").Scan(&cfg.ConnConfig.Database))
-	app, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(app.Close)
-	return app
+	return rolePool(t, d, "app", append(grants, extra...)...)
 }
 
 // TestLeastPrivilegeFlowControl: a flow-controlled queue claims under the
