@@ -7,7 +7,7 @@ import "fmt"
 // own queries) need connections on top: up to the sum of the queues'
 // concurrency when every handler does.
 type Connections struct {
-	Claims    int // one claim loop per queue
+	Claims    int // one per queue under flow control, one for all the others
 	Completer int // the batched acknowledgements
 	Heartbeat int // the registry beat and the lease extensions
 	// Maintenance: sweep, promotion and pruning run on their own
@@ -36,7 +36,19 @@ func (c Connections) String() string {
 func (w *Worker) Connections() Connections {
 	c := Connections{Completer: 1, Heartbeat: 1, Maintenance: 1}
 	if !w.handlers.empty() {
-		c.Claims = len(w.producers)
+		// A queue under flow control claims on its own; the plain ones
+		// share one claim in flight at a time (claimBatch).
+		byKind, plain := w.handlers.kindKeyLimits(), false
+		for name := range w.producers {
+			if _, limited := w.cfg.FlowControl[name]; limited || byKind {
+				c.Claims++
+			} else {
+				plain = true
+			}
+		}
+		if plain {
+			c.Claims++
+		}
 	}
 	if len(w.maintainer.schedules) > 0 {
 		c.Schedules = 1

@@ -43,8 +43,12 @@ func TestConnections(t *testing.T) {
 		want     worker.Connections
 		warns    bool
 	}{
-		{"three queues on pgxpool's default for 2 cores", 4,
+		{"three plain queues share a claim: pgxpool's default for 2 cores is enough", 4,
 			worker.Config{Queues: map[string]int{"a": 5, "b": 5, "c": 5}},
+			worker.Connections{Claims: 1, Completer: 1, Heartbeat: 1, Maintenance: 1}, false},
+		{"two of three queues under flow control", 4,
+			worker.Config{Queues: map[string]int{"a": 5, "b": 5, "c": 5},
+				FlowControl: map[string]worker.FlowControl{"a": {KeyLimit: 1}, "b": {KeyLimit: 2}}},
 			worker.Connections{Claims: 3, Completer: 1, Heartbeat: 1, Maintenance: 1}, true},
 		{"one queue with metrics, a pool of 4", 4,
 			worker.Config{MetricsAddr: "127.0.0.1:0"},
