@@ -226,7 +226,7 @@ const changedTries = 3
 // editable reports whether a job in state was is one UpdateJob and
 // DeleteJob change.
 func editable(was string) bool {
-	return was == string(jobs.StatePending) || was == string(jobs.StateScheduled)
+	return was == string(jobs.StatePending) || was == string(jobs.StateScheduled) || was == string(jobs.StateWaiting)
 }
 
 // changedMeanwhile is the error for a job whose state changed under every
@@ -239,12 +239,12 @@ func changedMeanwhile(was string) error {
 // DeleteJob leave alone ("" for no such job), or nil for one they change.
 func notEditable(was jobs.State) error {
 	switch was {
-	case jobs.StatePending, jobs.StateScheduled:
+	case jobs.StatePending, jobs.StateScheduled, jobs.StateWaiting:
 		return nil
 	case "":
 		return ErrNotFound
 	case jobs.StateRunning:
-		return fmt.Errorf("%w: a worker has claimed it (only pending and scheduled jobs can be changed; CancelJobs stops a running one)", ErrRunning)
+		return fmt.Errorf("%w: a worker has claimed it (only pending, scheduled and waiting jobs can be changed; CancelJobs stops a running one)", ErrRunning)
 	}
 	return fmt.Errorf("%w: it is %s", ErrFinished, was)
 }

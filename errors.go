@@ -35,6 +35,9 @@ var (
 	// ErrWorkerAlive: the worker still beats, so its jobs are its own;
 	// ReleaseWorkerJobs takes them only when forced.
 	ErrWorkerAlive = errors.New("hopper: worker is alive")
+	// ErrNotBlocked: the sequence is not blocked (no dead or cancelled
+	// head holds it), so there is nothing to retry or skip.
+	ErrNotBlocked = errors.New("hopper: sequence not blocked")
 	// ErrInvalidCursor: a page cursor that ListJobs did not make.
 	ErrInvalidCursor = errors.New("hopper: invalid page cursor")
 	// ErrInvalidFilter: a filter that makes no sense (a limit out of

@@ -13,7 +13,8 @@ import (
 // everything) by state.
 type Counts struct {
 	// Ready: pending and due. Scheduled: due later. Running: claimed.
-	Ready, Scheduled, Running int64
+	// Waiting: behind the head of their sequence, for their turn.
+	Ready, Scheduled, Running, Waiting int64
 	// Dead and Cancelled: in the dead table, by how they ended.
 	Dead, Cancelled int64
 	// Failing: live jobs that have failed at least once (waiting to retry
@@ -24,8 +25,8 @@ type Counts struct {
 	OldestReady time.Duration
 }
 
-// Live is the number of live jobs: ready, scheduled and running.
-func (c Counts) Live() int64 { return c.Ready + c.Scheduled + c.Running }
+// Live is the number of live jobs: ready, scheduled, running and waiting.
+func (c Counts) Live() int64 { return c.Ready + c.Scheduled + c.Running + c.Waiting }
 
 // RetryRate is the share of live jobs that have failed at least once.
 func (c Counts) RetryRate() float64 {
@@ -41,6 +42,7 @@ func (c *Counts) Add(o Counts) {
 	c.Ready += o.Ready
 	c.Scheduled += o.Scheduled
 	c.Running += o.Running
+	c.Waiting += o.Waiting
 	c.Dead += o.Dead
 	c.Cancelled += o.Cancelled
 	c.Failing += o.Failing
@@ -106,7 +108,7 @@ func (c *Client) GetStatsTx(ctx context.Context, tx jobs.DBTX) (Stats, error) {
 
 func countsOf(r db.StatsRow) Counts {
 	return Counts{
-		Ready: r.Ready, Scheduled: r.Scheduled, Running: r.Running, Dead: r.Dead, Cancelled: r.Cancelled,
+		Ready: r.Ready, Scheduled: r.Scheduled, Running: r.Running, Waiting: r.Waiting, Dead: r.Dead, Cancelled: r.Cancelled,
 		Failing: r.Failing, OldestReady: time.Duration(r.OldestReadySeconds * float64(time.Second)),
 	}
 }

@@ -401,8 +401,8 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data := detailData{Job: job, Payload: pretty(job.Payload), Result: pretty(job.Result),
-		Live:     job.State == jobs.StatePending || job.State == jobs.StateScheduled || job.State == jobs.StateRunning,
-		Editable: job.State == jobs.StatePending || job.State == jobs.StateScheduled}
+		Live:     job.State.Live(),
+		Editable: job.State == jobs.StatePending || job.State == jobs.StateScheduled || job.State == jobs.StateWaiting}
 	for k, v := range job.Meta {
 		data.Meta = append(data.Meta, metaPair{k, v})
 	}

@@ -139,6 +139,16 @@ type HopperScheduleVersion struct {
 	StaleAfterMs int64     `json:"stale_after_ms"`
 }
 
+type HopperSequenceBlock struct {
+	SequenceKey string    `json:"sequence_key"`
+	JobID       int64     `json:"job_id"`
+	Queue       string    `json:"queue"`
+	Kind        string    `json:"kind"`
+	State       string    `json:"state"`
+	Reason      string    `json:"reason"`
+	BlockedAt   time.Time `json:"blocked_at"`
+}
+
 type HopperWorker struct {
 	ID            string     `json:"id"`
 	Host          string     `json:"host"`

@@ -91,7 +91,7 @@ func enqueued[T any](t TB, dbtx jobs.DBTX, kind *jobs.Kind[T], fs []Filter) []*j
 	client := hopper.NewClient(dbtx)
 	p := hopper.ListParams{
 		Kind: kind.Name(), Queue: f.queue, UniqueKey: f.uniqueKey, Limit: hopper.MaxListLimit,
-		States: []jobs.State{jobs.StatePending, jobs.StateScheduled, jobs.StateRunning},
+		States: []jobs.State{jobs.StatePending, jobs.StateScheduled, jobs.StateWaiting, jobs.StateRunning},
 	}
 	found := []*jobs.Job[T]{}
 	for {

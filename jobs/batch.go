@@ -103,15 +103,9 @@ func (k *Kind[T]) EnqueueMany(ctx context.Context, dbtx DBTX, items []Item[T], o
 		if len(item.Options) > 0 {
 			o, err = k.options(append(opts[:len(opts):len(opts)], item.Options...))
 		}
-		if err == nil {
-			err = k.deriveKey(item.Payload, &o)
-		}
 		var raw json.RawMessage
 		if err == nil {
-			raw, err = k.encode(item.Payload)
-		}
-		if err == nil {
-			err = k.deriveUniqueKey(item.Payload, raw, &o)
+			raw, err = k.derive(item.Payload, &o)
 		}
 		entries[i] = Entry{kind: k.name, version: k.version, raw: raw, o: o, hooks: k.hooks, err: err}
 	}
@@ -203,17 +197,20 @@ func enqueueEntries(ctx context.Context, dbtx DBTX, entries []Entry, mixed bool)
 }
 
 // insertLocked sends a batch in which some job's unique key is held by more
-// than live jobs (UniqueStates, UniquePeriod, ReplaceWaiting, Debounce):
+// than live jobs (UniqueStates, UniquePeriod, ReplaceWaiting, Debounce), or
+// some job is in a sequence (whose key's lock it takes too):
 // every job of the batch through EnqueueUniqueBatch, one statement per
 // round of distinct keys, after one lock on all its keys, in one pipelined
 // batch (lockedEnqueue). Each job's answer is what enqueueing them one by
 // one would give.
 func insertLocked(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, error) {
 	params := make([]db.EnqueueUniqueParams, len(entries))
+	sequences := make([]string, len(entries))
 	for i := range entries {
 		params[i] = uniqueParams(entries[i].kind, entries[i].version, entries[i].raw, &entries[i].o)
+		sequences[i] = entries[i].o.sequenceKey()
 	}
-	results, err := lockedEnqueue(ctx, dbtx, params)
+	results, err := lockedEnqueue(ctx, dbtx, params, sequences)
 	if err != nil {
 		return BatchResult{}, err
 	}

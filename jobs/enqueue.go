@@ -20,15 +20,17 @@ import (
 type EnqueueOption func(*enqueueOptions)
 
 type enqueueOptions struct {
-	queue       string
-	priority    int
-	maxAttempts int
-	runAt       time.Time
-	delay       time.Duration
-	uniqueKey   *string
-	key         *string // concurrency key
-	meta        Meta
-	metaRaw     json.RawMessage // meta encoded, by validate
+	queue          string
+	priority       int
+	maxAttempts    int
+	runAt          time.Time
+	delay          time.Duration
+	uniqueKey      *string
+	key            *string // concurrency key
+	sequence       *string // sequence key (sequence.go)
+	sequencePolicy SequencePolicy
+	meta           Meta
+	metaRaw        json.RawMessage // meta encoded, by validate
 
 	// Uniqueness beyond live jobs (unique.go).
 	uniqueStates    []State
@@ -80,7 +82,11 @@ func (o *enqueueOptions) validate() error {
 	if err := ValidateQueue(o.queue); err != nil {
 		return err
 	}
-	raw, err := o.meta.encode()
+	meta, err := o.validateSequence()
+	if err != nil {
+		return err
+	}
+	raw, err := meta.encode()
 	if err != nil {
 		return err
 	}
@@ -153,14 +159,25 @@ func (k *Kind[T]) prepare(payload T, opts []EnqueueOption) (enqueueOptions, json
 	if err != nil {
 		return o, nil, err
 	}
-	if err := k.deriveKey(payload, &o); err != nil {
-		return o, nil, err
+	raw, err := k.derive(payload, &o)
+	return o, raw, err
+}
+
+// derive sets what the kind derives from the payload (KeyBy, SequenceBy,
+// UniqueBy, UniqueFields) on options already checked, and encodes the
+// payload.
+func (k *Kind[T]) derive(payload T, o *enqueueOptions) (json.RawMessage, error) {
+	if err := k.deriveKey(payload, o); err != nil {
+		return nil, err
+	}
+	if err := k.deriveSequence(payload, o); err != nil {
+		return nil, err
 	}
 	raw, err := k.encode(payload)
 	if err == nil {
-		err = k.deriveUniqueKey(payload, raw, &o)
+		err = k.deriveUniqueKey(payload, raw, o)
 	}
-	return o, raw, err
+	return raw, err
 }
 
 // deriveKey sets the concurrency key from the payload (KeyBy) when no
@@ -220,7 +237,7 @@ func (k *Kind[T]) Enqueue(ctx context.Context, dbtx DBTX, payload T, opts ...Enq
 		return Result{}, fmt.Errorf("enqueue %s: %w", k.name, err)
 	}
 	if o.locked() {
-		res, err := lockedEnqueue(ctx, dbtx, []db.EnqueueUniqueParams{uniqueParams(k.name, k.version, raw, &o)})
+		res, err := lockedEnqueue(ctx, dbtx, []db.EnqueueUniqueParams{uniqueParams(k.name, k.version, raw, &o)}, []string{o.sequenceKey()})
 		if err != nil {
 			return Result{}, fmt.Errorf("enqueue %s: %w", k.name, migrated.Explain(err, dbtx))
 		}

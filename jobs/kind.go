@@ -41,6 +41,7 @@ type Kind[T any] struct {
 	keyOf           func(T) (string, error) // KeyBy's
 	uniqueOf        func(T) (string, error) // UniqueBy's
 	uniqueFields    []string                // UniqueFields'
+	sequenceOf      func(T) (string, error) // SequenceBy's
 }
 
 // Name is the kind's stable name, stored with every job.
@@ -62,6 +63,7 @@ type definition struct {
 	keyOf           any // KeyBy's func(T) string
 	uniqueOf        any // UniqueBy's func(T) string
 	uniqueFields    []string
+	sequenceOf      any // SequenceBy's func(T) string
 	errs            []error
 }
 
@@ -193,6 +195,21 @@ func Define[T any](name string, opts ...DefineOption) (*Kind[T], error) {
 			defer func() {
 				if p := recover(); p != nil {
 					err = fmt.Errorf("%w: KeyBy panicked: %v", ErrInvalidConcurrencyKey, p)
+				}
+			}()
+			return fn(payload), nil
+		}
+	}
+	if d.sequenceOf != nil {
+		fn, ok := d.sequenceOf.(func(T) string)
+		if !ok {
+			var zero T
+			return fail("SequenceBy takes a func(%T) string for this kind, not %T", zero, d.sequenceOf)
+		}
+		k.sequenceOf = func(payload T) (key string, err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("%w: SequenceBy panicked: %v", ErrInvalidSequenceKey, p)
 				}
 			}()
 			return fn(payload), nil

@@ -25,7 +25,7 @@ type DBTX interface {
 // State is where a job is in its life.
 type State string
 
-// A live job is pending, scheduled or running; a finished one completed
+// A live job is pending, scheduled, waiting or running; a finished one completed
 // (kept only by the kinds and queues that keep history), dead or
 // cancelled.
 const (
@@ -34,6 +34,9 @@ const (
 	// StateScheduled: due later (delayed, snoozed, or waiting out a
 	// retry's backoff); workers make it pending when its time comes.
 	StateScheduled State = "scheduled"
+	// StateWaiting: behind another job of its sequence (Sequence); the
+	// end of the job ahead of it makes it pending (or scheduled).
+	StateWaiting State = "waiting"
 	// StateRunning: claimed by a worker, under a lease.
 	StateRunning State = "running"
 	// StateCompleted: its handler succeeded (in the history table).
@@ -46,12 +49,12 @@ const (
 
 // States lists every state, live ones first.
 func States() []State {
-	return []State{StatePending, StateScheduled, StateRunning, StateCompleted, StateDead, StateCancelled}
+	return []State{StatePending, StateScheduled, StateWaiting, StateRunning, StateCompleted, StateDead, StateCancelled}
 }
 
 // Live reports whether a job in this state is still in the job table.
 func (s State) Live() bool {
-	return s == StatePending || s == StateScheduled || s == StateRunning
+	return s == StatePending || s == StateScheduled || s == StateWaiting || s == StateRunning
 }
 
 // ParseState reads a state's name, as the CLI and the dashboard take it.
@@ -62,7 +65,7 @@ func ParseState(name string) (State, error) {
 			return s, nil
 		}
 	}
-	names := make([]string, 0, 6)
+	names := make([]string, 0, 7)
 	for _, s := range States() {
 		names = append(names, string(s))
 	}

@@ -22,7 +22,7 @@ import (
 // unique index. UniqueStates and UniquePeriod make finished jobs hold it
 // too; ReplaceWaiting and Debounce make a new enqueue update the waiting
 // job that holds it. Those modes are decided against three tables, so
-// their enqueues are serialized on the key: see LockUniqueKeys in
+// their enqueues are serialized on the key: see LockEnqueueKeys in
 // queries/enqueue.sql and lockedEnqueue below.
 
 // UniqueStates chooses the states whose jobs hold the unique key. Live
@@ -101,7 +101,7 @@ func (o *enqueueOptions) finishedStates() []string {
 // locked reports whether the job's enqueue needs the key's lock: its
 // answer depends on more than the live job table's unique index.
 func (o *enqueueOptions) locked() bool {
-	return o.uniqueKey != nil && (o.replace || o.uniquePeriod > 0 || len(o.finishedStates()) > 0)
+	return o.sequence != nil || o.uniqueKey != nil && (o.replace || o.uniquePeriod > 0 || len(o.finishedStates()) > 0)
 }
 
 func (o *enqueueOptions) validateUnique() error {
@@ -273,7 +273,7 @@ func resultOf(id int64, outcome string) (Result, error) {
 
 // lockedEnqueue enqueues jobs with EnqueueUnique (one job) or
 // EnqueueUniqueBatch (one statement per round of distinct keys, see
-// lockedSend), after LockUniqueKeys has locked all their keys, all in one
+// lockedSend), after LockEnqueueKeys has locked all their keys, all in one
 // transaction: so each job's answer is what enqueueing them one by one
 // would give, and no other locked enqueue of those keys runs between the
 // check and the write.
@@ -283,7 +283,7 @@ func resultOf(id int64, outcome string) (Result, error) {
 // rolled back or not, so a caller's rolled-back enqueue frees its key and
 // a crashed one cannot leave a key taken. Why a statement of its own: the
 // lock must be granted before the snapshot of the statement that decides
-// (see LockUniqueKeys).
+// (see LockEnqueueKeys).
 //
 // How the statements are sent: to a pool, a connection or a transaction
 // (anything that sends pgx batches), as one pipelined batch, one round
@@ -294,8 +294,8 @@ func resultOf(id int64, outcome string) (Result, error) {
 // savepoint inside the caller's), one round trip per statement. To any
 // other DBTX one by one: it must then be a transaction, or the lock is
 // released before the job is written.
-func lockedEnqueue(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams) ([]Result, error) {
-	out, raced, err := lockedSend(ctx, dbtx, jobs)
+func lockedEnqueue(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams, sequences []string) ([]Result, error) {
+	out, raced, err := lockedSend(ctx, dbtx, jobs, sequences)
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +308,7 @@ func lockedEnqueue(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams
 	for i := range jobs {
 		again := raced[i]
 		for try := 0; try < 3 && again && lastOfKey(jobs, i); try++ {
-			res, r, err := lockedSend(ctx, dbtx, jobs[i:i+1])
+			res, r, err := lockedSend(ctx, dbtx, jobs[i:i+1], sequences[i:i+1])
 			if err != nil {
 				return nil, err
 			}
@@ -334,7 +334,7 @@ func lastOfKey(jobs []db.EnqueueUniqueParams, i int) bool {
 // key go in the first). Keys do not meet across jobs of different keys, so
 // the rounds, in order, answer as the jobs one by one would; a batch
 // without repeated keys is one statement.
-func lockedSend(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams) (out []Result, raced []bool, err error) {
+func lockedSend(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams, sequences []string) (out []Result, raced []bool, err error) {
 	keys := make([]string, 0, len(jobs))
 	var held []string // the keys whose holders a statement may lock
 	for _, j := range jobs {
@@ -360,7 +360,7 @@ func lockedSend(ctx context.Context, dbtx DBTX, jobs []db.EnqueueUniqueParams) (
 		}
 	}
 	locks := func(q *db.Queries) error {
-		if err := q.LockUniqueKeys(ctx, keys); err != nil {
+		if err := q.LockEnqueueKeys(ctx, db.LockEnqueueKeysParams{UniqueKeys: keys, SequenceKeys: sequences}); err != nil {
 			return err
 		}
 		if len(held) > 0 {

@@ -65,7 +65,10 @@ DELETE FROM hopper_jobs WHERE queue = @queue::text AND state <> 'running';
 -- token, never goes down. It picks up to max_jobs jobs after after_id, in
 -- id order, matching the filters: states (which of dead and cancelled),
 -- ids (empty: any), kind, queue, died_before. A job whose unique key a
--- live job holds again stays dead: nothing is lost. One row per job picked
+-- live job holds again stays dead: nothing is lost. A job of a sequence
+-- comes back waiting, and its commit places it by its id: the head again
+-- if it blocked its sequence (the block is lifted), else behind the head.
+-- One row per job picked
 -- says whether it moved; the caller goes on after the last id picked until
 -- fewer than max_jobs come back.
 WITH picked AS (
@@ -82,10 +85,11 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED
 ), revived AS (
     INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, attempt,
-                             max_attempts, unique_key, errors, created_at, meta, concurrency_key)
+                             max_attempts, unique_key, errors, created_at, meta, concurrency_key, state)
     OVERRIDING SYSTEM VALUE
     SELECT d.id, d.queue, d.kind, d.version, d.payload, d.priority, d.attempt,
-           d.attempt + d.max_attempts, d.unique_key, d.errors, d.created_at, d.meta, d.concurrency_key
+           d.attempt + d.max_attempts, d.unique_key, d.errors, d.created_at, d.meta, d.concurrency_key,
+           CASE WHEN d.meta ? 'hopper.sequence' THEN 'waiting' ELSE 'pending' END
     FROM hopper_dead_jobs AS d
     JOIN picked ON picked.id = d.id
     ON CONFLICT DO NOTHING

@@ -142,7 +142,7 @@ LEFT JOIN LATERAL (SELECT min(i.id) AS id
 LEFT JOIN hopper_jobs AS live ON ins.id IS NULL AND twin.id IS NULL AND live.unique_key = nullif(batch.unique_key, '')
 ORDER BY batch.id;
 
--- name: LockUniqueKeys :exec
+-- name: LockEnqueueKeys :exec
 -- Serializes the enqueues of these unique keys (empty keys are skipped)
 -- whose answer depends on more than the live job table: a unique period,
 -- finished states, or replacing a waiting job (EnqueueUnique). It takes a
@@ -158,17 +158,31 @@ ORDER BY batch.id;
 -- rolled back: a rolled-back enqueue frees its key. No table, no
 -- migration, nothing to vacuum. ('hopper_jobs'::regclass fails on a schema
 -- without Hopper's tables rather than locking nothing.)
+--
+-- The same statement takes the locks of sequence keys (sequence_keys,
+-- hopper_sequence_lock_id): a job of a sequence is enqueued under its
+-- key's lock, so that within a key ids follow commit order, and the
+-- commit's placement (the trigger hopper_jobs_sequence_place) finds no
+-- other enqueue of the key in flight. Both kinds of lock are taken in one
+-- hash order.
 SELECT count(pg_advisory_xact_lock(l.lock_id))
 FROM (
-    SELECT DISTINCT hashtextextended('hopper_jobs'::regclass::oid::text || ':' || k.key, 0) AS lock_id
-    FROM unnest(@unique_keys::text[]) AS k(key)
-    WHERE k.key <> ''
+    SELECT DISTINCT a.lock_id
+    FROM (
+        SELECT hashtextextended('hopper_jobs'::regclass::oid::text || ':' || k.key, 0) AS lock_id
+        FROM unnest(@unique_keys::text[]) AS k(key)
+        WHERE k.key <> ''
+        UNION ALL
+        SELECT hopper_sequence_lock_id(q.key)
+        FROM unnest(@sequence_keys::text[]) AS q(key)
+        WHERE q.key <> ''
+    ) AS a
     ORDER BY 1
 ) AS l;
 
 -- name: LockUniqueHolders :exec
 -- Locks, in id order, the live jobs holding these unique keys (empty keys
--- are skipped): run after LockUniqueKeys by a batch with replacing jobs,
+-- are skipped): run after LockEnqueueKeys by a batch with replacing jobs,
 -- before its EnqueueUnique statements, which may each lock a holder (to
 -- replace a waiting one, to take the key from a running one) and hold it
 -- until the batch's transaction ends. Taken in the batch's order, those
@@ -187,13 +201,14 @@ FROM (
 
 -- name: EnqueueUnique :one
 -- One job whose unique key is held by more than a live job, run after
--- LockUniqueKeys in the same transaction (alone, it is exact only against
--- enqueues of live keys; see LockUniqueKeys). Enqueue's parameters, plus:
+-- LockEnqueueKeys in the same transaction (alone, it is exact only against
+-- enqueues of live keys; see LockEnqueueKeys). Enqueue's parameters, plus:
 -- states, the finished states whose jobs hold the key too ('completed',
 -- 'dead', 'cancelled'; empty: live jobs only); period_ms, how recently such
 -- a job must have been enqueued (created_at) to hold it (0: whenever, as
--- long as it is kept); replace, whether a waiting holder (pending or
--- scheduled) takes this job's payload and version; push_run_at, whether it
+-- long as it is kept); replace, whether a waiting holder (pending,
+-- scheduled, or waiting its turn in a sequence, where it keeps its place)
+-- takes this job's payload and version; push_run_at, whether it
 -- also takes this job's run time (a debounce); take_from_running, whether
 -- a running holder gives up the key to this job, which is inserted (so
 -- that the latest payload runs after the running job: replace with live
@@ -246,12 +261,12 @@ WITH holder AS MATERIALIZED (
         run_at = CASE WHEN @push_run_at::boolean
                       THEN greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint)
                       ELSE j.run_at END,
-        state = CASE WHEN NOT @push_run_at::boolean THEN j.state
+        state = CASE WHEN NOT @push_run_at::boolean OR j.state = 'waiting' THEN j.state
                      WHEN greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint) > now() THEN 'scheduled'
                      ELSE 'pending' END
     FROM blocking
-    WHERE @replace::boolean AND blocking.state IN ('pending', 'scheduled')
-      AND j.id = blocking.id AND j.state IN ('pending', 'scheduled') AND j.kind = @kind::text
+    WHERE @replace::boolean AND blocking.state IN ('pending', 'scheduled', 'waiting')
+      AND j.id = blocking.id AND j.state IN ('pending', 'scheduled', 'waiting') AND j.kind = @kind::text
     RETURNING j.id
 ), taken AS (
     UPDATE hopper_jobs AS j
@@ -266,7 +281,8 @@ WITH holder AS MATERIALIZED (
     SELECT coalesce(nullif(@queue::text, ''), 'default'), @kind::text, coalesce(nullif(@version::integer, 0), 1),
            coalesce(@payload::jsonb, '{}'), @priority::smallint,
            greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint),
-           CASE WHEN greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
+           CASE WHEN sqlc.narg(meta)::jsonb ? 'hopper.sequence' THEN 'waiting'
+                WHEN greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
            coalesce(nullif(@max_attempts::integer, 0), 25), sqlc.narg(unique_key)::text,
            sqlc.narg(meta)::jsonb, sqlc.narg(concurrency_key)::text
     FROM (SELECT count(*) AS n FROM taken) AS t
@@ -279,7 +295,7 @@ UNION ALL
 SELECT r.id, 'replaced'::text FROM replaced AS r
 UNION ALL
 SELECT blocking.id,
-       CASE WHEN @take_from_running::boolean AND blocking.kind = @kind::text AND blocking.state IN ('pending', 'scheduled')
+       CASE WHEN @take_from_running::boolean AND blocking.kind = @kind::text AND blocking.state IN ('pending', 'scheduled', 'waiting')
             THEN 'raced' ELSE 'kept' END
 FROM blocking
 WHERE NOT EXISTS (SELECT FROM replaced)
@@ -291,7 +307,7 @@ HAVING sqlc.narg(unique_key)::text IS NOT NULL
    AND NOT EXISTS (SELECT FROM blocking) AND NOT EXISTS (SELECT FROM inserted);
 
 -- name: EnqueueUniqueBatch :many
--- EnqueueUnique for many jobs in one statement, run after LockUniqueKeys
+-- EnqueueUnique for many jobs in one statement, run after LockEnqueueKeys
 -- (and LockUniqueHolders) in the same transaction: the arrays hold one job
 -- each, as EnqueueUnique's parameters, with finished the comma-separated
 -- finished states that hold its key, and an empty unique key for none. No
@@ -359,13 +375,13 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
         run_at = CASE WHEN b.push_run_at
                       THEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms)
                       ELSE j.run_at END,
-        state = CASE WHEN NOT b.push_run_at THEN j.state
+        state = CASE WHEN NOT b.push_run_at OR j.state = 'waiting' THEN j.state
                      WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled'
                      ELSE 'pending' END
     FROM blocking AS k
     JOIN batch AS b ON b.new_id = k.for_id
-    WHERE b.replace AND k.state IN ('pending', 'scheduled')
-      AND j.id = k.id AND j.state IN ('pending', 'scheduled') AND j.kind = b.kind
+    WHERE b.replace AND k.state IN ('pending', 'scheduled', 'waiting')
+      AND j.id = k.id AND j.state IN ('pending', 'scheduled', 'waiting') AND j.kind = b.kind
     RETURNING k.for_id, j.id
 ), taken AS (
     UPDATE hopper_jobs AS j
@@ -382,7 +398,8 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     SELECT b.new_id, coalesce(nullif(b.queue, ''), 'default'), b.kind, coalesce(nullif(b.version, 0), 1),
            coalesce(b.payload, '{}'), b.priority,
            greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms),
-           CASE WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled' ELSE 'pending' END,
+           CASE WHEN b.meta ? 'hopper.sequence' THEN 'waiting'
+                WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled' ELSE 'pending' END,
            coalesce(nullif(b.max_attempts, 0), 25), nullif(b.unique_key, ''), b.meta,
            nullif(b.concurrency_key, '')
     FROM batch AS b
@@ -395,7 +412,7 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
 SELECT coalesce(i.id, r.id, k.id, live.id, 0)::bigint AS id,
        (CASE WHEN i.id IS NOT NULL THEN 'inserted'
              WHEN r.id IS NOT NULL THEN 'replaced'
-             WHEN b.take_from_running AND (k.id IS NULL OR k.kind = b.kind AND k.state IN ('pending', 'scheduled')) THEN 'raced'
+             WHEN b.take_from_running AND (k.id IS NULL OR k.kind = b.kind AND k.state IN ('pending', 'scheduled', 'waiting')) THEN 'raced'
              ELSE 'kept' END)::text AS outcome
 FROM batch AS b
 LEFT JOIN inserted AS i ON i.id = b.new_id

@@ -29,7 +29,7 @@ import (
 var ErrNotMigrated = errors.New("hopper: schema not migrated")
 
 // Latest is the schema version this build of Hopper needs: schema.Latest().
-const Latest = 12
+const Latest = 13
 
 // names are the migrations of this build, by version: names[v-1] is the
 // name of migration v (its file is 00000v_<name>.up.sql).

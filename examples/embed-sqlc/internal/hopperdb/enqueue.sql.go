@@ -322,12 +322,12 @@ WITH holder AS MATERIALIZED (
         run_at = CASE WHEN $8::boolean
                       THEN greatest($9::timestamptz, now() + '1 millisecond'::interval * $10::bigint)
                       ELSE j.run_at END,
-        state = CASE WHEN NOT $8::boolean THEN j.state
+        state = CASE WHEN NOT $8::boolean OR j.state = 'waiting' THEN j.state
                      WHEN greatest($9::timestamptz, now() + '1 millisecond'::interval * $10::bigint) > now() THEN 'scheduled'
                      ELSE 'pending' END
     FROM blocking
-    WHERE $11::boolean AND blocking.state IN ('pending', 'scheduled')
-      AND j.id = blocking.id AND j.state IN ('pending', 'scheduled') AND j.kind = $5::text
+    WHERE $11::boolean AND blocking.state IN ('pending', 'scheduled', 'waiting')
+      AND j.id = blocking.id AND j.state IN ('pending', 'scheduled', 'waiting') AND j.kind = $5::text
     RETURNING j.id
 ), taken AS (
     UPDATE hopper_jobs AS j
@@ -342,9 +342,10 @@ WITH holder AS MATERIALIZED (
     SELECT coalesce(nullif($12::text, ''), 'default'), $5::text, coalesce(nullif($7::integer, 0), 1),
            coalesce($6::jsonb, '{}'), $13::smallint,
            greatest($9::timestamptz, now() + '1 millisecond'::interval * $10::bigint),
-           CASE WHEN greatest($9::timestamptz, now() + '1 millisecond'::interval * $10::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
-           coalesce(nullif($14::integer, 0), 25), $1::text,
-           $15::jsonb, $16::text
+           CASE WHEN $14::jsonb ? 'hopper.sequence' THEN 'waiting'
+                WHEN greatest($9::timestamptz, now() + '1 millisecond'::interval * $10::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
+           coalesce(nullif($15::integer, 0), 25), $1::text,
+           $14::jsonb, $16::text
     FROM (SELECT count(*) AS n FROM taken) AS t
     WHERE NOT EXISTS (SELECT FROM blocking)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
@@ -355,7 +356,7 @@ UNION ALL
 SELECT r.id, 'replaced'::text FROM replaced AS r
 UNION ALL
 SELECT blocking.id,
-       CASE WHEN $4::boolean AND blocking.kind = $5::text AND blocking.state IN ('pending', 'scheduled')
+       CASE WHEN $4::boolean AND blocking.kind = $5::text AND blocking.state IN ('pending', 'scheduled', 'waiting')
             THEN 'raced' ELSE 'kept' END
 FROM blocking
 WHERE NOT EXISTS (SELECT FROM replaced)
@@ -381,8 +382,8 @@ type EnqueueUniqueParams struct {
 	Replace         bool
 	Queue           string
 	Priority        int16
-	MaxAttempts     int32
 	Meta            json.RawMessage
+	MaxAttempts     int32
 	ConcurrencyKey  *string
 }
 
@@ -392,13 +393,14 @@ type EnqueueUniqueRow struct {
 }
 
 // One job whose unique key is held by more than a live job, run after
-// LockUniqueKeys in the same transaction (alone, it is exact only against
-// enqueues of live keys; see LockUniqueKeys). Enqueue's parameters, plus:
+// LockEnqueueKeys in the same transaction (alone, it is exact only against
+// enqueues of live keys; see LockEnqueueKeys). Enqueue's parameters, plus:
 // states, the finished states whose jobs hold the key too ('completed',
 // 'dead', 'cancelled'; empty: live jobs only); period_ms, how recently such
 // a job must have been enqueued (created_at) to hold it (0: whenever, as
-// long as it is kept); replace, whether a waiting holder (pending or
-// scheduled) takes this job's payload and version; push_run_at, whether it
+// long as it is kept); replace, whether a waiting holder (pending,
+// scheduled, or waiting its turn in a sequence, where it keeps its place)
+// takes this job's payload and version; push_run_at, whether it
 // also takes this job's run time (a debounce); take_from_running, whether
 // a running holder gives up the key to this job, which is inserted (so
 // that the latest payload runs after the running job: replace with live
@@ -434,8 +436,8 @@ func (q *Queries) EnqueueUnique(ctx context.Context, arg EnqueueUniqueParams) (E
 		arg.Replace,
 		arg.Queue,
 		arg.Priority,
-		arg.MaxAttempts,
 		arg.Meta,
+		arg.MaxAttempts,
 		arg.ConcurrencyKey,
 	)
 	var i EnqueueUniqueRow
@@ -503,13 +505,13 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
         run_at = CASE WHEN b.push_run_at
                       THEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms)
                       ELSE j.run_at END,
-        state = CASE WHEN NOT b.push_run_at THEN j.state
+        state = CASE WHEN NOT b.push_run_at OR j.state = 'waiting' THEN j.state
                      WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled'
                      ELSE 'pending' END
     FROM blocking AS k
     JOIN batch AS b ON b.new_id = k.for_id
-    WHERE b.replace AND k.state IN ('pending', 'scheduled')
-      AND j.id = k.id AND j.state IN ('pending', 'scheduled') AND j.kind = b.kind
+    WHERE b.replace AND k.state IN ('pending', 'scheduled', 'waiting')
+      AND j.id = k.id AND j.state IN ('pending', 'scheduled', 'waiting') AND j.kind = b.kind
     RETURNING k.for_id, j.id
 ), taken AS (
     UPDATE hopper_jobs AS j
@@ -526,7 +528,8 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     SELECT b.new_id, coalesce(nullif(b.queue, ''), 'default'), b.kind, coalesce(nullif(b.version, 0), 1),
            coalesce(b.payload, '{}'), b.priority,
            greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms),
-           CASE WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled' ELSE 'pending' END,
+           CASE WHEN b.meta ? 'hopper.sequence' THEN 'waiting'
+                WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled' ELSE 'pending' END,
            coalesce(nullif(b.max_attempts, 0), 25), nullif(b.unique_key, ''), b.meta,
            nullif(b.concurrency_key, '')
     FROM batch AS b
@@ -539,7 +542,7 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
 SELECT coalesce(i.id, r.id, k.id, live.id, 0)::bigint AS id,
        (CASE WHEN i.id IS NOT NULL THEN 'inserted'
              WHEN r.id IS NOT NULL THEN 'replaced'
-             WHEN b.take_from_running AND (k.id IS NULL OR k.kind = b.kind AND k.state IN ('pending', 'scheduled')) THEN 'raced'
+             WHEN b.take_from_running AND (k.id IS NULL OR k.kind = b.kind AND k.state IN ('pending', 'scheduled', 'waiting')) THEN 'raced'
              ELSE 'kept' END)::text AS outcome
 FROM batch AS b
 LEFT JOIN inserted AS i ON i.id = b.new_id
@@ -574,7 +577,7 @@ type EnqueueUniqueBatchRow struct {
 	Outcome string
 }
 
-// EnqueueUnique for many jobs in one statement, run after LockUniqueKeys
+// EnqueueUnique for many jobs in one statement, run after LockEnqueueKeys
 // (and LockUniqueHolders) in the same transaction: the arrays hold one job
 // each, as EnqueueUnique's parameters, with finished the comma-separated
 // finished states that hold its key, and an empty unique key for none. No
@@ -620,40 +623,27 @@ func (q *Queries) EnqueueUniqueBatch(ctx context.Context, arg EnqueueUniqueBatch
 	return items, nil
 }
 
-const lockUniqueHolders = `-- name: LockUniqueHolders :exec
-SELECT count(*)
-FROM (
-    SELECT j.id
-    FROM hopper_jobs AS j
-    WHERE j.unique_key = ANY ($1::text[])
-    ORDER BY j.id
-    FOR UPDATE OF j
-) AS locked
-`
-
-// Locks, in id order, the live jobs holding these unique keys (empty keys
-// are skipped): run after LockUniqueKeys by a batch with replacing jobs,
-// before its EnqueueUnique statements, which may each lock a holder (to
-// replace a waiting one, to take the key from a running one) and hold it
-// until the batch's transaction ends. Taken in the batch's order, those
-// locks could deadlock with the worker's statements that wait for row
-// locks, which take them in id order (AckBatch, NackBatch, Release);
-// taken here first, in id order, they cannot. A running holder locked here
-// makes its acknowledgement wait for the batch's end.
-func (q *Queries) LockUniqueHolders(ctx context.Context, uniqueKeys []string) error {
-	_, err := q.db.Exec(ctx, lockUniqueHolders, uniqueKeys)
-	return err
-}
-
-const lockUniqueKeys = `-- name: LockUniqueKeys :exec
+const lockEnqueueKeys = `-- name: LockEnqueueKeys :exec
 SELECT count(pg_advisory_xact_lock(l.lock_id))
 FROM (
-    SELECT DISTINCT hashtextextended('hopper_jobs'::regclass::oid::text || ':' || k.key, 0) AS lock_id
-    FROM unnest($1::text[]) AS k(key)
-    WHERE k.key <> ''
+    SELECT DISTINCT a.lock_id
+    FROM (
+        SELECT hashtextextended('hopper_jobs'::regclass::oid::text || ':' || k.key, 0) AS lock_id
+        FROM unnest($1::text[]) AS k(key)
+        WHERE k.key <> ''
+        UNION ALL
+        SELECT hopper_sequence_lock_id(q.key)
+        FROM unnest($2::text[]) AS q(key)
+        WHERE q.key <> ''
+    ) AS a
     ORDER BY 1
 ) AS l
 `
+
+type LockEnqueueKeysParams struct {
+	UniqueKeys   []string
+	SequenceKeys []string
+}
 
 // Serializes the enqueues of these unique keys (empty keys are skipped)
 // whose answer depends on more than the live job table: a unique period,
@@ -670,8 +660,40 @@ FROM (
 // rolled back: a rolled-back enqueue frees its key. No table, no
 // migration, nothing to vacuum. ('hopper_jobs'::regclass fails on a schema
 // without Hopper's tables rather than locking nothing.)
-func (q *Queries) LockUniqueKeys(ctx context.Context, uniqueKeys []string) error {
-	_, err := q.db.Exec(ctx, lockUniqueKeys, uniqueKeys)
+//
+// The same statement takes the locks of sequence keys (sequence_keys,
+// hopper_sequence_lock_id): a job of a sequence is enqueued under its
+// key's lock, so that within a key ids follow commit order, and the
+// commit's placement (the trigger hopper_jobs_sequence_place) finds no
+// other enqueue of the key in flight. Both kinds of lock are taken in one
+// hash order.
+func (q *Queries) LockEnqueueKeys(ctx context.Context, arg LockEnqueueKeysParams) error {
+	_, err := q.db.Exec(ctx, lockEnqueueKeys, arg.UniqueKeys, arg.SequenceKeys)
+	return err
+}
+
+const lockUniqueHolders = `-- name: LockUniqueHolders :exec
+SELECT count(*)
+FROM (
+    SELECT j.id
+    FROM hopper_jobs AS j
+    WHERE j.unique_key = ANY ($1::text[])
+    ORDER BY j.id
+    FOR UPDATE OF j
+) AS locked
+`
+
+// Locks, in id order, the live jobs holding these unique keys (empty keys
+// are skipped): run after LockEnqueueKeys by a batch with replacing jobs,
+// before its EnqueueUnique statements, which may each lock a holder (to
+// replace a waiting one, to take the key from a running one) and hold it
+// until the batch's transaction ends. Taken in the batch's order, those
+// locks could deadlock with the worker's statements that wait for row
+// locks, which take them in id order (AckBatch, NackBatch, Release);
+// taken here first, in id order, they cannot. A running holder locked here
+// makes its acknowledgement wait for the batch's end.
+func (q *Queries) LockUniqueHolders(ctx context.Context, uniqueKeys []string) error {
+	_, err := q.db.Exec(ctx, lockUniqueHolders, uniqueKeys)
 	return err
 }
 

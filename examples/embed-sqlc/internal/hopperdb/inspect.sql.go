@@ -310,6 +310,7 @@ WITH live AS (
            count(*) FILTER (WHERE state = 'pending' AND run_at <= now()) AS ready,
            count(*) FILTER (WHERE state = 'scheduled' OR (state = 'pending' AND run_at > now())) AS scheduled,
            count(*) FILTER (WHERE state = 'running') AS running,
+           count(*) FILTER (WHERE state = 'waiting') AS waiting,
            count(*) FILTER (WHERE errors <> '[]'::jsonb) AS failing,
            min(run_at) FILTER (WHERE state = 'pending' AND run_at <= now()) AS oldest_ready
     FROM hopper_jobs
@@ -326,6 +327,7 @@ SELECT coalesce(live.queue, dead.queue)::text AS queue,
        coalesce(live.ready, 0)::bigint AS ready,
        coalesce(live.scheduled, 0)::bigint AS scheduled,
        coalesce(live.running, 0)::bigint AS running,
+       coalesce(live.waiting, 0)::bigint AS waiting,
        coalesce(dead.dead, 0)::bigint AS dead,
        coalesce(dead.cancelled, 0)::bigint AS cancelled,
        coalesce(extract(epoch FROM now() - live.oldest_ready), 0)::float8 AS oldest_ready_seconds,
@@ -343,6 +345,7 @@ type StatsRow struct {
 	Ready              int64
 	Scheduled          int64
 	Running            int64
+	Waiting            int64
 	Dead               int64
 	Cancelled          int64
 	OldestReadySeconds float64
@@ -351,7 +354,7 @@ type StatsRow struct {
 }
 
 // Per queue and kind: ready, scheduled (run_at in the future), running,
-// dead and cancelled counts; the age of the oldest ready job (claim lag);
+// waiting (for their turn in a sequence), dead and cancelled counts; the age of the oldest ready job (claim lag);
 // failing: the live jobs that have failed at least once (the retry rate is
 // failing over ready + scheduled + running); and whether the queue is
 // paused.
@@ -370,6 +373,7 @@ func (q *Queries) Stats(ctx context.Context) ([]StatsRow, error) {
 			&i.Ready,
 			&i.Scheduled,
 			&i.Running,
+			&i.Waiting,
 			&i.Dead,
 			&i.Cancelled,
 			&i.OldestReadySeconds,

@@ -139,6 +139,16 @@ type HopperScheduleVersion struct {
 	StaleAfterMs int64
 }
 
+type HopperSequenceBlock struct {
+	SequenceKey string
+	JobID       int64
+	Queue       string
+	Kind        string
+	State       string
+	Reason      string
+	BlockedAt   time.Time
+}
+
 type HopperWorker struct {
 	ID            string
 	Host          string

@@ -1,6 +1,6 @@
 -- Editing jobs that have not started: UpdateJob and DeleteJob change a
--- pending or scheduled job, and nothing else. Each is one statement that
--- locks the job's row only while it is pending or scheduled, and checks
+-- pending, scheduled or waiting job, and nothing else. Each is one statement that
+-- locks the job's row only while it is pending, scheduled or waiting, and checks
 -- that state under the lock: a claim that committed first leaves the job
 -- running, which the lock's recheck sees, and the job is left alone; a
 -- claim that comes later skips the locked row (SKIP LOCKED) and takes the
@@ -11,13 +11,13 @@
 -- locked says whether the statement held the job. When it did not, was
 -- is the job's state as the statement's snapshot saw it: running, a
 -- finished state ('completed', 'dead', 'cancelled', from the other
--- tables), '' for no such job; or pending or scheduled, when the job
+-- tables), '' for no such job; or pending, scheduled or waiting, when the job
 -- changed between the snapshot and the lock (a claim committed while the
 -- statement waited for it): the caller runs the statement again, whose
 -- new snapshot sees what became of the job.
 
 -- name: UpdateJob :one
--- Changes a pending or scheduled job: every parameter left NULL keeps what
+-- Changes a pending, scheduled or waiting job (a waiting job keeps waiting): every parameter left NULL keeps what
 -- the job has.
 --
 --  * payload, with version (NULL: the job's own). With kind set (a typed
@@ -56,7 +56,7 @@ WITH target AS (
     SELECT j.id, j.state, j.kind, j.version, j.attempt, j.queue, j.priority, j.run_at,
            jsonb_typeof(j.payload) AS payload_type
     FROM hopper_jobs AS j
-    WHERE j.id = @id::bigint AND j.state IN ('pending', 'scheduled')
+    WHERE j.id = @id::bigint AND j.state IN ('pending', 'scheduled', 'waiting')
     FOR UPDATE
 ), verdict AS (
     SELECT t.id,
@@ -83,7 +83,8 @@ WITH target AS (
         queue        = coalesce(sqlc.narg(queue)::text, j.queue),
         max_attempts = coalesce(sqlc.narg(max_attempts)::integer, j.max_attempts),
         run_at       = verdict.run_at,
-        state        = CASE WHEN verdict.run_at > now() THEN 'scheduled' ELSE 'pending' END
+        state        = CASE WHEN j.state = 'waiting' THEN 'waiting' -- its sequence's turn makes it ready
+                            WHEN verdict.run_at > now() THEN 'scheduled' ELSE 'pending' END
     FROM verdict -- read from the row locked: what the UPDATE sees
     WHERE j.id = verdict.id AND verdict.refused = ''
     RETURNING j.*
@@ -118,7 +119,7 @@ FROM woken
 LEFT JOIN updated AS u ON true;
 
 -- name: DeleteJob :one
--- Deletes a pending or scheduled job for good, without a trace (as
+-- Deletes a pending, scheduled or waiting job for good, without a trace (as
 -- PurgeQueue does a queue's; Cancel keeps the job, as cancelled). A running
 -- job is left to its worker. One row: was as in UpdateJob, deleted whether
 -- the job is gone (the statement held it: locked in UpdateJob's terms),
@@ -127,7 +128,7 @@ LEFT JOIN updated AS u ON true;
 WITH target AS (
     SELECT j.id, j.state
     FROM hopper_jobs AS j
-    WHERE j.id = @id::bigint AND j.state IN ('pending', 'scheduled')
+    WHERE j.id = @id::bigint AND j.state IN ('pending', 'scheduled', 'waiting')
     FOR UPDATE
 ), deleted AS (
     DELETE FROM hopper_jobs AS j

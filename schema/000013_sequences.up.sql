@@ -1,0 +1,250 @@
+-- Sequences: jobs that share a sequence key run one at a time, in order,
+-- across every worker. The key lives in the job's metadata
+-- ("hopper.sequence"), so every path that writes a job (enqueue, COPY, the
+-- SQL API, a retry from the dead table, the history) carries it without a
+-- column of its own; "hopper.sequence_policy" says what a dead or cancelled
+-- job does to the rest: 'block' (the default) or 'continue'.
+--
+-- A sequence has at most one head: its job that is pending, scheduled or
+-- running. The rest wait in the state 'waiting', outside the ready index,
+-- so a claim never sees them. The head's end promotes the next job, by id,
+-- in the transaction that ends it (its ack, its death, a cancel, a
+-- delete), and a new job placed behind a head is placed when its
+-- transaction commits. Nothing polls, nothing is elected, nothing is left
+-- waiting with no head to wake it.
+
+ALTER TABLE hopper_jobs DROP CONSTRAINT hopper_jobs_state_check;
+ALTER TABLE hopper_jobs
+    ADD CONSTRAINT hopper_jobs_state_check CHECK (state IN ('pending', 'scheduled', 'running', 'waiting')) NOT VALID;
+ALTER TABLE hopper_jobs VALIDATE CONSTRAINT hopper_jobs_state_check;
+
+-- A sequence key is a string of 1 to 255 bytes; a policy is block or
+-- continue; only a job of a sequence waits.
+ALTER TABLE hopper_jobs
+    ADD CONSTRAINT hopper_jobs_sequence_check CHECK (
+        (meta IS NULL OR NOT meta ? 'hopper.sequence'
+         OR (jsonb_typeof(meta -> 'hopper.sequence') = 'string'
+             AND octet_length(meta ->> 'hopper.sequence') BETWEEN 1 AND 255))
+        AND (meta IS NULL OR NOT meta ? 'hopper.sequence_policy'
+             OR meta ->> 'hopper.sequence_policy' IN ('block', 'continue'))
+        AND (state <> 'waiting' OR coalesce(meta ? 'hopper.sequence', false))
+    ) NOT VALID;
+ALTER TABLE hopper_jobs VALIDATE CONSTRAINT hopper_jobs_sequence_check;
+
+-- The waiting jobs of each key, in the order they run.
+CREATE INDEX hopper_jobs_sequence_waiting_idx ON hopper_jobs ((meta ->> 'hopper.sequence'), id)
+    WHERE state = 'waiting';
+
+-- At most one head per key. The triggers below never make a second; this
+-- index makes sure of it: a raw INSERT of a ready job into a sequence that
+-- has a head fails here instead of running out of turn.
+CREATE UNIQUE INDEX hopper_jobs_sequence_head_idx ON hopper_jobs ((meta ->> 'hopper.sequence'))
+    WHERE state <> 'waiting' AND meta ? 'hopper.sequence';
+
+-- Sequences held by a head that ended dead or cancelled under the block
+-- policy. The row stays until an operator retries the head (it comes back
+-- as the head) or skips it (the next job runs). The waiting jobs stay
+-- where they are meanwhile.
+CREATE TABLE hopper_sequence_blocks (
+    sequence_key text COLLATE "C" PRIMARY KEY,
+    job_id       bigint      NOT NULL,
+    queue        text        NOT NULL,
+    kind         text        NOT NULL,
+    state        text        NOT NULL, -- dead or cancelled
+    reason       text        NOT NULL,
+    blocked_at   timestamptz NOT NULL DEFAULT now()
+);
+
+-- The advisory lock of a sequence key: a 64-bit hash of the schema's job
+-- table (one per schema: advisory locks are per database) and the key.
+-- Enqueues take it before their insert, so that within a key ids follow
+-- commit order; placement takes it again (re-entrant) at commit.
+CREATE FUNCTION hopper_sequence_lock_id(sequence_key text) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT hashtextextended('hopper_jobs'::regclass::oid::text || ':sequence:' || sequence_key, 0)
+$$;
+
+-- Makes the first waiting job of the key its head (pending, or scheduled
+-- when it is due later; its run_at unchanged, so an old sequence's next job
+-- is not sent behind newer work) and wakes its queue. Returns its id, or NULL when
+-- none waits. Each statement of a PL/pgSQL function takes a fresh snapshot
+-- (READ COMMITTED), so a waiting job deleted or cancelled while this ran
+-- is passed over on the next round.
+CREATE FUNCTION hopper_sequence_promote(sequence_key text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_variable
+DECLARE
+    next record;
+BEGIN
+    FOR round IN 1..100 LOOP
+        UPDATE hopper_jobs AS j
+        SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'pending' END
+        WHERE j.id = (SELECT w.id FROM hopper_jobs AS w
+                      WHERE (w.meta ->> 'hopper.sequence') = sequence_key AND w.state = 'waiting'
+                      ORDER BY w.id
+                      LIMIT 1)
+          AND j.state = 'waiting'
+        RETURNING j.id, j.queue, j.state, j.priority, j.run_at INTO next;
+        IF FOUND THEN
+            -- The wake-up names the job's place in claim order (as Notify
+            -- does): it keeps the run_at it was enqueued with, so it may
+            -- stand behind the cursors of its queue's workers.
+            IF next.state = 'pending' THEN
+                PERFORM pg_notify('hopper_jobs', json_build_object(
+                    'schema', current_schema(), 'queue', next.queue,
+                    'priority', next.priority, 'run_at', next.run_at, 'id', next.id)::text);
+            END IF;
+            RETURN next.id;
+        END IF;
+        IF NOT EXISTS (SELECT FROM hopper_jobs AS w
+                       WHERE (w.meta ->> 'hopper.sequence') = sequence_key AND w.state = 'waiting') THEN
+            RETURN NULL;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'hopper: sequence %: could not promote its next job in 100 rounds', sequence_key;
+END;
+$$;
+
+-- At commit, for each new job of a sequence (a deferred constraint
+-- trigger): with the key's lock held, a job behind a head waits; with no
+-- head and no block, the first waiting job becomes the head. The head it
+-- finds is locked FOR KEY SHARE until this transaction ends, so the head
+-- cannot end meanwhile (its ack waits for this commit, a moment): the
+-- trigger of that ack then sees the new jobs and promotes the next. A head
+-- that ended while this waited for its lock is not found; the next
+-- statements' fresh snapshots see what its end did (a promotion, a block).
+CREATE FUNCTION hopper_sequence_place() RETURNS trigger
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    k text := NEW.meta ->> 'hopper.sequence';
+BEGIN
+    PERFORM pg_advisory_xact_lock(hopper_sequence_lock_id(k));
+    -- A dead job retried is its sequence's head again: lift its block.
+    DELETE FROM hopper_sequence_blocks AS b WHERE b.sequence_key = k AND b.job_id = NEW.id;
+    FOR round IN 1..100 LOOP
+        PERFORM FROM hopper_jobs AS j
+        WHERE (j.meta ->> 'hopper.sequence') = k AND j.state <> 'waiting' AND j.meta ? 'hopper.sequence'
+        FOR KEY SHARE OF j;
+        IF FOUND THEN
+            RETURN NULL;
+        END IF;
+        IF EXISTS (SELECT FROM hopper_sequence_blocks AS b WHERE b.sequence_key = k) THEN
+            RETURN NULL;
+        END IF;
+        IF hopper_sequence_promote(k) IS NOT NULL THEN
+            RETURN NULL;
+        END IF;
+        IF NOT EXISTS (SELECT FROM hopper_jobs AS w
+                       WHERE (w.meta ->> 'hopper.sequence') = k AND w.state = 'waiting') THEN
+            RETURN NULL; -- nothing waits: this job is gone (deleted in its own transaction)
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'hopper: sequence %: could not place job % in 100 rounds', k, NEW.id;
+END;
+$$;
+
+CREATE CONSTRAINT TRIGGER hopper_jobs_sequence_place
+    AFTER INSERT ON hopper_jobs
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW
+    WHEN (NEW.meta ? 'hopper.sequence')
+    EXECUTE FUNCTION hopper_sequence_place();
+
+-- When a head leaves the job table: completed (acked, deleted) the next job
+-- becomes the head; dead or cancelled (the statement that deleted it wrote
+-- it to hopper_dead_jobs, which this trigger, fired at the statement's end,
+-- sees) it blocks the sequence under the block policy, or lets the next
+-- run under continue. Waiting jobs that leave fire nothing (the WHEN).
+CREATE FUNCTION hopper_sequence_advance() RETURNS trigger
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    k text := OLD.meta ->> 'hopper.sequence';
+    ended record;
+BEGIN
+    SELECT d.state, d.reason INTO ended FROM hopper_dead_jobs AS d WHERE d.id = OLD.id;
+    IF FOUND AND coalesce(OLD.meta ->> 'hopper.sequence_policy', 'block') = 'block' THEN
+        INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
+        VALUES (k, OLD.id, OLD.queue, OLD.kind, ended.state, ended.reason)
+        ON CONFLICT (sequence_key) DO NOTHING;
+        RETURN NULL;
+    END IF;
+    PERFORM hopper_sequence_promote(k);
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER hopper_jobs_sequence_advance
+    AFTER DELETE ON hopper_jobs
+    FOR EACH ROW
+    WHEN (OLD.state <> 'waiting' AND OLD.meta ? 'hopper.sequence')
+    EXECUTE FUNCTION hopper_sequence_advance();
+
+-- An operator's skip of a blocked sequence's head: the block goes, the
+-- next job becomes the head; the dead head stays dead. skipped is false
+-- when the key was not blocked (nothing changes). Serialized with the
+-- key's enqueues by its lock.
+CREATE FUNCTION hopper_sequence_skip(sequence_key text, OUT skipped boolean, OUT promoted bigint)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_variable
+BEGIN
+    PERFORM pg_advisory_xact_lock(hopper_sequence_lock_id(sequence_key));
+    DELETE FROM hopper_sequence_blocks AS b WHERE b.sequence_key = sequence_key;
+    skipped := FOUND;
+    IF skipped THEN
+        promoted := hopper_sequence_promote(sequence_key);
+    END IF;
+END;
+$$;
+
+-- The SQL API places a job of a sequence as Go does: it takes the key's
+-- lock before the insert and inserts the job waiting (the commit places
+-- it). The checks stay in the function renamed here; the new
+-- hopper_enqueue_values adds the sequence's part (and so is VOLATILE: it
+-- takes a lock).
+ALTER FUNCTION hopper_enqueue_values(text, text, text, jsonb, integer, text, integer, timestamptz, interval, text, integer, jsonb, text)
+    RENAME TO hopper_enqueue_values_checked;
+
+CREATE FUNCTION hopper_enqueue_values(
+    prefix text, kind_prefix text,
+    kind text, payload jsonb, version integer, queue text, priority integer,
+    run_at timestamptz, delay interval, unique_key text, max_attempts integer,
+    meta jsonb, concurrency_key text,
+    OUT o_queue text, OUT o_version integer, OUT o_priority smallint, OUT o_run_at timestamptz,
+    OUT o_state text, OUT o_max_attempts integer, OUT o_meta jsonb)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_variable
+DECLARE
+    k jsonb;
+BEGIN
+    SELECT * INTO o_queue, o_version, o_priority, o_run_at, o_state, o_max_attempts, o_meta
+    FROM hopper_enqueue_values_checked(prefix, kind_prefix, kind, payload, version, queue, priority,
+                                       run_at, delay, unique_key, max_attempts, meta, concurrency_key);
+    k := o_meta -> 'hopper.sequence';
+    IF k IS NULL THEN
+        RETURN;
+    END IF;
+    IF jsonb_typeof(k) <> 'string' OR octet_length(k #>> '{}') NOT BETWEEN 1 AND 255 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = prefix || 'hopper: invalid sequence key: meta''s "hopper.sequence" must be a string of 1 to 255 bytes',
+            HINT = 'name the sequence: {"hopper.sequence": "customer-42"}';
+    END IF;
+    IF coalesce(o_meta ->> 'hopper.sequence_policy', 'block') NOT IN ('block', 'continue') THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = prefix || 'hopper: invalid sequence policy "' || (o_meta ->> 'hopper.sequence_policy') || '"',
+            HINT = 'meta''s "hopper.sequence_policy" is "block" (the default) or "continue"';
+    END IF;
+    PERFORM pg_advisory_xact_lock(hopper_sequence_lock_id(k #>> '{}'));
+    o_state := 'waiting';
+END;
+$$;
+
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_enqueue_values(text, text, text, jsonb, integer, text, integer, timestamptz, interval, text, integer, jsonb, text) SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_lock_id(text) SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_promote(text) SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_place() SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_advance() SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_skip(text) SET search_path = %1$I, pg_temp', current_schema());
+END;
+$$;

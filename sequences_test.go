@@ -1,0 +1,351 @@
+package hopper_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/worker"
+)
+
+type Posting struct {
+	Account string `json:"account"`
+	N       int    `json:"n"`
+}
+
+var posting = jobs.MustDefine[Posting]("posting", jobs.Defaults(jobs.Queue("ledger")),
+	jobs.SequenceBy(func(p Posting) string { return p.Account }))
+
+// runLog records the runs of a handler: per key, in start order, and
+// whether two runs of one key ever overlapped.
+type runLog struct {
+	mu      sync.Mutex
+	running map[string]bool
+	order   map[string][]int
+	overlap []string
+}
+
+func newRunLog() *runLog {
+	return &runLog{running: map[string]bool{}, order: map[string][]int{}}
+}
+
+func (l *runLog) start(key string, n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running[key] {
+		l.overlap = append(l.overlap, fmt.Sprintf("%s/%d", key, n))
+	}
+	l.running[key] = true
+	l.order[key] = append(l.order[key], n)
+}
+
+func (l *runLog) end(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.running[key] = false
+}
+
+func (l *runLog) runs(key string) []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]int(nil), l.order[key]...)
+}
+
+func (l *runLog) total() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, o := range l.order {
+		n += len(o)
+	}
+	return n
+}
+
+func TestSequencePlacesJobsBehindTheHead(t *testing.T) {
+	b := setup(t)
+	var ids []int64
+	for n := range 3 {
+		res, err := posting.Enqueue(b.Ctx, b.Pool, Posting{Account: "acct-1", N: n})
+		require.NoError(t, err)
+		ids = append(ids, res.ID)
+	}
+	other, err := posting.Enqueue(b.Ctx, b.Pool, Posting{Account: "acct-2"})
+	require.NoError(t, err)
+	require.Equal(t, jobs.StatePending, b.state(t, ids[0]))
+	require.Equal(t, jobs.StateWaiting, b.state(t, ids[1]))
+	require.Equal(t, jobs.StateWaiting, b.state(t, ids[2]))
+	require.Equal(t, jobs.StatePending, b.state(t, other.ID), "another key has a head of its own")
+
+	job, err := b.client.GetJob(b.Ctx, ids[1])
+	require.NoError(t, err)
+	require.Equal(t, "acct-1", job.Meta[jobs.MetaSequence], "the key is in the metadata")
+
+	info, err := b.client.GetSequence(b.Ctx, "acct-1")
+	require.NoError(t, err)
+	require.Equal(t, hopper.SequenceInfo{Key: "acct-1", HeadID: ids[0], HeadState: jobs.StatePending, Waiting: 2}, info)
+
+	stats, err := b.client.GetStats(b.Ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, stats.Total.Waiting)
+	require.EqualValues(t, 2, stats.Total.Ready)
+
+	// A batch in one transaction: the first job of a new key is its head.
+	res, err := posting.EnqueueMany(b.Ctx, b.Pool, jobs.Items(Posting{Account: "acct-3", N: 0}, Posting{Account: "acct-3", N: 1}, Posting{Account: "acct-1", N: 3}))
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Inserted)
+	require.Equal(t, jobs.StatePending, b.state(t, res.Results[0].ID))
+	require.Equal(t, jobs.StateWaiting, b.state(t, res.Results[1].ID))
+	require.Equal(t, jobs.StateWaiting, b.state(t, res.Results[2].ID))
+}
+
+func TestSequenceRunsInOrderOneAtATime(t *testing.T) {
+	b := setup(t)
+	const keys, perKey = 8, 12
+	// Enqueued from many goroutines, each in transactions of its own that
+	// interleave keys: the order to keep is the order of the ids.
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range perKey {
+				if n%4 != g {
+					continue
+				}
+				// A transaction that enqueues to several keys sends them as
+				// one batch, which takes all their locks at once: one by one,
+				// two transactions taking keys in opposite orders deadlock.
+				tx, err := b.Pool.Begin(b.Ctx)
+				if !assertNoError(t, err) {
+					return
+				}
+				items := make([]jobs.Item[Posting], 0, keys)
+				for k := range keys {
+					items = append(items, jobs.Item[Posting]{Payload: Posting{Account: fmt.Sprintf("acct-%d", (k+g)%keys), N: n}})
+				}
+				if _, err := posting.EnqueueMany(b.Ctx, tx, items); !assertNoError(t, err) {
+					_ = tx.Rollback(b.Ctx)
+					return
+				}
+				assertNoError(t, tx.Commit(b.Ctx))
+			}
+		}()
+	}
+	wg.Wait()
+
+	log := newRunLog()
+	failed := sync.Map{}
+	b.runUntil(t, worker.Config{Queues: map[string]int{"ledger": 16}}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, posting, func(ctx context.Context, j *jobs.Job[Posting]) error {
+			log.start(j.Payload.Account, int(j.ID))
+			defer log.end(j.Payload.Account)
+			time.Sleep(time.Millisecond) // let a second run of the key overlap, were it allowed
+			// One job in five fails once: it holds its sequence through the retry.
+			if j.ID%5 == 0 {
+				if _, again := failed.LoadOrStore(j.ID, true); !again {
+					return errors.New("first attempt fails")
+				}
+			}
+			return nil
+		}))
+	}, "every posting ran", func() bool {
+		live, _ := b.Totals(t)
+		return live == 0
+	})
+	require.Empty(t, log.overlap, "two runs of one key at once")
+	for k := range keys {
+		key := fmt.Sprintf("acct-%d", k)
+		runs := log.runs(key)
+		// A failed run is followed by its own retry: collapse repeats.
+		var order []int
+		for _, id := range runs {
+			if len(order) == 0 || order[len(order)-1] != id {
+				order = append(order, id)
+			}
+		}
+		require.Len(t, order, perKey, key)
+		require.IsIncreasing(t, order, "%s ran out of id order: %v", key, runs)
+	}
+}
+
+func assertNoError(t *testing.T, err error) bool {
+	t.Helper()
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	return true
+}
+
+func TestSequenceBlockRetryAndSkip(t *testing.T) {
+	b := setup(t)
+	head := b.enqueue(t, email, "head", jobs.Sequence("s"), jobs.MaxAttempts(1))
+	second := b.enqueue(t, email, "second", jobs.Sequence("s"))
+	third := b.enqueue(t, email, "third", jobs.Sequence("s"))
+
+	var mu sync.Mutex
+	var ran []string
+	fail := true
+	handle := func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, email, func(_ context.Context, j *jobs.Job[Email]) error {
+			mu.Lock()
+			defer mu.Unlock()
+			ran = append(ran, j.Payload.To)
+			if j.Payload.To == "head" && fail {
+				return worker.Permanent(errors.New("bad posting"))
+			}
+			return nil
+		}))
+	}
+	cfg := worker.Config{Queues: map[string]int{"mail": 4}}
+	b.runUntil(t, cfg, handle, "the head died", func() bool {
+		blocked, err := b.client.ListBlockedSequences(b.Ctx, hopper.SequencePage{})
+		require.NoError(t, err)
+		return len(blocked) == 1
+	})
+	blocked, err := b.client.ListBlockedSequences(b.Ctx, hopper.SequencePage{})
+	require.NoError(t, err)
+	require.Len(t, blocked, 1)
+	require.Equal(t, "s", blocked[0].Key)
+	require.Equal(t, head, blocked[0].JobID)
+	require.Equal(t, jobs.StateDead, blocked[0].State)
+	require.Contains(t, blocked[0].Reason, "bad posting")
+	require.EqualValues(t, 2, blocked[0].Waiting)
+	require.Equal(t, []string{"head"}, ran, "nothing behind a dead head runs")
+	require.Equal(t, jobs.StateWaiting, b.state(t, second))
+
+	// A job enqueued to a blocked sequence waits too.
+	fourth := b.enqueue(t, email, "fourth", jobs.Sequence("s"))
+	require.Equal(t, jobs.StateWaiting, b.state(t, fourth))
+
+	// Retry: the head comes back first, and this time succeeds.
+	mu.Lock()
+	fail = false
+	mu.Unlock()
+	id, err := b.client.RetrySequence(b.Ctx, "s")
+	require.NoError(t, err)
+	require.Equal(t, head, id)
+	require.Equal(t, jobs.StatePending, b.state(t, head))
+	require.Equal(t, jobs.StateWaiting, b.state(t, second))
+	b.runUntil(t, cfg, handle, "the sequence ran", func() bool {
+		info, err := b.client.GetSequence(b.Ctx, "s")
+		require.NoError(t, err)
+		return info.HeadID == 0 && info.Waiting == 0
+	})
+	require.Equal(t, []string{"head", "head", "second", "third", "fourth"}, ran)
+	_, err = b.client.RetrySequence(b.Ctx, "s")
+	require.ErrorIs(t, err, hopper.ErrNotBlocked)
+	_, err = b.client.SkipSequence(b.Ctx, "s")
+	require.ErrorIs(t, err, hopper.ErrNotBlocked)
+	_ = third
+
+	// Skip: a cancelled head stays cancelled, the next job runs.
+	a := b.enqueue(t, email, "a", jobs.Sequence("t"))
+	bb := b.enqueue(t, email, "b", jobs.Sequence("t"))
+	require.NoError(t, b.client.CancelJob(b.Ctx, a))
+	info, err := b.client.GetSequence(b.Ctx, "t")
+	require.NoError(t, err)
+	require.NotNil(t, info.Blocked)
+	require.Equal(t, jobs.StateCancelled, info.Blocked.State)
+	require.Equal(t, jobs.StateWaiting, b.state(t, bb))
+	next, err := b.client.SkipSequence(b.Ctx, "t")
+	require.NoError(t, err)
+	require.Equal(t, bb, next)
+	require.Equal(t, jobs.StatePending, b.state(t, bb))
+	require.Equal(t, jobs.StateCancelled, b.state(t, a))
+}
+
+func TestSequenceContinuePolicy(t *testing.T) {
+	b := setup(t)
+	first := b.enqueue(t, email, "first", jobs.Sequence("c"), jobs.SequenceOnDead(jobs.SequenceContinue))
+	second := b.enqueue(t, email, "second", jobs.Sequence("c"))
+	require.NoError(t, b.client.CancelJob(b.Ctx, first))
+	require.Equal(t, jobs.StatePending, b.state(t, second), "continue: the next job runs")
+	blocked, err := b.client.ListBlockedSequences(b.Ctx, hopper.SequencePage{})
+	require.NoError(t, err)
+	require.Empty(t, blocked)
+
+	// Retried while the next job is the head, it waits behind it.
+	res, err := b.client.RetryDeadJobs(b.Ctx, hopper.DeadFilter{IDs: []int64{first}, States: []jobs.State{jobs.StateCancelled}})
+	require.NoError(t, err)
+	require.Equal(t, []int64{first}, res.Retried)
+	require.Equal(t, jobs.StateWaiting, b.state(t, first))
+	require.Equal(t, jobs.StatePending, b.state(t, second))
+}
+
+func TestSequenceHeadDeletedOrEdited(t *testing.T) {
+	b := setup(t)
+	first := b.enqueue(t, email, "first", jobs.Sequence("d"))
+	second := b.enqueue(t, email, "second", jobs.Sequence("d"), jobs.Delay(time.Hour))
+	third := b.enqueue(t, email, "third", jobs.Sequence("d"))
+
+	// A waiting job can be edited and keeps waiting; deleting it leaves the
+	// head alone.
+	_, err := b.client.UpdateJob(b.Ctx, third, hopper.JobUpdate{Priority: ptr(3)})
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateWaiting, b.state(t, third))
+
+	// Deleting the head makes the next job the head: due in an hour, it is
+	// scheduled, and the job behind it does not overtake it.
+	_, err = b.client.DeleteJob(b.Ctx, first)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateScheduled, b.state(t, second))
+	require.Equal(t, jobs.StateWaiting, b.state(t, third))
+	_, err = b.client.DeleteJob(b.Ctx, third)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateScheduled, b.state(t, second))
+}
+
+
+func TestSequenceBadInput(t *testing.T) {
+	b := setup(t)
+	for _, tc := range []struct {
+		name string
+		opts []jobs.EnqueueOption
+		want string
+	}{
+		{"empty key", []jobs.EnqueueOption{jobs.Sequence("")}, "empty"},
+		{"over-long key", []jobs.EnqueueOption{jobs.Sequence(strings.Repeat("é", 128))}, "256 bytes long, over the limit of 255"},
+		{"not UTF-8", []jobs.EnqueueOption{jobs.Sequence("a\xff")}, "not valid UTF-8"},
+		{"unknown policy", []jobs.EnqueueOption{jobs.Sequence("k"), jobs.SequenceOnDead("maybe")}, `unknown policy "maybe"`},
+		{"key in the metadata", []jobs.EnqueueOption{jobs.Metadata(jobs.Meta{jobs.MetaSequence: ""})}, "empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := email.Enqueue(b.Ctx, b.Pool, Email{To: "x"}, tc.opts...)
+			require.ErrorIs(t, err, jobs.ErrInvalidSequenceKey)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	live, _ := b.Totals(t)
+	require.Zero(t, live, "nothing written")
+
+	// A sequence and a concurrency key on the same value both apply.
+	id := b.enqueue(t, email, "both", jobs.Sequence("acct"), jobs.ConcurrencyKey("acct"))
+	require.Equal(t, jobs.StatePending, b.state(t, id))
+
+	// Raw SQL: a ready job out of turn is refused by the head index; one
+	// inserted waiting is placed at commit; a key of the wrong type is
+	// refused by the table.
+	_, err := b.Pool.Exec(b.Ctx, `INSERT INTO hopper_jobs (queue, kind, payload, meta) VALUES ('mail', 'email', '{}', '{"hopper.sequence": "acct"}')`)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "hopper_jobs_sequence_head_idx", pgErr.ConstraintName)
+	var raw int64
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, `INSERT INTO hopper_jobs (queue, kind, payload, meta, state) VALUES ('mail', 'email', '{}', '{"hopper.sequence": "raw"}', 'waiting') RETURNING id`).Scan(&raw))
+	require.Equal(t, jobs.StatePending, b.state(t, raw), "alone in its sequence: placed as the head at commit")
+	_, err = b.Pool.Exec(b.Ctx, `INSERT INTO hopper_jobs (queue, kind, payload, meta) VALUES ('mail', 'email', '{}', '{"hopper.sequence": 7}')`)
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "hopper_jobs_sequence_check", pgErr.ConstraintName)
+	_, err = b.Pool.Exec(b.Ctx, `INSERT INTO hopper_jobs (queue, kind, payload, state) VALUES ('mail', 'email', '{}', 'waiting')`)
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "hopper_jobs_sequence_check", pgErr.ConstraintName, "only a job of a sequence waits")
+}
