@@ -18,6 +18,17 @@ ALTER TABLE hopper_jobs
     ADD CONSTRAINT hopper_jobs_state_check CHECK (state IN ('pending', 'scheduled', 'running', 'waiting')) NOT VALID;
 ALTER TABLE hopper_jobs VALIDATE CONSTRAINT hopper_jobs_state_check;
 
+-- Jobs that carry a sequence key already (written by SQL of your own, or
+-- left ready by this migration's down): the first of each key, a running
+-- one first, is its head; the others wait behind it, in id order.
+UPDATE hopper_jobs AS j
+SET state = 'waiting'
+FROM (SELECT r.id, row_number() OVER (PARTITION BY r.meta ->> 'hopper.sequence'
+                                      ORDER BY (r.state = 'running') DESC, r.id) AS place
+      FROM hopper_jobs AS r
+      WHERE r.meta ? 'hopper.sequence' AND jsonb_typeof(r.meta -> 'hopper.sequence') = 'string') AS keyed
+WHERE j.id = keyed.id AND keyed.place > 1 AND j.state IN ('pending', 'scheduled');
+
 -- A sequence key is a string of 1 to 255 bytes; a policy is block or
 -- continue; only a job of a sequence waits.
 ALTER TABLE hopper_jobs

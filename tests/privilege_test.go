@@ -126,6 +126,20 @@ func TestLeastPrivilege(t *testing.T) {
 	require.NoError(t, err)
 	_, err = client.DeleteJob(ctx, doomed.ID)
 	require.NoError(t, err)
+
+	// Sequences: placement at commit, a block when the head is cancelled,
+	// a skip that promotes the next job.
+	first, err := chore.Enqueue(ctx, app, Chore{6}, jobs.Sequence("s"), jobs.Delay(time.Hour))
+	require.NoError(t, err)
+	second, err := chore.Enqueue(ctx, app, Chore{7}, jobs.Sequence("s"), jobs.Delay(time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, client.CancelJob(ctx, first.ID))
+	next, err := client.SkipSequence(ctx, "s")
+	require.NoError(t, err)
+	require.Equal(t, second.ID, next)
+	retriedHead, err := client.RetryDeadJobs(ctx, hopper.DeadFilter{IDs: []int64{first.ID}, States: []jobs.State{jobs.StateCancelled}})
+	require.NoError(t, err)
+	require.Equal(t, []int64{first.ID}, retriedHead.Retried)
 }
 
 // leastPrivilegePool makes a role with the grants docs/operating.md lists,
@@ -138,7 +152,7 @@ func leastPrivilegePool(t *testing.T, d *testdb.DB, extra ...string) *pgxpool.Po
 	// EXECUTE grant below is then the one that counts.
 	grants := []string{
 		"GRANT USAGE ON SCHEMA " + schemaID,
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_jobs, hopper_dead_jobs, hopper_queues, hopper_job_history, hopper_schedules, hopper_schedule_versions, hopper_workers",
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_jobs, hopper_dead_jobs, hopper_queues, hopper_job_history, hopper_schedules, hopper_schedule_versions, hopper_workers, hopper_sequence_blocks",
 		"GRANT SELECT ON hopper_all_jobs",
 		"GRANT USAGE ON SEQUENCE hopper_jobs_id_seq",
 		"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA " + schemaID,

@@ -36,7 +36,7 @@ const Latest = 13
 var names = [Latest]string{
 	"create_hopper", "claim_cursor", "operate", "schedules", "meta",
 	"flow_control", "flow_record", "rate_starts", "key_order", "workers",
-	"worker_release", "sql_api",
+	"worker_release", "sql_api", "sequences",
 }
 
 // Names returns the migrations' names, oldest first: the name of version
