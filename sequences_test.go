@@ -110,37 +110,58 @@ func TestSequencePlacesJobsBehindTheHead(t *testing.T) {
 func TestSequenceRunsInOrderOneAtATime(t *testing.T) {
 	b := setup(t)
 	const keys, perKey = 8, 12
-	// Enqueued from many goroutines, each in transactions of its own that
-	// interleave keys: the order to keep is the order of the ids.
+	// Enqueued while the worker runs, from goroutines whose transactions
+	// each write to every key, in an order of their own: the order to keep
+	// is the order of the ids, and the commits' placement must never
+	// deadlock with the worker's acknowledgements of the heads (both lock
+	// heads in id order).
 	var wg sync.WaitGroup
+	var produced sync.WaitGroup
+	produced.Add(1)
+	go func() {
+		defer produced.Done()
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := range perKey {
+					if n%4 != g {
+						continue
+					}
+					// A transaction that enqueues to several keys sends them
+					// as one batch, which takes all their locks at once: one
+					// by one, two transactions taking keys in opposite orders
+					// deadlock.
+					tx, err := b.Pool.Begin(b.Ctx)
+					if !assertNoError(t, err) {
+						return
+					}
+					items := make([]jobs.Item[Posting], 0, keys)
+					for k := range keys {
+						items = append(items, jobs.Item[Posting]{Payload: Posting{Account: fmt.Sprintf("acct-%d", (k*(g+1))%keys), N: n}})
+					}
+					if _, err := posting.EnqueueMany(b.Ctx, tx, items); !assertNoError(t, err) {
+						_ = tx.Rollback(b.Ctx)
+						return
+					}
+					assertNoError(t, tx.Commit(b.Ctx))
+				}
+			}()
+		}
+		wg.Wait()
+	}()
+	done := make(chan struct{})
+	go func() { produced.Wait(); close(done) }()
+	expected := map[string]int{}
 	for g := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := range perKey {
-				if n%4 != g {
-					continue
+		for n := range perKey {
+			for k := range keys {
+				if n%4 == g {
+					expected[fmt.Sprintf("acct-%d", (k*(g+1))%keys)]++
 				}
-				// A transaction that enqueues to several keys sends them as
-				// one batch, which takes all their locks at once: one by one,
-				// two transactions taking keys in opposite orders deadlock.
-				tx, err := b.Pool.Begin(b.Ctx)
-				if !assertNoError(t, err) {
-					return
-				}
-				items := make([]jobs.Item[Posting], 0, keys)
-				for k := range keys {
-					items = append(items, jobs.Item[Posting]{Payload: Posting{Account: fmt.Sprintf("acct-%d", (k+g)%keys), N: n}})
-				}
-				if _, err := posting.EnqueueMany(b.Ctx, tx, items); !assertNoError(t, err) {
-					_ = tx.Rollback(b.Ctx)
-					return
-				}
-				assertNoError(t, tx.Commit(b.Ctx))
 			}
-		}()
+		}
 	}
-	wg.Wait()
 
 	log := newRunLog()
 	failed := sync.Map{}
@@ -158,6 +179,11 @@ func TestSequenceRunsInOrderOneAtATime(t *testing.T) {
 			return nil
 		}))
 	}, "every posting ran", func() bool {
+		select {
+		case <-done:
+		default:
+			return false
+		}
 		live, _ := b.Totals(t)
 		return live == 0
 	})
@@ -172,7 +198,8 @@ func TestSequenceRunsInOrderOneAtATime(t *testing.T) {
 				order = append(order, id)
 			}
 		}
-		require.Len(t, order, perKey, key)
+		require.Len(t, order, expected[key], key)
+		delete(expected, key)
 		require.IsIncreasing(t, order, "%s ran out of id order: %v", key, runs)
 	}
 }

@@ -116,41 +116,83 @@ BEGIN
 END;
 $$;
 
--- At commit, for each new job of a sequence (a deferred constraint
--- trigger): with the key's lock held, a job behind a head waits; with no
--- head and no block, the first waiting job becomes the head. The head it
--- finds is locked FOR KEY SHARE until this transaction ends, so the head
--- cannot end meanwhile (its ack waits for this commit, a moment): the
--- trigger of that ack then sees the new jobs and promotes the next. A head
--- that ended while this waited for its lock is not found; the next
--- statements' fresh snapshots see what its end did (a promotion, a block).
+-- Each inserting statement notes the sequence keys of its new jobs in a
+-- transaction-local setting (one per schema: the name carries the job
+-- table's oid), for the placement at commit below.
+CREATE FUNCTION hopper_sequence_collect() RETURNS trigger
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    setting constant text := 'hopper.sequence_keys_' || TG_RELID::text;
+    keys jsonb;
+BEGIN
+    IF NOT EXISTS (SELECT FROM hopper_new_jobs AS n WHERE n.meta ? 'hopper.sequence') THEN
+        RETURN NULL;
+    END IF;
+    SELECT jsonb_agg(DISTINCT k.key) INTO keys
+    FROM (SELECT n.meta ->> 'hopper.sequence' AS key FROM hopper_new_jobs AS n WHERE n.meta ? 'hopper.sequence'
+          UNION ALL
+          SELECT e FROM jsonb_array_elements_text(coalesce(nullif(current_setting(setting, true), ''), '[]')::jsonb) AS e) AS k;
+    PERFORM set_config(setting, keys::text, true);
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER hopper_jobs_sequence_collect
+    AFTER INSERT ON hopper_jobs
+    REFERENCING NEW TABLE AS hopper_new_jobs
+    FOR EACH STATEMENT
+    EXECUTE FUNCTION hopper_sequence_collect();
+
+-- At commit (a deferred constraint trigger, fired for each new job of a
+-- sequence; the first firing does the work for every key the transaction
+-- wrote to, the others find nothing left): with the keys' locks held, in
+-- one hash order, each key's head is locked FOR KEY SHARE until the commit,
+-- in id order as every statement that waits for job rows locks them, so
+-- that no head can end meanwhile (its acknowledgement waits for this
+-- commit, a moment), and the trigger of that acknowledgement then sees the
+-- new jobs and promotes the next. A head that ended while this waited for
+-- it is not locked; the next statement's fresh snapshot sees what its end
+-- did (a promotion, a block), and the round runs again to lock the new
+-- head. A key with no head and no block gets one: its first waiting job.
+-- A dead head that came back (a retry) lifts its block.
 CREATE FUNCTION hopper_sequence_place() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    k text := NEW.meta ->> 'hopper.sequence';
+    setting constant text := 'hopper.sequence_keys_' || TG_RELID::text;
+    keys text[];
+    locked bigint[];
+    heads bigint[];
 BEGIN
-    PERFORM pg_advisory_xact_lock(hopper_sequence_lock_id(k));
-    -- A dead job retried is its sequence's head again: lift its block.
-    DELETE FROM hopper_sequence_blocks AS b WHERE b.sequence_key = k AND b.job_id = NEW.id;
+    SELECT array_agg(e ORDER BY e) INTO keys
+    FROM jsonb_array_elements_text(coalesce(nullif(current_setting(setting, true), ''), '[]')::jsonb) AS e;
+    IF keys IS NULL THEN
+        RETURN NULL;
+    END IF;
+    PERFORM set_config(setting, '', true);
+    PERFORM count(pg_advisory_xact_lock(l.id))
+    FROM (SELECT DISTINCT hopper_sequence_lock_id(k) AS id FROM unnest(keys) AS k ORDER BY 1) AS l;
+    DELETE FROM hopper_sequence_blocks AS b
+    WHERE b.sequence_key = ANY (keys) AND EXISTS (SELECT FROM hopper_jobs AS j WHERE j.id = b.job_id);
     FOR round IN 1..100 LOOP
-        PERFORM FROM hopper_jobs AS j
-        WHERE (j.meta ->> 'hopper.sequence') = k AND j.state <> 'waiting' AND j.meta ? 'hopper.sequence'
-        FOR KEY SHARE OF j;
-        IF FOUND THEN
-            RETURN NULL;
-        END IF;
-        IF EXISTS (SELECT FROM hopper_sequence_blocks AS b WHERE b.sequence_key = k) THEN
-            RETURN NULL;
-        END IF;
-        IF hopper_sequence_promote(k) IS NOT NULL THEN
-            RETURN NULL;
-        END IF;
-        IF NOT EXISTS (SELECT FROM hopper_jobs AS w
-                       WHERE (w.meta ->> 'hopper.sequence') = k AND w.state = 'waiting') THEN
-            RETURN NULL; -- nothing waits: this job is gone (deleted in its own transaction)
+        SELECT coalesce(array_agg(h.id), '{}') INTO locked
+        FROM (SELECT j.id FROM hopper_jobs AS j
+              WHERE (j.meta ->> 'hopper.sequence') = ANY (keys) AND j.state <> 'waiting' AND j.meta ? 'hopper.sequence'
+              ORDER BY j.id
+              FOR KEY SHARE OF j) AS h;
+        SELECT coalesce(array_agg(j.id), '{}') INTO heads
+        FROM hopper_jobs AS j
+        WHERE (j.meta ->> 'hopper.sequence') = ANY (keys) AND j.state <> 'waiting' AND j.meta ? 'hopper.sequence';
+        EXIT WHEN heads <@ locked;
+        IF round = 100 THEN
+            RAISE EXCEPTION 'hopper: sequences: the heads of % kept changing while this commit locked them', keys;
         END IF;
     END LOOP;
-    RAISE EXCEPTION 'hopper: sequence %: could not place job % in 100 rounds', k, NEW.id;
+    PERFORM hopper_sequence_promote(k)
+    FROM unnest(keys) AS k
+    WHERE NOT EXISTS (SELECT FROM hopper_jobs AS j
+                      WHERE (j.meta ->> 'hopper.sequence') = k AND j.state <> 'waiting' AND j.meta ? 'hopper.sequence')
+      AND NOT EXISTS (SELECT FROM hopper_sequence_blocks AS b WHERE b.sequence_key = k);
+    RETURN NULL;
 END;
 $$;
 
@@ -254,6 +296,7 @@ BEGIN
     EXECUTE format('ALTER FUNCTION %1$I.hopper_enqueue_values(text, text, text, jsonb, integer, text, integer, timestamptz, interval, text, integer, jsonb, text) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_lock_id(text) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_promote(text) SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_collect() SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_place() SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_advance() SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_skip(text) SET search_path = %1$I, pg_temp', current_schema());
