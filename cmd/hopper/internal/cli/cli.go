@@ -89,6 +89,7 @@ func commands() []*command {
 		queuesCommand(),
 		schedulesCommand(),
 		workersCommand(),
+		sequencesCommand(),
 		deadCommand(),
 		historyCommand(),
 		sqlCommand(),

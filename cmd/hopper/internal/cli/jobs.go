@@ -28,7 +28,7 @@ func (l *listFlags) declare(fs *flag.FlagSet, states bool) {
 	fs.StringVar(&l.queue, "queue", "", "list: only this queue; edit: move the job to this queue")
 	fs.StringVar(&l.kind, "kind", "", "list: only this kind")
 	if states {
-		fs.StringVar(&l.states, "state", "", "list: only these states, comma-separated (pending, scheduled, running, completed, dead, cancelled)")
+		fs.StringVar(&l.states, "state", "", "list: only these states, comma-separated (pending, scheduled, waiting, running, completed, dead, cancelled)")
 	}
 	fs.StringVar(&l.uniqueKey, "unique-key", "", "list: only jobs with this unique key")
 	fs.StringVar(&l.since, "since", "", "list: only jobs created since this time (RFC 3339, or a duration ago: 2h, 7d)")
