@@ -332,7 +332,6 @@ func TestSequenceHeadDeletedOrEdited(t *testing.T) {
 	require.Equal(t, jobs.StateScheduled, b.state(t, second))
 }
 
-
 func TestSequenceBadInput(t *testing.T) {
 	b := setup(t)
 	for _, tc := range []struct {
