@@ -45,6 +45,7 @@ func TestHostCheckedOnEveryRoute(t *testing.T) {
 		{"GET", "/jobs/" + live, 200},
 		{"GET", "/dead", 200},
 		{"GET", "/schedules", 200},
+		{"GET", "/sequences", 200},
 		{"GET", "/static/style.css", 200},
 		{"GET", "/static/live.js", 200},
 		{"GET", "/nowhere", 404},

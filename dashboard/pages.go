@@ -67,6 +67,10 @@ func (d *Dashboard) routes() http.Handler {
 	mux.HandleFunc("GET /workers", d.workersList)
 	mux.HandleFunc("GET /workers/{id}/release", d.workerRelease)
 	mux.HandleFunc("POST /workers/{id}/release", d.change(d.releaseWorker))
+	mux.HandleFunc("GET /sequences", d.sequencesList)
+	mux.HandleFunc("GET /sequences/{key}/skip", d.sequenceSkip)
+	mux.HandleFunc("POST /sequences/{key}/retry", d.change(d.retrySequence))
+	mux.HandleFunc("POST /sequences/{key}/skip", d.change(d.skipSequence))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusNotFound, "No such page.")
 	})
@@ -374,9 +378,14 @@ type detailData struct {
 	Result  string
 	Meta    []metaPair
 	Live    bool
-	// Editable: pending or scheduled, so the page offers the edit, run
-	// now and delete forms.
+	// Editable: pending, scheduled or waiting, so the page offers the
+	// edit, run now (not to a waiting job, which keeps waiting) and delete
+	// forms.
 	Editable bool
+	// Sequence is the job's sequence key ("" for none); BlocksSequence:
+	// the job, dead or cancelled, holds its sequence's jobs back.
+	Sequence       string
+	BlocksSequence bool
 }
 
 type metaPair struct{ Key, Value string }
@@ -405,6 +414,15 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) {
 		Editable: job.State == jobs.StatePending || job.State == jobs.StateScheduled || job.State == jobs.StateWaiting}
 	for k, v := range job.Meta {
 		data.Meta = append(data.Meta, metaPair{k, v})
+	}
+	data.Sequence = job.Meta[jobs.MetaSequence]
+	if data.Sequence != "" && (job.State == jobs.StateDead || job.State == jobs.StateCancelled) {
+		info, err := d.client.GetSequence(r.Context(), data.Sequence)
+		if err != nil {
+			d.failErr(w, r, err)
+			return
+		}
+		data.BlocksSequence = info.Blocked != nil && info.Blocked.JobID == job.ID
 	}
 	sort.Slice(data.Meta, func(i, j int) bool { return data.Meta[i].Key < data.Meta[j].Key })
 	d.render(w, r, http.StatusOK, "job", fmt.Sprintf("Job %d", id), data)

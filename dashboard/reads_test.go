@@ -20,7 +20,7 @@ import (
 func TestProtectReads(t *testing.T) {
 	b := newBed(t, dashboard.Config{Token: token, ProtectReads: true})
 	live := strconv.FormatInt(b.live, 10)
-	reads := []string{"/", "/overview/live", "/jobs", "/jobs/" + live, "/dead", "/schedules", "/jobs?kind=mail"}
+	reads := []string{"/", "/overview/live", "/jobs", "/jobs/" + live, "/dead", "/schedules", "/sequences", "/jobs?kind=mail"}
 	for _, path := range reads {
 		status, body := b.get(path)
 		require.Equal(t, http.StatusUnauthorized, status, path)
