@@ -375,3 +375,52 @@ func TestSequenceBadInput(t *testing.T) {
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, "hopper_jobs_sequence_check", pgErr.ConstraintName, "only a job of a sequence waits")
 }
+
+type TenantPosting struct {
+	Tenant  string `json:"tenant"`
+	Account string `json:"account"`
+	N       int    `json:"n"`
+}
+
+// Sequences by account, a key limit of 1 by tenant and fairness across
+// tenants, on one queue: both rules hold at once.
+var tenantPosting = jobs.MustDefine[TenantPosting]("tenant_posting", jobs.Defaults(jobs.Queue("fair")),
+	jobs.SequenceBy(func(p TenantPosting) string { return p.Account }),
+	jobs.KeyBy(func(p TenantPosting) string { return p.Tenant }))
+
+func TestSequenceWithFlowControl(t *testing.T) {
+	b := setup(t)
+	var items []jobs.Item[TenantPosting]
+	for n := range 6 {
+		for _, acct := range []struct{ tenant, account string }{{"t1", "a1"}, {"t1", "a2"}, {"t2", "a3"}, {"t2", "a3"}} {
+			items = append(items, jobs.Item[TenantPosting]{Payload: TenantPosting{Tenant: acct.tenant, Account: acct.account, N: n}})
+		}
+	}
+	res, err := tenantPosting.EnqueueMany(b.Ctx, b.Pool, items)
+	require.NoError(t, err)
+	ids := res.Results
+
+	accounts, tenants := newRunLog(), newRunLog()
+	b.runUntil(t, worker.Config{
+		Queues:      map[string]int{"fair": 8},
+		FlowControl: map[string]worker.FlowControl{"fair": {KeyLimit: 1, Fair: true}},
+	}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, tenantPosting, func(ctx context.Context, j *jobs.Job[TenantPosting]) error {
+			accounts.start(j.Payload.Account, int(j.ID))
+			tenants.start(j.Payload.Tenant, int(j.ID))
+			time.Sleep(time.Millisecond)
+			tenants.end(j.Payload.Tenant)
+			accounts.end(j.Payload.Account)
+			return nil
+		}))
+	}, "every posting ran", func() bool {
+		live, _ := b.Totals(t)
+		return live == 0
+	})
+	require.Empty(t, tenants.overlap, "the key limit held")
+	require.Empty(t, accounts.overlap, "the sequences held")
+	require.Equal(t, len(ids), accounts.total())
+	for _, acct := range []string{"a1", "a2", "a3"} {
+		require.IsIncreasing(t, accounts.runs(acct), acct)
+	}
+}
