@@ -200,7 +200,7 @@ func TestCLIQueuesPurgeSaysWhatItDeletes(t *testing.T) {
 		{name: "answered no", url: d.URL, stdin: "no\n", args: []string{"queues", "purge", "ops"}, code: 1, stdout: prompt,
 			stderr: "hopper queues: not confirmed; nothing deleted (pass --yes to skip the question)"},
 		{name: "yes", url: d.URL, stdin: "y\n", args: []string{"queues", "purge", "ops"},
-			stdout: prompt + "deleted 3 jobs (pending and scheduled) of queue \"ops\"\n"},
+			stdout: prompt + "deleted 3 jobs (pending, scheduled and waiting) of queue \"ops\"\n"},
 		{name: "known and empty, --yes", url: d.URL, args: []string{"queues", "purge", "ops", "--yes"},
 			stdout: "nothing to delete: queue \"ops\" has no pending or scheduled jobs\n"},
 	})

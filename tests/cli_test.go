@@ -42,6 +42,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(poisonEnv) != "" {
 		os.Exit(runPoisonWorker())
 	}
+	if os.Getenv(seqChaosEnv) != "" {
+		os.Exit(runSeqChaosWorker())
+	}
 	dir, err := os.MkdirTemp("", "hopper-cli-test")
 	if err != nil {
 		panic(err)
@@ -218,7 +221,7 @@ func TestCLIEnqueueStatsCancelPurge(t *testing.T) {
 	require.Contains(t, r.stdout, `Delete 1 job of queue "ops" (0 pending, 1 scheduled`)
 	r = runHopper(t, d.URL, "y\n", "queues", "purge", "ops")
 	require.Zero(t, r.code, r.stderr)
-	require.Contains(t, r.stdout, "deleted 1 job (pending and scheduled)")
+	require.Contains(t, r.stdout, "deleted 1 job (pending, scheduled and waiting)")
 	require.Zero(t, runHopper(t, d.URL, "", "queues", "purge", "ops", "--yes").code)
 }
 

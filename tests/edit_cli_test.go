@@ -65,7 +65,7 @@ func TestCLIJobsEdit(t *testing.T) {
 		code int
 		says string
 	}{
-		{"running", []string{id(testfactory.JobOpts{State: testfactory.Running}), "--priority", "1"}, 1, "is running: only pending and scheduled jobs can be changed"},
+		{"running", []string{id(testfactory.JobOpts{State: testfactory.Running}), "--priority", "1"}, 1, "is running: only pending, scheduled and waiting jobs can be changed"},
 		{"completed", []string{id(testfactory.JobOpts{State: testfactory.Completed}), "--priority", "1"}, 1, "job already finished: it is completed"},
 		{"dead", []string{id(testfactory.JobOpts{State: testfactory.Dead}), "--run-now"}, 1, "job already finished: it is dead"},
 		{"cancelled", []string{id(testfactory.JobOpts{State: testfactory.Cancelled}), "--queue", "q"}, 1, "job already finished: it is cancelled"},
@@ -140,7 +140,7 @@ func TestCLIJobsDelete(t *testing.T) {
 		code int
 		says string
 	}{
-		{"running", []string{id(testfactory.JobOpts{State: testfactory.Running})}, 1, "is running: only pending and scheduled jobs can be changed"},
+		{"running", []string{id(testfactory.JobOpts{State: testfactory.Running})}, 1, "is running: only pending, scheduled and waiting jobs can be changed"},
 		{"running, --yes", []string{id(testfactory.JobOpts{State: testfactory.Running}), "--yes"}, 1, "is running"},
 		{"completed", []string{id(testfactory.JobOpts{State: testfactory.Completed}), "--yes"}, 1, "job already finished: it is completed"},
 		{"dead", []string{id(testfactory.JobOpts{State: testfactory.Dead})}, 1, "job already finished: it is dead"},

@@ -104,7 +104,7 @@ func TestOperateCLI(t *testing.T) {
 		{name: "unknown queue", url: d.URL, args: []string{"queues", "pause", "emial"}, code: 1,
 			stderr: `hopper queues: no queue "emial": no worker serves it and it has no jobs (hopper queues list shows the queues)`},
 		{name: "bad state", url: d.URL, args: []string{"jobs", "list", "--state", "done"}, code: 2,
-			stderr: `hopper jobs: --state "done" (one of pending, scheduled, running, completed, dead, cancelled) (run hopper jobs --help)`},
+			stderr: `hopper jobs: --state "done" (one of pending, scheduled, waiting, running, completed, dead, cancelled) (run hopper jobs --help)`},
 		{name: "bad cursor", url: d.URL, args: []string{"jobs", "list", "--after", "42"}, code: 2,
 			stderr: `hopper jobs: --after "42" is not a cursor this command printed (run hopper jobs --help)`},
 		{name: "bad limit", url: d.URL, args: []string{"jobs", "list", "--limit", "0"}, code: 2,

@@ -170,7 +170,7 @@ func editError(id int64, err error) error {
 	case errors.Is(err, hopper.ErrNotFound):
 		return fmt.Errorf("no job %d (never enqueued, or completed without history, or purged)", id)
 	case errors.Is(err, hopper.ErrRunning):
-		return fmt.Errorf("job %d is running: only pending and scheduled jobs can be changed (hopper jobs cancel %d stops it)", id, id)
+		return fmt.Errorf("job %d is running: only pending, scheduled and waiting jobs can be changed (hopper jobs cancel %d stops it)", id, id)
 	}
 	return err
 }

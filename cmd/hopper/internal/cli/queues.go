@@ -36,7 +36,7 @@ func queuesCommand() *command {
 		actions: actions,
 		args:    "list [--json] | pause NAME | resume NAME | purge NAME [--yes]",
 		summary: "list queues (active or paused, live workers, jobs by state); pause a queue (no worker claims its jobs) or resume it; " +
-			"purge: delete its pending and scheduled jobs (asks first unless --yes)",
+			"purge: delete its pending, scheduled and waiting jobs (asks first unless --yes)",
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&asJSON, "json", false, "list: print JSON")
 			fs.BoolVar(&yes, "yes", false, "purge: do not ask for confirmation")
@@ -135,7 +135,7 @@ func workers(n int) string {
 	return plural(int64(n), "worker")
 }
 
-// purgeQueue deletes every pending and scheduled job of a queue, asking
+// purgeQueue deletes every pending, scheduled and waiting job of a queue, asking
 // first unless yes.
 func purgeQueue(e *env, client *hopper.Client, queue string, yes bool) error {
 	if !yes {
@@ -171,7 +171,7 @@ func purgeQueue(e *env, client *hopper.Client, queue string, yes bool) error {
 		fmt.Fprintf(e.stdout, "nothing to delete: queue %q has no pending or scheduled jobs\n", queue)
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "deleted %s (pending and scheduled) of queue %q\n", plural(n, "job"), queue)
+	fmt.Fprintf(e.stdout, "deleted %s (pending, scheduled and waiting) of queue %q\n", plural(n, "job"), queue)
 	return nil
 }
 
