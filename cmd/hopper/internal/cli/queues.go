@@ -23,6 +23,7 @@ type queueRow struct {
 	Ready              int64      `json:"ready"`
 	Scheduled          int64      `json:"scheduled"`
 	Running            int64      `json:"running"`
+	Waiting            int64      `json:"waiting"` // behind the heads of their sequences
 	Dead               int64      `json:"dead"`
 	Cancelled          int64      `json:"cancelled"`
 	OldestReadySeconds float64    `json:"oldest_ready_seconds"`
@@ -105,7 +106,7 @@ func listQueues(e *env, client *hopper.Client, asJSON bool) error {
 	rows := make([]queueRow, len(queues))
 	for i, q := range queues {
 		rows[i] = queueRow{Name: q.Name, Paused: q.Paused(), PausedAt: q.PausedAt, Workers: q.Workers,
-			Ready: q.Ready, Scheduled: q.Scheduled, Running: q.Running, Dead: q.Dead, Cancelled: q.Cancelled,
+			Ready: q.Ready, Scheduled: q.Scheduled, Running: q.Running, Waiting: q.Waiting, Dead: q.Dead, Cancelled: q.Cancelled,
 			OldestReadySeconds: q.OldestReady.Seconds()}
 	}
 	if asJSON {

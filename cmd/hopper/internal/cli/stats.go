@@ -29,6 +29,7 @@ type statsRow struct {
 	Ready              int64   `json:"ready"`
 	Scheduled          int64   `json:"scheduled"`
 	Running            int64   `json:"running"`
+	Waiting            int64   `json:"waiting"` // behind the heads of their sequences
 	Dead               int64   `json:"dead"`
 	Cancelled          int64   `json:"cancelled"`
 	OldestReadySeconds float64 `json:"oldest_ready_seconds"`
@@ -37,7 +38,7 @@ type statsRow struct {
 
 func rowOf(s hopper.StatsRow, workers int) statsRow {
 	return statsRow{
-		Queue: s.Queue, Kind: s.Kind, Paused: s.Paused, Workers: workers, Ready: s.Ready, Scheduled: s.Scheduled, Running: s.Running,
+		Queue: s.Queue, Kind: s.Kind, Paused: s.Paused, Workers: workers, Ready: s.Ready, Scheduled: s.Scheduled, Running: s.Running, Waiting: s.Waiting,
 		Dead: s.Dead, Cancelled: s.Cancelled, OldestReadySeconds: s.OldestReady.Seconds(), RetryRate: s.RetryRate(),
 	}
 }
