@@ -331,3 +331,24 @@ func TestCLISequencesHelp(t *testing.T) {
 	}
 	requireFailure(t, runHopper(t, "", "", "sequences"), 2, "say list, show, retry or skip")
 }
+
+// TestCLIEnqueueSequence: hopper enqueue --sequence puts the job in a
+// sequence, behind the one already there; bad input is a usage error.
+func TestCLIEnqueueSequence(t *testing.T) {
+	b := newSequencesBed(t)
+	first := runHopper(t, b.d.URL, "", "enqueue", "--kind", "sequence_step", "--sequence", "acct", "--sequence-on-dead", "continue")
+	require.Zero(t, first.code, first.stderr)
+	second := runHopper(t, b.d.URL, "", "enqueue", "--kind", "sequence_step", "--sequence", "acct")
+	require.Zero(t, second.code, second.stderr)
+	info, err := b.client.GetSequence(b.ctx, "acct")
+	require.NoError(t, err)
+	require.NotZero(t, info.HeadID)
+	require.EqualValues(t, 1, info.Waiting)
+	head, err := b.client.GetJob(b.ctx, info.HeadID)
+	require.NoError(t, err)
+	require.Equal(t, "continue", head.Meta[jobs.MetaSequencePolicy])
+
+	requireFailure(t, runHopper(t, b.d.URL, "", "enqueue", "--kind", "sequence_step", "--sequence", strings.Repeat("k", 256)), 2, "over the limit of 255")
+	requireFailure(t, runHopper(t, b.d.URL, "", "enqueue", "--kind", "sequence_step", "--sequence", "acct", "--sequence-on-dead", "later"), 2, `unknown policy "later"`)
+	requireFailure(t, runHopper(t, b.d.URL, "", "enqueue", "--kind", "sequence_step", "--sequence-on-dead", "continue"), 2, "--sequence-on-dead needs --sequence")
+}

@@ -15,6 +15,7 @@ import (
 func enqueueCommand() *command {
 	var (
 		kind, payload, queue, uniqueKey, runAt, key string
+		sequence, sequencePolicy                    string
 		priority, maxAttempts, version              int
 		delay                                       time.Duration
 		meta                                        jobs.Meta
@@ -32,6 +33,8 @@ func enqueueCommand() *command {
 			fs.StringVar(&runAt, "run-at", "", "run no earlier than this RFC 3339 time (2026-11-22T15:04:05Z), or this long from now (10m)")
 			fs.StringVar(&uniqueKey, "unique-key", "", "skip if a live job holds this key")
 			fs.StringVar(&key, "concurrency-key", "", "the job's concurrency key (flow control: per-key limits, fairness)")
+			fs.StringVar(&sequence, "sequence", "", "the job's sequence key: jobs of a key run one at a time, in order")
+			fs.StringVar(&sequencePolicy, "sequence-on-dead", "", "with --sequence: block (the default) or continue, when the job ends dead or cancelled")
 			fs.IntVar(&version, "version", 1, "payload version")
 			fs.IntVar(&maxAttempts, "max-attempts", jobs.DefaultMaxAttempts, "attempts before the job is dead")
 			fs.Func("meta", "metadata tag KEY=VALUE (repeat for more)", func(kv string) error {
@@ -77,6 +80,12 @@ func enqueueCommand() *command {
 			if uniqueKey != "" {
 				opts = append(opts, jobs.UniqueKey(uniqueKey))
 			}
+			if sequencePolicy != "" && sequence == "" {
+				return fmt.Errorf("%w: --sequence-on-dead needs --sequence", errUsage)
+			}
+			if sequence != "" {
+				opts = append(opts, jobs.Sequence(sequence), jobs.SequenceOnDead(jobs.SequencePolicy(sequencePolicy)))
+			}
 			if meta != nil {
 				opts = append(opts, jobs.Metadata(meta))
 			}
@@ -89,7 +98,7 @@ func enqueueCommand() *command {
 			if err != nil {
 				var invalid bool
 				for _, sentinel := range []error{jobs.ErrInvalidQueue, jobs.ErrInvalidPriority, jobs.ErrInvalidMaxAttempts,
-					jobs.ErrInvalidRunAt, jobs.ErrInvalidUniqueKey, jobs.ErrInvalidConcurrencyKey, jobs.ErrInvalidDefinition, jobs.ErrPayloadTooLarge} {
+					jobs.ErrInvalidRunAt, jobs.ErrInvalidUniqueKey, jobs.ErrInvalidConcurrencyKey, jobs.ErrInvalidSequenceKey, jobs.ErrInvalidDefinition, jobs.ErrPayloadTooLarge} {
 					invalid = invalid || errors.Is(err, sentinel)
 				}
 				if invalid {
