@@ -142,6 +142,7 @@ func (ms *metricsServer) serve(ctx context.Context) {
 			ms.jobs.WithLabelValues(r.Queue, r.Kind, "ready").Set(float64(r.Ready))
 			ms.jobs.WithLabelValues(r.Queue, r.Kind, "scheduled").Set(float64(r.Scheduled))
 			ms.jobs.WithLabelValues(r.Queue, r.Kind, "running").Set(float64(r.Running))
+			ms.jobs.WithLabelValues(r.Queue, r.Kind, "waiting").Set(float64(r.Waiting))
 			ms.jobs.WithLabelValues(r.Queue, r.Kind, "dead").Set(float64(r.Dead))
 			oldest[r.Queue] = max(oldest[r.Queue], r.OldestReadySeconds)
 			ms.queuePaused.WithLabelValues(r.Queue).Set(b2f(r.Paused))

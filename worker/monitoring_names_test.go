@@ -61,7 +61,7 @@ var knownValues = map[string][]string{
 	"outcome": {string(OutcomeDone), string(OutcomeFailed), string(OutcomeDead), string(OutcomeCancelled),
 		string(OutcomeSnoozed), string(OutcomeRefused), string(OutcomeReleased), string(OutcomeAbandoned),
 		string(OutcomeUnconfirmed), string(OutcomeUnrecorded), fireEnqueued, fireFailed},
-	"state": {"ready", "scheduled", "running", "dead"},
+	"state": {"ready", "scheduled", "running", "waiting", "dead"},
 }
 
 // TestMonitoringNames: every hopper_* name in monitoring/ (alert rules,
