@@ -76,8 +76,11 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- Makes the first waiting job of the key its head (pending, or scheduled
--- when it is due later; its run_at unchanged, so an old sequence's next job
--- is not sent behind newer work) and wakes its queue. Returns its id, or NULL when
+-- when it is due later) and wakes its queue. A job whose turn comes is due
+-- from then: its run_at moves up to now when it was earlier, so it queues
+-- behind the jobs already ready (keys take turns, and a busy key's next
+-- job does not jump the backlog), and it lands ahead of its workers' claim
+-- cursors rather than making them scan again from behind. Returns its id, or NULL when
 -- none waits. Each statement of a PL/pgSQL function takes a fresh snapshot
 -- (READ COMMITTED), so a waiting job deleted or cancelled while this ran
 -- is passed over on the next round.
@@ -89,7 +92,8 @@ DECLARE
 BEGIN
     FOR round IN 1..100 LOOP
         UPDATE hopper_jobs AS j
-        SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'pending' END
+        SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'pending' END,
+            run_at = greatest(j.run_at, now())
         WHERE j.id = (SELECT w.id FROM hopper_jobs AS w
                       WHERE (w.meta ->> 'hopper.sequence') = sequence_key AND w.state = 'waiting'
                       ORDER BY w.id
@@ -97,9 +101,8 @@ BEGIN
           AND j.state = 'waiting'
         RETURNING j.id, j.queue, j.state, j.priority, j.run_at INTO next;
         IF FOUND THEN
-            -- The wake-up names the job's place in claim order (as Notify
-            -- does): it keeps the run_at it was enqueued with, so it may
-            -- stand behind the cursors of its queue's workers.
+            -- The wake-up names the job's place in claim order, as Notify
+            -- does.
             IF next.state = 'pending' THEN
                 PERFORM pg_notify('hopper_jobs', json_build_object(
                     'schema', current_schema(), 'queue', next.queue,
