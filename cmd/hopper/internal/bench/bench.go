@@ -24,7 +24,7 @@ import (
 
 // Config is what a run measures and how.
 type Config struct {
-	Mode        string        // continuous, drain, enqueue, latency, all; noisy, keys, rate, flow (those three)
+	Mode        string        // continuous, drain, enqueue, latency, all; noisy, keys, rate, flow (those three); queues; sequences
 	Duration    time.Duration // continuous and baseline
 	Jobs        int           // drain: backlog size; enqueue: COPY total
 	Workers     int           // worker instances in the worker process
@@ -97,6 +97,13 @@ type Config struct {
 	RatePer          time.Duration
 	RateProcesses    int
 	RateDuration     time.Duration
+	// sequences: keyless, Keys concurrency keys without and with a limit
+	// of KeyLimit, and Keys sequence keys, each a continuous run of
+	// SequenceDuration, twice (sequences.go); Explain adds the plans of
+	// the promotion and the claim over ExplainJobs sequence jobs.
+	SequenceDuration time.Duration
+	Explain          bool
+	ExplainJobs      int
 
 	// DatabaseURL is the server to use; WorkerCommand starts the worker
 	// process (the hopper binary with "bench --role worker").
@@ -114,6 +121,9 @@ type Config struct {
 	// keys (0: none); flow is the worker process's flow control.
 	keyed int
 	flow  workerFlow
+	// sequenced: the producers spread their jobs over this many sequence
+	// keys (0: none).
+	sequenced int
 }
 
 // Report is what a run found; --json prints it.
@@ -130,6 +140,7 @@ type Report struct {
 	Noisy      *NoisyReport      `json:"noisy,omitempty"`
 	Keys       *KeysResult       `json:"keys,omitempty"`
 	Rate       *RateResult       `json:"rate,omitempty"`
+	Sequences  *SequencesResult  `json:"sequences,omitempty"`
 	// RateExactStarts is the rate run again with Rate.ExactStarts.
 	RateExactStarts *RateResult `json:"rate_exact_starts,omitempty"`
 	// Drains is one drain per Config.DrainSizes.
@@ -287,6 +298,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		r.Ratios["keys_to_no_keys"] = r.Keys.Ratio
 	}
+	if modes["sequences"] {
+		logf("sequences: keyless, %s, %s and %d sequence keys, %v each, twice", KeysLabel(cfg.Keys, 0), KeysLabel(cfg.Keys, cfg.KeyLimit),
+			cfg.Keys, cfg.SequenceDuration)
+		if r.Sequences, err = runSequences(ctx, cfg, logf); err != nil {
+			return r, fmt.Errorf("sequences: %w", err)
+		}
+		for _, row := range r.Sequences.Rows[1:] {
+			r.Ratios[row.Name+"_to_keyless"] = row.Ratio
+		}
+	}
 	if modes["rate"] {
 		logf("rate: %d jobs per %v across %d worker processes for %v", cfg.Rate, cfg.RatePer, cfg.RateProcesses, cfg.RateDuration)
 		if r.Rate, err = runRate(ctx, cfg, false); err != nil {
@@ -337,7 +358,8 @@ func (cfg Config) summary() map[string]any {
 		"flood": cfg.Flood, "neighbours": cfg.Neighbours, "neighbour_jobs": cfg.NeighbourJobs,
 		"noisy_concurrency": cfg.NoisyConcurrency, "noisy_handler_time": cfg.NoisyHandlerTime.String(),
 		"keys": cfg.Keys, "key_limit": cfg.KeyLimit, "rate": cfg.Rate, "rate_per": cfg.RatePer.String(), "rate_processes": cfg.RateProcesses,
-		"rate_duration": cfg.RateDuration.String(),
+		"rate_duration":     cfg.RateDuration.String(),
+		"sequence_duration": cfg.SequenceDuration.String(), "explain": cfg.Explain, "explain_jobs": cfg.ExplainJobs,
 	}
 }
 

@@ -45,6 +45,9 @@ type ContinuousResult struct {
 	// Statements is what each of Hopper's statements cost the server
 	// during the run, the most expensive first (pg_stat_statements).
 	Statements []StatementCost `json:"statements,omitempty"`
+	// EnqueueRetries counts the producers' batches of sequence jobs refused
+	// at commit by the sequence head index and sent again (headRace).
+	EnqueueRetries int64 `json:"enqueue_retries,omitempty"`
 	// LastMinutePerSecond is the mean rate of the run's last minute.
 	LastMinutePerSecond float64 `json:"last_minute_worked_per_second"`
 	// The pressure the run was under.
@@ -105,11 +108,14 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 		}
 	}()
 
-	var enqueued atomic.Int64
+	var enqueued, enqueueRetries atomic.Int64
 	prodCtx, stopProducing := context.WithCancel(ctx)
 	defer stopProducing()
 	maxBacklog := int64(max(20*cfg.BatchSize, 4*cfg.Workers*cfg.Concurrency))
 	items := keyedItems(cfg.payload(), cfg.BatchSize, cfg.keyed, "key-")
+	if cfg.sequenced > 0 {
+		items = sequenceItems(cfg.payload(), cfg.BatchSize, cfg.sequenced, "seq-", nil)
+	}
 	var pwg sync.WaitGroup
 	perr := make(chan error, cfg.Producers)
 	for range cfg.Producers {
@@ -124,6 +130,10 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 				// Not cancelled midway: a batch that commits is counted,
 				// so that the table can be checked against the counters.
 				res, err := noop.EnqueueMany(context.WithoutCancel(prodCtx), s.pool, items)
+				if cfg.sequenced > 0 && headRace(err) {
+					enqueueRetries.Add(1) // the batch rolled back: send it again
+					continue
+				}
 				if err != nil {
 					perr <- err
 					return
@@ -261,6 +271,7 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 	}
 	r.LastMinutePerSecond = lastMean(samples, 60)
 	r.ClaimBuffersPerJob = claimBuffers
+	r.EnqueueRetries = enqueueRetries.Load()
 	if pressure {
 		r.HoldSnapshot, r.Burst = cfg.HoldSnapshot, cfg.Burst
 	}

@@ -24,10 +24,10 @@ func benchCommand() *command {
 	var queueCount int
 	return &command{
 		name:    "bench",
-		args:    "[--mode continuous|drain|enqueue|latency|all|noisy|keys|rate|flow|queues] [--drain-sizes N,N,…] [--queues N,N,…] [--baseline] [--json] [flags]",
+		args:    "[--mode continuous|drain|enqueue|latency|all|noisy|keys|rate|flow|queues|sequences] [--drain-sizes N,N,…] [--queues N,N,…] [--baseline] [--json] [flags]",
 		summary: "measure throughput, latency, memory and PostgreSQL CPU on a scratch schema, with a pgbench raw-SQL baseline",
 		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all (those four); noisy, keys, rate or flow (those three); queues")
+			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all (those four); noisy, keys, rate or flow (those three); queues; sequences")
 			durationVar(fs, &cfg.Duration, "duration", time.Minute, "continuous and baseline: how long to measure (the steady state is the last half)")
 			durationVar(fs, &cfg.Window, "window", 10*time.Second, "continuous and baseline: the length of one reported window")
 			fs.BoolVar(&cfg.HoldSnapshot, "hold-snapshot", false, "continuous: hold a REPEATABLE READ snapshot open for the whole run (a long report, an idle-in-transaction session)")
@@ -57,8 +57,11 @@ func benchCommand() *command {
 			fs.IntVar(&cfg.NeighbourJobs, "neighbour-jobs", 100, "noisy: each neighbour's jobs")
 			fs.IntVar(&cfg.NoisyConcurrency, "noisy-concurrency", 100, "noisy: handler slots per worker")
 			durationVar(fs, &cfg.NoisyHandlerTime, "noisy-handler-time", 2*time.Millisecond, "noisy: how long each handler works")
-			fs.IntVar(&cfg.Keys, "keys", 1000, "keys: distinct concurrency keys")
-			fs.IntVar(&cfg.KeyLimit, "key-limit", 5, "keys: running jobs allowed per key (0: the keys with no flow control, what a key costs by itself)")
+			fs.IntVar(&cfg.Keys, "keys", 1000, "keys: distinct concurrency keys; sequences: distinct concurrency keys and sequence keys")
+			fs.IntVar(&cfg.KeyLimit, "key-limit", 5, "keys: running jobs allowed per key (0: the keys with no flow control, what a key costs by itself); sequences: the limit of the flow-controlled runs (at least 1)")
+			durationVar(fs, &cfg.SequenceDuration, "sequence-duration", 20*time.Second, "sequences: how long each of its eight continuous runs measures (keyless, keys, keys with --key-limit, sequences, then the reverse)")
+			fs.BoolVar(&cfg.Explain, "explain", false, "sequences: also print EXPLAIN (ANALYZE, BUFFERS) of the sequence promotion and of DequeueQueues over --explain-jobs sequence jobs in --keys keys")
+			fs.IntVar(&cfg.ExplainJobs, "explain-jobs", 100_000, "sequences, with --explain: the jobs in the table explained")
 			fs.IntVar(&cfg.Rate, "rate", 500, "rate: jobs allowed per --rate-per, across the worker processes")
 			durationVar(fs, &cfg.RatePer, "rate-per", time.Second, "rate: the limit's interval")
 			fs.IntVar(&cfg.RateProcesses, "rate-processes", 3, "rate: worker processes sharing the limit")
@@ -77,10 +80,10 @@ func benchCommand() *command {
 					HandlerTime: cfg.HandlerTime, Keep: keep, Fair: fair, KeyLimit: cfg.KeyLimit, Rate: cfg.Rate, RatePer: cfg.RatePer, RateExactStarts: exactStarts}, e.stdout)
 			}
 			switch cfg.Mode {
-			case "continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues":
+			case "continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences":
 			default:
 				return fmt.Errorf("%w: unknown mode %q%s", errUsage, cfg.Mode,
-					didYouMean(cfg.Mode, "", []string{"continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues"}))
+					didYouMean(cfg.Mode, "", []string{"continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences"}))
 			}
 			sizes, err := parseCounts("--drain-sizes", "job counts", drainSizes)
 			if err != nil {
@@ -101,6 +104,9 @@ func benchCommand() *command {
 			if cfg.Flood < 1 || cfg.Neighbours < 1 || cfg.Neighbours > 25 || cfg.NeighbourJobs < 1 || cfg.NoisyConcurrency < 1 || cfg.NoisyHandlerTime < 0 ||
 				cfg.Keys < 1 || cfg.KeyLimit < 0 || cfg.Rate < 1 || cfg.RatePer < time.Millisecond || cfg.RateProcesses < 1 || cfg.RateDuration < time.Second {
 				return fmt.Errorf("%w: flow-control sizes must be positive (--key-limit may be 0), --neighbours at most 25, --rate-per at least 1ms, --rate-duration at least 1s", errUsage)
+			}
+			if cfg.Mode == "sequences" && (cfg.KeyLimit < 1 || cfg.SequenceDuration < time.Second || cfg.ExplainJobs < 1) {
+				return fmt.Errorf("%w: --mode sequences needs --key-limit at least 1, --sequence-duration at least 1s and --explain-jobs positive", errUsage)
 			}
 			if !cfg.ScratchCluster { // the scratch cluster replaces the default database
 				pool, err := e.connect() // fail early, with the usual message
@@ -194,6 +200,9 @@ func printBench(w io.Writer, r *bench.Report) {
 		printContinuous(w, "pressure, burst", p.Burst)
 	}
 	printFlow(w, r)
+	if r.Sequences != nil {
+		r.Sequences.Print(w)
+	}
 	if b := r.Baseline; b != nil {
 		fmt.Fprintf(w, "baseline (pgbench, %d clients, batch %d): %.0f jobs/s; CPU per 1000 jobs: pgbench %.3fs, PostgreSQL %.3fs\n",
 			b.Clients, b.BatchSize, b.JobsPerSecond, b.ClientCPUPer1000, b.PostgresCPUPer1000)
