@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -423,4 +424,43 @@ func TestSequenceWithFlowControl(t *testing.T) {
 	for _, acct := range []string{"a1", "a2", "a3"} {
 		require.IsIncreasing(t, accounts.runs(acct), acct)
 	}
+}
+
+// TestSequenceEnqueueWhileHeadEnds: an enqueue whose commit finds the
+// key's head being acknowledged waits for that transaction, then sees the
+// job it promoted and places its own job behind it: one head, none
+// stranded.
+func TestSequenceEnqueueWhileHeadEnds(t *testing.T) {
+	b := setup(t)
+	head := b.enqueue(t, email, "head", jobs.Sequence("race"))
+	next := b.enqueue(t, email, "next", jobs.Sequence("race"))
+
+	ack, err := b.Pool.Begin(b.Ctx)
+	require.NoError(t, err)
+	defer func() { _ = ack.Rollback(b.Ctx) }()
+	_, err = ack.Exec(b.Ctx, "DELETE FROM hopper_jobs WHERE id = $1", head) // as an acknowledgement does
+	require.NoError(t, err)
+	var ackPID int32
+	require.NoError(t, ack.QueryRow(b.Ctx, "SELECT pg_backend_pid()").Scan(&ackPID))
+
+	type enqueued struct {
+		id  int64
+		err error
+	}
+	done := make(chan enqueued, 1)
+	go func() {
+		res, err := email.Enqueue(b.Ctx, b.Pool, Email{To: "late"}, jobs.Sequence("race"))
+		done <- enqueued{res.ID, err}
+	}()
+	testdb.WaitFor(t, "the enqueue's commit waits for the head's row", func() bool {
+		var waiting bool
+		require.NoError(t, b.Pool.QueryRow(b.Ctx,
+			`SELECT count(*) > 0 FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, ackPID).Scan(&waiting))
+		return waiting
+	})
+	require.NoError(t, ack.Commit(b.Ctx))
+	late := <-done
+	require.NoError(t, late.err)
+	require.Equal(t, jobs.StatePending, b.state(t, next), "the acknowledgement promoted the next job")
+	require.Equal(t, jobs.StateWaiting, b.state(t, late.id), "the new job waits behind it")
 }

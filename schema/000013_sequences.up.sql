@@ -119,6 +119,62 @@ BEGIN
 END;
 $$;
 
+-- hopper_sequence_promote for many keys at once, none of which has a head
+-- or a block: one statement for all (an acknowledgement batch's keys, a
+-- commit's), then hopper_sequence_promote for any key whose first waiting
+-- job changed under it. The promoted jobs are locked in id order, as every
+-- statement that waits for job rows locks them; their queues are woken
+-- once each, with the place in claim order of their first promoted job
+-- (as Notify does).
+CREATE FUNCTION hopper_sequence_promote_keys(keys text[]) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    done text[];
+    missed text;
+BEGIN
+    WITH next AS (
+        SELECT j.id
+        FROM hopper_jobs AS j
+        WHERE j.id IN (SELECT f.id
+                       FROM unnest(keys) AS k(key)
+                       CROSS JOIN LATERAL (SELECT w.id FROM hopper_jobs AS w
+                                           WHERE (w.meta ->> 'hopper.sequence') = k.key AND w.state = 'waiting'
+                                           ORDER BY w.id
+                                           LIMIT 1) AS f)
+        ORDER BY j.id
+        FOR UPDATE OF j
+    ), promoted AS (
+        UPDATE hopper_jobs AS j
+        SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'pending' END,
+            run_at = greatest(j.run_at, now())
+        FROM next
+        WHERE j.id = next.id AND j.state = 'waiting'
+        RETURNING j.id, j.queue, j.state, j.priority, j.run_at, j.meta ->> 'hopper.sequence' AS key
+    ), woken AS (
+        SELECT count(pg_notify('hopper_jobs', json_build_object(
+                   'schema', current_schema(), 'queue', q.queue,
+                   'priority', q.priority, 'run_at', q.run_at, 'id', q.id)::text)) AS sent
+        FROM (SELECT p.queue, min(p.priority) AS priority, min(p.run_at) AS run_at, min(p.id) AS id
+              FROM promoted AS p
+              WHERE p.state = 'pending'
+              GROUP BY p.queue) AS q
+    )
+    SELECT coalesce(array_agg(p.key), '{}') INTO done
+    FROM promoted AS p
+    CROSS JOIN woken
+    WHERE woken.sent >= 0;
+    FOR missed IN
+        SELECT k.key FROM unnest(keys) AS k(key)
+        WHERE k.key <> ALL (done)
+          AND EXISTS (SELECT FROM hopper_jobs AS w WHERE (w.meta ->> 'hopper.sequence') = k.key AND w.state = 'waiting')
+          AND NOT EXISTS (SELECT FROM hopper_jobs AS h
+                          WHERE (h.meta ->> 'hopper.sequence') = k.key AND h.state <> 'waiting' AND h.meta ? 'hopper.sequence')
+    LOOP
+        PERFORM hopper_sequence_promote(missed);
+    END LOOP;
+END;
+$$;
+
 -- Each inserting statement notes the sequence keys of its new jobs in a
 -- transaction-local setting (one per schema: the name carries the job
 -- table's oid), for the placement at commit below.
@@ -190,11 +246,14 @@ BEGIN
             RAISE EXCEPTION 'hopper: sequences: the heads of % kept changing while this commit locked them', keys;
         END IF;
     END LOOP;
-    PERFORM hopper_sequence_promote(k)
+    SELECT array_agg(k) INTO keys
     FROM unnest(keys) AS k
     WHERE NOT EXISTS (SELECT FROM hopper_jobs AS j
                       WHERE (j.meta ->> 'hopper.sequence') = k AND j.state <> 'waiting' AND j.meta ? 'hopper.sequence')
       AND NOT EXISTS (SELECT FROM hopper_sequence_blocks AS b WHERE b.sequence_key = k);
+    IF keys IS NOT NULL THEN
+        PERFORM hopper_sequence_promote_keys(keys);
+    END IF;
     RETURN NULL;
 END;
 $$;
@@ -206,33 +265,48 @@ CREATE CONSTRAINT TRIGGER hopper_jobs_sequence_place
     WHEN (NEW.meta ? 'hopper.sequence')
     EXECUTE FUNCTION hopper_sequence_place();
 
--- When a head leaves the job table: completed (acked, deleted) the next job
--- becomes the head; dead or cancelled (the statement that deleted it wrote
--- it to hopper_dead_jobs, which this trigger, fired at the statement's end,
--- sees) it blocks the sequence under the block policy, or lets the next
--- run under continue. Waiting jobs that leave fire nothing (the WHEN).
+-- When heads leave the job table (one call per deleting statement, over
+-- the rows it deleted: an acknowledgement batch of a thousand heads is a
+-- handful of set-based statements, not a thousand calls): a head that
+-- completed (acked, deleted) passes the turn to the next job of its key;
+-- one that ended dead or cancelled (the statement that deleted it wrote it
+-- to hopper_dead_jobs, which this trigger, fired at the statement's end,
+-- sees) blocks its key under the block policy, or passes the turn under
+-- continue. Deletes without a head of a sequence return at the first
+-- statement.
 CREATE FUNCTION hopper_sequence_advance() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    k text := OLD.meta ->> 'hopper.sequence';
-    ended record;
+    keys text[];
 BEGIN
-    SELECT d.state, d.reason INTO ended FROM hopper_dead_jobs AS d WHERE d.id = OLD.id;
-    IF FOUND AND coalesce(OLD.meta ->> 'hopper.sequence_policy', 'block') = 'block' THEN
-        INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
-        VALUES (k, OLD.id, OLD.queue, OLD.kind, ended.state, ended.reason)
-        ON CONFLICT (sequence_key) DO NOTHING;
+    SELECT array_agg(DISTINCT o.meta ->> 'hopper.sequence') INTO keys
+    FROM hopper_old_jobs AS o
+    WHERE o.state <> 'waiting' AND o.meta ? 'hopper.sequence';
+    IF keys IS NULL THEN
         RETURN NULL;
     END IF;
-    PERFORM hopper_sequence_promote(k);
+    INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
+    SELECT o.meta ->> 'hopper.sequence', o.id, o.queue, o.kind, d.state, d.reason
+    FROM hopper_old_jobs AS o
+    JOIN hopper_dead_jobs AS d ON d.id = o.id
+    WHERE o.state <> 'waiting' AND o.meta ? 'hopper.sequence'
+      AND coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'
+    ORDER BY 1
+    ON CONFLICT (sequence_key) DO NOTHING;
+    SELECT array_agg(k) INTO keys
+    FROM unnest(keys) AS k
+    WHERE NOT EXISTS (SELECT FROM hopper_sequence_blocks AS b WHERE b.sequence_key = k);
+    IF keys IS NOT NULL THEN
+        PERFORM hopper_sequence_promote_keys(keys);
+    END IF;
     RETURN NULL;
 END;
 $$;
 
 CREATE TRIGGER hopper_jobs_sequence_advance
     AFTER DELETE ON hopper_jobs
-    FOR EACH ROW
-    WHEN (OLD.state <> 'waiting' AND OLD.meta ? 'hopper.sequence')
+    REFERENCING OLD TABLE AS hopper_old_jobs
+    FOR EACH STATEMENT
     EXECUTE FUNCTION hopper_sequence_advance();
 
 -- An operator's skip of a blocked sequence's head: the block goes, the
@@ -299,6 +373,7 @@ BEGIN
     EXECUTE format('ALTER FUNCTION %1$I.hopper_enqueue_values(text, text, text, jsonb, integer, text, integer, timestamptz, interval, text, integer, jsonb, text) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_lock_id(text) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_promote(text) SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_promote_keys(text[]) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_collect() SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_place() SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_advance() SET search_path = %1$I, pg_temp', current_schema());
