@@ -157,7 +157,7 @@ func enqueueEntries(ctx context.Context, dbtx DBTX, entries []Entry, mixed bool)
 	if len(entries) == 0 {
 		return BatchResult{Results: []Result{}}, nil
 	}
-	unique, locked, cloned := false, false, false
+	unique, locked, sequenced, cloned := false, false, false, false
 	for i, e := range entries {
 		if e.kind == "" {
 			return BatchResult{}, fmt.Errorf("item %d: %w: an empty Entry (make entries with Kind.Entry)", i, ErrInvalidDefinition)
@@ -177,15 +177,18 @@ func enqueueEntries(ctx context.Context, dbtx DBTX, entries []Entry, mixed bool)
 			}
 		}
 		unique = unique || entries[i].o.uniqueKey != nil
-		locked = locked || entries[i].o.locked()
+		locked = locked || entries[i].o.lockedUnique()
+		sequenced = sequenced || entries[i].o.sequence != nil
 	}
 	// Hopper's own statements from here on: an error that names a missing
 	// table or column means a schema older than this build.
 	var res BatchResult
 	var err error
 	switch {
-	case locked:
+	case locked, sequenced && unique:
 		res, err = insertLocked(ctx, dbtx, entries)
+	case sequenced:
+		res, err = insertSequenced(ctx, dbtx, entries)
 	case unique:
 		res, err = insertUnique(ctx, dbtx, entries)
 	case len(entries) <= maxInsertBatch:
@@ -295,7 +298,7 @@ func insertPlain(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, 
 		p.Queues[i], p.Kinds[i], p.Versions[i], p.Payloads[i] = e.o.queue, e.kind, int32(e.version), e.raw
 		p.Priorities[i], p.MaxAttempts[i], p.Metas[i] = int16(e.o.priority), int32(e.o.maxAttempts), e.o.metaRaw
 		p.ConcurrencyKeys[i] = e.ConcurrencyKey()
-		p.RunAts[i], p.States[i] = e.o.plainRunAt(clock) // "" and a zero time: ready now
+		p.RunAts[i], p.States[i] = e.o.batchRunAt(clock) // "" and a zero time: ready now
 	}
 	ids, err := db.New(dbtx).EnqueueBatchPlain(ctx, p)
 	if err != nil {
@@ -326,6 +329,47 @@ func (o *enqueueOptions) plainRunAt(clock time.Time) (time.Time, string) {
 		return at, string(StateScheduled) // kept out of the ready index until due
 	}
 	return at, string(StatePending)
+}
+
+// batchRunAt is plainRunAt, but for a job of a sequence, which is stored
+// waiting (its commit places it): a job due now keeps the zero time, which
+// EnqueueBatchPlain stores as the database's now(). (This process's clock
+// could be ahead of the database's, which would make the job scheduled,
+// not pending, when its turn comes.)
+func (o *enqueueOptions) batchRunAt(clock time.Time) (time.Time, string) {
+	at, state := o.plainRunAt(clock)
+	if o.sequence == nil {
+		return at, state
+	}
+	if state == "" {
+		at = time.Time{} // EnqueueBatchPlain stores the database's now()
+	}
+	return at, string(StateWaiting)
+}
+
+// insertSequenced sends a batch with jobs of sequences and no unique key
+// by one plain INSERT (EnqueueBatchPlain, whatever the batch's size), its
+// sequence jobs stored waiting, after the lock of every sequence key of the batch (in one hash
+// order, as LockEnqueueKeys takes them), all in one transaction (a
+// savepoint inside the caller's): BEGIN, the lock, the jobs, COMMIT. The
+// locks are held until the caller's transaction ends.
+func insertSequenced(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, error) {
+	keys := make([]string, 0, len(entries))
+	for _, e := range entries {
+		if e.o.sequence != nil {
+			keys = append(keys, *e.o.sequence)
+		}
+	}
+	var res BatchResult
+	err := inTxOn(ctx, dbtx, func(tx DBTX) error {
+		if err := db.New(tx).LockEnqueueKeys(ctx, db.LockEnqueueKeysParams{UniqueKeys: []string{}, SequenceKeys: keys}); err != nil {
+			return err
+		}
+		var err error
+		res, err = insertPlain(ctx, tx, entries)
+		return err
+	})
+	return res, err
 }
 
 // copyPlain sends a batch without unique keys with COPY, under ids
@@ -389,6 +433,11 @@ func copyPlain(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, er
 // inTx runs fn in a transaction begun on dbtx (a savepoint when dbtx is
 // already a transaction).
 func inTx(ctx context.Context, dbtx DBTX, fn func(*db.Queries) error) error {
+	return inTxOn(ctx, dbtx, func(tx DBTX) error { return fn(db.New(tx)) })
+}
+
+// inTxOn is inTx for a function that takes the transaction itself.
+func inTxOn(ctx context.Context, dbtx DBTX, fn func(DBTX) error) error {
 	beginner, ok := dbtx.(interface {
 		Begin(context.Context) (pgx.Tx, error)
 	})
@@ -400,7 +449,7 @@ func inTx(ctx context.Context, dbtx DBTX, fn func(*db.Queries) error) error {
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	if err := fn(db.New(tx)); err != nil {
+	if err := fn(tx); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)

@@ -101,7 +101,14 @@ func (o *enqueueOptions) finishedStates() []string {
 // locked reports whether the job's enqueue needs the key's lock: its
 // answer depends on more than the live job table's unique index.
 func (o *enqueueOptions) locked() bool {
-	return o.sequence != nil || o.uniqueKey != nil && (o.replace || o.uniquePeriod > 0 || len(o.finishedStates()) > 0)
+	return o.sequence != nil || o.lockedUnique()
+}
+
+// lockedUnique reports whether the job's unique key needs the locked
+// statements (EnqueueUnique): a batch of sequence jobs without them takes
+// the keys' locks and the plain statements (insertSequenced).
+func (o *enqueueOptions) lockedUnique() bool {
+	return o.uniqueKey != nil && (o.replace || o.uniquePeriod > 0 || len(o.finishedStates()) > 0)
 }
 
 func (o *enqueueOptions) validateUnique() error {

@@ -65,7 +65,11 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
 -- stores: an empty state means a job ready now, stored pending with the
 -- database's now() as run_at (the column's default under COPY); any other
 -- state is stored as given, with run_at as given (the caller computes a
--- delayed job's run_at and state with its own clock, as for COPY). queue,
+-- delayed job's run_at and state with its own clock, as for COPY); a job
+-- of a sequence is stored waiting (its commit places it), with the
+-- database's now() as run_at when the run_at given is the zero time
+-- (0001-01-01, Go's zero time.Time), as given otherwise. Batches of
+-- sequence jobs use this statement whatever their size. queue,
 -- version, priority and max_attempts are stored as given; meta: a JSON
 -- object, or NULL for none; an empty concurrency key means none. One
 -- statement, so one wake-up per queue with ready jobs (the trigger), and
@@ -74,7 +78,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
 WITH inserted AS (
     INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, meta, concurrency_key)
     SELECT b.queue, b.kind, b.version, b.payload, b.priority,
-           CASE WHEN b.state = '' THEN now() ELSE b.run_at END,
+           CASE WHEN b.state = '' OR (b.state = 'waiting' AND b.run_at = '0001-01-01 00:00:00+00') THEN now() ELSE b.run_at END,
            coalesce(nullif(b.state, ''), 'pending'),
            b.max_attempts, b.meta, nullif(b.concurrency_key, '')
     FROM (

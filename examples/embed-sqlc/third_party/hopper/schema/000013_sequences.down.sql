@@ -6,9 +6,12 @@ ALTER FUNCTION hopper_enqueue_values_checked(text, text, text, jsonb, integer, t
 
 DROP TRIGGER IF EXISTS hopper_jobs_sequence_advance ON hopper_jobs;
 DROP TRIGGER IF EXISTS hopper_jobs_sequence_place ON hopper_jobs;
+DROP TRIGGER IF EXISTS hopper_jobs_sequence_collect ON hopper_jobs;
 DROP FUNCTION IF EXISTS hopper_sequence_skip(text);
 DROP FUNCTION IF EXISTS hopper_sequence_advance();
 DROP FUNCTION IF EXISTS hopper_sequence_place();
+DROP FUNCTION IF EXISTS hopper_sequence_collect();
+DROP FUNCTION IF EXISTS hopper_sequence_promote_keys(text[]);
 DROP FUNCTION IF EXISTS hopper_sequence_promote(text);
 DROP FUNCTION IF EXISTS hopper_sequence_lock_id(text);
 DROP TABLE IF EXISTS hopper_sequence_blocks;

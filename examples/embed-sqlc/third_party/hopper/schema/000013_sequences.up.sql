@@ -18,6 +18,17 @@ ALTER TABLE hopper_jobs
     ADD CONSTRAINT hopper_jobs_state_check CHECK (state IN ('pending', 'scheduled', 'running', 'waiting')) NOT VALID;
 ALTER TABLE hopper_jobs VALIDATE CONSTRAINT hopper_jobs_state_check;
 
+-- Jobs that carry a sequence key already (written by SQL of your own, or
+-- left ready by this migration's down): the first of each key, a running
+-- one first, is its head; the others wait behind it, in id order.
+UPDATE hopper_jobs AS j
+SET state = 'waiting'
+FROM (SELECT r.id, row_number() OVER (PARTITION BY r.meta ->> 'hopper.sequence'
+                                      ORDER BY (r.state = 'running') DESC, r.id) AS place
+      FROM hopper_jobs AS r
+      WHERE r.meta ? 'hopper.sequence' AND jsonb_typeof(r.meta -> 'hopper.sequence') = 'string') AS keyed
+WHERE j.id = keyed.id AND keyed.place > 1 AND j.state IN ('pending', 'scheduled');
+
 -- A sequence key is a string of 1 to 255 bytes; a policy is block or
 -- continue; only a job of a sequence waits.
 ALTER TABLE hopper_jobs
@@ -65,8 +76,11 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- Makes the first waiting job of the key its head (pending, or scheduled
--- when it is due later; its run_at unchanged, so an old sequence's next job
--- is not sent behind newer work) and wakes its queue. Returns its id, or NULL when
+-- when it is due later) and wakes its queue. A job whose turn comes is due
+-- from then: its run_at moves up to now when it was earlier, so it queues
+-- behind the jobs already ready (keys take turns, and a busy key's next
+-- job does not jump the backlog), and it lands ahead of its workers' claim
+-- cursors rather than making them scan again from behind. Returns its id, or NULL when
 -- none waits. Each statement of a PL/pgSQL function takes a fresh snapshot
 -- (READ COMMITTED), so a waiting job deleted or cancelled while this ran
 -- is passed over on the next round.
@@ -78,7 +92,8 @@ DECLARE
 BEGIN
     FOR round IN 1..100 LOOP
         UPDATE hopper_jobs AS j
-        SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'pending' END
+        SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'pending' END,
+            run_at = greatest(j.run_at, now())
         WHERE j.id = (SELECT w.id FROM hopper_jobs AS w
                       WHERE (w.meta ->> 'hopper.sequence') = sequence_key AND w.state = 'waiting'
                       ORDER BY w.id
@@ -86,9 +101,8 @@ BEGIN
           AND j.state = 'waiting'
         RETURNING j.id, j.queue, j.state, j.priority, j.run_at INTO next;
         IF FOUND THEN
-            -- The wake-up names the job's place in claim order (as Notify
-            -- does): it keeps the run_at it was enqueued with, so it may
-            -- stand behind the cursors of its queue's workers.
+            -- The wake-up names the job's place in claim order, as Notify
+            -- does.
             IF next.state = 'pending' THEN
                 PERFORM pg_notify('hopper_jobs', json_build_object(
                     'schema', current_schema(), 'queue', next.queue,
@@ -105,41 +119,142 @@ BEGIN
 END;
 $$;
 
--- At commit, for each new job of a sequence (a deferred constraint
--- trigger): with the key's lock held, a job behind a head waits; with no
--- head and no block, the first waiting job becomes the head. The head it
--- finds is locked FOR KEY SHARE until this transaction ends, so the head
--- cannot end meanwhile (its ack waits for this commit, a moment): the
--- trigger of that ack then sees the new jobs and promotes the next. A head
--- that ended while this waited for its lock is not found; the next
--- statements' fresh snapshots see what its end did (a promotion, a block).
+-- hopper_sequence_promote for many keys at once, none of which has a head
+-- or a block: one statement for all (an acknowledgement batch's keys, a
+-- commit's), then hopper_sequence_promote for any key whose first waiting
+-- job changed under it. The promoted jobs are locked in id order, as every
+-- statement that waits for job rows locks them; their queues are woken
+-- once each, with the place in claim order of their first promoted job
+-- (as Notify does).
+CREATE FUNCTION hopper_sequence_promote_keys(keys text[]) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    done text[];
+    missed text;
+BEGIN
+    WITH next AS (
+        SELECT j.id
+        FROM hopper_jobs AS j
+        WHERE j.id IN (SELECT f.id
+                       FROM unnest(keys) AS k(key)
+                       CROSS JOIN LATERAL (SELECT w.id FROM hopper_jobs AS w
+                                           WHERE (w.meta ->> 'hopper.sequence') = k.key AND w.state = 'waiting'
+                                           ORDER BY w.id
+                                           LIMIT 1) AS f)
+        ORDER BY j.id
+        FOR UPDATE OF j
+    ), promoted AS (
+        UPDATE hopper_jobs AS j
+        SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'pending' END,
+            run_at = greatest(j.run_at, now())
+        FROM next
+        WHERE j.id = next.id AND j.state = 'waiting'
+        RETURNING j.id, j.queue, j.state, j.priority, j.run_at, j.meta ->> 'hopper.sequence' AS key
+    ), woken AS (
+        SELECT count(pg_notify('hopper_jobs', json_build_object(
+                   'schema', current_schema(), 'queue', q.queue,
+                   'priority', q.priority, 'run_at', q.run_at, 'id', q.id)::text)) AS sent
+        FROM (SELECT p.queue, min(p.priority) AS priority, min(p.run_at) AS run_at, min(p.id) AS id
+              FROM promoted AS p
+              WHERE p.state = 'pending'
+              GROUP BY p.queue) AS q
+    )
+    SELECT coalesce(array_agg(p.key), '{}') INTO done
+    FROM promoted AS p
+    CROSS JOIN woken
+    WHERE woken.sent >= 0;
+    FOR missed IN
+        SELECT k.key FROM unnest(keys) AS k(key)
+        WHERE k.key <> ALL (done)
+          AND EXISTS (SELECT FROM hopper_jobs AS w WHERE (w.meta ->> 'hopper.sequence') = k.key AND w.state = 'waiting')
+          AND NOT EXISTS (SELECT FROM hopper_jobs AS h
+                          WHERE (h.meta ->> 'hopper.sequence') = k.key AND h.state <> 'waiting' AND h.meta ? 'hopper.sequence')
+    LOOP
+        PERFORM hopper_sequence_promote(missed);
+    END LOOP;
+END;
+$$;
+
+-- Each inserting statement notes the sequence keys of its new jobs in a
+-- transaction-local setting (one per schema: the name carries the job
+-- table's oid), for the placement at commit below.
+CREATE FUNCTION hopper_sequence_collect() RETURNS trigger
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    setting constant text := 'hopper.sequence_keys_' || TG_RELID::text;
+    keys jsonb;
+BEGIN
+    IF NOT EXISTS (SELECT FROM hopper_new_jobs AS n WHERE n.meta ? 'hopper.sequence') THEN
+        RETURN NULL;
+    END IF;
+    SELECT jsonb_agg(DISTINCT k.key) INTO keys
+    FROM (SELECT n.meta ->> 'hopper.sequence' AS key FROM hopper_new_jobs AS n WHERE n.meta ? 'hopper.sequence'
+          UNION ALL
+          SELECT e FROM jsonb_array_elements_text(coalesce(nullif(current_setting(setting, true), ''), '[]')::jsonb) AS e) AS k;
+    PERFORM set_config(setting, keys::text, true);
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER hopper_jobs_sequence_collect
+    AFTER INSERT ON hopper_jobs
+    REFERENCING NEW TABLE AS hopper_new_jobs
+    FOR EACH STATEMENT
+    EXECUTE FUNCTION hopper_sequence_collect();
+
+-- At commit (a deferred constraint trigger, fired for each new job of a
+-- sequence; the first firing does the work for every key the transaction
+-- wrote to, the others find nothing left): with the keys' locks held, in
+-- one hash order, each key's head is locked FOR KEY SHARE until the commit,
+-- in id order as every statement that waits for job rows locks them, so
+-- that no head can end meanwhile (its acknowledgement waits for this
+-- commit, a moment), and the trigger of that acknowledgement then sees the
+-- new jobs and promotes the next. A head that ended while this waited for
+-- it is not locked; the next statement's fresh snapshot sees what its end
+-- did (a promotion, a block), and the round runs again to lock the new
+-- head. A key with no head and no block gets one: its first waiting job.
+-- A dead head that came back (a retry) lifts its block.
 CREATE FUNCTION hopper_sequence_place() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    k text := NEW.meta ->> 'hopper.sequence';
+    setting constant text := 'hopper.sequence_keys_' || TG_RELID::text;
+    keys text[];
+    locked bigint[];
+    heads bigint[];
 BEGIN
-    PERFORM pg_advisory_xact_lock(hopper_sequence_lock_id(k));
-    -- A dead job retried is its sequence's head again: lift its block.
-    DELETE FROM hopper_sequence_blocks AS b WHERE b.sequence_key = k AND b.job_id = NEW.id;
+    SELECT array_agg(e ORDER BY e) INTO keys
+    FROM jsonb_array_elements_text(coalesce(nullif(current_setting(setting, true), ''), '[]')::jsonb) AS e;
+    IF keys IS NULL THEN
+        RETURN NULL;
+    END IF;
+    PERFORM set_config(setting, '', true);
+    PERFORM count(pg_advisory_xact_lock(l.id))
+    FROM (SELECT DISTINCT hopper_sequence_lock_id(k) AS id FROM unnest(keys) AS k ORDER BY 1) AS l;
+    DELETE FROM hopper_sequence_blocks AS b
+    WHERE b.sequence_key = ANY (keys) AND EXISTS (SELECT FROM hopper_jobs AS j WHERE j.id = b.job_id);
     FOR round IN 1..100 LOOP
-        PERFORM FROM hopper_jobs AS j
-        WHERE (j.meta ->> 'hopper.sequence') = k AND j.state <> 'waiting' AND j.meta ? 'hopper.sequence'
-        FOR KEY SHARE OF j;
-        IF FOUND THEN
-            RETURN NULL;
-        END IF;
-        IF EXISTS (SELECT FROM hopper_sequence_blocks AS b WHERE b.sequence_key = k) THEN
-            RETURN NULL;
-        END IF;
-        IF hopper_sequence_promote(k) IS NOT NULL THEN
-            RETURN NULL;
-        END IF;
-        IF NOT EXISTS (SELECT FROM hopper_jobs AS w
-                       WHERE (w.meta ->> 'hopper.sequence') = k AND w.state = 'waiting') THEN
-            RETURN NULL; -- nothing waits: this job is gone (deleted in its own transaction)
+        SELECT coalesce(array_agg(h.id), '{}') INTO locked
+        FROM (SELECT j.id FROM hopper_jobs AS j
+              WHERE (j.meta ->> 'hopper.sequence') = ANY (keys) AND j.state <> 'waiting' AND j.meta ? 'hopper.sequence'
+              ORDER BY j.id
+              FOR KEY SHARE OF j) AS h;
+        SELECT coalesce(array_agg(j.id), '{}') INTO heads
+        FROM hopper_jobs AS j
+        WHERE (j.meta ->> 'hopper.sequence') = ANY (keys) AND j.state <> 'waiting' AND j.meta ? 'hopper.sequence';
+        EXIT WHEN heads <@ locked;
+        IF round = 100 THEN
+            RAISE EXCEPTION 'hopper: sequences: the heads of % kept changing while this commit locked them', keys;
         END IF;
     END LOOP;
-    RAISE EXCEPTION 'hopper: sequence %: could not place job % in 100 rounds', k, NEW.id;
+    SELECT array_agg(k) INTO keys
+    FROM unnest(keys) AS k
+    WHERE NOT EXISTS (SELECT FROM hopper_jobs AS j
+                      WHERE (j.meta ->> 'hopper.sequence') = k AND j.state <> 'waiting' AND j.meta ? 'hopper.sequence')
+      AND NOT EXISTS (SELECT FROM hopper_sequence_blocks AS b WHERE b.sequence_key = k);
+    IF keys IS NOT NULL THEN
+        PERFORM hopper_sequence_promote_keys(keys);
+    END IF;
+    RETURN NULL;
 END;
 $$;
 
@@ -150,33 +265,48 @@ CREATE CONSTRAINT TRIGGER hopper_jobs_sequence_place
     WHEN (NEW.meta ? 'hopper.sequence')
     EXECUTE FUNCTION hopper_sequence_place();
 
--- When a head leaves the job table: completed (acked, deleted) the next job
--- becomes the head; dead or cancelled (the statement that deleted it wrote
--- it to hopper_dead_jobs, which this trigger, fired at the statement's end,
--- sees) it blocks the sequence under the block policy, or lets the next
--- run under continue. Waiting jobs that leave fire nothing (the WHEN).
+-- When heads leave the job table (one call per deleting statement, over
+-- the rows it deleted: an acknowledgement batch of a thousand heads is a
+-- handful of set-based statements, not a thousand calls): a head that
+-- completed (acked, deleted) passes the turn to the next job of its key;
+-- one that ended dead or cancelled (the statement that deleted it wrote it
+-- to hopper_dead_jobs, which this trigger, fired at the statement's end,
+-- sees) blocks its key under the block policy, or passes the turn under
+-- continue. Deletes without a head of a sequence return at the first
+-- statement.
 CREATE FUNCTION hopper_sequence_advance() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    k text := OLD.meta ->> 'hopper.sequence';
-    ended record;
+    keys text[];
 BEGIN
-    SELECT d.state, d.reason INTO ended FROM hopper_dead_jobs AS d WHERE d.id = OLD.id;
-    IF FOUND AND coalesce(OLD.meta ->> 'hopper.sequence_policy', 'block') = 'block' THEN
-        INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
-        VALUES (k, OLD.id, OLD.queue, OLD.kind, ended.state, ended.reason)
-        ON CONFLICT (sequence_key) DO NOTHING;
+    SELECT array_agg(DISTINCT o.meta ->> 'hopper.sequence') INTO keys
+    FROM hopper_old_jobs AS o
+    WHERE o.state <> 'waiting' AND o.meta ? 'hopper.sequence';
+    IF keys IS NULL THEN
         RETURN NULL;
     END IF;
-    PERFORM hopper_sequence_promote(k);
+    INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
+    SELECT o.meta ->> 'hopper.sequence', o.id, o.queue, o.kind, d.state, d.reason
+    FROM hopper_old_jobs AS o
+    JOIN hopper_dead_jobs AS d ON d.id = o.id
+    WHERE o.state <> 'waiting' AND o.meta ? 'hopper.sequence'
+      AND coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'
+    ORDER BY 1
+    ON CONFLICT (sequence_key) DO NOTHING;
+    SELECT array_agg(k) INTO keys
+    FROM unnest(keys) AS k
+    WHERE NOT EXISTS (SELECT FROM hopper_sequence_blocks AS b WHERE b.sequence_key = k);
+    IF keys IS NOT NULL THEN
+        PERFORM hopper_sequence_promote_keys(keys);
+    END IF;
     RETURN NULL;
 END;
 $$;
 
 CREATE TRIGGER hopper_jobs_sequence_advance
     AFTER DELETE ON hopper_jobs
-    FOR EACH ROW
-    WHEN (OLD.state <> 'waiting' AND OLD.meta ? 'hopper.sequence')
+    REFERENCING OLD TABLE AS hopper_old_jobs
+    FOR EACH STATEMENT
     EXECUTE FUNCTION hopper_sequence_advance();
 
 -- An operator's skip of a blocked sequence's head: the block goes, the
@@ -243,6 +373,8 @@ BEGIN
     EXECUTE format('ALTER FUNCTION %1$I.hopper_enqueue_values(text, text, text, jsonb, integer, text, integer, timestamptz, interval, text, integer, jsonb, text) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_lock_id(text) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_promote(text) SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_promote_keys(text[]) SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_collect() SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_place() SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_advance() SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_skip(text) SET search_path = %1$I, pg_temp', current_schema());
