@@ -426,41 +426,65 @@ func TestSequenceWithFlowControl(t *testing.T) {
 	}
 }
 
-// TestSequenceEnqueueWhileHeadEnds: an enqueue whose commit finds the
-// key's head being acknowledged waits for that transaction, then sees the
-// job it promoted and places its own job behind it: one head, none
-// stranded.
+// TestSequenceEnqueueWhileHeadEnds: an enqueue that commits while the
+// key's head is being acknowledged. With no job waiting, the commit locks
+// the head, so it waits for the acknowledgement, then sees the head gone
+// and makes its job the head. With a job waiting, it locks that job
+// instead, which the acknowledgement promotes without waiting for the
+// enqueue, and its job waits behind it. One head, none stranded.
 func TestSequenceEnqueueWhileHeadEnds(t *testing.T) {
-	b := setup(t)
-	head := b.enqueue(t, email, "head", jobs.Sequence("race"))
-	next := b.enqueue(t, email, "next", jobs.Sequence("race"))
+	for _, tc := range []struct {
+		name      string
+		waiting   bool // a job waits behind the head
+		waitsAck  bool // the enqueue's commit waits for the acknowledgement
+		lateState jobs.State
+	}{
+		{"head alone", false, true, jobs.StatePending},
+		{"head and a waiting job", true, false, jobs.StateWaiting},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			head := b.enqueue(t, email, "head", jobs.Sequence("race"))
+			var next int64
+			if tc.waiting {
+				next = b.enqueue(t, email, "next", jobs.Sequence("race"))
+			}
+			ack, err := b.Pool.Begin(b.Ctx)
+			require.NoError(t, err)
+			defer func() { _ = ack.Rollback(b.Ctx) }()
+			_, err = ack.Exec(b.Ctx, "DELETE FROM hopper_jobs WHERE id = $1", head) // as an acknowledgement does
+			require.NoError(t, err)
+			var ackPID int32
+			require.NoError(t, ack.QueryRow(b.Ctx, "SELECT pg_backend_pid()").Scan(&ackPID))
 
-	ack, err := b.Pool.Begin(b.Ctx)
-	require.NoError(t, err)
-	defer func() { _ = ack.Rollback(b.Ctx) }()
-	_, err = ack.Exec(b.Ctx, "DELETE FROM hopper_jobs WHERE id = $1", head) // as an acknowledgement does
-	require.NoError(t, err)
-	var ackPID int32
-	require.NoError(t, ack.QueryRow(b.Ctx, "SELECT pg_backend_pid()").Scan(&ackPID))
-
-	type enqueued struct {
-		id  int64
-		err error
+			type enqueued struct {
+				id  int64
+				err error
+			}
+			done := make(chan enqueued, 1)
+			go func() {
+				res, err := email.Enqueue(b.Ctx, b.Pool, Email{To: "late"}, jobs.Sequence("race"))
+				done <- enqueued{res.ID, err}
+			}()
+			var late enqueued
+			if tc.waitsAck {
+				testdb.WaitFor(t, "the enqueue's commit waits for the head's row", func() bool {
+					var waiting bool
+					require.NoError(t, b.Pool.QueryRow(b.Ctx,
+						`SELECT count(*) > 0 FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, ackPID).Scan(&waiting))
+					return waiting
+				})
+				require.NoError(t, ack.Commit(b.Ctx))
+				late = <-done
+			} else {
+				late = <-done // committed without waiting for the acknowledgement
+				require.NoError(t, ack.Commit(b.Ctx))
+			}
+			require.NoError(t, late.err)
+			if tc.waiting {
+				require.Equal(t, jobs.StatePending, b.state(t, next), "the acknowledgement promoted the next job")
+			}
+			require.Equal(t, tc.lateState, b.state(t, late.id))
+		})
 	}
-	done := make(chan enqueued, 1)
-	go func() {
-		res, err := email.Enqueue(b.Ctx, b.Pool, Email{To: "late"}, jobs.Sequence("race"))
-		done <- enqueued{res.ID, err}
-	}()
-	testdb.WaitFor(t, "the enqueue's commit waits for the head's row", func() bool {
-		var waiting bool
-		require.NoError(t, b.Pool.QueryRow(b.Ctx,
-			`SELECT count(*) > 0 FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, ackPID).Scan(&waiting))
-		return waiting
-	})
-	require.NoError(t, ack.Commit(b.Ctx))
-	late := <-done
-	require.NoError(t, late.err)
-	require.Equal(t, jobs.StatePending, b.state(t, next), "the acknowledgement promoted the next job")
-	require.Equal(t, jobs.StateWaiting, b.state(t, late.id), "the new job waits behind it")
 }

@@ -122,9 +122,11 @@ $$;
 -- hopper_sequence_promote for many keys at once, none of which has a head
 -- or a block: one statement for all (an acknowledgement batch's keys, a
 -- commit's), then hopper_sequence_promote for any key whose first waiting
--- job changed under it. The promoted jobs are locked in id order, as every
--- statement that waits for job rows locks them; their queues are woken
--- once each, with the place in claim order of their first promoted job
+-- job changed under it. The promoted jobs are updated in id order (a loop
+-- over them sorted, each looked up by primary key), so they are locked in
+-- the order every statement that waits for job rows locks them, without a
+-- separate lock of each (a write of its own); their queues are woken once
+-- each, with the place in claim order of their first promoted job
 -- (as Notify does).
 CREATE FUNCTION hopper_sequence_promote_keys(keys text[]) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
@@ -132,22 +134,17 @@ DECLARE
     done text[];
     missed text;
 BEGIN
-    WITH next AS (
-        SELECT j.id
-        FROM hopper_jobs AS j
-        WHERE j.id IN (SELECT f.id
-                       FROM unnest(keys) AS k(key)
-                       CROSS JOIN LATERAL (SELECT w.id FROM hopper_jobs AS w
-                                           WHERE (w.meta ->> 'hopper.sequence') = k.key AND w.state = 'waiting'
-                                           ORDER BY w.id
-                                           LIMIT 1) AS f)
-        ORDER BY j.id
-        FOR UPDATE OF j
-    ), promoted AS (
+    WITH promoted AS (
         UPDATE hopper_jobs AS j
         SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'pending' END,
             run_at = greatest(j.run_at, now())
-        FROM next
+        FROM (SELECT f.id
+              FROM unnest(keys) AS k(key)
+              CROSS JOIN LATERAL (SELECT w.id FROM hopper_jobs AS w
+                                  WHERE (w.meta ->> 'hopper.sequence') = k.key AND w.state = 'waiting'
+                                  ORDER BY w.id
+                                  LIMIT 1) AS f
+              ORDER BY f.id) AS next
         WHERE j.id = next.id AND j.state = 'waiting'
         RETURNING j.id, j.queue, j.state, j.priority, j.run_at, j.meta ->> 'hopper.sequence' AS key
     ), woken AS (
@@ -164,9 +161,8 @@ BEGIN
     CROSS JOIN woken
     WHERE woken.sent >= 0;
     FOR missed IN
-        SELECT k.key FROM unnest(keys) AS k(key)
-        WHERE k.key <> ALL (done)
-          AND EXISTS (SELECT FROM hopper_jobs AS w WHERE (w.meta ->> 'hopper.sequence') = k.key AND w.state = 'waiting')
+        SELECT k.key FROM (SELECT unnest(keys) EXCEPT SELECT unnest(done)) AS k(key)
+        WHERE EXISTS (SELECT FROM hopper_jobs AS w WHERE (w.meta ->> 'hopper.sequence') = k.key AND w.state = 'waiting')
           AND NOT EXISTS (SELECT FROM hopper_jobs AS h
                           WHERE (h.meta ->> 'hopper.sequence') = k.key AND h.state <> 'waiting' AND h.meta ? 'hopper.sequence')
     LOOP
