@@ -36,7 +36,10 @@ func TestBenchSequencesRuns(t *testing.T) {
 				Runs  []json.RawMessage `json:"runs"`
 				Ratio float64           `json:"ratio_to_keyless"`
 			} `json:"rows"`
-			Plans struct {
+			DrainKeyless   []json.RawMessage `json:"drain_keyless"`
+			DrainSequences []json.RawMessage `json:"drain_sequences"`
+			DrainRatio     float64           `json:"drain_ratio"`
+			Plans          struct {
 				Waiting int64 `json:"waiting"`
 				Plans   []struct {
 					Name    string   `json:"name"`
@@ -62,6 +65,9 @@ func TestBenchSequencesRuns(t *testing.T) {
 		}
 	}
 	require.InDelta(t, 1.0, s.Rows[0].Ratio, 1e-9)
+	require.Len(t, s.DrainKeyless, 2, "keyless drains, first and last")
+	require.Len(t, s.DrainSequences, 2, "sequence drains, in the middle")
+	require.Positive(t, s.DrainRatio)
 
 	require.Positive(t, s.Plans.Waiting, "the table explained holds waiting jobs")
 	require.Len(t, s.Plans.Plans, 4, "custom and generic plans of the promotion and of the claim")

@@ -26,7 +26,12 @@ func runDrain(ctx context.Context, cfg Config) (*DrainResult, error) {
 	if err := addScheduled(ctx, s.pool, cfg.Scheduled); err != nil {
 		return nil, err
 	}
-	if err := enqueueSpread(ctx, s.pool, cfg.Jobs, queueNames(cfg.queues), cfg.payload()); err != nil {
+	if cfg.sequenced > 0 {
+		err = enqueueSequenced(ctx, s.pool, cfg.Jobs, cfg.sequenced, cfg.payload())
+	} else {
+		err = enqueueSpread(ctx, s.pool, cfg.Jobs, queueNames(cfg.queues), cfg.payload())
+	}
+	if err != nil {
 		return nil, err
 	}
 	// What autovacuum does after a burst of inserts: the statistics then

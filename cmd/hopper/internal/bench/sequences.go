@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hopperq/hopper/jobs"
 )
@@ -49,6 +50,14 @@ type SequencesResult struct {
 	Order []string `json:"order"`
 	// Rows is one row per kind: keyless, keys, keys_limit, sequences.
 	Rows []*SequencesRow `json:"rows"`
+	// DrainKeyless and DrainSequences are drains of the same backlog,
+	// Keys × 100 jobs, keyless and spread over Keys sequence keys (100
+	// each), run keyless, sequences, sequences, keyless; DrainRatio is the
+	// sequences' mean rate over keyless's. No producer runs: the claim,
+	// the acknowledgement and the promotion alone.
+	DrainKeyless   []*DrainResult `json:"drain_keyless"`
+	DrainSequences []*DrainResult `json:"drain_sequences"`
+	DrainRatio     float64        `json:"drain_ratio"`
 	// Plans, with --explain: EXPLAIN (ANALYZE, BUFFERS) of the sequence
 	// promotion and of the multi-queue claim over a table of waiting jobs.
 	Plans *SequencePlans `json:"plans,omitempty"`
@@ -107,6 +116,24 @@ func runSequences(ctx context.Context, cfg Config, logf func(string, ...any)) (*
 		r.Order = append(r.Order, k.name)
 		r.Rows[ki].Runs = append(r.Rows[ki].Runs, c)
 	}
+	// The drains: the same backlog, keyless then by sequence, mirrored.
+	drain := cfg
+	drain.Jobs, drain.Scheduled = cfg.Keys*100, 0
+	for _, sequenced := range []bool{false, true, true, false} {
+		run, label, into := drain, "keyless", &r.DrainKeyless
+		if sequenced {
+			run.sequenced, label, into = cfg.Keys, fmt.Sprintf("%d sequence keys", cfg.Keys), &r.DrainSequences
+		}
+		logf("sequences: drain of %d jobs, %s", run.Jobs, label)
+		d, err := runDrain(ctx, run)
+		if err != nil {
+			return r, fmt.Errorf("drain, %s: %w", label, err)
+		}
+		*into = append(*into, d)
+	}
+	if k := meanDrain(r.DrainKeyless); k > 0 {
+		r.DrainRatio = meanDrain(r.DrainSequences) / k
+	}
 	for _, row := range r.Rows {
 		row.SteadyWorkedPerSecond = meanSteady(row.Runs)
 		if keyless := r.Rows[0].SteadyWorkedPerSecond; keyless > 0 {
@@ -121,6 +148,17 @@ func runSequences(ctx context.Context, cfg Config, logf func(string, ...any)) (*
 		}
 	}
 	return r, nil
+}
+
+// enqueueSequenced enqueues n jobs spread round-robin over keys sequence
+// keys, in batches of 5,000: a drain's backlog of n/keys jobs per key.
+func enqueueSequenced(ctx context.Context, pool *pgxpool.Pool, n, keys int, payload benchJob) error {
+	for left := n; left > 0; left -= 5000 {
+		if _, err := noop.EnqueueMany(ctx, pool, sequenceItems(payload, min(left, 5000), keys, "seq-", nil)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sequenceItems is n jobs spread round-robin over keys sequence keys named
@@ -167,6 +205,28 @@ func (r *SequencesResult) Print(w io.Writer) {
 			}
 		}
 	}
+	if len(r.DrainKeyless)+len(r.DrainSequences) > 0 {
+		fmt.Fprintf(w, "sequences: drains of the same backlog (keys x 100 jobs), keyless, sequences, sequences, keyless; no producer\n")
+		for _, d := range []struct {
+			label string
+			runs  []*DrainResult
+		}{{"keyless", r.DrainKeyless}, {fmt.Sprintf("%d sequence keys, 100 jobs each", r.Keys), r.DrainSequences}} {
+			rates := make([]float64, len(d.runs))
+			for i, run := range d.runs {
+				rates[i] = run.JobsPerSecond
+			}
+			fmt.Fprintf(w, "  %-34s %12.0f jobs/s   runs %s\n", d.label, meanDrain(d.runs), rateList(rates))
+			for _, run := range d.runs {
+				for j, st := range run.Statements {
+					if j == 4 {
+						break
+					}
+					fmt.Fprintf(w, "    %-18s %9d calls  %9.0f ms  %7.3f ms/call  %8.1f buffers/call\n", st.Name, st.Calls, st.TotalMs, st.MeanMs, st.BuffersPerCall)
+				}
+			}
+		}
+		fmt.Fprintf(w, "  drain ratio sequences/keyless: %.2f\n", r.DrainRatio)
+	}
 	if p := r.Plans; p != nil {
 		p.Print(w)
 	}
@@ -185,6 +245,18 @@ func (r *SequencesResult) Print(w io.Writer) {
 func headRace(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "hopper_jobs_sequence_head_idx"
+}
+
+// meanDrain is the mean rate of drains.
+func meanDrain(runs []*DrainResult) float64 {
+	if len(runs) == 0 {
+		return 0
+	}
+	sum := 0.0
+	for _, d := range runs {
+		sum += d.JobsPerSecond
+	}
+	return sum / float64(len(runs))
 }
 
 // rateList prints rates compactly, whole jobs per second.
