@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
@@ -487,4 +488,33 @@ func TestSequenceEnqueueWhileHeadEnds(t *testing.T) {
 			require.Equal(t, tc.lateState, b.state(t, late.id))
 		})
 	}
+}
+
+// TestSequenceSweptHeadKeepsItsPlace: a head whose lease expired (its
+// worker gone) is swept back to pending, still the head, its followers
+// still waiting; one on its last attempt is swept to the dead table and
+// blocks its sequence.
+func TestSequenceSweptHeadKeepsItsPlace(t *testing.T) {
+	b := setup(t)
+	head := b.enqueue(t, email, "head", jobs.Sequence("swept"))
+	next := b.enqueue(t, email, "next", jobs.Sequence("swept"))
+	last := b.enqueue(t, email, "last", jobs.Sequence("doomed"), jobs.MaxAttempts(1))
+	behind := b.enqueue(t, email, "behind", jobs.Sequence("doomed"))
+	// Claimed by a worker that vanished: the leases ran out a minute ago.
+	_, err := b.Pool.Exec(b.Ctx, `UPDATE hopper_jobs SET state = 'running', attempt = attempt + 1, lease_owner = 'gone',
+		lease_until = now() - interval '1 minute' WHERE id = ANY ($1)`, []int64{head, last})
+	require.NoError(t, err)
+	swept, err := db.New(b.Pool).Sweep(b.Ctx, db.SweepParams{MaxJobs: 100})
+	require.NoError(t, err)
+	require.Len(t, swept, 2)
+
+	require.Equal(t, jobs.StatePending, b.state(t, head), "back in front")
+	require.Equal(t, jobs.StateWaiting, b.state(t, next), "never ahead of its head")
+	require.Equal(t, jobs.StateDead, b.state(t, last))
+	require.Equal(t, jobs.StateWaiting, b.state(t, behind))
+	info, err := b.client.GetSequence(b.Ctx, "doomed")
+	require.NoError(t, err)
+	require.NotNil(t, info.Blocked)
+	require.Equal(t, last, info.Blocked.JobID)
+	require.Contains(t, info.Blocked.Reason, "lease expired")
 }
