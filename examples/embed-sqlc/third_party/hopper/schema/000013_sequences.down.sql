@@ -11,6 +11,7 @@ DROP FUNCTION IF EXISTS hopper_sequence_skip(text);
 DROP FUNCTION IF EXISTS hopper_sequence_advance();
 DROP FUNCTION IF EXISTS hopper_sequence_place();
 DROP FUNCTION IF EXISTS hopper_sequence_collect();
+DROP FUNCTION IF EXISTS hopper_sequence_before(text, bigint);
 DROP FUNCTION IF EXISTS hopper_sequence_promote_keys(text[]);
 DROP FUNCTION IF EXISTS hopper_sequence_promote(text);
 DROP FUNCTION IF EXISTS hopper_sequence_lock_id(text);

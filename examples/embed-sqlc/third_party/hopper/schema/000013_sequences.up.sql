@@ -122,9 +122,11 @@ $$;
 -- hopper_sequence_promote for many keys at once, none of which has a head
 -- or a block: one statement for all (an acknowledgement batch's keys, a
 -- commit's), then hopper_sequence_promote for any key whose first waiting
--- job changed under it. The promoted jobs are locked in id order, as every
--- statement that waits for job rows locks them; their queues are woken
--- once each, with the place in claim order of their first promoted job
+-- job changed under it. The promoted jobs are updated in id order (a loop
+-- over them sorted, each looked up by primary key), so they are locked in
+-- the order every statement that waits for job rows locks them, without a
+-- separate lock of each (a write of its own); their queues are woken once
+-- each, with the place in claim order of their first promoted job
 -- (as Notify does).
 CREATE FUNCTION hopper_sequence_promote_keys(keys text[]) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
@@ -132,22 +134,17 @@ DECLARE
     done text[];
     missed text;
 BEGIN
-    WITH next AS (
-        SELECT j.id
-        FROM hopper_jobs AS j
-        WHERE j.id IN (SELECT f.id
-                       FROM unnest(keys) AS k(key)
-                       CROSS JOIN LATERAL (SELECT w.id FROM hopper_jobs AS w
-                                           WHERE (w.meta ->> 'hopper.sequence') = k.key AND w.state = 'waiting'
-                                           ORDER BY w.id
-                                           LIMIT 1) AS f)
-        ORDER BY j.id
-        FOR UPDATE OF j
-    ), promoted AS (
+    WITH promoted AS (
         UPDATE hopper_jobs AS j
         SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'pending' END,
             run_at = greatest(j.run_at, now())
-        FROM next
+        FROM (SELECT f.id
+              FROM unnest(keys) AS k(key)
+              CROSS JOIN LATERAL (SELECT w.id FROM hopper_jobs AS w
+                                  WHERE (w.meta ->> 'hopper.sequence') = k.key AND w.state = 'waiting'
+                                  ORDER BY w.id
+                                  LIMIT 1) AS f
+              ORDER BY f.id) AS next
         WHERE j.id = next.id AND j.state = 'waiting'
         RETURNING j.id, j.queue, j.state, j.priority, j.run_at, j.meta ->> 'hopper.sequence' AS key
     ), woken AS (
@@ -164,9 +161,8 @@ BEGIN
     CROSS JOIN woken
     WHERE woken.sent >= 0;
     FOR missed IN
-        SELECT k.key FROM unnest(keys) AS k(key)
-        WHERE k.key <> ALL (done)
-          AND EXISTS (SELECT FROM hopper_jobs AS w WHERE (w.meta ->> 'hopper.sequence') = k.key AND w.state = 'waiting')
+        SELECT k.key FROM (SELECT unnest(keys) EXCEPT SELECT unnest(done)) AS k(key)
+        WHERE EXISTS (SELECT FROM hopper_jobs AS w WHERE (w.meta ->> 'hopper.sequence') = k.key AND w.state = 'waiting')
           AND NOT EXISTS (SELECT FROM hopper_jobs AS h
                           WHERE (h.meta ->> 'hopper.sequence') = k.key AND h.state <> 'waiting' AND h.meta ? 'hopper.sequence')
     LOOP
@@ -175,23 +171,29 @@ BEGIN
 END;
 $$;
 
--- Each inserting statement notes the sequence keys of its new jobs in a
--- transaction-local setting (one per schema: the name carries the job
--- table's oid), for the placement at commit below.
+-- Each inserting statement notes, for each sequence key of its new jobs,
+-- the smallest new id, in a transaction-local setting (one per schema:
+-- the name carries the job table's oid), for the placement at commit
+-- below.
 CREATE FUNCTION hopper_sequence_collect() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     setting constant text := 'hopper.sequence_keys_' || TG_RELID::text;
-    keys jsonb;
+    firsts jsonb;
 BEGIN
     IF NOT EXISTS (SELECT FROM hopper_new_jobs AS n WHERE n.meta ? 'hopper.sequence') THEN
         RETURN NULL;
     END IF;
-    SELECT jsonb_agg(DISTINCT k.key) INTO keys
-    FROM (SELECT n.meta ->> 'hopper.sequence' AS key FROM hopper_new_jobs AS n WHERE n.meta ? 'hopper.sequence'
-          UNION ALL
-          SELECT e FROM jsonb_array_elements_text(coalesce(nullif(current_setting(setting, true), ''), '[]')::jsonb) AS e) AS k;
-    PERFORM set_config(setting, keys::text, true);
+    SELECT jsonb_object_agg(f.key, f.first) INTO firsts
+    FROM (SELECT a.key, min(a.id) AS first
+          FROM (SELECT n.meta ->> 'hopper.sequence' AS key, n.id
+                FROM hopper_new_jobs AS n
+                WHERE n.meta ? 'hopper.sequence'
+                UNION ALL
+                SELECT e.key, e.value::bigint
+                FROM jsonb_each_text(coalesce(nullif(current_setting(setting, true), ''), '{}')::jsonb) AS e) AS a
+          GROUP BY a.key) AS f;
+    PERFORM set_config(setting, firsts::text, true);
     RETURN NULL;
 END;
 $$;
@@ -202,28 +204,49 @@ CREATE TRIGGER hopper_jobs_sequence_collect
     FOR EACH STATEMENT
     EXECUTE FUNCTION hopper_sequence_collect();
 
+-- The job whose end makes first (a new job of the key, not committed yet)
+-- the first waiting job: the last waiting job before it, or, when none
+-- waits before it, the head. NULL when the key has neither. Without a
+-- search_path of its own, unlike the other functions, so that PostgreSQL
+-- inlines it into the statements of hopper_sequence_place (which has one).
+CREATE FUNCTION hopper_sequence_before(sequence_key text, first bigint) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(
+        (SELECT w.id FROM hopper_jobs AS w
+         WHERE (w.meta ->> 'hopper.sequence') = sequence_key AND w.state = 'waiting' AND w.id < first
+         ORDER BY w.id DESC
+         LIMIT 1),
+        (SELECT h.id FROM hopper_jobs AS h
+         WHERE (h.meta ->> 'hopper.sequence') = sequence_key AND h.state <> 'waiting' AND h.meta ? 'hopper.sequence'))
+$$;
+
 -- At commit (a deferred constraint trigger, fired for each new job of a
 -- sequence; the first firing does the work for every key the transaction
--- wrote to, the others find nothing left): with the keys' locks held, in
--- one hash order, each key's head is locked FOR KEY SHARE until the commit,
--- in id order as every statement that waits for job rows locks them, so
--- that no head can end meanwhile (its acknowledgement waits for this
--- commit, a moment), and the trigger of that acknowledgement then sees the
--- new jobs and promotes the next. A head that ended while this waited for
--- it is not locked; the next statement's fresh snapshot sees what its end
--- did (a promotion, a block), and the round runs again to lock the new
--- head. A key with no head and no block gets one: its first waiting job.
+-- wrote to, the others find nothing left), with the keys' locks held (in
+-- one hash order), for each key: the job whose end will make the first
+-- new job the first waiting one (hopper_sequence_before) is locked FOR KEY
+-- SHARE until the commit, in id order as every statement that waits for
+-- job rows locks them, so that it cannot end before the new jobs are
+-- visible: its deleter's trigger then promotes them in their turn. With a
+-- backlog that job is a waiting one, and the head's acknowledgement never
+-- waits for an enqueue; with none it is the head, whose acknowledgement
+-- waits for this commit, a moment. A job that ended before it was locked
+-- (meanwhile, or while this waited for its lock) is not locked; the round
+-- runs again, and its fresh snapshot sees what that end did (a promotion,
+-- a block), and which job is now before. A key with no head and no block
+-- gets one: its first waiting job.
 -- A dead head that came back (a retry) lifts its block.
 CREATE FUNCTION hopper_sequence_place() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     setting constant text := 'hopper.sequence_keys_' || TG_RELID::text;
     keys text[];
-    locked bigint[];
-    heads bigint[];
+    firsts bigint[];
+    before bigint[];
+    locked bigint;
 BEGIN
-    SELECT array_agg(e ORDER BY e) INTO keys
-    FROM jsonb_array_elements_text(coalesce(nullif(current_setting(setting, true), ''), '[]')::jsonb) AS e;
+    SELECT array_agg(e.key ORDER BY e.key), array_agg(e.value::bigint ORDER BY e.key) INTO keys, firsts
+    FROM jsonb_each_text(coalesce(nullif(current_setting(setting, true), ''), '{}')::jsonb) AS e;
     IF keys IS NULL THEN
         RETURN NULL;
     END IF;
@@ -233,17 +256,19 @@ BEGIN
     DELETE FROM hopper_sequence_blocks AS b
     WHERE b.sequence_key = ANY (keys) AND EXISTS (SELECT FROM hopper_jobs AS j WHERE j.id = b.job_id);
     FOR round IN 1..100 LOOP
-        SELECT coalesce(array_agg(h.id), '{}') INTO locked
+        SELECT coalesce(array_agg(b.id), '{}') INTO before
+        FROM (SELECT hopper_sequence_before(k.key, k.first) AS id FROM unnest(keys, firsts) AS k(key, first)) AS b
+        WHERE b.id IS NOT NULL;
+        SELECT count(*) INTO locked
         FROM (SELECT j.id FROM hopper_jobs AS j
-              WHERE (j.meta ->> 'hopper.sequence') = ANY (keys) AND j.state <> 'waiting' AND j.meta ? 'hopper.sequence'
+              WHERE j.id = ANY (before)
               ORDER BY j.id
-              FOR KEY SHARE OF j) AS h;
-        SELECT coalesce(array_agg(j.id), '{}') INTO heads
-        FROM hopper_jobs AS j
-        WHERE (j.meta ->> 'hopper.sequence') = ANY (keys) AND j.state <> 'waiting' AND j.meta ? 'hopper.sequence';
-        EXIT WHEN heads <@ locked;
+              FOR KEY SHARE OF j) AS l;
+        -- A job gone since the statement before (ended meanwhile, or while
+        -- this waited for its lock) is not locked: look again.
+        EXIT WHEN locked = cardinality(before);
         IF round = 100 THEN
-            RAISE EXCEPTION 'hopper: sequences: the heads of % kept changing while this commit locked them', keys;
+            RAISE EXCEPTION 'hopper: sequences: the jobs ahead of % kept changing while this commit locked them', keys;
         END IF;
     END LOOP;
     SELECT array_agg(k) INTO keys
