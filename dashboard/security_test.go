@@ -376,8 +376,8 @@ func TestOverviewReadsStatsOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(2), stats.Total.Ready, "email and other")
 	tot := stats.Total
-	want := fmt.Sprintf("<tfoot><tr><th>All</th><th>%d</th><th>%d</th><th>%d</th><th>%d</th><th>%d</th>",
-		tot.Ready, tot.Scheduled, tot.Running, tot.Dead, tot.Cancelled)
+	want := fmt.Sprintf("<tfoot><tr><th>All</th><th>%d</th><th>%d</th><th>%d</th><th>%d</th><th>%d</th><th>%d</th>",
+		tot.Ready, tot.Scheduled, tot.Running, tot.Waiting, tot.Dead, tot.Cancelled)
 	for _, path := range []string{"/", "/overview/live"} {
 		before := db.stats.Load()
 		body := get(path)

@@ -83,7 +83,7 @@ func TestOperateCLI(t *testing.T) {
 	require.Contains(t, r.stdout, "queue email was paused already (since ")
 	r = runHopper(t, d.URL, "", "queues", "list")
 	require.Zero(t, r.code, r.stderr)
-	require.Regexp(t, `(?m)^QUEUE\s+STATE\s+WORKERS\s+READY\s+SCHEDULED\s+RUNNING\s+DEAD\s+CANCELLED\s+CLAIM LAG$`, r.stdout)
+	require.Regexp(t, `(?m)^QUEUE\s+STATE\s+WORKERS\s+READY\s+SCHEDULED\s+RUNNING\s+WAITING\s+DEAD\s+CANCELLED\s+CLAIM LAG$`, r.stdout)
 	require.Regexp(t, `(?m)^email\s+paused since \S+ \S+\s+no worker\s+2\s+0\s+0\s+0\s+0`, r.stdout)
 	require.Regexp(t, `(?m)^default\s+active\s+no worker\s+0\s+1\s+0`, r.stdout)
 	r = runHopper(t, d.URL, "", "stats")

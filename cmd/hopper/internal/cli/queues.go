@@ -112,9 +112,9 @@ func listQueues(e *env, client *hopper.Client, asJSON bool) error {
 	if asJSON {
 		return json.NewEncoder(e.stdout).Encode(rows)
 	}
-	return printTable(e.stdout, "queues", "QUEUE\tSTATE\tWORKERS\tREADY\tSCHEDULED\tRUNNING\tDEAD\tCANCELLED\tCLAIM LAG", queues, func(q hopper.QueueInfo) string {
-		return fmt.Sprintf("%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s", q.Name, queueState(q.PausedAt), workers(q.Workers), q.Ready, q.Scheduled, q.Running,
-			q.Dead, q.Cancelled, q.OldestReady.Round(time.Millisecond))
+	return printTable(e.stdout, "queues", "QUEUE\tSTATE\tWORKERS\tREADY\tSCHEDULED\tRUNNING\tWAITING\tDEAD\tCANCELLED\tCLAIM LAG", queues, func(q hopper.QueueInfo) string {
+		return fmt.Sprintf("%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s", q.Name, queueState(q.PausedAt), workers(q.Workers), q.Ready, q.Scheduled, q.Running,
+			q.Waiting, q.Dead, q.Cancelled, q.OldestReady.Round(time.Millisecond))
 	})
 }
 

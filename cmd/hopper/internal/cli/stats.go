@@ -49,7 +49,7 @@ func statsCommand() *command {
 	return &command{
 		name:    "stats",
 		args:    "[--watch] [--interval D] [--json]",
-		summary: "per queue and kind: ready, scheduled, running, dead, cancelled, claim lag, retry rate; the queue active or paused, and its live workers; throughput with --watch",
+		summary: "per queue and kind: ready, scheduled, running, waiting, dead, cancelled, claim lag, retry rate; the queue active or paused, and its live workers; throughput with --watch",
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&watch, "watch", false, "redraw every --interval until Ctrl-C")
 			fs.BoolVar(&asJSON, "json", false, "print JSON (one object per refresh)")
@@ -117,13 +117,13 @@ func printStats(w io.Writer, r statsReport) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "QUEUE\tKIND\tREADY\tSCHEDULED\tRUNNING\tDEAD\tCANCELLED\tCLAIM LAG\tRETRY RATE\tSTATE\tWORKERS\t")
+	fmt.Fprintln(tw, "QUEUE\tKIND\tREADY\tSCHEDULED\tRUNNING\tWAITING\tDEAD\tCANCELLED\tCLAIM LAG\tRETRY RATE\tSTATE\tWORKERS\t")
 	for _, s := range r.Queues {
 		state := "active"
 		if s.Paused {
 			state = "paused"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%.1f%%\t%s\t%s\t\n", s.Queue, s.Kind, s.Ready, s.Scheduled, s.Running, s.Dead,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%.1f%%\t%s\t%s\t\n", s.Queue, s.Kind, s.Ready, s.Scheduled, s.Running, s.Waiting, s.Dead,
 			s.Cancelled, (time.Duration(s.OldestReadySeconds * float64(time.Second))).Round(time.Millisecond), 100*s.RetryRate, state, workers(s.Workers))
 	}
 	tw.Flush()
