@@ -28,6 +28,10 @@ var (
 	// ErrInvalidConcurrencyKey: empty, over-long, not valid UTF-8, or a
 	// KeyBy function that panicked.
 	ErrInvalidConcurrencyKey = errors.New("hopper: invalid concurrency key")
+	// ErrInvalidSequenceKey: an empty or over-long sequence key, text that
+	// is not valid UTF-8, an unknown policy, or a SequenceBy function that
+	// panicked.
+	ErrInvalidSequenceKey = errors.New("hopper: invalid sequence key")
 	// ErrMarshal: the payload could not be encoded as JSON.
 	ErrMarshal = errors.New("hopper: payload does not marshal to JSON")
 	// ErrPayloadTooLarge: the encoded payload is over the kind's limit.

@@ -38,11 +38,6 @@ const (
 	SequenceContinue SequencePolicy = "continue"
 )
 
-// ErrInvalidSequenceKey: an empty or over-long sequence key, text that is
-// not valid UTF-8, an unknown policy, or a SequenceBy function that
-// panicked.
-var ErrInvalidSequenceKey = errors.New("hopper: invalid sequence key")
-
 // Sequence puts the job in the named sequence: the jobs of one key run one
 // at a time, in the order their enqueues committed (which within a key is
 // also the order of their ids: an enqueue holds its keys' lock until its
