@@ -105,6 +105,10 @@ func TestCLIJSONSnakeCase(t *testing.T) {
 	enqueue("--kind", "held", "--queue", "held", "--concurrency-key", "acme")
 	run("jobs", "cancel", enqueue("--kind", "held", "--queue", "held"))
 	run("queues", "pause", "held")
+	// A sequence blocked by its cancelled head, one job behind it.
+	head := enqueue("--kind", "held", "--queue", "held", "--sequence", "json-seq")
+	enqueue("--kind", "held", "--queue", "held", "--sequence", "json-seq")
+	run("jobs", "cancel", head)
 	testdb.WaitFor(t, "the schedules defined", func() bool { return strings.Contains(run("schedules", "list"), "weekly") })
 	run("schedules", "pause", "weekly")
 	run("schedules", "trigger", "nightly")
@@ -128,6 +132,8 @@ func TestCLIJSONSnakeCase(t *testing.T) {
 		{[]string{"dead", "show", dead}, []string{".errors[].error", ".finished_at"}},
 		{[]string{"history", "list"}, []string{".jobs[].finished_at"}},
 		{[]string{"history", "show", done}, []string{".finished_at"}},
+		{[]string{"sequences", "list"}, []string{".sequences[].job_id", ".sequences[].blocked_at", ".sequences[].waiting_capped"}},
+		{[]string{"sequences", "show", "json-seq"}, []string{".blocked.job_id", ".waiting"}},
 	}
 	// bench's report: its types are checked by cmd/hopper/internal/cli's
 	// TestJSONFieldNames (a run takes minutes).
