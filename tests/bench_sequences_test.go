@@ -70,7 +70,7 @@ func TestBenchSequencesRuns(t *testing.T) {
 	require.Positive(t, s.DrainRatio)
 
 	require.Positive(t, s.Plans.Waiting, "the table explained holds waiting jobs")
-	require.Len(t, s.Plans.Plans, 4, "custom and generic plans of the promotion and of the claim")
+	require.Len(t, s.Plans.Plans, 6, "custom and generic plans of the promotion of one key and of many, and of the claim")
 	for _, p := range s.Plans.Plans {
 		if os.Getenv("HOPPER_EXPLAIN") != "" {
 			t.Logf("%s (generic %v):\n%s", p.Name, p.Generic, p.Plan)

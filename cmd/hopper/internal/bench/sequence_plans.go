@@ -46,6 +46,7 @@ type PlanReport struct {
 // The names of the statements explained.
 const (
 	PlanPromote       = "sequence promotion (hopper_sequence_promote's UPDATE)"
+	PlanPromoteKeys   = "batch promotion of a quarter of the keys (hopper_sequence_promote_keys' statement, as an acknowledgement's trigger runs it)"
 	PlanDequeueQueues = "DequeueQueues"
 )
 
@@ -101,6 +102,19 @@ func explainSequences(ctx context.Context, dbURL string, n, keys int) (*Sequence
 		return nil, err
 	}
 	key := fmt.Sprintf("seq-%d", keys/2)
+	// The batch promotion, for a quarter of the keys (an acknowledgement
+	// batch's heads), from hopper_sequence_promote_keys' source.
+	if err := s.pool.QueryRow(ctx, "SELECT prosrc FROM pg_proc WHERE oid = 'hopper_sequence_promote_keys(text[])'::regprocedure").Scan(&src); err != nil {
+		return nil, err
+	}
+	promoteKeys, err := promoteKeysStatement(src)
+	if err != nil {
+		return nil, err
+	}
+	var quarter []string
+	for k := 0; k < keys; k += 4 {
+		quarter = append(quarter, fmt.Sprintf("seq-%d", k))
+	}
 
 	// The claim: DequeueQueues as the generated code sends it, each queue
 	// from the start of its cursor, as many jobs as there are heads.
@@ -118,19 +132,25 @@ func explainSequences(ctx context.Context, dbURL string, n, keys int) (*Sequence
 	// The promotion runs once its key's head is gone: the head is deleted
 	// first, in the same transaction, with the trigger that would promote
 	// at once disabled (rolled back with the rest).
-	headGone := func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "ALTER TABLE hopper_jobs DISABLE TRIGGER hopper_jobs_sequence_advance"); err != nil {
+	headsGone := func(keys ...string) func(tx pgx.Tx) error {
+		return func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "ALTER TABLE hopper_jobs DISABLE TRIGGER hopper_jobs_sequence_advance"); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "DELETE FROM hopper_jobs WHERE (meta ->> 'hopper.sequence') = ANY ($1) AND state <> 'waiting'", keys)
 			return err
 		}
-		_, err := tx.Exec(ctx, "DELETE FROM hopper_jobs WHERE (meta ->> 'hopper.sequence') = $1 AND state <> 'waiting'", key)
-		return err
 	}
 	for _, st := range []struct {
 		name   string
 		sql    string
 		args   []any
 		before func(pgx.Tx) error
-	}{{PlanPromote, promote, []any{key}, headGone}, {PlanDequeueQueues, c.sql, c.args, nil}} {
+	}{
+		{PlanPromote, promote, []any{key}, headsGone(key)},
+		{PlanPromoteKeys, promoteKeys, []any{quarter}, headsGone(quarter...)},
+		{PlanDequeueQueues, c.sql, c.args, nil},
+	} {
 		for _, generic := range []bool{false, true} {
 			plan, err := explain(ctx, s, st.sql, st.args, st.before, generic)
 			if err != nil {
@@ -152,6 +172,19 @@ func promoteStatement(src string) (string, error) {
 		return "", fmt.Errorf("hopper_sequence_promote: no UPDATE … INTO next in its source")
 	}
 	return regexp.MustCompile(`\bsequence_key\b`).ReplaceAllLiteralString(src[start:end], "$1"), nil
+}
+
+// promoteKeysStatement is the statement of hopper_sequence_promote_keys'
+// source (WITH promoted AS (UPDATE …) … SELECT …), with keys as $1 and
+// without its INTO.
+func promoteKeysStatement(src string) (string, error) {
+	start := strings.Index(src, "WITH promoted AS (")
+	end := strings.Index(src, "WHERE woken.sent >= 0;")
+	if start < 0 || end < start {
+		return "", fmt.Errorf("hopper_sequence_promote_keys: no WITH promoted AS (…) … WHERE woken.sent >= 0; in its source")
+	}
+	sql := strings.Replace(src[start:end], " INTO done", "", 1)
+	return regexp.MustCompile(`\bunnest\(keys\)`).ReplaceAllLiteralString(sql, "unnest($1::text[])"), nil
 }
 
 var (
