@@ -518,3 +518,50 @@ func TestSequenceSweptHeadKeepsItsPlace(t *testing.T) {
 	require.Equal(t, last, info.Blocked.JobID)
 	require.Contains(t, info.Blocked.Reason, "lease expired")
 }
+
+// TestSequenceSQLBatchesNeverDeadlock: hopper_enqueue_many takes all its
+// sequence keys' locks at once, in one order: batches naming the same keys
+// in opposite orders, from concurrent transactions, never deadlock.
+func TestSequenceSQLBatchesNeverDeadlock(t *testing.T) {
+	b := setup(t)
+	batch := func(keys ...string) string {
+		out := "["
+		for i, k := range keys {
+			if i > 0 {
+				out += ","
+			}
+			out += fmt.Sprintf(`{"kind": "email", "payload": {}, "meta": {"hopper.sequence": %q}}`, k)
+		}
+		return out + "]"
+	}
+	orders := [][]string{{"a", "b", "c", "d"}, {"d", "c", "b", "a"}, {"b", "d", "a", "c"}}
+	var wg sync.WaitGroup
+	for _, keys := range orders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 25 {
+				tx, err := b.Pool.Begin(b.Ctx)
+				if !assertNoError(t, err) {
+					return
+				}
+				_, err = tx.Exec(b.Ctx, "SELECT count(*) FROM hopper_enqueue_many($1)", batch(keys...))
+				if !assertNoError(t, err) {
+					_ = tx.Rollback(b.Ctx)
+					return
+				}
+				// Hold the locks a moment, as an application's transaction would.
+				_, err = tx.Exec(b.Ctx, "SELECT pg_sleep(0.002)")
+				assertNoError(t, err)
+				assertNoError(t, tx.Commit(b.Ctx))
+			}
+		}()
+	}
+	wg.Wait()
+	for _, k := range orders[0] {
+		info, err := b.client.GetSequence(b.Ctx, k)
+		require.NoError(t, err)
+		require.NotZero(t, info.HeadID, k)
+		require.EqualValues(t, 3*25-1, info.Waiting, k)
+	}
+}

@@ -1,5 +1,7 @@
 -- Back to no sequences: waiting jobs become ready (or scheduled) as they
 -- are, in no particular order among their key.
+DROP FUNCTION IF EXISTS hopper_enqueue_many(jsonb);
+ALTER FUNCTION hopper_enqueue_many_checked(jsonb) RENAME TO hopper_enqueue_many;
 DROP FUNCTION IF EXISTS hopper_enqueue_values(text, text, text, jsonb, integer, text, integer, timestamptz, interval, text, integer, jsonb, text);
 ALTER FUNCTION hopper_enqueue_values_checked(text, text, text, jsonb, integer, text, integer, timestamptz, interval, text, integer, jsonb, text)
     RENAME TO hopper_enqueue_values;

@@ -11,7 +11,7 @@ import (
 
 // sequenceObjects are what migration 13 (sequences) adds.
 var sequenceObjects = []string{
-	"function hopper_enqueue_values_checked", "function hopper_sequence_advance", "function hopper_sequence_before", "function hopper_sequence_collect", "function hopper_sequence_lock_id",
+	"function hopper_enqueue_many_checked", "function hopper_enqueue_values_checked", "function hopper_sequence_advance", "function hopper_sequence_before", "function hopper_sequence_collect", "function hopper_sequence_lock_id",
 	"function hopper_sequence_place", "function hopper_sequence_promote", "function hopper_sequence_promote_keys", "function hopper_sequence_skip",
 	"relation hopper_jobs_sequence_head_idx", "relation hopper_jobs_sequence_waiting_idx",
 	"relation hopper_sequence_blocks", "relation hopper_sequence_blocks_pkey",

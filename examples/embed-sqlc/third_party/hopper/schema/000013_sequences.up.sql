@@ -393,8 +393,33 @@ BEGIN
 END;
 $$;
 
+-- A batch takes its sequence keys' locks before its first job, all at
+-- once and in one hash order, as Go's batches do: taken job by job, in the
+-- array's order, two batches naming the same keys in opposite orders
+-- would deadlock. (Each job's lock in hopper_enqueue_values is then taken
+-- again, which costs nothing.) A malformed array takes no lock here: the
+-- checks of the function renamed below refuse it.
+ALTER FUNCTION hopper_enqueue_many(jsonb) RENAME TO hopper_enqueue_many_checked;
+
+CREATE FUNCTION hopper_enqueue_many(jobs jsonb)
+RETURNS TABLE (id bigint, inserted boolean)
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF jsonb_typeof(jobs) = 'array' THEN
+        PERFORM count(pg_advisory_xact_lock(l.id))
+        FROM (SELECT DISTINCT hopper_sequence_lock_id(e -> 'meta' ->> 'hopper.sequence') AS id
+              FROM jsonb_array_elements(jobs) AS e
+              WHERE jsonb_typeof(e) = 'object' AND jsonb_typeof(e -> 'meta') = 'object'
+                AND jsonb_typeof(e -> 'meta' -> 'hopper.sequence') = 'string'
+              ORDER BY 1) AS l;
+    END IF;
+    RETURN QUERY SELECT c.id, c.inserted FROM hopper_enqueue_many_checked(jobs) AS c;
+END;
+$$;
+
 DO $$
 BEGIN
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_enqueue_many(jsonb) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_enqueue_values(text, text, text, jsonb, integer, text, integer, timestamptz, interval, text, integer, jsonb, text) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_lock_id(text) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_promote(text) SET search_path = %1$I, pg_temp', current_schema());
