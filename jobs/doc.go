@@ -52,7 +52,12 @@
 // UniqueFields). ConcurrencyKey (or a
 // kind's KeyBy, which derives it from the payload) puts the job under a
 // concurrency key, for the workers' flow control: per-key limits, rate
-// limits per key and fair queues (see worker.FlowControl).
+// limits per key and fair queues (see worker.FlowControl). Sequence (or a
+// kind's SequenceBy) puts the job in a sequence: the jobs of one key run
+// one at a time, in the order their enqueues committed, the ones behind
+// the head waiting (StateWaiting) until its end passes them the turn; a
+// head that ends dead or cancelled blocks its sequence unless
+// SequenceOnDead says SequenceContinue (see docs/sequences.md).
 //
 // EnqueueMany inserts a batch of one kind; EnqueueBatch a batch of any
 // kinds (each entry made with Kind.Entry). A plain batch of up to 256 jobs
@@ -92,7 +97,8 @@
 // Bad input is refused before anything is written, with errors that say
 // what was wrong and match with errors.Is: ErrInvalidQueue,
 // ErrInvalidPriority, ErrInvalidMaxAttempts, ErrInvalidRunAt,
-// ErrInvalidUniqueKey, ErrInvalidConcurrencyKey, ErrMarshal, ErrPayloadTooLarge (1 MiB unless the
+// ErrInvalidUniqueKey, ErrInvalidConcurrencyKey, ErrInvalidSequenceKey,
+// ErrMarshal, ErrPayloadTooLarge (1 MiB unless the
 // kind sets MaxPayloadBytes).
 //
 // # Changing a payload: versions and upgrades
