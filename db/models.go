@@ -160,3 +160,13 @@ type HopperWorker struct {
 	StaleAfterMs  int64      `json:"stale_after_ms"`
 	ReleasedAt    *time.Time `json:"released_at"`
 }
+
+type HopperWorkflowDep struct {
+	ParentID int64 `json:"parent_id"`
+	ChildID  int64 `json:"child_id"`
+}
+
+type HopperWorkflowWait struct {
+	ChildID     int64 `json:"child_id"`
+	ParentsLeft int32 `json:"parents_left"`
+}

@@ -305,6 +305,9 @@ func insertPlain(ctx context.Context, dbtx DBTX, entries []Entry) (BatchResult, 
 		p.Priorities[i], p.MaxAttempts[i], p.Metas[i] = int16(e.o.priority), int32(e.o.maxAttempts), e.o.metaRaw
 		p.ConcurrencyKeys[i] = e.ConcurrencyKey()
 		p.RunAts[i], p.States[i] = e.o.batchRunAt(clock) // "" and a zero time: ready now
+		if e.o.waiting {                                 // a workflow step with parents: it waits, until its run_at once they end
+			p.States[i] = "waiting"
+		}
 	}
 	ids, err := db.New(dbtx).EnqueueBatchPlain(ctx, p)
 	if err != nil {

@@ -29,6 +29,7 @@ type enqueueOptions struct {
 	key            *string // concurrency key
 	sequence       *string // sequence key (sequence.go)
 	sequencePolicy SequencePolicy
+	waiting        bool // a workflow step with parents (workflow.go)
 	meta           Meta
 	metaRaw        json.RawMessage // meta encoded, by validate
 

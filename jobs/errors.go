@@ -32,6 +32,14 @@ var (
 	// is not valid UTF-8, an unknown policy, or a SequenceBy function that
 	// panicked.
 	ErrInvalidSequenceKey = errors.New("hopper: invalid sequence key")
+	// ErrInvalidWorkflow: a workflow that cannot be enqueued: an empty or
+	// repeated step name, a parent that is no step of it, a cycle, no
+	// steps or too many, a step with a unique or sequence key.
+	ErrInvalidWorkflow = errors.New("hopper: invalid workflow")
+	// ErrNoResult: ParentResult found no result: no parent of that name,
+	// or one that failed, has not ended, is no longer kept, or returned
+	// none.
+	ErrNoResult = errors.New("hopper: no result")
 	// ErrMarshal: the payload could not be encoded as JSON.
 	ErrMarshal = errors.New("hopper: payload does not marshal to JSON")
 	// ErrPayloadTooLarge: the encoded payload is over the kind's limit.

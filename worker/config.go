@@ -155,6 +155,14 @@ type Config struct {
 	// costs no extra round trip; see docs/benchmarks.md for what it costs the
 	// database.
 	KeepHistoryByQueue map[string]time.Duration
+	// KeepWorkflowSteps keeps the completed steps of workflows in the
+	// history, with their handlers' results, for at least this long: their
+	// children read the results (jobs.ParentResult), and
+	// hopper.Client's ListWorkflow shows the steps. A kind or queue that
+	// keeps history longer keeps its steps longer. Default 7 days; negative
+	// keeps none (children then find their parents "gone", and results
+	// are lost).
+	KeepWorkflowSteps time.Duration
 	// DeadRetention, when positive, deletes dead and cancelled jobs that
 	// ended longer ago than this: every worker that sets it prunes them in
 	// bounded batches on its sweep interval. Default 0: kept until purged.
@@ -296,6 +304,9 @@ func (c Config) withDefaults() (Config, error) {
 		if d < 0 {
 			return c, fmt.Errorf("%w: KeepHistory of queue %q: negative duration %v", ErrInvalidConfig, q, d)
 		}
+	}
+	if c.KeepWorkflowSteps == 0 {
+		c.KeepWorkflowSteps = 7 * 24 * time.Hour
 	}
 	if c.ScheduleStaleAfter == 0 {
 		c.ScheduleStaleAfter = 5 * time.Minute

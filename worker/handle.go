@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -189,4 +190,19 @@ func (h *handler) keepFor(cfg *Config, queue string) time.Duration {
 		return max(h.keep, 0)
 	}
 	return cfg.KeepHistoryByQueue[queue]
+}
+
+// workflowStepKey is the key that names a workflow step's workflow in its
+// stored metadata. Searching the JSON's text for it is cheap, and a false
+// match (the text inside some value) only keeps a job longer.
+var workflowStepKey = []byte(`"` + jobs.MetaWorkflow + `"`)
+
+// keepRow is keepFor for one claimed row: a workflow's step is kept at
+// least KeepWorkflowSteps, for its children and for ListWorkflow.
+func (h *handler) keepRow(cfg *Config, row db.HopperJob) time.Duration {
+	keep := h.keepFor(cfg, row.Queue)
+	if cfg.KeepWorkflowSteps > 0 && bytes.Contains(row.Meta, workflowStepKey) {
+		keep = max(keep, cfg.KeepWorkflowSteps)
+	}
+	return keep
 }

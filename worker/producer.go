@@ -235,7 +235,7 @@ func (p *producer) fetch(ctx context.Context, n int) (int, error) {
 	rates := p.rateClaimsOf(rows)
 	for i, row := range rows {
 		h := p.handlers.of(row.Kind)
-		keep := h.keepFor(p.cfg, row.Queue)
+		keep := h.keepRow(p.cfg, row)
 		c := p.held.add(row, p, sent, keep)
 		p.metrics.claimed(row.Queue, row.Kind, now.Sub(row.RunAt))
 		// Decoding here, in one busy goroutine, rather than in the handler

@@ -160,3 +160,13 @@ type HopperWorker struct {
 	StaleAfterMs  int64
 	ReleasedAt    *time.Time
 }
+
+type HopperWorkflowDep struct {
+	ParentID int64
+	ChildID  int64
+}
+
+type HopperWorkflowWait struct {
+	ChildID     int64
+	ParentsLeft int32
+}

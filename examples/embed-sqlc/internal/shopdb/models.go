@@ -161,6 +161,16 @@ type HopperWorker struct {
 	ReleasedAt    *time.Time
 }
 
+type HopperWorkflowDep struct {
+	ParentID int64
+	ChildID  int64
+}
+
+type HopperWorkflowWait struct {
+	ChildID     int64
+	ParentsLeft int32
+}
+
 type Order struct {
 	ID          int64
 	Customer    string

@@ -1,0 +1,91 @@
+-- Workflows (migration 14): steps are jobs whose meta names their
+-- workflow ("hopper.workflow") and step ("hopper.step"); the counting down
+-- of a step's parents and its promotion are the triggers'
+-- (hopper_jobs_workflow_advance, hopper_jobs_workflow_returned). These
+-- statements add steps, show a workflow and hand it to an operator.
+
+-- name: LinkWorkflow :one
+-- Records the edges parents[i] → children[i] of steps just inserted
+-- waiting, in this transaction, and counts each child's parents still to
+-- end (hopper_workflow_link): parents with ids from first_new on are new
+-- steps of the same transaction; older ones must be steps of the child's
+-- workflow and are locked until the commit. A step whose parents have all
+-- ended is decided now; decided says how many were.
+SELECT hopper_workflow_link(@parents::bigint[], @children::bigint[], @first_new::bigint)::integer AS decided;
+
+-- name: ListWorkflowSteps :many
+-- A workflow's steps, in id order, wherever they are (live, dead or
+-- cancelled, completed and kept in the history), up to max_steps after
+-- after_id, each with its parents' ids in id order. A completed step
+-- leaves the list when its history row expires.
+SELECT a.id, a.queue, a.kind, a.state, coalesce(a.meta ->> 'hopper.step', '')::text AS step,
+       coalesce(a.meta ->> 'hopper.workflow_policy', 'cancel')::text AS policy,
+       a.attempt, a.max_attempts, a.run_at, a.created_at, a.finished_at, a.reason,
+       ARRAY(SELECT d.parent_id FROM hopper_workflow_deps AS d WHERE d.child_id = a.id ORDER BY d.parent_id)::bigint[] AS parents
+FROM hopper_all_jobs AS a
+WHERE a.meta ? 'hopper.workflow' AND (a.meta ->> 'hopper.workflow') = @workflow::text
+  AND a.id > @after_id::bigint
+ORDER BY a.id
+LIMIT @max_steps::integer;
+
+-- name: LiveWorkflowSteps :many
+-- The ids of a workflow's live steps (pending, scheduled, running,
+-- waiting), in id order: what cancelling it whole cancels.
+SELECT j.id
+FROM hopper_jobs AS j
+WHERE j.meta ? 'hopper.workflow' AND (j.meta ->> 'hopper.workflow') = @workflow::text
+ORDER BY j.id;
+
+-- name: RetryWorkflow :many
+-- Brings every dead or cancelled step of a workflow back
+-- (hopper_workflow_retry): each waits for its parents still to end, or
+-- runs now when none is left. Returns their ids.
+SELECT r.id::bigint AS id FROM hopper_workflow_retry(@workflow::text) AS r(id);
+
+-- name: WorkflowParents :many
+-- The parents of a step, in id order: each one's step name, where it is
+-- (a live state; dead or cancelled; completed when kept in the history;
+-- gone: completed and no longer kept, or deleted) and, when completed and
+-- kept, its handler's result.
+SELECT d.parent_id AS id,
+       coalesce(a.meta ->> 'hopper.step', '')::text AS step,
+       coalesce(a.state, 'gone')::text AS state,
+       a.result
+FROM hopper_workflow_deps AS d
+LEFT JOIN hopper_all_jobs AS a ON a.id = d.parent_id
+WHERE d.child_id = @child_id::bigint
+ORDER BY d.parent_id;
+
+-- name: WorkflowParentCounts :one
+-- How a step's parents ended: completed (acked or deleted: not in the dead
+-- table, not live), dead, cancelled, and still live. What a batch's
+-- callback reports.
+SELECT count(*) FILTER (WHERE x.id IS NULL AND j.id IS NULL)::bigint AS completed,
+       count(*) FILTER (WHERE x.state = 'dead')::bigint AS dead,
+       count(*) FILTER (WHERE x.state = 'cancelled')::bigint AS cancelled,
+       count(*) FILTER (WHERE j.id IS NOT NULL)::bigint AS live
+FROM hopper_workflow_deps AS d
+LEFT JOIN hopper_dead_jobs AS x ON x.id = d.parent_id
+LEFT JOIN hopper_jobs AS j ON j.id = d.parent_id
+WHERE d.child_id = @child_id::bigint;
+
+-- name: PruneWorkflowEdges :execrows
+-- Deletes up to max_edges edges whose child is gone from every table (it
+-- completed and its history row expired, or it was purged), and the
+-- counts of steps no longer live. Workers run it with the history's
+-- prune; SKIP LOCKED lets them all at once.
+WITH gone AS (
+    SELECT d.parent_id, d.child_id
+    FROM hopper_workflow_deps AS d
+    WHERE NOT EXISTS (SELECT FROM hopper_jobs AS j WHERE j.id = d.child_id)
+      AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x WHERE x.id = d.child_id)
+      AND NOT EXISTS (SELECT FROM hopper_job_history AS h WHERE h.id = d.child_id)
+    LIMIT @max_edges::integer
+    FOR UPDATE SKIP LOCKED
+), waits AS (
+    DELETE FROM hopper_workflow_waits AS w
+    WHERE w.child_id IN (SELECT gone.child_id FROM gone)
+)
+DELETE FROM hopper_workflow_deps AS d
+USING gone
+WHERE d.parent_id = gone.parent_id AND d.child_id = gone.child_id;

@@ -1,0 +1,130 @@
+package hopper
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/jobs"
+)
+
+// WorkflowStep is one step of a workflow as it stands (jobs.Workflow
+// enqueues them).
+type WorkflowStep struct {
+	ID    int64
+	Step  string
+	Queue string
+	Kind  string
+	// State is the step's: waiting (for its parents), pending, scheduled,
+	// running, completed (kept in the history: see the worker's
+	// KeepWorkflowSteps), dead or cancelled.
+	State jobs.State
+	// Policy is what the step does when a parent fails.
+	Policy jobs.WorkflowPolicy
+	// Parents are the ids of the steps it runs after, in id order.
+	Parents     []int64
+	Attempt     int
+	MaxAttempts int
+	RunAt       time.Time
+	CreatedAt   time.Time
+	// FinishedAt is when it completed or died (zero while it is live);
+	// Reason why it died or was cancelled.
+	FinishedAt time.Time
+	Reason     string
+}
+
+// maxWorkflowPage is how many steps one statement of ListWorkflow reads.
+const maxWorkflowPage = 1000
+
+// ListWorkflow lists a workflow's steps in id order (parents before their
+// children), live, dead and kept. ErrNotFound when no step of it is known.
+func (c *Client) ListWorkflow(ctx context.Context, id string) ([]WorkflowStep, error) {
+	return c.ListWorkflowTx(ctx, c.db, id)
+}
+
+// ListWorkflowTx is ListWorkflow on the caller's transaction.
+func (c *Client) ListWorkflowTx(ctx context.Context, tx jobs.DBTX, id string) ([]WorkflowStep, error) {
+	var out []WorkflowStep
+	after := int64(0)
+	for {
+		rows, err := c.queries(tx).ListWorkflowSteps(ctx, db.ListWorkflowStepsParams{Workflow: id, AfterID: after, MaxSteps: maxWorkflowPage})
+		if err != nil {
+			return nil, fmt.Errorf("list workflow %q: %w", id, err)
+		}
+		for _, r := range rows {
+			s := WorkflowStep{
+				ID: r.ID, Step: r.Step, Queue: r.Queue, Kind: r.Kind, State: jobs.State(r.State),
+				Policy: jobs.WorkflowPolicy(r.Policy), Parents: r.Parents,
+				Attempt: int(r.Attempt), MaxAttempts: int(r.MaxAttempts), RunAt: r.RunAt, CreatedAt: r.CreatedAt,
+			}
+			if r.FinishedAt != nil {
+				s.FinishedAt = *r.FinishedAt
+			}
+			if r.Reason != nil {
+				s.Reason = *r.Reason
+			}
+			if s.Parents == nil {
+				s.Parents = []int64{}
+			}
+			out = append(out, s)
+			after = r.ID
+		}
+		if len(rows) < maxWorkflowPage {
+			break
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("list workflow %q: %w", id, ErrNotFound)
+	}
+	return out, nil
+}
+
+// CancelWorkflow cancels every live step of a workflow (waiting, pending,
+// scheduled or running: a running step's worker is told, as CancelJobs
+// does) and returns their ids. Finished steps stay as they are.
+func (c *Client) CancelWorkflow(ctx context.Context, id string) ([]int64, error) {
+	return c.CancelWorkflowTx(ctx, c.db, id)
+}
+
+// CancelWorkflowTx is CancelWorkflow on the caller's transaction.
+func (c *Client) CancelWorkflowTx(ctx context.Context, tx jobs.DBTX, id string) ([]int64, error) {
+	ids, err := c.queries(tx).LiveWorkflowSteps(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("cancel workflow %q: %w", id, err)
+	}
+	if len(ids) == 0 {
+		return []int64{}, nil
+	}
+	res, err := c.CancelJobsTx(ctx, tx, ids...)
+	if err != nil {
+		return nil, fmt.Errorf("cancel workflow %q: %w", id, err)
+	}
+	out := make([]int64, 0, len(res))
+	for _, r := range res {
+		if r.Err == nil {
+			out = append(out, r.ID)
+		}
+	}
+	return out, nil
+}
+
+// RetryWorkflow brings every dead or cancelled step of a workflow back,
+// under its own id and with as many attempts again as it had: each runs
+// once its parents still live have succeeded, at once when none is left.
+// It returns their ids (none when nothing had failed).
+func (c *Client) RetryWorkflow(ctx context.Context, id string) ([]int64, error) {
+	return c.RetryWorkflowTx(ctx, c.db, id)
+}
+
+// RetryWorkflowTx is RetryWorkflow on the caller's transaction.
+func (c *Client) RetryWorkflowTx(ctx context.Context, tx jobs.DBTX, id string) ([]int64, error) {
+	ids, err := c.queries(tx).RetryWorkflow(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("retry workflow %q: %w", id, err)
+	}
+	if ids == nil {
+		ids = []int64{}
+	}
+	return ids, nil
+}

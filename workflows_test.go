@@ -1,0 +1,290 @@
+package hopper_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/worker"
+)
+
+// Step is the payload of the workflow tests' steps.
+type Step struct {
+	Name string `json:"name"`
+	Fail bool   `json:"fail,omitempty"`
+}
+
+var stepKind = jobs.MustDefine[Step]("workflow_step")
+
+// stepLedger records, in order, the steps that ran and the steps that
+// were done when each started.
+type stepLedger struct {
+	mu      sync.Mutex
+	started []string
+	done    map[string]bool
+	early   []string // steps that started before a parent had ended
+}
+
+func newStepLedger() *stepLedger { return &stepLedger{done: map[string]bool{}} }
+
+func (l *stepLedger) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.started)
+}
+
+// registerSteps handles stepKind: each step checks that its parents have
+// all ended (Parents), returns its name as its result, and fails
+// permanently when told to.
+func registerSteps(t *testing.T, l *stepLedger, pool jobs.DBTX) func(*worker.Worker) {
+	return func(w *worker.Worker) {
+		require.NoError(t, worker.HandleWithResult(w, stepKind, func(ctx context.Context, job *jobs.Job[Step]) (string, error) {
+			parents, err := jobs.Parents(ctx, pool, job.ID)
+			if err != nil {
+				return "", err
+			}
+			l.mu.Lock()
+			l.started = append(l.started, job.Payload.Name)
+			for _, p := range parents {
+				if p.State != string(jobs.StateCompleted) && p.State != string(jobs.StateDead) && p.State != string(jobs.StateCancelled) {
+					l.early = append(l.early, job.Payload.Name+" before "+p.Step+" ("+p.State+")")
+				}
+			}
+			l.mu.Unlock()
+			if job.Payload.Fail {
+				return "", worker.Permanent(errors.New("told to fail"))
+			}
+			return "result of " + job.Payload.Name, nil
+		}))
+	}
+}
+
+func step(name string) jobs.Entry { return stepKind.Entry(Step{Name: name}) }
+
+func TestWorkflowDiamondRunsInOrder(t *testing.T) {
+	b := setup(t)
+	wf := jobs.NewWorkflow("diamond-1").
+		Add("fetch", step("fetch")).
+		Add("resize", step("resize"), jobs.After("fetch")).
+		Add("thumb", step("thumb"), jobs.After("fetch")).
+		Add("index", step("index"), jobs.After("fetch")).
+		Add("publish", step("publish"), jobs.After("resize", "thumb", "index"))
+	res, err := jobs.EnqueueWorkflow(b.Ctx, b.Pool, wf)
+	require.NoError(t, err)
+	require.Equal(t, "diamond-1", res.ID)
+	require.Len(t, res.Steps, 5)
+	require.Equal(t, 4, res.Waiting)
+	require.Equal(t, jobs.StatePending, b.state(t, res.Steps["fetch"]))
+	require.Equal(t, jobs.StateWaiting, b.state(t, res.Steps["publish"]))
+
+	l := newStepLedger()
+	b.runUntil(t, worker.Config{}, registerSteps(t, l, b.Pool), "every step ran", func() bool { return l.count() == 5 })
+	require.Empty(t, l.early)
+	require.Equal(t, "fetch", l.started[0])
+	require.Equal(t, "publish", l.started[4])
+
+	steps, err := b.client.ListWorkflow(b.Ctx, "diamond-1")
+	require.NoError(t, err)
+	require.Len(t, steps, 5)
+	for _, s := range steps {
+		require.Equal(t, jobs.StateCompleted, s.State, s.Step)
+	}
+	require.Equal(t, []int64{res.Steps["index"], res.Steps["resize"], res.Steps["thumb"]}[0:0], steps[0].Parents)
+	require.ElementsMatch(t, []int64{res.Steps["resize"], res.Steps["thumb"], res.Steps["index"]}, steps[4].Parents)
+
+	got, err := jobs.ParentResult[string](b.Ctx, b.Pool, res.Steps["publish"], "thumb")
+	require.NoError(t, err)
+	require.Equal(t, "result of thumb", got)
+	_, err = jobs.ParentResult[string](b.Ctx, b.Pool, res.Steps["publish"], "fetch")
+	require.ErrorIs(t, err, jobs.ErrNoResult, "fetch is no parent of publish")
+}
+
+func TestWorkflowParentFailurePolicies(t *testing.T) {
+	b := setup(t)
+	wf := jobs.NewWorkflow("").
+		Add("a", stepKind.Entry(Step{Name: "a", Fail: true})).
+		Add("cancelled", step("cancelled"), jobs.After("a")).
+		Add("grandchild", step("grandchild"), jobs.After("cancelled"), jobs.OnParentFailure(jobs.WorkflowRun)).
+		Add("runs", step("runs"), jobs.After("a"), jobs.OnParentFailure(jobs.WorkflowRun)).
+		Add("waits", step("waits"), jobs.After("a"), jobs.OnParentFailure(jobs.WorkflowWait))
+	res, err := jobs.EnqueueWorkflow(b.Ctx, b.Pool, wf)
+	require.NoError(t, err)
+	require.Contains(t, res.ID, "wf_")
+
+	l := newStepLedger()
+	b.runUntil(t, worker.Config{}, registerSteps(t, l, b.Pool), "a, runs and grandchild ran", func() bool { return l.count() == 3 })
+	require.ElementsMatch(t, []string{"a", "runs", "grandchild"}, l.started)
+	require.Equal(t, jobs.StateDead, b.state(t, res.Steps["a"]))
+	require.Equal(t, jobs.StateCancelled, b.state(t, res.Steps["cancelled"]))
+	require.Equal(t, jobs.StateWaiting, b.state(t, res.Steps["waits"]))
+	dead, err := b.client.GetJob(b.Ctx, res.Steps["cancelled"])
+	require.NoError(t, err)
+	require.Contains(t, dead.Reason, "ended dead")
+
+	counts, err := jobs.CountParents(b.Ctx, b.Pool, res.Steps["runs"])
+	require.NoError(t, err)
+	require.Equal(t, jobs.ParentCounts{Dead: 1}, counts)
+
+	// The operator fixes a and retries the workflow whole: a and the step
+	// it cancelled come back; waits and cancelled run once a succeeds.
+	_, err = b.Pool.Exec(b.Ctx, `UPDATE hopper_dead_jobs SET payload = '{"name": "a"}' WHERE id = $1`, res.Steps["a"])
+	require.NoError(t, err)
+	back, err := b.client.RetryWorkflow(b.Ctx, res.ID)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []int64{res.Steps["a"], res.Steps["cancelled"]}, back)
+	require.Equal(t, jobs.StatePending, b.state(t, res.Steps["a"]))
+	require.Equal(t, jobs.StateWaiting, b.state(t, res.Steps["cancelled"]))
+	b.runUntil(t, worker.Config{}, registerSteps(t, l, b.Pool), "the retried steps ran", func() bool { return l.count() == 6 })
+	require.ElementsMatch(t, []string{"a", "runs", "grandchild", "a", "cancelled", "waits"}, l.started)
+	require.Empty(t, l.early)
+}
+
+func TestWorkflowCancel(t *testing.T) {
+	b := setup(t)
+	res, err := jobs.EnqueueWorkflow(b.Ctx, b.Pool, jobs.NewWorkflow("to-cancel").
+		Add("a", step("a")).Add("b", step("b"), jobs.After("a")).Add("c", step("c"), jobs.After("b")))
+	require.NoError(t, err)
+	ids, err := b.client.CancelWorkflow(b.Ctx, "to-cancel")
+	require.NoError(t, err)
+	require.Len(t, ids, 3)
+	steps, err := b.client.ListWorkflow(b.Ctx, "to-cancel")
+	require.NoError(t, err)
+	for _, s := range steps {
+		require.Equal(t, jobs.StateCancelled, s.State)
+	}
+	_, err = b.client.ListWorkflow(b.Ctx, "no-such-workflow")
+	require.ErrorIs(t, err, hopper.ErrNotFound)
+	_ = res
+}
+
+func TestWorkflowBadInput(t *testing.T) {
+	b := setup(t)
+	cases := []struct {
+		name string
+		wf   *jobs.Workflow
+		want string
+	}{
+		{"empty", jobs.NewWorkflow("x"), "no steps"},
+		{"empty name", jobs.NewWorkflow("x").Add("", step("a")), "empty name"},
+		{"repeated name", jobs.NewWorkflow("x").Add("a", step("a")).Add("a", step("a")), `two steps are named "a"`},
+		{"unknown parent", jobs.NewWorkflow("x").Add("a", step("a"), jobs.After("nope")), `"nope", which is no step`},
+		{"self", jobs.NewWorkflow("x").Add("a", step("a"), jobs.After("a")), "after itself"},
+		{"cycle", jobs.NewWorkflow("x").Add("a", step("a"), jobs.After("c")).Add("b", step("b"), jobs.After("a")).Add("c", step("c"), jobs.After("b")).Add("d", step("d")), "a cycle among steps"},
+		{"bad policy", jobs.NewWorkflow("x").Add("a", step("a"), jobs.OnParentFailure("sometimes")), "unknown policy"},
+		{"bad job id", jobs.NewWorkflow("x").Add("a", step("a"), jobs.AfterJobs(0)), "not a job id"},
+		{"unique key", jobs.NewWorkflow("x").Add("a", stepKind.Entry(Step{}, jobs.UniqueKey("k"))), "unique key"},
+		{"sequence", jobs.NewWorkflow("x").Add("a", stepKind.Entry(Step{}, jobs.Sequence("k"))), "sequence"},
+		{"long id", jobs.NewWorkflow(string(make([]byte, 300))).Add("a", step("a")), "over the limit"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := jobs.EnqueueWorkflow(b.Ctx, b.Pool, c.wf)
+			require.ErrorIs(t, err, jobs.ErrInvalidWorkflow)
+			require.ErrorContains(t, err, c.want)
+		})
+	}
+	// A parent that is no step of the workflow (a plain job, or a step of
+	// another) is refused by the database, and nothing is written.
+	plain := b.enqueue(t, email, "x@example.com")
+	_, err := jobs.EnqueueWorkflow(b.Ctx, b.Pool, jobs.NewWorkflow("x").Add("a", step("a"), jobs.AfterJobs(plain)))
+	require.ErrorContains(t, err, "is no step of the workflow")
+	_, err = b.client.ListWorkflow(b.Ctx, "x")
+	require.ErrorIs(t, err, hopper.ErrNotFound, "nothing was written")
+	var n int
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT count(*) FROM hopper_jobs`).Scan(&n))
+	require.Equal(t, 1, n)
+}
+
+// A handler adds steps to its own running workflow, in its transaction,
+// after itself: they run once it has completed, and not if it rolls back.
+func TestWorkflowStepsAddedByAHandler(t *testing.T) {
+	b := setup(t)
+	res, err := jobs.EnqueueWorkflow(b.Ctx, b.Pool, jobs.NewWorkflow("grow").Add("root", step("root")))
+	require.NoError(t, err)
+	l := newStepLedger()
+	var added sync.Map
+	b.runUntil(t, worker.Config{}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, stepKind, func(ctx context.Context, job *jobs.Job[Step]) error {
+			l.mu.Lock()
+			l.started = append(l.started, job.Payload.Name)
+			l.mu.Unlock()
+			if job.Payload.Name != "root" {
+				return nil
+			}
+			tx, err := b.Pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback(ctx) //nolint:errcheck
+			more := jobs.NewWorkflow(job.Workflow())
+			for _, n := range []string{"found-1", "found-2"} {
+				more.Add(n, step(n), jobs.AfterJobs(job.ID))
+			}
+			r, err := jobs.EnqueueWorkflow(ctx, tx, more)
+			if err != nil {
+				return err
+			}
+			for n, id := range r.Steps {
+				added.Store(n, id)
+			}
+			if err := worker.AckTx(ctx, tx, job); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		}))
+	}, "root and the steps it found ran", func() bool { return l.count() == 3 })
+	require.Equal(t, "root", l.started[0])
+	steps, err := b.client.ListWorkflow(b.Ctx, "grow")
+	require.NoError(t, err)
+	require.Len(t, steps, 3)
+	require.Equal(t, res.Steps["root"], steps[0].ID)
+	require.Equal(t, []int64{res.Steps["root"]}, steps[1].Parents)
+}
+
+func TestBatchCallbackRunsOnceWithCounts(t *testing.T) {
+	b := setup(t)
+	entries := make([]jobs.Entry, 50)
+	for i := range entries {
+		entries[i] = stepKind.Entry(Step{Name: "job", Fail: i%10 == 0})
+	}
+	res, err := jobs.EnqueueWorkflow(b.Ctx, b.Pool, jobs.NewBatch("batch-1", entries, step("callback")))
+	require.NoError(t, err)
+	require.Len(t, res.Steps, 51)
+	var mu sync.Mutex
+	var calls []jobs.ParentCounts
+	jobsRun := 0
+	b.runUntil(t, worker.Config{}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, stepKind, func(ctx context.Context, job *jobs.Job[Step]) error {
+			if job.Step() == "callback" {
+				c, err := jobs.CountParents(ctx, b.Pool, job.ID)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				calls = append(calls, c)
+				mu.Unlock()
+				return nil
+			}
+			mu.Lock()
+			jobsRun++
+			mu.Unlock()
+			if job.Payload.Fail {
+				return worker.Permanent(errors.New("told to fail"))
+			}
+			return nil
+		}))
+	}, "the callback ran", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(calls) > 0
+	})
+	require.Equal(t, []jobs.ParentCounts{{Completed: 45, Dead: 5}}, calls)
+	require.Equal(t, 50, jobsRun)
+	testdb.WaitFor(t, "callback completed", func() bool { return b.state(t, res.Steps["callback"]) == jobs.StateCompleted })
+}
