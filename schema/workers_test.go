@@ -30,7 +30,7 @@ func TestWorkersMigrationDown(t *testing.T) {
 	require.EqualValues(t, 9, v)
 	var without []string
 	for _, o := range up {
-		if o != "relation hopper_workers" && o != "relation hopper_workers_pkey" && !slices.Contains(sqlAPIObjects, o) && !slices.Contains(sequenceObjects, o) {
+		if o != "relation hopper_workers" && o != "relation hopper_workers_pkey" && !slices.Contains(sqlAPIObjects, o) && !slices.Contains(sequenceObjects, o) && !slices.Contains(workflowObjects, o) {
 			without = append(without, o)
 		}
 	}

@@ -140,6 +140,22 @@ func TestLeastPrivilege(t *testing.T) {
 	retriedHead, err := client.RetryDeadJobs(ctx, hopper.DeadFilter{IDs: []int64{first.ID}, States: []jobs.State{jobs.StateCancelled}})
 	require.NoError(t, err)
 	require.Equal(t, []int64{first.ID}, retriedHead.Retried)
+
+	// Workflows: edges and counts at enqueue, a cancel that cascades to a
+	// waiting child, a retry of the workflow whole, a prune of edges.
+	wf, err := jobs.EnqueueWorkflow(ctx, app, jobs.NewWorkflow("w").
+		Add("a", chore.Entry(Chore{6}, jobs.Delay(time.Hour))).
+		Add("b", chore.Entry(Chore{7}), jobs.After("a")))
+	require.NoError(t, err)
+	require.NoError(t, client.CancelJob(ctx, wf.Steps["a"]))
+	steps, err := client.ListWorkflow(ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateCancelled, steps[1].State, "b is cancelled with its parent")
+	back, err := client.RetryWorkflow(ctx, "w")
+	require.NoError(t, err)
+	require.Len(t, back, 2)
+	_, err = db.New(app).PruneWorkflowEdges(ctx, 100)
+	require.NoError(t, err)
 }
 
 // leastPrivilegePool makes a role with the grants docs/operating.md lists,
@@ -152,7 +168,7 @@ func leastPrivilegePool(t *testing.T, d *testdb.DB, extra ...string) *pgxpool.Po
 	// EXECUTE grant below is then the one that counts.
 	grants := []string{
 		"GRANT USAGE ON SCHEMA " + schemaID,
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_jobs, hopper_dead_jobs, hopper_queues, hopper_job_history, hopper_schedules, hopper_schedule_versions, hopper_workers, hopper_sequence_blocks",
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_jobs, hopper_dead_jobs, hopper_queues, hopper_job_history, hopper_schedules, hopper_schedule_versions, hopper_workers, hopper_sequence_blocks, hopper_workflow_deps, hopper_workflow_waits",
 		"GRANT SELECT ON hopper_all_jobs",
 		"GRANT USAGE ON SEQUENCE hopper_jobs_id_seq",
 		"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA " + schemaID,

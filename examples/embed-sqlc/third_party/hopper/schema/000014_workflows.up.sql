@@ -40,12 +40,14 @@ ALTER TABLE hopper_jobs
         meta IS NULL
         OR (NOT meta ? 'hopper.workflow'
             AND NOT meta ? 'hopper.step' AND NOT meta ? 'hopper.workflow_policy')
-        OR (jsonb_typeof(meta -> 'hopper.workflow') = 'string'
-            AND octet_length(meta ->> 'hopper.workflow') BETWEEN 1 AND 255
-            AND jsonb_typeof(meta -> 'hopper.step') = 'string'
-            AND octet_length(meta ->> 'hopper.step') BETWEEN 1 AND 255
-            AND coalesce(meta ->> 'hopper.workflow_policy', 'cancel') IN ('cancel', 'run', 'wait')
-            AND NOT meta ? 'hopper.sequence')
+        -- (coalesce: a missing key makes the test NULL, which a CHECK
+        -- would let pass)
+        OR coalesce(jsonb_typeof(meta -> 'hopper.workflow') = 'string'
+                    AND octet_length(meta ->> 'hopper.workflow') BETWEEN 1 AND 255
+                    AND jsonb_typeof(meta -> 'hopper.step') = 'string'
+                    AND octet_length(meta ->> 'hopper.step') BETWEEN 1 AND 255
+                    AND coalesce(meta ->> 'hopper.workflow_policy', 'cancel') IN ('cancel', 'run', 'wait')
+                    AND NOT meta ? 'hopper.sequence', false)
     ) NOT VALID;
 ALTER TABLE hopper_jobs VALIDATE CONSTRAINT hopper_jobs_workflow_check;
 
