@@ -109,6 +109,11 @@ func TestCLIJSONSnakeCase(t *testing.T) {
 	head := enqueue("--kind", "held", "--queue", "held", "--sequence", "json-seq")
 	enqueue("--kind", "held", "--queue", "held", "--sequence", "json-seq")
 	run("jobs", "cancel", head)
+	// A workflow of two steps, the child after the root.
+	_, err = jobs.EnqueueWorkflow(ctx, d.Pool, jobs.NewWorkflow("json-wf").
+		Add("root", jsonDone.Entry(Beat{})).
+		Add("child", jsonDone.Entry(Beat{}), jobs.After("root")))
+	require.NoError(t, err)
 	testdb.WaitFor(t, "the schedules defined", func() bool { return strings.Contains(run("schedules", "list"), "weekly") })
 	run("schedules", "pause", "weekly")
 	run("schedules", "trigger", "nightly")
@@ -134,6 +139,7 @@ func TestCLIJSONSnakeCase(t *testing.T) {
 		{[]string{"history", "show", done}, []string{".finished_at"}},
 		{[]string{"sequences", "list"}, []string{".sequences[].job_id", ".sequences[].blocked_at", ".sequences[].waiting_capped"}},
 		{[]string{"sequences", "show", "json-seq"}, []string{".blocked.job_id", ".waiting"}},
+		{[]string{"workflows", "show", "json-wf"}, []string{".steps[].parent_steps", ".steps[].max_attempts", ".steps[].created_at"}},
 	}
 	// bench's report: its types are checked by cmd/hopper/internal/cli's
 	// TestJSONFieldNames (a run takes minutes).

@@ -90,6 +90,7 @@ func commands() []*command {
 		schedulesCommand(),
 		workersCommand(),
 		sequencesCommand(),
+		workflowsCommand(),
 		deadCommand(),
 		historyCommand(),
 		sqlCommand(),
