@@ -90,3 +90,46 @@ func ExampleSchema() {
 	// Output:
 	// 1
 }
+
+// Run a workflow's steps in their order without a worker, and check what
+// ran: a failed step's dependents are cancelled, as a worker would have
+// them.
+func ExampleRunWorkflow() {
+	t := &exampleT{}
+	defer func() {
+		for _, fn := range t.cleanups {
+			fn()
+		}
+	}()
+	pool := hoppertest.Schema(t, testdb.URL()) // in a test: hoppertest.Schema(t, "")
+	ctx := context.Background()
+	bill := func(customer string, cents int) jobs.Entry { return sendInvoice.Entry(Invoice{Customer: customer, Cents: cents}) }
+	_, err := jobs.EnqueueWorkflow(ctx, pool, jobs.NewWorkflow("month-end").
+		Add("open", bill("c-1", 100)).
+		Add("charge", bill("c-1", 0), jobs.After("open")).
+		Add("receipt", bill("c-1", 100), jobs.After("charge")).
+		Add("audit", bill("c-1", 100), jobs.After("open")))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	hoppertest.RequireWorkflow(t, pool, "month-end", "open", "charge", "receipt", "audit")
+
+	ran := hoppertest.RunWorkflow(t, pool, "month-end", func(ctx context.Context, row jobs.Row) error {
+		job, err := sendInvoice.Decode(row)
+		if err != nil {
+			return err
+		}
+		return sendInvoiceHandler(ctx, job)
+	})
+	fmt.Println(ran)
+	// Steps RunWorkflow completed are gone (a worker keeps them in the
+	// history); the cancelled ones stay, in the dead table.
+	for _, s := range hoppertest.RequireWorkflow(t, pool, "month-end") {
+		fmt.Println(s.Step, s.State)
+	}
+	// Output:
+	// [open charge audit]
+	// charge cancelled
+	// receipt cancelled
+}
