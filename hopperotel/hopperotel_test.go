@@ -147,3 +147,80 @@ func TestUntracedEnqueue(t *testing.T) {
 	require.NoError(t, hook(context.Background(), &jobs.Enqueueing{Meta: meta}))
 	require.Empty(t, meta)
 }
+
+// TestWorkflowStepsShareATrace: a workflow enqueued in a traced request
+// runs each of its steps in the request's trace, and a step a handler
+// adds from its own transaction runs as a child of that handler's span.
+func TestWorkflowStepsShareATrace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pool := testdb.New(t).Pool
+	exporter := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+	defer tp.Shutdown(ctx) //nolint:errcheck // the test's end
+
+	kind := jobs.MustDefine[Email]("traced_step", jobs.OnEnqueue(hopperotel.EnqueueHook(hopperotel.TracerProvider(tp))))
+	reqCtx, request := tp.Tracer("app").Start(ctx, "POST /orders")
+	wf, err := jobs.EnqueueWorkflow(reqCtx, pool, jobs.NewWorkflow("traced").
+		Add("a", kind.Entry(Email{To: "a"})).
+		Add("b", kind.Entry(Email{To: "b"}), jobs.After("a")).
+		Add("c", kind.Entry(Email{To: "c"}), jobs.After("a")).
+		Add("d", kind.Entry(Email{To: "d"}), jobs.After("b", "c")))
+	require.NoError(t, err)
+	request.End()
+
+	var settled atomic.Int32
+	var added atomic.Int64
+	w, err := worker.New(pool, worker.Config{
+		PollInterval: 20 * time.Millisecond,
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Middleware:   []worker.Middleware{hopperotel.Middleware(hopperotel.TracerProvider(tp))},
+		OnOutcome: []worker.OutcomeHook{func(_ *jobs.Row, o worker.Outcome, _ error) {
+			if o == worker.OutcomeDone {
+				settled.Add(1)
+			}
+		}},
+	})
+	require.NoError(t, err)
+	require.NoError(t, worker.Handle(w, kind, func(ctx context.Context, job *jobs.Job[Email]) error {
+		if job.Payload.To != "a" {
+			return nil
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+		more, err := jobs.EnqueueWorkflow(ctx, tx, jobs.NewWorkflow(job.Workflow()).
+			Add("found", kind.Entry(Email{To: "found"}), jobs.AfterJobs(job.ID)))
+		if err != nil {
+			return err
+		}
+		added.Store(more.Steps["found"])
+		if err := worker.AckTx(ctx, tx, job); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}))
+	wctx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(wctx) }()
+	testdb.WaitFor(t, "every step done", func() bool { return settled.Load() == 5 })
+	stop()
+	require.NoError(t, <-errc)
+
+	spans := map[int64]sdktrace.ReadOnlySpan{}
+	for _, s := range exporter.GetSpans().Snapshots() {
+		if s.Name() == "process traced_step" {
+			spans[attr(s, hopperotel.AttrJobID).AsInt64()] = s
+		}
+	}
+	require.Len(t, spans, 5)
+	for step, id := range wf.Steps {
+		require.Equal(t, request.SpanContext().TraceID(), spans[id].SpanContext().TraceID(), "step %s is in the request's trace", step)
+		require.Equal(t, request.SpanContext().SpanID(), spans[id].Parent().SpanID(), "step %s", step)
+	}
+	found := spans[added.Load()]
+	require.Equal(t, request.SpanContext().TraceID(), found.SpanContext().TraceID())
+	require.Equal(t, spans[wf.Steps["a"]].SpanContext().SpanID(), found.Parent().SpanID(), "the added step is a child of the step that added it")
+}
