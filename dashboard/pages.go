@@ -71,6 +71,9 @@ func (d *Dashboard) routes() http.Handler {
 	mux.HandleFunc("GET /sequences/{key}/skip", d.sequenceSkip)
 	mux.HandleFunc("POST /sequences/{key}/retry", d.change(d.retrySequence))
 	mux.HandleFunc("POST /sequences/{key}/skip", d.change(d.skipSequence))
+	mux.HandleFunc("GET /workflows", d.workflowsPage)
+	mux.HandleFunc("POST /workflows/cancel", d.change(d.cancelWorkflow))
+	mux.HandleFunc("POST /workflows/retry", d.change(d.retryWorkflow))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusNotFound, "No such page.")
 	})
@@ -386,6 +389,9 @@ type detailData struct {
 	// the job, dead or cancelled, holds its sequence's jobs back.
 	Sequence       string
 	BlocksSequence bool
+	// Workflow and Step name the workflow the job is a step of ("" for
+	// none), and its step's name.
+	Workflow, Step string
 }
 
 type metaPair struct{ Key, Value string }
@@ -416,6 +422,7 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) {
 		data.Meta = append(data.Meta, metaPair{k, v})
 	}
 	data.Sequence = job.Meta[jobs.MetaSequence]
+	data.Workflow, data.Step = job.Meta[jobs.MetaWorkflow], job.Meta[jobs.MetaStep]
 	if data.Sequence != "" && (job.State == jobs.StateDead || job.State == jobs.StateCancelled) {
 		info, err := d.client.GetSequence(r.Context(), data.Sequence)
 		if err != nil {
