@@ -193,6 +193,7 @@ func TestWorkflowBadInput(t *testing.T) {
 	// another) is refused by the database, and nothing is written.
 	plain := b.enqueue(t, email, "x@example.com")
 	_, err := jobs.EnqueueWorkflow(b.Ctx, b.Pool, jobs.NewWorkflow("x").Add("a", step("a"), jobs.AfterJobs(plain)))
+	require.ErrorIs(t, err, jobs.ErrInvalidWorkflow)
 	require.ErrorContains(t, err, "is no step of the workflow")
 	_, err = b.client.ListWorkflow(b.Ctx, "x")
 	require.ErrorIs(t, err, hopper.ErrNotFound, "nothing was written")

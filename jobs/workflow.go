@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/migrated"
@@ -337,6 +340,12 @@ func enqueueWorkflow(ctx context.Context, dbtx DBTX, w *Workflow) (WorkflowResul
 		_, err = db.New(tx).LinkWorkflow(ctx, db.LinkWorkflowParams{Parents: parents, Children: children, FirstNew: slices.Min(ids)})
 		return err
 	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "22023" && strings.HasPrefix(pgErr.Message, "hopper: unknown step") {
+		// A parent given by id that is no step of this workflow, or is
+		// gone (completed and not kept).
+		return WorkflowResult{}, fmt.Errorf("%w: %w", ErrInvalidWorkflow, err)
+	}
 	if err != nil {
 		return WorkflowResult{}, migrated.Explain(err, dbtx)
 	}

@@ -219,6 +219,10 @@ BEGIN
     IF ended IS NULL THEN
         RETURN NULL;
     END IF;
+    -- A step that ended waiting (cancelled, deleted) needs its count no
+    -- more. Its row is this statement's (deleted), and every writer of a
+    -- count locks the step's row first, so none holds the count now.
+    DELETE FROM hopper_workflow_waits AS w WHERE w.child_id = ANY (ended);
     PERFORM set_config(setting, 'on', true);
     WHILE ended IS NOT NULL LOOP
         ended := hopper_workflow_pass(ended);
@@ -288,6 +292,15 @@ DECLARE
     live bigint[];
     ready bigint[];
 BEGIN
+    -- Dead parents first: a retry that is bringing one back (its row
+    -- locked) is waited for, and the live parents, read next with a fresh
+    -- snapshot, then include it; a retry that comes after waits for this
+    -- commit, and its trigger then counts it for these children.
+    PERFORM count(*)
+    FROM (SELECT x.id FROM hopper_dead_jobs AS x
+          WHERE x.id IN (SELECT p FROM unnest(parents) AS p WHERE p < first_new)
+          ORDER BY x.id
+          FOR KEY SHARE OF x) AS l;
     SELECT coalesce(array_agg(l.id), '{}') INTO live
     FROM (SELECT j.id FROM hopper_jobs AS j
           WHERE j.id IN (SELECT p FROM unnest(parents) AS p WHERE p < first_new)

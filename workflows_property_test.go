@@ -1,0 +1,245 @@
+package hopper_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/jobs"
+)
+
+// TestWorkflowProperty: goroutines do random things to random workflows
+// at once, each in transactions of its own: enqueue DAGs (some rolled
+// back), end ready steps in batches (as acknowledgements do), kill steps
+// to the dead table, cancel steps wherever they stand, delete waiting
+// ones, retry dead steps one by one or workflows whole, and add steps to a
+// running workflow after a live or dead step. After every round three
+// rules must hold:
+//
+//   - each waiting step's count of parents still to end equals the number
+//     of its parents that are live (exact counting: no end counted twice
+//     or missed), a step that waits has a count, and only a step that
+//     waits has one;
+//   - no step waits with every parent ended unless a parent failed and its
+//     policy is wait (nothing stranded);
+//   - no step under the cancel or wait policy is ready or running while a
+//     parent is live, dead or cancelled (nothing runs early).
+//
+// The seed is printed; HOPPER_WORKFLOW_SEED repeats a run's plan (not its
+// timing).
+func TestWorkflowProperty(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("HOPPER_WORKFLOW_SEED"); s != "" {
+		var err error
+		seed, err = strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err)
+	}
+	t.Logf("seed %d: repeat with HOPPER_WORKFLOW_SEED=%d go test -run TestWorkflowProperty .", seed, seed)
+	b := setup(t)
+	const actors, rounds = 6, 50
+	var mu sync.Mutex
+	var made []string // workflow ids
+	forced := map[int64]bool{}
+	policies := []jobs.WorkflowPolicy{jobs.WorkflowCancel, jobs.WorkflowRun, jobs.WorkflowWait}
+	pick := func(r *rand.Rand) string {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(made) == 0 {
+			return "none"
+		}
+		return made[r.IntN(len(made))]
+	}
+	someStep := func(ctx context.Context, table, where string) (int64, string, error) {
+		var id int64
+		var wf string
+		err := b.Pool.QueryRow(ctx, `SELECT id, meta ->> 'hopper.workflow' FROM `+table+` WHERE meta ? 'hopper.workflow' AND `+where+` ORDER BY random() LIMIT 1`).Scan(&id, &wf)
+		if err == pgx.ErrNoRows {
+			return 0, "", nil
+		}
+		return id, wf, err
+	}
+	ops := []func(ctx context.Context, r *rand.Rand) error{
+		func(ctx context.Context, r *rand.Rand) error { // a random DAG, sometimes rolled back
+			mu.Lock()
+			id := fmt.Sprintf("p%d", len(made))
+			made = append(made, id)
+			mu.Unlock()
+			wf := jobs.NewWorkflow(id)
+			n := 2 + r.IntN(7)
+			for i := range n {
+				var opts []jobs.StepOption
+				for p := range i {
+					if r.IntN(3) == 0 {
+						opts = append(opts, jobs.After(fmt.Sprintf("s%d", p)))
+					}
+				}
+				opts = append(opts, jobs.OnParentFailure(policies[r.IntN(3)]))
+				wf.Add(fmt.Sprintf("s%d", i), stepKind.Entry(Step{Name: fmt.Sprintf("s%d", i)}), opts...)
+			}
+			tx, err := b.Pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			if _, err := jobs.EnqueueWorkflow(ctx, tx, wf); err != nil {
+				return err
+			}
+			if r.IntN(6) == 0 {
+				return tx.Rollback(ctx)
+			}
+			return tx.Commit(ctx)
+		},
+		func(ctx context.Context, r *rand.Rand) error { // end ready steps, in id order, as an ack batch does
+			_, err := b.Pool.Exec(ctx, `DELETE FROM hopper_jobs WHERE id = ANY (ARRAY(
+				SELECT id FROM hopper_jobs WHERE state IN ('pending', 'scheduled') AND meta ? 'hopper.workflow'
+				ORDER BY random() LIMIT $1 FOR UPDATE SKIP LOCKED))`, 1+r.IntN(4))
+			return err
+		},
+		func(ctx context.Context, r *rand.Rand) error { // a ready step dies, as a failed last attempt does
+			_, err := b.Pool.Exec(ctx, `WITH gone AS (
+				DELETE FROM hopper_jobs WHERE id = (SELECT id FROM hopper_jobs WHERE state IN ('pending', 'scheduled')
+					AND meta ? 'hopper.workflow' ORDER BY random() LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING *)
+				INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt, max_attempts, unique_key, errors,
+					reason, created_at, run_at, state, meta, concurrency_key)
+				SELECT id, queue, kind, version, payload, priority, attempt, max_attempts, unique_key, errors,
+					'property', created_at, run_at, 'dead', meta, concurrency_key FROM gone`)
+			return err
+		},
+		func(ctx context.Context, r *rand.Rand) error { // cancel a live step, wherever it stands
+			id, _, err := someStep(ctx, "hopper_jobs", "true")
+			if err != nil || id == 0 {
+				return err
+			}
+			_, err = b.client.CancelJobs(ctx, id)
+			return err
+		},
+		func(ctx context.Context, r *rand.Rand) error { // delete a waiting step
+			id, _, err := someStep(ctx, "hopper_jobs", "state = 'waiting'")
+			if err != nil || id == 0 {
+				return err
+			}
+			if _, err := b.client.DeleteJob(ctx, id); err != nil && !isEditRace(err) {
+				return err
+			}
+			return nil
+		},
+		func(ctx context.Context, r *rand.Rand) error { // retry one dead step
+			id, _, err := someStep(ctx, "hopper_dead_jobs", "true")
+			if err != nil || id == 0 {
+				return err
+			}
+			mu.Lock() // an operator's retry of one step runs it now, whatever its parents: not early
+			forced[id] = true
+			mu.Unlock()
+			_, err = b.client.RetryDeadJobs(ctx, hopper.DeadFilter{IDs: []int64{id}, States: []jobs.State{jobs.StateDead, jobs.StateCancelled}})
+			return err
+		},
+		func(ctx context.Context, r *rand.Rand) error { // retry a workflow whole
+			_, err := b.client.RetryWorkflow(ctx, pick(r))
+			return err
+		},
+		func(ctx context.Context, r *rand.Rand) error { // add a step after a live (or dead) step
+			table := "hopper_jobs"
+			if r.IntN(4) == 0 {
+				table = "hopper_dead_jobs"
+			}
+			id, wf, err := someStep(ctx, table, "true")
+			if err != nil || id == 0 {
+				return err
+			}
+			_, err = jobs.EnqueueWorkflow(ctx, b.Pool, jobs.NewWorkflow(wf).
+				Add(fmt.Sprintf("added-%d", r.Uint32()), step("added"), jobs.AfterJobs(id), jobs.OnParentFailure(policies[r.IntN(3)])))
+			if errors.Is(err, jobs.ErrInvalidWorkflow) {
+				return nil // the parent completed meanwhile, and is not kept: refused
+			}
+			return err
+		},
+	}
+
+	// Each rule is a query for the steps that break it.
+	rules := map[string]string{
+		"a waiting step's count is not its live parents": `SELECT j.id FROM hopper_jobs AS j
+			LEFT JOIN hopper_workflow_waits AS w ON w.child_id = j.id
+			WHERE j.state = 'waiting' AND (w.parents_left IS NULL OR w.parents_left <> (
+				SELECT count(*) FROM hopper_workflow_deps AS d JOIN hopper_jobs AS p ON p.id = d.parent_id WHERE d.child_id = j.id))`,
+		"a count outlives its waiting": `SELECT w.child_id FROM hopper_workflow_waits AS w
+			WHERE NOT EXISTS (SELECT FROM hopper_jobs AS j WHERE j.id = w.child_id AND j.state = 'waiting')`,
+		"a step is stranded": `SELECT j.id FROM hopper_jobs AS j
+			WHERE j.state = 'waiting'
+			  AND NOT EXISTS (SELECT FROM hopper_workflow_deps AS d JOIN hopper_jobs AS p ON p.id = d.parent_id WHERE d.child_id = j.id)
+			  AND NOT (coalesce(j.meta ->> 'hopper.workflow_policy', 'cancel') = 'wait'
+			           AND EXISTS (SELECT FROM hopper_workflow_deps AS d JOIN hopper_dead_jobs AS x ON x.id = d.parent_id WHERE d.child_id = j.id))`,
+		"a step runs early": `SELECT j.id FROM hopper_jobs AS j
+			WHERE j.state <> 'waiting' AND coalesce(j.meta ->> 'hopper.workflow_policy', 'cancel') <> 'run'
+			  AND EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.child_id = j.id
+			              AND (EXISTS (SELECT FROM hopper_jobs AS p WHERE p.id = d.parent_id)
+			                   OR EXISTS (SELECT FROM hopper_dead_jobs AS x WHERE x.id = d.parent_id)))`,
+	}
+	check := func(round int) {
+		for rule, q := range rules {
+			rows, err := b.Pool.Query(b.Ctx, q)
+			require.NoError(t, err)
+			ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			require.NoError(t, err)
+			var broken []int64
+			for _, id := range ids {
+				if !forced[id] {
+					broken = append(broken, id)
+				}
+			}
+			require.Empty(t, broken, "round %d (seed %d): %s\n%s", round, seed, rule, describeSteps(t, b, broken))
+		}
+	}
+	for round := range rounds {
+		var wg sync.WaitGroup
+		errs := make(chan error, actors)
+		for a := range actors {
+			r := rand.New(rand.NewPCG(seed, uint64(round*actors+a)))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 4 {
+					if err := ops[r.IntN(len(ops))](b.Ctx, r); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err, "round %d (seed %d)", round, seed)
+		}
+		check(round)
+	}
+}
+
+// describeSteps prints steps and their parents, for a failure's message.
+func describeSteps(t *testing.T, b *bundle, ids []int64) string {
+	out := ""
+	for _, id := range ids {
+		rows, err := b.Pool.Query(b.Ctx, `SELECT a.id, a.state, coalesce(a.meta ->> 'hopper.workflow_policy', 'cancel'), coalesce(a.reason, ''), a.attempt, a.max_attempts
+			FROM hopper_all_jobs AS a WHERE a.id = $1 OR a.id IN (SELECT parent_id FROM hopper_workflow_deps WHERE child_id = $1) ORDER BY a.id`, id)
+		require.NoError(t, err)
+		for rows.Next() {
+			var sid int64
+			var state, policy, reason string
+			var attempt, max int32
+			require.NoError(t, rows.Scan(&sid, &state, &policy, &reason, &attempt, &max))
+			out += fmt.Sprintf("  step %d of %d: %s policy=%s reason=%q attempt=%d/%d\n", sid, id, state, policy, reason, attempt, max)
+		}
+		require.NoError(t, rows.Err())
+	}
+	return out
+}
