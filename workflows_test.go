@@ -3,8 +3,12 @@ package hopper_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -288,4 +292,56 @@ func TestBatchCallbackRunsOnceWithCounts(t *testing.T) {
 	require.Equal(t, []jobs.ParentCounts{{Completed: 45, Dead: 5}}, calls)
 	require.Equal(t, 50, jobsRun)
 	testdb.WaitFor(t, "callback completed", func() bool { return b.state(t, res.Steps["callback"]) == jobs.StateCompleted })
+}
+
+// TestWorkflowLongChain: a chain of steps (2,000; HOPPER_CHAIN_STEPS sets
+// another length: 10,000 for the figures in docs/benchmarks.md) enqueues
+// in one call; each end promotes the next; a cancel near the top cascades
+// down the rest in one statement (a loop, not thousands of nested
+// triggers, which would exhaust the stack). One more step than the limit
+// is refused before anything is written. The times are logged, never
+// asserted.
+func TestWorkflowLongChain(t *testing.T) {
+	b := setup(t)
+	n := 2000
+	if s := os.Getenv("HOPPER_CHAIN_STEPS"); s != "" {
+		var err error
+		n, err = strconv.Atoi(s)
+		require.NoError(t, err)
+	}
+	wf := jobs.NewWorkflow("chain")
+	for i := range n {
+		var opts []jobs.StepOption
+		if i > 0 {
+			opts = append(opts, jobs.After(fmt.Sprintf("s%d", i-1)))
+		}
+		wf.Add(fmt.Sprintf("s%d", i), step("s"), opts...)
+	}
+	start := time.Now()
+	res, err := jobs.EnqueueWorkflow(b.Ctx, b.Pool, wf)
+	require.NoError(t, err)
+	t.Logf("enqueue of a %d-step chain: %v", n, time.Since(start))
+	require.Equal(t, n-1, res.Waiting)
+	for i := range 3 {
+		_, err := b.client.DeleteJob(b.Ctx, res.Steps[fmt.Sprintf("s%d", i)])
+		require.NoError(t, err)
+		require.Equal(t, jobs.StatePending, b.state(t, res.Steps[fmt.Sprintf("s%d", i+1)]))
+	}
+	start = time.Now()
+	require.NoError(t, b.client.CancelJob(b.Ctx, res.Steps["s3"]))
+	t.Logf("cancel of step 3, cascading to %d steps: %v", n-4, time.Since(start))
+	var live, cancelled int
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT count(*) FROM hopper_jobs`).Scan(&live))
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT count(*) FROM hopper_dead_jobs WHERE state = 'cancelled'`).Scan(&cancelled))
+	require.Zero(t, live)
+	require.Equal(t, n-3, cancelled)
+
+	big := jobs.NewWorkflow("too-big")
+	e := step("x")
+	for i := range jobs.MaxWorkflowSteps + 1 {
+		big.Add(strconv.Itoa(i), e)
+	}
+	_, err = jobs.EnqueueWorkflow(b.Ctx, b.Pool, big)
+	require.ErrorIs(t, err, jobs.ErrInvalidWorkflow)
+	require.ErrorContains(t, err, "over the limit of 100001")
 }

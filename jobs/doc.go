@@ -59,6 +59,14 @@
 // head that ends dead or cancelled blocks its sequence unless
 // SequenceOnDead says SequenceContinue (see docs/sequences.md).
 //
+// A Workflow is a set of steps enqueued together (EnqueueWorkflow), each
+// a job of any kind made by Kind.Entry, each running after the steps it
+// names (After): a step with parents waits until they have all ended,
+// and the transaction that ends the last one makes it ready. A failed
+// parent cancels its dependents unless OnParentFailure says otherwise;
+// NewBatch makes a batch with a callback; Parents, ParentResult and
+// CountParents are a step's view of its parents (see docs/workflows.md).
+//
 // EnqueueMany inserts a batch of one kind; EnqueueBatch a batch of any
 // kinds (each entry made with Kind.Entry). A plain batch of up to 256 jobs
 // is a single INSERT, one round trip like Enqueue; a larger one reserves

@@ -34,8 +34,10 @@ const (
 	// StateScheduled: due later (delayed, snoozed, or waiting out a
 	// retry's backoff); workers make it pending when its time comes.
 	StateScheduled State = "scheduled"
-	// StateWaiting: behind another job of its sequence (Sequence); the
-	// end of the job ahead of it makes it pending (or scheduled).
+	// StateWaiting: behind another job of its sequence (Sequence), or a
+	// workflow step whose parents have not all ended (Workflow); the end
+	// of the job ahead of it, or of its last parent, makes it pending (or
+	// scheduled).
 	StateWaiting State = "waiting"
 	// StateRunning: claimed by a worker, under a lease.
 	StateRunning State = "running"
