@@ -128,3 +128,50 @@ func (c *Client) RetryWorkflowTx(ctx context.Context, tx jobs.DBTX, id string) (
 	}
 	return ids, nil
 }
+
+// WorkflowSummary is a workflow with live steps, as ListWorkflows shows
+// it.
+type WorkflowSummary struct {
+	ID string
+	// Waiting, Ready (pending or scheduled) and Running count its live
+	// steps.
+	Waiting, Ready, Running int64
+	// Oldest is when its oldest live step was enqueued.
+	Oldest time.Time
+}
+
+// WorkflowPage asks ListWorkflows for a page.
+type WorkflowPage struct {
+	// After is the last id of the previous page ("" for the first).
+	After string
+	// Limit is the page's size: 1 to 1000, default 100.
+	Limit int
+}
+
+// ListWorkflows lists the workflows that have live steps, in id order
+// (bytewise), with how many of their steps wait, are ready and run. A
+// workflow whose steps have all ended is no longer listed; ListWorkflow
+// still shows it while its steps are kept.
+func (c *Client) ListWorkflows(ctx context.Context, page WorkflowPage) ([]WorkflowSummary, error) {
+	return c.ListWorkflowsTx(ctx, c.db, page)
+}
+
+// ListWorkflowsTx is ListWorkflows on the caller's transaction.
+func (c *Client) ListWorkflowsTx(ctx context.Context, tx jobs.DBTX, page WorkflowPage) ([]WorkflowSummary, error) {
+	limit := page.Limit
+	switch {
+	case limit == 0:
+		limit = 100
+	case limit < 1 || limit > 1000:
+		return nil, fmt.Errorf("list workflows: %w: limit %d is outside 1 to 1000", ErrInvalidFilter, limit)
+	}
+	rows, err := c.queries(tx).ListLiveWorkflows(ctx, db.ListLiveWorkflowsParams{AfterID: page.After, MaxWorkflows: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("list workflows: %w", err)
+	}
+	out := make([]WorkflowSummary, len(rows))
+	for i, r := range rows {
+		out[i] = WorkflowSummary{ID: r.Workflow, Waiting: r.Waiting, Ready: r.Ready, Running: r.Running, Oldest: r.Oldest}
+	}
+	return out, nil
+}

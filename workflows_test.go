@@ -167,6 +167,30 @@ func TestWorkflowCancel(t *testing.T) {
 	_ = res
 }
 
+func TestListWorkflows(t *testing.T) {
+	b := setup(t)
+	for _, id := range []string{"w-b", "w-a", "w-c"} {
+		_, err := jobs.EnqueueWorkflow(b.Ctx, b.Pool, jobs.NewWorkflow(id).
+			Add("a", step("a")).Add("b", step("b"), jobs.After("a")).Add("c", step("c"), jobs.After("a")))
+		require.NoError(t, err)
+	}
+	_, err := b.client.CancelWorkflow(b.Ctx, "w-c")
+	require.NoError(t, err)
+	first, err := b.client.ListWorkflows(b.Ctx, hopper.WorkflowPage{Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	require.Equal(t, "w-a", first[0].ID)
+	require.Equal(t, int64(2), first[0].Waiting)
+	require.Equal(t, int64(1), first[0].Ready)
+	require.False(t, first[0].Oldest.IsZero())
+	rest, err := b.client.ListWorkflows(b.Ctx, hopper.WorkflowPage{After: first[0].ID})
+	require.NoError(t, err)
+	require.Len(t, rest, 1, "w-c has no live step")
+	require.Equal(t, "w-b", rest[0].ID)
+	_, err = b.client.ListWorkflows(b.Ctx, hopper.WorkflowPage{Limit: 1001})
+	require.ErrorIs(t, err, hopper.ErrInvalidFilter)
+}
+
 func TestWorkflowBadInput(t *testing.T) {
 	b := setup(t)
 	cases := []struct {

@@ -40,6 +40,64 @@ func (q *Queries) LinkWorkflow(ctx context.Context, arg LinkWorkflowParams) (int
 	return decided, err
 }
 
+const listLiveWorkflows = `-- name: ListLiveWorkflows :many
+SELECT (j.meta ->> 'hopper.workflow')::text AS workflow,
+       count(*) FILTER (WHERE j.state = 'waiting')::bigint AS waiting,
+       count(*) FILTER (WHERE j.state IN ('pending', 'scheduled'))::bigint AS ready,
+       count(*) FILTER (WHERE j.state = 'running')::bigint AS running,
+       min(j.created_at)::timestamptz AS oldest
+FROM hopper_jobs AS j
+WHERE j.meta ? 'hopper.workflow' AND (j.meta ->> 'hopper.workflow') COLLATE "C" > $1::text
+GROUP BY 1
+ORDER BY (j.meta ->> 'hopper.workflow') COLLATE "C"
+LIMIT $2::integer
+`
+
+type ListLiveWorkflowsParams struct {
+	AfterID      string
+	MaxWorkflows int32
+}
+
+type ListLiveWorkflowsRow struct {
+	Workflow string
+	Waiting  int64
+	Ready    int64
+	Running  int64
+	Oldest   time.Time
+}
+
+// Workflows with live steps, in id order (bytewise), up to max_workflows
+// after after_id (” for the first page): how many of their steps wait,
+// are ready (pending or scheduled) and run, and when the oldest live one
+// was enqueued. Read through hopper_jobs_workflow_idx; a workflow whose
+// steps have all ended is no longer listed (ListWorkflowSteps still
+// shows it).
+func (q *Queries) ListLiveWorkflows(ctx context.Context, arg ListLiveWorkflowsParams) ([]ListLiveWorkflowsRow, error) {
+	rows, err := q.db.Query(ctx, listLiveWorkflows, arg.AfterID, arg.MaxWorkflows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListLiveWorkflowsRow
+	for rows.Next() {
+		var i ListLiveWorkflowsRow
+		if err := rows.Scan(
+			&i.Workflow,
+			&i.Waiting,
+			&i.Ready,
+			&i.Running,
+			&i.Oldest,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listWorkflowSteps = `-- name: ListWorkflowSteps :many
 SELECT a.id, a.queue, a.kind, a.state, coalesce(a.meta ->> 'hopper.step', '')::text AS step,
        coalesce(a.meta ->> 'hopper.workflow_policy', 'cancel')::text AS policy,

@@ -89,3 +89,21 @@ WITH gone AS (
 DELETE FROM hopper_workflow_deps AS d
 USING gone
 WHERE d.parent_id = gone.parent_id AND d.child_id = gone.child_id;
+
+-- name: ListLiveWorkflows :many
+-- Workflows with live steps, in id order (bytewise), up to max_workflows
+-- after after_id ('' for the first page): how many of their steps wait,
+-- are ready (pending or scheduled) and run, and when the oldest live one
+-- was enqueued. Read through hopper_jobs_workflow_idx; a workflow whose
+-- steps have all ended is no longer listed (ListWorkflowSteps still
+-- shows it).
+SELECT (j.meta ->> 'hopper.workflow')::text AS workflow,
+       count(*) FILTER (WHERE j.state = 'waiting')::bigint AS waiting,
+       count(*) FILTER (WHERE j.state IN ('pending', 'scheduled'))::bigint AS ready,
+       count(*) FILTER (WHERE j.state = 'running')::bigint AS running,
+       min(j.created_at)::timestamptz AS oldest
+FROM hopper_jobs AS j
+WHERE j.meta ? 'hopper.workflow' AND (j.meta ->> 'hopper.workflow') COLLATE "C" > @after_id::text
+GROUP BY 1
+ORDER BY (j.meta ->> 'hopper.workflow') COLLATE "C"
+LIMIT @max_workflows::integer;
