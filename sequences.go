@@ -63,12 +63,9 @@ func (c *Client) ListBlockedSequences(ctx context.Context, page SequencePage) ([
 
 // ListBlockedSequencesTx is ListBlockedSequences on the caller's transaction.
 func (c *Client) ListBlockedSequencesTx(ctx context.Context, tx jobs.DBTX, page SequencePage) ([]BlockedSequence, error) {
-	limit := page.Limit
-	switch {
-	case limit == 0:
-		limit = 100
-	case limit < 1 || limit > 1000:
-		return nil, fmt.Errorf("list blocked sequences: %w: limit %d is outside 1 to 1000", ErrInvalidFilter, limit)
+	limit, err := pageLimit(page.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list blocked sequences: %w", err)
 	}
 	rows, err := c.queries(tx).ListBlockedSequences(ctx, db.ListBlockedSequencesParams{
 		AfterKey: page.After, MaxKeys: int32(limit), CountLimit: sequenceCountLimit,

@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -31,13 +28,7 @@ import (
 // aside: it rejoins at its old id, behind the head of the moment). The seed is
 // printed; HOPPER_SEQUENCE_SEED repeats a run's plan (not its timing).
 func TestSequenceProperty(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("HOPPER_SEQUENCE_SEED"); s != "" {
-		var err error
-		seed, err = strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err)
-	}
-	t.Logf("seed %d: repeat with HOPPER_SEQUENCE_SEED=%d go test -run TestSequenceProperty .", seed, seed)
+	seed := propertySeed(t, "HOPPER_SEQUENCE_SEED")
 	b := setup(t)
 	const keys, actors, rounds = 6, 6, 60
 	key := func(r *rand.Rand) string { return fmt.Sprintf("p%d", r.IntN(keys)) }

@@ -2,6 +2,8 @@ package hopper_test
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -71,4 +73,19 @@ func (b *bundle) runUntil(t *testing.T, cfg worker.Config, register func(*worker
 		require.NoError(t, <-errc)
 	}()
 	testdb.WaitFor(t, what, cond)
+}
+
+// propertySeed is a property test's seed: the clock's, or the one the
+// environment variable env gives to repeat a run's plan. It is logged with
+// the command that repeats it.
+func propertySeed(t *testing.T, env string) uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv(env); s != "" {
+		var err error
+		seed, err = strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err)
+	}
+	t.Logf("seed %d: repeat with %s=%d go test -run %s .", seed, env, seed, t.Name())
+	return seed
 }

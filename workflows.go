@@ -158,12 +158,9 @@ func (c *Client) ListWorkflows(ctx context.Context, page WorkflowPage) ([]Workfl
 
 // ListWorkflowsTx is ListWorkflows on the caller's transaction.
 func (c *Client) ListWorkflowsTx(ctx context.Context, tx jobs.DBTX, page WorkflowPage) ([]WorkflowSummary, error) {
-	limit := page.Limit
-	switch {
-	case limit == 0:
-		limit = 100
-	case limit < 1 || limit > 1000:
-		return nil, fmt.Errorf("list workflows: %w: limit %d is outside 1 to 1000", ErrInvalidFilter, limit)
+	limit, err := pageLimit(page.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list workflows: %w", err)
 	}
 	rows, err := c.queries(tx).ListLiveWorkflows(ctx, db.ListLiveWorkflowsParams{AfterID: page.After, MaxWorkflows: int32(limit)})
 	if err != nil {
@@ -174,4 +171,16 @@ func (c *Client) ListWorkflowsTx(ctx context.Context, tx jobs.DBTX, page Workflo
 		out[i] = WorkflowSummary{ID: r.Workflow, Waiting: r.Waiting, Ready: r.Ready, Running: r.Running, Oldest: r.Oldest}
 	}
 	return out, nil
+}
+
+// pageLimit is the size of a page of keys (blocked sequences, workflows):
+// 1 to 1000, 0 meaning the default of 100.
+func pageLimit(limit int) (int, error) {
+	switch {
+	case limit == 0:
+		return 100, nil
+	case limit < 1 || limit > 1000:
+		return 0, fmt.Errorf("%w: limit %d is outside 1 to 1000", ErrInvalidFilter, limit)
+	}
+	return limit, nil
 }

@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -38,13 +35,7 @@ import (
 // The seed is printed; HOPPER_WORKFLOW_SEED repeats a run's plan (not its
 // timing).
 func TestWorkflowProperty(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("HOPPER_WORKFLOW_SEED"); s != "" {
-		var err error
-		seed, err = strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err)
-	}
-	t.Logf("seed %d: repeat with HOPPER_WORKFLOW_SEED=%d go test -run TestWorkflowProperty .", seed, seed)
+	seed := propertySeed(t, "HOPPER_WORKFLOW_SEED")
 	b := setup(t)
 	const actors, rounds = 6, 50
 	var mu sync.Mutex
