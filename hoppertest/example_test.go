@@ -103,7 +103,9 @@ func ExampleRunWorkflow() {
 	}()
 	pool := hoppertest.Schema(t, testdb.URL()) // in a test: hoppertest.Schema(t, "")
 	ctx := context.Background()
-	bill := func(customer string, cents int) jobs.Entry { return sendInvoice.Entry(Invoice{Customer: customer, Cents: cents}) }
+	bill := func(customer string, cents int) jobs.Entry {
+		return sendInvoice.Entry(Invoice{Customer: customer, Cents: cents})
+	}
 	_, err := jobs.EnqueueWorkflow(ctx, pool, jobs.NewWorkflow("month-end").
 		Add("open", bill("c-1", 100)).
 		Add("charge", bill("c-1", 0), jobs.After("open")).
