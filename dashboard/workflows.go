@@ -3,6 +3,7 @@ package dashboard
 import (
 	"errors"
 	"fmt"
+	"html/template"
 	"net/http"
 	"net/url"
 	"time"
@@ -15,17 +16,32 @@ import (
 // a batch of 100,000 jobs is one layer, which no page shows whole.
 const workflowLayerMax = 200
 
+// workflowsPageSize is how many workflows with live steps a page lists.
+const workflowsPageSize = 100
+
 // workflowsData is the workflows page: the form that looks a workflow up
-// and, once one is named, its steps in layers.
+// and, without one named, a page of the workflows with live steps; once
+// one is named, its steps in layers.
 type workflowsData struct {
-	ID    string // the workflow asked for, "" for the form alone
-	Steps int
+	ID string // the workflow asked for, "" for the form and the list
+	// Workflows are the workflows with live steps, in id order, and Next
+	// the list's next page ("" on the last one), without an ID.
+	Workflows []liveWorkflow
+	Next      template.URL
+	Steps     int
 	// Counts are how many steps are in each state, in jobs.States' order.
 	Counts []stateCount
 	// Live counts the steps Cancel cancels, Failed those Retry brings back.
 	Live, Failed int
 	Layers       []workflowLayer
 	At           time.Time
+}
+
+// liveWorkflow is a row of the list: a workflow with live steps, and how
+// long ago its oldest live step was enqueued.
+type liveWorkflow struct {
+	hopper.WorkflowSummary
+	Age time.Duration
 }
 
 type stateCount struct {
@@ -61,11 +77,13 @@ func workflowQuery(id string) string {
 	return "workflows?" + url.Values{"id": {id}}.Encode()
 }
 
-// workflowsPage shows the form, and the workflow ?id= names.
+// workflowsPage shows the form, and the workflow ?id= names; without one,
+// the workflows with live steps, in id order, a page at a time
+// (?after=ID).
 func (d *Dashboard) workflowsPage(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("id")
 	if id == "" {
-		d.render(w, r, http.StatusOK, "workflows", "Workflows", workflowsData{})
+		d.workflowsList(w, r)
 		return
 	}
 	steps, err := d.client.ListWorkflow(r.Context(), id)
@@ -77,6 +95,34 @@ func (d *Dashboard) workflowsPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.render(w, r, http.StatusOK, "workflows", "Workflow "+id, workflowOf(id, steps))
+}
+
+// workflowsList is the workflows page without an id: the form, and a
+// page of the workflows with live steps.
+func (d *Dashboard) workflowsList(w http.ResponseWriter, r *http.Request) {
+	after := r.URL.Query().Get("after")
+	list, err := d.client.ListWorkflows(r.Context(), hopper.WorkflowPage{After: after, Limit: workflowsPageSize})
+	if err != nil {
+		d.failErr(w, r, err)
+		return
+	}
+	data := workflowsData{Workflows: make([]liveWorkflow, len(list)), At: time.Now()}
+	for i, s := range list {
+		data.Workflows[i] = liveWorkflow{WorkflowSummary: s, Age: data.At.Sub(s.Oldest)}
+	}
+	if len(list) == workflowsPageSize {
+		last := list[len(list)-1].ID
+		more, err := d.client.ListWorkflows(r.Context(), hopper.WorkflowPage{After: last, Limit: 1})
+		if err != nil {
+			d.failErr(w, r, err)
+			return
+		}
+		if len(more) > 0 {
+			// Built here from escaped parts, as the sequences' next page is.
+			data.Next = template.URL("workflows?" + url.Values{"after": {last}}.Encode())
+		}
+	}
+	d.render(w, r, http.StatusOK, "workflows", "Workflows", data)
 }
 
 func noWorkflow(id string, err error) error {

@@ -124,6 +124,69 @@ func TestWorkflowsPage(t *testing.T) {
 	require.Contains(t, layer(t, body, 3), `data-step="notify"`)
 }
 
+// TestWorkflowsList: the workflows page without an id lists the
+// workflows with live steps in id order (bytewise), each linked to its
+// page, with how many of its steps wait, are ready and run, and how long
+// ago its oldest live step was enqueued; not a workflow whose steps have
+// all ended; the lookup form stays above it. A full page links to the
+// next.
+func TestWorkflowsList(t *testing.T) {
+	b := newBed(t, dashboard.Config{Token: token})
+	status, body := b.get("/workflows")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `<td colspan="5">No workflow has live steps.</td>`)
+
+	b.workflow("wf-1")
+	gone := b.workflow("wf 2") // bytewise before wf-1
+	_, err := b.client.DeleteJob(b.ctx, gone["fetch"])
+	require.NoError(t, err)
+	ended := b.workflow("wf-3")
+	require.NoError(t, b.client.CancelJob(b.ctx, ended["fetch"]))
+
+	status, body = b.get("/workflows")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, "<title>Workflows · Hopper</title>")
+	require.Contains(t, body, `<form method="get" action="workflows" class="filters" id="lookup">`)
+	require.Contains(t, body, `<input name="id" value="" required>`)
+	require.NotContains(t, body, `id="graph"`)
+	require.NotContains(t, body, "No workflow has live steps.")
+	require.NotContains(t, body, "wf-3", "its steps have all ended")
+	require.Less(t, strings.Index(body, `data-workflow="wf 2"`), strings.Index(body, `data-workflow="wf-1"`), "in id order")
+	require.Regexp(t, `<tr data-workflow="wf-1"><td><a href="workflows\?id=wf-1">wf-1</a></td><td>4</td><td>1</td><td>0</td><td>\d+s ago</td></tr>`,
+		row(t, body, `<tr data-workflow="wf-1">`))
+	require.Regexp(t, `<tr data-workflow="wf 2"><td><a href="workflows\?id=wf%202">wf 2</a></td><td>2</td><td>2</td><td>0</td><td>\d+s ago</td></tr>`,
+		row(t, body, `<tr data-workflow="wf 2">`))
+	require.NotContains(t, body, `id="next"`)
+	_, page := b.get("/workflows?id=wf%202")
+	require.Contains(t, page, `data-step="resize"`, "the link leads to the workflow")
+
+	ro := b.serve(dashboard.Config{ReadOnly: true}, false)
+	status, page = getFrom(t, ro.URL+"/workflows")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, page, `<tr data-workflow="wf-1">`)
+
+	// A full page links to the next, which starts after its last id: 2
+	// workflows above and 99 more, the last of the page "x &096".
+	for i := range 99 {
+		_, err := jobs.EnqueueWorkflow(b.ctx, b.pool, jobs.NewWorkflow(fmt.Sprintf("x &%03d", i)).Add("only", mail.Entry(Mail{To: "x"})))
+		require.NoError(t, err)
+	}
+	_, body = b.get("/workflows")
+	require.Equal(t, 100, strings.Count(body, "<tr data-workflow="), body)
+	require.Contains(t, body, `<tr data-workflow="x &amp;097">`)
+	require.NotContains(t, body, `<tr data-workflow="x &amp;098">`)
+	m := regexp.MustCompile(`<a id="next" href="([^"]+)">`).FindStringSubmatch(body)
+	require.NotNil(t, m, "a next page")
+	next, err := url.Parse(html.UnescapeString(m[1]))
+	require.NoError(t, err)
+	require.Equal(t, "workflows", next.Path)
+	require.Equal(t, "x &097", next.Query().Get("after"))
+	_, body = b.get("/" + html.UnescapeString(m[1]))
+	require.Equal(t, 1, strings.Count(body, "<tr data-workflow="), body)
+	require.Contains(t, body, `<tr data-workflow="x &amp;098">`)
+	require.NotContains(t, body, `id="next"`)
+}
+
 // TestCancelAndRetryWorkflow: cancelling and retrying a workflow are
 // changes like the others: they need the token and the form's CSRF token,
 // from the dashboard's own origin, and a read-only dashboard refuses them.
@@ -201,8 +264,8 @@ func TestCancelAndRetryWorkflow(t *testing.T) {
 }
 
 // TestWorkflowIDsAreEscaped: a workflow id and a step name are user data,
-// escaped in the pages, carried in a query and a form field, read back as
-// they were.
+// escaped in the pages (the list of live workflows too), carried in a
+// query and a form field, read back as they were.
 func TestWorkflowIDsAreEscaped(t *testing.T) {
 	b := newBed(t, dashboard.Config{Token: token})
 	const id = `<b>wf</b>/a%2Fb&id=x "q"`
@@ -227,12 +290,28 @@ func TestWorkflowIDsAreEscaped(t *testing.T) {
 	require.NotNil(t, m, body)
 	require.Equal(t, id, html.UnescapeString(m[1]))
 
+	// The list shows it escaped, linked by its id query-escaped.
+	status, body = b.get("/workflows")
+	require.Equal(t, http.StatusOK, status, body)
+	require.NotContains(t, body, "<b>wf")
+	m = regexp.MustCompile(`<tr data-workflow="([^"]*)"><td><a href="([^"]*)">([^<]*)</a></td>`).FindStringSubmatch(body)
+	require.NotNil(t, m, body)
+	require.Equal(t, id, html.UnescapeString(m[1]))
+	require.Equal(t, id, html.UnescapeString(m[3]))
+	link, err := url.Parse(html.UnescapeString(m[2]))
+	require.NoError(t, err)
+	require.Equal(t, "workflows", link.Path)
+	require.Equal(t, id, link.Query().Get("id"))
+	status, body = b.get("/" + html.UnescapeString(m[2]))
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `<strong>&lt;i&gt;step&lt;/i&gt; &#34;one&#34;</strong>`)
+
 	// The job page links to its workflow, the id query-escaped.
 	_, body = b.get(fmt.Sprintf("/jobs/%d", res.Steps["two"]))
 	require.NotContains(t, body, "<b>wf")
 	m = regexp.MustCompile(`<dd id="workflow"><a href="([^"]*)">`).FindStringSubmatch(body)
 	require.NotNil(t, m, body)
-	link, err := url.Parse(html.UnescapeString(m[1]))
+	link, err = url.Parse(html.UnescapeString(m[1]))
 	require.NoError(t, err)
 	require.Equal(t, "workflows", link.Path)
 	require.Equal(t, id, link.Query().Get("id"))

@@ -114,6 +114,11 @@ func TestCLIJSONSnakeCase(t *testing.T) {
 		Add("root", jsonDone.Entry(Beat{})).
 		Add("child", jsonDone.Entry(Beat{}), jobs.After("root")))
 	require.NoError(t, err)
+	// And one that stays live on the paused queue, for workflows list.
+	_, err = jobs.EnqueueWorkflow(ctx, d.Pool, jobs.NewWorkflow("json-live-wf").
+		Add("root", jsonDone.Entry(Beat{}, jobs.Queue("held"))).
+		Add("child", jsonDone.Entry(Beat{}, jobs.Queue("held")), jobs.After("root")))
+	require.NoError(t, err)
 	testdb.WaitFor(t, "the schedules defined", func() bool { return strings.Contains(run("schedules", "list"), "weekly") })
 	run("schedules", "pause", "weekly")
 	run("schedules", "trigger", "nightly")
@@ -140,6 +145,7 @@ func TestCLIJSONSnakeCase(t *testing.T) {
 		{[]string{"sequences", "list"}, []string{".sequences[].job_id", ".sequences[].blocked_at", ".sequences[].waiting_capped"}},
 		{[]string{"sequences", "show", "json-seq"}, []string{".blocked.job_id", ".waiting"}},
 		{[]string{"workflows", "show", "json-wf"}, []string{".steps[].parent_steps", ".steps[].max_attempts", ".steps[].created_at"}},
+		{[]string{"workflows", "list"}, []string{".workflows[].id", ".workflows[].oldest_at", ".workflows[].age_seconds"}},
 	}
 	// bench's report: its types are checked by cmd/hopper/internal/cli's
 	// TestJSONFieldNames (a run takes minutes).

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -31,6 +32,116 @@ func (b *sequencesBed) diamond(id string) map[string]int64 {
 	require.NoError(b.t, err)
 	require.Len(b.t, res.Steps, 4)
 	return res.Steps
+}
+
+// TestCLIWorkflowsList: hopper workflows list shows the workflows that
+// have live steps in id order (bytewise), with how many of their steps
+// wait, are ready and run, and how long ago the oldest live one was
+// enqueued; not those whose steps have all ended; a full page ends with
+// the command that lists the next; --json prints the same with
+// snake_case keys.
+func TestCLIWorkflowsList(t *testing.T) {
+	b := newSequencesBed(t)
+	r := b.run("", "workflows", "list")
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, "(no workflows with live steps)\n", r.stdout)
+	r = b.run("", "workflows", "list", "--json")
+	require.Zero(t, r.code, r.stderr)
+	require.JSONEq(t, `{"workflows":[]}`, r.stdout)
+
+	b.diamond("wf-1")
+	gone := b.diamond("wf 2") // bytewise before wf-1
+	_, err := b.client.DeleteJob(b.ctx, gone["fetch"])
+	require.NoError(t, err)
+	ended := b.diamond("wf-3") // all its steps cancelled: not listed
+	require.NoError(t, b.client.CancelJob(b.ctx, ended["fetch"]))
+	require.Equal(t, jobs.StateCancelled, b.state(ended["publish"]))
+
+	r = b.run("", "workflows", "list")
+	require.Zero(t, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 3, r.stdout)
+	require.Regexp(t, `^ID\s+WAITING\s+READY\s+RUNNING\s+OLDEST$`, lines[0])
+	age := `(\d+h)?(\d+m)?\d+s ago`
+	require.Regexp(t, `^wf 2\s+1\s+2\s+0\s+`+age+`$`, lines[1])
+	require.Regexp(t, `^wf-1\s+3\s+1\s+0\s+`+age+`$`, lines[2])
+	require.NotContains(t, r.stdout, "wf-3")
+	require.NotContains(t, r.stdout, "more:")
+
+	// Pages: a full one says how to list the next, the last one does not.
+	r = b.run("", "workflows", "list", "--limit", "1")
+	require.Zero(t, r.code, r.stderr)
+	lines = strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 3, r.stdout)
+	require.Regexp(t, `^wf 2\s`, lines[1])
+	require.Equal(t, "more: hopper workflows list --after 'wf 2' --limit 1", lines[2])
+	r = b.run("", "workflows", "list", "--after", "wf 2", "--limit", "1")
+	require.Zero(t, r.code, r.stderr)
+	lines = strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 2, r.stdout)
+	require.Regexp(t, `^wf-1\s`, lines[1])
+	r = b.run("", "workflows", "list", "--after", "wf-1")
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, "(no workflows with live steps)\n", r.stdout)
+
+	r = b.run("", "workflows", "list", "--json", "--limit", "1")
+	require.Zero(t, r.code, r.stderr)
+	seen := requireSnakeCase(t, "workflows list", r.stdout)
+	for _, k := range []string{".workflows", ".next", ".workflows[].id", ".workflows[].waiting", ".workflows[].ready",
+		".workflows[].running", ".workflows[].oldest_at", ".workflows[].age_seconds"} {
+		require.True(t, seen[k], "no %s in %v", k, seen)
+	}
+	var page struct {
+		Workflows []struct {
+			ID         string    `json:"id"`
+			Waiting    int64     `json:"waiting"`
+			Ready      int64     `json:"ready"`
+			Running    int64     `json:"running"`
+			OldestAt   time.Time `json:"oldest_at"`
+			AgeSeconds float64   `json:"age_seconds"`
+		} `json:"workflows"`
+		Next string `json:"next"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &page))
+	require.Len(t, page.Workflows, 1)
+	require.Equal(t, "wf 2", page.Next)
+	w := page.Workflows[0]
+	require.Equal(t, "wf 2", w.ID)
+	require.Equal(t, [3]int64{1, 2, 0}, [3]int64{w.Waiting, w.Ready, w.Running})
+	require.WithinDuration(t, time.Now(), w.OldestAt, time.Minute)
+	require.GreaterOrEqual(t, w.AgeSeconds, 0.0)
+	require.Less(t, w.AgeSeconds, 60.0)
+	r = b.run("", "workflows", "list", "--json", "--after", "wf 2")
+	require.Zero(t, r.code, r.stderr)
+	page.Workflows, page.Next = nil, ""
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &page))
+	require.Len(t, page.Workflows, 1)
+	require.Empty(t, page.Next, "the last page")
+	require.Equal(t, "wf-1", page.Workflows[0].ID)
+	require.Equal(t, [3]int64{3, 1, 0}, [3]int64{page.Workflows[0].Waiting, page.Workflows[0].Ready, page.Workflows[0].Running})
+
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"workflows", "list", "--limit", "0"}, "--limit 0 is outside 1 to 1000"},
+		{[]string{"workflows", "list", "--limit", "1001"}, "--limit 1001 is outside 1 to 1000"},
+		{[]string{"workflows", "list", "wf-1"}, "list takes no argument"},
+		{[]string{"workflows", "list", "--yes"}, "--yes is for cancel, not list"},
+		{[]string{"workflows", "show", "wf-1", "--after", "a"}, "--after is for list, not show"},
+		{[]string{"workflows", "cancel", "wf-1", "--limit", "3"}, "--limit is for list, not cancel"},
+	} {
+		requireFailure(t, b.run("", tc.args...), 2, tc.says)
+	}
+
+	// On a schema without the workflows migration, the one line that says
+	// what to run.
+	old := testdb.NewAtVersion(t, 13)
+	r = runHopper(t, old.URL, "", "workflows", "list")
+	requireFailure(t, r, 1, "hopper workflows: schema not migrated: schema "+old.Schema+" is at version 13 without migration")
+	require.Contains(t, r.stderr, "14 (workflows): ")
+	require.Contains(t, r.stderr, "run hopper migrate up")
+	require.Empty(t, r.stdout)
 }
 
 // TestCLIWorkflowsShow: hopper workflows show prints a workflow's steps in
@@ -168,7 +279,10 @@ func TestCLIWorkflowsCancel(t *testing.T) {
 	require.Equal(t, "workflow wf 2: 3 steps cancelled (jobs "+itoa(other["resize"])+", "+itoa(other["thumb"])+" and "+itoa(other["publish"])+")\n", r.stdout)
 
 	requireFailure(t, b.run("", "workflows", "cancel"), 2, "cancel takes one workflow id")
-	requireFailure(t, b.run("", "workflows", "cancel", "wf-1", "--json"), 2, "--json is for show, not cancel")
+	// list and show both take --json: the line names either.
+	r = b.run("", "workflows", "cancel", "wf-1", "--json")
+	requireFailure(t, r, 2, ", not cancel")
+	require.Regexp(t, `--json is for (list|show), not cancel`, r.stderr)
 }
 
 // TestCLIWorkflowsRetry: hopper workflows retry brings a workflow's dead
@@ -212,12 +326,12 @@ func TestCLIWorkflowsHelp(t *testing.T) {
 	t.Parallel()
 	r := runHopper(t, "", "", "help")
 	require.Zero(t, r.code)
-	require.Regexp(t, `(?m)^  workflows +show\|cancel\|retry +`, r.stdout)
+	require.Regexp(t, `(?m)^  workflows +list\|show\|cancel\|retry +`, r.stdout)
 	r = runHopper(t, "", "", "workflows", "--help")
 	require.Zero(t, r.code)
-	require.Contains(t, r.stdout, "Usage: hopper workflows show ID [--json] | cancel ID [--yes] | retry ID")
-	for _, f := range []string{"--json", "--yes", "--database-url", "--schema"} {
+	require.Contains(t, r.stdout, "Usage: hopper workflows list [--after ID] [--limit N] [--json] | show ID [--json] | cancel ID [--yes] | retry ID")
+	for _, f := range []string{"--after", "--limit", "--json", "--yes", "--database-url", "--schema"} {
 		require.Contains(t, r.stdout, "  "+f+" ")
 	}
-	requireFailure(t, runHopper(t, "", "", "workflows"), 2, "say show, cancel or retry")
+	requireFailure(t, runHopper(t, "", "", "workflows"), 2, "say list, show, cancel or retry")
 }

@@ -45,17 +45,48 @@ type workflowReport struct {
 	Steps []workflowStepRow `json:"steps"`
 }
 
+// The page sizes of hopper workflows list: hopper.WorkflowPage's.
+const (
+	defaultWorkflowsLimit = 100
+	maxWorkflowsLimit     = 1000
+)
+
+// workflowRow is a workflow with live steps, as workflows list --json
+// prints it: how many of its steps wait for their parents, are ready
+// (pending or scheduled) and run, and when its oldest live step was
+// enqueued, with how long ago in seconds.
+type workflowRow struct {
+	ID         string    `json:"id"`
+	Waiting    int64     `json:"waiting"`
+	Ready      int64     `json:"ready"`
+	Running    int64     `json:"running"`
+	OldestAt   time.Time `json:"oldest_at"`
+	AgeSeconds float64   `json:"age_seconds"`
+}
+
+// workflowsPage is what workflows list --json prints: the workflows with
+// live steps, and the id to pass as --after for the next page ("" on the
+// last).
+type workflowsPage struct {
+	Workflows []workflowRow `json:"workflows"`
+	Next      string        `json:"next,omitempty"`
+}
+
 func workflowsCommand() *command {
 	var asJSON, yes bool
-	actions := []string{"show", "cancel", "retry"}
+	var after string
+	var limit int
+	actions := []string{"list", "show", "cancel", "retry"}
 	return &command{
 		name:    "workflows",
 		actions: actions,
-		args:    "show ID [--json] | cancel ID [--yes] | retry ID",
-		summary: "workflows of steps that run after one another: show one's steps, their states and parents; " +
+		args:    "list [--after ID] [--limit N] [--json] | show ID [--json] | cancel ID [--yes] | retry ID",
+		summary: "workflows of steps that run after one another: list those with live steps, show one's steps, their states and parents; " +
 			"cancel its live steps (asks first unless --yes); retry brings its dead and cancelled steps back",
 		flags: func(fs *flag.FlagSet) {
-			fs.BoolVar(&asJSON, "json", false, "show: print JSON")
+			fs.StringVar(&after, "after", "", "list: the page after this workflow id (printed at the end of a full page)")
+			fs.IntVar(&limit, "limit", defaultWorkflowsLimit, fmt.Sprintf("list: at most this many, in id order (1 to %d)", maxWorkflowsLimit))
+			fs.BoolVar(&asJSON, "json", false, "list, show: print JSON")
 			fs.BoolVar(&yes, "yes", false, "cancel: do not ask for confirmation")
 		},
 		run: func(e *env, fs *flag.FlagSet, args []string) error {
@@ -64,13 +95,17 @@ func workflowsCommand() *command {
 				return err
 			}
 			switch {
-			case len(rest) != 1:
-				return fmt.Errorf("%w: %s takes one workflow id", errUsage, action)
-			case rest[0] == "":
+			case action == "list" && len(rest) > 0:
+				return fmt.Errorf("%w: list takes no argument (hopper workflows show ID shows one)", errUsage)
+			case action == "list" && (limit < 1 || limit > maxWorkflowsLimit):
+				return fmt.Errorf("%w: --limit %d is outside 1 to %d", errUsage, limit, maxWorkflowsLimit)
+			case action != "list" && len(rest) != 1:
+				return fmt.Errorf("%w: %s takes one workflow id (hopper workflows list shows those with live steps)", errUsage, action)
+			case action != "list" && rest[0] == "":
 				return fmt.Errorf("%w: %s takes one workflow id, not an empty one", errUsage, action)
 			}
 			if err := actionFlags(fs, action, map[string][]string{
-				"show": {"json"}, "cancel": {"yes"}, "retry": {},
+				"list": {"after", "limit", "json"}, "show": {"json"}, "cancel": {"yes"}, "retry": {},
 			}); err != nil {
 				return err
 			}
@@ -80,6 +115,8 @@ func workflowsCommand() *command {
 			}
 			defer done()
 			switch action {
+			case "list":
+				return listWorkflows(e, client, after, limit, asJSON)
 			case "show":
 				return showWorkflow(e, client, rest[0], asJSON)
 			case "cancel":
@@ -88,6 +125,50 @@ func workflowsCommand() *command {
 			return retryWorkflow(e, client, rest[0])
 		},
 	}
+}
+
+// listWorkflows prints a page of the workflows that have live steps, and
+// the command that prints the next one when there is one.
+func listWorkflows(e *env, client *hopper.Client, after string, limit int, asJSON bool) error {
+	list, err := client.ListWorkflows(e.ctx, hopper.WorkflowPage{After: after, Limit: limit})
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	next := ""
+	if len(list) == limit {
+		// A full page: whether another follows is one id away.
+		last := list[len(list)-1].ID
+		more, err := client.ListWorkflows(e.ctx, hopper.WorkflowPage{After: last, Limit: 1})
+		if err != nil {
+			return err
+		}
+		if len(more) > 0 {
+			next = last
+		}
+	}
+	if asJSON {
+		page := workflowsPage{Workflows: make([]workflowRow, len(list)), Next: next}
+		for i, w := range list {
+			page.Workflows[i] = workflowRow{ID: w.ID, Waiting: w.Waiting, Ready: w.Ready, Running: w.Running,
+				OldestAt: w.Oldest, AgeSeconds: max(now.Sub(w.Oldest), 0).Seconds()}
+		}
+		return json.NewEncoder(e.stdout).Encode(page)
+	}
+	err = printTable(e.stdout, "workflows with live steps", "ID\tWAITING\tREADY\tRUNNING\tOLDEST", list, func(w hopper.WorkflowSummary) string {
+		return fmt.Sprintf("%s\t%d\t%d\t%d\t%s", oneLine(w.ID), w.Waiting, w.Ready, w.Running, ago(now.Sub(w.Oldest)))
+	})
+	if err != nil {
+		return err
+	}
+	if next != "" {
+		again := "workflows list --after " + shellQuote(next)
+		if limit != defaultWorkflowsLimit {
+			again += " --limit " + strconv.Itoa(limit)
+		}
+		fmt.Fprintf(e.stdout, "more: %s\n", e.commandLine(again))
+	}
+	return nil
 }
 
 // noWorkflow is the one line for a workflow id no step has.

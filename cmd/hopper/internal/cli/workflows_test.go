@@ -41,11 +41,12 @@ func TestWorkflowSentences(t *testing.T) {
 	require.Equal(t, "2 dead or cancelled steps", deadOrCancelled(2))
 }
 
-// TestWorkflowReportFieldNames: every field workflows show --json prints
-// has a snake_case name.
+// TestWorkflowReportFieldNames: every field workflows show --json and
+// workflows list --json print has a snake_case name.
 func TestWorkflowReportFieldNames(t *testing.T) {
 	snake := regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
-	for _, typ := range []reflect.Type{reflect.TypeFor[workflowReport](), reflect.TypeFor[workflowStepRow]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[workflowReport](), reflect.TypeFor[workflowStepRow](),
+		reflect.TypeFor[workflowsPage](), reflect.TypeFor[workflowRow]()} {
 		for i := range typ.NumField() {
 			name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
 			require.Regexp(t, snake, name, "%s.%s", typ, typ.Field(i).Name)
