@@ -922,6 +922,10 @@ var wfChaosFaults = map[string]struct{ fn, from, to string }{
 	// A step added to a running workflow does not lock its older parents:
 	// one that ends meanwhile, unseen, is never counted down.
 	"count-no-key-share": {"hopper_workflow_count(bigint[],bigint[],bigint)", "FOR KEY SHARE OF j", ""},
+	// A step that ends while it waits (an operator's cancel) keeps its
+	// count (as migration 14 did before b095566).
+	"advance-keeps-counts": {"hopper_workflow_advance()",
+		"DELETE FROM hopper_workflow_waits AS w WHERE w.child_id = ANY (ended);", ""},
 	// A parent brought back does not count again for its waiting children.
 	"returned-no-recount": {"hopper_workflow_returned()",
 		"SET parents_left = w.parents_left + c.n", "SET parents_left = w.parents_left"},
