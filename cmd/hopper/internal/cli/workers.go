@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,12 +94,16 @@ func actionFlags(fs *flag.FlagSet, action string, taken map[string][]string) err
 	if extra == "" {
 		return nil
 	}
+	// The actions that take the flag, in a fixed order: several may.
+	var others []string
 	for other, names := range taken {
-		for _, name := range names {
-			if name == extra {
-				return fmt.Errorf("%w: --%s is for %s, not %s", errUsage, extra, other, action)
-			}
+		if slices.Contains(names, extra) {
+			others = append(others, other)
 		}
+	}
+	if len(others) > 0 {
+		slices.Sort(others)
+		return fmt.Errorf("%w: --%s is for %s, not %s", errUsage, extra, strings.Join(others, " and "), action)
 	}
 	return fmt.Errorf("%w: %s takes no --%s", errUsage, action, extra)
 }
