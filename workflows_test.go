@@ -369,3 +369,32 @@ func TestWorkflowLongChain(t *testing.T) {
 	require.ErrorIs(t, err, jobs.ErrInvalidWorkflow)
 	require.ErrorContains(t, err, "over the limit of 100001")
 }
+
+// TestWorkflowRetryOneStep: a step retried on its own (RetryDeadJobs)
+// comes back waiting for its parents still live, and applies its policy
+// again when one of them failed; retried after its parent, it runs once
+// the parent has succeeded.
+func TestWorkflowRetryOneStep(t *testing.T) {
+	b := setup(t)
+	res, err := jobs.EnqueueWorkflow(b.Ctx, b.Pool, jobs.NewWorkflow("one").
+		Add("a", step("a")).Add("b", step("b"), jobs.After("a")))
+	require.NoError(t, err)
+	a, child := res.Steps["a"], res.Steps["b"]
+	require.NoError(t, b.client.CancelJob(b.Ctx, a))
+	require.Equal(t, jobs.StateCancelled, b.state(t, child))
+
+	back, err := b.client.RetryDeadJobs(b.Ctx, hopper.DeadFilter{IDs: []int64{child}, States: []jobs.State{jobs.StateCancelled}})
+	require.NoError(t, err)
+	require.Equal(t, []int64{child}, back.Retried)
+	require.Equal(t, jobs.StateCancelled, b.state(t, child), "its parent is still cancelled: cancelled again")
+
+	_, err = b.client.RetryDeadJobs(b.Ctx, hopper.DeadFilter{IDs: []int64{a}, States: []jobs.State{jobs.StateCancelled}})
+	require.NoError(t, err)
+	_, err = b.client.RetryDeadJobs(b.Ctx, hopper.DeadFilter{IDs: []int64{child}, States: []jobs.State{jobs.StateCancelled}})
+	require.NoError(t, err)
+	require.Equal(t, jobs.StatePending, b.state(t, a))
+	require.Equal(t, jobs.StateWaiting, b.state(t, child), "it waits for its parent, live again")
+	_, err = b.client.DeleteJob(b.Ctx, a)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StatePending, b.state(t, child))
+}

@@ -346,7 +346,9 @@ WITH picked AS (
     OVERRIDING SYSTEM VALUE
     SELECT d.id, d.queue, d.kind, d.version, d.payload, d.priority, d.attempt,
            d.attempt + d.max_attempts, d.unique_key, d.errors, d.created_at, d.meta, d.concurrency_key,
-           CASE WHEN d.meta ? 'hopper.sequence' THEN 'waiting' ELSE 'pending' END
+           CASE WHEN d.meta ? 'hopper.sequence' THEN 'waiting'
+                WHEN d.meta ? 'hopper.workflow' AND EXISTS (SELECT FROM hopper_workflow_deps AS e WHERE e.child_id = d.id) THEN 'waiting'
+                ELSE 'pending' END
     FROM hopper_dead_jobs AS d
     JOIN picked ON picked.id = d.id
     ON CONFLICT DO NOTHING
@@ -389,6 +391,9 @@ type RetryDeadRow struct {
 // live job holds again stays dead: nothing is lost. A job of a sequence
 // comes back waiting, and its commit places it by its id: the head again
 // if it blocked its sequence (the block is lifted), else behind the head.
+// A workflow step with parents comes back waiting too, and the trigger on
+// insert counts its parents still live: it runs once they have ended (at
+// once when none is left), applying its policy again if one failed.
 // One row per job picked
 // says whether it moved; the caller goes on after the last id picked until
 // fewer than max_jobs come back.

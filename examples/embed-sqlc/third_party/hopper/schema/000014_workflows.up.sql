@@ -238,36 +238,49 @@ CREATE TRIGGER hopper_jobs_workflow_advance
     FOR EACH STATEMENT
     EXECUTE FUNCTION hopper_workflow_advance();
 
--- A parent that comes back from the dead table (a retry) has to end again:
--- each of its children still waiting counts it again (child rows locked
--- first, as above). New steps have no children yet when inserted (their
--- edges come after): one index probe each.
+-- Steps that come back from the dead table (a retry: RetryDead, or
+-- hopper_workflow_retry). A parent has to end again: each of its children
+-- still waiting counts it again (child rows locked first, as above). A
+-- step with parents comes back waiting and counts those still live
+-- (hopper_workflow_count): it runs once they end, at once when none is
+-- left, and applies its policy again if one of them failed. New steps
+-- have no edges yet when inserted (they come after): one index probe
+-- each.
 CREATE FUNCTION hopper_workflow_returned() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     back bigint[];
+    edge_parents bigint[];
+    edge_children bigint[];
 BEGIN
     SELECT array_agg(n.id) INTO back
     FROM hopper_new_jobs AS n
     WHERE n.meta ? 'hopper.workflow'
       AND EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.parent_id = n.id);
-    IF back IS NULL THEN
-        RETURN NULL;
+    IF back IS NOT NULL THEN
+        PERFORM count(*)
+        FROM (SELECT j.id FROM hopper_jobs AS j
+              WHERE j.id IN (SELECT d.child_id FROM hopper_workflow_deps AS d WHERE d.parent_id = ANY (back))
+                AND j.state = 'waiting'
+              ORDER BY j.id
+              FOR NO KEY UPDATE OF j) AS l;
+        UPDATE hopper_workflow_waits AS w
+        SET parents_left = w.parents_left + c.n
+        FROM (SELECT d.child_id, count(*)::integer AS n
+              FROM hopper_workflow_deps AS d
+              JOIN hopper_jobs AS j ON j.id = d.child_id AND j.state = 'waiting'
+              WHERE d.parent_id = ANY (back)
+              GROUP BY d.child_id) AS c
+        WHERE w.child_id = c.child_id;
     END IF;
-    PERFORM count(*)
-    FROM (SELECT j.id FROM hopper_jobs AS j
-          WHERE j.id IN (SELECT d.child_id FROM hopper_workflow_deps AS d WHERE d.parent_id = ANY (back))
-            AND j.state = 'waiting'
-          ORDER BY j.id
-          FOR NO KEY UPDATE OF j) AS l;
-    UPDATE hopper_workflow_waits AS w
-    SET parents_left = w.parents_left + c.n
-    FROM (SELECT d.child_id, count(*)::integer AS n
-          FROM hopper_workflow_deps AS d
-          JOIN hopper_jobs AS j ON j.id = d.child_id AND j.state = 'waiting'
-          WHERE d.parent_id = ANY (back)
-          GROUP BY d.child_id) AS c
-    WHERE w.child_id = c.child_id;
+    SELECT array_agg(d.parent_id ORDER BY d.child_id, d.parent_id), array_agg(d.child_id ORDER BY d.child_id, d.parent_id)
+    INTO edge_parents, edge_children
+    FROM hopper_new_jobs AS n
+    JOIN hopper_workflow_deps AS d ON d.child_id = n.id
+    WHERE n.meta ? 'hopper.workflow' AND n.state = 'waiting';
+    IF edge_children IS NOT NULL THEN
+        PERFORM hopper_workflow_count(edge_parents, edge_children, 9223372036854775807);
+    END IF;
     RETURN NULL;
 END;
 $$;
@@ -371,18 +384,15 @@ $$;
 
 -- Retries a workflow whole: every dead or cancelled step comes back, under
 -- its own id and with as many attempts again as it had (as RetryDead
--- does), waiting; each counts its parents still to end (those live now,
--- the ones coming back included) and is decided at once when none is
--- left. Returns the ids that came back.
+-- does): ready when it has no parents, else waiting, for the trigger on
+-- insert to count its parents still live (the ones coming back included)
+-- and decide it at once when none is left. Returns the ids that came
+-- back.
 CREATE FUNCTION hopper_workflow_retry(workflow text) RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_variable
-DECLARE
-    back bigint[];
-    edge_parents bigint[];
-    edge_children bigint[];
-    roots bigint[];
 BEGIN
+    RETURN QUERY
     WITH picked AS (
         SELECT d.id
         FROM hopper_dead_jobs AS d
@@ -395,7 +405,8 @@ BEGIN
         OVERRIDING SYSTEM VALUE
         SELECT d.id, d.queue, d.kind, d.version, d.payload, d.priority, d.attempt,
                d.attempt + d.max_attempts, d.unique_key, d.errors, d.created_at, d.meta, d.concurrency_key,
-               'waiting', now()
+               CASE WHEN EXISTS (SELECT FROM hopper_workflow_deps AS e WHERE e.child_id = d.id) THEN 'waiting' ELSE 'pending' END,
+               now()
         FROM hopper_dead_jobs AS d
         JOIN picked ON picked.id = d.id
         ORDER BY d.id
@@ -407,21 +418,7 @@ BEGIN
         WHERE dead.id = revived.id
         RETURNING dead.id
     )
-    SELECT array_agg(m.id ORDER BY m.id) INTO back FROM moved AS m;
-    IF back IS NULL THEN
-        RETURN;
-    END IF;
-    SELECT coalesce(array_agg(d.parent_id ORDER BY d.child_id, d.parent_id), '{}'),
-           coalesce(array_agg(d.child_id ORDER BY d.child_id, d.parent_id), '{}')
-    INTO edge_parents, edge_children
-    FROM hopper_workflow_deps AS d
-    WHERE d.child_id = ANY (back);
-    IF cardinality(edge_children) > 0 THEN
-        PERFORM hopper_workflow_count(edge_parents, edge_children, 9223372036854775807);
-    END IF;
-    SELECT array_agg(b) INTO roots FROM unnest(back) AS b WHERE NOT (b = ANY (edge_children));
-    PERFORM hopper_workflow_decide(roots);
-    RETURN QUERY SELECT unnest(back);
+    SELECT m.id FROM moved AS m ORDER BY m.id;
 END;
 $$;
 
