@@ -24,7 +24,7 @@ import (
 
 // Config is what a run measures and how.
 type Config struct {
-	Mode        string        // continuous, drain, enqueue, latency, all; noisy, keys, rate, flow (those three); queues; sequences
+	Mode        string        // continuous, drain, enqueue, latency, all; noisy, keys, rate, flow (those three); queues; sequences; workflows
 	Duration    time.Duration // continuous and baseline
 	Jobs        int           // drain: backlog size; enqueue: COPY total
 	Workers     int           // worker instances in the worker process
@@ -104,6 +104,8 @@ type Config struct {
 	SequenceDuration time.Duration
 	Explain          bool
 	ExplainJobs      int
+	// workflows: the drains, the trickle and the batch (workflows.go).
+	Workflows WorkflowOptions
 
 	// DatabaseURL is the server to use; WorkerCommand starts the worker
 	// process (the hopper binary with "bench --role worker").
@@ -141,6 +143,7 @@ type Report struct {
 	Keys       *KeysResult       `json:"keys,omitempty"`
 	Rate       *RateResult       `json:"rate,omitempty"`
 	Sequences  *SequencesResult  `json:"sequences,omitempty"`
+	Workflows  *WorkflowsResult  `json:"workflows,omitempty"`
 	// RateExactStarts is the rate run again with Rate.ExactStarts.
 	RateExactStarts *RateResult `json:"rate_exact_starts,omitempty"`
 	// Drains is one drain per Config.DrainSizes.
@@ -308,6 +311,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			r.Ratios[row.Name+"_to_keyless"] = row.Ratio
 		}
 	}
+	if modes["workflows"] {
+		logf("workflows: drains of %d plain jobs and %d diamonds, a trickle of %d diamonds/s for %v, a batch of %d jobs",
+			5*cfg.Workflows.Diamonds, cfg.Workflows.Diamonds, cfg.Workflows.TrickleRate, cfg.Workflows.TrickleDuration, cfg.Workflows.BatchJobs)
+		if r.Workflows, err = runWorkflows(ctx, cfg, logf); err != nil {
+			return r, fmt.Errorf("workflows: %w", err)
+		}
+		r.Ratios["workflow_steps_to_plain"] = r.Workflows.Ratio
+	}
 	if modes["rate"] {
 		logf("rate: %d jobs per %v across %d worker processes for %v", cfg.Rate, cfg.RatePer, cfg.RateProcesses, cfg.RateDuration)
 		if r.Rate, err = runRate(ctx, cfg, false); err != nil {
@@ -360,6 +371,7 @@ func (cfg Config) summary() map[string]any {
 		"keys": cfg.Keys, "key_limit": cfg.KeyLimit, "rate": cfg.Rate, "rate_per": cfg.RatePer.String(), "rate_processes": cfg.RateProcesses,
 		"rate_duration":     cfg.RateDuration.String(),
 		"sequence_duration": cfg.SequenceDuration.String(), "explain": cfg.Explain, "explain_jobs": cfg.ExplainJobs,
+		"workflows": cfg.Workflows,
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hopperq/hopper/cmd/hopper/internal/bench"
+	"github.com/hopperq/hopper/jobs"
 )
 
 func benchCommand() *command {
@@ -24,10 +25,10 @@ func benchCommand() *command {
 	var queueCount int
 	return &command{
 		name:    "bench",
-		args:    "[--mode continuous|drain|enqueue|latency|all|noisy|keys|rate|flow|queues|sequences] [--drain-sizes N,N,…] [--queues N,N,…] [--baseline] [--json] [flags]",
+		args:    "[--mode continuous|drain|enqueue|latency|all|noisy|keys|rate|flow|queues|sequences|workflows] [--drain-sizes N,N,…] [--queues N,N,…] [--baseline] [--json] [flags]",
 		summary: "measure throughput, latency, memory and PostgreSQL CPU on a scratch schema, with a pgbench raw-SQL baseline",
 		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all (those four); noisy, keys, rate or flow (those three); queues; sequences")
+			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all (those four); noisy, keys, rate or flow (those three); queues; sequences; workflows")
 			durationVar(fs, &cfg.Duration, "duration", time.Minute, "continuous and baseline: how long to measure (the steady state is the last half)")
 			durationVar(fs, &cfg.Window, "window", 10*time.Second, "continuous and baseline: the length of one reported window")
 			fs.BoolVar(&cfg.HoldSnapshot, "hold-snapshot", false, "continuous: hold a REPEATABLE READ snapshot open for the whole run (a long report, an idle-in-transaction session)")
@@ -60,8 +61,12 @@ func benchCommand() *command {
 			fs.IntVar(&cfg.Keys, "keys", 1000, "keys: distinct concurrency keys; sequences: distinct concurrency keys and sequence keys")
 			fs.IntVar(&cfg.KeyLimit, "key-limit", 5, "keys: running jobs allowed per key (0: the keys with no flow control, what a key costs by itself); sequences: the limit of the flow-controlled runs (at least 1)")
 			durationVar(fs, &cfg.SequenceDuration, "sequence-duration", 20*time.Second, "sequences: how long each of its eight continuous runs measures (keyless, keys, keys with --key-limit, sequences, then the reverse)")
-			fs.BoolVar(&cfg.Explain, "explain", false, "sequences: also print EXPLAIN (ANALYZE, BUFFERS) of the sequence promotion and of DequeueQueues over --explain-jobs sequence jobs in --keys keys")
+			fs.BoolVar(&cfg.Explain, "explain", false, "sequences: also print EXPLAIN (ANALYZE, BUFFERS) of the sequence promotion and of DequeueQueues over --explain-jobs sequence jobs in --keys keys; workflows: of acknowledgements' DELETE with and without workflow steps")
 			fs.IntVar(&cfg.ExplainJobs, "explain-jobs", 100_000, "sequences, with --explain: the jobs in the table explained")
+			fs.IntVar(&cfg.Workflows.Diamonds, "diamonds", 10_000, "workflows: diamond workflows (1 → 3 → 1 no-op steps) drained, against 5 × as many plain jobs")
+			fs.IntVar(&cfg.Workflows.TrickleRate, "trickle-rate", 50, "workflows: diamonds enqueued per second to time parent → child latency")
+			durationVar(fs, &cfg.Workflows.TrickleDuration, "trickle-duration", 5*time.Second, "workflows: how long the trickle of diamonds runs")
+			fs.IntVar(&cfg.Workflows.BatchJobs, "batch-jobs", 100_000, "workflows: jobs of the batch timed with its callback (jobs.NewBatch)")
 			fs.IntVar(&cfg.Rate, "rate", 500, "rate: jobs allowed per --rate-per, across the worker processes")
 			durationVar(fs, &cfg.RatePer, "rate-per", time.Second, "rate: the limit's interval")
 			fs.IntVar(&cfg.RateProcesses, "rate-processes", 3, "rate: worker processes sharing the limit")
@@ -80,10 +85,10 @@ func benchCommand() *command {
 					HandlerTime: cfg.HandlerTime, Keep: keep, Fair: fair, KeyLimit: cfg.KeyLimit, Rate: cfg.Rate, RatePer: cfg.RatePer, RateExactStarts: exactStarts}, e.stdout)
 			}
 			switch cfg.Mode {
-			case "continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences":
+			case "continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences", "workflows":
 			default:
 				return fmt.Errorf("%w: unknown mode %q%s", errUsage, cfg.Mode,
-					didYouMean(cfg.Mode, "", []string{"continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences"}))
+					didYouMean(cfg.Mode, "", []string{"continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences", "workflows"}))
 			}
 			sizes, err := parseCounts("--drain-sizes", "job counts", drainSizes)
 			if err != nil {
@@ -107,6 +112,11 @@ func benchCommand() *command {
 			}
 			if cfg.Mode == "sequences" && (cfg.KeyLimit < 1 || cfg.SequenceDuration < time.Second || cfg.ExplainJobs < 1) {
 				return fmt.Errorf("%w: --mode sequences needs --key-limit at least 1, --sequence-duration at least 1s and --explain-jobs positive", errUsage)
+			}
+			if o := cfg.Workflows; cfg.Mode == "workflows" && (o.Diamonds < 1 || o.TrickleRate < 1 || o.TrickleRate > 1000 ||
+				o.TrickleDuration < time.Second || o.BatchJobs < 1 || o.BatchJobs >= jobs.MaxWorkflowSteps) {
+				return fmt.Errorf("%w: --mode workflows needs --diamonds positive, --trickle-rate from 1 to 1000, --trickle-duration at least 1s and --batch-jobs from 1 to %d",
+					errUsage, jobs.MaxWorkflowSteps-1)
 			}
 			if !cfg.ScratchCluster { // the scratch cluster replaces the default database
 				pool, err := e.connect() // fail early, with the usual message
@@ -202,6 +212,9 @@ func printBench(w io.Writer, r *bench.Report) {
 	printFlow(w, r)
 	if r.Sequences != nil {
 		r.Sequences.Print(w)
+	}
+	if r.Workflows != nil {
+		r.Workflows.Print(w)
 	}
 	if b := r.Baseline; b != nil {
 		fmt.Fprintf(w, "baseline (pgbench, %d clients, batch %d): %.0f jobs/s; CPU per 1000 jobs: pgbench %.3fs, PostgreSQL %.3fs\n",
