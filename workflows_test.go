@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
@@ -397,4 +398,44 @@ func TestWorkflowRetryOneStep(t *testing.T) {
 	_, err = b.client.DeleteJob(b.Ctx, a)
 	require.NoError(t, err)
 	require.Equal(t, jobs.StatePending, b.state(t, child))
+}
+
+// TestWorkflowEdgesGoWithTheirStep: a step's edges to its parents stay
+// while it is live, dead or kept, and go when it is pruned from the
+// history, purged from the dead table, or ends without being kept.
+func TestWorkflowEdgesGoWithTheirStep(t *testing.T) {
+	b := setup(t)
+	edges := func() int {
+		var n int
+		require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT count(*) FROM hopper_workflow_deps`).Scan(&n))
+		return n
+	}
+	res, err := jobs.EnqueueWorkflow(b.Ctx, b.Pool, jobs.NewWorkflow("edges").
+		Add("a", step("a")).Add("b", step("b"), jobs.After("a")).Add("c", step("c"), jobs.After("a")).
+		Add("d", step("d"), jobs.After("b", "c")))
+	require.NoError(t, err)
+	require.Equal(t, 4, edges())
+	l := newStepLedger()
+	b.runUntil(t, worker.Config{}, registerSteps(t, l, b.Pool), "the diamond ran", func() bool { return l.count() == 4 })
+	testdb.WaitFor(t, "the last step is kept", func() bool { return b.state(t, res.Steps["d"]) == jobs.StateCompleted })
+	require.Equal(t, 4, edges(), "kept steps keep their edges")
+	_, err = b.Pool.Exec(b.Ctx, `UPDATE hopper_job_history SET keep_until = now() - interval '1 second'`)
+	require.NoError(t, err)
+	pruned, err := db.New(b.Pool).PruneHistory(b.Ctx, db.PruneHistoryParams{MaxJobs: 100})
+	require.NoError(t, err)
+	require.EqualValues(t, 4, pruned)
+	require.Zero(t, edges(), "pruned with their steps")
+
+	res, err = jobs.EnqueueWorkflow(b.Ctx, b.Pool, jobs.NewWorkflow("edges-2").
+		Add("a", step("a")).Add("b", step("b"), jobs.After("a")).Add("c", step("c"), jobs.After("a")))
+	require.NoError(t, err)
+	_, err = b.client.DeleteJob(b.Ctx, res.Steps["b"])
+	require.NoError(t, err)
+	require.Equal(t, 1, edges(), "a deleted step is not kept: its edge goes")
+	require.NoError(t, b.client.CancelJob(b.Ctx, res.Steps["a"]))
+	require.Equal(t, 1, edges(), "a cancelled step is kept in the dead table, with its edges")
+	purged, err := b.client.PurgeDeadJobs(b.Ctx, hopper.DeadFilter{States: []jobs.State{jobs.StateCancelled}, All: true})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, purged)
+	require.Zero(t, edges(), "purged with their steps")
 }

@@ -181,8 +181,7 @@ func (q *Queries) PauseQueue(ctx context.Context, name string) (PauseQueueRow, e
 }
 
 const purgeDead = `-- name: PurgeDead :many
-DELETE FROM hopper_dead_jobs AS dead
-WHERE dead.id IN (
+WITH doomed AS (
     SELECT d.id
     FROM hopper_dead_jobs AS d
     WHERE d.id > $1::bigint
@@ -194,7 +193,12 @@ WHERE dead.id IN (
     ORDER BY d.id
     LIMIT $7::integer
     FOR UPDATE SKIP LOCKED
+), edges AS (
+    DELETE FROM hopper_workflow_deps AS e
+    WHERE e.child_id IN (SELECT doomed.id FROM doomed)
 )
+DELETE FROM hopper_dead_jobs AS dead
+WHERE dead.id IN (SELECT doomed.id FROM doomed)
 RETURNING dead.id
 `
 
@@ -212,7 +216,8 @@ type PurgeDeadParams struct {
 // order, matching the filters of RetryDead, and returns their ids; the
 // caller goes on after the last until fewer come back. Workers run it for
 // their dead-job retention (died_before = now - retention); SKIP LOCKED
-// lets them all at once.
+// lets them all at once. The edges of a workflow step (to its parents)
+// go with it, through their child index.
 func (q *Queries) PurgeDead(ctx context.Context, arg PurgeDeadParams) ([]int64, error) {
 	rows, err := q.db.Query(ctx, purgeDead,
 		arg.AfterID,

@@ -199,36 +199,6 @@ func (q *Queries) LiveWorkflowSteps(ctx context.Context, workflow string) ([]int
 	return items, nil
 }
 
-const pruneWorkflowEdges = `-- name: PruneWorkflowEdges :execrows
-WITH gone AS (
-    SELECT d.parent_id, d.child_id
-    FROM hopper_workflow_deps AS d
-    WHERE NOT EXISTS (SELECT FROM hopper_jobs AS j WHERE j.id = d.child_id)
-      AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x WHERE x.id = d.child_id)
-      AND NOT EXISTS (SELECT FROM hopper_job_history AS h WHERE h.id = d.child_id)
-    LIMIT $1::integer
-    FOR UPDATE SKIP LOCKED
-), waits AS (
-    DELETE FROM hopper_workflow_waits AS w
-    WHERE w.child_id IN (SELECT gone.child_id FROM gone)
-)
-DELETE FROM hopper_workflow_deps AS d
-USING gone
-WHERE d.parent_id = gone.parent_id AND d.child_id = gone.child_id
-`
-
-// Deletes up to max_edges edges whose child is gone from every table (it
-// completed and its history row expired, or it was purged), and the
-// counts of steps no longer live. Workers run it with the history's
-// prune; SKIP LOCKED lets them all at once.
-func (q *Queries) PruneWorkflowEdges(ctx context.Context, maxEdges int32) (int64, error) {
-	result, err := q.db.Exec(ctx, pruneWorkflowEdges, maxEdges)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
 const retryWorkflow = `-- name: RetryWorkflow :many
 SELECT r.id::bigint AS id FROM hopper_workflow_retry($1::text) AS r(id)
 `

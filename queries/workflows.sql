@@ -69,27 +69,6 @@ LEFT JOIN hopper_dead_jobs AS x ON x.id = d.parent_id
 LEFT JOIN hopper_jobs AS j ON j.id = d.parent_id
 WHERE d.child_id = @child_id::bigint;
 
--- name: PruneWorkflowEdges :execrows
--- Deletes up to max_edges edges whose child is gone from every table (it
--- completed and its history row expired, or it was purged), and the
--- counts of steps no longer live. Workers run it with the history's
--- prune; SKIP LOCKED lets them all at once.
-WITH gone AS (
-    SELECT d.parent_id, d.child_id
-    FROM hopper_workflow_deps AS d
-    WHERE NOT EXISTS (SELECT FROM hopper_jobs AS j WHERE j.id = d.child_id)
-      AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x WHERE x.id = d.child_id)
-      AND NOT EXISTS (SELECT FROM hopper_job_history AS h WHERE h.id = d.child_id)
-    LIMIT @max_edges::integer
-    FOR UPDATE SKIP LOCKED
-), waits AS (
-    DELETE FROM hopper_workflow_waits AS w
-    WHERE w.child_id IN (SELECT gone.child_id FROM gone)
-)
-DELETE FROM hopper_workflow_deps AS d
-USING gone
-WHERE d.parent_id = gone.parent_id AND d.child_id = gone.child_id;
-
 -- name: ListLiveWorkflows :many
 -- Workflows with live steps, in id order (bytewise), up to max_workflows
 -- after after_id ('' for the first page): how many of their steps wait,

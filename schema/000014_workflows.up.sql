@@ -108,7 +108,8 @@ BEGIN
                          JOIN hopper_dead_jobs AS x ON x.id = d.parent_id
                          WHERE d.child_id = j.id) AS failed
           FROM hopper_jobs AS j
-          WHERE j.id = ANY (ready) AND j.state = 'waiting') AS v;
+          WHERE j.id = ANY (ready) AND j.state = 'waiting'
+          OFFSET 0) AS v; -- OFFSET 0: each EXISTS runs once, not once per FILTER
 
     IF go IS NOT NULL THEN
         WITH promoted AS (
@@ -182,16 +183,18 @@ BEGIN
     IF children IS NULL THEN
         RETURN NULL;
     END IF;
+    -- The edges are read from the ended parents (the primary key), never
+    -- from the children: a batch's callback has a hundred thousand.
     WITH counted AS (
         SELECT d.child_id, count(*)::integer AS n
         FROM hopper_workflow_deps AS d
-        WHERE d.parent_id = ANY (ended) AND d.child_id = ANY (children)
+        WHERE d.parent_id = ANY (ended)
         GROUP BY d.child_id
     ), left_now AS (
         UPDATE hopper_workflow_waits AS w
         SET parents_left = greatest(w.parents_left - c.n, 0)
         FROM counted AS c
-        WHERE w.child_id = c.child_id
+        WHERE w.child_id = c.child_id AND c.child_id = ANY (children)
         RETURNING w.child_id, w.parents_left
     )
     SELECT array_agg(l.child_id) INTO ready FROM left_now AS l WHERE l.parents_left = 0;
@@ -223,6 +226,13 @@ BEGIN
     -- more. Its row is this statement's (deleted), and every writer of a
     -- count locks the step's row first, so none holds the count now.
     DELETE FROM hopper_workflow_waits AS w WHERE w.child_id = ANY (ended);
+    -- A step that ended without being kept (deleted; or completed, not
+    -- kept in the history) needs its edges to its parents no more; a kept
+    -- one keeps them until its row is pruned or purged.
+    DELETE FROM hopper_workflow_deps AS d
+    WHERE d.child_id = ANY (ended)
+      AND NOT EXISTS (SELECT FROM hopper_job_history AS h WHERE h.id = d.child_id)
+      AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x WHERE x.id = d.child_id);
     PERFORM set_config(setting, 'on', true);
     WHILE ended IS NOT NULL LOOP
         ended := hopper_workflow_pass(ended);

@@ -154,8 +154,11 @@ func TestLeastPrivilege(t *testing.T) {
 	back, err := client.RetryWorkflow(ctx, "w")
 	require.NoError(t, err)
 	require.Len(t, back, 2)
-	_, err = db.New(app).PruneWorkflowEdges(ctx, 100)
+	_, err = client.CancelWorkflow(ctx, "w")
 	require.NoError(t, err)
+	purged, err = client.PurgeDeadJobs(ctx, hopper.DeadFilter{States: []jobs.State{jobs.StateCancelled}, All: true})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, purged, "a purge deletes the steps' edges too")
 }
 
 // leastPrivilegePool makes a role with the grants docs/operating.md lists,

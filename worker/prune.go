@@ -56,7 +56,6 @@ func (m *maintainer) pruneOnce(ctx context.Context) (history, dead int64) {
 	if m.deadRetention > 0 {
 		dead = m.pruneDead(ctx)
 	}
-	m.pruneWorkflowEdges(ctx)
 	if history+dead > 0 {
 		m.log.Info("pruned finished jobs", "history", history, "dead", dead)
 	}
@@ -107,20 +106,3 @@ func (m *maintainer) pruneWorkers(ctx context.Context) {
 	}
 }
 
-// pruneWorkflowEdges deletes the edges of workflow steps gone from every
-// table (completed and no longer kept, or purged): nothing reads them any
-// more.
-func (m *maintainer) pruneWorkflowEdges(ctx context.Context) {
-	for range prunePasses {
-		n, err := m.q.PruneWorkflowEdges(ctx, pruneBatch)
-		if err != nil {
-			if ctx.Err() == nil {
-				m.log.Warn("pruning workflow edges failed; retrying at the next interval", "error", err)
-			}
-			return
-		}
-		if n < pruneBatch {
-			return
-		}
-	}
-}

@@ -10,8 +10,7 @@ import (
 )
 
 const pruneHistory = `-- name: PruneHistory :execrows
-DELETE FROM hopper_job_history AS h
-WHERE h.id IN (
+WITH doomed AS (
     SELECT old.id
     FROM hopper_job_history AS old
     WHERE old.keep_until < now()
@@ -19,7 +18,12 @@ WHERE h.id IN (
     ORDER BY old.keep_until
     LIMIT $2::integer
     FOR UPDATE SKIP LOCKED
+), edges AS (
+    DELETE FROM hopper_workflow_deps AS d
+    WHERE d.child_id IN (SELECT doomed.id FROM doomed)
 )
+DELETE FROM hopper_job_history AS h
+WHERE h.id IN (SELECT doomed.id FROM doomed)
 `
 
 type PruneHistoryParams struct {
@@ -32,7 +36,8 @@ type PruneHistoryParams struct {
 // batch make that safe and cheap, as for Sweep. Like Sweep it looks only at
 // rows that expired within the last within_ms (0: all), so a worker that
 // pruned everything a moment ago seeks past the index entries of rows it
-// deleted (kept while any older snapshot is open).
+// deleted (kept while any older snapshot is open). The edges of a
+// workflow step (to its parents) go with it, through their child index.
 func (q *Queries) PruneHistory(ctx context.Context, arg PruneHistoryParams) (int64, error) {
 	result, err := q.db.Exec(ctx, pruneHistory, arg.WithinMs, arg.MaxJobs)
 	if err != nil {

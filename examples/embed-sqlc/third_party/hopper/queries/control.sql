@@ -117,9 +117,9 @@ ORDER BY 1;
 -- order, matching the filters of RetryDead, and returns their ids; the
 -- caller goes on after the last until fewer come back. Workers run it for
 -- their dead-job retention (died_before = now - retention); SKIP LOCKED
--- lets them all at once.
-DELETE FROM hopper_dead_jobs AS dead
-WHERE dead.id IN (
+-- lets them all at once. The edges of a workflow step (to its parents)
+-- go with it, through their child index.
+WITH doomed AS (
     SELECT d.id
     FROM hopper_dead_jobs AS d
     WHERE d.id > @after_id::bigint
@@ -131,7 +131,12 @@ WHERE dead.id IN (
     ORDER BY d.id
     LIMIT @max_jobs::integer
     FOR UPDATE SKIP LOCKED
+), edges AS (
+    DELETE FROM hopper_workflow_deps AS e
+    WHERE e.child_id IN (SELECT doomed.id FROM doomed)
 )
+DELETE FROM hopper_dead_jobs AS dead
+WHERE dead.id IN (SELECT doomed.id FROM doomed)
 RETURNING dead.id;
 
 -- name: PauseQueue :one
