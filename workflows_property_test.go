@@ -24,10 +24,10 @@ import (
 // running workflow after a live or dead step. After every round three
 // rules must hold:
 //
-//   - each waiting step's count of parents still to end equals the number
-//     of its parents that are live (exact counting: no end counted twice
-//     or missed), a step that waits has a count, and only a step that
-//     waits has one;
+//   - each waiting step of several parents has a count of those still to
+//     end, equal to the number of its parents that are live (exact
+//     counting: no end counted twice or missed); only such a step has
+//     one (a step of one parent waits for that parent's end);
 //   - no step waits with every parent ended unless a parent failed and its
 //     policy is wait (nothing stranded);
 //   - no step under the cancel or wait policy is ready or running while a
@@ -158,8 +158,11 @@ func TestWorkflowProperty(t *testing.T) {
 	rules := map[string]string{
 		"a waiting step's count is not its live parents": `SELECT j.id FROM hopper_jobs AS j
 			LEFT JOIN hopper_workflow_waits AS w ON w.child_id = j.id
-			WHERE j.state = 'waiting' AND (w.parents_left IS NULL OR w.parents_left <> (
+			WHERE j.state = 'waiting' AND (SELECT count(*) FROM hopper_workflow_deps AS d WHERE d.child_id = j.id) > 1
+			  AND (w.parents_left IS NULL OR w.parents_left <> (
 				SELECT count(*) FROM hopper_workflow_deps AS d JOIN hopper_jobs AS p ON p.id = d.parent_id WHERE d.child_id = j.id))`,
+		"a step of one parent has a count": `SELECT w.child_id FROM hopper_workflow_waits AS w
+			WHERE (SELECT count(*) FROM hopper_workflow_deps AS d WHERE d.child_id = w.child_id) < 2`,
 		"a count outlives its waiting": `SELECT w.child_id FROM hopper_workflow_waits AS w
 			WHERE NOT EXISTS (SELECT FROM hopper_jobs AS j WHERE j.id = w.child_id AND j.state = 'waiting')`,
 		"a step is stranded": `SELECT j.id FROM hopper_jobs AS j

@@ -71,10 +71,11 @@ CREATE TABLE hopper_workflow_deps (
 );
 CREATE INDEX hopper_workflow_deps_child_idx ON hopper_workflow_deps (child_id, parent_id);
 
--- How many parents of a waiting step have still to end. Written only with
--- the step's own row locked (FOR NO KEY UPDATE, or inserted by the same
--- transaction), so its updates are serialized by that lock and every
--- parent's end counts exactly once.
+-- How many parents of a waiting step with several parents have still to
+-- end (a step of one parent needs no count: that parent's end is its
+-- turn). Written only with the step's own row locked (FOR NO KEY UPDATE,
+-- or inserted by the same transaction), so its updates are serialized by
+-- that lock and every parent's end counts exactly once.
 CREATE TABLE hopper_workflow_waits (
     child_id     bigint  PRIMARY KEY,
     parents_left integer NOT NULL
@@ -184,7 +185,10 @@ BEGIN
         RETURN NULL;
     END IF;
     -- The edges are read from the ended parents (the primary key), never
-    -- from the children: a batch's callback has a hundred thousand.
+    -- from the children: a batch's callback has a hundred thousand. A
+    -- child with a count row (several parents) is ready when it reaches
+    -- zero; one without (a single parent, which has just ended) is ready
+    -- now. The NOT EXISTS reads the rows as they were before the update.
     WITH counted AS (
         SELECT d.child_id, count(*)::integer AS n
         FROM hopper_workflow_deps AS d
@@ -197,7 +201,12 @@ BEGIN
         WHERE w.child_id = c.child_id AND c.child_id = ANY (children)
         RETURNING w.child_id, w.parents_left
     )
-    SELECT array_agg(l.child_id) INTO ready FROM left_now AS l WHERE l.parents_left = 0;
+    SELECT array_agg(r.child_id) INTO ready
+    FROM (SELECT l.child_id FROM left_now AS l WHERE l.parents_left = 0
+          UNION ALL
+          SELECT c.child_id FROM counted AS c
+          WHERE c.child_id = ANY (children)
+            AND NOT EXISTS (SELECT FROM hopper_workflow_waits AS w WHERE w.child_id = c.child_id)) AS r;
     RETURN hopper_workflow_decide(ready);
 END;
 $$;
@@ -214,25 +223,30 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     setting constant text := 'hopper.workflow_cascade_' || TG_RELID::text;
     ended bigint[];
+    unpromoted bigint[];
 BEGIN
     IF current_setting(setting, true) = 'on' THEN
         RETURN NULL;
     END IF;
-    SELECT array_agg(o.id) INTO ended FROM hopper_old_jobs AS o WHERE o.meta ? 'hopper.workflow';
+    SELECT array_agg(o.id), array_agg(o.id) FILTER (WHERE o.state = 'waiting') INTO ended, unpromoted
+    FROM hopper_old_jobs AS o
+    WHERE o.meta ? 'hopper.workflow';
     IF ended IS NULL THEN
         RETURN NULL;
     END IF;
     -- A step that ended waiting (cancelled, deleted) needs its count no
     -- more. Its row is this statement's (deleted), and every writer of a
     -- count locks the step's row first, so none holds the count now.
-    DELETE FROM hopper_workflow_waits AS w WHERE w.child_id = ANY (ended);
+    IF unpromoted IS NOT NULL THEN
+        DELETE FROM hopper_workflow_waits AS w WHERE w.child_id = ANY (unpromoted);
+    END IF;
     -- A step that ended without being kept (deleted; or completed, not
     -- kept in the history) needs its edges to its parents no more; a kept
     -- one keeps them until its row is pruned or purged.
     DELETE FROM hopper_workflow_deps AS d
-    WHERE d.child_id = ANY (ended)
-      AND NOT EXISTS (SELECT FROM hopper_job_history AS h WHERE h.id = d.child_id)
-      AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x WHERE x.id = d.child_id);
+    WHERE d.child_id IN (SELECT e FROM unnest(ended) AS e
+                         WHERE NOT EXISTS (SELECT FROM hopper_job_history AS h WHERE h.id = e)
+                           AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x WHERE x.id = e));
     PERFORM set_config(setting, 'on', true);
     WHILE ended IS NOT NULL LOOP
         ended := hopper_workflow_pass(ended);
@@ -329,16 +343,22 @@ BEGIN
           WHERE j.id IN (SELECT p FROM unnest(parents) AS p WHERE p < first_new)
           ORDER BY j.id
           FOR KEY SHARE OF j) AS l;
+    -- A step of one parent has no count row: its parent's end is its
+    -- turn (hopper_workflow_pass).
     WITH counted AS (
-        INSERT INTO hopper_workflow_waits (child_id, parents_left)
-        SELECT e.c, count(*) FILTER (WHERE e.p >= first_new OR e.p = ANY (live))::integer
+        SELECT e.c, count(*)::integer AS parents,
+               count(*) FILTER (WHERE e.p >= first_new OR e.p = ANY (live))::integer AS parents_left
         FROM (SELECT DISTINCT p, c FROM unnest(parents, children) AS u(p, c)) AS e
         GROUP BY e.c
-        ORDER BY e.c
+    ), stored AS (
+        INSERT INTO hopper_workflow_waits (child_id, parents_left)
+        SELECT c.c, c.parents_left
+        FROM counted AS c
+        WHERE c.parents > 1
+        ORDER BY c.c
         ON CONFLICT (child_id) DO UPDATE SET parents_left = excluded.parents_left
-        RETURNING child_id, parents_left
     )
-    SELECT array_agg(c.child_id) INTO ready FROM counted AS c WHERE c.parents_left = 0;
+    SELECT array_agg(c.c) INTO ready FROM counted AS c WHERE c.parents_left = 0;
     IF ready IS NULL THEN
         RETURN 0;
     END IF;
@@ -408,7 +428,10 @@ BEGIN
         FROM hopper_dead_jobs AS d
         WHERE d.meta ? 'hopper.workflow' AND (d.meta ->> 'hopper.workflow') = workflow
         ORDER BY d.id
-        FOR UPDATE
+        -- A step another retry is bringing back is that retry's: waiting
+        -- for it could deadlock (that retry's trigger locks the step's
+        -- parents, which this one may hold).
+        FOR UPDATE SKIP LOCKED
     ), revived AS (
         INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, attempt,
                                  max_attempts, unique_key, errors, created_at, meta, concurrency_key, state, run_at)

@@ -662,6 +662,10 @@ func (b *wfChaosBed) checkWaits(states map[int64]string) {
 			}
 		}
 		n, ok := waits[id]
+		if len(p.steps[loc[1]].parents) == 1 { // its one parent's end is its turn: no count
+			require.False(t, ok, "a step of one parent has a count in hopper_workflow_waits: %s", b.describe(p, loc[1], states))
+			continue
+		}
 		require.True(t, ok, "waiting step without a count in hopper_workflow_waits: %s", b.describe(p, loc[1], states))
 		require.Equal(t, live, n, "parents left of %s", b.describe(p, loc[1], states))
 	}
