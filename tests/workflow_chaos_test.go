@@ -273,9 +273,7 @@ func planWorkflows(rng *rand.Rand, dags, batches int) []*wfPlan {
 				}
 			}
 			if i > 0 && rng.IntN(5) > 0 { // a fifth of the later steps are roots too
-				for _, j := range rng.Perm(i)[:1+rng.IntN(min(i, 3))] {
-					s.parents = append(s.parents, j)
-				}
+				s.parents = append(s.parents, rng.Perm(i)[:1+rng.IntN(min(i, 3))]...)
 				slices.Sort(s.parents)
 			}
 			s.policy = randomPolicy(rng)
