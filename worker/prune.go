@@ -105,4 +105,3 @@ func (m *maintainer) pruneWorkers(ctx context.Context) {
 		m.log.Info("pruned the rows of workers gone long ago", "workers", n)
 	}
 }
-
