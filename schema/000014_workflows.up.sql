@@ -277,6 +277,12 @@ DECLARE
     edge_parents bigint[];
     edge_children bigint[];
 BEGIN
+    -- Inserts of jobs of no workflow stop here, without reading (or
+    -- needing a grant on) the workflow tables: a role that only enqueues
+    -- plain jobs needs none.
+    IF NOT EXISTS (SELECT FROM hopper_new_jobs AS n WHERE n.meta ? 'hopper.workflow') THEN
+        RETURN NULL;
+    END IF;
     SELECT array_agg(n.id) INTO back
     FROM hopper_new_jobs AS n
     WHERE n.meta ? 'hopper.workflow'

@@ -32,7 +32,9 @@ func runHelper() int {
 	w, err := worker.New(pool, worker.Config{
 		ID:              os.Getenv("HOPPER_WORKER_HELPER_ID"),
 		LeaseDuration:   time.Second,
-		ShutdownTimeout: 100 * time.Millisecond,
+		// Room for the release at shutdown (its reserve is a quarter of
+		// this) on a busy CI machine: with 100ms it was missed once.
+		ShutdownTimeout: 2 * time.Second,
 		PollInterval:    50 * time.Millisecond,
 		Logger:          quiet,
 	})
