@@ -30,8 +30,8 @@ func runHelper() int {
 	}
 	defer pool.Close()
 	w, err := worker.New(pool, worker.Config{
-		ID:              os.Getenv("HOPPER_WORKER_HELPER_ID"),
-		LeaseDuration:   time.Second,
+		ID:            os.Getenv("HOPPER_WORKER_HELPER_ID"),
+		LeaseDuration: time.Second,
 		// Room for the release at shutdown (its reserve is a quarter of
 		// this) on a busy CI machine: with 100ms it was missed once.
 		ShutdownTimeout: 2 * time.Second,
