@@ -472,7 +472,9 @@ func TestAckTxCommittedThenAbandoned(t *testing.T) {
 				}
 				<-unstick // ignores ctx
 				return ctx.Err()
-			}, worker.Timeout(50*time.Millisecond)))
+				// The timeout leaves AckTx room on a busy CI machine: at
+				// 50ms it once expired before the commit.
+			}, worker.Timeout(time.Second)))
 		})
 	testdb.WaitFor(t, "the handler abandoned", func() bool { return metricValue(t, reg, `hopper_job_outcomes_total{outcome="abandoned"}`) == 1 })
 	close(unstick)
