@@ -162,8 +162,9 @@ type HopperWorker struct {
 }
 
 type HopperWorkflowDep struct {
-	ParentID int64 `json:"parent_id"`
-	ChildID  int64 `json:"child_id"`
+	ParentID     int64   `json:"parent_id"`
+	ChildID      int64   `json:"child_id"`
+	ParentFailed *string `json:"parent_failed"`
 }
 
 type HopperWorkflowWait struct {

@@ -59,6 +59,18 @@ var ErrInvalidSchema = errors.New("hopper: invalid schema")
 // not UTF-8, or over MaxMetaBytes encoded.
 var ErrInvalidMeta = errors.New("hopper: invalid metadata")
 
+// ErrIsolation is returned (wrapping the database's error) for a write
+// to a job of a sequence or a workflow — an enqueue, an acknowledgement
+// with AckTx, a cancel, delete, retry or purge with a Client's Tx method,
+// a call of the SQL API — in a transaction that is not READ COMMITTED.
+// The database refuses it: the triggers that pass those jobs' turns must
+// see what other transactions committed since each statement began, and
+// under REPEATABLE READ or SERIALIZABLE they would strand work. Run such
+// writes in a READ COMMITTED transaction (PostgreSQL's default); plain
+// jobs may be written under any level. worker.ErrIsolation is the same
+// error.
+var ErrIsolation = migrated.ErrIsolation
+
 // ErrNotMigrated is returned by every entry point that uses Hopper's
 // tables (Enqueue and the other enqueue calls, hopper.Client's methods,
 // worker.Run, the hopper command) when they are missing, or the schema is

@@ -337,7 +337,7 @@ func enqueueWorkflow(ctx context.Context, dbtx DBTX, w *Workflow) (WorkflowResul
 		if len(children) == 0 {
 			return nil
 		}
-		_, err = db.New(tx).LinkWorkflow(ctx, db.LinkWorkflowParams{Parents: parents, Children: children, FirstNew: slices.Min(ids)})
+		_, err = db.New(tx).LinkWorkflow(ctx, db.LinkWorkflowParams{Parents: parents, Children: children})
 		return err
 	})
 	var pgErr *pgconn.PgError

@@ -1,7 +1,6 @@
 package schema_test
 
 import (
-	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -34,7 +33,7 @@ func TestWorkflowsMigration(t *testing.T) {
 	for _, o := range workflowObjects {
 		require.Contains(t, up, o)
 	}
-	require.NoError(t, mg.Down(ctx, 1), "down to version 13")
+	downTo(ctx, t, mg, 13)
 	for range 2 {
 		_, err = d.Pool.Exec(ctx, `SELECT hopper_enqueue('old', '{}', meta => '{"hopper.sequence": "k"}')`)
 		require.NoError(t, err)
@@ -58,16 +57,10 @@ func TestWorkflowsMigration(t *testing.T) {
 		('default', 'step', '{}', 'waiting', '{"hopper.workflow": "v", "hopper.step": "c"}')`)
 	require.NoError(t, err)
 
-	require.NoError(t, mg.Down(ctx, 1))
+	downTo(ctx, t, mg, 13)
 	require.Equal(t, []string{"pending", "waiting", "pending", "pending", "pending"},
 		[]string{state(1), state(2), state(3), state(4), state(5)}, "the down makes waiting steps ready")
-	var without []string
-	for _, o := range up {
-		if !slices.Contains(workflowObjects, o) {
-			without = append(without, o)
-		}
-	}
-	require.Equal(t, without, objects(t, ctx, d, d.Schema), "the down drops the migration's objects only")
+	require.Equal(t, objectsAt(t, up, 13), objects(t, ctx, d, d.Schema), "the down drops the migration's objects only")
 
 	require.NoError(t, mg.Up(ctx))
 	require.Equal(t, up, objects(t, ctx, d, d.Schema))

@@ -47,7 +47,7 @@ func TestCLINotMigrated(t *testing.T) {
 				requireFailure(t, r, 1, "hopper "+args[0]+": schema not migrated: "+state)
 				require.Contains(t, r.stderr, needs, args[0])
 				if v > 0 {
-					require.Contains(t, r.stderr, "14 (workflows): ", args[0])
+					require.Contains(t, r.stderr, migrated.Migration(migrated.Latest)+": ", args[0])
 				}
 				require.Empty(t, r.stdout, args[0])
 			}
@@ -63,11 +63,11 @@ func TestCLINotMigratedLine(t *testing.T) {
 	server := testdb.Server(t)
 	runErrorCases(t, []errorCase{
 		{name: "behind", url: d.URL, args: []string{"stats"}, code: 1,
-			stderr: "hopper stats: schema not migrated: schema " + d.Schema + " is at version 7 without migrations 8 (rate_starts) to 14 (workflows): " +
-				"this build of Hopper needs schema version 14; run hopper migrate up (with the same --database-url / search_path)"},
+			stderr: "hopper stats: schema not migrated: schema " + d.Schema + " is at version 7 without migrations 8 (rate_starts) to 15 (workflow_edges): " +
+				"this build of Hopper needs schema version 15; run hopper migrate up (with the same --database-url / search_path)"},
 		{name: "behind, --schema", url: server, args: []string{"keys", "--schema", d.Schema}, code: 1,
-			stderr: "hopper keys: schema not migrated: schema " + d.Schema + " is at version 7 without migrations 8 (rate_starts) to 14 (workflows): " +
-				"this build of Hopper needs schema version 14; run hopper --schema " + d.Schema + " migrate up (with the same --database-url)"},
+			stderr: "hopper keys: schema not migrated: schema " + d.Schema + " is at version 7 without migrations 8 (rate_starts) to 15 (workflow_edges): " +
+				"this build of Hopper needs schema version 15; run hopper --schema " + d.Schema + " migrate up (with the same --database-url)"},
 	})
 	require.Equal(t, migrated.Latest, int(schema.Latest()), "the line above names the latest migration")
 	// Migrated, the same commands work.

@@ -139,7 +139,7 @@ func TestCLIWorkflowsList(t *testing.T) {
 	old := testdb.NewAtVersion(t, 13)
 	r = runHopper(t, old.URL, "", "workflows", "list")
 	requireFailure(t, r, 1, "hopper workflows: schema not migrated: schema "+old.Schema+" is at version 13 without migration")
-	require.Contains(t, r.stderr, "14 (workflows): ")
+	require.Contains(t, r.stderr, "14 (workflows)")
 	require.Contains(t, r.stderr, "run hopper migrate up")
 	require.Empty(t, r.stdout)
 }

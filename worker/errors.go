@@ -1,6 +1,10 @@
 package worker
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/hopperq/hopper/jobs"
+)
 
 // The worker's errors, to match with errors.Is. Each is wrapped with what
 // was wrong; a handler's context names the cause of its cancellation with
@@ -14,7 +18,9 @@ import "errors"
 // a snapshot older than its lock. Give Hopper a pool whose sessions use
 // read committed, for example with
 // cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed".
-var ErrIsolation = errors.New("hopper: sessions must default to read committed isolation")
+// AckTx returns it too, for a job of a sequence or a workflow acknowledged
+// in a transaction that is not read committed. It is jobs.ErrIsolation.
+var ErrIsolation = jobs.ErrIsolation
 
 // ErrLeaseBusy is returned by ExtendLease when the job's row stays locked
 // by another transaction (for example one of the application's that

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/migrated"
 	"github.com/hopperq/hopper/internal/testrun"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -86,7 +87,7 @@ func AckTx[T any](ctx context.Context, tx jobs.DBTX, job *jobs.Job[T]) error {
 	q := db.New(c.held.dbtx(tx))
 	deleted, err := ackBatch(ctx, q, []completion{{job: c, keep: c.keep}})
 	if err != nil {
-		return fmt.Errorf("ack job %d in transaction: %w", job.ID, err)
+		return fmt.Errorf("ack job %d in transaction: %w", job.ID, migrated.Explain(err, tx))
 	}
 	if len(deleted) == 0 {
 		cause := ErrLeaseLost

@@ -29,14 +29,14 @@ import (
 var ErrNotMigrated = errors.New("hopper: schema not migrated")
 
 // Latest is the schema version this build of Hopper needs: schema.Latest().
-const Latest = 14
+const Latest = 15
 
 // names are the migrations of this build, by version: names[v-1] is the
 // name of migration v (its file is 00000v_<name>.up.sql).
 var names = [Latest]string{
 	"create_hopper", "claim_cursor", "operate", "schedules", "meta",
 	"flow_control", "flow_record", "rate_starts", "key_order", "workers",
-	"worker_release", "sql_api", "sequences", "workflows",
+	"worker_release", "sql_api", "sequences", "workflows", "workflow_edges",
 }
 
 // Names returns the migrations' names, oldest first: the name of version
@@ -114,8 +114,10 @@ func SchemaOf(on db.DBTX) string {
 // the handle on, as ErrNotMigrated when the database said that a table,
 // column, function or type it names does not exist (SQLSTATE 42P01,
 // 42703, 42883, 42704): in Hopper's statements, that means a schema older
-// than this build. The database's error stays matchable with errors.As.
-// Any other error, and nil, is returned as it is.
+// than this build; and as ErrIsolation when the schema refused a write to
+// a sequence's or a workflow's job outside READ COMMITTED. The database's
+// error stays matchable with errors.As. Any other error, and nil, is
+// returned as it is.
 //
 // Only Hopper's statements: a user's (an enqueue hook's, say) missing
 // table is the user's own.
@@ -127,6 +129,9 @@ func Explain(err error, on db.DBTX) error {
 	switch pgErr.Code {
 	case "42P01", "42703", "42883", "42704": // undefined_table, _column, _function, _object
 		return &notMigrated{msg: message(pgErr.Message, Run(SchemaOf(on))), cause: err}
+	}
+	if explained := explainIsolation(err, pgErr); explained != nil {
+		return explained
 	}
 	return err
 }

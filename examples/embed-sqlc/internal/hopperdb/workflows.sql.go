@@ -13,13 +13,12 @@ import (
 
 const linkWorkflow = `-- name: LinkWorkflow :one
 
-SELECT hopper_workflow_link($1::bigint[], $2::bigint[], $3::bigint)::integer AS decided
+SELECT hopper_workflow_link($1::bigint[], $2::bigint[])::integer AS decided
 `
 
 type LinkWorkflowParams struct {
 	Parents  []int64
 	Children []int64
-	FirstNew int64
 }
 
 // Workflows (migration 14): steps are jobs whose meta names their
@@ -27,14 +26,14 @@ type LinkWorkflowParams struct {
 // of a step's parents and its promotion are the triggers'
 // (hopper_jobs_workflow_advance, hopper_jobs_workflow_returned). These
 // statements add steps, show a workflow and hand it to an operator.
-// Records the edges parents[i] → children[i] of steps just inserted
-// waiting, in this transaction, and counts each child's parents still to
-// end (hopper_workflow_link): parents with ids from first_new on are new
-// steps of the same transaction; older ones must be steps of the child's
-// workflow and are locked until the commit. A step whose parents have all
+// Records the edges parents[i] → children[i] of waiting steps (just
+// inserted in this transaction, or already waiting), and counts each
+// child's parents still to end over all its edges stored
+// (hopper_workflow_link): every parent must be a step of the child's
+// workflow, and is locked until the commit. A step whose parents have all
 // ended is decided now; decided says how many were.
 func (q *Queries) LinkWorkflow(ctx context.Context, arg LinkWorkflowParams) (int32, error) {
-	row := q.db.QueryRow(ctx, linkWorkflow, arg.Parents, arg.Children, arg.FirstNew)
+	row := q.db.QueryRow(ctx, linkWorkflow, arg.Parents, arg.Children)
 	var decided int32
 	err := row.Scan(&decided)
 	return decided, err
@@ -227,12 +226,11 @@ func (q *Queries) RetryWorkflow(ctx context.Context, workflow string) ([]int64, 
 }
 
 const workflowParentCounts = `-- name: WorkflowParentCounts :one
-SELECT count(*) FILTER (WHERE x.id IS NULL AND j.id IS NULL)::bigint AS completed,
-       count(*) FILTER (WHERE x.state = 'dead')::bigint AS dead,
-       count(*) FILTER (WHERE x.state = 'cancelled')::bigint AS cancelled,
+SELECT count(*) FILTER (WHERE j.id IS NULL AND d.parent_failed IS NULL)::bigint AS completed,
+       count(*) FILTER (WHERE j.id IS NULL AND d.parent_failed = 'dead')::bigint AS dead,
+       count(*) FILTER (WHERE j.id IS NULL AND d.parent_failed = 'cancelled')::bigint AS cancelled,
        count(*) FILTER (WHERE j.id IS NOT NULL)::bigint AS live
 FROM hopper_workflow_deps AS d
-LEFT JOIN hopper_dead_jobs AS x ON x.id = d.parent_id
 LEFT JOIN hopper_jobs AS j ON j.id = d.parent_id
 WHERE d.child_id = $1::bigint
 `
@@ -244,8 +242,9 @@ type WorkflowParentCountsRow struct {
 	Live      int64
 }
 
-// How a step's parents ended: completed (acked or deleted: not in the dead
-// table, not live), dead, cancelled, and still live. What a batch's
+// How a step's parents ended: completed (acked or deleted: not live, no
+// failure on the edge), dead, cancelled (the failure the edge keeps, so a
+// purged parent still counts as failed), and still live. What a batch's
 // callback reports.
 func (q *Queries) WorkflowParentCounts(ctx context.Context, childID int64) (WorkflowParentCountsRow, error) {
 	row := q.db.QueryRow(ctx, workflowParentCounts, childID)
@@ -262,7 +261,7 @@ func (q *Queries) WorkflowParentCounts(ctx context.Context, childID int64) (Work
 const workflowParents = `-- name: WorkflowParents :many
 SELECT d.parent_id AS id,
        coalesce(a.meta ->> 'hopper.step', '')::text AS step,
-       coalesce(a.state, 'gone')::text AS state,
+       coalesce(a.state, d.parent_failed, 'gone')::text AS state,
        a.result
 FROM hopper_workflow_deps AS d
 LEFT JOIN hopper_all_jobs AS a ON a.id = d.parent_id
@@ -278,9 +277,10 @@ type WorkflowParentsRow struct {
 }
 
 // The parents of a step, in id order: each one's step name, where it is
-// (a live state; dead or cancelled; completed when kept in the history;
-// gone: completed and no longer kept, or deleted) and, when completed and
-// kept, its handler's result.
+// (a live state; dead or cancelled, even once purged: the edge keeps the
+// failure; completed when kept in the history; gone: completed and no
+// longer kept, or deleted) and, when completed and kept, its handler's
+// result.
 func (q *Queries) WorkflowParents(ctx context.Context, childID int64) ([]WorkflowParentsRow, error) {
 	rows, err := q.db.Query(ctx, workflowParents, childID)
 	if err != nil {

@@ -162,8 +162,9 @@ type HopperWorker struct {
 }
 
 type HopperWorkflowDep struct {
-	ParentID int64
-	ChildID  int64
+	ParentID     int64
+	ChildID      int64
+	ParentFailed *string
 }
 
 type HopperWorkflowWait struct {

@@ -5,13 +5,13 @@
 -- statements add steps, show a workflow and hand it to an operator.
 
 -- name: LinkWorkflow :one
--- Records the edges parents[i] → children[i] of steps just inserted
--- waiting, in this transaction, and counts each child's parents still to
--- end (hopper_workflow_link): parents with ids from first_new on are new
--- steps of the same transaction; older ones must be steps of the child's
--- workflow and are locked until the commit. A step whose parents have all
+-- Records the edges parents[i] → children[i] of waiting steps (just
+-- inserted in this transaction, or already waiting), and counts each
+-- child's parents still to end over all its edges stored
+-- (hopper_workflow_link): every parent must be a step of the child's
+-- workflow, and is locked until the commit. A step whose parents have all
 -- ended is decided now; decided says how many were.
-SELECT hopper_workflow_link(@parents::bigint[], @children::bigint[], @first_new::bigint)::integer AS decided;
+SELECT hopper_workflow_link(@parents::bigint[], @children::bigint[])::integer AS decided;
 
 -- name: ListWorkflowSteps :many
 -- A workflow's steps, in id order, wherever they are (live, dead or
@@ -44,12 +44,13 @@ SELECT r.id::bigint AS id FROM hopper_workflow_retry(@workflow::text) AS r(id);
 
 -- name: WorkflowParents :many
 -- The parents of a step, in id order: each one's step name, where it is
--- (a live state; dead or cancelled; completed when kept in the history;
--- gone: completed and no longer kept, or deleted) and, when completed and
--- kept, its handler's result.
+-- (a live state; dead or cancelled, even once purged: the edge keeps the
+-- failure; completed when kept in the history; gone: completed and no
+-- longer kept, or deleted) and, when completed and kept, its handler's
+-- result.
 SELECT d.parent_id AS id,
        coalesce(a.meta ->> 'hopper.step', '')::text AS step,
-       coalesce(a.state, 'gone')::text AS state,
+       coalesce(a.state, d.parent_failed, 'gone')::text AS state,
        a.result
 FROM hopper_workflow_deps AS d
 LEFT JOIN hopper_all_jobs AS a ON a.id = d.parent_id
@@ -57,15 +58,15 @@ WHERE d.child_id = @child_id::bigint
 ORDER BY d.parent_id;
 
 -- name: WorkflowParentCounts :one
--- How a step's parents ended: completed (acked or deleted: not in the dead
--- table, not live), dead, cancelled, and still live. What a batch's
+-- How a step's parents ended: completed (acked or deleted: not live, no
+-- failure on the edge), dead, cancelled (the failure the edge keeps, so a
+-- purged parent still counts as failed), and still live. What a batch's
 -- callback reports.
-SELECT count(*) FILTER (WHERE x.id IS NULL AND j.id IS NULL)::bigint AS completed,
-       count(*) FILTER (WHERE x.state = 'dead')::bigint AS dead,
-       count(*) FILTER (WHERE x.state = 'cancelled')::bigint AS cancelled,
+SELECT count(*) FILTER (WHERE j.id IS NULL AND d.parent_failed IS NULL)::bigint AS completed,
+       count(*) FILTER (WHERE j.id IS NULL AND d.parent_failed = 'dead')::bigint AS dead,
+       count(*) FILTER (WHERE j.id IS NULL AND d.parent_failed = 'cancelled')::bigint AS cancelled,
        count(*) FILTER (WHERE j.id IS NOT NULL)::bigint AS live
 FROM hopper_workflow_deps AS d
-LEFT JOIN hopper_dead_jobs AS x ON x.id = d.parent_id
 LEFT JOIN hopper_jobs AS j ON j.id = d.parent_id
 WHERE d.child_id = @child_id::bigint;
 

@@ -1,0 +1,51 @@
+package schema_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/schema"
+)
+
+// addedBy lists, by version, the objects (as objects names them) that the
+// migrations from 12 on add, so that a test of one migration's down can
+// say what a schema looks like at any older version, however many
+// migrations come after it. A migration that adds a second function of a
+// name already there lists that name again.
+var addedBy = map[uint][]string{
+	12: sqlAPIObjects,
+	13: sequenceObjects,
+	14: workflowObjects,
+	15: edgeObjects,
+}
+
+// downTo migrates down to version v, whatever the latest version is.
+func downTo(ctx context.Context, t *testing.T, mg *schema.Migrator, v uint) {
+	t.Helper()
+	require.NoError(t, mg.Down(ctx, int(schema.Latest()-v)), "down to version %d", v)
+	got, dirty, err := mg.Version()
+	require.NoError(t, err)
+	require.False(t, dirty)
+	require.Equal(t, v, got)
+}
+
+// objectsAt is up (the objects at the latest version) without those the
+// migrations after version v added (each listed name once per listing).
+func objectsAt(t *testing.T, up []string, v uint) []string {
+	t.Helper()
+	out := slices.Clone(up)
+	for version, added := range addedBy {
+		if version <= v {
+			continue
+		}
+		for _, o := range added {
+			i := slices.Index(out, o)
+			require.GreaterOrEqual(t, i, 0, "migration %d's %s is in the latest schema", version, o)
+			out = slices.Delete(out, i, i+1)
+		}
+	}
+	return out
+}
