@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
@@ -21,8 +23,13 @@ import (
 // to the dead table, cancel steps wherever they stand, delete waiting
 // ones, retry dead steps one by one (a step with parents comes back
 // waiting for those still live) or workflows whole, and add steps to a
-// running workflow after a live or dead step. After every round three
-// rules must hold:
+// running workflow after a live or dead step; and, where workflows meet
+// the rest: purge dead steps (a dead parent's failure must outlive its
+// row), record a child's edges by several calls of the SQL API, add a
+// parent to a step that already waits, name a parent that is no job (it
+// must be refused), and end steps inside REPEATABLE READ or SERIALIZABLE
+// transactions (they must be refused, never strand). After every round
+// these rules must hold:
 //
 //   - each waiting step of several parents has a count of those still to
 //     end, equal to the number of its parents that are live (exact
@@ -31,7 +38,11 @@ import (
 //   - no step waits with every parent ended unless a parent failed and its
 //     policy is wait (nothing stranded);
 //   - no step under the cancel or wait policy is ready or running while a
-//     parent is live, dead or cancelled (nothing runs early).
+//     parent is live, dead or cancelled, or was when it was purged
+//     (nothing runs early);
+//   - each edge says how its parent ended: the dead table's state while
+//     the parent is there, that failure still once it is purged, none
+//     once it completed (what CountParents and the verdict read).
 //
 // The seed is printed; HOPPER_WORKFLOW_SEED repeats a run's plan (not its
 // timing).
@@ -40,7 +51,8 @@ func TestWorkflowProperty(t *testing.T) {
 	b := setup(t)
 	const actors, rounds = 6, 50
 	var mu sync.Mutex
-	var made []string // workflow ids
+	var made []string          // workflow ids
+	purged := map[int64]bool{} // dead steps purged
 	policies := []jobs.WorkflowPolicy{jobs.WorkflowCancel, jobs.WorkflowRun, jobs.WorkflowWait}
 	pick := func(r *rand.Rand) string {
 		mu.Lock()
@@ -90,11 +102,104 @@ func TestWorkflowProperty(t *testing.T) {
 			}
 			return tx.Commit(ctx)
 		},
-		func(ctx context.Context, r *rand.Rand) error { // end ready steps, in id order, as an ack batch does
-			_, err := b.Pool.Exec(ctx, `DELETE FROM hopper_jobs WHERE id = ANY (ARRAY(
+		func(ctx context.Context, r *rand.Rand) error { // end ready steps, as an ack batch does, at any isolation level
+			level := isolationLevels[r.IntN(len(isolationLevels))]
+			tx, err := b.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			tag, err := tx.Exec(ctx, `DELETE FROM hopper_jobs WHERE id = ANY (ARRAY(
 				SELECT id FROM hopper_jobs WHERE state IN ('pending', 'scheduled') AND meta ? 'hopper.workflow'
 				ORDER BY random() LIMIT $1 FOR UPDATE SKIP LOCKED))`, 1+r.IntN(4))
+			if level != pgx.ReadCommitted {
+				return wantIsolationRefused(err, tag.RowsAffected())
+			}
+			if err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		},
+		func(ctx context.Context, r *rand.Rand) error { // purge a dead step, as the dead-job retention does
+			id, _, err := someStep(ctx, "hopper_dead_jobs", "true")
+			if err != nil || id == 0 {
+				return err
+			}
+			mu.Lock() // held through the purge, so that the check never reads a purge the set lacks
+			defer mu.Unlock()
+			n, err := b.client.PurgeDeadJobs(ctx, hopper.DeadFilter{IDs: []int64{id}, States: []jobs.State{jobs.StateDead, jobs.StateCancelled}})
+			if n == 1 {
+				purged[id] = true
+			}
 			return err
+		},
+		func(ctx context.Context, r *rand.Rand) error { // a child and its parents by SQL, one hopper_workflow_link call per edge
+			mu.Lock()
+			wf := fmt.Sprintf("p%d", len(made))
+			made = append(made, wf)
+			mu.Unlock()
+			tx, err := b.Pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			var ids []int64
+			n := 2 + r.IntN(3)
+			for i := range n + 1 {
+				state := "pending"
+				if i == n {
+					state = "waiting"
+				}
+				var id int64
+				if err := tx.QueryRow(ctx, `INSERT INTO hopper_jobs (queue, kind, payload, state, meta)
+					VALUES ('default', 'workflow_step', '{}', $1, jsonb_build_object('hopper.workflow', $2::text, 'hopper.step', $3::text, 'hopper.workflow_policy', $4::text))
+					RETURNING id`, state, wf, fmt.Sprintf("s%d", i), string(policies[r.IntN(3)])).Scan(&id); err != nil {
+					return err
+				}
+				ids = append(ids, id)
+			}
+			child := ids[n]
+			for _, p := range ids[:n] {
+				if _, err := tx.Exec(ctx, `SELECT hopper_workflow_link(ARRAY[$1::bigint], ARRAY[$2::bigint])`, p, child); err != nil {
+					return err
+				}
+			}
+			return tx.Commit(ctx)
+		},
+		func(ctx context.Context, r *rand.Rand) error { // a ready step becomes one more parent of a step that waits
+			id, wf, err := someStep(ctx, "hopper_jobs", "state = 'waiting'")
+			if err != nil || id == 0 {
+				return err
+			}
+			// A ready or running step cannot be below a waiting one: no cycle.
+			var parent int64
+			err = b.Pool.QueryRow(ctx, `SELECT id FROM hopper_jobs WHERE meta ->> 'hopper.workflow' = $1 AND state IN ('pending', 'scheduled', 'running')
+				ORDER BY random() LIMIT 1`, wf).Scan(&parent)
+			if err == pgx.ErrNoRows {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			_, err = b.Pool.Exec(ctx, `SELECT hopper_workflow_link(ARRAY[$1::bigint], ARRAY[$2::bigint])`, parent, id)
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "22023" {
+				return nil // the step was promoted or ended meanwhile, or the parent ended and is not kept: refused
+			}
+			return err
+		},
+		func(ctx context.Context, r *rand.Rand) error { // a parent that is no job at all must be refused
+			var top int64
+			if err := b.Pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM hopper_all_jobs`).Scan(&top); err != nil {
+				return err
+			}
+			ghost := top + 1_000_000 + int64(r.IntN(1000))
+			_, err := jobs.EnqueueWorkflow(ctx, b.Pool, jobs.NewWorkflow(pick(r)).
+				Add(fmt.Sprintf("ghost-%d", r.Uint32()), step("ghost"), jobs.AfterJobs(ghost)))
+			if !errors.Is(err, jobs.ErrInvalidWorkflow) {
+				return fmt.Errorf("a step after job %d, which is no job, was not refused: %v", ghost, err)
+			}
+			return nil
 		},
 		func(ctx context.Context, r *rand.Rand) error { // a ready step dies, as a failed last attempt does
 			_, err := b.Pool.Exec(ctx, `WITH gone AS (
@@ -174,11 +279,31 @@ func TestWorkflowProperty(t *testing.T) {
 			WHERE j.state <> 'waiting' AND coalesce(j.meta ->> 'hopper.workflow_policy', 'cancel') <> 'run'
 			  AND EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.child_id = j.id
 			              AND (EXISTS (SELECT FROM hopper_jobs AS p WHERE p.id = d.parent_id)
-			                   OR EXISTS (SELECT FROM hopper_dead_jobs AS x WHERE x.id = d.parent_id)))`,
+			                   OR EXISTS (SELECT FROM hopper_dead_jobs AS x WHERE x.id = d.parent_id)
+			                   OR d.parent_id = ANY ($1::bigint[])))`,
+		"an edge's failure is not its dead parent's state": `SELECT d.child_id FROM hopper_workflow_deps AS d
+			JOIN hopper_dead_jobs AS x ON x.id = d.parent_id
+			WHERE d.parent_failed IS DISTINCT FROM x.state`,
+		"an edge forgot its purged parent's failure": `SELECT d.child_id FROM hopper_workflow_deps AS d
+			WHERE d.parent_id = ANY ($1::bigint[]) AND d.parent_failed IS NULL`,
+		"an edge of a completed parent says it failed": `SELECT d.child_id FROM hopper_workflow_deps AS d
+			WHERE d.parent_failed IS NOT NULL AND NOT d.parent_id = ANY ($1::bigint[])
+			  AND NOT EXISTS (SELECT FROM hopper_jobs AS p WHERE p.id = d.parent_id)
+			  AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x WHERE x.id = d.parent_id)`,
 	}
 	check := func(round int) {
+		mu.Lock()
+		gone := make([]int64, 0, len(purged))
+		for id := range purged {
+			gone = append(gone, id)
+		}
+		mu.Unlock()
 		for rule, q := range rules {
-			rows, err := b.Pool.Query(b.Ctx, q)
+			var args []any
+			if strings.Contains(q, "$1") {
+				args = append(args, gone)
+			}
+			rows, err := b.Pool.Query(b.Ctx, q, args...)
 			require.NoError(t, err)
 			ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 			require.NoError(t, err)
@@ -227,4 +352,23 @@ func describeSteps(t *testing.T, b *bundle, ids []int64) string {
 		require.NoError(t, rows.Err())
 	}
 	return out
+}
+
+// isolationLevels are the levels a property test's transactions run at:
+// only READ COMMITTED may write a sequence's or a workflow's jobs.
+var isolationLevels = []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable}
+
+// wantIsolationRefused checks a write of a sequence's or a workflow's
+// jobs outside READ COMMITTED: refused (SQLSTATE 0A000), or, when it
+// wrote no row, accepted; SERIALIZABLE may refuse it as a serialization
+// failure first.
+func wantIsolationRefused(err error, rows int64) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil && rows == 0:
+		return nil
+	case errors.As(err, &pgErr) && (pgErr.Code == "0A000" || pgErr.Code == "40001"):
+		return nil
+	}
+	return fmt.Errorf("a write of %d rows outside READ COMMITTED was not refused: %v", rows, err)
 }

@@ -15,7 +15,8 @@ type Parent struct {
 	// Step is the parent's step name ("" when it is gone).
 	Step string
 	// State is where the parent is: "completed" (kept in the history,
-	// with its result), "dead" or "cancelled", a live state while it has
+	// with its result), "dead" or "cancelled" (still, once the dead row
+	// is purged: the edge keeps the failure), a live state while it has
 	// not ended (a step with WorkflowWait sees its failed parent retried),
 	// or "gone": it completed and is no longer kept (see the worker's
 	// KeepWorkflowSteps), or an operator deleted it.
@@ -77,7 +78,8 @@ func describeParent(p Parent) string {
 type ParentCounts struct {
 	// Completed counts the parents that succeeded (or were deleted).
 	Completed int64
-	// Dead and Cancelled count the parents in the dead table.
+	// Dead and Cancelled count the parents that ended so, whether their
+	// rows are still in the dead table or were purged since.
 	Dead      int64
 	Cancelled int64
 	// Live counts the parents that have not ended (none for a step that

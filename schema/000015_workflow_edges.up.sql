@@ -342,12 +342,19 @@ $$;
 -- steps (inserted waiting by this transaction, or already waiting), and
 -- counts their parents (hopper_workflow_count). Every parent must be a
 -- step of its child's workflow in this schema: live (new in this
--- transaction or older), dead, or kept in the history. Returns the number
--- of steps decided now.
+-- transaction or older), dead, or kept in the history. The parents are
+-- checked after hopper_workflow_count has locked them, so that a parent
+-- purged or pruned meanwhile is refused rather than taken for a success;
+-- a refusal undoes the whole call. Returns the number of steps decided
+-- now.
 CREATE FUNCTION hopper_workflow_link(parents bigint[], children bigint[]) RETURNS integer
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     stranger record;
+    decided integer;
+    edge_parents bigint[];
+    edge_children bigint[];
+    workflows text[];
 BEGIN
     PERFORM hopper_require_read_committed('linking workflow steps');
     IF cardinality(parents) IS DISTINCT FROM cardinality(children) OR array_position(parents, NULL) IS NOT NULL
@@ -359,28 +366,34 @@ BEGIN
     SELECT e.p, e.c INTO stranger
     FROM unnest(parents, children) AS e(p, c)
     LEFT JOIN hopper_jobs AS c ON c.id = e.c
-    WHERE e.p = e.c
-       OR c.id IS NULL OR c.state <> 'waiting' OR NOT c.meta ? 'hopper.workflow'
-       OR (NOT EXISTS (SELECT FROM hopper_jobs AS j
-                       WHERE j.id = e.p AND j.meta ? 'hopper.workflow'
-                         AND (j.meta ->> 'hopper.workflow') = (c.meta ->> 'hopper.workflow'))
-           AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x
-                           WHERE x.id = e.p AND x.meta ? 'hopper.workflow'
-                             AND (x.meta ->> 'hopper.workflow') = (c.meta ->> 'hopper.workflow'))
-           AND NOT EXISTS (SELECT FROM hopper_job_history AS h
-                           WHERE h.id = e.p AND h.meta ? 'hopper.workflow'
-                             AND (h.meta ->> 'hopper.workflow') = (c.meta ->> 'hopper.workflow')))
+    WHERE e.p = e.c OR c.id IS NULL OR c.state <> 'waiting' OR NOT c.meta ? 'hopper.workflow'
     LIMIT 1;
+    IF NOT FOUND THEN
+        SELECT array_agg(e.p ORDER BY e.p, e.c), array_agg(e.c ORDER BY e.p, e.c),
+               array_agg(c.meta ->> 'hopper.workflow' ORDER BY e.p, e.c)
+        INTO edge_parents, edge_children, workflows
+        FROM (SELECT DISTINCT p, c FROM unnest(parents, children) AS u(p, c)) AS e
+        JOIN hopper_jobs AS c ON c.id = e.c;
+        INSERT INTO hopper_workflow_deps (parent_id, child_id)
+        SELECT e.p, e.c FROM unnest(edge_parents, edge_children) AS e(p, c)
+        ON CONFLICT DO NOTHING;
+        decided := hopper_workflow_count(ARRAY(SELECT DISTINCT c FROM unnest(edge_children) AS c ORDER BY 1));
+        SELECT e.p, e.c INTO stranger
+        FROM unnest(edge_parents, edge_children, workflows) AS e(p, c, w)
+        WHERE NOT EXISTS (SELECT FROM hopper_jobs AS j
+                          WHERE j.id = e.p AND j.meta ? 'hopper.workflow' AND (j.meta ->> 'hopper.workflow') = e.w)
+          AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x
+                          WHERE x.id = e.p AND x.meta ? 'hopper.workflow' AND (x.meta ->> 'hopper.workflow') = e.w)
+          AND NOT EXISTS (SELECT FROM hopper_job_history AS h
+                          WHERE h.id = e.p AND h.meta ? 'hopper.workflow' AND (h.meta ->> 'hopper.workflow') = e.w)
+        LIMIT 1;
+    END IF;
     IF FOUND THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = 'hopper: unknown step: job ' || stranger.p || ' is no step of the workflow of job ' || stranger.c,
             HINT = 'a step''s parents are steps of its own workflow, in this schema, and the step waits for them';
     END IF;
-    INSERT INTO hopper_workflow_deps (parent_id, child_id)
-    SELECT DISTINCT e.p, e.c FROM unnest(parents, children) AS e(p, c)
-    ORDER BY 1, 2
-    ON CONFLICT DO NOTHING;
-    RETURN hopper_workflow_count(ARRAY(SELECT DISTINCT c FROM unnest(children) AS c ORDER BY 1));
+    RETURN decided;
 END;
 $$;
 
