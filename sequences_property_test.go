@@ -18,7 +18,8 @@ import (
 // TestSequenceProperty: goroutines do random things to a few sequences at
 // once, each in transactions of its own, while the others do theirs:
 // enqueue batches over several keys (some rolled back), acknowledge
-// heads in batches (as the completer does), kill heads to the dead table
+// heads in batches (as the completer does, or a handler's AckTx at any
+// isolation level: only READ COMMITTED may pass a turn), kill heads to the dead table
 // under both policies, cancel or delete jobs wherever they stand, retry
 // dead jobs, skip blocked sequences. After every round of operations, and
 // at the end, no key may be stranded: a key with waiting jobs has a head
@@ -44,7 +45,10 @@ func TestSequenceProperty(t *testing.T) {
 		}
 	}
 	ack := func(ctx context.Context, r *rand.Rand) error {
-		tx, err := b.Pool.Begin(ctx)
+		// At any isolation level, as a handler's own transaction with
+		// AckTx may be: only READ COMMITTED may pass a turn.
+		level := isolationLevels[r.IntN(len(isolationLevels))]
+		tx, err := b.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
 		if err != nil {
 			return err
 		}
@@ -61,6 +65,9 @@ func TestSequenceProperty(t *testing.T) {
 			Key string
 		}
 		got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[done])
+		if level != pgx.ReadCommitted {
+			return wantIsolationRefused(err, int64(len(got)))
+		}
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -137,6 +138,55 @@ func TestAckTxRolledBack(t *testing.T) {
 	require.Equal(t, 1.0, metricValue(t, reg, `hopper_job_outcomes_total{outcome="done"}`))
 	require.Equal(t, 1, <-runs)
 	require.Empty(t, runs, "ran once")
+	_, dead := b.Totals(t)
+	require.Zero(t, dead)
+}
+
+// TestAckTxRefusesOtherIsolation: AckTx of a sequence's head from a
+// handler's REPEATABLE READ or SERIALIZABLE transaction is refused with
+// ErrIsolation (it would pass the turn with a stale snapshot and strand
+// the key's next job); the handler then returns nil, the worker acks the
+// job itself, and the next job of the key runs.
+func TestAckTxRefusesOtherIsolation(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "isolated")
+	var ids []int64
+	for range 3 {
+		res, err := k.Enqueue(b.Ctx, b.Pool, Task{}, jobs.Sequence("k"))
+		require.NoError(t, err)
+		ids = append(ids, res.ID)
+	}
+	levels := []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable, pgx.ReadCommitted}
+	refused := make(chan error, len(ids))
+	start(t, b, worker.Config{}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			level := levels[slices.Index(ids, j.ID)]
+			tx, err := b.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			err = worker.AckTx(ctx, tx, j)
+			if level == pgx.ReadCommitted {
+				if err != nil {
+					return err
+				}
+				return tx.Commit(ctx)
+			}
+			refused <- err
+			return nil
+		}))
+	})
+	testdb.WaitFor(t, "every job of the key ran", func() bool {
+		live, _ := b.Totals(t)
+		return live == 0
+	})
+	for range 2 {
+		err := <-refused
+		require.ErrorIs(t, err, worker.ErrIsolation)
+		require.ErrorIs(t, err, jobs.ErrIsolation)
+		require.ErrorContains(t, err, "read committed required")
+	}
 	_, dead := b.Totals(t)
 	require.Zero(t, dead)
 }
