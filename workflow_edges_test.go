@@ -244,3 +244,48 @@ func TestSequencesAndWorkflowsRefuseOtherIsolation(t *testing.T) {
 	state, _ = b.where(t, wf.Steps["b"])
 	require.Equal(t, "waiting", state)
 }
+
+// TestCancelWorkflowCatchesStepsAddedMeanwhile: a handler's transaction
+// adds a step after its own and acknowledges its own (AckTx) while
+// CancelWorkflow runs: the cancel waits for that transaction on the
+// acknowledged row, finds it gone, and must still cancel the new step,
+// which its first list of live steps did not hold.
+func TestCancelWorkflowCatchesStepsAddedMeanwhile(t *testing.T) {
+	b := setup(t)
+	res, err := jobs.EnqueueWorkflow(b.Ctx, b.Pool, jobs.NewWorkflow("adding").Add("s", step("s")))
+	require.NoError(t, err)
+	s := res.Steps["s"]
+
+	handler, err := b.Pool.Begin(b.Ctx)
+	require.NoError(t, err)
+	defer func() { _ = handler.Rollback(b.Ctx) }()
+	added, err := jobs.EnqueueWorkflow(b.Ctx, handler, jobs.NewWorkflow("adding").Add("n", step("n"), jobs.AfterJobs(s)))
+	require.NoError(t, err)
+	_, err = handler.Exec(b.Ctx, `DELETE FROM hopper_jobs WHERE id = $1`, s) // its acknowledgement
+	require.NoError(t, err)
+	var xid string
+	require.NoError(t, handler.QueryRow(b.Ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid))
+
+	type result struct {
+		ids []int64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ids, err := b.client.CancelWorkflow(b.Ctx, "adding")
+		done <- result{ids, err}
+	}()
+	testdb.WaitFor(t, "the cancel waits for the handler's transaction", func() bool {
+		var waiting bool
+		require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT EXISTS (SELECT FROM pg_locks
+			WHERE locktype = 'transactionid' AND NOT granted AND transactionid::text = $1)`, xid).Scan(&waiting))
+		return waiting
+	})
+	require.NoError(t, handler.Commit(b.Ctx))
+	r := <-done
+	require.NoError(t, r.err)
+	n := added.Steps["n"]
+	require.Equal(t, []int64{n}, r.ids, "the step added meanwhile is cancelled")
+	state, _ := b.where(t, n)
+	require.Equal(t, "cancelled", state)
+}

@@ -3,6 +3,7 @@ package hopper
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hopperq/hopper/db"
@@ -88,26 +89,51 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) ([]int64, error)
 }
 
 // CancelWorkflowTx is CancelWorkflow on the caller's transaction.
+//
+// A handler may add steps to the workflow while it is being cancelled
+// (AfterJobs, in its own transaction): a step committed between the list
+// of live steps and their cancel would survive it. So the list is read
+// again after each cancel, and the new steps in it are cancelled too,
+// until a list brings none (each statement sees what committed before
+// it, under READ COMMITTED).
 func (c *Client) CancelWorkflowTx(ctx context.Context, tx jobs.DBTX, id string) ([]int64, error) {
-	ids, err := c.queries(tx).LiveWorkflowSteps(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("cancel workflow %q: %w", id, err)
-	}
-	if len(ids) == 0 {
-		return []int64{}, nil
-	}
-	res, err := c.CancelJobsTx(ctx, tx, ids...)
-	if err != nil {
-		return nil, fmt.Errorf("cancel workflow %q: %w", id, err)
-	}
-	out := make([]int64, 0, len(res))
-	for _, r := range res {
-		if r.Err == nil {
-			out = append(out, r.ID)
+	out := []int64{}
+	tried := map[int64]bool{}
+	for round := 0; ; round++ {
+		live, err := c.queries(tx).LiveWorkflowSteps(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("cancel workflow %q: %w", id, err)
+		}
+		var ids []int64
+		for _, step := range live {
+			if !tried[step] {
+				tried[step] = true
+				ids = append(ids, step)
+			}
+		}
+		if len(ids) == 0 {
+			slices.Sort(out)
+			return out, nil
+		}
+		if round == maxCancelRounds {
+			return nil, fmt.Errorf("cancel workflow %q: steps were still being added after %d rounds", id, round)
+		}
+		res, err := c.CancelJobsTx(ctx, tx, ids...)
+		if err != nil {
+			return nil, fmt.Errorf("cancel workflow %q: %w", id, err)
+		}
+		for _, r := range res {
+			if r.Err == nil {
+				out = append(out, r.ID)
+			}
 		}
 	}
-	return out, nil
 }
+
+// maxCancelRounds bounds CancelWorkflow's rounds: a workflow whose
+// handlers add steps faster than they are cancelled is an error, not a
+// loop without end.
+const maxCancelRounds = 100
 
 // RetryWorkflow brings every dead or cancelled step of a workflow back,
 // under its own id and with as many attempts again as it had: each runs
