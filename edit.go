@@ -44,18 +44,22 @@ type JobUpdate struct {
 // Payload is a new payload for a job, for JobUpdate: made by PayloadOf
 // from a typed value, or by RawPayload from JSON.
 type Payload struct {
-	kind    string // "" for raw JSON
-	version int    // 0: the job's own
-	raw     json.RawMessage
-	err     error
+	kind     string  // "" for raw JSON
+	version  int     // 0: the job's own
+	sequence *string // the key the kind's SequenceBy derives, nil without one
+	raw      json.RawMessage
+	err      error
 }
 
 // PayloadOf is payload as the new payload of a job of kind k: checked and
 // encoded as k.Enqueue would (jobs.ErrMarshal, jobs.ErrPayloadTooLarge),
 // and stored at the kind's current version. UpdateJob refuses it, with
-// ErrPayloadMismatch, for a job of another kind. The job's concurrency
-// key stays what it is: it is not derived again from the new payload
-// (jobs.KeyBy), and no enqueue hook runs.
+// ErrPayloadMismatch, for a job of another kind, and for a kind with
+// jobs.SequenceBy when the new payload derives another sequence key than
+// the job's (the key is fixed at enqueue: the payload would run in the
+// wrong key's order). The job's concurrency key stays what it is: it is
+// not derived again from the new payload (jobs.KeyBy), and no enqueue
+// hook runs.
 func PayloadOf[T any](k *jobs.Kind[T], payload T) *Payload {
 	p := &Payload{kind: k.Name(), version: k.Version()}
 	if err := k.Check(payload); err != nil {
@@ -64,6 +68,9 @@ func PayloadOf[T any](k *jobs.Kind[T], payload T) *Payload {
 		}
 		p.err = fmt.Errorf("payload of %s: %w", k.Name(), err)
 		return p
+	}
+	if key, derived, err := k.SequenceKey(payload); derived && err == nil {
+		p.sequence = &key
 	}
 	raw, err := json.Marshal(payload)
 	if err != nil { // Check marshalled it already
@@ -136,6 +143,7 @@ func (u JobUpdate) params(id int64) (db.UpdateJobParams, error) {
 		if u.Payload.kind != "" {
 			p.Kind = &u.Payload.kind
 		}
+		p.SequenceKey = u.Payload.sequence
 		if u.Payload.version != 0 {
 			v := int32(u.Payload.version)
 			p.Version = &v
@@ -210,6 +218,8 @@ func (c *Client) UpdateJobTx(ctx context.Context, tx jobs.DBTX, id int64, u JobU
 		return fail(fmt.Errorf("%w: the job's payload is a JSON %s, the new one is not", ErrPayloadMismatch, r.PayloadType))
 	case "version":
 		return fail(fmt.Errorf("%w: payload version %d is newer than the job's, %d (a worker that runs the job may not read it)", ErrPayloadMismatch, *p.Version, r.JobVersion))
+	case "sequence":
+		return fail(fmt.Errorf("%w: the payload is for sequence key %q, the job is in %q (a job's sequence key is fixed at enqueue)", ErrPayloadMismatch, *p.SequenceKey, r.JobSequence))
 	case "max_attempts":
 		return fail(fmt.Errorf("%w: %d is not more than the %d attempts the job has made (give %d or more)", jobs.ErrInvalidMaxAttempts, *p.MaxAttempts, r.Attempt, r.Attempt+1))
 	}

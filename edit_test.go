@@ -592,3 +592,32 @@ func TestDeleteJobRacesClaims(t *testing.T) {
 	}
 	t.Logf("%d of %d jobs deleted before a claim", len(deleted), jobCount)
 }
+
+// TestUpdateJobKeepsSequence: a typed payload for a kind with SequenceBy
+// may replace a waiting job's only when it derives the job's own sequence
+// key; one for another key is refused (ErrPayloadMismatch) and nothing
+// changes, since the job would run in the wrong key's order.
+func TestUpdateJobKeepsSequence(t *testing.T) {
+	b := setup(t)
+	type Ledger struct {
+		Account string `json:"account"`
+		Amount  int    `json:"amount"`
+	}
+	k := jobs.MustDefine[Ledger]("ledger.edit", jobs.SequenceBy(func(l Ledger) string { return l.Account }))
+	_, err := k.Enqueue(b.Ctx, b.Pool, Ledger{Account: "a"})
+	require.NoError(t, err)
+	waiting, err := k.Enqueue(b.Ctx, b.Pool, Ledger{Account: "a", Amount: 1})
+	require.NoError(t, err)
+
+	_, err = b.client.UpdateJob(b.Ctx, waiting.ID, hopper.JobUpdate{Payload: hopper.PayloadOf(k, Ledger{Account: "b", Amount: 2})})
+	require.ErrorIs(t, err, hopper.ErrPayloadMismatch)
+	require.ErrorContains(t, err, `the payload is for sequence key "b", the job is in "a"`)
+	row, err := b.client.GetJob(b.Ctx, waiting.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"account": "a", "amount": 1}`, string(row.Payload), "nothing changed")
+
+	row, err = b.client.UpdateJob(b.Ctx, waiting.ID, hopper.JobUpdate{Payload: hopper.PayloadOf(k, Ledger{Account: "a", Amount: 3})})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"account": "a", "amount": 3}`, string(row.Payload))
+	require.Equal(t, jobs.StateWaiting, row.State)
+}

@@ -295,19 +295,19 @@ func (q *Queries) EnqueueBatchUnique(ctx context.Context, arg EnqueueBatchUnique
 
 const enqueueUnique = `-- name: EnqueueUnique :one
 WITH holder AS MATERIALIZED (
-    SELECT c.id, c.state, c.kind
+    SELECT c.id, c.state, c.kind, c.sequence_key
     FROM (
-        SELECT j.id, j.state, j.kind, 0 AS rank
+        SELECT j.id, j.state, j.kind, j.meta ->> 'hopper.sequence' AS sequence_key, 0 AS rank
         FROM hopper_jobs AS j
         WHERE j.unique_key = $1::text
         UNION ALL
-        SELECT h.id, 'completed', h.kind, 1
+        SELECT h.id, 'completed', h.kind, NULL, 1
         FROM hopper_job_history AS h
         WHERE h.unique_key = $1::text
           AND 'completed' = ANY ($2::text[])
           AND ($3::bigint = 0 OR h.created_at > now() - '1 millisecond'::interval * $3::bigint)
         UNION ALL
-        SELECT d.id, d.state, d.kind, 1
+        SELECT d.id, d.state, d.kind, NULL, 1
         FROM hopper_dead_jobs AS d
         WHERE d.unique_key = $1::text
           AND d.state = ANY ($2::text[])
@@ -317,39 +317,43 @@ WITH holder AS MATERIALIZED (
     LIMIT 1
 ), blocking AS MATERIALIZED (
     -- the holder, unless it is a running job that gives up its key
-    SELECT holder.id, holder.state, holder.kind FROM holder
-    WHERE NOT ($4::boolean AND holder.state = 'running' AND holder.kind = $5::text)
+    SELECT holder.id, holder.state, holder.kind,
+           holder.kind = $4::text AND holder.state IN ('pending', 'scheduled', 'waiting')
+           AND holder.sequence_key IS NOT DISTINCT FROM ($5::jsonb ->> 'hopper.sequence') AS replaceable
+    FROM holder
+    WHERE NOT ($6::boolean AND holder.state = 'running' AND holder.kind = $4::text)
 ), replaced AS (
     UPDATE hopper_jobs AS j
-    SET payload = coalesce($6::jsonb, '{}'),
-        version = coalesce(nullif($7::integer, 0), 1),
-        run_at = CASE WHEN $8::boolean
-                      THEN greatest($9::timestamptz, now() + '1 millisecond'::interval * $10::bigint)
+    SET payload = coalesce($7::jsonb, '{}'),
+        version = coalesce(nullif($8::integer, 0), 1),
+        run_at = CASE WHEN $9::boolean
+                      THEN greatest($10::timestamptz, now() + '1 millisecond'::interval * $11::bigint)
                       ELSE j.run_at END,
-        state = CASE WHEN NOT $8::boolean OR j.state = 'waiting' THEN j.state
-                     WHEN greatest($9::timestamptz, now() + '1 millisecond'::interval * $10::bigint) > now() THEN 'scheduled'
+        state = CASE WHEN NOT $9::boolean OR j.state = 'waiting' THEN j.state
+                     WHEN greatest($10::timestamptz, now() + '1 millisecond'::interval * $11::bigint) > now() THEN 'scheduled'
                      ELSE 'pending' END
     FROM blocking
-    WHERE $11::boolean AND blocking.state IN ('pending', 'scheduled', 'waiting')
-      AND j.id = blocking.id AND j.state IN ('pending', 'scheduled', 'waiting') AND j.kind = $5::text
+    WHERE $12::boolean AND blocking.replaceable
+      AND j.id = blocking.id AND j.state IN ('pending', 'scheduled', 'waiting') AND j.kind = $4::text
+      AND (j.meta ->> 'hopper.sequence') IS NOT DISTINCT FROM ($5::jsonb ->> 'hopper.sequence')
     RETURNING j.id
 ), taken AS (
     UPDATE hopper_jobs AS j
     SET unique_key = NULL
     FROM holder
-    WHERE $4::boolean AND holder.state = 'running' AND holder.kind = $5::text
+    WHERE $6::boolean AND holder.state = 'running' AND holder.kind = $4::text
       AND j.id = holder.id
       AND j.lease_until IS NOT NULL -- running: as in AckBatch, no partial index's predicate, so a lookup by id
     RETURNING j.id
 ), inserted AS (
     INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)
-    SELECT coalesce(nullif($12::text, ''), 'default'), $5::text, coalesce(nullif($7::integer, 0), 1),
-           coalesce($6::jsonb, '{}'), $13::smallint,
-           greatest($9::timestamptz, now() + '1 millisecond'::interval * $10::bigint),
-           CASE WHEN $14::jsonb ? 'hopper.sequence' THEN 'waiting'
-                WHEN greatest($9::timestamptz, now() + '1 millisecond'::interval * $10::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
+    SELECT coalesce(nullif($13::text, ''), 'default'), $4::text, coalesce(nullif($8::integer, 0), 1),
+           coalesce($7::jsonb, '{}'), $14::smallint,
+           greatest($10::timestamptz, now() + '1 millisecond'::interval * $11::bigint),
+           CASE WHEN $5::jsonb ? 'hopper.sequence' THEN 'waiting'
+                WHEN greatest($10::timestamptz, now() + '1 millisecond'::interval * $11::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
            coalesce(nullif($15::integer, 0), 25), $1::text,
-           $14::jsonb, $16::text
+           $5::jsonb, $16::text
     FROM (SELECT count(*) AS n FROM taken) AS t
     WHERE NOT EXISTS (SELECT FROM blocking)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
@@ -360,12 +364,11 @@ UNION ALL
 SELECT r.id, 'replaced'::text FROM replaced AS r
 UNION ALL
 SELECT blocking.id,
-       CASE WHEN $4::boolean AND blocking.kind = $5::text AND blocking.state IN ('pending', 'scheduled', 'waiting')
-            THEN 'raced' ELSE 'kept' END
+       CASE WHEN $6::boolean AND blocking.replaceable THEN 'raced' ELSE 'kept' END
 FROM blocking
 WHERE NOT EXISTS (SELECT FROM replaced)
 UNION ALL
-SELECT coalesce(max(live.id), 0), CASE WHEN $4::boolean THEN 'raced' ELSE 'kept' END
+SELECT coalesce(max(live.id), 0), CASE WHEN $6::boolean THEN 'raced' ELSE 'kept' END
 FROM hopper_jobs AS live
 WHERE live.unique_key = $1::text
 HAVING $1::text IS NOT NULL
@@ -376,8 +379,9 @@ type EnqueueUniqueParams struct {
 	UniqueKey       *string         `json:"unique_key"`
 	States          []string        `json:"states"`
 	PeriodMs        int64           `json:"period_ms"`
-	TakeFromRunning bool            `json:"take_from_running"`
 	Kind            string          `json:"kind"`
+	Meta            json.RawMessage `json:"meta"`
+	TakeFromRunning bool            `json:"take_from_running"`
 	Payload         json.RawMessage `json:"payload"`
 	Version         int32           `json:"version"`
 	PushRunAt       bool            `json:"push_run_at"`
@@ -386,7 +390,6 @@ type EnqueueUniqueParams struct {
 	Replace         bool            `json:"replace"`
 	Queue           string          `json:"queue"`
 	Priority        int16           `json:"priority"`
-	Meta            json.RawMessage `json:"meta"`
 	MaxAttempts     int32           `json:"max_attempts"`
 	ConcurrencyKey  *string         `json:"concurrency_key"`
 }
@@ -420,7 +423,9 @@ type EnqueueUniqueRow struct {
 // holder's state under its row lock, so a job claimed meanwhile is not
 // changed while it runs. Only a holder of the same kind is replaced or
 // gives up its key (another kind's payload would not decode): a holder of
-// another kind is kept. A running holder that finished meanwhile has
+// another kind is kept; so is a waiting holder of another sequence key
+// (or of none, or one when this job has none): its payload would run in
+// that key's order, and its key is fixed at enqueue. A running holder that finished meanwhile has
 // freed the key: the job is inserted all the same. The insert reads the
 // count of taken keys first, so that the key is off the running holder
 // before the insert checks the unique index. A job without a key is simply
@@ -430,8 +435,9 @@ func (q *Queries) EnqueueUnique(ctx context.Context, arg EnqueueUniqueParams) (E
 		arg.UniqueKey,
 		arg.States,
 		arg.PeriodMs,
-		arg.TakeFromRunning,
 		arg.Kind,
+		arg.Meta,
+		arg.TakeFromRunning,
 		arg.Payload,
 		arg.Version,
 		arg.PushRunAt,
@@ -440,7 +446,6 @@ func (q *Queries) EnqueueUnique(ctx context.Context, arg EnqueueUniqueParams) (E
 		arg.Replace,
 		arg.Queue,
 		arg.Priority,
-		arg.Meta,
 		arg.MaxAttempts,
 		arg.ConcurrencyKey,
 	)
@@ -473,22 +478,22 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
                unnest($16::boolean[]) AS take_from_running
     ) AS b
 ), holder AS MATERIALIZED (
-    SELECT b.new_id AS for_id, c.id, c.state, c.kind
+    SELECT b.new_id AS for_id, c.id, c.state, c.kind, c.sequence_key
     FROM batch AS b
     CROSS JOIN LATERAL (
-        SELECT c.id, c.state, c.kind
+        SELECT c.id, c.state, c.kind, c.sequence_key
         FROM (
-            SELECT j.id, j.state, j.kind, 0 AS rank
+            SELECT j.id, j.state, j.kind, j.meta ->> 'hopper.sequence' AS sequence_key, 0 AS rank
             FROM hopper_jobs AS j
             WHERE j.unique_key = nullif(b.unique_key, '')
             UNION ALL
-            SELECT h.id, 'completed', h.kind, 1
+            SELECT h.id, 'completed', h.kind, NULL, 1
             FROM hopper_job_history AS h
             WHERE h.unique_key = nullif(b.unique_key, '')
               AND 'completed' = ANY (string_to_array(b.finished, ','))
               AND (b.period_ms = 0 OR h.created_at > now() - '1 millisecond'::interval * b.period_ms)
             UNION ALL
-            SELECT d.id, d.state, d.kind, 1
+            SELECT d.id, d.state, d.kind, NULL, 1
             FROM hopper_dead_jobs AS d
             WHERE d.unique_key = nullif(b.unique_key, '')
               AND d.state = ANY (string_to_array(b.finished, ','))
@@ -498,7 +503,9 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
         LIMIT 1
     ) AS c
 ), blocking AS MATERIALIZED (
-    SELECT h.for_id, h.id, h.state, h.kind
+    SELECT h.for_id, h.id, h.state, h.kind,
+           h.kind = b.kind AND h.state IN ('pending', 'scheduled', 'waiting')
+           AND h.sequence_key IS NOT DISTINCT FROM (b.meta ->> 'hopper.sequence') AS replaceable
     FROM holder AS h
     JOIN batch AS b ON b.new_id = h.for_id
     WHERE NOT (b.take_from_running AND h.state = 'running' AND h.kind = b.kind)
@@ -514,8 +521,9 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
                      ELSE 'pending' END
     FROM blocking AS k
     JOIN batch AS b ON b.new_id = k.for_id
-    WHERE b.replace AND k.state IN ('pending', 'scheduled', 'waiting')
+    WHERE b.replace AND k.replaceable
       AND j.id = k.id AND j.state IN ('pending', 'scheduled', 'waiting') AND j.kind = b.kind
+      AND (j.meta ->> 'hopper.sequence') IS NOT DISTINCT FROM (b.meta ->> 'hopper.sequence')
     RETURNING k.for_id, j.id
 ), taken AS (
     UPDATE hopper_jobs AS j
@@ -546,7 +554,7 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
 SELECT coalesce(i.id, r.id, k.id, live.id, 0)::bigint AS id,
        (CASE WHEN i.id IS NOT NULL THEN 'inserted'
              WHEN r.id IS NOT NULL THEN 'replaced'
-             WHEN b.take_from_running AND (k.id IS NULL OR k.kind = b.kind AND k.state IN ('pending', 'scheduled', 'waiting')) THEN 'raced'
+             WHEN b.take_from_running AND (k.id IS NULL OR k.replaceable) THEN 'raced'
              ELSE 'kept' END)::text AS outcome
 FROM batch AS b
 LEFT JOIN inserted AS i ON i.id = b.new_id

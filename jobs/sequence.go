@@ -109,6 +109,18 @@ func (o *enqueueOptions) validateSequence() (Meta, error) {
 	return meta, nil
 }
 
+// SequenceKey is the sequence key the kind's SequenceBy derives from
+// payload ("" when it derives none), and whether the kind has a
+// SequenceBy at all. hopper.PayloadOf uses it so that an edited payload
+// never runs in another key's order: a job's key is fixed at enqueue.
+func (k *Kind[T]) SequenceKey(payload T) (key string, derived bool, err error) {
+	if k.sequenceOf == nil {
+		return "", false, nil
+	}
+	key, err = k.sequenceOf(payload)
+	return key, true, err
+}
+
 // deriveSequence sets the sequence key from the payload (SequenceBy) when
 // no option gave one, and stores it in the metadata.
 func (k *Kind[T]) deriveSequence(payload T, o *enqueueOptions) error {

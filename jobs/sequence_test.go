@@ -13,7 +13,8 @@ import (
 )
 
 type Account struct {
-	ID string `json:"id"`
+	ID     string `json:"id"`
+	Amount int    `json:"amount,omitempty"`
 }
 
 var accountKind = jobs.MustDefine[Account]("account.sync",
@@ -156,4 +157,49 @@ func TestSequenceBatchOrder(t *testing.T) {
 	require.NoError(t, err)
 	state, _ := b.sequenceOf(t, r.ID)
 	require.Equal(t, "pending", state, "the rolled-back jobs hold nothing")
+}
+
+// TestReplaceKeepsSequence: ReplaceWaiting (and Debounce, alone or in a
+// batch) replaces a waiting holder's payload only when the new payload is
+// for the holder's own sequence key: the key is fixed at enqueue, so a
+// payload for another key (or none) would run in the wrong key's order.
+// Such a holder is kept, as one of another kind is.
+func TestReplaceKeepsSequence(t *testing.T) {
+	b := setup(t)
+	k := jobs.MustDefine[Account]("account.replace", jobs.SequenceBy(func(a Account) string { return a.ID }))
+	head, err := k.Enqueue(b.Ctx, b.Pool, Account{ID: "a"})
+	require.NoError(t, err)
+	held, err := k.Enqueue(b.Ctx, b.Pool, Account{ID: "a", Amount: 1}, jobs.UniqueKey("u"), jobs.ReplaceWaiting())
+	require.NoError(t, err)
+	require.Equal(t, jobs.OutcomeInserted, held.Outcome())
+	amount := func() (string, int) {
+		var key string
+		var n int
+		require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT meta ->> 'hopper.sequence', (payload ->> 'amount')::int FROM hopper_jobs WHERE id = $1`, held.ID).Scan(&key, &n))
+		return key, n
+	}
+
+	want := 1
+	for i, opts := range [][]jobs.EnqueueOption{
+		{jobs.UniqueKey("u"), jobs.ReplaceWaiting()},
+		{jobs.UniqueKey("u"), jobs.Debounce(time.Minute)},
+	} {
+		other, err := k.Enqueue(b.Ctx, b.Pool, Account{ID: "b", Amount: 2}, opts...)
+		require.NoError(t, err)
+		require.Equal(t, jobs.Result{ID: held.ID, Duplicate: true}, other, "another key's payload keeps the holder")
+		batch, err := jobs.EnqueueBatch(b.Ctx, b.Pool, []jobs.Entry{k.Entry(Account{ID: "b", Amount: 3}, opts...)})
+		require.NoError(t, err)
+		require.Equal(t, jobs.OutcomeKept, batch.Results[0].Outcome(), "in a batch too")
+		key, n := amount()
+		require.Equal(t, "a", key)
+		require.Equal(t, want, n)
+
+		want = 4 + i
+		same, err := k.Enqueue(b.Ctx, b.Pool, Account{ID: "a", Amount: want}, opts...)
+		require.NoError(t, err)
+		require.Equal(t, jobs.OutcomeReplaced, same.Outcome(), "the holder's own key replaces")
+		_, n = amount()
+		require.Equal(t, want, n)
+	}
+	require.NotZero(t, head.ID)
 }

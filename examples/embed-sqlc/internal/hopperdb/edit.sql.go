@@ -92,7 +92,7 @@ const updateJob = `-- name: UpdateJob :one
 
 WITH target AS (
     SELECT j.id, j.state, j.kind, j.version, j.attempt, j.queue, j.priority, j.run_at,
-           jsonb_typeof(j.payload) AS payload_type
+           jsonb_typeof(j.payload) AS payload_type, coalesce(j.meta ->> 'hopper.sequence', '') AS sequence_key
     FROM hopper_jobs AS j
     WHERE j.id = $1::bigint AND j.state IN ('pending', 'scheduled', 'waiting')
     FOR UPDATE
@@ -103,12 +103,13 @@ WITH target AS (
                      AND jsonb_typeof($3::jsonb) <> t.payload_type THEN 'payload_type'
                 WHEN $4::integer IS NOT NULL AND $2::text IS NULL
                      AND $4::integer > t.version THEN 'version'
-                WHEN $5::integer IS NOT NULL
-                     AND $5::integer <= t.attempt THEN 'max_attempts'
+                WHEN $5::text IS NOT NULL AND $5::text <> t.sequence_key THEN 'sequence'
+                WHEN $6::integer IS NOT NULL
+                     AND $6::integer <= t.attempt THEN 'max_attempts'
                 ELSE ''
            END AS refused,
-           CASE WHEN $6::timestamptz IS NULL THEN t.run_at
-                WHEN $6::timestamptz > now() THEN $6::timestamptz
+           CASE WHEN $7::timestamptz IS NULL THEN t.run_at
+                WHEN $7::timestamptz > now() THEN $7::timestamptz
                 ELSE least(t.run_at, now())
            END AS run_at
     FROM target AS t
@@ -117,9 +118,9 @@ WITH target AS (
     SET payload      = coalesce($3::jsonb, j.payload),
         version      = CASE WHEN $3::jsonb IS NULL THEN j.version
                             ELSE coalesce($4::integer, j.version) END,
-        priority     = coalesce($7::smallint, j.priority),
-        queue        = coalesce($8::text, j.queue),
-        max_attempts = coalesce($5::integer, j.max_attempts),
+        priority     = coalesce($8::smallint, j.priority),
+        queue        = coalesce($9::text, j.queue),
+        max_attempts = coalesce($6::integer, j.max_attempts),
         run_at       = verdict.run_at,
         state        = CASE WHEN j.state = 'waiting' THEN 'waiting' -- its sequence's turn makes it ready
                             WHEN verdict.run_at > now() THEN 'scheduled' ELSE 'pending' END
@@ -150,6 +151,7 @@ SELECT coalesce((SELECT t.state FROM target AS t),
        coalesce((SELECT t.kind FROM target AS t), '')::text AS job_kind,
        coalesce((SELECT t.version FROM target AS t), 0)::integer AS job_version,
        coalesce((SELECT t.payload_type FROM target AS t), '')::text AS payload_type,
+       coalesce((SELECT t.sequence_key FROM target AS t), '')::text AS job_sequence,
        coalesce((SELECT t.attempt FROM target AS t), 0)::integer AS attempt,
        u.id, u.queue, u.kind, u.version, u.payload, u.state, u.priority, u.run_at, u.attempt AS updated_attempt,
        u.max_attempts, u.lease_owner, u.lease_until, u.unique_key, u.errors, u.created_at, u.meta, u.concurrency_key
@@ -162,6 +164,7 @@ type UpdateJobParams struct {
 	Kind        *string
 	Payload     json.RawMessage
 	Version     *int32
+	SequenceKey *string
 	MaxAttempts *int32
 	RunAt       *time.Time
 	Priority    *int16
@@ -175,6 +178,7 @@ type UpdateJobRow struct {
 	JobKind        string
 	JobVersion     int32
 	PayloadType    string
+	JobSequence    string
 	Attempt        int32
 	ID             *int64
 	Queue          *string
@@ -227,6 +231,10 @@ type UpdateJobRow struct {
 //     it was due already, so that "run now" never sends a ready job back.
 //     A scheduled job left past its run_at (not promoted yet) becomes
 //     pending too.
+//     With sequence_key set (the key the kind's SequenceBy derives from the
+//     new payload, ” for none) it must be the job's own: the key is fixed
+//     at enqueue, and a payload for another key would run in this one's
+//     order.
 //   - priority, queue, max_attempts. max_attempts must be more than the
 //     attempts the job has made (attempt), so that it keeps one at least:
 //     a pending job always has attempt < max_attempts.
@@ -244,8 +252,9 @@ type UpdateJobRow struct {
 //
 // One row: was and locked (see above); refused is ” when the job was
 // changed or not held, else why a held job was not changed: 'kind',
-// 'payload_type', 'version' or 'max_attempts'; job_kind, job_version,
-// payload_type and attempt are the held job's, for the message; the other
+// 'payload_type', 'version', 'sequence' or 'max_attempts'; job_kind,
+// job_version, payload_type, job_sequence and attempt are the held job's,
+// for the message; the other
 // columns are the job as changed (NULL when it was not).
 func (q *Queries) UpdateJob(ctx context.Context, arg UpdateJobParams) (UpdateJobRow, error) {
 	row := q.db.QueryRow(ctx, updateJob,
@@ -253,6 +262,7 @@ func (q *Queries) UpdateJob(ctx context.Context, arg UpdateJobParams) (UpdateJob
 		arg.Kind,
 		arg.Payload,
 		arg.Version,
+		arg.SequenceKey,
 		arg.MaxAttempts,
 		arg.RunAt,
 		arg.Priority,
@@ -266,6 +276,7 @@ func (q *Queries) UpdateJob(ctx context.Context, arg UpdateJobParams) (UpdateJob
 		&i.JobKind,
 		&i.JobVersion,
 		&i.PayloadType,
+		&i.JobSequence,
 		&i.Attempt,
 		&i.ID,
 		&i.Queue,

@@ -32,6 +32,10 @@
 --    it was due already, so that "run now" never sends a ready job back.
 --    A scheduled job left past its run_at (not promoted yet) becomes
 --    pending too.
+--    With sequence_key set (the key the kind's SequenceBy derives from the
+--    new payload, '' for none) it must be the job's own: the key is fixed
+--    at enqueue, and a payload for another key would run in this one's
+--    order.
 --  * priority, queue, max_attempts. max_attempts must be more than the
 --    attempts the job has made (attempt), so that it keeps one at least:
 --    a pending job always has attempt < max_attempts.
@@ -49,12 +53,13 @@
 --
 -- One row: was and locked (see above); refused is '' when the job was
 -- changed or not held, else why a held job was not changed: 'kind',
--- 'payload_type', 'version' or 'max_attempts'; job_kind, job_version,
--- payload_type and attempt are the held job's, for the message; the other
+-- 'payload_type', 'version', 'sequence' or 'max_attempts'; job_kind,
+-- job_version, payload_type, job_sequence and attempt are the held job's,
+-- for the message; the other
 -- columns are the job as changed (NULL when it was not).
 WITH target AS (
     SELECT j.id, j.state, j.kind, j.version, j.attempt, j.queue, j.priority, j.run_at,
-           jsonb_typeof(j.payload) AS payload_type
+           jsonb_typeof(j.payload) AS payload_type, coalesce(j.meta ->> 'hopper.sequence', '') AS sequence_key
     FROM hopper_jobs AS j
     WHERE j.id = @id::bigint AND j.state IN ('pending', 'scheduled', 'waiting')
     FOR UPDATE
@@ -65,6 +70,7 @@ WITH target AS (
                      AND jsonb_typeof(sqlc.narg(payload)::jsonb) <> t.payload_type THEN 'payload_type'
                 WHEN sqlc.narg(version)::integer IS NOT NULL AND sqlc.narg(kind)::text IS NULL
                      AND sqlc.narg(version)::integer > t.version THEN 'version'
+                WHEN sqlc.narg(sequence_key)::text IS NOT NULL AND sqlc.narg(sequence_key)::text <> t.sequence_key THEN 'sequence'
                 WHEN sqlc.narg(max_attempts)::integer IS NOT NULL
                      AND sqlc.narg(max_attempts)::integer <= t.attempt THEN 'max_attempts'
                 ELSE ''
@@ -112,6 +118,7 @@ SELECT coalesce((SELECT t.state FROM target AS t),
        coalesce((SELECT t.kind FROM target AS t), '')::text AS job_kind,
        coalesce((SELECT t.version FROM target AS t), 0)::integer AS job_version,
        coalesce((SELECT t.payload_type FROM target AS t), '')::text AS payload_type,
+       coalesce((SELECT t.sequence_key FROM target AS t), '')::text AS job_sequence,
        coalesce((SELECT t.attempt FROM target AS t), 0)::integer AS attempt,
        u.id, u.queue, u.kind, u.version, u.payload, u.state, u.priority, u.run_at, u.attempt AS updated_attempt,
        u.max_attempts, u.lease_owner, u.lease_until, u.unique_key, u.errors, u.created_at, u.meta, u.concurrency_key

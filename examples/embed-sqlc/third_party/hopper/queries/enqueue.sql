@@ -228,25 +228,27 @@ FROM (
 -- holder's state under its row lock, so a job claimed meanwhile is not
 -- changed while it runs. Only a holder of the same kind is replaced or
 -- gives up its key (another kind's payload would not decode): a holder of
--- another kind is kept. A running holder that finished meanwhile has
+-- another kind is kept; so is a waiting holder of another sequence key
+-- (or of none, or one when this job has none): its payload would run in
+-- that key's order, and its key is fixed at enqueue. A running holder that finished meanwhile has
 -- freed the key: the job is inserted all the same. The insert reads the
 -- count of taken keys first, so that the key is off the running holder
 -- before the insert checks the unique index. A job without a key is simply
 -- inserted.
 WITH holder AS MATERIALIZED (
-    SELECT c.id, c.state, c.kind
+    SELECT c.id, c.state, c.kind, c.sequence_key
     FROM (
-        SELECT j.id, j.state, j.kind, 0 AS rank
+        SELECT j.id, j.state, j.kind, j.meta ->> 'hopper.sequence' AS sequence_key, 0 AS rank
         FROM hopper_jobs AS j
         WHERE j.unique_key = sqlc.narg(unique_key)::text
         UNION ALL
-        SELECT h.id, 'completed', h.kind, 1
+        SELECT h.id, 'completed', h.kind, NULL, 1
         FROM hopper_job_history AS h
         WHERE h.unique_key = sqlc.narg(unique_key)::text
           AND 'completed' = ANY (@states::text[])
           AND (@period_ms::bigint = 0 OR h.created_at > now() - '1 millisecond'::interval * @period_ms::bigint)
         UNION ALL
-        SELECT d.id, d.state, d.kind, 1
+        SELECT d.id, d.state, d.kind, NULL, 1
         FROM hopper_dead_jobs AS d
         WHERE d.unique_key = sqlc.narg(unique_key)::text
           AND d.state = ANY (@states::text[])
@@ -256,7 +258,10 @@ WITH holder AS MATERIALIZED (
     LIMIT 1
 ), blocking AS MATERIALIZED (
     -- the holder, unless it is a running job that gives up its key
-    SELECT holder.id, holder.state, holder.kind FROM holder
+    SELECT holder.id, holder.state, holder.kind,
+           holder.kind = @kind::text AND holder.state IN ('pending', 'scheduled', 'waiting')
+           AND holder.sequence_key IS NOT DISTINCT FROM (sqlc.narg(meta)::jsonb ->> 'hopper.sequence') AS replaceable
+    FROM holder
     WHERE NOT (@take_from_running::boolean AND holder.state = 'running' AND holder.kind = @kind::text)
 ), replaced AS (
     UPDATE hopper_jobs AS j
@@ -269,8 +274,9 @@ WITH holder AS MATERIALIZED (
                      WHEN greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint) > now() THEN 'scheduled'
                      ELSE 'pending' END
     FROM blocking
-    WHERE @replace::boolean AND blocking.state IN ('pending', 'scheduled', 'waiting')
+    WHERE @replace::boolean AND blocking.replaceable
       AND j.id = blocking.id AND j.state IN ('pending', 'scheduled', 'waiting') AND j.kind = @kind::text
+      AND (j.meta ->> 'hopper.sequence') IS NOT DISTINCT FROM (sqlc.narg(meta)::jsonb ->> 'hopper.sequence')
     RETURNING j.id
 ), taken AS (
     UPDATE hopper_jobs AS j
@@ -299,8 +305,7 @@ UNION ALL
 SELECT r.id, 'replaced'::text FROM replaced AS r
 UNION ALL
 SELECT blocking.id,
-       CASE WHEN @take_from_running::boolean AND blocking.kind = @kind::text AND blocking.state IN ('pending', 'scheduled', 'waiting')
-            THEN 'raced' ELSE 'kept' END
+       CASE WHEN @take_from_running::boolean AND blocking.replaceable THEN 'raced' ELSE 'kept' END
 FROM blocking
 WHERE NOT EXISTS (SELECT FROM replaced)
 UNION ALL
@@ -343,22 +348,22 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
                unnest(@take_from_running::boolean[]) AS take_from_running
     ) AS b
 ), holder AS MATERIALIZED (
-    SELECT b.new_id AS for_id, c.id, c.state, c.kind
+    SELECT b.new_id AS for_id, c.id, c.state, c.kind, c.sequence_key
     FROM batch AS b
     CROSS JOIN LATERAL (
-        SELECT c.id, c.state, c.kind
+        SELECT c.id, c.state, c.kind, c.sequence_key
         FROM (
-            SELECT j.id, j.state, j.kind, 0 AS rank
+            SELECT j.id, j.state, j.kind, j.meta ->> 'hopper.sequence' AS sequence_key, 0 AS rank
             FROM hopper_jobs AS j
             WHERE j.unique_key = nullif(b.unique_key, '')
             UNION ALL
-            SELECT h.id, 'completed', h.kind, 1
+            SELECT h.id, 'completed', h.kind, NULL, 1
             FROM hopper_job_history AS h
             WHERE h.unique_key = nullif(b.unique_key, '')
               AND 'completed' = ANY (string_to_array(b.finished, ','))
               AND (b.period_ms = 0 OR h.created_at > now() - '1 millisecond'::interval * b.period_ms)
             UNION ALL
-            SELECT d.id, d.state, d.kind, 1
+            SELECT d.id, d.state, d.kind, NULL, 1
             FROM hopper_dead_jobs AS d
             WHERE d.unique_key = nullif(b.unique_key, '')
               AND d.state = ANY (string_to_array(b.finished, ','))
@@ -368,7 +373,9 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
         LIMIT 1
     ) AS c
 ), blocking AS MATERIALIZED (
-    SELECT h.for_id, h.id, h.state, h.kind
+    SELECT h.for_id, h.id, h.state, h.kind,
+           h.kind = b.kind AND h.state IN ('pending', 'scheduled', 'waiting')
+           AND h.sequence_key IS NOT DISTINCT FROM (b.meta ->> 'hopper.sequence') AS replaceable
     FROM holder AS h
     JOIN batch AS b ON b.new_id = h.for_id
     WHERE NOT (b.take_from_running AND h.state = 'running' AND h.kind = b.kind)
@@ -384,8 +391,9 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
                      ELSE 'pending' END
     FROM blocking AS k
     JOIN batch AS b ON b.new_id = k.for_id
-    WHERE b.replace AND k.state IN ('pending', 'scheduled', 'waiting')
+    WHERE b.replace AND k.replaceable
       AND j.id = k.id AND j.state IN ('pending', 'scheduled', 'waiting') AND j.kind = b.kind
+      AND (j.meta ->> 'hopper.sequence') IS NOT DISTINCT FROM (b.meta ->> 'hopper.sequence')
     RETURNING k.for_id, j.id
 ), taken AS (
     UPDATE hopper_jobs AS j
@@ -416,7 +424,7 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
 SELECT coalesce(i.id, r.id, k.id, live.id, 0)::bigint AS id,
        (CASE WHEN i.id IS NOT NULL THEN 'inserted'
              WHEN r.id IS NOT NULL THEN 'replaced'
-             WHEN b.take_from_running AND (k.id IS NULL OR k.kind = b.kind AND k.state IN ('pending', 'scheduled', 'waiting')) THEN 'raced'
+             WHEN b.take_from_running AND (k.id IS NULL OR k.replaceable) THEN 'raced'
              ELSE 'kept' END)::text AS outcome
 FROM batch AS b
 LEFT JOIN inserted AS i ON i.id = b.new_id

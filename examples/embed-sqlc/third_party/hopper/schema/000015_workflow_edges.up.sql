@@ -2,7 +2,7 @@
 -- stored, and the isolation level the triggers need.
 --
 -- 1. A parent's failure is written on its edges (parent_failed) when it
---    ends in hopper_dead_jobs, and cleared when it comes back. The verdict
+--    ends in hopper_dead_jobs, and cleared when it ends again, completed. The verdict
 --    on a child, a batch's counts and a step's view of its parents read
 --    the edge, so purging a dead parent (PurgeDead, the workers' dead-job
 --    retention) no longer turns its failure into a success. A step held
@@ -88,8 +88,9 @@ END;
 $$;
 
 -- How the edge's parent ended, when it failed: 'dead' or 'cancelled'
--- (NULL: live, or completed). Written when the parent moves to the dead
--- table, cleared when it comes back; it stays when the dead row is purged.
+-- (NULL: completed). Written by each end of the parent (a retried parent
+-- ends again); read only once the parent has ended, so a live parent's
+-- old failure means nothing; it stays when the dead row is purged.
 ALTER TABLE hopper_workflow_deps ADD COLUMN parent_failed text
     CONSTRAINT hopper_workflow_deps_failed_check CHECK (parent_failed IN ('dead', 'cancelled'));
 UPDATE hopper_workflow_deps AS d SET parent_failed = x.state
@@ -189,28 +190,34 @@ $$;
 
 -- Counts down the children of the given ended steps and decides those
 -- whose count reaches zero (hopper_workflow_decide); returns the children
--- it cancelled, whose own children the caller counts down next. First the
--- ended steps that are in the dead table write their failure on their
--- edges. The children are locked next, in id order (as every statement
--- that waits for job rows locks them), and only then counted down: two
--- parents of one child ending in two transactions at once are serialized
--- by the child's lock, and the second sees the first's count.
+-- it cancelled, whose own children the caller counts down next. The
+-- children are locked first, in id order (as every statement that waits
+-- for job rows locks them), then the ended steps write how they ended on
+-- their edges, and only then are the children counted down: two parents
+-- of one child ending in two transactions at once are serialized by the
+-- child's lock, and the second sees the first's count.
 CREATE OR REPLACE FUNCTION hopper_workflow_pass(ended bigint[]) RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     children bigint[];
     ready bigint[];
 BEGIN
-    UPDATE hopper_workflow_deps AS d
-    SET parent_failed = x.state
-    FROM hopper_dead_jobs AS x
-    WHERE x.id = ANY (ended) AND d.parent_id = x.id;
     SELECT array_agg(l.id) INTO children
     FROM (SELECT j.id FROM hopper_jobs AS j
           WHERE j.id IN (SELECT d.child_id FROM hopper_workflow_deps AS d WHERE d.parent_id = ANY (ended))
             AND j.state = 'waiting'
           ORDER BY j.id
           FOR NO KEY UPDATE OF j) AS l;
+    -- How each ended step ended, on all its edges (whatever its children's
+    -- states: a child cancelled or kept may be retried later, and then
+    -- reads it): its state in the dead table, or none when it completed.
+    -- Only the edges whose failure changes are written: none on a plain
+    -- acknowledgement.
+    UPDATE hopper_workflow_deps AS d
+    SET parent_failed = e.failed
+    FROM (SELECT u.id, (SELECT x.state FROM hopper_dead_jobs AS x WHERE x.id = u.id) AS failed
+          FROM unnest(ended) AS u(id)) AS e
+    WHERE d.parent_id = e.id AND d.parent_failed IS DISTINCT FROM e.failed;
     IF children IS NULL THEN
         RETURN NULL;
     END IF;
@@ -267,30 +274,42 @@ BEGIN
     -- Dead parents first: a retry that is bringing one back (its row
     -- locked) is waited for, and the live parents, read next with a fresh
     -- snapshot, then include it; a retry that comes after waits for this
-    -- commit, and its trigger then counts it for these children.
-    SELECT coalesce(array_agg(l.id), '{}') INTO dead
-    FROM (SELECT x.id FROM hopper_dead_jobs AS x
-          WHERE x.id = ANY (parents)
-          ORDER BY x.id
-          FOR KEY SHARE OF x) AS l;
-    SELECT coalesce(array_agg(l.id), '{}') INTO live
-    FROM (SELECT j.id FROM hopper_jobs AS j
-          WHERE j.id = ANY (parents)
-          ORDER BY j.id
-          FOR KEY SHARE OF j) AS l;
+    -- commit, and its trigger then counts it for these children. A parent
+    -- that died while this waited for its live row is in the dead table
+    -- now, unlocked: lock it in another round, until every parent still
+    -- in either table is locked (the two counts match).
+    dead := '{}';
+    live := '{}';
+    FOR round IN 1..100 LOOP
+        SELECT dead || coalesce(array_agg(l.id), '{}') INTO dead
+        FROM (SELECT x.id FROM hopper_dead_jobs AS x
+              WHERE x.id = ANY (parents) AND (round = 1 OR NOT x.id = ANY (dead))
+              ORDER BY x.id
+              FOR KEY SHARE OF x) AS l;
+        SELECT live || coalesce(array_agg(l.id), '{}') INTO live
+        FROM (SELECT j.id FROM hopper_jobs AS j
+              WHERE j.id = ANY (parents) AND (round = 1 OR NOT j.id = ANY (live))
+              ORDER BY j.id
+              FOR KEY SHARE OF j) AS l;
+        EXIT WHEN (SELECT count(*) FROM hopper_dead_jobs AS x WHERE x.id = ANY (parents))
+                  + (SELECT count(*) FROM hopper_jobs AS j WHERE j.id = ANY (parents))
+                  = cardinality(dead) + cardinality(live);
+        IF round = 100 THEN
+            RAISE EXCEPTION 'hopper: workflows: the parents of % kept moving while this transaction locked them', children;
+        END IF;
+    END LOOP;
     PERFORM count(*)
     FROM (SELECT j.id FROM hopper_jobs AS j
           WHERE j.id = ANY (children) AND j.state = 'waiting'
           ORDER BY j.id
           FOR NO KEY UPDATE OF j) AS l;
+    -- A new edge to a dead parent takes its failure (a live parent's
+    -- edge is read only once it has ended, and its end writes it).
     UPDATE hopper_workflow_deps AS d
     SET parent_failed = x.state
     FROM hopper_dead_jobs AS x
     WHERE d.child_id = ANY (children) AND x.id = ANY (dead) AND d.parent_id = x.id
       AND d.parent_failed IS DISTINCT FROM x.state;
-    UPDATE hopper_workflow_deps AS d
-    SET parent_failed = NULL
-    WHERE d.child_id = ANY (children) AND d.parent_id = ANY (live) AND d.parent_failed IS NOT NULL;
     -- A step of one parent has no count row: its parent's end is its
     -- turn (hopper_workflow_pass).
     WITH counted AS (
@@ -323,12 +342,19 @@ $$;
 -- steps (inserted waiting by this transaction, or already waiting), and
 -- counts their parents (hopper_workflow_count). Every parent must be a
 -- step of its child's workflow in this schema: live (new in this
--- transaction or older), dead, or kept in the history. Returns the number
--- of steps decided now.
+-- transaction or older), dead, or kept in the history. The parents are
+-- checked after hopper_workflow_count has locked them, so that a parent
+-- purged or pruned meanwhile is refused rather than taken for a success;
+-- a refusal undoes the whole call. Returns the number of steps decided
+-- now.
 CREATE FUNCTION hopper_workflow_link(parents bigint[], children bigint[]) RETURNS integer
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     stranger record;
+    decided integer;
+    edge_parents bigint[];
+    edge_children bigint[];
+    workflows text[];
 BEGIN
     PERFORM hopper_require_read_committed('linking workflow steps');
     IF cardinality(parents) IS DISTINCT FROM cardinality(children) OR array_position(parents, NULL) IS NOT NULL
@@ -340,28 +366,34 @@ BEGIN
     SELECT e.p, e.c INTO stranger
     FROM unnest(parents, children) AS e(p, c)
     LEFT JOIN hopper_jobs AS c ON c.id = e.c
-    WHERE e.p = e.c
-       OR c.id IS NULL OR c.state <> 'waiting' OR NOT c.meta ? 'hopper.workflow'
-       OR (NOT EXISTS (SELECT FROM hopper_jobs AS j
-                       WHERE j.id = e.p AND j.meta ? 'hopper.workflow'
-                         AND (j.meta ->> 'hopper.workflow') = (c.meta ->> 'hopper.workflow'))
-           AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x
-                           WHERE x.id = e.p AND x.meta ? 'hopper.workflow'
-                             AND (x.meta ->> 'hopper.workflow') = (c.meta ->> 'hopper.workflow'))
-           AND NOT EXISTS (SELECT FROM hopper_job_history AS h
-                           WHERE h.id = e.p AND h.meta ? 'hopper.workflow'
-                             AND (h.meta ->> 'hopper.workflow') = (c.meta ->> 'hopper.workflow')))
+    WHERE e.p = e.c OR c.id IS NULL OR c.state <> 'waiting' OR NOT c.meta ? 'hopper.workflow'
     LIMIT 1;
+    IF NOT FOUND THEN
+        SELECT array_agg(e.p ORDER BY e.p, e.c), array_agg(e.c ORDER BY e.p, e.c),
+               array_agg(c.meta ->> 'hopper.workflow' ORDER BY e.p, e.c)
+        INTO edge_parents, edge_children, workflows
+        FROM (SELECT DISTINCT p, c FROM unnest(parents, children) AS u(p, c)) AS e
+        JOIN hopper_jobs AS c ON c.id = e.c;
+        INSERT INTO hopper_workflow_deps (parent_id, child_id)
+        SELECT e.p, e.c FROM unnest(edge_parents, edge_children) AS e(p, c)
+        ON CONFLICT DO NOTHING;
+        decided := hopper_workflow_count(ARRAY(SELECT DISTINCT c FROM unnest(edge_children) AS c ORDER BY 1));
+        SELECT e.p, e.c INTO stranger
+        FROM unnest(edge_parents, edge_children, workflows) AS e(p, c, w)
+        WHERE NOT EXISTS (SELECT FROM hopper_jobs AS j
+                          WHERE j.id = e.p AND j.meta ? 'hopper.workflow' AND (j.meta ->> 'hopper.workflow') = e.w)
+          AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x
+                          WHERE x.id = e.p AND x.meta ? 'hopper.workflow' AND (x.meta ->> 'hopper.workflow') = e.w)
+          AND NOT EXISTS (SELECT FROM hopper_job_history AS h
+                          WHERE h.id = e.p AND h.meta ? 'hopper.workflow' AND (h.meta ->> 'hopper.workflow') = e.w)
+        LIMIT 1;
+    END IF;
     IF FOUND THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = 'hopper: unknown step: job ' || stranger.p || ' is no step of the workflow of job ' || stranger.c,
             HINT = 'a step''s parents are steps of its own workflow, in this schema, and the step waits for them';
     END IF;
-    INSERT INTO hopper_workflow_deps (parent_id, child_id)
-    SELECT DISTINCT e.p, e.c FROM unnest(parents, children) AS e(p, c)
-    ORDER BY 1, 2
-    ON CONFLICT DO NOTHING;
-    RETURN hopper_workflow_count(ARRAY(SELECT DISTINCT c FROM unnest(children) AS c ORDER BY 1));
+    RETURN decided;
 END;
 $$;
 
@@ -373,8 +405,8 @@ LANGUAGE sql VOLATILE AS $$
 $$;
 
 -- Steps that come back from the dead table (a retry: RetryDead, or
--- hopper_workflow_retry). A parent has to end again: its failure leaves
--- its edges, and each of its children still waiting counts it again
+-- hopper_workflow_retry). A parent has to end again (its end writes how
+-- on its edges), and each of its children still waiting counts it again
 -- (child rows locked first, as above). A step with parents comes back
 -- waiting and counts those still live (hopper_workflow_count): it runs
 -- once they end, at once when none is left, and applies its policy again
@@ -403,9 +435,6 @@ BEGIN
                 AND j.state = 'waiting'
               ORDER BY j.id
               FOR NO KEY UPDATE OF j) AS l;
-        UPDATE hopper_workflow_deps AS d
-        SET parent_failed = NULL
-        WHERE d.parent_id = ANY (back) AND d.parent_failed IS NOT NULL;
         UPDATE hopper_workflow_waits AS w
         SET parents_left = w.parents_left + c.n
         FROM (SELECT d.child_id, count(*)::integer AS n
