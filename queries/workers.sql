@@ -1,13 +1,19 @@
 -- name: RegisterWorker :one
 -- Records a running worker at its start. An id already in the table is
 -- taken over only when its holder cannot be running any more: it is gone
--- (no beat within its stale_after_ms), or it was this very process slot
--- (same host and pid: a live process cannot share them with us), or it is
--- this worker's own row (started_at given: written again after losing it).
--- No row comes back when a live worker holds the id: the caller waits for
--- it to go stale or refuses to start. took_over says an earlier holder's
--- row was replaced, whose jobs the caller hands back (ReleaseWorkerJobs).
--- started_at is kept by the worker to remove its own row only.
+-- (no beat within its stale_after_ms), or it is this worker's own row
+-- (started_at given: written again after losing it). Host and pid never
+-- decide it: containers run as pid 1 and may share a host name, so a live
+-- replica started with the same id looks like an earlier run of this very
+-- process slot, and taking its row would hand its running jobs to others.
+-- What tells one run from another is started_at, which the database
+-- records at a run's first write: a takeover happens only past the
+-- holder's stale window, after its start, so each run of an id has its
+-- own. No row comes back when a live worker holds the id: the caller
+-- waits out its stale window and refuses to start if it still beats.
+-- took_over says an earlier holder's row was replaced, whose jobs the
+-- caller hands back (ReleaseWorkerJobs). started_at is kept by the worker
+-- to find its own row (BeatWorker, RemoveWorker).
 INSERT INTO hopper_workers AS w (id, host, pid, hopper_version, queues, stale_after_ms, started_at, last_seen_at)
 VALUES (@id::text, @host::text, @pid::integer, @hopper_version::text, @queues::text[], @stale_after_ms::bigint,
         coalesce(sqlc.narg(started_at)::timestamptz, now()), now())
@@ -21,7 +27,6 @@ SET host           = excluded.host,
     last_seen_at   = now(),
     released_at    = NULL
 WHERE w.last_seen_at + '1 millisecond'::interval * w.stale_after_ms < now()
-   OR (w.host = excluded.host AND w.pid = excluded.pid)
    OR w.started_at = sqlc.narg(started_at)::timestamptz
 -- xmax is zero for a row just inserted, the locking transaction's id for
 -- one updated on conflict: the documented way to tell the two apart.
@@ -37,11 +42,20 @@ RETURNING w.started_at, (w.xmax <> 0)::boolean AS took_over;
 --   released: this worker had been taken to be gone and another worker
 --     handed its jobs back since its previous beat: their results will be
 --     refused, and the worker checks its claims at once.
+--   on_time: this worker's own previous beat is younger than on_time_ms.
+--     When it is not, the worker was itself stalled or cut off: it starts
+--     counting live_for_ms again from this beat.
 --   gone_waiting: another worker is gone and its jobs are still held; the
 --     caller runs ReleaseWorkerJobs. A worker judges others only when its
---     own previous beat is younger than on_time_ms: one that was itself
---     stalled (a long pause, the database unreachable for all) would
---     otherwise take everyone's jobs the moment it gets through.
+--     own previous beat is on time: one that was itself stalled (a long
+--     pause, the database unreachable for all) would otherwise take
+--     everyone's jobs the moment it gets through. And it judges only the
+--     workers whose stale window it has been live for (live_for_ms: how
+--     long its beats have gone through, on time, without a failure): after
+--     a database restart every row is stale, and a peer whose first beat
+--     failed must get its whole window to beat again, as at any other
+--     time, before the first worker back takes its jobs. live_for_ms NULL
+--     sets no such bound (tests of the statement alone).
 WITH prev AS (
     SELECT w.id, w.last_seen_at, w.released_at
     FROM hopper_workers AS w
@@ -53,13 +67,17 @@ WITH prev AS (
     FROM prev
     WHERE w.id = prev.id
     RETURNING w.id
+), timely AS (
+    SELECT coalesce((SELECT prev.last_seen_at > now() - '1 millisecond'::interval * @on_time_ms::bigint FROM prev), false) AS on_time
 )
 SELECT EXISTS (SELECT FROM beat)::boolean AS found,
        coalesce((SELECT prev.released_at >= prev.last_seen_at FROM prev), false)::boolean AS released,
-       (coalesce((SELECT prev.last_seen_at > now() - '1 millisecond'::interval * @on_time_ms::bigint FROM prev), false)
+       (SELECT timely.on_time FROM timely)::boolean AS on_time,
+       ((SELECT timely.on_time FROM timely)
         AND EXISTS (SELECT FROM hopper_workers AS g
                     WHERE g.id <> @id::text
                       AND g.last_seen_at + '1 millisecond'::interval * g.stale_after_ms < now()
+                      AND (sqlc.narg(live_for_ms)::bigint IS NULL OR g.stale_after_ms <= sqlc.narg(live_for_ms)::bigint)
                       AND (g.released_at IS NULL OR g.released_at < g.last_seen_at)))::boolean AS gone_waiting;
 
 -- name: RemoveWorker :execrows
@@ -117,14 +135,23 @@ ORDER BY w.id;
 -- gone, or whatever its state when force is set. The workers' rows are
 -- locked (SKIP LOCKED: one sweeper per gone worker at a time), so a beat
 -- that lands meanwhile waits, and a worker that beat just before is
--- re-checked under the lock and left alone. Each worker is marked
--- released once none of its jobs is left running.
+-- re-checked under the lock and left alone. The sweep takes only the
+-- workers whose stale window the sweeping worker has been live for
+-- (live_for_ms, as BeatWorker: NULL sets no bound).
+--
+-- Each worker is marked released once none of its jobs is left running,
+-- which its next beat reports as its death, except the row of the worker
+-- releasing (holder_started_at: a worker handing back its previous run's
+-- jobs at start, under the row it has just written): that worker is live,
+-- and nothing of its own run was taken.
 WITH gone AS (
     SELECT w.id
     FROM hopper_workers AS w
     WHERE (sqlc.narg(worker_id)::text IS NULL OR w.id = sqlc.narg(worker_id)::text)
       AND (@force::boolean OR w.last_seen_at + '1 millisecond'::interval * w.stale_after_ms < now())
       AND (sqlc.narg(worker_id)::text IS NOT NULL OR w.released_at IS NULL OR w.released_at < w.last_seen_at)
+      AND (sqlc.narg(worker_id)::text IS NOT NULL OR sqlc.narg(live_for_ms)::bigint IS NULL
+           OR w.stale_after_ms <= sqlc.narg(live_for_ms)::bigint)
     ORDER BY w.id
     LIMIT 100
     FOR UPDATE SKIP LOCKED
@@ -178,6 +205,7 @@ WITH gone AS (
     UPDATE hopper_workers AS w
     SET released_at = now()
     WHERE w.id = ANY (ARRAY(SELECT gone.id FROM gone))
+      AND w.started_at IS DISTINCT FROM sqlc.narg(holder_started_at)::timestamptz
       AND NOT EXISTS (SELECT FROM hopper_jobs AS j
                       WHERE j.state = 'running'
                         AND j.lease_owner = w.id

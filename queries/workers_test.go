@@ -104,9 +104,9 @@ func workersOf(t *testing.T, b *bundle) map[string]db.ListWorkersRow {
 }
 
 // TestRegisterWorkerTakeOver: an id is taken over only from a holder that
-// cannot be running: gone, or the same host and pid (an earlier run of
-// this very process slot). A live holder elsewhere keeps it, and the
-// writer learns so from the missing row.
+// cannot be running: gone. A live holder keeps it, even one with the
+// writer's host and pid (containers run as pid 1 and may share a host
+// name), and the writer learns so from the missing row.
 func TestRegisterWorkerTakeOver(t *testing.T) {
 	b := setup(t)
 	p := db.RegisterWorkerParams{ID: "pod-0", Host: "node-a", Pid: 1, Queues: []string{"default"}, StaleAfterMs: 60_000}
@@ -123,7 +123,7 @@ func TestRegisterWorkerTakeOver(t *testing.T) {
 	}{
 		{"a live holder on another host keeps it", "node-b", 1, false, false},
 		{"a live holder with another pid keeps it", "node-a", 2, false, false},
-		{"the same host and pid: an earlier run", "node-a", 1, false, true},
+		{"a live holder with the same host and pid keeps it", "node-a", 1, false, false},
 		{"a gone holder gives it up", "node-b", 9, true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {

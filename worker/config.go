@@ -34,9 +34,13 @@ type Config struct {
 	// heartbeats after its last beat, whatever its ID. A stable ID (a
 	// StatefulSet's pod name) makes a restarted worker hand back its
 	// previous run's jobs at start, and keeps its row in the registry under
-	// one name. An ID is held by one live worker at a time: a worker
-	// started with the ID of one that still beats waits out that worker's
-	// stale window, then fails with ErrWorkerIDInUse.
+	// one name. An ID is held by one live worker at a time, whatever their
+	// host names and pids (containers run as pid 1 and may share a host
+	// name): a worker started with the ID of one that still beats waits
+	// out that worker's stale window, then fails with ErrWorkerIDInUse (a
+	// second Worker with the ID in one process fails at once). A restart
+	// under the ID of a crashed run takes it over once that run's row is
+	// stale, at most its stale window after the crash.
 	ID string
 
 	// LeaseDuration is how long a claim lasts without being extended.

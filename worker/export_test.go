@@ -38,3 +38,10 @@ var (
 	StorableText = storableText
 	StorableJSON = storableJSON
 )
+
+// LookAlike makes the workers of this process record host and pid in the
+// registry, as a container's replica running as pid 1 would. Call it
+// before Run.
+func LookAlike(host string, pid int) {
+	processIdentity = func() (string, int) { return host, pid }
+}

@@ -44,7 +44,7 @@ func (s *heldJobs) heartbeat(ctx context.Context) {
 			// worker's liveness does not wait on a large extension.
 			beat = s.beatWorker(ctx, q)
 			if beat.goneWaiting {
-				s.releaseGone(ctx)
+				s.releaseGone(ctx, beat.liveFor)
 			}
 		}
 		// A worker taken to be gone checks its claims at once: their

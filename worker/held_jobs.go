@@ -298,7 +298,7 @@ type heldJobs struct {
 	beatEvery    time.Duration                                       // Config.HeartbeatInterval: how often the heartbeat runs
 	inFlight     *handlerSet                                         // the executor's running handlers, for the stuck watch
 	beatWorker   func(ctx context.Context, q *db.Queries) beatResult // registry.beat
-	releaseGone  func(ctx context.Context)                           // maintainer.releaseGone
+	releaseGone  func(ctx context.Context, liveFor time.Duration)    // maintainer.releaseGone
 	pool         *pgxpool.Pool                                       // the heartbeat holds one of its connections
 	abandonAfter time.Duration                                       // Config.AbandonAfter
 	metrics      *metrics

@@ -47,7 +47,8 @@ const (
 // at a clean stop (remove).
 //
 // Invariant: startedAt, under mu, is zero until the row was first written,
-// then the start the database recorded, which every rewrite keeps.
+// then the start the database recorded, which every rewrite keeps: it,
+// not the host and pid, tells this run's row from another's.
 type registry struct {
 	q   *db.Queries
 	log *slog.Logger
@@ -62,6 +63,22 @@ type registry struct {
 
 	mu        sync.Mutex
 	startedAt time.Time // as the database recorded it; zero until registered
+
+	// liveSince is when the current run of beats that went through on
+	// time began (zero after a failed beat): the worker judges others gone
+	// only once it has been live for their whole stale window. Written by
+	// register, then by beat only (the heartbeat's goroutine, started
+	// after register).
+	liveSince time.Time
+}
+
+// processIdentity is the host name and pid a worker records in its row,
+// for operators only: containers run as pid 1 and may share a host name,
+// so they tell no process from another. Tests make two processes look
+// alike with it.
+var processIdentity = func() (host string, pid int) {
+	host, _ = os.Hostname()
+	return host, os.Getpid()
 }
 
 func newRegistry(q *db.Queries, log *slog.Logger, cfg *Config) *registry {
@@ -91,8 +108,8 @@ func servedQueues(handlers *handlerTable, producers map[string]*producer) []stri
 }
 
 // idsInUse are the (schema, ID) pairs of the Workers running in this
-// process: the database cannot tell two of them apart (same host, same
-// pid), so the process refuses the second itself.
+// process: a second Worker with one of them is refused at once, rather
+// than after waiting out the first's stale window as the database would.
 var idsInUse = struct {
 	sync.Mutex
 	m map[[2]string]bool
@@ -132,6 +149,9 @@ func (r *registry) register(ctx context.Context) (tookOver bool, err error) {
 	for {
 		took, taken, err := r.write(ctx)
 		if err != nil || taken {
+			if taken {
+				r.liveSince = time.Now()
+			}
 			return took, err
 		}
 		holders, err := r.q.ListWorkers(ctx, &r.cfg.ID)
@@ -164,9 +184,9 @@ func (r *registry) register(ctx context.Context) (tookOver bool, err error) {
 // should its row be gone while it runs (its own startedAt kept). taken is
 // false when a live worker holds the ID.
 func (r *registry) write(ctx context.Context) (tookOver, taken bool, err error) {
-	host, _ := os.Hostname()
+	host, pid := processIdentity()
 	p := db.RegisterWorkerParams{
-		ID: r.cfg.ID, Host: host, Pid: int32(os.Getpid()), HopperVersion: hopperVersion(),
+		ID: r.cfg.ID, Host: host, Pid: int32(pid), HopperVersion: hopperVersion(),
 		Queues: r.queues, StaleAfterMs: r.staleAfter().Milliseconds(),
 	}
 	r.mu.Lock()
@@ -208,6 +228,17 @@ type beatResult struct {
 	released bool
 	// goneWaiting: another worker is gone and still holds jobs.
 	goneWaiting bool
+	// liveFor is how long this worker had been live when it sent the beat:
+	// it releases only the gone workers whose stale window that covers.
+	liveFor time.Duration
+}
+
+// started is the start the database recorded for this run; zero until the
+// row was first written.
+func (r *registry) started() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.startedAt
 }
 
 // beat refreshes the worker's row, and writes it again if it is gone.
@@ -218,9 +249,25 @@ func (r *registry) beat(ctx context.Context, q *db.Queries) beatResult {
 	r.mu.Lock()
 	started := r.startedAt
 	r.mu.Unlock()
-	// A worker judges others only when its previous beat was on time.
+	// A worker judges others only when its previous beat was on time, and
+	// only those whose stale window it has been live for since its last
+	// failed or late beat: after a database restart every row is stale,
+	// and a peer whose first beat failed still has its window to beat.
 	onTime := 2*r.beatInterval() + r.beatTimeout()
-	row, err := q.BeatWorker(bctx, db.BeatWorkerParams{ID: r.cfg.ID, StartedAt: started, OnTimeMs: onTime.Milliseconds()})
+	var liveFor time.Duration
+	if !r.liveSince.IsZero() {
+		liveFor = time.Since(r.liveSince)
+	}
+	liveForMs := liveFor.Milliseconds()
+	row, err := q.BeatWorker(bctx, db.BeatWorkerParams{ID: r.cfg.ID, StartedAt: started, OnTimeMs: onTime.Milliseconds(), LiveForMs: &liveForMs})
+	switch {
+	case err != nil:
+		r.liveSince = time.Time{}
+	case !row.OnTime || r.liveSince.IsZero():
+		// Live again from this beat on (a beat of a lost row is not on
+		// time: it had no previous beat).
+		r.liveSince = time.Now()
+	}
 	if err == nil && !row.Found {
 		var taken bool
 		if _, taken, err = r.write(bctx); err == nil && !taken {
@@ -239,7 +286,7 @@ func (r *registry) beat(ctx context.Context, q *db.Queries) beatResult {
 		r.log.Error("this worker missed its beats and was taken to be gone: the jobs it held were handed to other workers, and its results for them will be refused",
 			"stale_after", r.staleAfter())
 	}
-	return beatResult{released: row.Released, goneWaiting: row.GoneWaiting}
+	return beatResult{released: row.Released, goneWaiting: row.GoneWaiting, liveFor: liveFor}
 }
 
 // remove deletes the worker's own row at a clean stop (ctx: the

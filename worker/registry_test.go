@@ -3,7 +3,9 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -220,4 +222,139 @@ func TestGoneWorkersJobsReleased(t *testing.T) {
 	require.Equal(t, "crashed", h[0].Owner)
 	require.Equal(t, "running", b.job(t, busyJob).State, "a live worker's job stays its own")
 	require.Equal(t, 1.0, metricValue(t, reg, `hopper_worker_jobs_released_total{reason="worker gone"}`))
+}
+
+// workerRow is id's row in the registry, as ListWorkers reads it.
+func (b *bundle) workerRow(t *testing.T, id string) db.ListWorkersRow {
+	t.Helper()
+	rows, err := b.Queries.ListWorkers(b.Ctx, &id)
+	require.NoError(t, err)
+	require.Len(t, rows, 1, "worker %s's row", id)
+	return rows[0]
+}
+
+// waitBeats waits until id's row has shown n more beats.
+func (b *bundle) waitBeats(t *testing.T, id string, n int) {
+	t.Helper()
+	last := b.workerRow(t, id).LastSeenAt
+	for i := range n {
+		testdb.WaitFor(t, fmt.Sprintf("beat %d of %s", i+1, id), func() bool {
+			seen := b.workerRow(t, id).LastSeenAt
+			if seen.After(last) {
+				last = seen
+				return true
+			}
+			return false
+		})
+	}
+}
+
+// TestRegistryLookAlikeReplicas: two replicas started at once with one
+// stable ID, one host name and one pid (containers running as pid 1, as
+// two processes of their own here): the database cannot tell them apart
+// by host and pid, yet one holds the ID, its row and its job undisturbed,
+// while the other waits out the holder's stale window, sees it beat, and
+// fails with ErrWorkerIDInUse.
+func TestRegistryLookAlikeReplicas(t *testing.T) {
+	b := setup(t)
+	res, err := kind(t, "blocking").Enqueue(b.Ctx, b.Pool, Task{})
+	require.NoError(t, err)
+	exits := make(chan int, 2)
+	for range 2 {
+		_, exited := startWatchedHelper(t, b, "reg-twin", helperLookAlikeEnv+"=replica:1")
+		go func() { exits <- <-exited }()
+	}
+	testdb.WaitFor(t, "one replica refused", func() bool { return len(exits) > 0 })
+	require.Equal(t, helperIDInUse, <-exits, "refused with ErrWorkerIDInUse")
+
+	testdb.WaitFor(t, "the holder runs the job", func() bool { return b.job(t, res.ID).State == "running" })
+	holder := b.workerRow(t, "reg-twin")
+	require.Equal(t, "replica", holder.Host)
+	require.EqualValues(t, 1, holder.Pid)
+	b.waitBeats(t, "reg-twin", 3)
+	require.Empty(t, exits, "the holder still runs")
+	now := b.workerRow(t, "reg-twin")
+	require.True(t, holder.StartedAt.Equal(now.StartedAt), "the row is the holder's, never taken over")
+	require.Nil(t, now.ReleasedAt)
+	j := b.job(t, res.ID)
+	require.Equal(t, "running", j.State)
+	require.EqualValues(t, 1, j.Attempt, "the job was never handed back")
+	require.JSONEq(t, "[]", string(j.Errors))
+}
+
+// TestRegistryStableIDHealthyStart: a worker started with a stable ID on a
+// fresh database hands back its ID's earlier jobs at start (there are
+// none), which must not mark its own row released: its first beats report
+// no death, and the jobs it claimed before them finish once, done.
+func TestRegistryStableIDHealthyStart(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "registry.fresh")
+	enqueueMany(t, b, k, 3)
+	logs := &logLines{}
+	finish := make(chan struct{})
+	var mu sync.Mutex
+	outcomes := map[int64]string{}
+	w := start(t, b, worker.Config{ID: "reg-fresh", HeartbeatInterval: 300 * time.Millisecond, Logger: slog.New(logs)}, func(w *worker.Worker) {
+		worker.ObserveOutcomes(w, func(id int64, attempt int32, outcome string) {
+			mu.Lock()
+			defer mu.Unlock()
+			outcomes[id] = fmt.Sprintf("%s at attempt %d", outcome, attempt)
+		})
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, _ *jobs.Job[Task]) error {
+			select {
+			case <-finish:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}))
+	})
+	testdb.WaitFor(t, "all three claimed", func() bool { return worker.HeldClaims(w.w) == 3 })
+	b.waitBeats(t, "reg-fresh", 3)
+	close(finish)
+	testdb.WaitFor(t, "all three settled", func() bool { mu.Lock(); defer mu.Unlock(); return len(outcomes) == 3 })
+	mu.Lock()
+	for id, o := range outcomes {
+		require.Equal(t, "done at attempt 1", o, "job %d", id)
+	}
+	mu.Unlock()
+	require.Empty(t, logs.with("taken to be gone"))
+	require.Empty(t, logs.with("handed back"))
+	require.Nil(t, b.workerRow(t, "reg-fresh").ReleasedAt)
+}
+
+// TestRegistryOutagePeerKeepsItsJob: after a database restart every row is
+// stale, and the first worker back must give a peer whose first beat did
+// not get through its whole stale window before it takes the peer's jobs,
+// as at any other time. The outage is played by moving every last beat a
+// minute back; the peer, a process of its own holding a job, is stopped
+// (SIGSTOP) until the first worker back has beaten three times since,
+// then resumed: it beats, and keeps its job.
+func TestRegistryOutagePeerKeepsItsJob(t *testing.T) {
+	b := setup(t)
+	res, err := kind(t, "blocking").Enqueue(b.Ctx, b.Pool, Task{})
+	require.NoError(t, err)
+	// Beats every 2s: a stale window of 6s, a lease of 20s.
+	peer := startHelper(t, b, "reg-peer", helperBeatEnv+"=2s")
+	testdb.WaitFor(t, "the peer runs the job", func() bool { return b.job(t, res.ID).State == "running" })
+	start(t, b, worker.Config{ID: "reg-judge", HeartbeatInterval: 50 * time.Millisecond}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, kind(t, "registry.judge"), noop))
+	})
+	testdb.WaitFor(t, "the judge registered", func() bool { return len(b.workerRows(t)) == 2 })
+	b.waitBeats(t, "reg-judge", 1)
+
+	require.NoError(t, peer.Process.Signal(syscall.SIGSTOP))
+	_, err = b.Pool.Exec(b.Ctx, "UPDATE hopper_workers SET last_seen_at = now() - interval '1 minute'")
+	require.NoError(t, err)
+	// The first beat back is late (it judges no one), the next are on
+	// time: before the fix the second took the peer's job.
+	b.waitBeats(t, "reg-judge", 3)
+	require.NoError(t, peer.Process.Signal(syscall.SIGCONT))
+	testdb.WaitFor(t, "the peer beats again", func() bool { return !b.workerRow(t, "reg-peer").Gone })
+
+	j := b.job(t, res.ID)
+	require.Equal(t, "running", j.State)
+	require.EqualValues(t, 1, j.Attempt, "the peer's job was never handed back")
+	require.JSONEq(t, "[]", string(j.Errors))
+	require.Nil(t, b.workerRow(t, "reg-peer").ReleasedAt)
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/hopperq/hopper/db"
 )
@@ -16,11 +17,13 @@ const (
 )
 
 // releaseGone hands back the jobs of every worker gone (no beat within its
-// stale window) and not yet released: the heartbeat runs it when its beat
-// says such a worker exists. Any live worker may; the workers' rows are
-// locked SKIP LOCKED, so each gone worker is released by one of them.
-func (m *maintainer) releaseGone(ctx context.Context) {
-	requeued, dead, err := m.releaseJobsOf(ctx, nil, false, reasonWorkerGone)
+// stale window) and not yet released, whose stale window this worker has
+// been live for (liveFor): the heartbeat runs it when its beat says such a
+// worker exists. Any live worker may; the workers' rows are locked SKIP
+// LOCKED, so each gone worker is released by one of them.
+func (m *maintainer) releaseGone(ctx context.Context, liveFor time.Duration) {
+	ms := liveFor.Milliseconds()
+	requeued, dead, err := m.releaseJobsOf(ctx, db.ReleaseWorkerJobsParams{LiveForMs: &ms, Reason: reasonWorkerGone})
 	switch {
 	case err != nil && ctx.Err() == nil:
 		m.log.Warn("handing back the jobs of gone workers failed; retrying at the next beat", "error", err)
@@ -30,12 +33,14 @@ func (m *maintainer) releaseGone(ctx context.Context) {
 }
 
 // releaseJobsOf hands back, in bounded batches, the running jobs of the
-// worker id (nil: of every gone worker not yet released), whatever its
-// state when force is set, recording reason; it wakes their queues.
-func (m *maintainer) releaseJobsOf(ctx context.Context, id *string, force bool, reason string) (requeued, dead int, err error) {
+// worker p.WorkerID (nil: of every gone worker not yet released whose
+// stale window p.LiveForMs covers), whatever its state when p.Force is
+// set, recording p.Reason; it wakes their queues. p.HolderStartedAt names
+// this worker's own row, which is not marked released.
+func (m *maintainer) releaseJobsOf(ctx context.Context, p db.ReleaseWorkerJobsParams) (requeued, dead int, err error) {
+	p.MaxJobs = int32(m.sweepBatch)
 	for {
-		rows, err := m.q.ReleaseWorkerJobs(ctx, db.ReleaseWorkerJobsParams{
-			WorkerID: id, Force: force, Reason: reason, MaxJobs: int32(m.sweepBatch)})
+		rows, err := m.q.ReleaseWorkerJobs(ctx, p)
 		if err != nil {
 			return requeued, dead, fmt.Errorf("worker: hand back the jobs of gone workers: %w", err)
 		}
@@ -47,7 +52,7 @@ func (m *maintainer) releaseJobsOf(ctx context.Context, id *string, force bool, 
 			} else {
 				requeued++
 			}
-			m.metrics.released(r.Queue, reason)
+			m.metrics.released(r.Queue, p.Reason)
 			wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
 		}
 		m.announce(ctx, &wk, "release")

@@ -306,9 +306,12 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	// The ID is ours alone now: any job held under it is an earlier run's
 	// (crashed, its row taken over or pruned). Hand them back now rather
-	// than wait for the sweep of gone workers, which skips a live row.
-	id := w.cfg.ID
-	requeued, dead, err := w.maintainer.releaseJobsOf(ctx, &id, true, reasonWorkerRestarted)
+	// than wait for the sweep of gone workers, which skips a live row. Our
+	// own row is not marked released: this run is live, and nothing of its
+	// own was taken, so its first beat must not report a death.
+	id, started := w.cfg.ID, w.registry.started()
+	requeued, dead, err := w.maintainer.releaseJobsOf(ctx, db.ReleaseWorkerJobsParams{
+		WorkerID: &id, Force: true, Reason: reasonWorkerRestarted, HolderStartedAt: &started})
 	if err != nil {
 		w.registry.remove(context.WithoutCancel(ctx))
 		return fmt.Errorf("worker: start: %w", err)
