@@ -292,6 +292,36 @@ func (q *Queries) ListJobsByKey(ctx context.Context, arg ListJobsByKeyParams) ([
 	return items, nil
 }
 
+const migrationsTableAccess = `-- name: MigrationsTableAccess :one
+SELECT coalesce(nullif($1::text, ''), current_schema(), '')::text AS schema_name,
+       (to_regclass(format('%I.hopper_schema_migrations', coalesce(nullif($1::text, ''), current_schema()))) IS NOT NULL)::boolean AS table_exists,
+       coalesce(has_table_privilege(to_regclass(format('%I.hopper_schema_migrations', coalesce(nullif($1::text, ''), current_schema()))), 'SELECT'), false)::boolean AS readable,
+       current_user::text AS role_name
+`
+
+type MigrationsTableAccessRow struct {
+	SchemaName  string `json:"schema_name"`
+	TableExists bool   `json:"table_exists"`
+	Readable    bool   `json:"readable"`
+	RoleName    string `json:"role_name"`
+}
+
+// Whether the schema's migrations table exists (in_schema names the schema,
+// ” for this session's current one), whether this session's role may
+// read it, and who that role is: schema.Check's first question, which
+// needs no DDL rights.
+func (q *Queries) MigrationsTableAccess(ctx context.Context, inSchema string) (MigrationsTableAccessRow, error) {
+	row := q.db.QueryRow(ctx, migrationsTableAccess, inSchema)
+	var i MigrationsTableAccessRow
+	err := row.Scan(
+		&i.SchemaName,
+		&i.TableExists,
+		&i.Readable,
+		&i.RoleName,
+	)
+	return i, err
+}
+
 const schemaExists = `-- name: SchemaExists :one
 SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1::text) AS exists
 `

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
+	"github.com/golang-migrate/migrate/v4/database"
 	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5"
@@ -71,6 +72,7 @@ func Logf(logf func(format string, args ...any)) Option {
 // Migrator applies Hopper's migrations to one database (and schema).
 type Migrator struct {
 	m      *migrate.Migrate
+	driver database.Driver // m's; its lock is the one m.Up takes
 	schema string
 }
 
@@ -125,7 +127,7 @@ func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migr
 	if o.logf != nil {
 		m.Log = logger(o.logf)
 	}
-	return &Migrator{m: m, schema: schemaName}, nil
+	return &Migrator{m: m, driver: driver, schema: schemaName}, nil
 }
 
 // currentSchema returns the schema migrations go to, or ErrNoSchema saying
@@ -216,7 +218,7 @@ func (mg *Migrator) Down(ctx context.Context, n int) error {
 // error it would return (ErrDirty, ErrUnknownVersion, ErrDownTooFar)
 // without undoing anything.
 func (mg *Migrator) PlanDown(n int) (uint, error) {
-	version, err := mg.checkVersion("down")
+	version, err := mg.checkVersionLocked("down")
 	if err != nil || n <= 0 {
 		return 0, err
 	}
@@ -238,6 +240,24 @@ func (mg *Migrator) PlanDown(n int) (uint, error) {
 		return 0, nil
 	}
 	return applied[len(applied)-n-1], nil
+}
+
+// checkVersionLocked is checkVersion under the migrations' lock (the
+// advisory lock golang-migrate takes around each run): another process
+// migrating the same schema at this moment (a Deployment's replicas all
+// starting at once) has its migration recorded dirty until it ends, and
+// read without the lock that healthy schema would look half-migrated. The
+// lock waits for that run to end, and is given back before step takes it
+// again.
+func (mg *Migrator) checkVersionLocked(what string) (uint, error) {
+	if err := mg.driver.Lock(); err != nil {
+		return 0, fmt.Errorf("migrate %s: take the migrations' lock: %w", what, err)
+	}
+	version, err := mg.checkVersion(what)
+	if unlockErr := mg.driver.Unlock(); unlockErr != nil && err == nil {
+		err = fmt.Errorf("migrate %s: give back the migrations' lock: %w", what, unlockErr)
+	}
+	return version, err
 }
 
 // checkVersion returns the applied version, or an error when the migrations
@@ -308,7 +328,7 @@ func (mg *Migrator) Force(version int) error {
 }
 
 func (mg *Migrator) run(ctx context.Context, what string, step func() error) error {
-	if _, err := mg.checkVersion(what); err != nil {
+	if _, err := mg.checkVersionLocked(what); err != nil {
 		return err
 	}
 	// golang-migrate takes no context; GracefulStop stops it between

@@ -7,6 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +22,7 @@ import (
 
 	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/doccheck"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
@@ -161,22 +166,73 @@ func TestLeastPrivilege(t *testing.T) {
 	require.EqualValues(t, 2, purged, "a purge deletes the steps' edges too")
 }
 
-// leastPrivilegePool makes a role with the grants docs/operating.md lists,
-// plus extra ones, and returns a pool that logs in as it.
+// leastPrivilegePool makes a role with the grants docs/operating.md lists
+// (documentedRolePool), plus the extra blocks of that guide that name the
+// tables in extra (the flow-control grant), and returns a pool that logs in
+// as it.
 func leastPrivilegePool(t *testing.T, d *testdb.DB, extra ...string) *pgxpool.Pool {
 	t.Helper()
+	return documentedRolePool(t, d, "operating.md", "app", extra...)
+}
+
+// documentedRolePool makes a role of d's schema with the grants of the sql
+// blocks of docs/<file> that name it (role: "app", "producer") in their
+// doccheck comment, exactly as a reader copies them, with only the
+// schema's and the role's names replaced: the first block, and each later
+// one that mentions one of extra. PUBLIC's EXECUTE on the schema's
+// functions is revoked (rolePool), as security-minded setups do. The
+// grants run in a session whose search_path is another schema holding
+// Hopper's tables, as public may in the database of an administrator who
+// runs them: a name the block leaves unqualified would land there.
+func documentedRolePool(t *testing.T, d *testdb.DB, file, role string, extra ...string) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	md, err := os.ReadFile(filepath.Join("..", "docs", file))
+	require.NoError(t, err)
+	roleID := pgx.Identifier{d.Schema + "_" + role}.Sanitize()
 	schemaID := pgx.Identifier{d.Schema}.Sanitize()
-	// The grants, exactly as docs/operating.md lists them. PUBLIC's
-	// EXECUTE is revoked (rolePool), as security-minded setups do: the
-	// EXECUTE grant below is then the one that counts.
-	grants := []string{
-		"GRANT USAGE ON SCHEMA " + schemaID,
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_jobs, hopper_dead_jobs, hopper_queues, hopper_job_history, hopper_schedules, hopper_schedule_versions, hopper_workers, hopper_sequence_blocks, hopper_workflow_deps, hopper_workflow_waits",
-		"GRANT SELECT ON hopper_all_jobs",
-		"GRANT USAGE ON SEQUENCE hopper_jobs_id_seq",
-		"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA " + schemaID,
+	var stmts []string
+	first := true
+	for _, b := range doccheck.ParseMarkdown("docs/"+file, string(md)).Blocks {
+		if b.Lang != "sql" || !strings.Contains(b.SkipReason, "a role ("+role+")") {
+			continue
+		}
+		wanted := first
+		for _, e := range extra {
+			wanted = wanted || strings.Contains(b.Text, e)
+		}
+		first = false
+		if !wanted {
+			continue
+		}
+		for _, line := range strings.Split(b.Text, "\n") {
+			if i := strings.Index(line, "--"); i >= 0 {
+				line = line[:i]
+			}
+			stmts = append(stmts, line)
+		}
 	}
-	return rolePool(t, d, "app", append(grants, extra...)...)
+	text := strings.Join(stmts, "\n")
+	text = regexp.MustCompile(`\bapp_jobs\b`).ReplaceAllString(text, schemaID)
+	text = regexp.MustCompile(`\bTO `+role+`;`).ReplaceAllString(text, "TO "+roleID+";")
+	pool := rolePool(t, d, role)
+	decoy := testdb.New(t) // another schema with Hopper's tables
+	cfg, err := pgx.ParseConfig(d.URL)
+	require.NoError(t, err)
+	cfg.RuntimeParams["search_path"] = pgx.Identifier{decoy.Schema}.Sanitize()
+	admin, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, admin.Close(ctx)) }()
+	n := 0
+	for _, stmt := range strings.Split(text, ";") {
+		if stmt = strings.TrimSpace(stmt); stmt != "" {
+			_, err := admin.Exec(ctx, stmt)
+			require.NoError(t, err, stmt)
+			n++
+		}
+	}
+	require.Positive(t, n, "docs/%s has grants for %s", file, role)
+	return pool
 }
 
 // TestLeastPrivilegeFlowControl: a flow-controlled queue claims under the
@@ -186,7 +242,7 @@ func TestLeastPrivilegeFlowControl(t *testing.T) {
 	d := testdb.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	app := leastPrivilegePool(t, d, "GRANT SELECT, INSERT, UPDATE, DELETE ON hopper_rate_claims")
+	app := leastPrivilegePool(t, d, "hopper_rate_claims")
 
 	chore := jobs.MustDefine[Chore]("keyed_chore", jobs.KeyBy(func(c Chore) string { return fmt.Sprint(c.N % 2) }))
 	_, err := chore.EnqueueMany(ctx, app, jobs.Items(Chore{1}, Chore{2}, Chore{3}, Chore{4}))

@@ -507,7 +507,12 @@ func TestSQLAPIOutboxTrigger(t *testing.T) {
 	d := testdb.New(t)
 	_, err := d.Pool.Exec(ctx, outboxSetup(t))
 	require.NoError(t, err)
-	app := leastPrivilegePool(t, d, "GRANT SELECT, INSERT ON orders", "GRANT USAGE ON SEQUENCE orders_id_seq")
+	app := leastPrivilegePool(t, d)
+	appRole := pgx.Identifier{d.Schema + "_app"}.Sanitize()
+	for _, grant := range []string{"GRANT SELECT, INSERT ON orders TO " + appRole, "GRANT USAGE ON SEQUENCE orders_id_seq TO " + appRole} {
+		_, err := d.Pool.Exec(ctx, grant)
+		require.NoError(t, err, grant)
+	}
 	runs := emailWorker(t, d)
 
 	var committed int64
@@ -565,11 +570,7 @@ func TestSQLAPILeastPrivilege(t *testing.T) {
 	runs.waitRan(t, "the job runs", many[1])
 
 	schemaID := pgx.Identifier{d.Schema}.Sanitize()
-	producer := rolePool(t, d, "producer",
-		"GRANT USAGE ON SCHEMA "+schemaID,
-		"GRANT SELECT, INSERT ON hopper_jobs",
-		"GRANT USAGE ON SEQUENCE hopper_jobs_id_seq",
-		"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA "+schemaID)
+	producer := documentedRolePool(t, d, "sql-api.md", "producer")
 	var id int64
 	require.NoError(t, producer.QueryRow(ctx, `SELECT id FROM hopper_enqueue(kind => 'email', payload => '{"to": "four"}', unique_key => 'one')`).Scan(&id))
 	require.Equal(t, one, id)

@@ -89,6 +89,16 @@ LIMIT @max_jobs::integer;
 -- Whether a schema of that name exists (checked before migrating into it).
 SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = @name::text) AS exists;
 
+-- name: MigrationsTableAccess :one
+-- Whether the schema's migrations table exists (in_schema names the schema,
+-- '' for this session's current one), whether this session's role may
+-- read it, and who that role is: schema.Check's first question, which
+-- needs no DDL rights.
+SELECT coalesce(nullif(@in_schema::text, ''), current_schema(), '')::text AS schema_name,
+       (to_regclass(format('%I.hopper_schema_migrations', coalesce(nullif(@in_schema::text, ''), current_schema()))) IS NOT NULL)::boolean AS table_exists,
+       coalesce(has_table_privilege(to_regclass(format('%I.hopper_schema_migrations', coalesce(nullif(@in_schema::text, ''), current_schema()))), 'SELECT'), false)::boolean AS readable,
+       current_user::text AS role_name;
+
 -- name: HopperSchema :one
 -- The schema in which this session finds hopper_jobs (the schema wake-ups
 -- are tagged with). No row when the migrations were never applied on its

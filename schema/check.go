@@ -1,0 +1,65 @@
+package schema
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	hopperdb "github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/migrated"
+)
+
+// ErrNoAccess is returned by Check when the role may not read the schema's
+// migrations table, so the version cannot be known. The error names the
+// GRANT that fixes it.
+var ErrNoAccess = errors.New("hopper: cannot read the schema version")
+
+// Check reports whether the schema behind pool (the Name option's, else
+// the first of the search_path) is migrated to the version this build
+// needs, changing nothing: the call for an application that does not
+// migrate at start, whose role has no DDL rights (the least-privilege
+// grants), while a deploy step migrates with the owner role. It returns
+// nil when the schema is at Latest or newer (migrations only add);
+// jobs.ErrNotMigrated, naming the migrations missing and the command to
+// run, when it is older or has no Hopper tables; ErrDirty when a migration
+// failed half-way; and ErrNoAccess, naming the GRANT to run, when the role
+// may not read hopper_schema_migrations.
+func Check(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	access, err := hopperdb.New(pool).MigrationsTableAccess(ctx, o.schema)
+	if err != nil {
+		return fmt.Errorf("hopper: schema check: %w", err)
+	}
+	name := access.SchemaName
+	if name == "" {
+		return errorf(ErrNoSchema, "hopper: schema check: no schema of the search_path exists, so no Hopper tables either")
+	}
+	run := migrated.Run(o.schema)
+	switch {
+	case !access.TableExists:
+		return migrated.Errorf(run, "schema %s has no Hopper tables (version 0)", name)
+	case !access.Readable:
+		return errorf(ErrNoAccess, "hopper: schema check: role %s may not read %s, so the schema version cannot be known: "+
+			"GRANT SELECT ON %s TO %s (the least-privilege grants list it)",
+			access.RoleName, qualified(name), qualified(name), pgx.Identifier{access.RoleName}.Sanitize())
+	}
+	version, dirty, _, err := migrated.Applied(ctx, pool, name)
+	if err != nil {
+		return fmt.Errorf("hopper: schema check: %w", err)
+	}
+	if dirty {
+		return errorf(ErrDirty, "hopper: schema check: the schema migrations table of %s is dirty: migration %d failed half-way; repair the schema by hand, then force the version it is really at", name, version)
+	}
+	return migrated.Check(ctx, pool, name, run)
+}
+
+// qualified is the migrations table of schema name, quoted.
+func qualified(name string) string {
+	return pgx.Identifier{name, MigrationsTable}.Sanitize()
+}

@@ -1,0 +1,69 @@
+package schema_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/schema"
+)
+
+// TestCheck: schema.Check answers without DDL rights whether the schema
+// is migrated: nil at the latest version; jobs.ErrNotMigrated, naming
+// what is missing, when it is older or empty; ErrDirty after a migration
+// failed half-way; ErrNoAccess, naming the GRANT, for a role that may not
+// read the migrations table, and nil once it may.
+func TestCheck(t *testing.T) {
+	ctx, empty := setup(t)
+	require.ErrorIs(t, schema.Check(ctx, empty.Pool), jobs.ErrNotMigrated)
+	require.ErrorContains(t, schema.Check(ctx, empty.Pool), "has no Hopper tables (version 0)")
+
+	old := testdb.NewAtVersion(t, 14)
+	err := schema.Check(ctx, old.Pool)
+	require.ErrorIs(t, err, jobs.ErrNotMigrated)
+	require.ErrorContains(t, err, "is at version 14 without migration")
+
+	d := testdb.New(t)
+	require.NoError(t, schema.Check(ctx, d.Pool))
+	require.NoError(t, schema.Check(ctx, empty.Pool, schema.Name(d.Schema)), "the Name option picks the schema")
+
+	// A role with the least-privilege grants but none on the migrations
+	// table.
+	role := d.Schema + "_checker"
+	roleID := pgx.Identifier{role}.Sanitize()
+	for _, stmt := range []string{
+		"CREATE ROLE " + roleID + " LOGIN",
+		"GRANT USAGE ON SCHEMA " + pgx.Identifier{d.Schema}.Sanitize() + " TO " + roleID,
+	} {
+		_, err := d.Pool.Exec(ctx, stmt)
+		require.NoError(t, err)
+	}
+	t.Cleanup(func() {
+		for _, stmt := range []string{"DROP OWNED BY " + roleID, "DROP ROLE " + roleID} {
+			_, _ = d.Pool.Exec(context.Background(), stmt)
+		}
+	})
+	cfg, err := pgxpool.ParseConfig(d.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.User = role
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT current_database()").Scan(&cfg.ConnConfig.Database))
+	app, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(app.Close)
+	err = schema.Check(ctx, app)
+	require.ErrorIs(t, err, schema.ErrNoAccess)
+	grant := "GRANT SELECT ON " + pgx.Identifier{d.Schema, schema.MigrationsTable}.Sanitize() + " TO " + roleID
+	require.ErrorContains(t, err, grant)
+	_, err = d.Pool.Exec(ctx, grant)
+	require.NoError(t, err)
+	require.NoError(t, schema.Check(ctx, app), "with the grant the error named")
+
+	_, err = d.Pool.Exec(ctx, "UPDATE "+schema.MigrationsTable+" SET dirty = true")
+	require.NoError(t, err)
+	require.ErrorIs(t, schema.Check(ctx, app), schema.ErrDirty)
+}
