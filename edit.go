@@ -24,7 +24,8 @@ type JobUpdate struct {
 	// RunAt moves the job to that time, by the database's clock: a time
 	// ahead of it makes the job scheduled then (a pending job moves out of
 	// the queue's ready jobs); a time at or before it (the zero time
-	// included) makes the job ready now, as RunNow does.
+	// included) makes the job ready now, as RunNow does. A time in the
+	// year 9999 (UTC) or later is refused (jobs.ErrInvalidRunAt).
 	RunAt *time.Time
 	// RunNow makes the job ready now: a scheduled job becomes pending and
 	// its queue's workers are woken; a job already due keeps its place in
@@ -103,6 +104,9 @@ func RawPayload(raw json.RawMessage, version int) *Payload {
 	return p
 }
 
+// lastRunAt is the first run time refused, as jobs.RunAt refuses it.
+var lastRunAt = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
 // params checks u and turns it into the statement's parameters.
 func (u JobUpdate) params(id int64) (db.UpdateJobParams, error) {
 	p := db.UpdateJobParams{ID: id}
@@ -113,6 +117,14 @@ func (u JobUpdate) params(id int64) (db.UpdateJobParams, error) {
 		p.RunAt = &time.Time{} // any time before now is now
 	} else if u.RunAt != nil {
 		at := *u.RunAt
+		switch {
+		case !at.Before(lastRunAt):
+			// As jobs.RunAt: a time Go's JSON writes in any time zone,
+			// which the check on hopper_jobs (migration 16) holds to.
+			return p, fmt.Errorf("%w: run_at is in the year 9999 or later", jobs.ErrInvalidRunAt)
+		case at.Before(time.Unix(0, 0)):
+			at = time.Time{} // now; a time far back would overflow pgx's encoding into one far ahead
+		}
 		p.RunAt = &at
 	}
 	if u.Priority != nil {

@@ -95,6 +95,15 @@ func TestUpdateJob(t *testing.T) {
 		},
 		wake: "default",
 	}, {
+		name:   "a time far back is now, not the far future pgx would overflow it into",
+		job:    testfactory.JobOpts{State: testfactory.Scheduled, RunAt: &future},
+		update: hopper.JobUpdate{RunAt: ptr(time.Date(-300000, 1, 1, 0, 0, 0, 0, time.UTC))},
+		check: func(t *testing.T, _, after jobs.Row) {
+			require.Equal(t, jobs.StatePending, after.State)
+			require.WithinDuration(t, time.Now(), after.RunAt, time.Minute)
+		},
+		wake: "default",
+	}, {
 		name:   "a future time makes a pending job scheduled",
 		job:    testfactory.JobOpts{},
 		update: hopper.JobUpdate{RunAt: &future},
@@ -215,6 +224,8 @@ func TestUpdateJobRefused(t *testing.T) {
 		{"max attempts below the attempts made", &testfactory.JobOpts{Attempt: 3, MaxAttempts: 5}, hopper.JobUpdate{MaxAttempts: ptr(2)}, jobs.ErrInvalidMaxAttempts, "the 3 attempts the job has made (give 4 or more)"},
 		{"max attempts equal to the attempts made", &testfactory.JobOpts{Attempt: 3, MaxAttempts: 5}, hopper.JobUpdate{MaxAttempts: ptr(3)}, jobs.ErrInvalidMaxAttempts, "give 4 or more"},
 		{"run now and run at", &testfactory.JobOpts{}, hopper.JobUpdate{RunNow: true, RunAt: ptr(time.Now())}, jobs.ErrInvalidRunAt, "both set"},
+		{"run at in the year 9999", &testfactory.JobOpts{}, hopper.JobUpdate{RunAt: ptr(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC))}, jobs.ErrInvalidRunAt, "run_at is in the year 9999 or later"},
+		{"run at past what pgx encodes", &testfactory.JobOpts{}, hopper.JobUpdate{RunAt: ptr(time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC))}, jobs.ErrInvalidRunAt, "year 9999"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)

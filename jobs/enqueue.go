@@ -56,7 +56,10 @@ func Priority(p int) EnqueueOption { return func(o *enqueueOptions) { o.priority
 // (default 25). 1 means no retries.
 func MaxAttempts(n int) EnqueueOption { return func(o *enqueueOptions) { o.maxAttempts = n } }
 
-// RunAt makes the job ready no earlier than t. A time in the past means now.
+// RunAt makes the job ready no earlier than t. A time in the past means now;
+// one in the year 9999 (UTC) or later is refused (ErrInvalidRunAt), as a
+// time some time zone would read back in the year 10000, which Go's JSON
+// and RFC 3339 cannot write.
 func RunAt(t time.Time) EnqueueOption { return func(o *enqueueOptions) { o.runAt = t } }
 
 // Delay makes the job ready d from now. For a single Enqueue "now" is the
@@ -101,6 +104,9 @@ func (o *enqueueOptions) validate() error {
 	if o.delay < 0 {
 		return fmt.Errorf("%w: negative delay %v", ErrInvalidRunAt, o.delay)
 	}
+	if !o.runAt.Before(maxRunAt) {
+		return fmt.Errorf("%w: run_at is in the year 9999 or later", ErrInvalidRunAt)
+	}
 	if err := checkKey(o.key, ErrInvalidConcurrencyKey, MaxConcurrencyKeyLength); err != nil {
 		return err
 	}
@@ -130,8 +136,16 @@ func checkKey(k *string, invalid error, max int) error {
 // of run_at and now() + delay.
 var longAgo = time.Unix(0, 0).UTC()
 
+// maxRunAt is the first run time refused: the SQL API's bound, and that
+// of the check on hopper_jobs (migration 16).
+var maxRunAt = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// runAtOrLongAgo is run_at as the statements take it. Any time before
+// longAgo is longAgo, which means now as well: a time hundreds of
+// thousands of years back would overflow pgx's encoding (microseconds
+// since 2000 in an int64) into a time far ahead.
 func (o *enqueueOptions) runAtOrLongAgo() time.Time {
-	if o.runAt.IsZero() {
+	if o.runAt.Before(longAgo) { // the zero time too
 		return longAgo
 	}
 	return o.runAt

@@ -50,6 +50,46 @@ func TestEnqueueStoresOptions(t *testing.T) {
 	require.Equal(t, "other", row.Queue, "call options override kind defaults")
 }
 
+// TestEnqueueRunAtFarBackIsNow: a run time in the past means now, however
+// far back: one hundreds of thousands of years back, whose microseconds
+// since 2000 overflow pgx's int64 into a time far ahead, is ready now by
+// every enqueue path, not scheduled for the year 284000.
+func TestEnqueueRunAtFarBackIsNow(t *testing.T) {
+	b := setup(t)
+	far := jobs.RunAt(time.Date(-300000, 1, 1, 0, 0, 0, 0, time.UTC))
+	for _, tc := range []struct {
+		name    string
+		enqueue func() (int64, error)
+	}{
+		{"Enqueue", func() (int64, error) { r, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, far); return r.ID, err }},
+		{"Enqueue with a unique key", func() (int64, error) {
+			r, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, far, jobs.UniqueKey("far"))
+			return r.ID, err
+		}},
+		{"EnqueueMany", func() (int64, error) {
+			r, err := noteKind.EnqueueMany(b.Ctx, b.Pool, []jobs.Item[Note]{{Payload: Note{}, Options: []jobs.EnqueueOption{far}}})
+			if err != nil {
+				return 0, err
+			}
+			return r.Results[0].ID, nil
+		}},
+		{"EnqueueMany with a unique key", func() (int64, error) {
+			r, err := noteKind.EnqueueMany(b.Ctx, b.Pool, []jobs.Item[Note]{{Payload: Note{}, Options: []jobs.EnqueueOption{far, jobs.UniqueKey("far-batch")}}})
+			if err != nil {
+				return 0, err
+			}
+			return r.Results[0].ID, nil
+		}},
+	} {
+		id, err := tc.enqueue()
+		require.NoError(t, err, tc.name)
+		row, err := b.Queries.GetJob(b.Ctx, id)
+		require.NoError(t, err, tc.name)
+		require.Equal(t, "pending", row.State, tc.name)
+		require.WithinDuration(t, time.Now(), row.RunAt, time.Minute, tc.name)
+	}
+}
+
 func TestEnqueueRejectsBadInput(t *testing.T) {
 	b := setup(t)
 	small := jobs.MustDefine[Note]("note.small", jobs.MaxPayloadBytes(64))
@@ -74,6 +114,24 @@ func TestEnqueueRejectsBadInput(t *testing.T) {
 			return err
 		}, jobs.ErrInvalidMaxAttempts, ""},
 		{"negative delay", func() error { _, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.Delay(-time.Second)); return err }, jobs.ErrInvalidRunAt, "negative"},
+		{"run at in the year 9999", func() error {
+			_, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.RunAt(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)))
+			return err
+		}, jobs.ErrInvalidRunAt, "run_at is in the year 9999 or later"},
+		{"run at past what pgx encodes", func() error { // microseconds since 2000 overflow an int64 into the past
+			_, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.RunAt(time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC)))
+			return err
+		}, jobs.ErrInvalidRunAt, "year 9999"},
+		{"run at in the year 9999 in a batch", func() error {
+			items := jobs.Items(Note{}, Note{})
+			items[1].Options = []jobs.EnqueueOption{jobs.RunAt(time.Date(9999, 6, 1, 0, 0, 0, 0, time.UTC))}
+			_, err := noteKind.EnqueueMany(b.Ctx, b.Pool, items)
+			return err
+		}, jobs.ErrInvalidRunAt, "item 1"},
+		{"run at in the year 9999 with a unique key", func() error {
+			_, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.UniqueKey("u"), jobs.RunAt(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)))
+			return err
+		}, jobs.ErrInvalidRunAt, "year 9999"},
 		{"empty unique key", func() error { _, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.UniqueKey("")); return err }, jobs.ErrInvalidUniqueKey, "empty"},
 		{"long unique key", func() error {
 			_, err := noteKind.Enqueue(b.Ctx, b.Pool, Note{}, jobs.UniqueKey(strings.Repeat("u", 513)))

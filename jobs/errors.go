@@ -21,7 +21,8 @@ var (
 	ErrInvalidPriority = errors.New("hopper: invalid priority")
 	// ErrInvalidMaxAttempts: below 1.
 	ErrInvalidMaxAttempts = errors.New("hopper: invalid max attempts")
-	// ErrInvalidRunAt: a negative delay.
+	// ErrInvalidRunAt: a negative delay, or a run time in the year 9999
+	// (UTC) or later.
 	ErrInvalidRunAt = errors.New("hopper: invalid run time")
 	// ErrInvalidUniqueKey: empty, over-long, or not valid UTF-8.
 	ErrInvalidUniqueKey = errors.New("hopper: invalid unique key")

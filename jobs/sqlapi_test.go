@@ -192,6 +192,7 @@ func sqlAPICases() []sqlAPICase {
 		{name: "run at later", kind: "note", payload: `{}`, runAt: ptr(later)},
 		{name: "run at in the past", kind: "note", payload: `{}`, runAt: ptr(past)},
 		{name: "run at and a longer delay", kind: "note", payload: `{}`, runAt: ptr(past), delay: ptr(2 * time.Hour)},
+		{name: "run at the last time Go reads back", kind: "note", payload: `{}`, runAt: ptr(time.Date(9998, 12, 31, 23, 59, 59, 999999000, time.UTC))},
 		{name: "bounds", kind: long(128), payload: `{}`, queue: ptr(long(128)), priority: ptr(9), maxAttempts: ptr(1 << 30),
 			uniqueKey: ptr(long(512)), concurrencyKey: ptr(long(255))},
 		{name: "priority 0, one attempt", kind: "note", payload: `{}`, priority: ptr(0), maxAttempts: ptr(1)},
@@ -217,6 +218,10 @@ func sqlAPICases() []sqlAPICase {
 		{name: "too many attempts", kind: "note", payload: `{}`, maxAttempts: ptr(1<<30 + 1), refused: "hopper: invalid max attempts: 1073741825 (must be 1 or more)"},
 		{name: "negative delay", kind: "note", payload: `{}`, delay: ptr(-90 * time.Second), refused: "hopper: invalid run time: negative delay -1m30s"},
 		{name: "negative delay under a second", kind: "note", payload: `{}`, delay: ptr(-1500 * time.Microsecond), refused: "hopper: invalid run time: negative delay -1.5ms"},
+		{name: "run at in the year 9999", kind: "note", payload: `{}`, runAt: ptr(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)),
+			refused: "hopper: invalid run time: run_at is in the year 9999 or later"},
+		{name: "run at in the year 9999 of a zone behind UTC", kind: "note", payload: `{}`, runAt: ptr(time.Date(9998, 12, 31, 20, 0, 0, 0, time.FixedZone("-5", -5*3600))),
+			refused: "hopper: invalid run time: run_at is in the year 9999 or later"},
 		{name: "empty concurrency key", kind: "note", payload: `{}`, concurrencyKey: ptr(""), refused: "hopper: invalid concurrency key: empty (leave the option out for no key)"},
 		{name: "long concurrency key", kind: "note", payload: `{}`, concurrencyKey: ptr(long(256)), refused: "hopper: invalid concurrency key: 256 characters long, over the limit of 255"},
 		{name: "empty unique key", kind: "note", payload: `{}`, uniqueKey: ptr(""), refused: "hopper: invalid unique key: empty (leave the option out for no key)"},
@@ -372,10 +377,32 @@ type sqlAPIRow struct {
 // TestSQLAPIRefusesWhatGoCannotSay: inputs only SQL can give are refused
 // with a clear message, SQLSTATE 22023 and a hint: a NULL kind or payload,
 // metadata that is not an object of strings, a batch that is not an array
-// of objects, an unknown or mistyped field.
+// of objects, an unknown or mistyped field, a run time Go cannot read
+// back ('infinity', a year past 9998, a delay that reaches one, or one so
+// long that now() + delay would overflow PostgreSQL's range).
 func TestSQLAPIRefusesWhatGoCannotSay(t *testing.T) {
 	b := setup(t)
-	for _, tc := range []struct{ sql, message, code string }{
+	const late = "hopper: invalid run time: run_at is in the year 9999 or later"
+	const longDelay = "hopper: invalid run time: delay ends in the year 9999 or later"
+	cases := []struct{ sql, message, code string }{
+		{`hopper_enqueue(kind => 'k', payload => '{}', run_at => 'infinity')`, "enqueue k: " + late, "22023"},
+		{`hopper_enqueue(kind => 'k', payload => '{}', run_at => '20000-01-01 00:00:00+00')`, "enqueue k: " + late, "22023"},
+		{`hopper_enqueue(kind => 'k', payload => '{}', run_at => '294276-12-31 23:59:59+00')`, "enqueue k: " + late, "22023"},
+		{`hopper_enqueue(kind => 'k', payload => '{}', delay => '8000 years')`, "enqueue k: " + longDelay, "22023"},
+		{`hopper_enqueue(kind => 'k', payload => '{}', delay => '100000000 years')`, "enqueue k: " + longDelay, "22023"},
+		{`hopper_enqueue(kind => 'k', payload => '{}', run_at => now(), delay => '178000000 years')`, "enqueue k: " + longDelay, "22023"},
+		{`hopper_enqueue_many('[{"kind": "k", "payload": {}}, {"kind": "k", "payload": {}, "run_at": "infinity"}]')`, "enqueue batch: item 1 (k): " + late, "22023"},
+		{`hopper_enqueue_many('[{"kind": "k", "payload": {}, "delay": "8000 years"}]')`, "enqueue batch: item 0 (k): " + longDelay, "22023"},
+		{`hopper_enqueue_many('[{"kind": "k", "payload": {}, "unique_key": "u", "run_at": "infinity"}]')`, "enqueue batch: item 0 (k): " + late, "22023"},
+	}
+	var pg17 bool
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT current_setting('server_version_num')::int >= 170000").Scan(&pg17))
+	if pg17 { // intervals are infinite from PostgreSQL 17 on
+		cases = append(cases,
+			struct{ sql, message, code string }{`hopper_enqueue(kind => 'k', payload => '{}', delay => 'infinity')`, "enqueue k: " + longDelay, "22023"},
+			struct{ sql, message, code string }{`hopper_enqueue(kind => 'k', payload => '{}', delay => '-infinity')`, "enqueue k: hopper: invalid run time: negative delay -infinity", "22023"})
+	}
+	for _, tc := range append(cases, []struct{ sql, message, code string }{
 		{`hopper_enqueue(kind => NULL, payload => '{}')`, `enqueue: hopper: invalid job kind definition: kind name "" is empty`, "22023"},
 		{`hopper_enqueue(kind => 'k', payload => NULL)`, "enqueue k: hopper: payload does not marshal to JSON: the payload is not valid JSON", "22023"},
 		{`hopper_enqueue(kind => 'k', payload => '{}', meta => '["a"]')`, "enqueue k: hopper: invalid metadata: a JSON array, not an object", "22023"},
@@ -387,7 +414,7 @@ func TestSQLAPIRefusesWhatGoCannotSay(t *testing.T) {
 		{`hopper_enqueue_many('[{"kind": "k", "payload": {}, "priority": "high"}]')`, `enqueue batch: item 0: invalid input syntax for type integer: "high"`, "22P02"},
 		{`hopper_enqueue_many('[{"kind": "k", "payload": {}, "delay": "soon"}]')`, `enqueue batch: item 0: invalid input syntax for type interval: "soon"`, "22007"},
 		{`hopper_enqueue_many('[{"kind": "k"}]')`, "enqueue batch: item 0 (k): hopper: payload does not marshal to JSON: the payload is not valid JSON", "22023"},
-	} {
+	}...) {
 		_, err := b.Pool.Exec(b.Ctx, "SELECT * FROM "+tc.sql)
 		var pgErr *pgconn.PgError
 		require.True(t, errors.As(err, &pgErr), "%s: %v", tc.sql, err)
@@ -399,4 +426,49 @@ func TestSQLAPIRefusesWhatGoCannotSay(t *testing.T) {
 	require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT count(*) FROM hopper_enqueue_many('[]')").Scan(&n))
 	require.Zero(t, n, "an empty batch")
 	require.Zero(t, b.live(t))
+}
+
+// TestSQLAPIStoresTimesGoReads: the run times the SQL API accepts at their
+// edges are stored as times Go reads back and writes as JSON: a past one,
+// -infinity and a year BC included, is now; the last microsecond of 9998
+// is kept. A raw INSERT cannot store what the functions refuse either
+// (the check of migration 16).
+func TestSQLAPIStoresTimesGoReads(t *testing.T) {
+	b := setup(t)
+	for _, tc := range []struct {
+		name, sql string
+		state     string
+		at        time.Time // zero: now
+	}{
+		{"-infinity is now", `hopper_enqueue(kind => 'k', payload => '{}', run_at => '-infinity')`, "pending", time.Time{}},
+		{"a year BC is now", `hopper_enqueue(kind => 'k', payload => '{}', run_at => '4000-01-01 00:00:00+00 BC')`, "pending", time.Time{}},
+		{"-infinity in a batch", `hopper_enqueue_many('[{"kind": "k", "payload": {}, "run_at": "-infinity"}]')`, "pending", time.Time{}},
+		{"the last microsecond of 9998", `hopper_enqueue(kind => 'k', payload => '{}', run_at => '9998-12-31 23:59:59.999999+00')`, "scheduled",
+			time.Date(9998, 12, 31, 23, 59, 59, 999999000, time.UTC)},
+		{"a delay to 9998", `hopper_enqueue(kind => 'k', payload => '{}', delay => timestamptz '9998-12-31 23:00:00+00' - now())`, "scheduled",
+			time.Date(9998, 12, 31, 23, 0, 0, 0, time.UTC)},
+	} {
+		var id int64
+		require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT id FROM "+tc.sql).Scan(&id), tc.name)
+		var state string
+		var at time.Time
+		require.NoError(t, b.Pool.QueryRow(b.Ctx, "SELECT state, run_at FROM hopper_jobs WHERE id = $1", id).Scan(&state, &at), tc.name)
+		require.Equal(t, tc.state, state, tc.name)
+		if tc.at.IsZero() {
+			require.WithinDuration(t, time.Now(), at, time.Minute, tc.name)
+		} else {
+			require.WithinDuration(t, tc.at, at, time.Second, tc.name)
+		}
+		for _, zone := range []*time.Location{time.UTC, time.FixedZone("+14", 14*3600), time.FixedZone("-12", -12*3600)} {
+			_, err := json.Marshal(at.In(zone))
+			require.NoError(t, err, "%s: Go writes it as JSON in %v", tc.name, zone)
+		}
+	}
+	for _, at := range []string{"infinity", "-infinity", "9999-01-01 00:00:00+00", "0001-12-31 23:59:59+00 BC"} {
+		_, err := b.Pool.Exec(b.Ctx, "INSERT INTO hopper_jobs (queue, kind, payload, state, run_at) VALUES ('default', 'k', '{}', 'scheduled', $1::timestamptz)", at)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, at)
+		require.Equal(t, "23514", pgErr.Code, at)
+		require.Equal(t, "hopper_jobs_run_at_check", pgErr.ConstraintName, at)
+	}
 }

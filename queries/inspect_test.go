@@ -211,6 +211,35 @@ func TestDeadRetryPurge(t *testing.T) {
 	require.Zero(t, deadN)
 }
 
+// TestRetryDeadAttemptsAtTheirLimit: a retry gives as many attempts again
+// as a job had, up to the integer's limit: a job that used the 2^30
+// attempts enqueue allows, or was given more by hand, comes back with
+// 2147483647 rather than failing the whole page of the retry with an
+// integer overflow.
+func TestRetryDeadAttemptsAtTheirLimit(t *testing.T) {
+	b := setup(t)
+	for _, tc := range []struct {
+		name                 string
+		state                string
+		attempt, maxAttempts int32
+		want                 int32
+	}{
+		{"dead after 2^30 attempts", testfactory.Dead, 1 << 30, 1 << 30, math.MaxInt32},
+		{"cancelled with the most attempts", testfactory.Cancelled, 1, math.MaxInt32, math.MaxInt32},
+		{"dead just under the limit", testfactory.Dead, 1<<30 - 1, 1 << 30, math.MaxInt32},
+		{"an ordinary job", testfactory.Dead, 3, 3, 6},
+	} {
+		id := testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{State: tc.state, Attempt: tc.attempt, MaxAttempts: tc.maxAttempts}).ID
+		retried, err := b.Queries.RetryDead(b.Ctx, db.RetryDeadParams{States: []string{tc.state}, Ids: []int64{id}, MaxJobs: 100})
+		require.NoError(t, err, tc.name)
+		require.Equal(t, []db.RetryDeadRow{{ID: id, Retried: true}}, retried, tc.name)
+		j, err := b.Queries.GetJob(b.Ctx, id)
+		require.NoError(t, err, tc.name)
+		require.Equal(t, tc.attempt, j.Attempt, tc.name)
+		require.Equal(t, tc.want, j.MaxAttempts, tc.name)
+	}
+}
+
 // A dead job whose unique key a live job holds again stays dead: retrying
 // it must never lose it.
 func TestRetryDeadKeepsConflictingJob(t *testing.T) {

@@ -20,6 +20,7 @@ var addedBy = map[uint][]string{
 	13: sequenceObjects,
 	14: workflowObjects,
 	15: edgeObjects,
+	16: nil, // sql_api_inputs: a check on hopper_jobs and a function's new body
 }
 
 // downTo migrates down to version v, whatever the latest version is.

@@ -29,14 +29,14 @@ import (
 var ErrNotMigrated = errors.New("hopper: schema not migrated")
 
 // Latest is the schema version this build of Hopper needs: schema.Latest().
-const Latest = 15
+const Latest = 16
 
 // names are the migrations of this build, by version: names[v-1] is the
 // name of migration v (its file is 00000v_<name>.up.sql).
 var names = [Latest]string{
 	"create_hopper", "claim_cursor", "operate", "schedules", "meta",
 	"flow_control", "flow_record", "rate_starts", "key_order", "workers",
-	"worker_release", "sql_api", "sequences", "workflows", "workflow_edges",
+	"worker_release", "sql_api", "sequences", "workflows", "workflow_edges", "sql_api_inputs",
 }
 
 // Names returns the migrations' names, oldest first: the name of version

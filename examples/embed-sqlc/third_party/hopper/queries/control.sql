@@ -61,8 +61,10 @@ DELETE FROM hopper_jobs WHERE queue = @queue::text AND state <> 'running';
 -- name: RetryDead :many
 -- Moves dead (or cancelled) jobs back to the live table under their own
 -- ids, ready now, with their error history kept and as many attempts again
--- as they had: max_attempts grows by what it was, and attempt, the fencing
--- token, never goes down. It picks up to max_jobs jobs after after_id, in
+-- as they had: max_attempts grows by what it was (up to the integer's
+-- limit, 2147483647: a job enqueued with 2^30 attempts that used them all,
+-- or one inserted by hand with more, would overflow it and fail the whole
+-- page of the retry), and attempt, the fencing token, never goes down. It picks up to max_jobs jobs after after_id, in
 -- id order, matching the filters: states (which of dead and cancelled),
 -- ids (empty: any), kind, queue, died_before. A job whose unique key a
 -- live job holds again stays dead: nothing is lost. A job of a sequence
@@ -91,7 +93,7 @@ WITH picked AS (
                              max_attempts, unique_key, errors, created_at, meta, concurrency_key, state)
     OVERRIDING SYSTEM VALUE
     SELECT d.id, d.queue, d.kind, d.version, d.payload, d.priority, d.attempt,
-           d.attempt + d.max_attempts, d.unique_key, d.errors, d.created_at, d.meta, d.concurrency_key,
+           least(d.attempt::bigint + d.max_attempts, 2147483647)::integer, d.unique_key, d.errors, d.created_at, d.meta, d.concurrency_key,
            CASE WHEN d.meta ? 'hopper.sequence' THEN 'waiting'
                 WHEN d.meta ? 'hopper.workflow' AND EXISTS (SELECT FROM hopper_workflow_deps AS e WHERE e.child_id = d.id) THEN 'waiting'
                 ELSE 'pending' END
