@@ -33,27 +33,65 @@ func (c Connections) String() string {
 // of its own, outside the pool. Size the pool at least Total() plus what
 // the handlers use; Run logs a warning when the pool is smaller than
 // Total().
+//
+// It counts the claims of every queue of Config.Queues whether or not
+// handlers are registered yet, so it can be called right after New. A
+// kind registered with a key limit of its own puts every queue under flow
+// control (one claim each), and a schedule adds Schedules: call it again
+// after registering them for the exact count, or use ConnectionsFor for
+// the most a worker of a Config may need.
 func (w *Worker) Connections() Connections {
+	var queues []string
+	for name := range w.producers {
+		queues = append(queues, name)
+	}
+	return connectionsOf(&w.cfg, queues, w.handlers.kindKeyLimits(), len(w.maintainer.schedules) > 0)
+}
+
+// ConnectionsFor says how many connections a worker made with cfg may
+// hold at once, at most, before there is a pool or a worker: for sizing
+// the pool it will run on (pgxpool.Config.MaxConns, or pool_max_conns in
+// the connection string), and the fleet's connections to PostgreSQL.
+// It counts the worst case of what handlers and schedules add: every
+// queue claiming on its own (as when a kind sets a key limit of its own)
+// and a schedule firing. A worker's Connections, once its handlers and
+// schedules are registered, is never more. The LISTEN session, outside
+// the pool, is one more connection per worker. It returns cfg's error,
+// as New would, when cfg is not valid.
+func ConnectionsFor(cfg Config) (Connections, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return Connections{}, fmt.Errorf("worker: %w", err)
+	}
+	var queues []string
+	for name := range cfg.Queues {
+		queues = append(queues, name)
+	}
+	return connectionsOf(&cfg, queues, true, true), nil
+}
+
+// connectionsOf counts the connections of a worker with cfg (defaults
+// applied) serving queues; byKind: some kind sets its own key limit;
+// schedules: the worker defines schedules.
+func connectionsOf(cfg *Config, queues []string, byKind, schedules bool) Connections {
 	c := Connections{Completer: 1, Heartbeat: 1, Maintenance: 1}
-	if !w.handlers.empty() {
-		// A queue under flow control claims on its own; the plain ones
-		// share one claim in flight at a time (claimBatch).
-		byKind, plain := w.handlers.kindKeyLimits(), false
-		for name := range w.producers {
-			if _, limited := w.cfg.FlowControl[name]; limited || byKind {
-				c.Claims++
-			} else {
-				plain = true
-			}
-		}
-		if plain {
+	// A queue under flow control claims on its own; the plain ones share
+	// one claim in flight at a time (claimBatch).
+	plain := false
+	for _, name := range queues {
+		if _, limited := cfg.FlowControl[name]; limited || byKind {
 			c.Claims++
+		} else {
+			plain = true
 		}
 	}
-	if len(w.maintainer.schedules) > 0 {
+	if plain {
+		c.Claims++
+	}
+	if schedules {
 		c.Schedules = 1
 	}
-	if w.cfg.MetricsAddr != "" {
+	if cfg.MetricsAddr != "" {
 		c.Metrics = 1
 	}
 	return c

@@ -86,3 +86,36 @@ func TestConnections(t *testing.T) {
 		})
 	}
 }
+
+// TestConnectionsForSizing: the connections a worker needs can be counted
+// before there is a pool (ConnectionsFor, from the Config alone) and
+// right after New, before any handler is registered; ConnectionsFor is
+// the most a worker of that Config reaches once its handlers (one with a
+// key limit of its own) and schedules are registered.
+func TestConnectionsForSizing(t *testing.T) {
+	b := setup(t)
+	cfg := worker.Config{Queues: map[string]int{"a": 5, "b": 5, "c": 5},
+		FlowControl: map[string]worker.FlowControl{"a": {KeyLimit: 1}}, MetricsAddr: "127.0.0.1:0"}
+
+	most, err := worker.ConnectionsFor(cfg)
+	require.NoError(t, err)
+	require.Equal(t, worker.Connections{Claims: 3, Completer: 1, Heartbeat: 1, Maintenance: 1, Schedules: 1, Metrics: 1}, most)
+	require.Equal(t, 8, most.Total())
+	defaults, err := worker.ConnectionsFor(worker.Config{})
+	require.NoError(t, err)
+	require.Equal(t, worker.Connections{Claims: 1, Completer: 1, Heartbeat: 1, Maintenance: 1, Schedules: 1}, defaults,
+		"the default queue, and a schedule it may fire")
+	_, err = worker.ConnectionsFor(worker.Config{Queues: map[string]int{"a": 0}})
+	require.ErrorIs(t, err, worker.ErrInvalidConfig)
+
+	w, err := worker.New(b.Pool, cfg)
+	require.NoError(t, err)
+	before := w.Connections()
+	require.Equal(t, worker.Connections{Claims: 2, Completer: 1, Heartbeat: 1, Maintenance: 1, Metrics: 1}, before,
+		"before any handler: a, under flow control, claims alone; b and c share a claim")
+	require.NoError(t, worker.Handle(w, kind(t, "sizing_plain"), noop))
+	require.Equal(t, before, w.Connections(), "a plain handler changes nothing")
+	require.NoError(t, worker.Handle(w, kind(t, "sizing_keyed"), noop, worker.KeyLimit(2)))
+	require.NoError(t, worker.Schedule(w, "sizing", tick, "@every 1h", slotOf))
+	require.Equal(t, most, w.Connections(), "a kind's key limit puts every queue under flow control; a schedule adds its own")
+}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,7 +22,8 @@ import (
 // metrics, and the database's gauges (queues, keys, rate limits,
 // schedules), refreshed every MetricsInterval. The database's gauges say
 // the same on every worker: sum the worker's counters across instances,
-// but take the max of these.
+// but take the max of these. It also serves /healthz and /readyz, for an
+// orchestrator's probes.
 type metricsServer struct {
 	q        *db.Queries
 	log      *slog.Logger
@@ -29,6 +32,60 @@ type metricsServer struct {
 	*dbGauges
 	listener net.Listener
 	server   *http.Server
+	ready    readiness
+}
+
+// readiness is what /readyz answers from: the outcome of the metrics
+// server's last read of the database (its refresh, every
+// MetricsInterval, on the worker's pool).
+type readiness struct {
+	mu         sync.Mutex
+	staleAfter time.Duration // no read went through for this long: not ready
+	lastOK     time.Time     // the last read that went through; zero before the first
+	lastErr    error         // the last read's error, nil when it went through
+	now        func() time.Time
+}
+
+// record notes the outcome of a read of the database.
+func (r *readiness) record(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastErr = err
+	if err == nil {
+		r.lastOK = r.now()
+	}
+}
+
+// healthz answers 200 while the process serves HTTP: a liveness probe.
+// It reads nothing from the database, so that an outage of the database
+// does not get every worker restarted.
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+// ServeHTTP answers /readyz: 200 when the worker is running (the endpoint
+// is served from the time the worker has registered in hopper_workers
+// until its shutdown ends) and its last read of the database went
+// through within staleAfter; 503 with the reason otherwise.
+func (r *readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	r.mu.Lock()
+	lastOK, lastErr := r.lastOK, r.lastErr
+	r.mu.Unlock()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	switch {
+	case lastErr != nil:
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "not ready: the last read of the database failed: %v\n", lastErr)
+	case lastOK.IsZero():
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "not ready: the first read of the database has not finished\n")
+	case r.now().Sub(lastOK) > r.staleAfter:
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "not ready: no read of the database went through for %v\n", r.now().Sub(lastOK).Round(time.Second))
+	default:
+		_, _ = io.WriteString(w, "ok\n")
+	}
 }
 
 // dbGauges are the gauges read from the database.
@@ -87,6 +144,7 @@ func (g *dbGauges) collectors() []prometheus.Collector {
 // gauges and listens on cfg.MetricsAddr; serve serves it.
 func newMetricsServer(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config) (*metricsServer, error) {
 	ms := &metricsServer{q: q, log: log, interval: cfg.MetricsInterval, registry: prometheus.NewRegistry(), dbGauges: newDBGauges()}
+	ms.ready.staleAfter, ms.ready.now = readyStaleAfter(cfg.MetricsInterval), time.Now
 	cs := append(m.collectors(), ms.dbGauges.collectors()...)
 	for _, c := range append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})) {
 		if err := ms.registry.Register(c); err != nil {
@@ -100,8 +158,17 @@ func newMetricsServer(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config) 
 	ms.listener = ln
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(ms.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", healthz)
+	mux.Handle("/readyz", &ms.ready)
 	ms.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return ms, nil
+}
+
+// readyStaleAfter is how long /readyz waits for a read of the database
+// to go through before it says the worker is not ready: three refreshes,
+// and at least 30s, so that one slow refresh does not flap the probe.
+func readyStaleAfter(interval time.Duration) time.Duration {
+	return max(3*interval, 30*time.Second)
 }
 
 // MetricsAddr is the address the metrics endpoint listens on (useful with
@@ -128,6 +195,9 @@ func (ms *metricsServer) serve(ctx context.Context) {
 	defer func() { <-served }()
 	refresh := func() {
 		stats, err := ms.q.Stats(ctx)
+		if ctx.Err() == nil {
+			ms.ready.record(err)
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				ms.log.Warn("metrics: stats query failed", "error", err)

@@ -2,6 +2,8 @@ package worker_test
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -140,4 +142,36 @@ func TestMetricsQueueDepth(t *testing.T) {
 			strings.Contains(body, `hopper_queue_depth{queue="unserved",state="ready"} 1`) &&
 			strings.Contains(body, `hopper_queue_depth{queue="busy",state="running"} 1`)
 	})
+}
+
+// get fetches a path of the worker's metrics server.
+func get(t *testing.T, w *worker.Worker, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + w.MetricsAddr() + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+// TestMetricsHealthEndpoints: the metrics server answers /healthz (the
+// process serves) and /readyz (the worker runs and reads the database)
+// for an orchestrator's probes.
+func TestMetricsHealthEndpoints(t *testing.T) {
+	b := setup(t)
+	r := start(t, b, worker.Config{MetricsAddr: ":0", MetricsInterval: 20 * time.Millisecond}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, kind(t, "health"), noop))
+	})
+	testdb.WaitFor(t, "the metrics server", func() bool { return r.w.MetricsAddr() != "" })
+	code, body := get(t, r.w, "/healthz")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "ok\n", body)
+	testdb.WaitFor(t, "ready", func() bool {
+		code, _ := get(t, r.w, "/readyz")
+		return code == http.StatusOK
+	})
+	code, body = get(t, r.w, "/readyz")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "ok\n", body)
 }
