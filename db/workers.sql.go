@@ -255,7 +255,7 @@ func (q *Queries) RegisterWorker(ctx context.Context, arg RegisterWorkerParams) 
 
 const releaseWorkerJobs = `-- name: ReleaseWorkerJobs :many
 WITH gone AS (
-    SELECT w.id
+    SELECT w.id, w.host, w.pid
     FROM hopper_workers AS w
     WHERE ($1::text IS NULL OR w.id = $1::text)
       AND ($2::boolean OR w.last_seen_at + '1 millisecond'::interval * w.stale_after_ms < now())
@@ -321,12 +321,15 @@ WITH gone AS (
                         AND j.lease_owner = w.id
                         AND j.id <> ALL (ARRAY(SELECT taken.id FROM taken)))
 )
-SELECT requeued.id, requeued.queue, requeued.priority, requeued.run_at, false AS dead, requeued.lease_owner::text AS owner
-FROM requeued
-UNION ALL
-SELECT buried.id, buried.queue, 0::smallint, now(), true AS dead, taken.lease_owner::text
-FROM buried
-JOIN taken ON taken.id = buried.id
+SELECT r.id, r.queue, r.priority, r.run_at, r.dead, r.owner::text AS owner,
+       coalesce(g.host, '')::text AS owner_host, coalesce(g.pid, 0)::integer AS owner_pid
+FROM (SELECT requeued.id, requeued.queue, requeued.priority, requeued.run_at, false AS dead, requeued.lease_owner AS owner
+      FROM requeued
+      UNION ALL
+      SELECT buried.id, buried.queue, 0::smallint, now(), true AS dead, taken.lease_owner
+      FROM buried
+      JOIN taken ON taken.id = buried.id) AS r
+LEFT JOIN gone AS g ON g.id = r.owner
 `
 
 type ReleaseWorkerJobsParams struct {
@@ -339,12 +342,14 @@ type ReleaseWorkerJobsParams struct {
 }
 
 type ReleaseWorkerJobsRow struct {
-	ID       int64     `json:"id"`
-	Queue    string    `json:"queue"`
-	Priority int16     `json:"priority"`
-	RunAt    time.Time `json:"run_at"`
-	Dead     bool      `json:"dead"`
-	Owner    string    `json:"owner"`
+	ID        int64     `json:"id"`
+	Queue     string    `json:"queue"`
+	Priority  int16     `json:"priority"`
+	RunAt     time.Time `json:"run_at"`
+	Dead      bool      `json:"dead"`
+	Owner     string    `json:"owner"`
+	OwnerHost string    `json:"owner_host"`
+	OwnerPid  int32     `json:"owner_pid"`
 }
 
 // Hands back up to max_jobs running jobs of gone workers, charged like an
@@ -363,6 +368,8 @@ type ReleaseWorkerJobsRow struct {
 // re-checked under the lock and left alone. The sweep takes only the
 // workers whose stale window the sweeping worker has been live for
 // (live_for_ms, as BeatWorker: NULL sets no bound).
+//
+// Each row names the job's gone worker (owner), with its host and pid.
 //
 // Each worker is marked released once none of its jobs is left running,
 // which its next beat reports as its death, except the row of the worker
@@ -392,6 +399,8 @@ func (q *Queries) ReleaseWorkerJobs(ctx context.Context, arg ReleaseWorkerJobsPa
 			&i.RunAt,
 			&i.Dead,
 			&i.Owner,
+			&i.OwnerHost,
+			&i.OwnerPid,
 		); err != nil {
 			return nil, err
 		}

@@ -139,13 +139,15 @@ ORDER BY w.id;
 -- workers whose stale window the sweeping worker has been live for
 -- (live_for_ms, as BeatWorker: NULL sets no bound).
 --
+-- Each row names the job's gone worker (owner), with its host and pid.
+--
 -- Each worker is marked released once none of its jobs is left running,
 -- which its next beat reports as its death, except the row of the worker
 -- releasing (holder_started_at: a worker handing back its previous run's
 -- jobs at start, under the row it has just written): that worker is live,
 -- and nothing of its own run was taken.
 WITH gone AS (
-    SELECT w.id
+    SELECT w.id, w.host, w.pid
     FROM hopper_workers AS w
     WHERE (sqlc.narg(worker_id)::text IS NULL OR w.id = sqlc.narg(worker_id)::text)
       AND (@force::boolean OR w.last_seen_at + '1 millisecond'::interval * w.stale_after_ms < now())
@@ -211,9 +213,12 @@ WITH gone AS (
                         AND j.lease_owner = w.id
                         AND j.id <> ALL (ARRAY(SELECT taken.id FROM taken)))
 )
-SELECT requeued.id, requeued.queue, requeued.priority, requeued.run_at, false AS dead, requeued.lease_owner::text AS owner
-FROM requeued
-UNION ALL
-SELECT buried.id, buried.queue, 0::smallint, now(), true AS dead, taken.lease_owner::text
-FROM buried
-JOIN taken ON taken.id = buried.id;
+SELECT r.id, r.queue, r.priority, r.run_at, r.dead, r.owner::text AS owner,
+       coalesce(g.host, '')::text AS owner_host, coalesce(g.pid, 0)::integer AS owner_pid
+FROM (SELECT requeued.id, requeued.queue, requeued.priority, requeued.run_at, false AS dead, requeued.lease_owner AS owner
+      FROM requeued
+      UNION ALL
+      SELECT buried.id, buried.queue, 0::smallint, now(), true AS dead, taken.lease_owner
+      FROM buried
+      JOIN taken ON taken.id = buried.id) AS r
+LEFT JOIN gone AS g ON g.id = r.owner;

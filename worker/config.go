@@ -48,12 +48,17 @@ type Config struct {
 	// worker cannot reach the database to say it is alive, nor the others
 	// to see that it is not. Default 30s.
 	LeaseDuration time.Duration
-	// HeartbeatInterval is how often the worker says it is alive (its
+	// BeatInterval is how often the worker says it is alive (its
 	// row in hopper_workers). A worker that misses three beats is gone:
 	// the next beat of any live worker hands its jobs back, charged like
 	// an expired lease and fenced, so a gone worker's jobs run again
-	// within about four beats of its crash. Default 1s.
-	HeartbeatInterval time.Duration
+	// within about four beats of its crash. Default 1s. Run warns when
+	// three beats reach LeaseDuration: recovery then waits for the leases.
+	//
+	// Not the old HeartbeatInterval: that field set how often leases are
+	// extended, which is ExtendInterval now; it was renamed so that a
+	// program written for it stops compiling instead of slowing recovery.
+	BeatInterval time.Duration
 	// ExtendInterval is how often the heartbeat extends the leases of the
 	// running jobs. Default a third of LeaseDuration; negative never
 	// extends them (only for tests of lease expiry).
@@ -229,11 +234,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.LeaseDuration < 100*time.Millisecond {
 		return c, fmt.Errorf("%w: lease duration %v is below 100ms", ErrInvalidConfig, c.LeaseDuration)
 	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = time.Second
+	if c.BeatInterval == 0 {
+		c.BeatInterval = time.Second
 	}
-	if c.HeartbeatInterval < 10*time.Millisecond {
-		return c, fmt.Errorf("%w: heartbeat interval %v is below 10ms", ErrInvalidConfig, c.HeartbeatInterval)
+	if c.BeatInterval < 10*time.Millisecond {
+		return c, fmt.Errorf("%w: beat interval %v is below 10ms", ErrInvalidConfig, c.BeatInterval)
 	}
 	if c.ExtendInterval == 0 {
 		c.ExtendInterval = c.LeaseDuration / 3

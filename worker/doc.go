@@ -140,7 +140,7 @@
 //     plainer until the server takes it. A refused statement is never sent
 //     again unchanged.
 //   - Crashes: every worker beats in the registry (hopper_workers) every
-//     HeartbeatInterval (1s), on a connection the heartbeat keeps for
+//     BeatInterval (1s), on a connection the heartbeat keeps for
 //     itself. A worker three beats late is gone: the next beat of a live
 //     worker hands its jobs back, charged and fenced, so they run again
 //     about 3 to 4 seconds after a crash, whatever the worker's ID. An ID

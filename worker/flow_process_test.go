@@ -72,7 +72,7 @@ func runFlowHelper(mode string) int {
 		// Not a test of crash recovery: a process starved for a few
 		// beats on a loaded machine must not be taken to be gone, its
 		// jobs claimed twice.
-		cfg.HeartbeatInterval = 10 * time.Second
+		cfg.BeatInterval = 10 * time.Second
 		cfg.FlowControl = map[string]worker.FlowControl{"default": {Rate: worker.Rate{Limit: 20, Per: 500 * time.Millisecond}}}
 		work = time.Millisecond
 	}

@@ -295,7 +295,7 @@ type heldJobs struct {
 	log          *slog.Logger
 	lease        time.Duration                                       // Config.LeaseDuration
 	extendEvery  time.Duration                                       // Config.ExtendInterval; <= 0: leases are never extended
-	beatEvery    time.Duration                                       // Config.HeartbeatInterval: how often the heartbeat runs
+	beatEvery    time.Duration                                       // Config.BeatInterval: how often the heartbeat runs
 	inFlight     *handlerSet                                         // the executor's running handlers, for the stuck watch
 	beatWorker   func(ctx context.Context, q *db.Queries) beatResult // registry.beat
 	releaseGone  func(ctx context.Context, liveFor time.Duration)    // maintainer.releaseGone

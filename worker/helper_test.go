@@ -28,7 +28,7 @@ const (
 	// helperLookAlikeEnv, "host:pid", makes the helper record that host
 	// and pid in the registry (worker.LookAlike).
 	helperLookAlikeEnv = "HOPPER_WORKER_HELPER_LOOKALIKE"
-	// helperBeatEnv sets the helper's HeartbeatInterval (a Go duration),
+	// helperBeatEnv sets the helper's BeatInterval (a Go duration),
 	// and its lease to ten beats.
 	helperBeatEnv = "HOPPER_WORKER_HELPER_BEAT"
 	helperIDInUse = 6
@@ -63,7 +63,7 @@ func runHelper() int {
 		if err != nil {
 			return 2
 		}
-		cfg.HeartbeatInterval, cfg.LeaseDuration = d, 10*d
+		cfg.BeatInterval, cfg.LeaseDuration = d, 10*d
 	}
 	w, err := worker.New(pool, cfg)
 	if err != nil {

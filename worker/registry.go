@@ -52,7 +52,7 @@ const (
 type registry struct {
 	q   *db.Queries
 	log *slog.Logger
-	cfg *Config // ID, Schema, HeartbeatInterval, LeaseDuration
+	cfg *Config // ID, Schema, BeatInterval, LeaseDuration
 	// queues and schema are set as Run starts, before the row is written:
 	// the queues the worker serves, and where hopper_jobs lives (errors).
 	queues []string
@@ -86,8 +86,8 @@ func newRegistry(q *db.Queries, log *slog.Logger, cfg *Config) *registry {
 }
 
 // beatInterval is how often the worker refreshes its row: every
-// HeartbeatInterval.
-func (r *registry) beatInterval() time.Duration { return r.cfg.HeartbeatInterval }
+// BeatInterval.
+func (r *registry) beatInterval() time.Duration { return r.cfg.BeatInterval }
 
 // staleAfter is how long after its last beat the worker is taken to be
 // gone.
@@ -332,3 +332,18 @@ var hopperVersion = sync.OnceValue(func() string {
 	}
 	return ""
 })
+
+// checkBeat warns when the stale window (three beats) reaches the lease:
+// a crashed worker's jobs are then handed back by their leases' expiry,
+// not by the registry, and recovery is as slow as the lease. A program
+// that kept the old HeartbeatInterval (then the lease extension, a third
+// of the lease) as BeatInterval does exactly that.
+func (w *Worker) checkBeat() {
+	stale := w.registry.staleAfter()
+	if stale < w.cfg.LeaseDuration {
+		return
+	}
+	w.log.Warn("BeatInterval makes crash recovery as slow as the lease: a crashed worker is taken to be gone after three missed beats",
+		"beat_interval", w.cfg.BeatInterval, "gone_after", stale, "lease_duration", w.cfg.LeaseDuration,
+		"hint", "BeatInterval is the registry's beat (default 1s); leases are extended every ExtendInterval (the old HeartbeatInterval)")
+}

@@ -169,7 +169,7 @@ func TestRegistryIDInUseElsewhere(t *testing.T) {
 	cmd := startHelper(t, b, "reg-dup")
 	testdb.WaitFor(t, "the helper serves the default queue", func() bool { return b.liveWorkers(t)[jobs.DefaultQueue] == 1 })
 
-	cfg := worker.Config{ID: "reg-dup", HeartbeatInterval: 50 * time.Millisecond}
+	cfg := worker.Config{ID: "reg-dup", BeatInterval: 50 * time.Millisecond}
 	w, err := worker.New(b.Pool, cfg)
 	require.NoError(t, err)
 	require.NoError(t, worker.Handle(w, kind(t, "registry.dup"), noop))
@@ -206,7 +206,7 @@ func TestGoneWorkersJobsReleased(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	ran := make(chan *jobs.Job[Task], 1)
-	start(t, b, worker.Config{HeartbeatInterval: 20 * time.Millisecond, Registerer: reg}, func(w *worker.Worker) {
+	start(t, b, worker.Config{BeatInterval: 20 * time.Millisecond, Registerer: reg}, func(w *worker.Worker) {
 		require.NoError(t, worker.Handle(w, k, func(_ context.Context, j *jobs.Job[Task]) error { ran <- j; return nil }))
 	})
 	var j *jobs.Job[Task]
@@ -294,7 +294,7 @@ func TestRegistryStableIDHealthyStart(t *testing.T) {
 	finish := make(chan struct{})
 	var mu sync.Mutex
 	outcomes := map[int64]string{}
-	w := start(t, b, worker.Config{ID: "reg-fresh", HeartbeatInterval: 300 * time.Millisecond, Logger: slog.New(logs)}, func(w *worker.Worker) {
+	w := start(t, b, worker.Config{ID: "reg-fresh", BeatInterval: 300 * time.Millisecond, Logger: slog.New(logs)}, func(w *worker.Worker) {
 		worker.ObserveOutcomes(w, func(id int64, attempt int32, outcome string) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -337,7 +337,7 @@ func TestRegistryOutagePeerKeepsItsJob(t *testing.T) {
 	// Beats every 2s: a stale window of 6s, a lease of 20s.
 	peer := startHelper(t, b, "reg-peer", helperBeatEnv+"=2s")
 	testdb.WaitFor(t, "the peer runs the job", func() bool { return b.job(t, res.ID).State == "running" })
-	start(t, b, worker.Config{ID: "reg-judge", HeartbeatInterval: 50 * time.Millisecond}, func(w *worker.Worker) {
+	start(t, b, worker.Config{ID: "reg-judge", BeatInterval: 50 * time.Millisecond}, func(w *worker.Worker) {
 		require.NoError(t, worker.Handle(w, kind(t, "registry.judge"), noop))
 	})
 	testdb.WaitFor(t, "the judge registered", func() bool { return len(b.workerRows(t)) == 2 })
@@ -357,4 +357,54 @@ func TestRegistryOutagePeerKeepsItsJob(t *testing.T) {
 	require.EqualValues(t, 1, j.Attempt, "the peer's job was never handed back")
 	require.JSONEq(t, "[]", string(j.Errors))
 	require.Nil(t, b.workerRow(t, "reg-peer").ReleasedAt)
+}
+
+// TestGoneWorkerLogNamesIt: the line that reports a gone worker's jobs
+// handed back names that worker, its host and pid, and counts its jobs
+// (not only the worker doing the hand-back, whose logger names it).
+func TestGoneWorkerLogNamesIt(t *testing.T) {
+	b := setup(t)
+	testfactory.Worker(b.Ctx, t, b.Pool, &testfactory.WorkerOpts{
+		ID: "reg-gone", Host: "gone-host", PID: 4242, StaleAfter: 100 * time.Millisecond, LastBeatAgo: time.Hour})
+	for range 2 {
+		testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{State: testfactory.Running, Kind: "registry.gone", LeaseOwner: "reg-gone"})
+	}
+	logs := &logLines{}
+	start(t, b, worker.Config{ID: "reg-judge-log", BeatInterval: 20 * time.Millisecond, Logger: slog.New(logs)}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, kind(t, "registry.other"), noop))
+	})
+	testdb.WaitFor(t, "the gone worker's jobs handed back, and said", func() bool {
+		return len(logs.with("handed back the jobs of a gone worker")) > 0
+	})
+	line := logs.with("handed back the jobs of a gone worker")[0]
+	for _, want := range []string{"gone_worker=reg-gone", "gone_host=gone-host", "gone_pid=4242", "jobs=2", "requeued=2", "dead=0"} {
+		require.Contains(t, line, want)
+	}
+}
+
+// TestBeatSlowerThanLeaseWarns: a BeatInterval whose three beats reach
+// the lease (the old HeartbeatInterval kept, say: a third of the lease)
+// makes the registry no faster than the lease at recovering a crashed
+// worker's jobs: the worker says so at start. The default does not.
+func TestBeatSlowerThanLeaseWarns(t *testing.T) {
+	b := setup(t)
+	for _, tc := range []struct {
+		cfg  worker.Config
+		warn bool
+	}{
+		{worker.Config{LeaseDuration: 900 * time.Millisecond, BeatInterval: 300 * time.Millisecond}, true},
+		{worker.Config{}, false},
+	} {
+		logs := &logLines{}
+		tc.cfg.Logger = slog.New(logs)
+		start(t, b, tc.cfg, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, kind(t, "registry.beat"), noop)) })
+		testdb.WaitFor(t, "started", func() bool { return len(logs.with("hopper worker started")) > 0 })
+		warned := logs.with("BeatInterval makes crash recovery as slow as the lease")
+		if !tc.warn {
+			require.Empty(t, warned)
+			continue
+		}
+		require.Len(t, warned, 1)
+		require.Contains(t, warned[0], "ExtendInterval")
+	}
 }

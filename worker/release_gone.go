@@ -23,41 +23,58 @@ const (
 // LOCKED, so each gone worker is released by one of them.
 func (m *maintainer) releaseGone(ctx context.Context, liveFor time.Duration) {
 	ms := liveFor.Milliseconds()
-	requeued, dead, err := m.releaseJobsOf(ctx, db.ReleaseWorkerJobsParams{LiveForMs: &ms, Reason: reasonWorkerGone})
-	switch {
-	case err != nil && ctx.Err() == nil:
+	gone, err := m.releaseJobsOf(ctx, db.ReleaseWorkerJobsParams{LiveForMs: &ms, Reason: reasonWorkerGone})
+	if err != nil && ctx.Err() == nil {
 		m.log.Warn("handing back the jobs of gone workers failed; retrying at the next beat", "error", err)
-	case requeued+dead > 0:
-		m.log.Warn("handed back the jobs of gone workers", "requeued", requeued, "dead", dead)
 	}
+	for _, g := range gone {
+		m.log.Warn("handed back the jobs of a gone worker", "gone_worker", g.id, "gone_host", g.host, "gone_pid", g.pid,
+			"jobs", g.requeued+g.dead, "requeued", g.requeued, "dead", g.dead)
+	}
+}
+
+// goneWorker tallies the jobs handed back of one gone worker.
+type goneWorker struct {
+	id, host       string
+	pid            int32
+	requeued, dead int
 }
 
 // releaseJobsOf hands back, in bounded batches, the running jobs of the
 // worker p.WorkerID (nil: of every gone worker not yet released whose
 // stale window p.LiveForMs covers), whatever its state when p.Force is
 // set, recording p.Reason; it wakes their queues. p.HolderStartedAt names
-// this worker's own row, which is not marked released.
-func (m *maintainer) releaseJobsOf(ctx context.Context, p db.ReleaseWorkerJobsParams) (requeued, dead int, err error) {
+// this worker's own row, which is not marked released. It returns, for
+// each worker whose jobs it handed back, in the order met, how many.
+func (m *maintainer) releaseJobsOf(ctx context.Context, p db.ReleaseWorkerJobsParams) ([]*goneWorker, error) {
 	p.MaxJobs = int32(m.sweepBatch)
+	var gone []*goneWorker
+	byID := map[string]*goneWorker{}
 	for {
 		rows, err := m.q.ReleaseWorkerJobs(ctx, p)
 		if err != nil {
-			return requeued, dead, fmt.Errorf("worker: hand back the jobs of gone workers: %w", err)
+			return gone, fmt.Errorf("worker: hand back the jobs of gone workers: %w", err)
 		}
 		var wk wakeups
 		for _, r := range rows {
+			g := byID[r.Owner]
+			if g == nil {
+				g = &goneWorker{id: r.Owner, host: r.OwnerHost, pid: r.OwnerPid}
+				byID[r.Owner] = g
+				gone = append(gone, g)
+			}
 			if r.Dead {
-				dead++
+				g.dead++
 				m.metrics.outcome(r.Queue, "", OutcomeDead)
 			} else {
-				requeued++
+				g.requeued++
 			}
 			m.metrics.released(r.Queue, p.Reason)
 			wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
 		}
 		m.announce(ctx, &wk, "release")
 		if len(rows) < m.sweepBatch {
-			return requeued, dead, nil
+			return gone, nil
 		}
 	}
 }

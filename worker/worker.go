@@ -97,7 +97,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	}
 	w.executor = newExecutor(w.q, w.log, w.metrics, &w.cfg, w.completer, w.report)
 	w.held = heldJobs{jobs: map[heldKey]*heldJob{}, q: w.q, log: w.log, lease: cfg.LeaseDuration,
-		extendEvery: cfg.ExtendInterval, beatEvery: cfg.HeartbeatInterval, pool: pool, inFlight: &w.executor.inFlight, beatWorker: w.registry.beat,
+		extendEvery: cfg.ExtendInterval, beatEvery: cfg.BeatInterval, pool: pool, inFlight: &w.executor.inFlight, beatWorker: w.registry.beat,
 		abandonAfter: cfg.AbandonAfter, metrics: w.metrics, dbtx: w.dbtx}
 	w.notifier = newNotifier(w.q, pool.Config().ConnConfig, w.log, cfg.ID, w.producers, w.held.cancelNotice, func(schedule string) {
 		w.maintainer.scheduleTriggered(schedule)
@@ -177,6 +177,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.mu.Unlock()
 	}
 	w.checkPoolSize()
+	w.checkBeat()
 	w.log.Info("hopper worker started", "queues", w.cfg.Queues, "kinds", w.handlers.kinds, "schema", w.schema)
 
 	hard, endHard := context.WithCancel(context.WithoutCancel(ctx))
@@ -310,14 +311,15 @@ func (w *Worker) start(ctx context.Context) error {
 	// own row is not marked released: this run is live, and nothing of its
 	// own was taken, so its first beat must not report a death.
 	id, started := w.cfg.ID, w.registry.started()
-	requeued, dead, err := w.maintainer.releaseJobsOf(ctx, db.ReleaseWorkerJobsParams{
+	gone, err := w.maintainer.releaseJobsOf(ctx, db.ReleaseWorkerJobsParams{
 		WorkerID: &id, Force: true, Reason: reasonWorkerRestarted, HolderStartedAt: &started})
 	if err != nil {
 		w.registry.remove(context.WithoutCancel(ctx))
 		return fmt.Errorf("worker: start: %w", err)
 	}
-	if requeued+dead > 0 {
-		w.log.Warn("handed back the jobs of a previous run of this worker", "requeued", requeued, "dead", dead)
+	for _, g := range gone {
+		w.log.Warn("handed back the jobs of a previous run of this worker", "previous_host", g.host, "previous_pid", g.pid,
+			"jobs", g.requeued+g.dead, "requeued", g.requeued, "dead", g.dead)
 	}
 	return nil
 }
