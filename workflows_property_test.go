@@ -27,8 +27,8 @@ import (
 // the rest: purge dead steps (a dead parent's failure must outlive its
 // row), record a child's edges by several calls of the SQL API, add a
 // parent to a step that already waits, name a parent that is no job (it
-// must be refused), and end steps inside REPEATABLE READ or SERIALIZABLE
-// transactions (they must be refused, never strand). After every round
+// must be refused), edit waiting steps, and end steps inside REPEATABLE
+// READ or SERIALIZABLE transactions (they must be refused, never strand). After every round
 // these rules must hold:
 //
 //   - each waiting step of several parents has a count of those still to
@@ -187,6 +187,18 @@ func TestWorkflowProperty(t *testing.T) {
 				return nil // the step was promoted or ended meanwhile, or the parent ended and is not kept: refused
 			}
 			return err
+		},
+		func(ctx context.Context, r *rand.Rand) error { // an operator edits a waiting step (its priority, its run time)
+			id, _, err := someStep(ctx, "hopper_jobs", "state = 'waiting'")
+			if err != nil || id == 0 {
+				return err
+			}
+			priority := r.IntN(10)
+			_, err = b.client.UpdateJob(ctx, id, hopper.JobUpdate{Priority: &priority, RunNow: r.IntN(2) == 0})
+			if err != nil && !isEditRace(err) {
+				return err
+			}
+			return nil
 		},
 		func(ctx context.Context, r *rand.Rand) error { // a parent that is no job at all must be refused
 			var top int64
