@@ -126,6 +126,24 @@ func TestCLIWorkersList(t *testing.T) {
 	require.Equal(t, []string{}, rows[2].Queues, "an empty list, not null")
 }
 
+// TestCLIStatsQueueWorkers: the registry records a worker's queues, not
+// its kinds, so stats labels its count as the queue's workers and says a
+// kind no worker handles still shows them: a row must not look served.
+func TestCLIStatsQueueWorkers(t *testing.T) {
+	b := newWorkersBed(t)
+	b.worker(testfactory.WorkerOpts{ID: "live-1", Queues: []string{"email"}, StaleAfter: time.Hour})
+	for _, kind := range []string{"mail", "unhandled"} {
+		r := b.run("", "enqueue", "--kind", kind, "--queue", "email")
+		require.Zero(t, r.code, r.stderr)
+	}
+	r := b.run("", "stats")
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, `(?m)^\s*QUEUE\s+KIND\s+READY\s.*\sRETRY RATE\s+QUEUE STATE\s+QUEUE WORKERS$`, r.stdout)
+	require.Regexp(t, `(?m)^\s*email\s+unhandled\s+1\s.*\sactive\s+1 worker$`, r.stdout)
+	require.Contains(t, r.stdout, "\nQUEUE WORKERS: live workers claiming from the queue, whatever kinds they handle; "+
+		"a kind none of them handles still shows them (its READY and CLAIM LAG grow)\n")
+}
+
 // TestCLIWorkersRelease: hopper workers release hands back a gone worker's
 // jobs at once and says how many were requeued and how many went dead; a
 // live worker's jobs only with --force, after a question (skipped by

@@ -22,10 +22,13 @@ type statsReport struct {
 
 // statsRow is one queue and kind, as --json prints it.
 type statsRow struct {
-	Queue              string  `json:"queue"`
-	Kind               string  `json:"kind"`
-	Paused             bool    `json:"paused"`
-	Workers            int     `json:"workers"` // live workers serving the queue
+	Queue  string `json:"queue"`
+	Kind   string `json:"kind"`
+	Paused bool   `json:"paused"`
+	// Live workers claiming from the queue. The worker registry records a
+	// worker's queues, not its kinds: a kind no live worker handles still
+	// shows its queue's workers.
+	Workers            int     `json:"workers"`
 	Ready              int64   `json:"ready"`
 	Scheduled          int64   `json:"scheduled"`
 	Running            int64   `json:"running"`
@@ -49,7 +52,7 @@ func statsCommand() *command {
 	return &command{
 		name:    "stats",
 		args:    "[--watch] [--interval D] [--json]",
-		summary: "per queue and kind: ready, scheduled, running, waiting, dead, cancelled, claim lag, retry rate; the queue active or paused, and its live workers; throughput with --watch",
+		summary: "per queue and kind: ready, scheduled, running, waiting, dead, cancelled, claim lag, retry rate; the queue active or paused, and its live workers (of the queue, whatever kinds they handle); throughput with --watch",
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&watch, "watch", false, "redraw every --interval until Ctrl-C")
 			fs.BoolVar(&asJSON, "json", false, "print JSON (one object per refresh)")
@@ -117,7 +120,7 @@ func printStats(w io.Writer, r statsReport) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "QUEUE\tKIND\tREADY\tSCHEDULED\tRUNNING\tWAITING\tDEAD\tCANCELLED\tCLAIM LAG\tRETRY RATE\tSTATE\tWORKERS\t")
+	fmt.Fprintln(tw, "QUEUE\tKIND\tREADY\tSCHEDULED\tRUNNING\tWAITING\tDEAD\tCANCELLED\tCLAIM LAG\tRETRY RATE\tQUEUE STATE\tQUEUE WORKERS\t")
 	for _, s := range r.Queues {
 		state := "active"
 		if s.Paused {
@@ -129,5 +132,13 @@ func printStats(w io.Writer, r statsReport) {
 	tw.Flush()
 	if len(r.Queues) == 0 {
 		fmt.Fprintln(w, "(no jobs)")
+		return
 	}
+	fmt.Fprintln(w, queueWorkersNote)
 }
+
+// queueWorkersNote says what QUEUE WORKERS counts: the registry records a
+// worker's queues, not the kinds it handles, so a kind no live worker
+// handles shows its queue's workers all the same; its ready jobs and claim
+// lag grow.
+const queueWorkersNote = "QUEUE WORKERS: live workers claiming from the queue, whatever kinds they handle; a kind none of them handles still shows them (its READY and CLAIM LAG grow)"
