@@ -492,6 +492,29 @@ func TestDemoKeepsSchemasItDidNotCreate(t *testing.T) {
 	r = runHopper(t, dsn, "", "demo", "--duration", "1s")
 	require.Zero(t, r.code, "stdout %s\nstderr %s", r.stdout, r.stderr)
 	require.Contains(t, r.stdout, "recreated schema hopper_demo, the demo's own from an earlier run")
+
+	// The summary's commands run as printed: the dead jobs are the
+	// demo's own, and --drop removes the schema it keeps.
+	m := regexp.MustCompile(`(?m)^\s+dead\s+\d+\s+\(the demo's deliberate failures: demo\.doomed always fails, dead after its 3 attempts; hopper (--schema hopper_demo dead list)\)$`).
+		FindStringSubmatch(r.stdout)
+	require.NotNil(t, m, r.stdout)
+	dead := runHopper(t, dsn, "", strings.Fields(m[1])...)
+	require.Zero(t, dead.code, dead.stderr)
+	require.Contains(t, r.stdout, "\nschema hopper_demo is kept for exploring (hopper --schema hopper_demo stats); "+
+		"the next demo drops and recreates it, or drop it now: hopper demo --drop\n")
+	r = runHopper(t, dsn, "", "demo", "--drop")
+	require.Zero(t, r.code, "stdout %s\nstderr %s", r.stdout, r.stderr)
+	require.Equal(t, "dropped schema hopper_demo and everything the demo left in it\n", r.stdout)
+	var schemas int
+	require.NoError(t, own.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = 'hopper_demo'").Scan(&schemas))
+	require.Zero(t, schemas)
+	r = runHopper(t, dsn, "", "demo", "--drop")
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, "no schema hopper_demo: nothing to drop\n", r.stdout)
+	_, err = own.Exec(ctx, "CREATE SCHEMA hopper_demo")
+	require.NoError(t, err)
+	requireFailure(t, runHopper(t, dsn, "", "demo", "--drop"), 1,
+		"schema hopper_demo was not created by the demo; pass --reset with --drop to drop it and everything in it")
 }
 
 // TestCLIHelpAtTheTop: hopper --help and -h print the usage and succeed.

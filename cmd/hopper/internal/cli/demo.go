@@ -54,6 +54,9 @@ const (
 	demoSchedule      = "demo.heartbeat"
 	demoScheduleEvery = "@every 5s"
 	demoScheduleQueue = "demo.schedules"
+
+	// doomedKind always fails: the demo's dead jobs are its own.
+	doomedKind = "demo.doomed"
 )
 
 type demoJob struct {
@@ -70,15 +73,16 @@ var demoHeartbeatKind = jobs.MustDefine[demoHeartbeat](demoSchedule)
 func demoCommand() *command {
 	var duration time.Duration
 	var rate int
-	var reset bool
+	var reset, drop bool
 	return &command{
 		name:    "demo",
-		args:    "[--duration D] [--rate N] [--reset]",
+		args:    "[--duration D] [--rate N] [--reset] | --drop",
 		summary: "one producer, three workers and the sweep on schema hopper_demo, with live progress and a summary that accounts for every job",
 		flags: func(fs *flag.FlagSet) {
 			durationVar(fs, &duration, "duration", 30*time.Second, "how long to produce (0: until Ctrl-C)")
 			fs.IntVar(&rate, "rate", 2000, "jobs enqueued per second")
 			fs.BoolVar(&reset, "reset", false, "drop a hopper_demo schema that the demo did not create (and everything in it)")
+			fs.BoolVar(&drop, "drop", false, "drop the demo's schema hopper_demo, which the demo keeps for exploring, and run nothing")
 		},
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
 			if len(args) > 0 || duration < 0 || rate < 10 {
@@ -88,9 +92,37 @@ func demoCommand() *command {
 				// Taken and ignored, it would say that the demo ran there.
 				return fmt.Errorf("%w: the demo runs in a schema of its own, %s: it takes no --schema", errUsage, demoSchema)
 			}
+			if drop {
+				return dropDemoSchema(e, reset)
+			}
 			return runDemo(e, duration, rate, reset)
 		},
 	}
+}
+
+// dropDemoSchema drops the schema a demo left for exploring: the demo's
+// own, or with --reset any hopper_demo.
+func dropDemoSchema(e *env, reset bool) error {
+	base, err := e.connect()
+	if err != nil {
+		return err
+	}
+	defer base.Close()
+	var mark string
+	switch err := base.QueryRow(e.ctx, demoSchemaSQL, demoSchema).Scan(&mark); {
+	case errors.Is(err, pgx.ErrNoRows):
+		fmt.Fprintf(e.stdout, "no schema %s: nothing to drop\n", demoSchema)
+		return nil
+	case err != nil:
+		return fmt.Errorf("look for schema %s: %w", demoSchema, err)
+	case mark != demoMark && !reset:
+		return fmt.Errorf("schema %s was not created by the demo; pass --reset with --drop to drop it and everything in it", demoSchema)
+	}
+	if _, err := base.Exec(e.ctx, dropDemoSQL); err != nil {
+		return fmt.Errorf("drop schema %s: %w", demoSchema, err)
+	}
+	fmt.Fprintf(e.stdout, "dropped schema %s and everything the demo left in it\n", demoSchema)
+	return nil
 }
 
 // resetDemoSchema drops the demo's schema from an earlier run and creates
@@ -150,7 +182,7 @@ func runDemo(e *env, duration time.Duration, rate int, reset bool) error {
 	k := demoKinds{
 		email:  jobs.MustDefine[demoJob]("demo.email"),
 		flaky:  jobs.MustDefine[demoJob]("demo.flaky"),
-		doomed: jobs.MustDefine[demoJob]("demo.doomed", jobs.Defaults(jobs.MaxAttempts(3))),
+		doomed: jobs.MustDefine[demoJob](doomedKind, jobs.Defaults(jobs.MaxAttempts(3))),
 		report: jobs.MustDefine[demoJob]("demo.report"),
 		slow:   jobs.MustDefine[demoJob]("demo.slow"),
 	}
@@ -231,7 +263,7 @@ func runDemo(e *env, duration time.Duration, rate int, reset bool) error {
 	if err := <-beaterDone; err != nil {
 		return err
 	}
-	if err := demoSummary(e.stdout, pool, enqueued.Load(), bench.CounterSum(bench.CompletedCounter, registries...),
+	if err := demoSummary(e.stdout, e.commandLine("--schema "+demoSchema+" dead list"), pool, enqueued.Load(), bench.CounterSum(bench.CompletedCounter, registries...),
 		bench.CounterSum(bench.UnconfirmedCounter, registries...), ran); err != nil {
 		return err
 	}
@@ -239,7 +271,12 @@ func runDemo(e *env, duration time.Duration, rate int, reset bool) error {
 	verdict, err := beats.verdict(5 * time.Second)
 	fmt.Fprintf(e.stdout, "  %-11s %8d   (schedule %s, %s, defined by all %d workers, fired by whichever took the slot; %s)\n",
 		"scheduled", fired, demoSchedule, demoScheduleEvery, demoWorkers, verdict)
-	return err
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "schema %s is kept for exploring (%s); the next demo drops and recreates it, or drop it now: %s\n",
+		demoSchema, e.commandLine("--schema "+demoSchema+" stats"), e.commandLine("demo --drop"))
+	return nil
 }
 
 // demoBeats counts the runs of each slot of the demo's schedule.
@@ -429,7 +466,7 @@ func demoProgress(ctx context.Context, pool *pgxpool.Pool, elapsed time.Duration
 // had none is lost. By the workers' counters: the done count must lie
 // between completed and completed + unconfirmed (a result whose reply was
 // lost may or may not have committed; the table says which).
-func demoSummary(w io.Writer, pool *pgxpool.Pool, enqueued, completed, unconfirmed int64, ran *demoLedger) error {
+func demoSummary(w io.Writer, deadList string, pool *pgxpool.Pool, enqueued, completed, unconfirmed int64, ran *demoLedger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	seen := make([]bool, enqueued+1)
@@ -467,7 +504,7 @@ func demoSummary(w io.Writer, pool *pgxpool.Pool, enqueued, completed, unconfirm
 	line("enqueued", enqueued, "")
 	line("completed", completed, "(the workers' "+bench.CompletedCounter+")")
 	line("unconfirmed", unconfirmed, "(the workers' "+bench.UnconfirmedCounter+": results whose reply was lost; the table says which committed)")
-	line("dead", dead, "(hopper --database-url ... dead list, with search_path="+demoSchema+")")
+	line("dead", dead, "(the demo's deliberate failures: "+doomedKind+" always fails, dead after its 3 attempts; "+deadList+")")
 	line("pending", pending, "(scheduled, retrying or given back at shutdown)")
 	line("done", done, "(gone from the table: enqueued - dead - pending; must lie between completed and completed + unconfirmed)")
 	line("lost", lost, "(gone from the table without a successful run, by the payloads' sequence numbers)")
