@@ -149,6 +149,14 @@ type HopperSequenceBlock struct {
 	BlockedAt   time.Time `json:"blocked_at"`
 }
 
+type HopperUniquePeriod struct {
+	UniqueKey string    `json:"unique_key"`
+	JobID     int64     `json:"job_id"`
+	Kind      string    `json:"kind"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
 type HopperWorker struct {
 	ID            string     `json:"id"`
 	Host          string     `json:"host"`

@@ -45,3 +45,24 @@ func (q *Queries) PruneHistory(ctx context.Context, arg PruneHistoryParams) (int
 	}
 	return result.RowsAffected(), nil
 }
+
+const pruneUniquePeriods = `-- name: PruneUniquePeriods :execrows
+DELETE FROM hopper_unique_periods AS r
+WHERE r.unique_key IN (SELECT e.unique_key
+                       FROM hopper_unique_periods AS e
+                       WHERE e.expires_at < now()
+                       ORDER BY e.expires_at
+                       LIMIT $1::integer
+                       FOR UPDATE SKIP LOCKED)
+`
+
+// Deletes up to max_keys records of unique keys whose period has ended
+// (hopper_unique_periods, written by enqueues with jobs.UniquePeriod), the
+// oldest first. SKIP LOCKED lets every worker run it.
+func (q *Queries) PruneUniquePeriods(ctx context.Context, maxKeys int32) (int64, error) {
+	result, err := q.db.Exec(ctx, pruneUniquePeriods, maxKeys)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}

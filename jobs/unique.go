@@ -30,7 +30,8 @@ import (
 // named, and change nothing); add StateCompleted, StateDead and
 // StateCancelled to keep the key held after the job finished, for as long
 // as the finished job is kept (completed jobs only when the kind or queue
-// keeps history), or within UniquePeriod. Without this option and without
+// keeps history, unless UniquePeriod is set: see there), or within
+// UniquePeriod. Without this option and without
 // a period only live jobs hold the key. A job without a unique key ignores
 // it. An unknown state is refused with ErrInvalidState.
 func UniqueStates(states ...State) EnqueueOption {
@@ -43,11 +44,12 @@ func UniqueStates(states ...State) EnqueueOption {
 // The window slides: it is measured from each job's enqueue time
 // (created_at) with the database's clock, at a millisecond's resolution.
 // Finished jobs count in the states chosen by UniqueStates, or all of
-// completed, dead and cancelled when it is not given; a completed job
-// counts only where history is kept (worker.KeepHistory: keep it at least
-// d), since without history a completed job leaves no row. A live job
-// holds its key whatever its age. 0 means no period. A job without a
-// unique key ignores it.
+// completed, dead and cancelled when it is not given. A completed job
+// counts for the whole period whether or not history is kept: the enqueue
+// records the key, with the job's id and enqueue time, in
+// hopper_unique_periods, which workers prune once the period is over. A
+// live job holds its key whatever its age. 0 means no period. A job
+// without a unique key ignores it.
 func UniquePeriod(d time.Duration) EnqueueOption {
 	return func(o *enqueueOptions) { o.uniquePeriod = d }
 }

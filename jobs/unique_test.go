@@ -76,8 +76,12 @@ func TestUniqueFinishedStatesAndPeriod(t *testing.T) {
 			}
 			require.False(t, res.Duplicate, "%s (%s)", tc.name, path)
 			require.Equal(t, jobs.OutcomeInserted, res.Outcome())
-			// The new job is live: the many path finds it held.
+			// The new job is live, and with a period its key's record
+			// would hold the key once it completed: the many path starts
+			// from the same state without either.
 			_, err := b.Pool.Exec(b.Ctx, "DELETE FROM hopper_jobs WHERE id = $1", res.ID)
+			require.NoError(t, err)
+			_, err = b.Pool.Exec(b.Ctx, "DELETE FROM hopper_unique_periods WHERE job_id = $1", res.ID)
 			require.NoError(t, err)
 		}
 	}
@@ -307,4 +311,55 @@ func TestUniqueThroughEveryDBTX(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, jobs.OutcomeInserted, res.Outcome(), name)
 	}
+}
+
+// TestUniquePeriodWithoutHistory: UniquePeriod holds the key for its
+// period after the job completed even where no history is kept (the
+// default): the enqueue records the key beside the job, and a later one
+// finds the record once the job has left the table. Alone and in a batch;
+// once the period is over the key is free, and the workers' prune deletes
+// the record.
+func TestUniquePeriodWithoutHistory(t *testing.T) {
+	b := setup(t)
+	k := jobs.MustDefine[Note]("note.period", jobs.Defaults(jobs.UniquePeriod(time.Hour)))
+	first, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "1"}, jobs.UniqueKey("sync:7"))
+	require.NoError(t, err)
+	require.Equal(t, jobs.OutcomeInserted, first.Outcome())
+	_, err = b.Pool.Exec(b.Ctx, `DELETE FROM hopper_jobs WHERE id = $1`, first.ID) // completed, as its acknowledgement without history does
+	require.NoError(t, err)
+	var kept int
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT count(*) FROM hopper_job_history`).Scan(&kept))
+	require.Zero(t, kept, "no history row")
+
+	again, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "2"}, jobs.UniqueKey("sync:7"))
+	require.NoError(t, err)
+	require.Equal(t, jobs.Result{ID: first.ID, Duplicate: true}, again, "completed less than an hour ago: kept")
+	batch, err := jobs.EnqueueBatch(b.Ctx, b.Pool, []jobs.Entry{k.Entry(Note{Text: "3"}, jobs.UniqueKey("sync:7")), k.Entry(Note{Text: "4"}, jobs.UniqueKey("sync:8"))})
+	require.NoError(t, err)
+	require.Equal(t, jobs.OutcomeKept, batch.Results[0].Outcome(), "in a batch too")
+	require.Equal(t, first.ID, batch.Results[0].ID)
+	require.Equal(t, jobs.OutcomeInserted, batch.Results[1].Outcome(), "the batch records its own keys")
+	_, err = b.Pool.Exec(b.Ctx, `DELETE FROM hopper_jobs WHERE id = $1`, batch.Results[1].ID)
+	require.NoError(t, err)
+	again, err = k.Enqueue(b.Ctx, b.Pool, Note{Text: "5"}, jobs.UniqueKey("sync:8"))
+	require.NoError(t, err)
+	require.Equal(t, jobs.OutcomeKept, again.Outcome(), "a key the batch inserted is held after its job completed")
+
+	// The period over (its record an hour and a minute old), the key is
+	// free, and the prune deletes what has expired.
+	_, err = b.Pool.Exec(b.Ctx, `UPDATE hopper_unique_periods SET created_at = created_at - interval '61 minutes', expires_at = expires_at - interval '61 minutes'`)
+	require.NoError(t, err)
+	n, err := b.Queries.PruneUniquePeriods(b.Ctx, 1000)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	later, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "6"}, jobs.UniqueKey("sync:7"))
+	require.NoError(t, err)
+	require.Equal(t, jobs.OutcomeInserted, later.Outcome())
+
+	// A key held for no period writes no record.
+	_, err = k.Enqueue(b.Ctx, b.Pool, Note{Text: "7"}, jobs.UniqueKey("live-only"), jobs.UniquePeriod(0))
+	require.NoError(t, err)
+	var records int
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT count(*) FROM hopper_unique_periods WHERE unique_key = 'live-only'`).Scan(&records))
+	require.Zero(t, records)
 }

@@ -2,7 +2,6 @@ package schema
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -11,11 +10,6 @@ import (
 	hopperdb "github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/migrated"
 )
-
-// ErrNoAccess is returned by Check when the role may not read the schema's
-// migrations table, so the version cannot be known. The error names the
-// GRANT that fixes it.
-var ErrNoAccess = errors.New("hopper: cannot read the schema version")
 
 // Check reports whether the schema behind pool (the Name option's, else
 // the first of the search_path) is migrated to the version this build
@@ -34,7 +28,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 	}
 	access, err := hopperdb.New(pool).MigrationsTableAccess(ctx, o.schema)
 	if err != nil {
-		return fmt.Errorf("hopper: schema check: %w", err)
+		return fmt.Errorf("schema check: %w", err)
 	}
 	name := access.SchemaName
 	if name == "" {
@@ -51,7 +45,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 	}
 	version, dirty, _, err := migrated.Applied(ctx, pool, name)
 	if err != nil {
-		return fmt.Errorf("hopper: schema check: %w", err)
+		return fmt.Errorf("schema check: %w", err)
 	}
 	if dirty {
 		return errorf(ErrDirty, "hopper: schema check: the schema migrations table of %s is dirty: migration %d failed half-way; repair the schema by hand, then force the version it is really at", name, version)

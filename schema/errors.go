@@ -22,3 +22,8 @@ var ErrUnknownVersion = errors.New("hopper: unknown schema version")
 // ErrDownTooFar is returned by Down when asked to undo more migrations than
 // are applied, nothing being applied included. Nothing is undone.
 var ErrDownTooFar = errors.New("hopper: cannot undo that many migrations")
+
+// ErrNoAccess is returned by Check when the role may not read the schema's
+// migrations table, so the version cannot be known. The error names the
+// GRANT that fixes it.
+var ErrNoAccess = errors.New("hopper: cannot read the schema version")

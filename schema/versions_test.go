@@ -21,6 +21,7 @@ var addedBy = map[uint][]string{
 	14: workflowObjects,
 	15: edgeObjects,
 	16: nil, // sql_api_inputs: a check on hopper_jobs and a function's new body
+	17: {"relation hopper_unique_periods", "relation hopper_unique_periods_expires_idx", "relation hopper_unique_periods_pkey"},
 }
 
 // downTo migrates down to version v, whatever the latest version is.

@@ -56,10 +56,28 @@ func (m *maintainer) pruneOnce(ctx context.Context) (history, dead int64) {
 	if m.deadRetention > 0 {
 		dead = m.pruneDead(ctx)
 	}
+	m.pruneUniquePeriods(ctx)
 	if history+dead > 0 {
 		m.log.Info("pruned finished jobs", "history", history, "dead", dead)
 	}
 	return history, dead
+}
+
+// pruneUniquePeriods deletes the records of unique keys whose period
+// (jobs.UniquePeriod) has ended: they hold nothing any more.
+func (m *maintainer) pruneUniquePeriods(ctx context.Context) {
+	for range prunePasses {
+		n, err := m.q.PruneUniquePeriods(ctx, pruneBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				m.log.Warn("pruning expired unique periods failed; retrying at the next interval", "error", err)
+			}
+			return
+		}
+		if n < pruneBatch {
+			return
+		}
+	}
 }
 
 // pruneDead deletes dead and cancelled jobs older than DeadRetention.

@@ -149,6 +149,14 @@ type HopperSequenceBlock struct {
 	BlockedAt   time.Time
 }
 
+type HopperUniquePeriod struct {
+	UniqueKey string
+	JobID     int64
+	Kind      string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
 type HopperWorker struct {
 	ID            string
 	Host          string

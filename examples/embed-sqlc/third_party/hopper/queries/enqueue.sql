@@ -253,6 +253,16 @@ WITH holder AS MATERIALIZED (
         WHERE d.unique_key = sqlc.narg(unique_key)::text
           AND d.state = ANY (@states::text[])
           AND (@period_ms::bigint = 0 OR d.created_at > now() - '1 millisecond'::interval * @period_ms::bigint)
+        UNION ALL
+        -- a job enqueued within the period that completed without a
+        -- history row (hopper_unique_periods)
+        SELECT r.job_id, 'completed', r.kind, NULL, 1
+        FROM hopper_unique_periods AS r
+        WHERE r.unique_key = sqlc.narg(unique_key)::text
+          AND @period_ms::bigint > 0 AND 'completed' = ANY (@states::text[])
+          AND r.created_at > now() - '1 millisecond'::interval * @period_ms::bigint
+          AND NOT EXISTS (SELECT FROM hopper_jobs AS l WHERE l.id = r.job_id)
+          AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x WHERE x.id = r.job_id)
     ) AS c
     ORDER BY c.rank, c.id DESC
     LIMIT 1
@@ -298,7 +308,17 @@ WITH holder AS MATERIALIZED (
     FROM (SELECT count(*) AS n FROM taken) AS t
     WHERE NOT EXISTS (SELECT FROM blocking)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-    RETURNING id
+    RETURNING id, created_at
+), recorded AS (
+    -- With a period, the key's record outlives the job: it holds the key
+    -- until the period ends even when no history row is kept.
+    INSERT INTO hopper_unique_periods (unique_key, job_id, kind, created_at, expires_at)
+    SELECT sqlc.narg(unique_key)::text, i.id, @kind::text, i.created_at,
+           i.created_at + '1 millisecond'::interval * @period_ms::bigint
+    FROM inserted AS i
+    WHERE @period_ms::bigint > 0 AND 'completed' = ANY (@states::text[])
+    ON CONFLICT (unique_key) DO UPDATE
+    SET job_id = excluded.job_id, kind = excluded.kind, created_at = excluded.created_at, expires_at = excluded.expires_at
 )
 SELECT i.id, 'inserted'::text AS outcome FROM inserted AS i
 UNION ALL
@@ -368,6 +388,14 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
             WHERE d.unique_key = nullif(b.unique_key, '')
               AND d.state = ANY (string_to_array(b.finished, ','))
               AND (b.period_ms = 0 OR d.created_at > now() - '1 millisecond'::interval * b.period_ms)
+            UNION ALL
+            SELECT r.job_id, 'completed', r.kind, NULL, 1
+            FROM hopper_unique_periods AS r
+            WHERE r.unique_key = nullif(b.unique_key, '')
+              AND b.period_ms > 0 AND 'completed' = ANY (string_to_array(b.finished, ','))
+              AND r.created_at > now() - '1 millisecond'::interval * b.period_ms
+              AND NOT EXISTS (SELECT FROM hopper_jobs AS l WHERE l.id = r.job_id)
+              AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x WHERE x.id = r.job_id)
         ) AS c
         ORDER BY c.rank, c.id DESC
         LIMIT 1
@@ -419,7 +447,17 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     WHERE NOT EXISTS (SELECT FROM blocking AS k WHERE k.for_id = b.new_id)
     ORDER BY b.new_id
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-    RETURNING id
+    RETURNING id, created_at
+), recorded AS (
+    -- the key's record for its period, as in EnqueueUnique
+    INSERT INTO hopper_unique_periods (unique_key, job_id, kind, created_at, expires_at)
+    SELECT b.unique_key, i.id, b.kind, i.created_at, i.created_at + '1 millisecond'::interval * b.period_ms
+    FROM inserted AS i
+    JOIN batch AS b ON b.new_id = i.id
+    WHERE b.period_ms > 0 AND b.unique_key <> '' AND 'completed' = ANY (string_to_array(b.finished, ','))
+    ORDER BY b.unique_key
+    ON CONFLICT (unique_key) DO UPDATE
+    SET job_id = excluded.job_id, kind = excluded.kind, created_at = excluded.created_at, expires_at = excluded.expires_at
 )
 SELECT coalesce(i.id, r.id, k.id, live.id, 0)::bigint AS id,
        (CASE WHEN i.id IS NOT NULL THEN 'inserted'

@@ -20,3 +20,15 @@ WITH doomed AS (
 )
 DELETE FROM hopper_job_history AS h
 WHERE h.id IN (SELECT doomed.id FROM doomed);
+
+-- name: PruneUniquePeriods :execrows
+-- Deletes up to max_keys records of unique keys whose period has ended
+-- (hopper_unique_periods, written by enqueues with jobs.UniquePeriod), the
+-- oldest first. SKIP LOCKED lets every worker run it.
+DELETE FROM hopper_unique_periods AS r
+WHERE r.unique_key IN (SELECT e.unique_key
+                       FROM hopper_unique_periods AS e
+                       WHERE e.expires_at < now()
+                       ORDER BY e.expires_at
+                       LIMIT @max_keys::integer
+                       FOR UPDATE SKIP LOCKED);

@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS hopper_unique_periods;
