@@ -194,9 +194,9 @@ func endedWord(s jobs.State) string {
 // when given, are the states the command shows (dead show: dead and
 // cancelled jobs).
 func showJob(e *env, client *hopper.Client, args []string, asJSON bool, want ...jobs.State) error {
-	ids, err := parseIDs(args)
-	if err != nil || len(ids) != 1 {
-		return fmt.Errorf("%w: show takes one job id", errUsage)
+	ids, err := parseOneID("show", args)
+	if err != nil {
+		return err
 	}
 	r, err := client.GetJob(e.ctx, ids[0])
 	if errors.Is(err, hopper.ErrNotFound) {
@@ -294,8 +294,8 @@ func listShowCommand(name, summary string, operate bool, only ...jobs.State) *co
 					return err
 				}
 			case "edit", "delete":
-				if ids, err = parseIDs(rest); err != nil || len(ids) != 1 {
-					return fmt.Errorf("%w: %s takes one job id", errUsage, action)
+				if ids, err = parseOneID(action, rest); err != nil {
+					return err
 				}
 				if action == "delete" {
 					err = onlyFlags(fs, "delete", "yes", "json")
@@ -381,10 +381,24 @@ func parseIDs(args []string) ([]int64, error) {
 	ids := make([]int64, len(args))
 	for i, a := range args {
 		id, err := strconv.ParseInt(a, 10, 64)
-		if err != nil || id < 1 {
-			return nil, fmt.Errorf("%w: %q is not a job id", errUsage, a)
+		switch {
+		case errors.Is(err, strconv.ErrRange):
+			return nil, fmt.Errorf("%w: %q is not a job id: too large a number", errUsage, a)
+		case err != nil:
+			return nil, fmt.Errorf("%w: %q is not a job id: not a number", errUsage, a)
+		case id < 1:
+			return nil, fmt.Errorf("%w: %q is not a job id: ids start at 1", errUsage, a)
 		}
 		ids[i] = id
 	}
 	return ids, nil
+}
+
+// parseOneID reads the one job id that action takes, saying why an
+// argument is not one.
+func parseOneID(action string, args []string) ([]int64, error) {
+	if len(args) != 1 {
+		return nil, fmt.Errorf("%w: %s takes one job id", errUsage, action)
+	}
+	return parseIDs(args)
 }
