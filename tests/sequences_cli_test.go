@@ -179,7 +179,9 @@ func TestCLISequencesList(t *testing.T) {
 
 // TestCLISequencesShow: hopper sequences show prints a sequence's head,
 // its block (the head that ended, and the commands that retry or skip it)
-// and how many wait; a key no job has is an empty sequence.
+// and how many wait; a blocked sequence's head is the job that blocks it;
+// a key no live job has and no block holds is unknown (exit 1, as an
+// unknown workflow).
 func TestCLISequencesShow(t *testing.T) {
 	b := newSequencesBed(t)
 	blocked := b.blocked("acct-1", 3)
@@ -187,15 +189,17 @@ func TestCLISequencesShow(t *testing.T) {
 
 	r := b.run("", "sequences", "show", "acct-1")
 	require.Zero(t, r.code, r.stderr)
-	require.Regexp(t, `^sequence acct-1\nhead: none\nblocked: by job `+itoa(blocked[0])+`, cancelled at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(: .+)?\n`+
+	require.Regexp(t, `^sequence acct-1\nhead: job `+itoa(blocked[0])+` \(cancelled, blocking\)\nblocked: by job `+itoa(blocked[0])+`, cancelled at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(: .+)?\n`+
 		regexp.QuoteMeta(`  hopper sequences retry acct-1 runs it again; hopper sequences skip acct-1 lets the next job run`)+`\nwaiting: 2 jobs\n$`, r.stdout)
 
 	r = b.run("", "sequences", "show", "acct-3")
 	require.Zero(t, r.code, r.stderr)
 	require.Equal(t, "sequence acct-3\nhead: job "+itoa(running[0])+" (pending)\nblocked: no\nwaiting: 1 job\n", r.stdout)
 	r = b.run("", "sequences", "show", "nobody")
-	require.Zero(t, r.code, r.stderr)
-	require.Equal(t, "sequence nobody\nhead: none\nblocked: no\nwaiting: 0 jobs\n", r.stdout)
+	requireFailure(t, r, 1, "hopper sequences: no sequence nobody: no live job has this key and it is not blocked "+
+		"(never enqueued, or its jobs all finished; hopper sequences list shows the blocked ones)")
+	require.Empty(t, r.stdout)
+	requireFailure(t, b.run("", "sequences", "show", "nobody", "--json"), 1, "no sequence nobody")
 
 	r = b.run("", "sequences", "show", "acct-1", "--json")
 	require.Zero(t, r.code, r.stderr)

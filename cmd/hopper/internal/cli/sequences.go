@@ -168,11 +168,17 @@ func listSequences(e *env, client *hopper.Client, after string, limit int, asJSO
 }
 
 // showSequence prints one sequence: its head, its block, how many wait.
-// A key no job has is an empty sequence, not an error.
+// A key with no live job and no block is unknown, an error as an unknown
+// workflow is: whether it never had a job or its jobs all finished, there
+// is nothing to show.
 func showSequence(e *env, client *hopper.Client, key string, asJSON bool) error {
 	info, err := client.GetSequence(e.ctx, key)
 	if err != nil {
 		return err
+	}
+	if info.HeadID == 0 && info.Blocked == nil && info.Waiting == 0 {
+		return fmt.Errorf("no sequence %s: no live job has this key and it is not blocked (never enqueued, or its jobs all finished; "+
+			"hopper sequences list shows the blocked ones)", shellQuote(key))
 	}
 	if asJSON {
 		r := sequenceReport{Key: info.Key, HeadID: info.HeadID, HeadState: info.HeadState, Waiting: info.Waiting, WaitingCapped: info.WaitingCapped}
@@ -183,9 +189,13 @@ func showSequence(e *env, client *hopper.Client, key string, asJSON bool) error 
 		return json.NewEncoder(e.stdout).Encode(r)
 	}
 	fmt.Fprintf(e.stdout, "sequence %s\n", key)
-	if info.HeadID != 0 {
+	switch {
+	case info.HeadID != 0:
 		fmt.Fprintf(e.stdout, "head: job %d (%s)\n", info.HeadID, info.HeadState)
-	} else {
+	case info.Blocked != nil:
+		// The dead or cancelled job is the head: the sequence waits on it.
+		fmt.Fprintf(e.stdout, "head: job %d (%s, blocking)\n", info.Blocked.JobID, info.Blocked.State)
+	default:
 		fmt.Fprintln(e.stdout, "head: none")
 	}
 	if b := info.Blocked; b != nil {
