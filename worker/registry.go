@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"sort"
 	"sync"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/buildinfo"
 	"github.com/hopperq/hopper/internal/migrated"
 )
 
@@ -186,7 +186,7 @@ func (r *registry) register(ctx context.Context) (tookOver bool, err error) {
 func (r *registry) write(ctx context.Context) (tookOver, taken bool, err error) {
 	host, pid := processIdentity()
 	p := db.RegisterWorkerParams{
-		ID: r.cfg.ID, Host: host, Pid: int32(pid), HopperVersion: hopperVersion(),
+		ID: r.cfg.ID, Host: host, Pid: int32(pid), HopperVersion: buildinfo.Version(),
 		Queues: r.queues, StaleAfterMs: r.staleAfter().Milliseconds(),
 	}
 	r.mu.Lock()
@@ -304,34 +304,6 @@ func (r *registry) remove(ctx context.Context) {
 		r.log.Warn("removing this worker's row from hopper_workers failed; it goes stale by itself", "error", err)
 	}
 }
-
-// hopperVersion is the version of the Hopper module this program was built
-// with, as the build recorded it; "" when unknown (a development build).
-var hopperVersion = sync.OnceValue(func() string {
-	const module = "github.com/hopperq/hopper"
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return ""
-	}
-	version := func(m *debug.Module) string {
-		if m.Replace != nil && m.Replace.Version != "" {
-			return m.Replace.Version
-		}
-		if m.Version == "(devel)" {
-			return ""
-		}
-		return m.Version
-	}
-	if info.Main.Path == module {
-		return version(&info.Main)
-	}
-	for _, dep := range info.Deps {
-		if dep.Path == module {
-			return version(dep)
-		}
-	}
-	return ""
-})
 
 // checkBeat warns when the stale window (three beats) reaches the lease:
 // a crashed worker's jobs are then handed back by their leases' expiry,

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/buildinfo"
 	"github.com/hopperq/hopper/internal/migrated"
 	"github.com/hopperq/hopper/internal/schemascope"
 	"github.com/hopperq/hopper/jobs"
@@ -178,7 +179,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.checkPoolSize()
 	w.checkBeat()
-	w.log.Info("hopper worker started", "queues", w.cfg.Queues, "kinds", w.handlers.kinds, "schema", w.schema)
+	w.log.Info("hopper worker started", "queues", w.cfg.Queues, "kinds", w.handlers.kinds, "schema", w.schema, "version", buildinfo.Version())
 
 	hard, endHard := context.WithCancel(context.WithoutCancel(ctx))
 	defer endHard()
