@@ -119,11 +119,30 @@ func (e *executor) execute(d dispatched) {
 			comp.result = storableJSON(result)
 		}
 	case actRetry, actDead:
-		log().Warn("job failed", "error", err, "retry_in", comp.backoff, "dead_reason", comp.deadReason)
+		log().Warn("job failed", failureAttrs(err, comp, row)...)
 	}
 	if !e.completer.push(comp) {
 		e.report(comp, outcomeUnrecorded)
 	}
+}
+
+// failureAttrs are the attributes of a failed run's log line: retry_in
+// only when the job is retried, dead_reason only when it goes dead. A
+// retry on the last attempt goes dead, as the finish statement records
+// it ('out of attempts') and Judge says.
+func failureAttrs(err error, comp completion, row db.HopperJob) []any {
+	attrs := []any{"error", err}
+	reason := comp.deadReason
+	switch {
+	case comp.act == actRetry && row.Attempt >= row.MaxAttempts:
+		reason = "out of attempts"
+	case comp.act == actRetry:
+		attrs = append(attrs, "retry_in", comp.backoff)
+	}
+	if reason != "" {
+		attrs = append(attrs, "dead_reason", reason)
+	}
+	return attrs
 }
 
 // run calls the handler with its own context: cancelled when the lease is

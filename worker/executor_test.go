@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -90,4 +91,31 @@ func TestExecutorVerdicts(t *testing.T) {
 	r = e.completion(h, row, c, Snooze(time.Hour))
 	require.Equal(t, actSnooze, r.act)
 	require.InDelta(t, time.Hour, r.backoff, float64(time.Minute))
+}
+
+// A failed run's log line says retry_in only for a job that is retried,
+// and dead_reason only for one that goes dead: never retry_in=0s for a
+// dead job, nor an empty dead_reason for a retried one.
+func TestExecutorFailureLogAttrs(t *testing.T) {
+	t.Parallel()
+	e, c := newTestExecutor(Config{RetryBackoff: Backoff{Base: time.Minute, Max: time.Minute}})
+	h := &handler{}
+	boom := errors.New("boom")
+	line := func(row db.HopperJob, err error) string {
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}}))
+		log.Warn("job failed", failureAttrs(err, e.completion(h, row, c, err), row)...)
+		return buf.String()
+	}
+	require.Equal(t, "level=WARN msg=\"job failed\" error=boom retry_in=1m0s\n",
+		line(db.HopperJob{ID: c.id, Attempt: 1, MaxAttempts: 3, Kind: "k"}, boom))
+	require.Equal(t, "level=WARN msg=\"job failed\" error=boom dead_reason=\"out of attempts\"\n",
+		line(db.HopperJob{ID: c.id, Attempt: 3, MaxAttempts: 3, Kind: "k"}, boom))
+	require.Equal(t, "level=WARN msg=\"job failed\" error=\"permanent failure: boom\" dead_reason=\"permanent failure: boom\"\n",
+		line(db.HopperJob{ID: c.id, Attempt: 1, MaxAttempts: 3, Kind: "k"}, Permanent(boom)))
 }
