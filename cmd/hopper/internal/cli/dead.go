@@ -115,9 +115,11 @@ func deadFilter(args []string, l *listFlags, olderThan string, all bool) (hopper
 	}
 	if l.states != "" {
 		for _, name := range strings.Split(l.states, ",") {
-			s, err := jobs.ParseState(strings.TrimSpace(name))
+			name = strings.TrimSpace(name)
+			s, err := jobs.ParseState(name)
 			if err != nil || !hasState(inDeadTable, s) {
-				return f, fmt.Errorf("%w: --state wants dead, cancelled or dead,cancelled, not %q", errUsage, l.states)
+				return f, fmt.Errorf("%w: --state wants dead, cancelled or dead,cancelled, not %q%s", errUsage, l.states,
+					didYouMean(name, "", stateNames(inDeadTable)))
 			}
 			f.States = append(f.States, s)
 		}

@@ -47,9 +47,11 @@ func (l *listFlags) params(fixed ...jobs.State) (hopper.ListParams, error) {
 	}
 	if l.states != "" {
 		for _, name := range strings.Split(l.states, ",") {
-			s, err := jobs.ParseState(strings.TrimSpace(name))
+			name = strings.TrimSpace(name)
+			s, err := jobs.ParseState(name)
 			if err != nil {
-				return p, fmt.Errorf("%w: --state %v", errUsage, strings.TrimPrefix(err.Error(), jobs.ErrInvalidState.Error()+": "))
+				return p, fmt.Errorf("%w: --state %v%s", errUsage, strings.TrimPrefix(err.Error(), jobs.ErrInvalidState.Error()+": "),
+					didYouMean(name, "", stateNames(jobs.States())))
 			}
 			p.States = append(p.States, s)
 		}
@@ -392,6 +394,15 @@ func parseIDs(args []string) ([]int64, error) {
 		ids[i] = id
 	}
 	return ids, nil
+}
+
+// stateNames are the names of states, for a "did you mean" hint.
+func stateNames(states []jobs.State) []string {
+	names := make([]string, len(states))
+	for i, s := range states {
+		names[i] = string(s)
+	}
+	return names
 }
 
 // parseOneID reads the one job id that action takes, saying why an
