@@ -157,6 +157,25 @@ func TestCLIErrorConnection(t *testing.T) {
 	})
 }
 
+// TestCLIErrorMistypedURL: a connection string that is neither a URL nor
+// key=value pairs says what was expected and what it looks like, never
+// its password.
+func TestCLIErrorMistypedURL(t *testing.T) {
+	t.Parallel()
+	const bad = "hopper stats: bad connection string: it is neither a postgres:// URL nor key=value pairs: it looks like "
+	const want = " (want postgres://user:password@host:5432/database, or host=H port=5432 user=U dbname=D)"
+	runErrorCases(t, []errorCase{
+		{name: "scheme", args: []string{"--database-url", "postgress://alice:s3cretpw@db/app", "stats"}, code: 1,
+			stderr: bad + `a URL whose scheme is "postgress", not postgres or postgresql; did you mean postgres?` + want},
+		{name: "no scheme", url: "alice:s3cretpw@db:5432/app", args: []string{"stats"}, code: 1,
+			stderr: bad + "a URL without postgres:// at its front" + want},
+		{name: "no colon", url: "postgres//alice:s3cretpw@db/app", args: []string{"stats"}, code: 1,
+			stderr: bad + "a URL without postgres:// at its front" + want},
+		{name: "a pair without =", url: "host=db password=s3cretpw app", args: []string{"stats"}, code: 1,
+			stderr: bad + "key=value pairs with one that is not key=value (separate them with spaces; quote a value with spaces in single quotes)" + want},
+	})
+}
+
 func TestCLISchemaFlag(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t)

@@ -428,7 +428,7 @@ func (e *env) connect() (*pgxpool.Pool, error) { return e.connectSized(commandMa
 func (e *env) connectSized(maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(e.baseURL())
 	if err != nil {
-		return nil, fmt.Errorf("bad connection string: %w", redactURLError(err))
+		return nil, badConnString(e.baseURL(), err)
 	}
 	sizePool(cfg, maxConns)
 	if e.schema != "" {
@@ -575,6 +575,38 @@ func (e *env) connectClient() (*hopper.Client, func(), error) {
 		return nil, nil, err
 	}
 	return hopper.NewClient(pool), pool.Close, nil
+}
+
+// badConnString is the error for a connection string pgx cannot parse.
+// When it is neither form pgx reads (pgx then reports only that it failed
+// as keyword/value), it says what was expected and what the input looks
+// like: never the input itself, which may hold a password.
+func badConnString(dsn string, err error) error {
+	if !strings.Contains(err.Error(), "failed to parse as keyword/value") {
+		return fmt.Errorf("bad connection string: %w", redactURLError(err))
+	}
+	return fmt.Errorf("bad connection string: it is neither a postgres:// URL nor key=value pairs: it looks like %s "+
+		"(want postgres://user:password@host:5432/database, or host=H port=5432 user=U dbname=D)", connStringShape(dsn))
+}
+
+// uriScheme is the scheme of a URL, as RFC 3986 spells it.
+var uriScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
+
+// connStringShape describes a connection string pgx could not parse,
+// naming no part of it that could be a password.
+func connStringShape(dsn string) string {
+	s := strings.TrimSpace(dsn)
+	if scheme, _, ok := strings.Cut(s, "://"); ok && uriScheme.MatchString(scheme) {
+		return fmt.Sprintf("a URL whose scheme is %q, not postgres or postgresql%s", scheme,
+			didYouMean(scheme, "", []string{"postgres", "postgresql"}))
+	}
+	switch {
+	case strings.Contains(s, "="):
+		return "key=value pairs with one that is not key=value (separate them with spaces; quote a value with spaces in single quotes)"
+	case strings.ContainsAny(s, "@/:"):
+		return "a URL without postgres:// at its front"
+	}
+	return "a single word, not a connection string"
 }
 
 // redactURLError drops the connection string pgx quotes in parse errors.
