@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -667,4 +668,32 @@ func TestCLIKeys(t *testing.T) {
 	require.JSONEq(t, `{"keys":[{"queue":"default","key":"acme","ready":3,"running":0,"scheduled":0}],"rate_limits":[]}`, r.stdout)
 	requireFailure(t, runHopper(t, d.URL, "", "keys", "--limit", "0"), 2, "--limit 0 is outside 1 to 1000")
 	requireFailure(t, runHopper(t, d.URL, "", "enqueue", "--kind", "sync", "--concurrency-key", strings.Repeat("k", 256)), 2, "invalid concurrency key")
+}
+
+// TestCLIVersion: hopper version says which Hopper the binary is (a build
+// of this tree is "devel", with its commit when the build recorded one),
+// the schema version it needs, and its Go, with no database at all.
+func TestCLIVersion(t *testing.T) {
+	t.Parallel()
+	r := runHopper(t, "postgres://127.0.0.1:1/nowhere", "", "version")
+	require.Zero(t, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 3, r.stdout)
+	require.True(t, strings.HasPrefix(lines[0], "hopper devel"), lines[0])
+	require.Equal(t, fmt.Sprintf("schema version %d", schema.Latest()), lines[1])
+	require.Equal(t, runtime.Version(), lines[2])
+
+	r = runHopper(t, "postgres://127.0.0.1:1/nowhere", "", "version", "--json")
+	require.Zero(t, r.code, r.stderr)
+	var v struct {
+		Version       string `json:"version"`
+		SchemaVersion uint   `json:"schema_version"`
+		Go            string `json:"go"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &v))
+	require.Equal(t, schema.Latest(), v.SchemaVersion)
+	require.True(t, strings.HasPrefix(v.Version, "devel"), v.Version)
+
+	r = runHopper(t, "", "", "version", "extra")
+	require.Equal(t, 2, r.code)
 }

@@ -97,6 +97,7 @@ func commands() []*command {
 		uiCommand(),
 		demoCommand(),
 		benchCommand(),
+		versionCommand(),
 	}
 }
 
