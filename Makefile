@@ -52,6 +52,10 @@ bench-drain: ## hopper bench's drain of 20,000, 50,000 and 500,000 waiting jobs 
 	go build -o bin/hopper ./cmd/hopper
 	bin/hopper bench --scratch-cluster --mode drain --drain-sizes 20000,50000,500000
 
+.PHONY: bench-river
+bench-river: ## Hopper beside River's own `river bench` (CLI pinned, built into a temp dir) in one run on one throwaway cluster: a 100,000-job drain and 30s of insert + work, H R R H (about 5 minutes)
+	bash .ci/bench-river.sh
+
 .PHONY: bench-go
 bench-go: ## Go benchmarks of the hot paths (dequeue, ack_batch, COPY, decode with upgrades, a run with and without middleware); compare runs with benchstat
 	go test -run '^$$' -bench . -benchmem -count 5 . ./queries ./jobs ./worker
