@@ -13,7 +13,7 @@ import (
 // hopper_workflow_link (of two arguments).
 var edgeObjects = []string{
 	"function hopper_isolation_check", "function hopper_require_read_committed",
-	"function hopper_workflow_link", "function hopper_workflow_purged",
+	"function hopper_workflow_link", "function hopper_workflow_purged", "relation hopper_workflow_deps_failed_idx",
 	"trigger hopper_dead_jobs_isolation_delete", "trigger hopper_dead_jobs_workflow_purged",
 	"trigger hopper_jobs_isolation_delete", "trigger hopper_jobs_isolation_insert",
 }

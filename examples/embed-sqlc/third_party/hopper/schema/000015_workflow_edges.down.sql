@@ -305,7 +305,9 @@ END;
 $$;
 
 DROP FUNCTION IF EXISTS hopper_workflow_count(bigint[]);
+DROP INDEX IF EXISTS hopper_workflow_deps_failed_idx;
 ALTER TABLE hopper_workflow_deps DROP COLUMN IF EXISTS parent_failed;
+ALTER FUNCTION hopper_workflow_advance() RESET jit;
 
 DO $$
 BEGIN
