@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -91,7 +92,8 @@ type Row struct {
 	// RunAt is when the job is (or, once finished, was last) due.
 	RunAt time.Time `json:"run_at"`
 	// Attempt counts claims of this job so far; MaxAttempts is how many it
-	// may have (a claim given back, or a snooze, adds one to both).
+	// may have (a claim given back, or a snooze, adds one to both: see
+	// Attempts for the count that leaves those out).
 	Attempt     int `json:"attempt"`
 	MaxAttempts int `json:"max_attempts"`
 	// LeaseOwner and LeaseUntil name the worker running the job and when
@@ -137,4 +139,24 @@ func ParseErrors(raw json.RawMessage) ([]AttemptError, error) {
 		return nil, fmt.Errorf("error history: %w", err)
 	}
 	return history, nil
+}
+
+// MetaUncharged is the metadata key under which Hopper counts a job's
+// claims given back without being charged an attempt: at a worker's
+// shutdown, or by a snooze. Each adds one to Attempt and MaxAttempts.
+const MetaUncharged = "hopper.uncharged"
+
+// Attempts is the job's attempts as they count against its limit: the
+// claims charged so far, and how many it may be charged in all. Claims
+// given back uncharged (MetaUncharged) are left out of both, so a job
+// given back once at shutdown before it ran shows 0 of 25, not 1 of 26.
+func (r Row) Attempts() (charged, allowed int) {
+	uncharged, err := strconv.Atoi(r.Meta[MetaUncharged])
+	if err != nil || uncharged < 0 {
+		uncharged = 0
+	}
+	// Never more than the claims made, nor so many that no attempt is
+	// left to allow (an edit of MaxAttempts may have lowered it).
+	uncharged = min(uncharged, r.Attempt, max(r.MaxAttempts-1, 0))
+	return r.Attempt - uncharged, r.MaxAttempts - uncharged
 }

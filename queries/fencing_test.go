@@ -1,12 +1,15 @@
 package queries_test
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/testfactory"
 )
 
 func TestAckBatch(t *testing.T) {
@@ -192,8 +195,37 @@ func TestRelease(t *testing.T) {
 	require.Equal(t, int32(3), got.MaxAttempts, "the released claim is not charged")
 	require.JSONEq(t, `[]`, string(got.Errors))
 	require.True(t, j.RunAt.Equal(got.RunAt), "keeps its place in line")
+	require.JSONEq(t, `{"hopper.uncharged": "1"}`, string(got.Meta), "the claim given back is counted, for Row.Attempts")
 
 	again := b.claim(t, "w2", 1)
 	require.Len(t, again, 1, "claimable at once")
 	require.Equal(t, int32(2), again[0].Attempt)
+	_, err = b.Queries.Release(b.Ctx, db.ReleaseParams{Ids: []int64{j.ID}, Attempts: []int32{again[0].Attempt}})
+	require.NoError(t, err)
+	got, err = b.Queries.GetJob(b.Ctx, j.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"hopper.uncharged": "2"}`, string(got.Meta), "each claim given back adds one")
+}
+
+// TestReleaseCountsWhateverTheMeta: the count of claims given back joins
+// the job's own metadata, starts again from one over a value that is no
+// count (the SQL API lets a user write any string there), and is left out
+// rather than fail the release when the metadata is near its bound.
+func TestReleaseCountsWhateverTheMeta(t *testing.T) {
+	b := setup(t)
+	for _, tc := range []struct {
+		name, meta, want string
+	}{
+		{"the user's keys stay", `{"tenant": "acme"}`, `{"tenant": "acme", "hopper.uncharged": "1"}`},
+		{"a value that is no count", `{"hopper.uncharged": "many"}`, `{"hopper.uncharged": "1"}`},
+		{"near the bound", `{"big": "` + strings.Repeat("x", 8140) + `"}`, `{"big": "` + strings.Repeat("x", 8140) + `"}`},
+	} {
+		id := testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{State: testfactory.Running, Attempt: 1, Meta: json.RawMessage(tc.meta)}).ID
+		released, err := b.Queries.Release(b.Ctx, db.ReleaseParams{Ids: []int64{id}, Attempts: []int32{1}})
+		require.NoError(t, err, tc.name)
+		require.Len(t, released, 1, tc.name)
+		got, err := b.Queries.GetJob(b.Ctx, id)
+		require.NoError(t, err)
+		require.JSONEq(t, tc.want, string(got.Meta), tc.name)
+	}
 }

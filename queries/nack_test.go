@@ -141,6 +141,7 @@ func TestNackSnooze(t *testing.T) {
 		require.Equal(t, []db.NackBatchRow{{ID: id, Attempt: attempt, Dead: false}}, settle(t, b, j, "snooze", "", time.Minute, ""))
 	}
 	require.Equal(t, int32(2+6), b.job(t, id).MaxAttempts, "six snoozes, six claims given back")
+	require.JSONEq(t, `{"hopper.uncharged": "6"}`, string(b.job(t, id).Meta), "and counted, for Row.Attempts")
 }
 
 // TestNackCancel: a handler's own cancel moves the job to the dead table as

@@ -155,3 +155,21 @@ func TestCLIJobsDelete(t *testing.T) {
 		})
 	}
 }
+
+// TestCLIAttemptsLeaveOutUncharged: a job given back once at a worker's
+// shutdown, before it ran (attempt 1 of 26 in the table, its metadata
+// counting the claim given back), shows 0 of 25 attempts, as they count
+// against its limit, in jobs list and jobs show.
+func TestCLIAttemptsLeaveOutUncharged(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	job := testfactory.Job(context.Background(), t, d.Pool, &testfactory.JobOpts{Kind: "mail", Attempt: 1, MaxAttempts: 26,
+		Meta: json.RawMessage(`{"hopper.uncharged": "1"}`)})
+	id := strconv.FormatInt(job.ID, 10)
+	r := runHopper(t, d.URL, "", "jobs", "show", id)
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "attempts 0/25 (and 1 given back uncharged)")
+	r = runHopper(t, d.URL, "", "jobs", "list")
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, `(?m)^`+id+`\s+pending\s+default\s+mail\s+0/25\s`, r.stdout)
+}

@@ -119,7 +119,8 @@ func printJobTable(w io.Writer, rows []jobs.Row) error {
 		if r.FinishedAt != nil {
 			when = *r.FinishedAt
 		}
-		return fmt.Sprintf("%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s", r.ID, r.State, r.Queue, r.Kind, r.Attempt, r.MaxAttempts,
+		charged, allowed := r.Attempts()
+		return fmt.Sprintf("%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s", r.ID, r.State, r.Queue, r.Kind, charged, allowed,
 			stamp(r.CreatedAt), stamp(when), oneLine(detail(r)))
 	})
 }
@@ -144,7 +145,12 @@ func stamp(t time.Time) string { return t.Local().Format(time.DateTime) }
 func printJob(w io.Writer, r jobs.Row) {
 	fmt.Fprintf(w, "job %d  kind %s  queue %s  state %s  payload version %d  priority %d\n",
 		r.ID, r.Kind, r.Queue, r.State, r.Version, r.Priority)
-	fmt.Fprintf(w, "created %s  due %s  attempts %d/%d\n", stamp(r.CreatedAt), stamp(r.RunAt), r.Attempt, r.MaxAttempts)
+	charged, allowed := r.Attempts()
+	uncharged := ""
+	if given := r.Attempt - charged; given > 0 {
+		uncharged = fmt.Sprintf(" (and %d given back uncharged)", given)
+	}
+	fmt.Fprintf(w, "created %s  due %s  attempts %d/%d%s\n", stamp(r.CreatedAt), stamp(r.RunAt), charged, allowed, uncharged)
 	if r.FinishedAt != nil {
 		fmt.Fprintf(w, "%s %s\n", endedWord(r.State), stamp(*r.FinishedAt))
 	}

@@ -194,7 +194,12 @@ UPDATE hopper_jobs AS j
 SET state        = 'pending',
     lease_owner  = NULL,
     lease_until  = NULL,
-    max_attempts = j.max_attempts + 1
+    max_attempts = j.max_attempts + 1,
+    meta         = CASE WHEN octet_length(coalesce(j.meta, '{}'::jsonb)::text) <= 8150
+                        THEN coalesce(j.meta, '{}'::jsonb) || jsonb_build_object('hopper.uncharged',
+                             (CASE WHEN j.meta ->> 'hopper.uncharged' ~ '^[0-9]{1,9}$'
+                                   THEN (j.meta ->> 'hopper.uncharged')::integer ELSE 0 END + 1)::text)
+                        ELSE j.meta END
 WHERE j.id = ANY (ARRAY(SELECT released.id FROM released))
 RETURNING j.id, j.queue, j.priority, j.run_at
 `
@@ -214,7 +219,10 @@ type ReleaseRow struct {
 // Gives claims back at once, for example on shutdown: the jobs become
 // pending again, keeping their place in line. The claim is not charged:
 // attempt stays as it is (it is the fencing token and never goes down) and
-// max_attempts grows by one, so the job keeps every retry it had. Rows are
+// max_attempts grows by one, so the job keeps every retry it had; the
+// job's meta counts such claims ("hopper.uncharged"), so that attempts can
+// be shown as charged of allowed (jobs.Row.Attempts). A meta too near its
+// 8,192-byte bound keeps no count rather than fail the release. Rows are
 // locked in id order, like every statement that waits for row locks, and
 // looked up, locked and updated as in AckBatch (see there why).
 func (q *Queries) Release(ctx context.Context, arg ReleaseParams) ([]ReleaseRow, error) {
