@@ -32,8 +32,11 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"since": func(d time.Duration) string { return d.Round(time.Second).String() },
 	// attempts is a job's attempts as they count against its limit,
 	// "charged/allowed" (claims given back uncharged left out).
-	"attempts": func(r jobs.Row) string { charged, allowed := r.Attempts(); return fmt.Sprintf("%d/%d", charged, allowed) },
-	"ago":   ago,
+	"attempts": func(r jobs.Row) string {
+		charged, allowed := r.Attempts()
+		return fmt.Sprintf("%d/%d", charged, allowed)
+	},
+	"ago": ago,
 	// pathesc makes a name one path segment: a queue "a/b" is
 	// queues/a%2Fb/pause, and "a%2Fb" is queues/a%252Fb/pause.
 	"pathesc": url.PathEscape,
