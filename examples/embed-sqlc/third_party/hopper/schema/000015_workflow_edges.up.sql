@@ -319,10 +319,13 @@ BEGIN
     WHERE d.child_id = ANY (children) AND x.id = ANY (dead) AND d.parent_id = x.id
       AND d.parent_failed IS DISTINCT FROM x.state;
     -- A step of one parent has no count row: its parent's end is its
-    -- turn (hopper_workflow_pass).
+    -- turn (hopper_workflow_pass). The parents live now are those locked
+    -- live (locked, none can leave, and none can come back unlocked): an
+    -- index probe each, rather than a search of the array per edge (a
+    -- batch's callback has a hundred thousand).
     WITH counted AS (
         SELECT d.child_id AS c, count(*)::integer AS parents,
-               count(*) FILTER (WHERE d.parent_id = ANY (live))::integer AS parents_left
+               count(*) FILTER (WHERE EXISTS (SELECT FROM hopper_jobs AS p WHERE p.id = d.parent_id))::integer AS parents_left
         FROM hopper_workflow_deps AS d
         JOIN hopper_jobs AS j ON j.id = d.child_id AND j.state = 'waiting'
         WHERE d.child_id = ANY (children)
