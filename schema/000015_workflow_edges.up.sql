@@ -306,11 +306,23 @@ BEGIN
             RAISE EXCEPTION 'hopper: workflows: the parents of % kept moving while this transaction locked them', children;
         END IF;
     END LOOP;
-    PERFORM count(*)
+    SELECT array_agg(l.id) INTO ready
     FROM (SELECT j.id FROM hopper_jobs AS j
           WHERE j.id = ANY (children) AND j.state = 'waiting'
           ORDER BY j.id
           FOR NO KEY UPDATE OF j) AS l;
+    -- A step that already waited (a parent added to it) may have been
+    -- decided while this waited for its parents' locks: its last parent
+    -- ended in a transaction that could not see the new edge. It cannot
+    -- wait for the new parent any more: refused, as a step that was not
+    -- waiting at all is.
+    IF coalesce(cardinality(ready), 0) < (SELECT count(DISTINCT c) FROM unnest(children) AS c) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'hopper: unknown step: job ' || (SELECT min(c) FROM unnest(children) AS c WHERE NOT c = ANY (coalesce(ready, '{}')))
+                      || ' no longer waits: its parents ended while it was being given another',
+            HINT = 'a parent can be added only to a step that still waits for one';
+    END IF;
+    ready := NULL;
     -- A new edge to a dead parent takes its failure (a live parent's
     -- edge is read only once it has ended, and its end writes it).
     UPDATE hopper_workflow_deps AS d
