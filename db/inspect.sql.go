@@ -296,20 +296,22 @@ const migrationsTableAccess = `-- name: MigrationsTableAccess :one
 SELECT coalesce(nullif($1::text, ''), current_schema(), '')::text AS schema_name,
        (to_regclass(format('%I.hopper_schema_migrations', coalesce(nullif($1::text, ''), current_schema()))) IS NOT NULL)::boolean AS table_exists,
        coalesce(has_table_privilege(to_regclass(format('%I.hopper_schema_migrations', coalesce(nullif($1::text, ''), current_schema()))), 'SELECT'), false)::boolean AS readable,
-       current_user::text AS role_name
+       current_user::text AS role_name,
+       current_database()::text AS database_name
 `
 
 type MigrationsTableAccessRow struct {
-	SchemaName  string `json:"schema_name"`
-	TableExists bool   `json:"table_exists"`
-	Readable    bool   `json:"readable"`
-	RoleName    string `json:"role_name"`
+	SchemaName   string `json:"schema_name"`
+	TableExists  bool   `json:"table_exists"`
+	Readable     bool   `json:"readable"`
+	RoleName     string `json:"role_name"`
+	DatabaseName string `json:"database_name"`
 }
 
 // Whether the schema's migrations table exists (in_schema names the schema,
 // ” for this session's current one), whether this session's role may
-// read it, and who that role is: schema.Check's first question, which
-// needs no DDL rights.
+// read it, who that role is and in which database: schema.Check's first
+// question, which needs no DDL rights.
 func (q *Queries) MigrationsTableAccess(ctx context.Context, inSchema string) (MigrationsTableAccessRow, error) {
 	row := q.db.QueryRow(ctx, migrationsTableAccess, inSchema)
 	var i MigrationsTableAccessRow
@@ -318,6 +320,7 @@ func (q *Queries) MigrationsTableAccess(ctx context.Context, inSchema string) (M
 		&i.TableExists,
 		&i.Readable,
 		&i.RoleName,
+		&i.DatabaseName,
 	)
 	return i, err
 }
@@ -438,4 +441,18 @@ func (q *Queries) TableActivity(ctx context.Context) (TableActivityRow, error) {
 	var i TableActivityRow
 	err := row.Scan(&i.Inserted, &i.Deleted)
 	return i, err
+}
+
+const waitForMigrations = `-- name: WaitForMigrations :exec
+SELECT pg_advisory_xact_lock($1::bigint)
+`
+
+// Waits, until this transaction ends, for golang-migrate's advisory lock on
+// a schema's migrations (lock_id is golang-migrate's number for the
+// database, schema and table): a migration running now records its
+// version dirty until it ends, so a dirty version read under this lock is
+// one that no migration in progress explains. Needs no privilege.
+func (q *Queries) WaitForMigrations(ctx context.Context, lockID int64) error {
+	_, err := q.db.Exec(ctx, waitForMigrations, lockID)
+	return err
 }

@@ -92,12 +92,21 @@ SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = @name::text) 
 -- name: MigrationsTableAccess :one
 -- Whether the schema's migrations table exists (in_schema names the schema,
 -- '' for this session's current one), whether this session's role may
--- read it, and who that role is: schema.Check's first question, which
--- needs no DDL rights.
+-- read it, who that role is and in which database: schema.Check's first
+-- question, which needs no DDL rights.
 SELECT coalesce(nullif(@in_schema::text, ''), current_schema(), '')::text AS schema_name,
        (to_regclass(format('%I.hopper_schema_migrations', coalesce(nullif(@in_schema::text, ''), current_schema()))) IS NOT NULL)::boolean AS table_exists,
        coalesce(has_table_privilege(to_regclass(format('%I.hopper_schema_migrations', coalesce(nullif(@in_schema::text, ''), current_schema()))), 'SELECT'), false)::boolean AS readable,
-       current_user::text AS role_name;
+       current_user::text AS role_name,
+       current_database()::text AS database_name;
+
+-- name: WaitForMigrations :exec
+-- Waits, until this transaction ends, for golang-migrate's advisory lock on
+-- a schema's migrations (lock_id is golang-migrate's number for the
+-- database, schema and table): a migration running now records its
+-- version dirty until it ends, so a dirty version read under this lock is
+-- one that no migration in progress explains. Needs no privilege.
+SELECT pg_advisory_xact_lock(@lock_id::bigint);
 
 -- name: HopperSchema :one
 -- The schema in which this session finds hopper_jobs (the schema wake-ups

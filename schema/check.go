@@ -3,6 +3,9 @@ package schema
 import (
 	"context"
 	"fmt"
+	"strconv"
+
+	migratedb "github.com/golang-migrate/migrate/v4/database"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,7 +22,8 @@ import (
 // nil when the schema is at Latest or newer (migrations only add);
 // jobs.ErrNotMigrated, naming the migrations missing and the command to
 // run, when it is older or has no Hopper tables; ErrDirty when a migration
-// failed half-way; and ErrNoAccess, naming the GRANT to run, when the role
+// failed half-way (a migration still running is waited for, not taken
+// for a failed one); and ErrNoAccess, naming the GRANT to run, when the role
 // may not read hopper_schema_migrations.
 func Check(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 	var o options
@@ -44,6 +48,13 @@ func Check(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 			access.RoleName, qualified(name), qualified(name), pgx.Identifier{access.RoleName}.Sanitize())
 	}
 	version, dirty, _, err := migrated.Applied(ctx, pool, name)
+	if err == nil && dirty {
+		// A migration running now (the deploy's migration step, or a
+		// replica's schema.Up) records its version dirty until it ends:
+		// only a dirty version read under the migrations' lock is a
+		// failed one.
+		version, dirty, err = appliedUnderLock(ctx, pool, access.DatabaseName, name)
+	}
 	if err != nil {
 		return fmt.Errorf("schema check: %w", err)
 	}
@@ -56,4 +67,35 @@ func Check(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 // qualified is the migrations table of schema name, quoted.
 func qualified(name string) string {
 	return pgx.Identifier{name, MigrationsTable}.Sanitize()
+}
+
+// appliedUnderLock reads the version of schema name's migrations while
+// holding golang-migrate's lock on them, so it waits for a migration in
+// progress to end (or ctx to end).
+func appliedUnderLock(ctx context.Context, pool *pgxpool.Pool, database, name string) (version int64, dirty bool, err error) {
+	lockID, err := migrationsLockID(database, name)
+	if err != nil {
+		return 0, false, err
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := hopperdb.New(tx).WaitForMigrations(ctx, lockID); err != nil {
+		return 0, false, fmt.Errorf("wait for the migrations' lock: %w", err)
+	}
+	version, dirty, _, err = migrated.Applied(ctx, tx, name)
+	return version, dirty, err
+}
+
+// migrationsLockID is the advisory lock golang-migrate's PostgreSQL
+// driver takes around a run on schema name's migrations table (its own
+// function, so the two can never disagree).
+func migrationsLockID(database, name string) (int64, error) {
+	id, err := migratedb.GenerateAdvisoryLockId(database, name, MigrationsTable)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(id, 10, 64)
 }

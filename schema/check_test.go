@@ -4,8 +4,10 @@ import (
 	"context"
 	"testing"
 
+	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/internal/testdb"
@@ -66,4 +68,42 @@ func TestCheck(t *testing.T) {
 	_, err = d.Pool.Exec(ctx, "UPDATE "+schema.MigrationsTable+" SET dirty = true")
 	require.NoError(t, err)
 	require.ErrorIs(t, schema.Check(ctx, app), schema.ErrDirty)
+}
+
+// TestCheckWaitsOutAMigration: while a migration runs, golang-migrate
+// holds its lock and records the version dirty. Check, called then (an app
+// replica starting while the deploy's migration step runs), waits for the
+// lock instead of reporting a healthy schema as half-migrated, and answers
+// nil once the migration ends clean. The migration is played by
+// golang-migrate's own driver, so the lock is the one it really takes.
+func TestCheckWaitsOutAMigration(t *testing.T) {
+	ctx, _ := setup(t)
+	d := testdb.New(t)
+	connCfg := d.Pool.Config().ConnConfig
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT current_database()").Scan(&connCfg.Database))
+	sqlDB := stdlib.OpenDB(*connCfg)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	driver, err := migratepgx.WithInstance(sqlDB, &migratepgx.Config{MigrationsTable: schema.MigrationsTable, SchemaName: d.Schema})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = driver.Close() })
+
+	latest := int(schema.Latest())
+	require.NoError(t, driver.Lock())
+	require.NoError(t, driver.SetVersion(latest, true), "what golang-migrate records before it runs a migration")
+
+	checked := make(chan error, 1)
+	go func() { checked <- schema.Check(ctx, d.Pool) }()
+	testdb.WaitFor(t, "Check to wait for the migrations' lock", func() bool {
+		var waiting bool
+		err := d.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)").Scan(&waiting)
+		return err == nil && waiting
+	})
+	select {
+	case err := <-checked:
+		t.Fatalf("Check answered while the migration ran: %v", err)
+	default:
+	}
+	require.NoError(t, driver.SetVersion(latest, false), "the migration ends clean")
+	require.NoError(t, driver.Unlock())
+	require.NoError(t, <-checked)
 }
