@@ -89,7 +89,9 @@ func (c *Client) RetryDeadJobsTx(ctx context.Context, tx jobs.DBTX, f DeadFilter
 				res.Kept = append(res.Kept, r.ID)
 			}
 		}
-		if len(picked) < int(p.MaxJobs) {
+		// A page may pick fewer than MaxJobs (rows another transaction
+		// holds are left to it): only an empty one ends the walk.
+		if len(picked) == 0 {
 			return res, nil
 		}
 		p.AfterID = picked[len(picked)-1].ID

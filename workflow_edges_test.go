@@ -2,6 +2,7 @@ package hopper_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -187,6 +188,19 @@ func TestSequencesAndWorkflowsRefuseOtherIsolation(t *testing.T) {
 	require.NoError(t, err)
 	plain, err := email.Enqueue(b.Ctx, b.Pool, Email{To: "plain"})
 	require.NoError(t, err)
+	// A workflow with a cancelled step (dead, and its child cancelled
+	// with it), so its retry and the dead step's purge and retry have
+	// rows to write; a step a handler would acknowledge; a sequence
+	// whose head is blocked.
+	failed, err := jobs.EnqueueWorkflow(b.Ctx, b.Pool, jobs.NewWorkflow("iso_failed").Add("x", step("x")).Add("y", step("y"), jobs.After("x")))
+	require.NoError(t, err)
+	_, err = b.client.CancelJobs(b.Ctx, failed.Steps["x"])
+	require.NoError(t, err)
+	deadStep := hopper.DeadFilter{IDs: []int64{failed.Steps["x"]}, States: []jobs.State{jobs.StateCancelled}}
+	blocked, err := email.Enqueue(b.Ctx, b.Pool, Email{To: "blocked"}, jobs.Sequence("k2"))
+	require.NoError(t, err)
+	_, err = b.client.CancelJobs(b.Ctx, blocked.ID)
+	require.NoError(t, err)
 
 	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
 		writes := map[string]func(tx pgx.Tx) error{
@@ -207,7 +221,27 @@ func TestSequencesAndWorkflowsRefuseOtherIsolation(t *testing.T) {
 				return err
 			},
 			"retry a workflow": func(tx pgx.Tx) error {
-				_, err := b.client.RetryWorkflowTx(b.Ctx, tx, "iso")
+				_, err := b.client.RetryWorkflowTx(b.Ctx, tx, "iso_failed")
+				return err
+			},
+			"purge a workflow's dead step": func(tx pgx.Tx) error {
+				_, err := b.client.PurgeDeadJobsTx(b.Ctx, tx, deadStep)
+				return err
+			},
+			"retry a workflow's dead step": func(tx pgx.Tx) error {
+				_, err := b.client.RetryDeadJobsTx(b.Ctx, tx, deadStep)
+				return err
+			},
+			"skip a sequence's blocked head": func(tx pgx.Tx) error {
+				_, err := b.client.SkipSequenceTx(b.Ctx, tx, "k2")
+				return err
+			},
+			"hopper_workflow_link": func(tx pgx.Tx) error {
+				_, err := tx.Exec(b.Ctx, `SELECT hopper_workflow_link(ARRAY[$1::bigint], ARRAY[$2::bigint])`, wf.Steps["a"], wf.Steps["b"])
+				return err
+			},
+			"hopper_enqueue_many to a sequence": func(tx pgx.Tx) error {
+				_, err := tx.Exec(b.Ctx, `SELECT hopper_enqueue_many('[{"kind": "sql", "payload": {}, "meta": {"hopper.sequence": "k"}}]')`)
 				return err
 			},
 		}
@@ -216,11 +250,11 @@ func TestSequencesAndWorkflowsRefuseOtherIsolation(t *testing.T) {
 			require.NoError(t, err)
 			err = write(tx)
 			require.NoError(t, tx.Rollback(b.Ctx))
-			if name == "retry a workflow" {
-				require.NoError(t, err, "%s under %s: nothing to retry, nothing written", name, level)
-				continue
+			if strings.HasPrefix(name, "hopper_") {
+				require.ErrorContains(t, err, "SQLSTATE 0A000", "the SQL API's %s under %s", name, level)
+			} else {
+				require.ErrorIs(t, err, jobs.ErrIsolation, "%s under %s", name, level)
 			}
-			require.ErrorIs(t, err, jobs.ErrIsolation, "%s under %s", name, level)
 			require.ErrorContains(t, err, "hopper: read committed required", "%s under %s", name, level)
 		}
 
@@ -243,6 +277,49 @@ func TestSequencesAndWorkflowsRefuseOtherIsolation(t *testing.T) {
 	require.Equal(t, "pending", state)
 	state, _ = b.where(t, wf.Steps["b"])
 	require.Equal(t, "waiting", state)
+	state, _ = b.where(t, failed.Steps["x"])
+	require.Equal(t, "cancelled", state)
+}
+
+// TestLinkRefusedWhenStepDecidedMeanwhile: a parent is added by SQL to a
+// step that waits while another transaction ends that step's last parent.
+// The end cannot see the uncommitted edge and makes the step ready; the
+// link, which waited for the end's locks, must then refuse (22023) rather
+// than commit an edge the ready step would never wait for.
+func TestLinkRefusedWhenStepDecidedMeanwhile(t *testing.T) {
+	b := setup(t)
+	res, err := jobs.EnqueueWorkflow(b.Ctx, b.Pool, jobs.NewWorkflow("meanwhile").Add("a", step("a")).Add("n", step("n")).Add("c", step("c"), jobs.After("a")))
+	require.NoError(t, err)
+	a, n, c := res.Steps["a"], res.Steps["n"], res.Steps["c"]
+
+	ender, err := b.Pool.Begin(b.Ctx)
+	require.NoError(t, err)
+	defer func() { _ = ender.Rollback(b.Ctx) }()
+	_, err = ender.Exec(b.Ctx, `DELETE FROM hopper_jobs WHERE id = $1`, a) // a's acknowledgement
+	require.NoError(t, err)
+	var xid string
+	require.NoError(t, ender.QueryRow(b.Ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid))
+
+	linked := make(chan error, 1)
+	go func() {
+		_, err := b.Pool.Exec(b.Ctx, `SELECT hopper_workflow_link(ARRAY[$1::bigint], ARRAY[$2::bigint])`, n, c)
+		linked <- err
+	}()
+	testdb.WaitFor(t, "the link waits for the end's transaction", func() bool {
+		var waiting bool
+		require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT EXISTS (SELECT FROM pg_locks
+			WHERE locktype = 'transactionid' AND NOT granted AND transactionid::text = $1)`, xid).Scan(&waiting))
+		return waiting
+	})
+	require.NoError(t, ender.Commit(b.Ctx))
+	err = <-linked
+	require.ErrorContains(t, err, "SQLSTATE 22023")
+	require.ErrorContains(t, err, "no longer waits")
+	state, _ := b.where(t, c)
+	require.Equal(t, "pending", state, "c is ready: its only parent ended")
+	var edges int
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT count(*) FROM hopper_workflow_deps WHERE child_id = $1 AND parent_id = $2`, c, n).Scan(&edges))
+	require.Zero(t, edges, "the refused edge was not recorded")
 }
 
 // TestCancelWorkflowCatchesStepsAddedMeanwhile: a handler's transaction
@@ -288,4 +365,56 @@ func TestCancelWorkflowCatchesStepsAddedMeanwhile(t *testing.T) {
 	require.Equal(t, []int64{n}, r.ids, "the step added meanwhile is cancelled")
 	state, _ := b.where(t, n)
 	require.Equal(t, "cancelled", state)
+}
+
+// TestRevivalsOfAWorkflowTakeTurns: RetryDeadJobs of a workflow's step and
+// RetryWorkflow of the same workflow at once could deadlock (each holds a
+// dead row the other's trigger locks as a parent), and PostgreSQL aborted
+// one. They take turns on the workflow's lock: the second waits for the
+// first to commit, then both succeed.
+func TestRevivalsOfAWorkflowTakeTurns(t *testing.T) {
+	b := setup(t)
+	res, err := jobs.EnqueueWorkflow(b.Ctx, b.Pool, jobs.NewWorkflow("turns").
+		Add("p", step("p")).Add("x", step("x"), jobs.After("p")).Add("c", step("c"), jobs.After("x")))
+	require.NoError(t, err)
+	_, err = b.client.CancelJobs(b.Ctx, res.Steps["p"]) // x and c are cancelled with it
+	require.NoError(t, err)
+	for _, s := range []string{"p", "x", "c"} {
+		state, _ := b.where(t, res.Steps[s])
+		require.Equal(t, "cancelled", state, s)
+	}
+
+	first, err := b.Pool.Begin(b.Ctx)
+	require.NoError(t, err)
+	defer func() { _ = first.Rollback(b.Ctx) }()
+	retried, err := b.client.RetryDeadJobsTx(b.Ctx, first, hopper.DeadFilter{IDs: []int64{res.Steps["x"]}, States: []jobs.State{jobs.StateCancelled}})
+	require.NoError(t, err)
+	require.Equal(t, []int64{res.Steps["x"]}, retried.Retried)
+
+	type result struct {
+		ids []int64
+		err error
+	}
+	second := make(chan result, 1)
+	go func() {
+		ids, err := b.client.RetryWorkflow(b.Ctx, "turns")
+		second <- result{ids, err}
+	}()
+	testdb.WaitFor(t, "RetryWorkflow waits for the workflow's lock", func() bool {
+		var waiting bool
+		require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&waiting))
+		return waiting
+	})
+	require.NoError(t, first.Commit(b.Ctx))
+	r := <-second
+	require.NoError(t, r.err)
+	// x came back and, its parent still cancelled, was cancelled again by
+	// its policy: the workflow's retry brings all three back.
+	require.ElementsMatch(t, []int64{res.Steps["p"], res.Steps["x"], res.Steps["c"]}, r.ids)
+	state, _ := b.where(t, res.Steps["p"])
+	require.Equal(t, "pending", state)
+	for _, s := range []string{"x", "c"} {
+		state, _ := b.where(t, res.Steps[s])
+		require.Equal(t, "waiting", state, s)
+	}
 }

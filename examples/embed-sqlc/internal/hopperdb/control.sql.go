@@ -333,8 +333,8 @@ func (q *Queries) ResumeQueue(ctx context.Context, name string) (ResumeQueueRow,
 }
 
 const retryDead = `-- name: RetryDead :many
-WITH picked AS (
-    SELECT d.id
+WITH page AS (
+    SELECT d.id, d.meta ->> 'hopper.workflow' AS workflow
     FROM hopper_dead_jobs AS d
     WHERE d.id > $1::bigint
       AND d.state = ANY($2::text[])
@@ -344,7 +344,16 @@ WITH picked AS (
       AND ($6::timestamptz IS NULL OR d.died_at < $6::timestamptz)
     ORDER BY d.id
     LIMIT $7::integer
-    FOR UPDATE SKIP LOCKED
+), turns AS (
+    SELECT count(pg_advisory_xact_lock(hopper_workflow_lock_id(w.workflow))) AS taken
+    FROM (SELECT DISTINCT p.workflow FROM page AS p WHERE p.workflow IS NOT NULL ORDER BY p.workflow) AS w
+), picked AS (
+    SELECT d.id
+    FROM hopper_dead_jobs AS d
+    JOIN page ON page.id = d.id
+    WHERE (SELECT t.taken FROM turns AS t) >= 0
+    ORDER BY d.id
+    FOR UPDATE OF d SKIP LOCKED
 ), revived AS (
     INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, attempt,
                              max_attempts, unique_key, errors, created_at, meta, concurrency_key, state)
@@ -401,9 +410,12 @@ type RetryDeadRow struct {
 // A workflow step with parents comes back waiting too, and the trigger on
 // insert counts its parents still live: it runs once they have ended (at
 // once when none is left), applying its policy again if one failed.
-// One row per job picked
-// says whether it moved; the caller goes on after the last id picked until
-// fewer than max_jobs come back.
+// Revivals of one workflow take turns (migration 15,
+// hopper_workflow_lock_id): the page's workflows are locked, in name
+// order, before any of its rows, or two revivals of one workflow could
+// deadlock on each other's rows and parents. A row another transaction
+// holds is left to it. One row per job picked says whether it moved; the
+// caller goes on after the last id picked until a page picks none.
 func (q *Queries) RetryDead(ctx context.Context, arg RetryDeadParams) ([]RetryDeadRow, error) {
 	rows, err := q.db.Query(ctx, retryDead,
 		arg.AfterID,

@@ -73,11 +73,14 @@ DELETE FROM hopper_jobs WHERE queue = @queue::text AND state <> 'running';
 -- A workflow step with parents comes back waiting too, and the trigger on
 -- insert counts its parents still live: it runs once they have ended (at
 -- once when none is left), applying its policy again if one failed.
--- One row per job picked
--- says whether it moved; the caller goes on after the last id picked until
--- fewer than max_jobs come back.
-WITH picked AS (
-    SELECT d.id
+-- Revivals of one workflow take turns (migration 15,
+-- hopper_workflow_lock_id): the page's workflows are locked, in name
+-- order, before any of its rows, or two revivals of one workflow could
+-- deadlock on each other's rows and parents. A row another transaction
+-- holds is left to it. One row per job picked says whether it moved; the
+-- caller goes on after the last id picked until a page picks none.
+WITH page AS (
+    SELECT d.id, d.meta ->> 'hopper.workflow' AS workflow
     FROM hopper_dead_jobs AS d
     WHERE d.id > @after_id::bigint
       AND d.state = ANY(@states::text[])
@@ -87,7 +90,16 @@ WITH picked AS (
       AND (sqlc.narg(died_before)::timestamptz IS NULL OR d.died_at < sqlc.narg(died_before)::timestamptz)
     ORDER BY d.id
     LIMIT @max_jobs::integer
-    FOR UPDATE SKIP LOCKED
+), turns AS (
+    SELECT count(pg_advisory_xact_lock(hopper_workflow_lock_id(w.workflow))) AS taken
+    FROM (SELECT DISTINCT p.workflow FROM page AS p WHERE p.workflow IS NOT NULL ORDER BY p.workflow) AS w
+), picked AS (
+    SELECT d.id
+    FROM hopper_dead_jobs AS d
+    JOIN page ON page.id = d.id
+    WHERE (SELECT t.taken FROM turns AS t) >= 0
+    ORDER BY d.id
+    FOR UPDATE OF d SKIP LOCKED
 ), revived AS (
     INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, attempt,
                              max_attempts, unique_key, errors, created_at, meta, concurrency_key, state)

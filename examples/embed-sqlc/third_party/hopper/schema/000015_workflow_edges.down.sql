@@ -304,6 +304,45 @@ BEGIN
 END;
 $$;
 
+-- hopper_workflow_retry as migration 14 had it, without the lock.
+CREATE OR REPLACE FUNCTION hopper_workflow_retry(workflow text) RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_variable
+BEGIN
+    RETURN QUERY
+    WITH picked AS (
+        SELECT d.id
+        FROM hopper_dead_jobs AS d
+        WHERE d.meta ? 'hopper.workflow' AND (d.meta ->> 'hopper.workflow') = workflow
+        ORDER BY d.id
+        -- A step another retry is bringing back is that retry's: waiting
+        -- for it could deadlock (that retry's trigger locks the step's
+        -- parents, which this one may hold).
+        FOR UPDATE SKIP LOCKED
+    ), revived AS (
+        INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, attempt,
+                                 max_attempts, unique_key, errors, created_at, meta, concurrency_key, state, run_at)
+        OVERRIDING SYSTEM VALUE
+        SELECT d.id, d.queue, d.kind, d.version, d.payload, d.priority, d.attempt,
+               d.attempt + d.max_attempts, d.unique_key, d.errors, d.created_at, d.meta, d.concurrency_key,
+               CASE WHEN EXISTS (SELECT FROM hopper_workflow_deps AS e WHERE e.child_id = d.id) THEN 'waiting' ELSE 'pending' END,
+               now()
+        FROM hopper_dead_jobs AS d
+        JOIN picked ON picked.id = d.id
+        ORDER BY d.id
+        ON CONFLICT DO NOTHING
+        RETURNING id
+    ), moved AS (
+        DELETE FROM hopper_dead_jobs AS dead
+        USING revived
+        WHERE dead.id = revived.id
+        RETURNING dead.id
+    )
+    SELECT m.id FROM moved AS m ORDER BY m.id;
+END;
+$$;
+DROP FUNCTION IF EXISTS hopper_workflow_lock_id(text);
+
 DROP FUNCTION IF EXISTS hopper_workflow_count(bigint[]);
 DROP INDEX IF EXISTS hopper_workflow_deps_failed_idx;
 ALTER TABLE hopper_workflow_deps DROP COLUMN IF EXISTS parent_failed;
@@ -317,5 +356,6 @@ BEGIN
     EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_returned() SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_count(bigint[], bigint[], bigint) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_link(bigint[], bigint[], bigint) SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_retry(text) SET search_path = %1$I, pg_temp', current_schema());
 END;
 $$;

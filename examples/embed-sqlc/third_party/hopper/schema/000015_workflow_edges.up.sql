@@ -523,6 +523,54 @@ CREATE TRIGGER hopper_dead_jobs_workflow_purged
     FOR EACH STATEMENT
     EXECUTE FUNCTION hopper_workflow_purged();
 
+-- Revivals of one workflow's dead steps take turns. A revival locks the
+-- dead rows it picks, then its trigger locks the revived steps' dead
+-- parents (hopper_workflow_count): two revivals of one workflow at once
+-- (RetryWorkflow and RetryDeadJobs, say) could each hold a row the other's
+-- trigger waits for, and PostgreSQL would abort one as deadlocked. Each
+-- takes its workflows' advisory locks first, in name order, before it
+-- picks a row (RetryDead in queries/control.sql, hopper_workflow_retry).
+CREATE FUNCTION hopper_workflow_lock_id(workflow text) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT hashtextextended('hopper_jobs'::regclass::oid::text || ':workflow:' || workflow, 0)
+$$;
+
+CREATE OR REPLACE FUNCTION hopper_workflow_retry(workflow text) RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_variable
+BEGIN
+    PERFORM pg_advisory_xact_lock(hopper_workflow_lock_id(workflow));
+    RETURN QUERY
+    WITH picked AS (
+        SELECT d.id
+        FROM hopper_dead_jobs AS d
+        WHERE d.meta ? 'hopper.workflow' AND (d.meta ->> 'hopper.workflow') = workflow
+        ORDER BY d.id
+        -- A step another transaction holds (a purge) is that one's.
+        FOR UPDATE SKIP LOCKED
+    ), revived AS (
+        INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, attempt,
+                                 max_attempts, unique_key, errors, created_at, meta, concurrency_key, state, run_at)
+        OVERRIDING SYSTEM VALUE
+        SELECT d.id, d.queue, d.kind, d.version, d.payload, d.priority, d.attempt,
+               least(d.attempt::bigint + d.max_attempts, 2147483647)::integer, d.unique_key, d.errors, d.created_at, d.meta, d.concurrency_key,
+               CASE WHEN EXISTS (SELECT FROM hopper_workflow_deps AS e WHERE e.child_id = d.id) THEN 'waiting' ELSE 'pending' END,
+               now()
+        FROM hopper_dead_jobs AS d
+        JOIN picked ON picked.id = d.id
+        ORDER BY d.id
+        ON CONFLICT DO NOTHING
+        RETURNING id
+    ), moved AS (
+        DELETE FROM hopper_dead_jobs AS dead
+        USING revived
+        WHERE dead.id = revived.id
+        RETURNING dead.id
+    )
+    SELECT m.id FROM moved AS m ORDER BY m.id;
+END;
+$$;
+
 -- The triggers' statements touch a few rows each, but a planner without
 -- statistics of the edges (a new or unanalyzed table) can cost them high
 -- enough to compile them (JIT): a third of a second per acknowledgement
@@ -543,5 +591,7 @@ BEGIN
     EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_link(bigint[], bigint[]) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_link(bigint[], bigint[], bigint) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_purged() SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_lock_id(text) SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_retry(text) SET search_path = %1$I, pg_temp', current_schema());
 END;
 $$;
