@@ -21,10 +21,13 @@ import (
 // heads in batches (as the completer does, or a handler's AckTx at any
 // isolation level: only READ COMMITTED may pass a turn), kill heads to the dead table
 // under both policies, cancel or delete jobs wherever they stand, retry
-// dead jobs, skip blocked sequences. After every round of operations, and
+// dead jobs, skip blocked sequences, enqueue through the SQL API, purge
+// dead jobs (retention), edit the payload of a kind keyed by its payload
+// (an edit to another key is refused). After every round of operations, and
 // at the end, no key may be stranded: a key with waiting jobs has a head
 // or a block, and never two heads (the unique index would have refused
-// the statement, which fails the test). The acknowledged heads of each
+// the statement, which fails the test), and no job's payload names
+// another key than the one it waits in. The acknowledged heads of each
 // key must come in id order, whatever the interleaving (a retried dead job
 // aside: it rejoins at its old id, behind the head of the moment). The seed is
 // printed; HOPPER_SEQUENCE_SEED repeats a run's plan (not its timing).
@@ -102,6 +105,55 @@ func TestSequenceProperty(t *testing.T) {
 				return tx.Rollback(ctx)
 			}
 			return tx.Commit(ctx)
+		},
+		func(ctx context.Context, r *rand.Rand) error { // the SQL API, one job or a batch, in the caller's transaction
+			tx, err := b.Pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			if r.IntN(2) == 0 {
+				_, err = tx.Exec(ctx, `SELECT hopper_enqueue('sql', '{}', max_attempts => 1, meta => jsonb_build_object('hopper.sequence', $1::text))`, key(r))
+			} else {
+				_, err = tx.Exec(ctx, `SELECT * FROM hopper_enqueue_many(jsonb_build_array(
+					jsonb_build_object('kind', 'sql', 'payload', '{}'::jsonb, 'max_attempts', 1, 'meta', jsonb_build_object('hopper.sequence', $1::text)),
+					jsonb_build_object('kind', 'sql', 'payload', '{}'::jsonb, 'max_attempts', 1, 'meta', jsonb_build_object('hopper.sequence', $2::text))))`, key(r), key(r))
+			}
+			if err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		},
+		func(ctx context.Context, r *rand.Rand) error { // a kind keyed by its payload (SequenceBy), then its payload edited
+			if r.IntN(2) == 0 {
+				_, err := posting.Enqueue(ctx, b.Pool, Posting{Account: key(r)}, jobs.MaxAttempts(1))
+				return err
+			}
+			var id int64
+			err := b.Pool.QueryRow(ctx, `SELECT id FROM hopper_jobs WHERE kind = 'posting' AND state = 'waiting' ORDER BY random() LIMIT 1`).Scan(&id)
+			if err == pgx.ErrNoRows {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			_, err = b.client.UpdateJob(ctx, id, hopper.JobUpdate{Payload: hopper.PayloadOf(posting, Posting{Account: key(r), N: r.IntN(100)})})
+			if err != nil && !errors.Is(err, hopper.ErrPayloadMismatch) && !isEditRace(err) {
+				return err
+			}
+			return nil
+		},
+		func(ctx context.Context, r *rand.Rand) error { // retention: purge a dead job of a key
+			var id int64
+			err := b.Pool.QueryRow(ctx, `SELECT id FROM hopper_dead_jobs WHERE meta ->> 'hopper.sequence' = $1 ORDER BY random() LIMIT 1`, key(r)).Scan(&id)
+			if err == pgx.ErrNoRows {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			_, err = b.client.PurgeDeadJobs(ctx, hopper.DeadFilter{IDs: []int64{id}, States: []jobs.State{jobs.StateDead, jobs.StateCancelled}})
+			return err
 		},
 		ack, ack,
 		func(ctx context.Context, r *rand.Rand) error { // a head dies, as a failed last attempt does
@@ -202,6 +254,10 @@ func TestSequenceProperty(t *testing.T) {
 			require.NoError(t, err, "round %d (seed %d)", round, seed)
 		}
 		require.Empty(t, stranded(), "round %d (seed %d): keys with waiting jobs and neither head nor block", round, seed)
+		var misplaced []int64
+		require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT coalesce(array_agg(id), '{}') FROM hopper_jobs
+			WHERE kind = 'posting' AND payload ->> 'account' IS DISTINCT FROM meta ->> 'hopper.sequence'`).Scan(&misplaced))
+		require.Empty(t, misplaced, "round %d (seed %d): jobs whose payload names another key than the sequence they wait in", round, seed)
 	}
 	for k, ids := range acked {
 		var firstRuns []int64 // a retried job runs again where its id falls among the waiting

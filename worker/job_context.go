@@ -71,7 +71,12 @@ func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) 
 // this same statement, without a result (a HandleWithResult handler's
 // return value is not stored after an AckTx). It returns ErrLeaseLost
 // when the job is no longer this worker's, ErrCancelled when an operator
-// cancelled it: roll back then.
+// cancelled it: roll back then. The acknowledgement of a job of a sequence
+// or a workflow passes its turn in triggers that need a fresh snapshot per
+// statement, so tx must be READ COMMITTED for those: under REPEATABLE READ
+// or SERIALIZABLE it returns ErrIsolation (jobs.ErrIsolation) and writes
+// nothing. Roll back then, or do the work under READ COMMITTED; a handler
+// that returns nil without AckTx lets the worker acknowledge the job.
 func AckTx[T any](ctx context.Context, tx jobs.DBTX, job *jobs.Job[T]) error {
 	if r := testrun.From(ctx); r != nil { // hoppertest.Work: no row to delete
 		if tx == nil {
