@@ -10,3 +10,10 @@ import "embed"
 //
 //go:embed *.sql
 var Files embed.FS
+
+// License is Hopper's licence (MIT, the repository's LICENSE), which
+// `hopper sql export` writes beside the files it copies: the licence asks
+// that its notice go with every copy.
+//
+//go:embed LICENSE
+var License []byte

@@ -376,6 +376,10 @@ func TestSQLExport(t *testing.T) {
 			require.Equal(t, string(want), string(got), e.Name())
 		}
 	}
+	licence, err := os.ReadFile(filepath.Join(dir, "LICENSE"))
+	require.NoError(t, err)
+	require.Equal(t, string(queries.License), string(licence), "the licence goes with the copy")
+	require.Contains(t, string(licence), "MIT License")
 	requireFailure(t, runHopper(t, "", "", "sql", "import", dir), 2, `unknown sql action "import"; did you mean export?`)
 	requireFailure(t, runHopper(t, "", "", "sql", "export"), 2, "say export DIR, check DIR or entry DIR")
 

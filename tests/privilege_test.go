@@ -25,6 +25,7 @@ import (
 	"github.com/hopperq/hopper/internal/doccheck"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/schema"
 	"github.com/hopperq/hopper/worker"
 )
 
@@ -55,6 +56,11 @@ func TestLeastPrivilege(t *testing.T) {
 	require.NoError(t, err)
 	_, err = chore.Enqueue(ctx, app, Chore{5}, jobs.Delay(200*time.Millisecond))
 	require.NoError(t, err)
+	_, err = chore.Enqueue(ctx, app, Chore{7}, jobs.UniqueKey("seven"), jobs.UniquePeriod(time.Hour))
+	require.NoError(t, err, "a period records its key in hopper_unique_periods")
+
+	require.NoError(t, schema.Check(ctx, app), "the version is readable under the grants")
+	require.NoError(t, schema.Up(ctx, app), "migrating a current schema needs no DDL: golang-migrate sees its table")
 
 	var done, scheduled atomic.Int64
 	w, err := worker.New(app, worker.Config{ID: "least-privilege", PollInterval: 50 * time.Millisecond, SweepInterval: 50 * time.Millisecond,
@@ -99,7 +105,10 @@ func TestLeastPrivilege(t *testing.T) {
 	require.Equal(t, 1, queues[0].Workers, "the worker registered itself")
 	stop()
 	require.NoError(t, <-errc)
-	require.EqualValues(t, 4, done.Load())
+	require.EqualValues(t, 5, done.Load())
+	again, err := chore.Enqueue(ctx, app, Chore{7}, jobs.UniqueKey("seven"), jobs.UniquePeriod(time.Hour))
+	require.NoError(t, err)
+	require.True(t, again.Duplicate, "completed, its history pruned: the period's record still holds the key")
 	queues, err = client.ListQueues(ctx)
 	require.NoError(t, err)
 	require.Zero(t, queues[0].Workers, "the worker removed its row at its clean stop")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/buildinfo"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/internal/testfactory"
 	"github.com/hopperq/hopper/jobs"
@@ -320,7 +321,15 @@ func TestRegistryStableIDHealthyStart(t *testing.T) {
 	mu.Unlock()
 	require.Empty(t, logs.with("taken to be gone"))
 	require.Empty(t, logs.with("handed back"))
-	require.Nil(t, b.workerRow(t, "reg-fresh").ReleasedAt)
+	row := b.workerRow(t, "reg-fresh")
+	require.Nil(t, row.ReleasedAt)
+	// The build's version, in the row and in the start log, as a user
+	// pinning a release reads it.
+	version := buildinfo.Version()
+	require.NotEmpty(t, version)
+	require.Equal(t, version, row.HopperVersion)
+	require.Len(t, logs.with("hopper worker started"), 1)
+	require.Contains(t, logs.with("hopper worker started")[0], "version="+version)
 }
 
 // TestRegistryOutagePeerKeepsItsJob: after a database restart every row is

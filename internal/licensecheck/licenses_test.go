@@ -253,6 +253,10 @@ func TestLicenseFiles(t *testing.T) {
 			t.Errorf("%s/LICENSE differs from the root's LICENSE", dir)
 		}
 	}
+	// The copy that `hopper sql export` writes beside the SQL it copies.
+	if b, err := os.ReadFile(filepath.Join(repoRoot, "queries", "LICENSE")); err != nil || !bytes.Equal(b, root) {
+		t.Errorf("queries/LICENSE (written by hopper sql export) must be the root's LICENSE: %v", err)
+	}
 	// Every go.mod in the tree is the root or one of subModules.
 	err = filepath.WalkDir(repoRoot, func(path string, d os.DirEntry, err error) error {
 		if err != nil {

@@ -28,7 +28,7 @@ func sqlCommand() *command {
 		name:    "sql",
 		actions: []string{"export", "check", "entry"},
 		args:    "export [--clean] DIR | check DIR | entry [--package P] [--out O] DIR",
-		summary: "export: write this version's schema and query files to DIR/schema and DIR/queries (for your own sqlc project), " +
+		summary: "export: write this version's schema and query files to DIR/schema and DIR/queries, with Hopper's LICENSE (for your own sqlc project), " +
 			"replacing an earlier export; check: report how DIR differs from this version; entry: print the sqlc.yaml entry that compiles DIR's queries",
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&clean, "clean", false, "export: also remove .sql files in DIR/schema and DIR/queries that this version does not have, in a folder no export wrote")
@@ -100,9 +100,10 @@ func sqlEntry(e *env, dir, pkg, out string) error {
 	return nil
 }
 
-// sqlFiles is this build's SQL by path relative to the export folder.
+// sqlFiles is this build's SQL by path relative to the export folder, and
+// the licence that goes with it.
 func sqlFiles() (map[string][]byte, error) {
-	out := map[string][]byte{}
+	out := map[string][]byte{"LICENSE": queries.License}
 	for sub, files := range map[string]fs.FS{"schema": schema.Files, "queries": queries.Files} {
 		entries, err := fs.ReadDir(files, ".")
 		if err != nil {
@@ -119,10 +120,13 @@ func sqlFiles() (map[string][]byte, error) {
 	return out, nil
 }
 
-// foundSQL lists the .sql files in dir/schema and dir/queries, by path
-// relative to dir.
+// foundSQL lists the .sql files in dir/schema and dir/queries, and the
+// LICENSE an export writes, by path relative to dir.
 func foundSQL(dir string) ([]string, error) {
 	var out []string
+	if _, err := os.Stat(filepath.Join(dir, "LICENSE")); err == nil {
+		out = append(out, "LICENSE")
+	}
 	for _, sub := range []string{"schema", "queries"} {
 		matches, err := filepath.Glob(filepath.Join(dir, sub, "*.sql"))
 		if err != nil {
@@ -183,7 +187,7 @@ func sqlExport(e *env, dir string, clean bool) error {
 	if err := os.WriteFile(filepath.Join(dir, stampName), stamp.Bytes(), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "wrote %d files to %s (schema/ and queries/, schema version %d)", len(paths), dir, schema.Latest())
+	fmt.Fprintf(e.stdout, "wrote %d files to %s (schema/, queries/ and the LICENSE, schema version %d)", len(paths), dir, schema.Latest())
 	if len(stale) > 0 {
 		fmt.Fprintf(e.stdout, "; removed %s", strings.Join(stale, ", "))
 	}
