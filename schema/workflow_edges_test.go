@@ -9,11 +9,11 @@ import (
 )
 
 // edgeObjects are what migration 15 (workflow_edges) adds: the isolation
-// check and its triggers, the purge's trigger, and a second
+// check and its triggers, the purge's trigger, the revivals' lock, and a second
 // hopper_workflow_link (of two arguments).
 var edgeObjects = []string{
 	"function hopper_isolation_check", "function hopper_require_read_committed",
-	"function hopper_workflow_link", "function hopper_workflow_purged", "relation hopper_workflow_deps_failed_idx",
+	"function hopper_workflow_link", "function hopper_workflow_lock_id", "function hopper_workflow_purged", "relation hopper_workflow_deps_failed_idx",
 	"trigger hopper_dead_jobs_isolation_delete", "trigger hopper_dead_jobs_workflow_purged",
 	"trigger hopper_jobs_isolation_delete", "trigger hopper_jobs_isolation_insert",
 }
