@@ -4,6 +4,8 @@ SHELL := bash
 .DEFAULT_GOAL := help
 
 SQLC := CGO_ENABLED=0 go tool -modfile=tools/go.mod sqlc
+# TIMED LABEL COMMAND runs COMMAND and, under .ci/run, records its wall time.
+TIMED := bash .ci/timed.sh
 SCRATCH := .tmp/check-generated
 
 .PHONY: help
@@ -69,10 +71,17 @@ test: ## run every test (race detector on) against a real PostgreSQL, the embed-
 	bash .ci/debian-package.sh pgbouncer /usr/sbin/pgbouncer
 	bash .ci/debian-package.sh chromium /usr/bin/chromium
 	bash .ci/debian-package.sh python3-psycopg /usr/lib/python3/dist-packages/psycopg
-	go test -race -count=1 -timeout 30m ./...
-	cd $(EXAMPLE) && go vet ./... && go test -race -count=1 ./...
-	cd $(OTEL) && go vet ./... && go test -race -count=1 ./...
-	cd $(E2E) && go vet ./... && go test -count=1 ./...
+	bash .ci/debian-package.sh postgresql-15-plpgsql-check /usr/lib/postgresql/15/lib/plpgsql_check.so
+	$(TIMED) "test: go test ./..." go test -race -count=1 -timeout 30m ./...
+	$(TIMED) "test: $(EXAMPLE)" bash -c 'cd $(EXAMPLE) && go vet ./... && go test -race -count=1 ./...'
+	$(TIMED) "test: $(OTEL)" bash -c 'cd $(OTEL) && go vet ./... && go test -race -count=1 ./...'
+	$(TIMED) "test: $(E2E)" bash -c 'cd $(E2E) && go vet ./... && go test -count=1 ./...'
+
+.PHONY: test-short
+test-short: ## the fast lane, for every change while you work: each package with -short (the slow suites skip; race detector on), and the embed-sqlc example's and hopperotel's tests; about 3 minutes on an idle 2-core machine
+	go test -short -race -count=1 -timeout 15m ./...
+	cd $(EXAMPLE) && go test -short -race -count=1 ./...
+	cd $(OTEL) && go test -short -race -count=1 ./...
 
 .PHONY: api
 api: ## record the exported API of each public package in api/ (after an intended API change; note it in CHANGELOG.md)
@@ -95,14 +104,15 @@ screenshot: ## retake docs/dashboard.png with the dashboard's browser test
 	cd $(E2E) && HOPPER_UPDATE_SCREENSHOT=1 go test -count=1 -run TestDashboardInABrowser ./...
 
 .PHONY: generate
-generate: ## regenerate db/ from schema/ and queries/ with sqlc, the test factory's factorydb/, then the embed-sqlc example's code
+generate: ## regenerate db/ from schema/ and queries/ with sqlc, the test factory's factorydb/, schema/current/schema.sql (needs the tests' PostgreSQL), then the embed-sqlc example's code
 	rm -f db/*.go internal/testfactory/factorydb/*.go
 	$(SQLC) generate
 	$(SQLC) generate -f internal/testfactory/sqlc.yaml
+	bash .ci/current-schema.sh schema/current/schema.sql
 	$(MAKE) -C $(EXAMPLE) generate
 
 .PHONY: check-generated
-check-generated: ## fail when db/ or the test factory's factorydb/ differs from what sqlc makes of the SQL (stale files included)
+check-generated: ## fail when db/, the test factory's factorydb/ or schema/current/schema.sql differs from what the SQL makes (stale files included)
 	rm -rf $(SCRATCH) && mkdir -p $(SCRATCH)/internal/testfactory
 	cp -R sqlc.yaml schema queries $(SCRATCH)/
 	cp internal/testfactory/sqlc.yaml internal/testfactory/factory.sql $(SCRATCH)/internal/testfactory/
@@ -113,6 +123,10 @@ check-generated: ## fail when db/ or the test factory's factorydb/ differs from 
 	fi
 	@if ! diff -r internal/testfactory/factorydb $(SCRATCH)/internal/testfactory/factorydb; then \
 		echo "internal/testfactory/factorydb/ is stale: run 'make generate' and commit the result" >&2; exit 1; \
+	fi
+	bash .ci/current-schema.sh $(SCRATCH)/current-schema.sql
+	@if ! diff schema/current/schema.sql $(SCRATCH)/current-schema.sql; then \
+		echo "schema/current/schema.sql is stale: run 'make generate' and commit the result" >&2; exit 1; \
 	fi
 	rm -rf $(SCRATCH)
 	$(MAKE) -C $(EXAMPLE) check-generated
@@ -133,11 +147,11 @@ lint: ## staticcheck, pinned in tools/go.mod, on Hopper, the embed-sqlc example,
 
 .PHONY: ci
 ci: ## what .ci/run runs once PostgreSQL is up: check-generated, vet, api-check, lint, check-alerts, test, the restart scenario, a short fuzz
-	$(MAKE) check-generated
-	$(MAKE) vet
-	$(MAKE) api-check
-	$(MAKE) lint
-	$(MAKE) check-alerts
-	$(MAKE) test
-	$(MAKE) chaos-restart
-	$(MAKE) fuzz FUZZTIME=5s
+	$(TIMED) check-generated $(MAKE) check-generated
+	$(TIMED) vet $(MAKE) vet
+	$(TIMED) api-check $(MAKE) api-check
+	$(TIMED) lint $(MAKE) lint
+	$(TIMED) check-alerts $(MAKE) check-alerts
+	$(TIMED) "test (all of it)" $(MAKE) test
+	$(TIMED) chaos-restart $(MAKE) chaos-restart
+	$(TIMED) fuzz $(MAKE) fuzz FUZZTIME=5s

@@ -5,7 +5,8 @@
 # package's service is not used), chromium (dashboard/e2e/, the dashboard's
 # browser test; no test downloads a browser of its own) and python3-psycopg
 # (tests/sqlapi_test.go enqueues through the SQL API from Python; PROGRAM is
-# then the module's directory). Idempotent;
+# then the module's directory) and postgresql-15-plpgsql-check
+# (schema/plpgsql_check_test.go; PROGRAM is then its library). Idempotent;
 # without root it can only say what is missing, and the test skips (or,
 # with CI set, fails).
 set -euo pipefail

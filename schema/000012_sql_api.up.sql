@@ -14,6 +14,10 @@
 -- Refusals raise SQLSTATE 22023 (invalid_parameter_value) with Go's text
 -- (`enqueue email: hopper: invalid priority: 12 is outside 0 (first) to 9
 -- (last)`) and a HINT.
+--
+-- Guarded by: schema/TestSQLAPIMigration, schema/TestTriggerRules (the SQL API's rules),
+-- jobs/TestSQLAPIAgreesWithGo, tests/TestSQLAPIFromPsql (and Python, Node),
+-- schema/TestPLpgSQLCheck.
 
 -- The Go duration text of an interval (Go's time.Duration.String: 5s,
 -- 1m30s, 2h0m0s, 500ms), for errors that quote one.

@@ -18,6 +18,10 @@
 -- is in hopper_dead_jobs (dead or cancelled). A parent retried from the
 -- dead table comes back as a parent still to end: its waiting children
 -- count it again.
+--
+-- Guarded by: schema/TestWorkflowsMigration, schema/TestTriggerRules (the
+-- workflows' rules), TestWorkflowProperty, workflows_test.go,
+-- tests/TestWorkflowChaos, schema/TestPLpgSQLCheck.
 
 -- Only a job of a sequence or a workflow waits.
 ALTER TABLE hopper_jobs DROP CONSTRAINT hopper_jobs_sequence_check;

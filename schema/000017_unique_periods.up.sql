@@ -9,6 +9,9 @@
 -- the key reads it as a completed holder when the job is neither live nor
 -- dead (nor kept in the history, which answers for itself). Workers delete
 -- expired records as they prune the history.
+--
+-- Guarded by: jobs/TestUniquePeriodWithoutHistory, tests/TestLeastPrivilege (its
+-- grant).
 CREATE TABLE hopper_unique_periods (
     unique_key text        PRIMARY KEY,
     job_id     bigint      NOT NULL,

@@ -12,6 +12,10 @@
 -- delete), and a new job placed behind a head is placed when its
 -- transaction commits. Nothing polls, nothing is elected, nothing is left
 -- waiting with no head to wake it.
+--
+-- Guarded by: schema/TestSequencesMigration, schema/TestTriggerRules (the
+-- sequences' rules), TestSequenceProperty, jobs/sequence_test.go,
+-- tests/TestSequenceChaos, schema/TestPLpgSQLCheck.
 
 ALTER TABLE hopper_jobs DROP CONSTRAINT hopper_jobs_state_check;
 ALTER TABLE hopper_jobs

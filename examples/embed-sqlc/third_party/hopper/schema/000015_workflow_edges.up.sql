@@ -21,6 +21,10 @@
 --    their snapshot is the transaction's, and they would strand work.
 --    Writing a job of a sequence or a workflow (insert, delete, purge, a
 --    link, a skip) under those levels is refused with SQLSTATE 0A000.
+--
+-- Guarded by: schema/TestWorkflowEdgesMigration, schema/TestTriggerRules,
+-- workflow_edges_test.go (one test per defect), TestWorkflowProperty,
+-- TestSequenceProperty, schema/TestPLpgSQLCheck.
 
 -- Refuses the call unless the transaction is READ COMMITTED; what names
 -- the operation for the message.

@@ -5,6 +5,10 @@
 -- ("cannot scan Infinity into *time.Time", or Go's JSON, which writes years
 -- 0 to 9999 only). The SQL API now refuses them as Go's Kind.Enqueue does,
 -- and a check on hopper_jobs keeps raw INSERTs from storing them.
+--
+-- Guarded by: schema/TestSQLAPIInputsMigration, schema/TestTriggerRules,
+-- jobs/TestSQLAPIRefusesWhatGoCannotSay, jobs/TestSQLAPIStoresTimesGoReads,
+-- schema/TestPLpgSQLCheck.
 
 -- run_at between the year 1 and the end of the year 9998 (UTC): read back
 -- in any time zone, a year Go formats (0 to 9999). Added NOT VALID first,
