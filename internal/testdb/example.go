@@ -33,6 +33,7 @@ func Main(m *testing.M, ignore ...goleak.Option) {
 		os.Exit(0)
 	}
 	code := m.Run()
+	dropSpares(serverDSN)
 	if scratch != nil {
 		scratch.Stop()
 	}

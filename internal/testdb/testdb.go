@@ -11,7 +11,8 @@
 // /usr/lib/postgresql/*/bin), a throwaway cluster of the binary's own
 // (package pgcluster), stopped and removed when its tests end. With no
 // database at all a test is skipped, or fails when the CI variable is set.
-// The binary says on stderr which server it used.
+// The binary says on stderr which server it used. Migrated schemas are
+// reused between the binary's tests (reuse.go).
 package testdb
 
 import (
@@ -30,7 +31,6 @@ import (
 	"github.com/hopperq/hopper/internal/freshschema"
 	"github.com/hopperq/hopper/internal/pgcluster"
 	"github.com/hopperq/hopper/internal/pgurl"
-	"github.com/hopperq/hopper/schema"
 )
 
 // DB is one test's private, migrated schema.
@@ -63,17 +63,30 @@ func Server(t testing.TB) string {
 	return serverDSN
 }
 
-// New gives the test a fresh schema with Hopper's migrations applied. The
-// schema is dropped when the test ends.
+// New gives the test a migrated schema of its own: freshly migrated, or
+// one another test of the binary gave back, emptied and renamed, that is
+// in every way a fresh migrate up leaves it (reuse.go). When the test
+// ends it is given back, or dropped when the test changed it.
 func New(t testing.TB) *DB {
 	t.Helper()
-	d := NewEmpty(t)
+	dsn := Server(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := schema.Up(ctx, d.Pool); err != nil {
-		t.Fatalf("testdb: migrate %s: %v", d.Schema, err)
+	name := takeSpare()
+	if name == "" {
+		var err error
+		if name, err = migrateFresh(ctx, dsn); err != nil {
+			t.Fatalf("testdb: %v", err)
+		}
 	}
-	return d
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := giveBack(ctx, dsn, name); err != nil {
+			t.Errorf("testdb: %v", err)
+		}
+	})
+	return open(t, dsn, name)
 }
 
 // NewEmpty gives the test a fresh, empty schema (no migrations applied).
@@ -88,19 +101,32 @@ func NewEmpty(t testing.TB) *DB {
 		t.Fatalf("testdb: %v", err)
 	}
 	t.Cleanup(func() { dropSchema(t, dsn, name) })
+	return open(t, dsn, name)
+}
 
+// open gives the test a pool on schema name, closed when the test ends
+// (before the schema is dropped or given back: cleanups run last first).
+func open(t testing.TB, dsn, name string) *DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	d := &DB{Schema: name, URL: WithSearchPath(dsn, name)}
-	cfg, err := pgxpool.ParseConfig(d.URL)
-	if err != nil {
-		t.Fatalf("testdb: parse config: %v", err)
-	}
-	cfg.MaxConns = 16
-	d.Pool, err = pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
+	var err error
+	if d.Pool, err = newPool(ctx, d.URL); err != nil {
 		t.Fatalf("testdb: pool: %v", err)
 	}
 	t.Cleanup(d.Pool.Close)
 	return d
+}
+
+// newPool opens a pool of up to 16 connections on url.
+func newPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse config: %w", err)
+	}
+	cfg.MaxConns = 16
+	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
 // WithSearchPath returns dsn with search_path set to schema.
