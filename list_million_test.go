@@ -22,6 +22,7 @@ import (
 // asserted is the plan's shape: an index scan per table from the cursor,
 // merged, reading few buffers.
 func TestListJobsOverAMillion(t *testing.T) {
+	testdb.Slow(t, "a million rows")
 	b := setup(t)
 	ctx, cancel := context.WithTimeout(b.Ctx, 3*time.Minute)
 	defer cancel()

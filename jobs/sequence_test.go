@@ -171,7 +171,7 @@ func TestReplaceKeepsSequence(t *testing.T) {
 	require.NoError(t, err)
 	held, err := k.Enqueue(b.Ctx, b.Pool, Account{ID: "a", Amount: 1}, jobs.UniqueKey("u"), jobs.ReplaceWaiting())
 	require.NoError(t, err)
-	require.Equal(t, jobs.OutcomeInserted, held.Outcome())
+	require.Equal(t, jobs.EnqueueInserted, held.Outcome())
 	amount := func() (string, int) {
 		var key string
 		var n int
@@ -189,7 +189,7 @@ func TestReplaceKeepsSequence(t *testing.T) {
 		require.Equal(t, jobs.Result{ID: held.ID, Duplicate: true}, other, "another key's payload keeps the holder")
 		batch, err := jobs.EnqueueBatch(b.Ctx, b.Pool, []jobs.Entry{k.Entry(Account{ID: "b", Amount: 3}, opts...)})
 		require.NoError(t, err)
-		require.Equal(t, jobs.OutcomeKept, batch.Results[0].Outcome(), "in a batch too")
+		require.Equal(t, jobs.EnqueueKept, batch.Results[0].Outcome(), "in a batch too")
 		key, n := amount()
 		require.Equal(t, "a", key)
 		require.Equal(t, want, n)
@@ -197,7 +197,7 @@ func TestReplaceKeepsSequence(t *testing.T) {
 		want = 4 + i
 		same, err := k.Enqueue(b.Ctx, b.Pool, Account{ID: "a", Amount: want}, opts...)
 		require.NoError(t, err)
-		require.Equal(t, jobs.OutcomeReplaced, same.Outcome(), "the holder's own key replaces")
+		require.Equal(t, jobs.EnqueueReplaced, same.Outcome(), "the holder's own key replaces")
 		_, n = amount()
 		require.Equal(t, want, n)
 	}

@@ -222,29 +222,32 @@ func fieldsKey(raw json.RawMessage, fields []string) (string, error) {
 	return b.String(), nil
 }
 
-// Outcome is what an enqueue did with one job.
-type Outcome string
+// EnqueueOutcome is what an enqueue did with one job: inserted it, gave
+// its payload to the waiting job holding its unique key, or kept that
+// holder as it was. (What a worker did with a job it ran is another
+// thing: worker.Outcome.)
+type EnqueueOutcome string
 
 const (
-	// OutcomeInserted: a new job was inserted.
-	OutcomeInserted Outcome = "inserted"
-	// OutcomeReplaced: the waiting job holding the unique key took this
+	// EnqueueInserted: a new job was inserted.
+	EnqueueInserted EnqueueOutcome = "inserted"
+	// EnqueueReplaced: the waiting job holding the unique key took this
 	// payload (ReplaceWaiting, Debounce); nothing was inserted.
-	OutcomeReplaced Outcome = "replaced"
-	// OutcomeKept: a job holding the unique key was left as it was;
+	EnqueueReplaced EnqueueOutcome = "replaced"
+	// EnqueueKept: a job holding the unique key was left as it was;
 	// nothing was inserted.
-	OutcomeKept Outcome = "kept"
+	EnqueueKept EnqueueOutcome = "kept"
 )
 
 // Outcome says which of inserted, replaced and kept happened.
-func (r Result) Outcome() Outcome {
+func (r Result) Outcome() EnqueueOutcome {
 	switch {
 	case !r.Duplicate:
-		return OutcomeInserted
+		return EnqueueInserted
 	case r.Replaced:
-		return OutcomeReplaced
+		return EnqueueReplaced
 	default:
-		return OutcomeKept
+		return EnqueueKept
 	}
 }
 
@@ -265,16 +268,16 @@ func uniqueParams(kind string, version int, raw json.RawMessage, o *enqueueOptio
 
 // outcomeRaced is EnqueueUnique's kept that no order of the enqueues
 // explains: the holder changed under the statement.
-const outcomeRaced Outcome = "raced"
+const outcomeRaced EnqueueOutcome = "raced"
 
 // resultOf reads EnqueueUnique's answer.
 func resultOf(id int64, outcome string) (Result, error) {
-	switch Outcome(outcome) {
-	case OutcomeInserted:
+	switch EnqueueOutcome(outcome) {
+	case EnqueueInserted:
 		return Result{ID: id}, nil
-	case OutcomeReplaced:
+	case EnqueueReplaced:
 		return Result{ID: id, Duplicate: true, Replaced: true}, nil
-	case OutcomeKept, outcomeRaced:
+	case EnqueueKept, outcomeRaced:
 		return Result{ID: id, Duplicate: true}, nil
 	}
 	return Result{}, fmt.Errorf("the enqueue statement answered %q", outcome)

@@ -198,9 +198,9 @@ func debounceStorm(b testing.TB, size stormSize, debounce, spread time.Duration)
 					}
 					for _, x := range res.Results {
 						switch x.Outcome() {
-						case jobs.OutcomeInserted:
+						case jobs.EnqueueInserted:
 							inserted.Add(1)
-						case jobs.OutcomeReplaced:
+						case jobs.EnqueueReplaced:
 							replaced.Add(1)
 						default:
 							kept.Add(1)

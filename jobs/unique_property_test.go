@@ -47,7 +47,7 @@ type modelJob struct {
 type uniqueModel map[string][]*modelJob // per key, oldest first
 
 // enqueue is what the model expects of an enqueue, and applies it.
-func (m uniqueModel) enqueue(key string, mode uniqueMode, payload string) (want jobs.Outcome, holder *modelJob) {
+func (m uniqueModel) enqueue(key string, mode uniqueMode, payload string) (want jobs.EnqueueOutcome, holder *modelJob) {
 	jobsOf := m.of(key)
 	for _, j := range jobsOf {
 		if j.state == "pending" || j.state == "running" {
@@ -67,15 +67,15 @@ func (m uniqueModel) enqueue(key string, mode uniqueMode, payload string) (want 
 	}
 	switch {
 	case holder == nil:
-		return jobs.OutcomeInserted, nil
+		return jobs.EnqueueInserted, nil
 	case mode.replace && len(mode.finished) == 0 && holder.state == "running":
 		holder.keyless = true // it runs on; the new job holds the key
-		return jobs.OutcomeInserted, nil
+		return jobs.EnqueueInserted, nil
 	case mode.replace && holder.state == "pending":
 		holder.payload = payload
-		return jobs.OutcomeReplaced, holder
+		return jobs.EnqueueReplaced, holder
 	default:
-		return jobs.OutcomeKept, holder
+		return jobs.EnqueueKept, holder
 	}
 }
 
@@ -164,7 +164,7 @@ func TestUniqueProperty(t *testing.T) {
 				check(t, seed, path, model, o.key, o.mode, o.payload, res.Results[i])
 			}
 			for _, r := range res.Results[len(pending):] {
-				require.Equal(t, jobs.OutcomeInserted, r.Outcome())
+				require.Equal(t, jobs.EnqueueInserted, r.Outcome())
 			}
 			pending = nil
 		}
@@ -230,7 +230,7 @@ func check(t *testing.T, seed uint64, path string, model uniqueModel, key string
 	t.Helper()
 	want, holder := model.enqueue(key, mode, payload)
 	require.Equal(t, want, got.Outcome(), "seed %d, %s: key %s, mode %s", seed, path, key, mode.name)
-	if want != jobs.OutcomeInserted {
+	if want != jobs.EnqueueInserted {
 		require.Equal(t, holder.id, got.ID, "seed %d, %s: key %s, mode %s", seed, path, key, mode.name)
 		return
 	}

@@ -95,7 +95,7 @@ func TestUniqueRace(t *testing.T) {
 			defer mu.Unlock()
 			committed = append(committed, results...)
 			for i, r := range results {
-				if r.Outcome() != jobs.OutcomeKept {
+				if r.Outcome() != jobs.EnqueueKept {
 					order[ks[i]] = append(order[ks[i]], payloads[i])
 				}
 			}
@@ -208,7 +208,7 @@ func TestUniqueRace(t *testing.T) {
 		}
 		inserted := 0
 		for _, r := range committed {
-			if r.Outcome() == jobs.OutcomeInserted {
+			if r.Outcome() == jobs.EnqueueInserted {
 				inserted++
 			}
 			if mode.name == "live" && r.ID == 0 {
@@ -216,9 +216,9 @@ func TestUniqueRace(t *testing.T) {
 			}
 			require.Contains(t, ids, r.ID, "%s: a committed answer names the key's job: %+v", mode.name, r)
 			if mode.replaces {
-				require.NotEqual(t, jobs.OutcomeKept, r.Outcome(), "%s: a waiting job is replaced: %+v", mode.name, r)
+				require.NotEqual(t, jobs.EnqueueKept, r.Outcome(), "%s: a waiting job is replaced: %+v", mode.name, r)
 			} else {
-				require.NotEqual(t, jobs.OutcomeReplaced, r.Outcome(), "%s: %+v", mode.name, r)
+				require.NotEqual(t, jobs.EnqueueReplaced, r.Outcome(), "%s: %+v", mode.name, r)
 			}
 		}
 		require.Equal(t, len(keys), inserted, "%s: one insert per key", mode.name)

@@ -71,11 +71,11 @@ func TestUniqueFinishedStatesAndPeriod(t *testing.T) {
 			}
 			if tc.holds {
 				require.Equal(t, jobs.Result{ID: held.ID, Duplicate: true}, res, "%s (%s)", tc.name, path)
-				require.Equal(t, jobs.OutcomeKept, res.Outcome())
+				require.Equal(t, jobs.EnqueueKept, res.Outcome())
 				continue
 			}
 			require.False(t, res.Duplicate, "%s (%s)", tc.name, path)
-			require.Equal(t, jobs.OutcomeInserted, res.Outcome())
+			require.Equal(t, jobs.EnqueueInserted, res.Outcome())
 			// The new job is live, and with a period its key's record
 			// would hold the key once it completed: the many path starts
 			// from the same state without either.
@@ -175,17 +175,17 @@ func TestReplaceWaitingAndDebounce(t *testing.T) {
 
 	first, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "1"}, jobs.UniqueKey("r"), jobs.ReplaceWaiting())
 	require.NoError(t, err)
-	require.Equal(t, jobs.OutcomeInserted, first.Outcome())
+	require.Equal(t, jobs.EnqueueInserted, first.Outcome())
 	second, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "2"}, jobs.UniqueKey("r"), jobs.ReplaceWaiting(), jobs.Delay(time.Hour))
 	require.NoError(t, err)
 	require.Equal(t, jobs.Result{ID: first.ID, Duplicate: true, Replaced: true}, second)
-	require.Equal(t, jobs.OutcomeReplaced, second.Outcome())
+	require.Equal(t, jobs.EnqueueReplaced, second.Outcome())
 	text, state, _ := payload(first.ID)
 	require.Equal(t, "2", text)
 	require.Equal(t, "pending", state, "ReplaceWaiting keeps the run time")
 	plain, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "3"}, jobs.UniqueKey("r"))
 	require.NoError(t, err)
-	require.Equal(t, jobs.OutcomeKept, plain.Outcome(), "without the option the waiting job is kept")
+	require.Equal(t, jobs.EnqueueKept, plain.Outcome(), "without the option the waiting job is kept")
 
 	// Debounce: the run time moves to d from now, each time.
 	d1, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "d1"}, jobs.UniqueKey("d"), jobs.Debounce(time.Minute))
@@ -194,14 +194,14 @@ func TestReplaceWaitingAndDebounce(t *testing.T) {
 	require.Equal(t, "scheduled", state)
 	d2, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "d2"}, jobs.UniqueKey("d"), jobs.Debounce(time.Hour))
 	require.NoError(t, err)
-	require.Equal(t, jobs.OutcomeReplaced, d2.Outcome())
+	require.Equal(t, jobs.EnqueueReplaced, d2.Outcome())
 	text, state, at2 := payload(d1.ID)
 	require.Equal(t, "d2", text)
 	require.Equal(t, "scheduled", state)
 	require.Greater(t, at2.Sub(at1), 50*time.Minute)
 	d3, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "d3"}, jobs.UniqueKey("d"), jobs.Debounce(0))
 	require.NoError(t, err)
-	require.Equal(t, jobs.OutcomeReplaced, d3.Outcome())
+	require.Equal(t, jobs.EnqueueReplaced, d3.Outcome())
 	_, state, _ = payload(d1.ID)
 	require.Equal(t, "pending", state, "a debounce of 0 makes it ready now")
 
@@ -210,7 +210,7 @@ func TestReplaceWaitingAndDebounce(t *testing.T) {
 	run := testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{State: testfactory.Running, Kind: k.Name(), UniqueKey: "run", Payload: json.RawMessage(`{"text":"running"}`)})
 	after, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "new"}, jobs.UniqueKey("run"), jobs.Debounce(time.Minute))
 	require.NoError(t, err)
-	require.Equal(t, jobs.OutcomeInserted, after.Outcome())
+	require.Equal(t, jobs.EnqueueInserted, after.Outcome())
 	text, state, _ = payload(run.ID)
 	require.Equal(t, "running", text)
 	require.Equal(t, "running", state)
@@ -296,7 +296,7 @@ func TestUniqueThroughEveryDBTX(t *testing.T) {
 		opts := []jobs.EnqueueOption{jobs.UniqueKey("dbtx/" + name), jobs.ReplaceWaiting(), jobs.UniquePeriod(time.Hour)}
 		first, err := k.Enqueue(b.Ctx, dbtx, Note{Text: "1"}, opts...)
 		require.NoError(t, err, name)
-		require.Equal(t, jobs.OutcomeInserted, first.Outcome(), name)
+		require.Equal(t, jobs.EnqueueInserted, first.Outcome(), name)
 		again, err := k.Enqueue(b.Ctx, dbtx, Note{Text: "2"}, opts...)
 		require.NoError(t, err, name)
 		require.Equal(t, jobs.Result{ID: first.ID, Duplicate: true, Replaced: true}, again, name)
@@ -309,7 +309,7 @@ func TestUniqueThroughEveryDBTX(t *testing.T) {
 	for _, name := range []string{"bare", "tx"} {
 		res, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "after"}, jobs.UniqueKey("dbtx/"+name), jobs.UniquePeriod(time.Hour))
 		require.NoError(t, err)
-		require.Equal(t, jobs.OutcomeInserted, res.Outcome(), name)
+		require.Equal(t, jobs.EnqueueInserted, res.Outcome(), name)
 	}
 }
 
@@ -324,7 +324,7 @@ func TestUniquePeriodWithoutHistory(t *testing.T) {
 	k := jobs.MustDefine[Note]("note.period", jobs.Defaults(jobs.UniquePeriod(time.Hour)))
 	first, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "1"}, jobs.UniqueKey("sync:7"))
 	require.NoError(t, err)
-	require.Equal(t, jobs.OutcomeInserted, first.Outcome())
+	require.Equal(t, jobs.EnqueueInserted, first.Outcome())
 	_, err = b.Pool.Exec(b.Ctx, `DELETE FROM hopper_jobs WHERE id = $1`, first.ID) // completed, as its acknowledgement without history does
 	require.NoError(t, err)
 	var kept int
@@ -336,14 +336,14 @@ func TestUniquePeriodWithoutHistory(t *testing.T) {
 	require.Equal(t, jobs.Result{ID: first.ID, Duplicate: true}, again, "completed less than an hour ago: kept")
 	batch, err := jobs.EnqueueBatch(b.Ctx, b.Pool, []jobs.Entry{k.Entry(Note{Text: "3"}, jobs.UniqueKey("sync:7")), k.Entry(Note{Text: "4"}, jobs.UniqueKey("sync:8"))})
 	require.NoError(t, err)
-	require.Equal(t, jobs.OutcomeKept, batch.Results[0].Outcome(), "in a batch too")
+	require.Equal(t, jobs.EnqueueKept, batch.Results[0].Outcome(), "in a batch too")
 	require.Equal(t, first.ID, batch.Results[0].ID)
-	require.Equal(t, jobs.OutcomeInserted, batch.Results[1].Outcome(), "the batch records its own keys")
+	require.Equal(t, jobs.EnqueueInserted, batch.Results[1].Outcome(), "the batch records its own keys")
 	_, err = b.Pool.Exec(b.Ctx, `DELETE FROM hopper_jobs WHERE id = $1`, batch.Results[1].ID)
 	require.NoError(t, err)
 	again, err = k.Enqueue(b.Ctx, b.Pool, Note{Text: "5"}, jobs.UniqueKey("sync:8"))
 	require.NoError(t, err)
-	require.Equal(t, jobs.OutcomeKept, again.Outcome(), "a key the batch inserted is held after its job completed")
+	require.Equal(t, jobs.EnqueueKept, again.Outcome(), "a key the batch inserted is held after its job completed")
 
 	// The period over (its record an hour and a minute old), the key is
 	// free, and the prune deletes what has expired.
@@ -354,7 +354,7 @@ func TestUniquePeriodWithoutHistory(t *testing.T) {
 	require.EqualValues(t, 2, n)
 	later, err := k.Enqueue(b.Ctx, b.Pool, Note{Text: "6"}, jobs.UniqueKey("sync:7"))
 	require.NoError(t, err)
-	require.Equal(t, jobs.OutcomeInserted, later.Outcome())
+	require.Equal(t, jobs.EnqueueInserted, later.Outcome())
 
 	// A key held for no period writes no record.
 	_, err = k.Enqueue(b.Ctx, b.Pool, Note{Text: "7"}, jobs.UniqueKey("live-only"), jobs.UniquePeriod(0))

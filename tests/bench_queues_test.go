@@ -13,6 +13,7 @@ import (
 // drains the whole backlog over its queues, with the slots split evenly,
 // and the ratio to the first count is reported.
 func TestBenchQueuesRuns(t *testing.T) {
+	testdb.Slow(t, "hopper bench runs")
 	t.Parallel()
 	r := runHopper(t, testdb.Server(t), "", "bench", "--mode", "queues", "--queues", "1,4", "--json",
 		"--jobs", "1000", "--workers", "1", "--concurrency", "40")

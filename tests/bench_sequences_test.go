@@ -19,6 +19,7 @@ import (
 // scan of the table). It never looks at a speed. HOPPER_EXPLAIN=1 explains
 // 100,000 jobs in 1,000 keys instead, and logs the plans.
 func TestBenchSequencesRuns(t *testing.T) {
+	testdb.Slow(t, "hopper bench runs")
 	t.Parallel()
 	explainJobs, keys := "5000", "50"
 	if os.Getenv("HOPPER_EXPLAIN") != "" {

@@ -17,6 +17,7 @@ import (
 // batch and its callback; the acknowledgements timed with --explain. It
 // checks that each figure is there and sane, never a speed.
 func TestBenchWorkflowsRuns(t *testing.T) {
+	testdb.Slow(t, "hopper bench runs")
 	t.Parallel()
 	args := []string{"bench", "--mode", "workflows", "--diamonds", "100", "--trickle-rate", "20", "--trickle-duration", "1s",
 		"--batch-jobs", "300", "--workers", "1", "--concurrency", "40", "--explain"}

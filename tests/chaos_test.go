@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -224,6 +225,7 @@ func (b *chaosBed) history() bool {
 // TestChaosWorkerCrashes: 4 worker processes, keeping history; every ~2s a
 // random one gets SIGKILL and is restarted under its stable ID.
 func TestChaosWorkerCrashes(t *testing.T) {
+	testdb.Slow(t, "worker processes killed and restarted")
 	n := 20_000
 	if chaosFull() {
 		n = 100_000
@@ -250,6 +252,7 @@ func TestChaosWorkerCrashes(t *testing.T) {
 // TestChaosConnectionsKilled: every backend of the worker processes is
 // killed with pg_terminate_backend, several times.
 func TestChaosConnectionsKilled(t *testing.T) {
+	testdb.Slow(t, "worker processes killed and restarted")
 	n := 10_000
 	if chaosFull() {
 		n = 50_000
@@ -278,6 +281,7 @@ func TestChaosConnectionsKilled(t *testing.T) {
 // (HOPPER_CHAOS_RESTART=1, as `make chaos` and CI's chaos step do, alone),
 // and only where the test can restart the local cluster.
 func TestChaosDatabaseRestart(t *testing.T) {
+	testdb.Slow(t, "worker processes killed and restarted")
 	if os.Getenv("HOPPER_CHAOS_RESTART") != "1" {
 		t.Skip("set HOPPER_CHAOS_RESTART=1 to restart PostgreSQL mid-run (make chaos does)")
 	}
@@ -311,6 +315,7 @@ func TestChaosDatabaseRestart(t *testing.T) {
 // their lease; they are run again elsewhere, and their late acks refused
 // (history is kept: a refused ack keeps nothing).
 func TestChaosLeaseExpiry(t *testing.T) {
+	testdb.Slow(t, "worker processes killed and restarted")
 	n := 300
 	b := newChaosBed(t, "HOPPER_CHAOS_LEASE=300ms", "HOPPER_CHAOS_HEARTBEAT=-1s", "HOPPER_CHAOS_SLOW_FIRST=1s", "HOPPER_CHAOS_HISTORY=1")
 	b.enqueue(n)
@@ -326,6 +331,7 @@ func TestChaosLeaseExpiry(t *testing.T) {
 // flight; nothing is left running (no job waits for a lease to expire), and
 // a new worker finishes everything.
 func TestChaosGracefulShutdown(t *testing.T) {
+	testdb.Slow(t, "worker processes killed and restarted")
 	n := 2000
 	b := newChaosBed(t, "HOPPER_CHAOS_LEASE=1m", "HOPPER_CHAOS_WORK=20ms")
 	b.enqueue(n)
@@ -346,6 +352,7 @@ func TestChaosGracefulShutdown(t *testing.T) {
 // TestChaosLongTransaction: a transaction held open in another session for
 // the whole run (holding back vacuum); the run still completes.
 func TestChaosLongTransaction(t *testing.T) {
+	testdb.Slow(t, "worker processes killed and restarted")
 	n := 5000
 	throughput := func(hold bool) float64 {
 		b := newChaosBed(t, "HOPPER_CHAOS_LEASE=30s")

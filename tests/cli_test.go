@@ -432,6 +432,7 @@ func TestSQLExportIntoAFolderItDidNotWrite(t *testing.T) {
 // counters. How many jobs a loaded machine gets through is not its
 // business.
 func TestDemo(t *testing.T) {
+	testdb.Slow(t, "the demo runs for 10 s")
 	t.Parallel()
 	// --reset: on a shared server, hopper_demo may be left by an older demo
 	// that did not mark its schema (TestDemoKeepsSchemasItDidNotCreate
@@ -536,6 +537,7 @@ func TestCLIHelpAtTheTop(t *testing.T) {
 // TestBenchRuns runs every benchmark mode at a tiny size: it checks that
 // the benchmark works and reports every figure, never how fast anything is.
 func TestBenchRuns(t *testing.T) {
+	testdb.Slow(t, "hopper bench runs")
 	t.Parallel()
 	if _, err := exec.LookPath("pgbench"); err != nil {
 		t.Skip("pgbench not installed")
@@ -583,6 +585,7 @@ func TestBenchRuns(t *testing.T) {
 // figure is reported, and the rate limit held by claim time (a guarantee,
 // not a speed).
 func TestBenchFlowRuns(t *testing.T) {
+	testdb.Slow(t, "hopper bench runs")
 	t.Parallel()
 	r := runHopper(t, testdb.Server(t), "", "bench", "--mode", "flow", "--json", "--duration", "2s", "--window", "1s",
 		"--concurrency", "50", "--batch-size", "500", "--flood", "3000", "--neighbours", "3", "--neighbour-jobs", "20",
@@ -645,6 +648,7 @@ func TestBenchFlowRuns(t *testing.T) {
 // no flow control (the plain Dequeue), what a key costs by itself, and
 // says so.
 func TestBenchKeysWithoutFlowControl(t *testing.T) {
+	testdb.Slow(t, "hopper bench runs")
 	t.Parallel()
 	r := runHopper(t, testdb.Server(t), "", "bench", "--mode", "keys", "--duration", "2s", "--window", "1s",
 		"--concurrency", "50", "--batch-size", "500", "--keys", "20", "--key-limit", "0")

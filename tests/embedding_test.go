@@ -161,6 +161,7 @@ const embeddingGuide = "../docs/embedding.md"
 // module, then builds and runs an application that migrates, and enqueues
 // in a committed and a rolled-back transaction.
 func TestEmbedFromBlankModule(t *testing.T) {
+	testdb.Slow(t, "a blank module built with sqlc, from the module proxy")
 	t.Parallel()
 	guide, err := os.ReadFile(embeddingGuide)
 	require.NoError(t, err)
@@ -195,6 +196,7 @@ const (
 // TestAddToOlderModule adds Hopper to a module that is on the oldest Go
 // and pgx Hopper supports, and checks that neither requirement moved.
 func TestAddToOlderModule(t *testing.T) {
+	testdb.Slow(t, "a blank module built with sqlc, from the module proxy")
 	t.Parallel()
 	m := newGoModule(t, "example.com/legacy")
 	m.sh("go mod edit -go=" + floorGo + " -require=github.com/jackc/pgx/v5@" + floorPgx)

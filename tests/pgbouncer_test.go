@@ -123,6 +123,7 @@ var bouncedEmail = jobs.MustDefine[bouncerEmail]("bounced_email")
 // search_path in the connection string) and pgx's exec mode (its
 // statement cache would collide on shared server connections).
 func TestPgBouncerTransactionMode(t *testing.T) {
+	testdb.Slow(t, "a PgBouncer of its own")
 	t.Parallel()
 	bouncer := startPgBouncer(t)
 	d := testdb.New(t) // migrated directly, as docs/operating.md says

@@ -38,6 +38,7 @@ import (
 //	HOPPER_POISON_TEXT=plain    every text and result storable: the runtime's faults without the storage's
 //	HOPPER_POISON_VERBOSE=1     the workers' warnings on stderr
 func TestPoison(t *testing.T) {
+	testdb.Slow(t, "the poison suite: worker processes under a seeded plan")
 	seed := poisonSeed(t)
 	duration := poisonDuration()
 	t.Logf("poison: seed %d, faults for %v", seed, duration)

@@ -56,6 +56,7 @@ func fencedBlocks(text, lang string) []string {
 // tidy, the program must run to its end against a real database, and the
 // command must build from the clone and answer.
 func TestReadmeInstall(t *testing.T) {
+	testdb.Slow(t, "the README's install steps in a blank module")
 	t.Parallel()
 	text, err := os.ReadFile(readme)
 	require.NoError(t, err)

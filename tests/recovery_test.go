@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
@@ -123,6 +124,7 @@ func (b *chaosBed) waitHolding(id string) []held {
 // held runs again before its lease would have expired, none is lost, no
 // stale result is accepted. The recovery times are printed.
 func TestRecoveryWorkerKilled(t *testing.T) {
+	testdb.Slow(t, "worker processes killed, stalled and stopped under load")
 	kills, n := 6, 6000
 	if chaosFull() {
 		kills, n = 20, 20000
@@ -158,6 +160,7 @@ func TestRecoveryWorkerKilled(t *testing.T) {
 // resumed, it learns so at its next beat: its late results are refused
 // (reported as such to its outcome hooks), and every job completed once.
 func TestRecoveryStalledWorker(t *testing.T) {
+	testdb.Slow(t, "worker processes killed, stalled and stopped under load")
 	n := 600
 	b := newChaosBed(t, "HOPPER_CHAOS_DEFAULTS=1", "HOPPER_CHAOS_WORK=2s")
 	b.enqueue(n)
@@ -207,6 +210,7 @@ func TestRecoveryStalledWorker(t *testing.T) {
 // default ShutdownTimeout (20s): the process exits inside it, well inside
 // Kubernetes' 30s, leaving no job running in its name.
 func TestRecoveryShutdownUnderLoad(t *testing.T) {
+	testdb.Slow(t, "worker processes killed, stalled and stopped under load")
 	b := newChaosBed(t, "HOPPER_CHAOS_DEFAULTS=1", "HOPPER_CHAOS_WORK=1m")
 	b.enqueue(100)
 	b.start("t1")

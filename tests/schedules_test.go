@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -147,6 +148,7 @@ func (f firing) gaps() []string {
 // restarted, for 60s. The ledger of fires shows every second's slot fired
 // exactly once, none skipped.
 func TestScheduleUnderKills(t *testing.T) {
+	testdb.Slow(t, "schedules across killed worker processes")
 	b := newScheduleBed(t)
 	ids := []string{"w1", "w2", "w3"}
 	for _, id := range ids {

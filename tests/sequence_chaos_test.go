@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -399,6 +400,7 @@ type seqRun struct {
 // once (but runs whose results the fence refused), no job lost, every block
 // where the plan put it.
 func TestSequenceChaos(t *testing.T) {
+	testdb.Slow(t, "sequences across killed worker processes")
 	keys, perKey, limit := 40, 25, 8*time.Minute
 	if chaosFull() {
 		keys, perKey, limit = 200, 50, 30*time.Minute

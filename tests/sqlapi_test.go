@@ -270,6 +270,7 @@ func python3WithPsycopg(t *testing.T) string {
 // TestSQLAPIFromPython: tests/sqlapi/python/enqueue.py, the Python example
 // of docs/sql-api.md, enqueues with psycopg 3; a Go worker runs the jobs.
 func TestSQLAPIFromPython(t *testing.T) {
+	testdb.Slow(t, "Python with psycopg")
 	t.Parallel()
 	py := python3WithPsycopg(t)
 	d := testdb.New(t)
@@ -282,6 +283,7 @@ func TestSQLAPIFromPython(t *testing.T) {
 // from the committed lockfile into a scratch folder; a Go worker runs the
 // jobs.
 func TestSQLAPIFromNode(t *testing.T) {
+	testdb.Slow(t, "npm ci and Node")
 	t.Parallel()
 	node, err := exec.LookPath("node")
 	if err != nil {

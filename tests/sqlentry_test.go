@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/stretchr/testify/require"
 )
 
@@ -13,6 +14,7 @@ import (
 // hopper sql entry prints, run through the pinned sqlc, generate exactly
 // Hopper's own db package: the same Go types an embedding project gets.
 func TestSQLEntryReproducesDB(t *testing.T) {
+	testdb.Slow(t, "sqlc compiles the exported queries")
 	t.Parallel()
 	dir := t.TempDir()
 	r := runHopper(t, "", "", "sql", "export", filepath.Join(dir, "third_party", "hopper"))

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -952,6 +953,7 @@ func (b *wfChaosBed) injectFault(name string) {
 // ends and its policy put it; no count is left behind; every batch
 // callback completes once, with its jobs' real outcomes as its counts.
 func TestWorkflowChaos(t *testing.T) {
+	testdb.Slow(t, "workflows across killed worker processes")
 	// cancelWindow: the operator's cancels come within so many ms.
 	dags, batches, limit, cancelWindow := 60, 8, 6*time.Minute, 6000
 	if chaosFull() || os.Getenv("HOPPER_CHAOS_FULL") != "" {

@@ -157,6 +157,7 @@ func (b *bundle) count(t *testing.T, sql string, args ...any) int {
 // and the ledger shows no two runs of one key ever overlapping, except
 // runs whose lease was lost: their results were refused by the fence.
 func TestKeyLimitAcrossProcesses(t *testing.T) {
+	testdb.Slow(t, "a key limit across worker processes")
 	b := setup(t)
 	createLedger(t, b)
 	k := kind(t, "flow")

@@ -140,6 +140,7 @@ func TestScheduleRejects(t *testing.T) {
 // runs (an old pod restarting mid-deploy) does not take it back; a
 // definition nobody runs any more is stale, kept, and reported.
 func TestScheduleDeploys(t *testing.T) {
+	testdb.Slow(t, "schedules across deploys of worker processes")
 	b := setup(t)
 	fireLog(t, b)
 	client := hopper.NewClient(b.Pool)

@@ -25,6 +25,7 @@ import (
 // TestEndToEnd: 50,000 jobs across 3 queues and 3 kinds, 2 workers; every
 // job is handled and the table is empty at the end.
 func TestEndToEnd(t *testing.T) {
+	testdb.Slow(t, "a whole run under load")
 	b := setup(t)
 	const perKindQueue = 50_000 / 9
 	kinds := []*jobs.Kind[Task]{kind(t, "e2e.a"), kind(t, "e2e.b"), kind(t, "e2e.c")}
