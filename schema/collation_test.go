@@ -1,8 +1,10 @@
 package schema_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -22,6 +24,10 @@ func TestKeysOrderBytewiseUnderAnyCollation(t *testing.T) {
 		pgx.Identifier{name}.Sanitize()))
 	require.NoError(t, err)
 	t.Cleanup(func() {
+		// A context of its own: the test's may have run out, and the
+		// database must go all the same.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
 		_, err := d.Pool.Exec(ctx, fmt.Sprintf("DROP DATABASE %s WITH (FORCE)", pgx.Identifier{name}.Sanitize()))
 		require.NoError(t, err)
 	})
