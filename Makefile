@@ -78,7 +78,7 @@ test: ## run every test (race detector on) against a real PostgreSQL, the embed-
 	$(TIMED) "test: $(E2E)" bash -c 'cd $(E2E) && go vet ./... && go test -count=1 ./...'
 
 # -p 4: the packages' tests mostly wait on the database and on conditions,
-# not on the CPU (a run uses about half of two cores), so four packages run
+# not on the CPU (a run keeps two cores about a quarter busy), so four run
 # at once.
 .PHONY: test-short
 test-short: ## the fast lane, for every change while you work: each package with -short (the slow suites skip; race detector on), and the embed-sqlc example's and hopperotel's tests; about 3 minutes on an idle 2-core machine

@@ -12,7 +12,7 @@
 set -euo pipefail
 package=$1 program=$2
 
-if [ -x "$program" ]; then
+if [ -e "$program" ]; then
 	exit 0
 fi
 if [ "$(id -u)" != 0 ]; then

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/hopperq/hopper/internal/testdb"
 )
 
 // hopperBin is the hopper command, built once for the package: the shell
@@ -41,5 +43,6 @@ type removeAfter struct {
 
 func (r removeAfter) Run() int {
 	defer os.RemoveAll(r.dir)
+	defer testdb.DropSpares() // the migrated schemas kept for reuse
 	return r.m.Run()
 }

@@ -33,7 +33,7 @@ func Main(m *testing.M, ignore ...goleak.Option) {
 		os.Exit(0)
 	}
 	code := m.Run()
-	dropSpares(serverDSN)
+	DropSpares()
 	if scratch != nil {
 		scratch.Stop()
 	}

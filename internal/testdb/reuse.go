@@ -122,6 +122,14 @@ func giveBack(ctx context.Context, dsn, name string) error {
 	return nil
 }
 
+// DropSpares drops the migrated schemas kept for reuse: Main calls it
+// when the tests end, and so must a TestMain of its own that uses New.
+func DropSpares() {
+	if serverErr == nil && serverDSN != "" {
+		dropSpares(serverDSN)
+	}
+}
+
 // dropSpares drops the schemas left for reuse when the binary ends.
 func dropSpares(dsn string) {
 	spare.Lock()
