@@ -22,15 +22,15 @@ build: ## build the hopper CLI into bin/
 
 .PHONY: chaos
 chaos: ## the reliability suite at full size, PostgreSQL restart and 10 minutes of poison included (run it alone: it restarts the server)
-	HOPPER_CHAOS=full HOPPER_CHAOS_RESTART=1 HOPPER_POISON=full go test -count=1 -v -run 'Chaos|Poison' -timeout 60m ./tests 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|chaos_test.go|poison_|Error:|Messages:|× like:'
+	HOPPER_CHAOS=full HOPPER_CHAOS_RESTART=1 HOPPER_POISON=full go test -count=1 -v -run 'Chaos|Poison' -timeout 60m ./tests/chaos 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|chaos_test.go|poison_|Error:|Messages:|× like:'
 
 .PHONY: chaos-poison
 chaos-poison: ## only the poison suite, at full size (10 minutes; HOPPER_POISON_DURATION and HOPPER_POISON_SEED override)
-	HOPPER_POISON=full go test -race -count=1 -v -run 'TestPoison' -timeout 60m ./tests
+	HOPPER_POISON=full go test -race -count=1 -v -run 'TestPoison' -timeout 60m ./tests/chaos
 
 .PHONY: chaos-restart
 chaos-restart: ## only the PostgreSQL-restart scenario, at CI size (CI runs it alone, after make test)
-	HOPPER_CHAOS_RESTART=1 go test -count=1 -v -run 'TestChaosDatabaseRestart' ./tests 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|chaos_test.go'
+	HOPPER_CHAOS_RESTART=1 go test -count=1 -v -run 'TestChaosDatabaseRestart' ./tests/chaos 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|chaos_test.go'
 
 FUZZTIME ?= 10s
 

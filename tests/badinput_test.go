@@ -40,7 +40,7 @@ func TestBadInput(t *testing.T) {
 	// Names full of SQL metacharacters and odd characters are just data.
 	odd := jobs.MustDefine[Chore](`kind'); DROP TABLE hopper_jobs; --`)
 	queue := `q"; DELETE FROM hopper_jobs; -- ünïcødé ✓`
-	_, err = odd.EnqueueMany(ctx, d.Pool, jobs.Items(Chore{1}, Chore{2}), jobs.Queue(queue), jobs.UniqueKey(`k'"\`))
+	_, err = odd.EnqueueMany(ctx, d.Pool, jobs.Items(Chore{N: 1}, Chore{N: 2}), jobs.Queue(queue), jobs.UniqueKey(`k'"\`))
 	require.NoError(t, err)
 	// A kind no worker handles, and a payload its kind cannot decode.
 	_, err = jobs.EnqueueRaw(ctx, d.Pool, "nobody.handles.this", 1, []byte(`{}`), jobs.Queue(queue))

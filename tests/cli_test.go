@@ -26,39 +26,28 @@ import (
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/queries"
 	"github.com/hopperq/hopper/schema"
+	"github.com/hopperq/hopper/tests/internal/bed"
 )
 
 var hopperBin string
 
 func TestMain(m *testing.M) {
-	if os.Getenv(chaosEnv) != "" {
-		os.Exit(runChaosWorker())
-	}
-	if os.Getenv(operateEnv) != "" {
-		os.Exit(runOperateWorker())
-	}
-	if os.Getenv(scheduleEnv) != "" {
-		os.Exit(runScheduleWorker())
-	}
-	if os.Getenv(poisonEnv) != "" {
-		os.Exit(runPoisonWorker())
-	}
-	if os.Getenv(seqChaosEnv) != "" {
-		os.Exit(runSeqChaosWorker())
-	}
-	dir, err := os.MkdirTemp("", "hopper-cli-test")
+	bin, remove, err := bed.BuildHopper(".")
 	if err != nil {
-		panic(err)
-	}
-	hopperBin = filepath.Join(dir, "hopper")
-	build := exec.Command("go", "build", "-o", hopperBin, "../cmd/hopper")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
 		panic("build hopper: " + err.Error())
 	}
-	defer os.RemoveAll(dir)
+	hopperBin = bin
+	defer remove()
 	testdb.Main(m)
 }
+
+// The suites' shared job types and quiet logger (tests/internal/bed).
+type (
+	Chore = bed.Chore
+	Beat  = bed.Beat
+)
+
+var quietLog = bed.QuietLog
 
 type result struct {
 	stdout, stderr string

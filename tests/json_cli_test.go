@@ -19,6 +19,7 @@ import (
 // Kinds of TestCLIJSONSnakeCase: one that completes (kept in the
 // history) and one that fails for good (dead, with an error history).
 var (
+	beat     = jobs.MustDefine[Beat]("beat")
 	jsonDone = jobs.MustDefine[Beat]("json_done")
 	jsonFail = jobs.MustDefine[Beat]("json_fail")
 )

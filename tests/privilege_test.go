@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,12 +27,6 @@ import (
 	"github.com/hopperq/hopper/worker"
 )
 
-type Chore struct {
-	N int `json:"n"`
-}
-
-var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
-
 // TestLeastPrivilege: a role with only the grants docs/operating.md lists (no DDL,
 // no ownership) enqueues, works, retries, dead-letters, sweeps, promotes,
 // keeps and prunes history, fires schedules, and operates: lists, cancels,
@@ -50,13 +42,13 @@ func TestLeastPrivilege(t *testing.T) {
 	require.ErrorContains(t, err, "permission denied", "the role has no DDL rights")
 
 	chore := jobs.MustDefine[Chore]("chore")
-	_, err = chore.EnqueueMany(ctx, app, jobs.Items(Chore{1}, Chore{2}, Chore{3}))
+	_, err = chore.EnqueueMany(ctx, app, jobs.Items(Chore{N: 1}, Chore{N: 2}, Chore{N: 3}))
 	require.NoError(t, err, "COPY")
-	_, err = chore.Enqueue(ctx, app, Chore{4}, jobs.UniqueKey("four"), jobs.MaxAttempts(1))
+	_, err = chore.Enqueue(ctx, app, Chore{N: 4}, jobs.UniqueKey("four"), jobs.MaxAttempts(1))
 	require.NoError(t, err)
-	_, err = chore.Enqueue(ctx, app, Chore{5}, jobs.Delay(200*time.Millisecond))
+	_, err = chore.Enqueue(ctx, app, Chore{N: 5}, jobs.Delay(200*time.Millisecond))
 	require.NoError(t, err)
-	_, err = chore.Enqueue(ctx, app, Chore{7}, jobs.UniqueKey("seven"), jobs.UniquePeriod(time.Hour))
+	_, err = chore.Enqueue(ctx, app, Chore{N: 7}, jobs.UniqueKey("seven"), jobs.UniquePeriod(time.Hour))
 	require.NoError(t, err, "a period records its key in hopper_unique_periods")
 
 	require.NoError(t, schema.Check(ctx, app), "the version is readable under the grants")
@@ -106,7 +98,7 @@ func TestLeastPrivilege(t *testing.T) {
 	stop()
 	require.NoError(t, <-errc)
 	require.EqualValues(t, 5, done.Load())
-	again, err := chore.Enqueue(ctx, app, Chore{7}, jobs.UniqueKey("seven"), jobs.UniquePeriod(time.Hour))
+	again, err := chore.Enqueue(ctx, app, Chore{N: 7}, jobs.UniqueKey("seven"), jobs.UniquePeriod(time.Hour))
 	require.NoError(t, err)
 	require.True(t, again.Duplicate, "completed, its history pruned: the period's record still holds the key")
 	queues, err = client.ListQueues(ctx)
@@ -143,9 +135,9 @@ func TestLeastPrivilege(t *testing.T) {
 
 	// Sequences: placement at commit, a block when the head is cancelled,
 	// a skip that promotes the next job.
-	first, err := chore.Enqueue(ctx, app, Chore{6}, jobs.Sequence("s"), jobs.Delay(time.Hour))
+	first, err := chore.Enqueue(ctx, app, Chore{N: 6}, jobs.Sequence("s"), jobs.Delay(time.Hour))
 	require.NoError(t, err)
-	second, err := chore.Enqueue(ctx, app, Chore{7}, jobs.Sequence("s"), jobs.Delay(time.Hour))
+	second, err := chore.Enqueue(ctx, app, Chore{N: 7}, jobs.Sequence("s"), jobs.Delay(time.Hour))
 	require.NoError(t, err)
 	require.NoError(t, client.CancelJob(ctx, first.ID))
 	next, err := client.SkipSequence(ctx, "s")
@@ -158,8 +150,8 @@ func TestLeastPrivilege(t *testing.T) {
 	// Workflows: edges and counts at enqueue, a cancel that cascades to a
 	// waiting child, a retry of the workflow whole, a prune of edges.
 	wf, err := jobs.EnqueueWorkflow(ctx, app, jobs.NewWorkflow("w").
-		Add("a", chore.Entry(Chore{6}, jobs.Delay(time.Hour))).
-		Add("b", chore.Entry(Chore{7}), jobs.After("a")))
+		Add("a", chore.Entry(Chore{N: 6}, jobs.Delay(time.Hour))).
+		Add("b", chore.Entry(Chore{N: 7}), jobs.After("a")))
 	require.NoError(t, err)
 	require.NoError(t, client.CancelJob(ctx, wf.Steps["a"]))
 	steps, err := client.ListWorkflow(ctx, "w")
@@ -254,7 +246,7 @@ func TestLeastPrivilegeFlowControl(t *testing.T) {
 	app := leastPrivilegePool(t, d, "hopper_rate_claims")
 
 	chore := jobs.MustDefine[Chore]("keyed_chore", jobs.KeyBy(func(c Chore) string { return fmt.Sprint(c.N % 2) }))
-	_, err := chore.EnqueueMany(ctx, app, jobs.Items(Chore{1}, Chore{2}, Chore{3}, Chore{4}))
+	_, err := chore.EnqueueMany(ctx, app, jobs.Items(Chore{N: 1}, Chore{N: 2}, Chore{N: 3}, Chore{N: 4}))
 	require.NoError(t, err)
 	var done atomic.Int64
 	w, err := worker.New(app, worker.Config{Logger: quietLog, PollInterval: 50 * time.Millisecond,

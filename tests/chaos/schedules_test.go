@@ -1,4 +1,4 @@
-package tests
+package chaos
 
 import (
 	"context"
@@ -23,10 +23,6 @@ import (
 // whatever is killed, and missed slots follow their policy.
 
 const scheduleEnv = "HOPPER_SCHEDULE_WORKER_URL"
-
-type Beat struct {
-	Slot time.Time `json:"slot"`
-}
 
 var beat = jobs.MustDefine[Beat]("beat")
 

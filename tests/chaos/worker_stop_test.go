@@ -1,4 +1,4 @@
-package tests
+package chaos
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package tests
+package chaos
 
 import (
 	"fmt"
@@ -50,7 +50,7 @@ func TestPoison(t *testing.T) {
 					env += name + "=" + v + " "
 				}
 			}
-			t.Logf("reproduce with: HOPPER_POISON_SEED=%d %sgo test -race -count=1 -run TestPoison ./tests", seed, env)
+			t.Logf("reproduce with: HOPPER_POISON_SEED=%d %sgo test -race -count=1 -run TestPoison ./tests/chaos", seed, env)
 		}
 	})
 	b := newPoisonBed(t, seed, duration)

@@ -1,4 +1,4 @@
-package tests
+package chaos
 
 import (
 	"context"
@@ -965,7 +965,7 @@ func TestWorkflowChaos(t *testing.T) {
 		seed, err = strconv.ParseUint(s, 10, 64)
 		require.NoError(t, err, "HOPPER_SEED")
 	}
-	t.Logf("seed %d: repeat with HOPPER_SEED=%d go test -count=1 -run TestWorkflowChaos -v ./tests/", seed, seed)
+	t.Logf("seed %d: repeat with HOPPER_SEED=%d go test -count=1 -run TestWorkflowChaos -v ./tests/chaos", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 0xdac))
 	plans := planWorkflows(rng, dags, batches)
 	rng.Shuffle(len(plans), func(i, j int) { plans[i], plans[j] = plans[j], plans[i] })

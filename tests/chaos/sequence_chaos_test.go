@@ -1,4 +1,4 @@
-package tests
+package chaos
 
 import (
 	"context"
@@ -411,7 +411,7 @@ func TestSequenceChaos(t *testing.T) {
 		seed, err = strconv.ParseUint(s, 10, 64)
 		require.NoError(t, err, "HOPPER_SEED")
 	}
-	t.Logf("seed %d: repeat with HOPPER_SEED=%d go test -count=1 -run TestSequenceChaos -v ./tests/", seed, seed)
+	t.Logf("seed %d: repeat with HOPPER_SEED=%d go test -count=1 -run TestSequenceChaos -v ./tests/chaos", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 0x5e9))
 	plans := planSequences(rng, keys, perKey)
 	b := newSeqChaosBed(t, limit, plans)
