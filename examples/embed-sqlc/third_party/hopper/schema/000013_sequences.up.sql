@@ -15,7 +15,7 @@
 --
 -- Guarded by: schema/TestSequencesMigration, schema/TestTriggerRules (the
 -- sequences' rules), TestSequenceProperty, jobs/sequence_test.go,
--- tests/TestSequenceChaos, schema/TestPLpgSQLCheck.
+-- tests/chaos/TestSequenceChaos, schema/TestPLpgSQLCheck.
 
 ALTER TABLE hopper_jobs DROP CONSTRAINT hopper_jobs_state_check;
 ALTER TABLE hopper_jobs

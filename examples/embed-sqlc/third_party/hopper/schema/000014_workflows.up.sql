@@ -21,7 +21,7 @@
 --
 -- Guarded by: schema/TestWorkflowsMigration, schema/TestTriggerRules (the
 -- workflows' rules), TestWorkflowProperty, workflows_test.go,
--- tests/TestWorkflowChaos, schema/TestPLpgSQLCheck.
+-- tests/chaos/TestWorkflowChaos, schema/TestPLpgSQLCheck.
 
 -- Only a job of a sequence or a workflow waits.
 ALTER TABLE hopper_jobs DROP CONSTRAINT hopper_jobs_sequence_check;
