@@ -66,8 +66,14 @@ EXAMPLE := examples/embed-sqlc
 OTEL := hopperotel
 E2E := dashboard/e2e
 
+# The licence test reads hopperotel's modules from the cache with
+# GOPROXY=off: fetch them first, as a fresh machine has none.
+.PHONY: modules
+modules: ## download what the modules' tests import (hopperotel's, for the licence test)
+	cd $(OTEL) && go list -deps -test ./... > /dev/null
+
 .PHONY: test
-test: ## run every test (race detector on) against a real PostgreSQL, the embed-sqlc example's, the OpenTelemetry module's and the dashboard's browser test included
+test: modules ## run every test (race detector on) against a real PostgreSQL, the embed-sqlc example's, the OpenTelemetry module's and the dashboard's browser test included
 	bash .ci/debian-package.sh pgbouncer /usr/sbin/pgbouncer
 	bash .ci/debian-package.sh chromium /usr/bin/chromium
 	bash .ci/debian-package.sh python3-psycopg /usr/lib/python3/dist-packages/psycopg
@@ -81,7 +87,7 @@ test: ## run every test (race detector on) against a real PostgreSQL, the embed-
 # not on the CPU (a run keeps two cores about a quarter busy), so four run
 # at once.
 .PHONY: test-short
-test-short: ## the fast lane, for every change while you work: each package with -short (the slow suites skip; race detector on), and the embed-sqlc example's and hopperotel's tests; about 3 minutes on an idle 2-core machine
+test-short: modules ## the fast lane, for every change while you work: each package with -short (the slow suites skip; race detector on), and the embed-sqlc example's and hopperotel's tests; about 3 minutes on an idle 2-core machine
 	go test -short -race -count=1 -p 4 -timeout 15m ./...
 	cd $(EXAMPLE) && go test -short -race -count=1 ./...
 	cd $(OTEL) && go test -short -race -count=1 ./...

@@ -37,6 +37,7 @@ func TestClaimLockLastsForTheClaimOnly(t *testing.T) {
 			}
 			w, err := New(pool, cfg)
 			require.NoError(t, err)
+			limited := newTestRun(t, ctx, w).producers["default"]
 			for _, key := range []string{"a", "a", "b"} {
 				_, err := w.q.Enqueue(ctx, db.EnqueueParams{Queue: "default", Kind: "k", Version: 1,
 					Payload: json.RawMessage(`{}`), RunAt: time.Now(), MaxAttempts: 3, ConcurrencyKey: &key})
@@ -48,13 +49,13 @@ func TestClaimLockLastsForTheClaimOnly(t *testing.T) {
 				AfterPriority: -1, MaxJobs: 10, Scan: 64, RateBy: "queue", RateWindowMs: 1000}
 			bad := p
 			bad.Scan = -1 // LIMIT -1: the statement fails, after the lock
-			_, err = w.producers["default"].claimLimited(ctx, bad)
+			_, err = limited.claimLimited(ctx, bad)
 			require.ErrorContains(t, err, "LIMIT must not be negative")
 
-			first, err := w.producers["default"].claimLimited(ctx, p)
+			first, err := limited.claimLimited(ctx, p)
 			require.NoError(t, err)
 			require.Len(t, first, 2, "one job of each key")
-			again, err := w.producers["default"].claimLimited(ctx, p)
+			again, err := limited.claimLimited(ctx, p)
 			require.NoError(t, err)
 			require.Empty(t, again, "key a is at its limit")
 

@@ -129,18 +129,19 @@ type completer struct {
 	report  func(completion, outcome)
 	results *resultQueue
 	// hard ends at the shutdown's hard deadline: past it nothing more is
-	// sent and unsettled results are given up. Set by run.
+	// sent and unsettled results are given up.
 	hard context.Context
 }
 
-// newCompleter prepares a completer recording on q with cfg's batching.
-func newCompleter(q *db.Queries, log *slog.Logger, cfg *Config, report func(completion, outcome)) *completer {
+// newCompleter prepares a completer recording on q with cfg's batching,
+// until the hard deadline ends hard.
+func newCompleter(q *db.Queries, log *slog.Logger, cfg *Config, report func(completion, outcome), hard context.Context) *completer {
 	return &completer{
 		q: q, log: log, report: report,
 		batchSize: cfg.AckBatchSize, flushEvery: cfg.AckFlushInterval,
 		timeout: statementTimeout(cfg.LeaseDuration),
 		results: newResultQueue(cfg.AckBatchSize),
-		hard:    context.Background(),
+		hard:    hard,
 	}
 }
 
@@ -150,9 +151,8 @@ func (cp *completer) push(c completion) bool { return cp.results.push(c) }
 
 // run records results in batches: a flush when a batch is full or
 // flushEvery after its first result. When stop closes it records what is
-// left and returns; hard ends the shutdown's last tries.
-func (cp *completer) run(hard context.Context, stop <-chan struct{}) {
-	cp.hard = hard
+// left and returns; the hard deadline ends the shutdown's last tries.
+func (cp *completer) run(stop <-chan struct{}) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {

@@ -28,6 +28,11 @@ type completerBed struct {
 }
 
 func newCompleterBed(t *testing.T, batch int) *completerBed {
+	return newCompleterBedUntil(t, batch, context.Background())
+}
+
+// newCompleterBedUntil is a completer bed whose hard deadline ends with hard.
+func newCompleterBedUntil(t *testing.T, batch int, hard context.Context) *completerBed {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
@@ -40,7 +45,7 @@ func newCompleterBed(t *testing.T, batch int) *completerBed {
 		_, twice := b.settled[c.job.id]
 		require.False(t, twice, "job %d settled twice", c.job.id)
 		b.settled[c.job.id] = o
-	})
+	}, hard)
 	return b
 }
 
@@ -87,7 +92,7 @@ func TestCompleterRecordsOutcomesExactly(t *testing.T) {
 	stale := &heldJob{id: held[4].id, attempt: held[4].attempt + 1, kind: "k"}
 
 	stop, done := make(chan struct{}), make(chan struct{})
-	go func() { defer close(done); b.cp.run(context.Background(), stop) }()
+	go func() { defer close(done); b.cp.run(stop) }()
 	require.True(t, b.cp.push(completion{job: held[0], act: actAck}))
 	require.True(t, b.cp.push(completion{job: held[1], act: actAck}))
 	require.True(t, b.cp.push(completion{job: held[2], act: actRetry, message: "boom", backoff: time.Hour}))
@@ -130,7 +135,7 @@ func TestCompleterFlushesAtStop(t *testing.T) {
 	b.cp.flushEvery = time.Hour // nothing is flushed before the stop
 	held := b.claim(t, 3)
 	stop, done := make(chan struct{}), make(chan struct{})
-	go func() { defer close(done); b.cp.run(context.Background(), stop) }()
+	go func() { defer close(done); b.cp.run(stop) }()
 	for _, c := range held {
 		require.True(t, b.cp.push(completion{job: c, act: actAck}))
 	}
@@ -147,11 +152,10 @@ func TestCompleterFlushesAtStop(t *testing.T) {
 // unrecorded, and one whose earlier try may have committed is unconfirmed.
 func TestCompleterGivesUpAfterTheHardDeadline(t *testing.T) {
 	t.Parallel()
-	b := newCompleterBed(t, 10)
-	held := b.claim(t, 2)
 	hard, end := context.WithCancel(context.Background())
+	b := newCompleterBedUntil(t, 10, hard)
+	held := b.claim(t, 2)
 	end()
-	b.cp.hard = hard
 	b.cp.flush([]completion{{job: held[0], act: actAck}, {job: held[1], act: actAck, ambiguous: true}})
 	got := b.outcomes()
 	require.Equal(t, outcomeUnrecorded, got[held[0].id])

@@ -42,10 +42,13 @@ func (c Connections) String() string {
 // the most a worker of a Config may need.
 func (w *Worker) Connections() Connections {
 	var queues []string
-	for name := range w.producers {
+	for name := range w.cfg.Queues {
 		queues = append(queues, name)
 	}
-	return connectionsOf(&w.cfg, queues, w.handlers.kindKeyLimits(), len(w.maintainer.schedules) > 0)
+	w.mu.Lock()
+	schedules := len(w.schedules) > 0
+	w.mu.Unlock()
+	return connectionsOf(&w.cfg, queues, w.handlers.kindKeyLimits(), schedules)
 }
 
 // ConnectionsFor says how many connections a worker made with cfg may

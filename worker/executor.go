@@ -35,7 +35,7 @@ type executor struct {
 	// cancelled, so a job's context does not register with it (one shared
 	// parent with thousands of children was a hot lock); shutdown cancels
 	// each running job's context instead. hard ends at the shutdown's hard
-	// deadline. Both are set as Run starts.
+	// deadline.
 	handlerBase context.Context
 	hard        context.Context
 
@@ -44,9 +44,12 @@ type executor struct {
 	poolWG    sync.WaitGroup // handler goroutines
 }
 
-func newExecutor(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config, cp *completer, report func(completion, outcome)) *executor {
+// newExecutor runs handlers under handlerBase, and the statements of the
+// shutdown path under hard (Run's contexts).
+func newExecutor(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config, cp *completer, report func(completion, outcome),
+	handlerBase, hard context.Context) *executor {
 	return &executor{q: q, log: log, metrics: m, cfg: cfg, completer: cp, report: report,
-		handlerBase: context.Background(), hard: context.Background()}
+		handlerBase: handlerBase, hard: hard}
 }
 
 // timeoutError is the cause of a handler context whose run timed out. It

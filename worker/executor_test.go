@@ -18,10 +18,9 @@ import (
 
 // newTestExecutor is an executor with cfg, and a held job for it to run.
 func newTestExecutor(cfg Config) (*executor, *heldJob) {
-	w := &Worker{cfg: cfg}
-	w.held.abandonAfter = 10 * time.Second
-	e := newExecutor(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, &w.cfg, nil, nil)
-	return e, &heldJob{id: 1, attempt: 1, kind: "k", held: &w.held}
+	held := &heldJobs{abandonAfter: 10 * time.Second}
+	e := newExecutor(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, &cfg, nil, nil, context.Background(), context.Background())
+	return e, &heldJob{id: 1, attempt: 1, kind: "k", held: held}
 }
 
 // A run goes through the worker's middleware, then the kind's, outermost

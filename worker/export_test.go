@@ -9,26 +9,48 @@ func ObserveOutcomes(w *Worker, fn func(id int64, attempt int32, outcome string)
 }
 
 // HeldClaims is how many claims the worker's heartbeat keeps extending.
-func HeldClaims(w *Worker) int { return w.held.len() }
+func HeldClaims(w *Worker) int {
+	if r := w.active.Load(); r != nil {
+		return r.held.len()
+	}
+	return 0
+}
 
 // Beats is how many heartbeats the worker has done.
-func Beats(w *Worker) int64 { return w.held.beats.Load() }
+func Beats(w *Worker) int64 {
+	if r := w.active.Load(); r != nil {
+		return r.heartbeat.beats.Load()
+	}
+	return 0
+}
 
 // Listening reports whether the worker's wake-up listener is subscribed
 // (its claim cursors are in use only then).
-func Listening(w *Worker) bool { return w.notifier.listening.Load() }
+func Listening(w *Worker) bool {
+	r := w.active.Load()
+	return r != nil && r.notifier.listening.Load()
+}
 
 // CursorAt is where queue's next claim starts: the (priority, run_at, id)
-// of the last job it claimed, or priority -1 for the start.
+// of the last job it claimed, or priority -1 for the start (and before
+// Run has built its queues).
 func CursorAt(w *Worker, queue string) (priority int16, runAt time.Time, id int64) {
-	k := w.producers[queue].cursor.at()
+	r := w.active.Load()
+	if r == nil {
+		return -1, time.Time{}, 0
+	}
+	k := r.producers[queue].cursor.at()
 	return k.priority, k.runAt, k.id
 }
 
 // ClaimFinished reports whether the claim (id, attempt) is held with its
 // handler returned and its result waiting to be recorded.
 func ClaimFinished(w *Worker, id int64, attempt int32) bool {
-	c := w.held.get(id, attempt)
+	r := w.active.Load()
+	if r == nil {
+		return false
+	}
+	c := r.held.get(id, attempt)
 	return c != nil && c.is(claimFinished)
 }
 

@@ -179,13 +179,13 @@ func (f *queueFlow) rateBy() string {
 	return string(f.Rate.By)
 }
 
-// setUpFlow gives each queue its flow control, once, as Run starts.
-func (w *Worker) setUpFlow() {
-	byKind := w.handlers.kindKeyLimits()
-	for name, p := range w.producers {
-		f, ok := w.cfg.FlowControl[name]
-		if ok || byKind {
-			p.flow = newQueueFlow(f)
-		}
+// flowOf is the flow control the queue name is claimed under: its
+// Config.FlowControl, an empty one when some kind sets a key limit of its
+// own (byKind), or none (nil).
+func flowOf(cfg *Config, name string, byKind bool) *queueFlow {
+	f, ok := cfg.FlowControl[name]
+	if !ok && !byKind {
+		return nil
 	}
+	return newQueueFlow(f)
 }

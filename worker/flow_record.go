@@ -49,9 +49,10 @@ func describeFlow(f FlowControl) string {
 // says otherwise: the limits hold only if all of a queue's workers claim
 // by the same rules. It runs once, at start, after the queues are
 // registered; the last worker to start is the record.
-func (w *Worker) recordFlow(ctx context.Context) error {
-	names := make([]string, 0, len(w.producers))
-	for name := range w.producers {
+func (r *run) recordFlow(ctx context.Context) error {
+	w := r.w
+	names := make([]string, 0, len(r.producers))
+	for name := range r.producers {
 		names = append(names, name)
 	}
 	sort.Strings(names)
@@ -62,7 +63,7 @@ func (w *Worker) recordFlow(ctx context.Context) error {
 	differ, err := w.q.RecordFlowControl(ctx, db.RecordFlowControlParams{Worker: w.cfg.ID, Names: names, Flows: flows})
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42703" { // undefined_column
-		return migrated.Errorf(w.migrateUp(), "schema %s lacks hopper_queues.flow_control, which migration %s adds", w.schema, migrated.Migration(7))
+		return migrated.Errorf(w.migrateUp(), "schema %s lacks hopper_queues.flow_control, which migration %s adds", r.schema, migrated.Migration(7))
 	}
 	if err != nil {
 		return fmt.Errorf("worker: start: record flow control: %w", err)

@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -279,9 +277,9 @@ type heldKey struct {
 
 // heldJobs holds the jobs this worker has claimed, whose leases the
 // heartbeat keeps (heartbeat.go): running and finished ones, and released
-// ones until they are given back. The heartbeat also refreshes the
-// worker's row, watches for stuck handlers and cancels the handlers of
-// jobs the database no longer holds for this worker.
+// ones until they are given back. A lease extended (by the heartbeat or a
+// handler's Extend) that the database no longer holds for this worker is
+// lost: its handler is cancelled.
 //
 // Invariants: a job is in jobs from its claim until its outcome is
 // recorded, it is lost or cancelled, or it is given back; only jobs in it
@@ -293,17 +291,15 @@ type heldJobs struct {
 
 	q            *db.Queries
 	log          *slog.Logger
-	lease        time.Duration                                       // Config.LeaseDuration
-	extendEvery  time.Duration                                       // Config.ExtendInterval; <= 0: leases are never extended
-	beatEvery    time.Duration                                       // Config.BeatInterval: how often the heartbeat runs
-	inFlight     *handlerSet                                         // the executor's running handlers, for the stuck watch
-	beatWorker   func(ctx context.Context, q *db.Queries) beatResult // registry.beat
-	releaseGone  func(ctx context.Context, liveFor time.Duration)    // maintainer.releaseGone
-	pool         *pgxpool.Pool                                       // the heartbeat holds one of its connections
-	abandonAfter time.Duration                                       // Config.AbandonAfter
 	metrics      *metrics
+	lease        time.Duration         // Config.LeaseDuration
+	abandonAfter time.Duration         // Config.AbandonAfter
 	dbtx         func(db.DBTX) db.DBTX // Worker.dbtx, for a job's AckTx
-	beats        atomic.Int64          // heartbeats done, for tests that must see one pass
+}
+
+func newHeldJobs(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config, dbtx func(db.DBTX) db.DBTX) *heldJobs {
+	return &heldJobs{jobs: map[heldKey]*heldJob{}, q: q, log: log, metrics: m,
+		lease: cfg.LeaseDuration, abandonAfter: cfg.AbandonAfter, dbtx: dbtx}
 }
 
 func (s *heldJobs) add(row db.HopperJob, p *producer, sent time.Time, keep time.Duration) *heldJob {

@@ -25,7 +25,8 @@ func TestHeldJobsExtendAndLose(t *testing.T) {
 	tdb := testdb.New(t)
 	w, err := New(tdb.Pool, Config{Queues: map[string]int{"default": 10}, LeaseDuration: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
-	p := w.producers["default"]
+	r := newTestRun(t, ctx, w)
+	p, held := r.producers["default"], r.held
 
 	take := func(runAt time.Time, leaseMs int64) (*heldJob, context.Context) {
 		t.Helper()
@@ -37,7 +38,7 @@ func TestHeldJobsExtendAndLose(t *testing.T) {
 			AfterPriority: -1, Kinds: []string{"k"}, MaxVersions: []int32{1}, MaxJobs: 1})
 		require.NoError(t, err)
 		require.Len(t, rows, 1)
-		c := w.held.add(rows[0], p, sent, 0)
+		c := held.add(rows[0], p, sent, 0)
 		hctx, hcancel := context.WithCancelCause(context.Background())
 		t.Cleanup(func() { hcancel(nil) })
 		c.begin(hcancel, time.Now(), 0)
@@ -45,24 +46,24 @@ func TestHeldJobsExtendAndLose(t *testing.T) {
 	}
 	kept, keptCtx := take(time.Now().Add(-2*time.Second), 60_000)
 	swept, sweptCtx := take(time.Now().Add(-time.Second), 1)
-	require.Equal(t, 2, w.held.len())
+	require.Equal(t, 2, held.len())
 
 	time.Sleep(20 * time.Millisecond) // the second lease expires
-	requeued, _ := w.maintainer.sweepOnce(ctx)
+	requeued, _ := w.sweeper.sweepOnce(ctx)
 	require.Equal(t, 1, requeued)
 
-	extended, err := w.held.extend(ctx, w.held.snapshot(), time.Minute)
+	extended, err := held.extend(ctx, held.snapshot(), time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, 1, extended)
 	require.ErrorIs(t, context.Cause(sweptCtx), ErrLeaseLost)
 	require.True(t, swept.is(claimLost))
-	require.Nil(t, w.held.get(swept.id, swept.attempt), "a lost job leaves the set")
+	require.Nil(t, held.get(swept.id, swept.attempt), "a lost job leaves the set")
 	require.NoError(t, keptCtx.Err(), "the job still ours runs on")
-	require.Same(t, kept, w.held.get(kept.id, kept.attempt))
+	require.Same(t, kept, held.get(kept.id, kept.attempt))
 
-	w.held.cancelNotice(kept.id, kept.attempt+1) // another attempt: not ours
+	held.cancelNotice(kept.id, kept.attempt+1) // another attempt: not ours
 	require.NoError(t, keptCtx.Err())
-	w.held.cancelNotice(kept.id, kept.attempt)
+	held.cancelNotice(kept.id, kept.attempt)
 	require.ErrorIs(t, context.Cause(keptCtx), ErrCancelled)
-	require.Zero(t, w.held.len())
+	require.Zero(t, held.len())
 }

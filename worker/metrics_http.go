@@ -141,7 +141,7 @@ func (g *dbGauges) collectors() []prometheus.Collector {
 }
 
 // newMetricsServer registers the worker's metrics (m) with the database's
-// gauges and listens on cfg.MetricsAddr; serve serves it.
+// gauges and listens on cfg.MetricsAddr; run serves it.
 func newMetricsServer(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config) (*metricsServer, error) {
 	ms := &metricsServer{q: q, log: log, interval: cfg.MetricsInterval, registry: prometheus.NewRegistry(), dbGauges: newDBGauges()}
 	ms.ready.staleAfter, ms.ready.now = readyStaleAfter(cfg.MetricsInterval), time.Now
@@ -182,9 +182,9 @@ func (w *Worker) MetricsAddr() string {
 	return w.metricsSrv.listener.Addr().String()
 }
 
-// serve runs the endpoint and refreshes the queue gauges until ctx
+// run serves the endpoint and refreshes the queue gauges until ctx
 // ends.
-func (ms *metricsServer) serve(ctx context.Context) {
+func (ms *metricsServer) run(ctx context.Context) {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

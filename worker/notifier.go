@@ -24,20 +24,22 @@ type notifier struct {
 	connConfig *pgx.ConnConfig // the listener's own session (never the pool's)
 	log        *slog.Logger
 	owner      string // Config.ID: cancel notices for this worker's claims
-	schema     string // where hopper_jobs lives: wake-ups for others are ignored (set by Worker.start)
+	schema     string // where hopper_jobs lives: wake-ups for others are ignored
 	producers  map[string]*producer
 	// onCancel: an operator cancelled the held job (id, attempt).
 	onCancel func(id int64, attempt int32)
 	// onSchedule: the named schedule was triggered or resumed.
 	onSchedule func(name string)
 
-	listening atomic.Bool
+	// listening is shared with the producers, which read it; only the
+	// notifier writes it.
+	listening *atomic.Bool
 }
 
-func newNotifier(q *db.Queries, connConfig *pgx.ConnConfig, log *slog.Logger, owner string,
-	producers map[string]*producer, onCancel func(int64, int32), onSchedule func(string)) *notifier {
-	return &notifier{q: q, connConfig: connConfig, log: log, owner: owner, producers: producers,
-		onCancel: onCancel, onSchedule: onSchedule}
+func newNotifier(q *db.Queries, connConfig *pgx.ConnConfig, log *slog.Logger, owner, schema string,
+	producers map[string]*producer, listening *atomic.Bool, onCancel func(int64, int32), onSchedule func(string)) *notifier {
+	return &notifier{q: q, connConfig: connConfig, log: log, owner: owner, schema: schema, producers: producers,
+		listening: listening, onCancel: onCancel, onSchedule: onSchedule}
 }
 
 // listen keeps a session of its own subscribed to wake-ups, wakes the queue
@@ -116,17 +118,6 @@ func (n *notifier) rewindAll() {
 func (n *notifier) wakeAll() {
 	for _, p := range n.producers {
 		signal(p.wake)
-	}
-}
-
-// announce sends the wake-ups collected, if any. A failure costs latency
-// only: workers poll, and scan from the start periodically.
-func (n *notifier) announce(ctx context.Context, wk *wakeups, after string) {
-	if len(wk.p.Queues) == 0 {
-		return
-	}
-	if err := n.q.Notify(ctx, wk.p); err != nil {
-		n.log.Warn("wake-up after "+after+" failed; workers will poll", "error", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,11 +35,11 @@ func TestNotifierCarriesWakeups(t *testing.T) {
 		attempt int32
 	}
 	cancels, schedules := make(chan cancelNote, 4), make(chan string, 4)
-	n := newNotifier(q, tdb.Pool.Config().ConnConfig, slog.New(slog.NewTextHandler(io.Discard, nil)), "me",
-		map[string]*producer{"default": p},
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	n := newNotifier(q, tdb.Pool.Config().ConnConfig, log, "me", tdb.Schema,
+		map[string]*producer{"default": p}, new(atomic.Bool),
 		func(id int64, attempt int32) { cancels <- cancelNote{id, attempt} },
 		func(name string) { schedules <- name })
-	n.schema = tdb.Schema
 
 	listenCtx, stopListening := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -61,7 +62,7 @@ func TestNotifierCarriesWakeups(t *testing.T) {
 	at := time.Now().Truncate(time.Microsecond)
 	var wk wakeups
 	wk.add("default", 5, at, 7)
-	n.announce(ctx, &wk, "test")
+	announcer{q: q, log: log}.announce(ctx, &wk, "test")
 	woken("an announcement")
 	require.Equal(t, readyKey{priority: 5, runAt: at, id: 7}.justBefore(), p.cursor.at())
 

@@ -150,7 +150,8 @@ func claimIntact(f db.ClaimFatesRow) bool {
 const sweptError = "lease expired"
 
 // report counts and logs a settled result, and retires its claim.
-func (w *Worker) report(c completion, o outcome) {
+func (r *run) report(c completion, o outcome) {
+	w := r.w
 	q, k := c.job.queue.name, c.job.kind
 	switch o {
 	case outcomeDone:
@@ -173,13 +174,13 @@ func (w *Worker) report(c completion, o outcome) {
 			"job_id", c.job.id, "kind", k, "attempt", c.job.attempt, "ok", c.ok())
 	case outcomeUnrecorded:
 		w.metrics.outcome(q, k, OutcomeUnrecorded)
-		w.unrecorded.Add(1)
+		r.unrecorded.Add(1)
 		w.log.Error("result not recorded (the shutdown deadline passed, or the server refused it): the job runs again once its lease expires or this worker is gone",
 			"job_id", c.job.id, "kind", k, "attempt", c.job.attempt, "ok", c.ok())
 	}
 	if w.observe != nil {
 		w.observe(c.job.id, c.job.attempt, o)
 	}
-	w.executor.told(c.job, o.public())
+	r.executor.told(c.job, o.public())
 	c.job.recorded()
 }

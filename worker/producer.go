@@ -40,11 +40,8 @@ type producer struct {
 	dispatch chan dispatched
 	spawned  int // handler goroutines started (claim goroutine only)
 	cursor   *scanCursor
-	flow     *queueFlow    // nil: no flow control (set as Run starts)
+	flow     *queueFlow    // nil: no flow control
 	budget   time.Duration // flow control: the last claim was cut short by a rate limit until then
-	// hard is the shutdown's hard deadline (Worker.hard), set as Run
-	// starts: a claim is cut off by it only.
-	hard context.Context
 }
 
 // producerDeps is what a worker's producers claim and dispatch with, the
@@ -61,11 +58,16 @@ type producerDeps struct {
 	executor  *executor
 	listening *atomic.Bool // the notifier's: wake-ups reach the scan cursor
 	claims    *claimBatch  // plain queues' claims, batched across queues
+	// hard is the shutdown's hard deadline (run.hard): a claim is cut off
+	// by it only.
+	hard context.Context
 }
 
-func newProducer(deps producerDeps, name string, n int) *producer {
+// newProducer claims for the queue name, n jobs at most at once, under
+// flow control when flow is not nil.
+func newProducer(deps producerDeps, name string, n int, flow *queueFlow) *producer {
 	return &producer{producerDeps: deps, name: name, max: n, wake: make(chan struct{}, 1), slotFreed: make(chan struct{}, 1),
-		dispatch: make(chan dispatched, n), cursor: newScanCursor(deps.cfg.FullScanInterval), hard: context.Background()}
+		dispatch: make(chan dispatched, n), cursor: newScanCursor(deps.cfg.FullScanInterval), flow: flow}
 }
 
 // dispatched is a claimed, decoded job on its way to a handler goroutine.

@@ -34,7 +34,8 @@ func TestProducerFetch(t *testing.T) {
 		<-release
 		return nil
 	}))
-	w.notifier.listening.Store(true) // wake-ups would reach the cursor: it may be used
+	r := newTestRun(t, ctx, w)
+	r.notifier.listening.Store(true) // wake-ups would reach the cursor: it may be used
 
 	var ids []int64
 	base := time.Now().Add(-time.Minute)
@@ -45,12 +46,11 @@ func TestProducerFetch(t *testing.T) {
 		ids = append(ids, r.ID)
 	}
 
-	p := w.producers["default"]
-	p.hard = ctx // as Run sets it
+	p := r.producers["default"]
 	n, err := p.fetch(ctx, 2)
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "no more than asked for")
-	require.Equal(t, 2, w.held.len())
+	require.Equal(t, 2, r.held.len())
 	require.EqualValues(t, 2, p.running.Load(), "a slot per job")
 	require.Equal(t, ids[1], p.cursor.at().id, "the cursor is past the last job claimed")
 	got := map[int64]bool{<-started: true, <-started: true}
@@ -68,6 +68,6 @@ func TestProducerFetch(t *testing.T) {
 
 	close(release)
 	close(p.dispatch)
-	w.executor.poolWG.Wait()
+	r.executor.poolWG.Wait()
 	require.Zero(t, p.running.Load(), "every slot given back")
 }

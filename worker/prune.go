@@ -2,7 +2,7 @@ package worker
 
 import (
 	"context"
-	"math/rand/v2"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -18,27 +18,48 @@ const (
 	prunePasses = 100
 )
 
-// prune deletes expired history and, with DeadRetention, old dead and
-// cancelled jobs, on the sweep interval (jittered). Every worker runs it;
-// SKIP LOCKED makes that safe, as for the sweep.
-func (m *maintainer) prune(ctx context.Context) {
-	for {
-		jitter := 0.75 + rand.Float64()/2 // ±25%
-		if !sleep(ctx, time.Duration(float64(m.sweepEvery)*jitter)) {
-			return
-		}
+// pruner deletes what has expired, on the sweep interval: the history
+// past its keep, with DeadRetention old dead and cancelled jobs, unique
+// periods that ended, and (at most once per workerPruneEvery) the rows of
+// workers gone long ago. Every worker runs one; SKIP LOCKED makes that
+// safe, as for the sweep. Its horizon bounds the history's scan as the
+// sweeper's bounds the leases'.
+type pruner struct {
+	q             *db.Queries
+	log           *slog.Logger
+	every         time.Duration // Config.SweepInterval
+	deadRetention time.Duration // Config.DeadRetention; 0: dead jobs are kept
+	horizon       scanHorizon
+	// lastWorkerPrune: when the rows of workers gone long ago were last
+	// pruned (pruneWorkers; the pruner's goroutine only).
+	lastWorkerPrune time.Time
+}
+
+func newPruner(q *db.Queries, log *slog.Logger, cfg *Config) *pruner {
+	return &pruner{q: q, log: log, every: cfg.SweepInterval, deadRetention: cfg.DeadRetention}
+}
+
+func (m *pruner) run(ctx context.Context) {
+	everyJittered(ctx, m.every, func(ctx context.Context) {
 		m.pruneOnce(ctx)
-	}
+		m.pruneWorkers(ctx)
+	})
+}
+
+// PruneOnce runs the pruning now and reports how many completed jobs left
+// the history and how many dead or cancelled jobs were deleted.
+func (w *Worker) PruneOnce(ctx context.Context) (history, dead int64) {
+	return w.pruner.pruneOnce(ctx)
 }
 
 // pruneOnce runs the pruning now and reports how many completed jobs left
 // the history and how many dead or cancelled jobs were deleted.
-func (m *maintainer) pruneOnce(ctx context.Context) (history, dead int64) {
+func (m *pruner) pruneOnce(ctx context.Context) (history, dead int64) {
 	start := time.Now()
 	full, complete := true, false
-	defer func() { m.prunes.done(start, complete, full) }()
+	defer func() { m.horizon.done(start, complete, full) }()
 	for range prunePasses {
-		within := m.prunes.window(start, time.Now())
+		within := m.horizon.window(start, time.Now())
 		full = full && within == 0
 		n, err := m.q.PruneHistory(ctx, db.PruneHistoryParams{MaxJobs: pruneBatch, WithinMs: within.Milliseconds()})
 		if err != nil {
@@ -65,7 +86,7 @@ func (m *maintainer) pruneOnce(ctx context.Context) (history, dead int64) {
 
 // pruneUniquePeriods deletes the records of unique keys whose period
 // (jobs.UniquePeriod) has ended: they hold nothing any more.
-func (m *maintainer) pruneUniquePeriods(ctx context.Context) {
+func (m *pruner) pruneUniquePeriods(ctx context.Context) {
 	for range prunePasses {
 		n, err := m.q.PruneUniquePeriods(ctx, pruneBatch)
 		if err != nil {
@@ -81,7 +102,7 @@ func (m *maintainer) pruneUniquePeriods(ctx context.Context) {
 }
 
 // pruneDead deletes dead and cancelled jobs older than DeadRetention.
-func (m *maintainer) pruneDead(ctx context.Context) int64 {
+func (m *pruner) pruneDead(ctx context.Context) int64 {
 	before := time.Now().Add(-m.deadRetention)
 	p := db.PurgeDeadParams{
 		States: []string{string(jobs.StateDead), string(jobs.StateCancelled)}, Ids: []int64{},
@@ -106,8 +127,8 @@ func (m *maintainer) pruneDead(ctx context.Context) int64 {
 }
 
 // pruneWorkers deletes, at most once per workerPruneEvery, the rows of
-// workers gone for longer than workerRowsKept. Called from the sweep.
-func (m *maintainer) pruneWorkers(ctx context.Context) {
+// workers gone for longer than workerRowsKept.
+func (m *pruner) pruneWorkers(ctx context.Context) {
 	if time.Since(m.lastWorkerPrune) < workerPruneEvery {
 		return
 	}

@@ -80,9 +80,10 @@ func (e *executor) handlerStarting(rc *rateClaim) {
 
 // checkRateSchema refuses to start a worker with a global rate limit on a
 // schema older than migration 8, whose claims would fail one by one.
-func (w *Worker) checkRateSchema(ctx context.Context) error {
+func (r *run) checkRateSchema(ctx context.Context) error {
+	w := r.w
 	global := false
-	for _, p := range w.producers {
+	for _, p := range r.producers {
 		global = global || (p.flow != nil && p.flow.global())
 	}
 	if !global {
@@ -91,7 +92,7 @@ func (w *Worker) checkRateSchema(ctx context.Context) error {
 	err := w.q.ProbeRateStarts(ctx)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42703" { // undefined_column
-		return migrated.Errorf(w.migrateUp(), "schema %s lacks hopper_rate_claims.awaiting_starts, which rate limits need and migration %s adds", w.schema, migrated.Migration(8))
+		return migrated.Errorf(w.migrateUp(), "schema %s lacks hopper_rate_claims.awaiting_starts, which rate limits need and migration %s adds", r.schema, migrated.Migration(8))
 	}
 	if err != nil {
 		return fmt.Errorf("worker: start: check the rate log: %w", err)

@@ -22,7 +22,7 @@ import (
 // written at start, refreshed by each heartbeat and deleted at a clean
 // stop. A worker is live while its last beat is younger than
 // workerStaleBeats beats; a gone worker's jobs are handed back by the next
-// beat of any live worker (maintainer.releaseGone). The clients list the
+// beat of any live worker (releaser.releaseGone). The clients list the
 // workers (hopper.Client.ListWorkers) and count the live ones serving each
 // queue (hopper.QueueInfo.Workers).
 const (
@@ -53,8 +53,8 @@ type registry struct {
 	q   *db.Queries
 	log *slog.Logger
 	cfg *Config // ID, Schema, BeatInterval, LeaseDuration
-	// queues and schema are set as Run starts, before the row is written:
-	// the queues the worker serves, and where hopper_jobs lives (errors).
+	// queues: the queues the worker serves; schema: where hopper_jobs
+	// lives (errors).
 	queues []string
 	schema string
 	// claimed: this worker holds its ID in idsInUse (claimID, Run's
@@ -81,8 +81,8 @@ var processIdentity = func() (host string, pid int) {
 	return host, os.Getpid()
 }
 
-func newRegistry(q *db.Queries, log *slog.Logger, cfg *Config) *registry {
-	return &registry{q: q, log: log, cfg: cfg}
+func newRegistry(q *db.Queries, log *slog.Logger, cfg *Config, schema string, queues []string) *registry {
+	return &registry{q: q, log: log, cfg: cfg, schema: schema, queues: queues}
 }
 
 // beatInterval is how often the worker refreshes its row: every
@@ -95,12 +95,12 @@ func (r *registry) staleAfter() time.Duration { return workerStaleBeats * r.beat
 
 // servedQueues lists the queues a worker claims from, sorted; none when
 // it only fires schedules.
-func servedQueues(handlers *handlerTable, producers map[string]*producer) []string {
+func servedQueues(handlers *handlerTable, queues map[string]int) []string {
 	names := []string{}
 	if handlers.empty() {
 		return names
 	}
-	for name := range producers {
+	for name := range queues {
 		names = append(names, name)
 	}
 	sort.Strings(names)
@@ -310,12 +310,12 @@ func (r *registry) remove(ctx context.Context) {
 // not by the registry, and recovery is as slow as the lease. A program
 // that kept the old HeartbeatInterval (then the lease extension, a third
 // of the lease) as BeatInterval does exactly that.
-func (w *Worker) checkBeat() {
-	stale := w.registry.staleAfter()
-	if stale < w.cfg.LeaseDuration {
+func (r *registry) checkBeat() {
+	stale := r.staleAfter()
+	if stale < r.cfg.LeaseDuration {
 		return
 	}
-	w.log.Warn("BeatInterval makes crash recovery as slow as the lease: a crashed worker is taken to be gone after three missed beats",
-		"beat_interval", w.cfg.BeatInterval, "gone_after", stale, "lease_duration", w.cfg.LeaseDuration,
+	r.log.Warn("BeatInterval makes crash recovery as slow as the lease: a crashed worker is taken to be gone after three missed beats",
+		"beat_interval", r.cfg.BeatInterval, "gone_after", stale, "lease_duration", r.cfg.LeaseDuration,
 		"hint", "BeatInterval is the registry's beat (default 1s); leases are extended every ExtendInterval (the old HeartbeatInterval)")
 }

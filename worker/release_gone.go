@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/hopperq/hopper/db"
@@ -16,12 +17,27 @@ const (
 	reasonWorkerRestarted = "worker restarted"
 )
 
+// releaser hands back the jobs of workers gone without a clean stop: on
+// the heartbeat's word that such a worker exists (releaseGone), and at
+// start, the jobs of an earlier run of this worker's own ID.
+type releaser struct {
+	q        *db.Queries
+	log      *slog.Logger
+	metrics  *metrics
+	batch    int // Config.SweepBatch
+	announce announceFunc
+}
+
+func newReleaser(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config, announce announceFunc) *releaser {
+	return &releaser{q: q, log: log, metrics: m, batch: cfg.SweepBatch, announce: announce}
+}
+
 // releaseGone hands back the jobs of every worker gone (no beat within its
 // stale window) and not yet released, whose stale window this worker has
 // been live for (liveFor): the heartbeat runs it when its beat says such a
 // worker exists. Any live worker may; the workers' rows are locked SKIP
 // LOCKED, so each gone worker is released by one of them.
-func (m *maintainer) releaseGone(ctx context.Context, liveFor time.Duration) {
+func (m *releaser) releaseGone(ctx context.Context, liveFor time.Duration) {
 	ms := liveFor.Milliseconds()
 	gone, err := m.releaseJobsOf(ctx, db.ReleaseWorkerJobsParams{LiveForMs: &ms, Reason: reasonWorkerGone})
 	if err != nil && ctx.Err() == nil {
@@ -46,8 +62,8 @@ type goneWorker struct {
 // set, recording p.Reason; it wakes their queues. p.HolderStartedAt names
 // this worker's own row, which is not marked released. It returns, for
 // each worker whose jobs it handed back, in the order met, how many.
-func (m *maintainer) releaseJobsOf(ctx context.Context, p db.ReleaseWorkerJobsParams) ([]*goneWorker, error) {
-	p.MaxJobs = int32(m.sweepBatch)
+func (m *releaser) releaseJobsOf(ctx context.Context, p db.ReleaseWorkerJobsParams) ([]*goneWorker, error) {
+	p.MaxJobs = int32(m.batch)
 	var gone []*goneWorker
 	byID := map[string]*goneWorker{}
 	for {
@@ -73,7 +89,7 @@ func (m *maintainer) releaseJobsOf(ctx context.Context, p db.ReleaseWorkerJobsPa
 			wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
 		}
 		m.announce(ctx, &wk, "release")
-		if len(rows) < m.sweepBatch {
+		if len(rows) < m.batch {
 			return gone, nil
 		}
 	}

@@ -13,11 +13,11 @@ func BenchmarkRunMiddleware(b *testing.B) {
 	noop := func(ctx context.Context, _ *jobs.Row, next func(context.Context) error) error { return next(ctx) }
 	for _, n := range []int{1, 3} {
 		b.Run(map[int]string{1: "one", 3: "three"}[n], func(b *testing.B) {
-			benchRun(b, func(w *Worker, d *dispatched) {
+			benchRun(b, func(cfg *Config, d *dispatched) {
 				for range n {
-					w.cfg.Middleware = append(w.cfg.Middleware, noop)
+					cfg.Middleware = append(cfg.Middleware, noop)
 				}
-				w.cfg.OnOutcome = []OutcomeHook{func(*jobs.Row, Outcome, error) {}}
+				cfg.OnOutcome = []OutcomeHook{func(*jobs.Row, Outcome, error) {}}
 				d.job.view = &jobs.Row{ID: 1, Kind: "k"}
 			})
 		})

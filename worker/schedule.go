@@ -172,9 +172,9 @@ func (w *Worker) defineSchedule(s *scheduled) error {
 	if w.running {
 		return fmt.Errorf("schedule %q: %w: the worker is already running", s.name, ErrInvalidSchedule)
 	}
-	if w.maintainer.schedules[s.name] != nil {
+	if w.schedules[s.name] != nil {
 		return fmt.Errorf("schedule %q: %w: defined twice", s.name, ErrInvalidSchedule)
 	}
-	w.maintainer.schedules[s.name] = s
+	w.schedules[s.name] = s
 	return nil
 }

@@ -4,39 +4,69 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/schedule"
 	"github.com/hopperq/hopper/jobs"
 )
 
-// scheduleNames lists the schedules this worker defines, sorted.
-func (m *maintainer) scheduleNames() []string {
-	names := make([]string, 0, len(m.schedules))
-	for name := range m.schedules {
+// scheduler puts this worker's schedules in force at start (define) and
+// fires them as they fall due (run), each slot once across every worker
+// that defines the schedule: a fire takes the schedule's row SKIP LOCKED
+// and moves it on by compare-and-set in the transaction that enqueues its
+// jobs. A worker without schedules has none.
+type scheduler struct {
+	q *db.Queries
+	// pool and dbtx begin each fire's transaction (scoped to
+	// Config.Schema).
+	pool       *pgxpool.Pool
+	dbtx       func(db.DBTX) db.DBTX
+	log        *slog.Logger
+	metrics    *metrics
+	pollEvery  time.Duration // Config.PollInterval
+	staleAfter time.Duration // Config.ScheduleStaleAfter
+	schedules  map[string]*scheduled
+	names      []string      // the schedules' names, sorted
+	wake       chan struct{} // a schedule was triggered or resumed
+}
+
+// newScheduler fires schedules, the definitions Worker.Schedule made
+// (read-only from now on).
+func newScheduler(q *db.Queries, pool *pgxpool.Pool, dbtx func(db.DBTX) db.DBTX, log *slog.Logger, m *metrics, cfg *Config,
+	schedules map[string]*scheduled) *scheduler {
+	names := make([]string, 0, len(schedules))
+	for name := range schedules {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	return names
+	return &scheduler{q: q, pool: pool, dbtx: dbtx, log: log, metrics: m, pollEvery: cfg.PollInterval,
+		staleAfter: cfg.ScheduleStaleAfter, schedules: schedules, names: names, wake: make(chan struct{}, 1)}
 }
 
-// defineSchedules reports this worker's definitions and puts them in force
+// triggered wakes the firing loop when name is one of this worker's
+// schedules (a notification said it was triggered or resumed).
+func (m *scheduler) triggered(name string) {
+	if m.schedules[name] != nil {
+		signal(m.wake)
+	}
+}
+
+// define reports this worker's definitions and puts them in force
 // where they are the newest, at start. It logs the definitions in force
 // that differ from its own (a newer deploy's) and the schedules no running
 // worker defines any more.
-func (m *maintainer) defineSchedules(ctx context.Context) error {
-	if len(m.schedules) == 0 {
-		return nil
-	}
+func (m *scheduler) define(ctx context.Context) error {
 	if err := m.seeSchedules(ctx); err != nil {
 		return fmt.Errorf("worker: start: report schedules: %w", err)
 	}
-	for _, name := range m.scheduleNames() {
+	for _, name := range m.names {
 		s := m.schedules[name]
 		p := db.DefineScheduleParams{
 			Name: s.name, DefinitionHash: s.hash, Kind: s.kind, Expression: s.spec.Expression(), TimeZone: s.spec.Zone(),
@@ -63,9 +93,9 @@ func (m *maintainer) defineSchedules(ctx context.Context) error {
 
 // seeSchedules tells the database that this worker still defines its
 // schedules (first seen now if new).
-func (m *maintainer) seeSchedules(ctx context.Context) error {
-	p := db.SeeScheduleVersionsParams{StaleAfterMs: m.scheduleStaleAfter.Milliseconds()}
-	for _, name := range m.scheduleNames() {
+func (m *scheduler) seeSchedules(ctx context.Context) error {
+	p := db.SeeScheduleVersionsParams{StaleAfterMs: m.staleAfter.Milliseconds()}
+	for _, name := range m.names {
 		p.Names = append(p.Names, name)
 		p.Hashes = append(p.Hashes, m.schedules[name].hash)
 	}
@@ -75,7 +105,7 @@ func (m *maintainer) seeSchedules(ctx context.Context) error {
 // reportStaleSchedules logs the schedules whose definition in force no
 // running worker has reported lately: kept, not fired, until a worker
 // defines them again.
-func (m *maintainer) reportStaleSchedules(ctx context.Context) {
+func (m *scheduler) reportStaleSchedules(ctx context.Context) {
 	rows, err := m.q.ListSchedules(ctx)
 	if err != nil {
 		m.log.Warn("listing schedules failed", "error", err)
@@ -89,14 +119,13 @@ func (m *maintainer) reportStaleSchedules(ctx context.Context) {
 	}
 }
 
-// fireSchedules fires this worker's schedules as they fall due, until ctx
-// ends: it sleeps until the first is due (at most PollInterval, to notice
+// run fires this worker's schedules as they fall due, until ctx ends: it sleeps until the first is due (at most PollInterval, to notice
 // changes made elsewhere; a trigger or resume wakes it at once), fires what
 // is due, and reports its definitions now and then. A schedule whose fire
 // fails waits out a backoff of its own; the others fire on time.
-func (m *maintainer) fireSchedules(ctx context.Context) {
-	names := m.scheduleNames()
-	heartbeat := max(m.scheduleStaleAfter/5, time.Second)
+func (m *scheduler) run(ctx context.Context) {
+	names := m.names
+	heartbeat := max(m.staleAfter/5, time.Second)
 	lastSeen := time.Now()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -107,7 +136,7 @@ func (m *maintainer) fireSchedules(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
-		case <-m.scheduleWake:
+		case <-m.wake:
 		}
 		if time.Since(lastSeen) >= heartbeat {
 			if err := m.seeSchedules(ctx); err != nil && ctx.Err() == nil {
@@ -150,7 +179,7 @@ func (m *maintainer) fireSchedules(ctx context.Context) {
 // failure, one transaction each. A schedule whose fire fails is logged,
 // counted and set to wait (backoff), and the pass goes on with the
 // others; an error returned is the database's, not a schedule's.
-func (m *maintainer) fireDue(ctx context.Context, names []string, backoff scheduleBackoff) error {
+func (m *scheduler) fireDue(ctx context.Context, names []string, backoff scheduleBackoff) error {
 	ready := backoff.ready(names, time.Now())
 	for range 1000 { // bounded: whatever is left waits for the next pass
 		if len(ready) == 0 {
@@ -212,7 +241,7 @@ func specOf(expr, zone string) (*schedule.Spec, error) {
 // once, or (on any failure) not at all and are fired again. It returns the
 // name of the schedule it fired, "" when none was due; a failure after it
 // took one is a *scheduleError.
-func (m *maintainer) fireOne(ctx context.Context, names []string) (string, error) {
+func (m *scheduler) fireOne(ctx context.Context, names []string) (string, error) {
 	tx, err := m.pool.Begin(ctx)
 	if err != nil {
 		return "", err
@@ -242,7 +271,7 @@ func (m *maintainer) fireOne(ctx context.Context, names []string) (string, error
 
 // fireTaken enqueues the jobs of a schedule taken by DueSchedule and moves
 // it on, in the transaction tx.
-func (m *maintainer) fireTaken(ctx context.Context, tx pgx.Tx, q *db.Queries, row db.DueScheduleRow) (jobs.BatchResult, error) {
+func (m *scheduler) fireTaken(ctx context.Context, tx pgx.Tx, q *db.Queries, row db.DueScheduleRow) (jobs.BatchResult, error) {
 	s := m.schedules[row.Name]
 	spec, err := specOf(row.Expression, row.TimeZone)
 	if err != nil {

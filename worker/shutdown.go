@@ -15,18 +15,18 @@ func shutdownReserve(timeout time.Duration) time.Duration { return min(timeout/4
 
 // shutdown waits for running handlers until the reserve begins, then gives
 // their jobs back (their results will be discarded) and cancels them.
-func (w *Worker) shutdown(hardDeadline time.Time) {
-	reserve := shutdownReserve(w.cfg.ShutdownTimeout)
-	if waitUntil(&w.executor.handlerWG, hardDeadline.Add(-reserve)) {
+func (r *run) shutdown(hardDeadline time.Time) {
+	reserve := shutdownReserve(r.w.cfg.ShutdownTimeout)
+	if waitUntil(&r.executor.handlerWG, hardDeadline.Add(-reserve)) {
 		return
 	}
-	released := w.held.releaseRunning()
-	w.log.Warn("shutdown deadline near: cancelling running handlers", "jobs", len(released))
+	released := r.held.releaseRunning()
+	r.w.log.Warn("shutdown deadline near: cancelling running handlers", "jobs", len(released))
 	// Handlers that honour their context return at once; wait a little for
 	// them, keeping the rest of the reserve for recording results and
 	// giving jobs back.
-	if !waitUntil(&w.executor.handlerWG, time.Now().Add(reserve/2)) {
-		w.log.Error("handlers ignore cancellation; going on without them")
+	if !waitUntil(&r.executor.handlerWG, time.Now().Add(reserve/2)) {
+		r.w.log.Error("handlers ignore cancellation; going on without them")
 	}
 }
 
@@ -47,13 +47,14 @@ func waitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
 
 // releaseUnfinished gives back every claim whose handler did not finish,
 // and reports whether it could.
-func (w *Worker) releaseUnfinished() bool {
-	w.held.releaseRunning()
-	claims := w.held.takeReleased()
+func (r *run) releaseUnfinished() bool {
+	w := r.w
+	r.held.releaseRunning()
+	claims := r.held.takeReleased()
 	if len(claims) == 0 {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(w.hard, statementTimeout(w.cfg.LeaseDuration))
+	ctx, cancel := context.WithTimeout(r.hard, statementTimeout(w.cfg.LeaseDuration))
 	defer cancel()
 	p := db.ReleaseParams{Ids: make([]int64, len(claims)), Attempts: make([]int32, len(claims))}
 	for i, c := range claims {
@@ -68,7 +69,7 @@ func (w *Worker) releaseUnfinished() bool {
 	for _, r := range rows {
 		wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
 	}
-	w.notifier.announce(ctx, &wk, "release")
+	w.announcer.announce(ctx, &wk, "release")
 	w.log.Info("gave back unfinished jobs", "jobs", len(rows))
 	return true
 }

@@ -1,7 +1,9 @@
 package worker
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"time"
 
 	"github.com/hopperq/hopper/db"
@@ -50,4 +52,26 @@ func (wake wakeup) key() readyKey {
 		return fromStart
 	}
 	return readyKey{priority: *wake.Priority, runAt: *wake.RunAt, id: *wake.ID}
+}
+
+// announceFunc sends the wake-ups a pass collected; after names the pass
+// (sweep, promotion, release) in the log.
+type announceFunc func(ctx context.Context, wk *wakeups, after string)
+
+// announcer sends the wake-ups a pass collected (a sweep, a promotion, a
+// release) to every worker, the notifier's included.
+type announcer struct {
+	q   *db.Queries
+	log *slog.Logger
+}
+
+// announce sends the wake-ups collected, if any. A failure costs latency
+// only: workers poll, and scan from the start periodically.
+func (a announcer) announce(ctx context.Context, wk *wakeups, after string) {
+	if len(wk.p.Queues) == 0 {
+		return
+	}
+	if err := a.q.Notify(ctx, wk.p); err != nil {
+		a.log.Warn("wake-up after "+after+" failed; workers will poll", "error", err)
+	}
 }

@@ -1,0 +1,192 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/migrated"
+)
+
+// run is one Run of a Worker: the components it works with, each built
+// whole by its constructor once the schema is known (newRun), started up
+// in order (start), their loops started from one list (services), and
+// stopped in the order the shutdown needs (work).
+type run struct {
+	w      *Worker
+	schema string          // where hopper_jobs lives
+	hard   context.Context // ends at the shutdown's hard deadline
+
+	registry  *registry // this worker's row in hopper_workers
+	releaser  *releaser
+	held      *heldJobs
+	completer *completer
+	executor  *executor
+	heartbeat *heartbeat
+	producers map[string]*producer
+	scheduler *scheduler // nil: the worker defines no schedules
+	notifier  *notifier
+
+	// unrecorded counts results not recorded (OutcomeUnrecorded): their
+	// jobs may still be held in this worker's name at its stop.
+	unrecorded atomic.Int64
+}
+
+// newRun builds the components of a run on schema: handlers run under
+// handlerBase (never cancelled: shutdown cancels each job's own context),
+// the shutdown path's statements under hard.
+func (w *Worker) newRun(schema string, handlerBase, hard context.Context) *run {
+	cfg := &w.cfg
+	r := &run{w: w, schema: schema, hard: hard}
+	r.registry = newRegistry(w.q, w.log, cfg, schema, servedQueues(w.handlers, cfg.Queues))
+	r.releaser = newReleaser(w.q, w.log, w.metrics, cfg, w.announcer.announce)
+	r.held = newHeldJobs(w.q, w.log, w.metrics, cfg, w.dbtx)
+	r.completer = newCompleter(w.q, w.log, cfg, r.report, hard)
+	r.executor = newExecutor(w.q, w.log, w.metrics, cfg, r.completer, r.report, handlerBase, hard)
+	r.heartbeat = newHeartbeat(r.held, &r.executor.inFlight, r.registry.beat, r.releaser.releaseGone, w.pool, w.dbtx, cfg)
+
+	listening := new(atomic.Bool) // written by the notifier, read by the producers
+	deps := producerDeps{q: w.q, pool: w.pool, scope: w.scope, cfg: cfg, log: w.log, metrics: w.metrics,
+		handlers: w.handlers, held: r.held, executor: r.executor, listening: listening, claims: newClaimBatch(w.q), hard: hard}
+	byKind := w.handlers.kindKeyLimits()
+	r.producers = make(map[string]*producer, len(cfg.Queues))
+	for name, n := range cfg.Queues {
+		r.producers[name] = newProducer(deps, name, n, flowOf(cfg, name, byKind))
+	}
+
+	onSchedule := func(string) {}
+	if len(w.schedules) > 0 {
+		r.scheduler = newScheduler(w.q, w.pool, w.dbtx, w.log, w.metrics, cfg, w.schedules)
+		onSchedule = r.scheduler.triggered
+	}
+	r.notifier = newNotifier(w.q, w.pool.Config().ConnConfig, w.log, cfg.ID, schema, r.producers, listening,
+		r.held.cancelNotice, onSchedule)
+	return r
+}
+
+// start registers the queues, their flow control and the schedules, then
+// the worker itself, and gives back the jobs an earlier run of its ID
+// left behind.
+func (r *run) start(ctx context.Context) error {
+	w := r.w
+	names := make([]string, 0, len(r.producers))
+	for name := range r.producers {
+		names = append(names, name)
+	}
+	if err := w.q.RegisterQueues(ctx, names); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+			return migrated.Errorf(w.migrateUp(), "schema %s lacks hopper_queues, which migration %s adds", r.schema, migrated.Migration(3))
+		}
+		return fmt.Errorf("worker: start: register queues: %w", err)
+	}
+	if err := r.recordFlow(ctx); err != nil {
+		return err
+	}
+	if err := r.checkRateSchema(ctx); err != nil {
+		return err
+	}
+	if r.scheduler != nil {
+		if err := r.scheduler.define(ctx); err != nil {
+			return err
+		}
+	}
+	if err := r.registry.claimID(); err != nil {
+		return err
+	}
+	tookOver, err := r.registry.register(ctx)
+	if err != nil || !tookOver && !w.cfg.stableID { // a made-up ID has no predecessor
+		return err
+	}
+	// The ID is ours alone now: any job held under it is an earlier run's
+	// (crashed, its row taken over or pruned). Hand them back now rather
+	// than wait for the release of gone workers, which skips a live row.
+	// Our own row is not marked released: this run is live, and nothing of
+	// its own was taken, so its first beat must not report a death.
+	id, started := w.cfg.ID, r.registry.started()
+	gone, err := r.releaser.releaseJobsOf(ctx, db.ReleaseWorkerJobsParams{
+		WorkerID: &id, Force: true, Reason: reasonWorkerRestarted, HolderStartedAt: &started})
+	if err != nil {
+		r.registry.remove(context.WithoutCancel(ctx))
+		return fmt.Errorf("worker: start: %w", err)
+	}
+	for _, g := range gone {
+		w.log.Warn("handed back the jobs of a previous run of this worker", "previous_host", g.host, "previous_pid", g.pid,
+			"jobs", g.requeued+g.dead, "requeued", g.requeued, "dead", g.dead)
+	}
+	return nil
+}
+
+// services lists the run's background loops, in the order they start.
+func (r *run) services() []service {
+	w := r.w
+	list := []service{r.heartbeat, w.sweeper, w.promoter, w.pruner}
+	if r.scheduler != nil {
+		list = append(list, r.scheduler)
+	}
+	if !w.cfg.PollOnly {
+		list = append(list, r.notifier)
+	}
+	w.mu.Lock()
+	if w.metricsSrv != nil {
+		list = append(list, w.metricsSrv)
+	}
+	w.mu.Unlock()
+	return list
+}
+
+// work claims and runs jobs until ctx ends, then shuts down: claims stop,
+// running handlers get until the reserve (shutdown), the completer
+// records what finished, unfinished jobs go back, and only then do the
+// background loops stop, after the last completion and the last lease.
+// endHard, called at the hard deadline, ends r.hard.
+func (r *run) work(ctx context.Context, endHard context.CancelFunc) {
+	w := r.w
+	stopCompleter, completerDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(completerDone); r.completer.run(stopCompleter) }()
+	bg, stopBG := context.WithCancel(r.hard)
+	var bgWG sync.WaitGroup
+	for _, s := range r.services() {
+		bgWG.Add(1)
+		go func() { defer bgWG.Done(); s.run(bg) }()
+	}
+
+	var fetchWG sync.WaitGroup
+	if !w.handlers.empty() { // a worker that only fires schedules claims nothing
+		for _, p := range r.producers {
+			fetchWG.Add(1)
+			go func() { defer fetchWG.Done(); p.fetchLoop(ctx) }()
+		}
+	}
+	<-ctx.Done()
+	hardDeadline := time.Now().Add(w.cfg.ShutdownTimeout)
+	stopHard := time.AfterFunc(time.Until(hardDeadline), endHard)
+	defer stopHard.Stop()
+
+	fetchWG.Wait()
+	for _, p := range r.producers {
+		close(p.dispatch) // nothing more is claimed
+	}
+	r.shutdown(hardDeadline)
+	close(stopCompleter)
+	<-completerDone
+	settled := r.releaseUnfinished() && r.unrecorded.Load() == 0
+	stopBG()
+	bgWG.Wait()
+	if settled {
+		r.registry.remove(r.hard) // after the last beat, which could write it again
+	} else {
+		// Jobs may still be held in this worker's name: its row goes
+		// stale, and the next live worker hands them back.
+		w.log.Warn("keeping this worker's row in hopper_workers: jobs it could not settle are handed back once it goes stale")
+	}
+	if !waitUntil(&r.executor.poolWG, hardDeadline) {
+		w.log.Error("handlers ignore cancellation; leaving them behind")
+	}
+}

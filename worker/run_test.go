@@ -1,0 +1,83 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/jobs"
+)
+
+// newTestRun builds w's run components on its schema without starting
+// anything, for tests that drive a component directly; ctx is the run's
+// hard deadline.
+func newTestRun(t *testing.T, ctx context.Context, w *Worker) *run {
+	t.Helper()
+	schema, err := w.q.HopperSchema(ctx)
+	require.NoError(t, err)
+	r := w.newRun(schema, context.Background(), ctx)
+	w.active.Store(r)
+	return r
+}
+
+// newRun wires every component whole: each producer has its queue's flow
+// control (none for a plain queue) and the run's hard deadline; the
+// notifier and registry know the schema; the scheduler exists only with
+// schedules; and the services list starts the loops the configuration asks
+// for, in order.
+func TestNewRunWiresEveryComponent(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tdb := testdb.New(t)
+	type task struct{}
+	kind := jobs.MustDefine[task]("wired")
+	build := func(cfg Config, schedules bool) *run {
+		t.Helper()
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		w, err := New(tdb.Pool, cfg)
+		require.NoError(t, err)
+		require.NoError(t, Handle(w, kind, func(context.Context, *jobs.Job[task]) error { return nil }))
+		if schedules {
+			require.NoError(t, Schedule(w, "nightly", kind, "@daily", func(time.Time) task { return task{} }))
+		}
+		return newTestRun(t, ctx, w)
+	}
+	serviceNames := func(r *run) []string {
+		var names []string
+		for _, s := range r.services() {
+			names = append(names, fmt.Sprintf("%T", s))
+		}
+		return names
+	}
+
+	r := build(Config{Queues: map[string]int{"plain": 2, "limited": 3},
+		FlowControl: map[string]FlowControl{"limited": {KeyLimit: 1}}}, false)
+	require.Nil(t, r.producers["plain"].flow)
+	require.NotNil(t, r.producers["limited"].flow)
+	for _, p := range r.producers {
+		require.Equal(t, ctx, p.hard, "queue %s", p.name)
+		require.Same(t, r.held, p.held)
+		require.Same(t, r.executor, p.executor)
+		require.Same(t, r.notifier.listening, p.listening, "the notifier's word reaches the cursor")
+	}
+	require.Equal(t, tdb.Schema, r.notifier.schema)
+	require.Equal(t, tdb.Schema, r.registry.schema)
+	require.Equal(t, []string{"limited", "plain"}, r.registry.queues)
+	require.Equal(t, ctx, r.executor.hard)
+	require.Nil(t, r.scheduler)
+	require.Equal(t, []string{"*worker.heartbeat", "*worker.sweeper", "*worker.promoter", "*worker.pruner", "*worker.notifier"},
+		serviceNames(r))
+
+	r = build(Config{Queues: map[string]int{"default": 1}, PollOnly: true}, true)
+	require.NotNil(t, r.scheduler)
+	require.Equal(t, []string{"nightly"}, r.scheduler.names)
+	require.Equal(t, []string{"*worker.heartbeat", "*worker.sweeper", "*worker.promoter", "*worker.pruner", "*worker.scheduler"},
+		serviceNames(r), "PollOnly: no notifier")
+}
