@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -34,7 +35,8 @@ import (
 func TestSequenceProperty(t *testing.T) {
 	seed := propertySeed(t, "HOPPER_SEQUENCE_SEED")
 	b := setup(t)
-	const keys, actors, rounds = 6, 6, 60
+	const keys, actors = 6, 6
+	rounds := testdb.Rounds(60)
 	key := func(r *rand.Rand) string { return fmt.Sprintf("p%d", r.IntN(keys)) }
 
 	var mu sync.Mutex

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -49,7 +50,8 @@ import (
 func TestWorkflowProperty(t *testing.T) {
 	seed := propertySeed(t, "HOPPER_WORKFLOW_SEED")
 	b := setup(t)
-	const actors, rounds = 6, 50
+	const actors = 6
+	rounds := testdb.Rounds(50)
 	var mu sync.Mutex
 	var made []string          // workflow ids
 	purged := map[int64]bool{} // dead steps purged

@@ -327,6 +327,7 @@ func TestBatchCallbackRunsOnceWithCounts(t *testing.T) {
 // is refused before anything is written. The times are logged, never
 // asserted.
 func TestWorkflowLongChain(t *testing.T) {
+	testdb.Slow(t, "a workflow of 2,000 steps run to its end")
 	b := setup(t)
 	n := 2000
 	if s := os.Getenv("HOPPER_CHAIN_STEPS"); s != "" {

@@ -357,6 +357,7 @@ func TestMounted(t *testing.T) {
 // TestMillionRows: the jobs list's first page and a page 550,000 jobs deep,
 // over HTTP, on a million jobs. Timings are printed, never asserted.
 func TestMillionRows(t *testing.T) {
+	testdb.Slow(t, "a million rows written")
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -268,6 +269,7 @@ func TestUniqueKeyConcurrent(t *testing.T) {
 }
 
 func TestEnqueueMany100k(t *testing.T) {
+	testdb.Slow(t, "100,000 jobs enqueued")
 	b := setup(t)
 	const n = 100_000
 	payloads := make([]Note, n)

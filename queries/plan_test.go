@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/testdb"
 )
 
 // TestHotPlansHoldWhateverTheStatistics runs every hot statement — the
@@ -45,6 +46,7 @@ import (
 // rows), 1 to 2 s per call while draining 50,000 jobs on a server with
 // production defaults (docs/benchmarks.md).
 func TestHotPlansHoldWhateverTheStatistics(t *testing.T) {
+	testdb.Slow(t, "every hot statement planned, custom and generic, on five filled tables")
 	for _, st := range planStates {
 		t.Run(st.name, func(t *testing.T) {
 			b := setup(t)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/schema"
 )
 
@@ -18,6 +19,7 @@ import (
 // keys (hopper_ready_keys) still goes in byte order, the order in which the
 // worker compares keys to know where the last round ended.
 func TestKeysOrderBytewiseUnderAnyCollation(t *testing.T) {
+	testdb.Slow(t, "a database of its own created and migrated")
 	ctx, d := setup(t)
 	name := d.Schema + "_icu"
 	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'und' LOCALE 'C.UTF-8'`,

@@ -19,6 +19,7 @@ import (
 // version, clean. Each racer has its own pool, so its own sessions, as a
 // separate process would.
 func TestUpConcurrently(t *testing.T) {
+	testdb.Slow(t, "eight schemas migrated by four racers each")
 	const racers, trials = 4, 4
 	ctx, _ := setup(t)
 	for _, from := range []uint{0, 11} {

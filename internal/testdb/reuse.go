@@ -25,8 +25,10 @@ import (
 //   - renamed, so that nothing the last test left connected (a child
 //     process, a stray pool) can reach the new test's tables: its
 //     search_path names a schema that is gone;
-//   - its tables emptied (TRUNCATE, identities restarted: ids start at 1
-//     again) and their statistics counters reset;
+//   - its tables emptied (TRUNCATE of those that hold any page: most
+//     tests write to a few of them, and a TRUNCATE of an untouched table
+//     costs as much as of a written one), every sequence used restarted
+//     (ids start at 1 again), and the tables' statistics counters reset;
 //   - and only when its catalog (relations, columns, options, grants,
 //     functions and their settings, triggers, constraints, statistics, the
 //     migrations' version) matches a freshly migrated schema's. A test that
@@ -174,10 +176,16 @@ func reset(ctx context.Context, dsn, name, fresh string) (string, error) {
 		return "", err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	var tables string
-	if err := tx.QueryRow(ctx, `SELECT string_agg(format('%I.%I', $2::text, c.relname), ', ' ORDER BY c.relname)
-		FROM pg_class AS c WHERE c.relnamespace = $1::regnamespace AND c.relkind = 'r' AND c.relname <> $3`,
-		name, renamed, schema.MigrationsTable).Scan(&tables); err != nil {
+	// The tables written to (a page or more: live or dead rows) and the
+	// sequences used, read before the rename, under the old name.
+	var tables, sequences string
+	if err := tx.QueryRow(ctx, `SELECT
+		  (SELECT coalesce(string_agg(format('%I.%I', $2::text, c.relname), ', ' ORDER BY c.relname), '')
+		   FROM pg_class AS c WHERE c.relnamespace = $1::text::regnamespace AND c.relkind = 'r' AND c.relname <> $3::text
+		     AND pg_relation_size(c.oid) > 0),
+		  (SELECT coalesce(string_agg(format('ALTER SEQUENCE %I.%I RESTART;', $2::text, s.sequencename), ' ' ORDER BY s.sequencename), '')
+		   FROM pg_sequences AS s WHERE s.schemaname = $1::text AND s.last_value IS NOT NULL)`,
+		name, renamed, schema.MigrationsTable).Scan(&tables, &sequences); err != nil {
 		return "", err
 	}
 	// DDL takes no bind parameters: the names are the test bed's own, quoted.
@@ -192,9 +200,14 @@ func reset(ctx context.Context, dsn, name, fresh string) (string, error) {
 				EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, ` + quoteLiteral(renamed) + `);
 			END LOOP;
 		END $$`,
-		"TRUNCATE " + tables + " RESTART IDENTITY",
 		`SELECT count(pg_stat_reset_single_table_counters(c.oid)) FROM pg_class AS c
 			WHERE c.relnamespace = ` + quoteLiteral(renamed) + `::regnamespace AND c.relkind = 'r'`,
+	}
+	if tables != "" {
+		stmts = append(stmts, "TRUNCATE "+tables)
+	}
+	if sequences != "" {
+		stmts = append(stmts, sequences)
 	}
 	for _, stmt := range stmts {
 		if _, err := tx.Exec(ctx, stmt); err != nil {

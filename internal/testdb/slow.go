@@ -12,3 +12,14 @@ func Slow(t testing.TB, why string) {
 		t.Skipf("slow (%s): -short skips it; make test runs it", why)
 	}
 }
+
+// Rounds is how many rounds a seeded property test runs: full under make
+// test, a quarter of it (at least one) under -short, where the fast lane
+// wants a quick answer more than a deep search. The seed printed repeats
+// either.
+func Rounds(full int) int {
+	if testing.Short() {
+		return max(full/4, 1)
+	}
+	return full
+}
