@@ -127,6 +127,7 @@ type completer struct {
 	// report settles a result: counts it, logs it, tells the hooks and
 	// retires its held job.
 	report  func(completion, outcome)
+	guard   *readOnlyGuard // a refusal as read-only resets the pool
 	results *resultQueue
 	// hard ends at the shutdown's hard deadline: past it nothing more is
 	// sent and unsettled results are given up.
@@ -135,9 +136,9 @@ type completer struct {
 
 // newCompleter prepares a completer recording on q with cfg's batching,
 // until the hard deadline ends hard.
-func newCompleter(q *db.Queries, log *slog.Logger, cfg *Config, report func(completion, outcome), hard context.Context) *completer {
+func newCompleter(q *db.Queries, log *slog.Logger, cfg *Config, report func(completion, outcome), guard *readOnlyGuard, hard context.Context) *completer {
 	return &completer{
-		q: q, log: log, report: report,
+		q: q, log: log, report: report, guard: guard,
 		batchSize: cfg.AckBatchSize, flushEvery: cfg.AckFlushInterval,
 		timeout: statementTimeout(cfg.LeaseDuration),
 		results: newResultQueue(cfg.AckBatchSize),
@@ -309,6 +310,7 @@ func (cp *completer) recordAcks(acks []completion, again, unsure []completion) (
 		return cp.splitAcks(acks, code, again, unsure)
 	}
 	if err != nil {
+		cp.guard.check(err)
 		cp.log.Warn("ack batch failed", "jobs", len(acks), "error", err)
 		return settleFailed(acks, err, again), unsure
 	}
@@ -391,6 +393,7 @@ func (cp *completer) recordNacks(nacks []completion, again, unsure []completion)
 		return cp.splitNacks(nacks, code, again, unsure)
 	}
 	if err != nil {
+		cp.guard.check(err)
 		cp.log.Warn("nack batch failed", "jobs", len(nacks), "error", err)
 		return settleFailed(nacks, err, again), unsure
 	}

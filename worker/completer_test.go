@@ -39,13 +39,14 @@ func newCompleterBedUntil(t *testing.T, batch int, hard context.Context) *comple
 	tdb := testdb.New(t)
 	b := &completerBed{ctx: ctx, q: db.New(tdb.Pool), settled: map[int64]outcome{}}
 	cfg := Config{AckBatchSize: batch, AckFlushInterval: 10 * time.Millisecond, LeaseDuration: time.Minute}
-	b.cp = newCompleter(b.q, slog.New(slog.NewTextHandler(io.Discard, nil)), &cfg, func(c completion, o outcome) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	b.cp = newCompleter(b.q, log, &cfg, func(c completion, o outcome) {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		_, twice := b.settled[c.job.id]
 		require.False(t, twice, "job %d settled twice", c.job.id)
 		b.settled[c.job.id] = o
-	}, hard)
+	}, newReadOnlyGuard(tdb.Pool, log, readOnlyResetEvery), hard)
 	return b
 }
 

@@ -25,6 +25,7 @@ type heartbeat struct {
 	inFlight    *handlerSet                                         // the executor's running handlers, for the stuck watch
 	beatWorker  func(ctx context.Context, q *db.Queries) beatResult // registry.beat
 	releaseGone func(ctx context.Context, liveFor time.Duration)    // releaser.releaseGone
+	guard       *readOnlyGuard
 	// pool gives the heartbeat a connection of its own (ownConn); q and
 	// dbtx run on the pool when it has none.
 	pool        *pgxpool.Pool
@@ -38,8 +39,8 @@ type heartbeat struct {
 }
 
 func newHeartbeat(held *heldJobs, inFlight *handlerSet, beatWorker func(context.Context, *db.Queries) beatResult,
-	releaseGone func(context.Context, time.Duration), pool *pgxpool.Pool, dbtx func(db.DBTX) db.DBTX, cfg *Config) *heartbeat {
-	return &heartbeat{held: held, inFlight: inFlight, beatWorker: beatWorker, releaseGone: releaseGone,
+	releaseGone func(context.Context, time.Duration), guard *readOnlyGuard, pool *pgxpool.Pool, dbtx func(db.DBTX) db.DBTX, cfg *Config) *heartbeat {
+	return &heartbeat{held: held, inFlight: inFlight, beatWorker: beatWorker, releaseGone: releaseGone, guard: guard,
 		pool: pool, q: held.q, dbtx: dbtx, log: held.log,
 		beatEvery: cfg.BeatInterval, extendEvery: cfg.ExtendInterval, lease: cfg.LeaseDuration}
 }
@@ -69,6 +70,9 @@ func (s *heartbeat) run(ctx context.Context) {
 			// First, and bounded (beatTimeout): one row, so that the
 			// worker's liveness does not wait on a large extension.
 			beat = s.beatWorker(ctx, q)
+			if s.guard.check(beat.err) {
+				own.release() // the pool's reset closes it only once released
+			}
 			if beat.goneWaiting {
 				s.releaseGone(ctx, beat.liveFor)
 			}
@@ -84,7 +88,9 @@ func (s *heartbeat) run(ctx context.Context) {
 			if s.extendEvery <= 0 {
 				lease = 0
 			}
-			s.extendAll(ctx, q, lease)
+			if err := s.extendAll(ctx, q, lease); s.guard.check(err) {
+				own.release()
+			}
 			s.beats.Add(1)
 		}
 		own.check()
@@ -128,8 +134,9 @@ func (o *ownConn) release() {
 }
 
 // extendAll extends the lease of every claim held to at least lease from
-// now, in bounded batches, and settles the claims found lost.
-func (s *heartbeat) extendAll(ctx context.Context, q *db.Queries, lease time.Duration) {
+// now, in bounded batches, and settles the claims found lost. It returns
+// the error that stopped it, logged.
+func (s *heartbeat) extendAll(ctx context.Context, q *db.Queries, lease time.Duration) error {
 	held := s.held.snapshot()
 	for start := 0; start < len(held); start += extendBatch {
 		chunk := held[start:min(start+extendBatch, len(held))]
@@ -137,9 +144,10 @@ func (s *heartbeat) extendAll(ctx context.Context, q *db.Queries, lease time.Dur
 			if ctx.Err() == nil {
 				s.log.Warn("heartbeat failed; retrying at the next beat", "error", err)
 			}
-			return
+			return err
 		}
 	}
+	return nil
 }
 
 // abandonStuck gives up on handlers still running past their deadline:

@@ -58,6 +58,7 @@ type producerDeps struct {
 	executor  *executor
 	listening *atomic.Bool // the notifier's: wake-ups reach the scan cursor
 	claims    *claimBatch  // plain queues' claims, batched across queues
+	guard     *readOnlyGuard
 	// hard is the shutdown's hard deadline (run.hard): a claim is cut off
 	// by it only.
 	hard context.Context
@@ -107,6 +108,7 @@ func (p *producer) fetchLoop(ctx context.Context) {
 				return
 			}
 			if err != nil {
+				p.guard.check(err)
 				failures++
 				delay := retryDelay(failures)
 				p.log.Warn("claim failed; retrying", "queue", p.name, "error", err, "in", delay)

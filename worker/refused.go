@@ -15,14 +15,14 @@ import (
 
 // refusedForItsData reports whether err is the server refusing a
 // statement for what it carries, and its SQLSTATE. Refusals that say
-// nothing about the statement (a lost connection, a deadlock, a
-// serialization failure, too many connections, an operator's
+// nothing about the statement (a lost connection, a read-only server, a
+// deadlock, a serialization failure, too many connections, an operator's
 // intervention, an I/O error) are not: the same statement is tried again
 // after a pause, as when the database is unreachable.
 func refusedForItsData(err error) (code string, ok bool) {
 	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
-		return "", false
+	if err == nil || !errors.As(err, &pgErr) || len(pgErr.Code) < 2 || pgErr.Code == sqlstateReadOnly {
+		return "", false // read-only: the server's fault (readOnlyGuard)
 	}
 	switch pgErr.Code[:2] {
 	case "08", // connection exception

@@ -231,6 +231,8 @@ type beatResult struct {
 	// liveFor is how long this worker had been live when it sent the beat:
 	// it releases only the gone workers whose stale window that covers.
 	liveFor time.Duration
+	// err is why the beat failed, if it did.
+	err error
 }
 
 // started is the start the database recorded for this run; zero until the
@@ -280,7 +282,7 @@ func (r *registry) beat(ctx context.Context, q *db.Queries) beatResult {
 		if ctx.Err() == nil {
 			r.log.Warn("refreshing this worker's row in hopper_workers failed; retrying at the next beat", "error", err)
 		}
-		return beatResult{}
+		return beatResult{err: err}
 	}
 	if row.Released {
 		r.log.Error("this worker missed its beats and was taken to be gone: the jobs it held were handed to other workers, and its results for them will be refused",

@@ -47,13 +47,14 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) *run {
 	r.registry = newRegistry(w.q, w.log, cfg, schema, servedQueues(w.handlers, cfg.Queues))
 	r.releaser = newReleaser(w.q, w.log, w.metrics, cfg, w.announcer.announce)
 	r.held = newHeldJobs(w.q, w.log, w.metrics, cfg, w.dbtx)
-	r.completer = newCompleter(w.q, w.log, cfg, r.report, hard)
+	guard := newReadOnlyGuard(w.pool, w.log, readOnlyResetEvery)
+	r.completer = newCompleter(w.q, w.log, cfg, r.report, guard, hard)
 	r.executor = newExecutor(w.q, w.log, w.metrics, cfg, r.completer, r.report, handlerBase, hard)
-	r.heartbeat = newHeartbeat(r.held, &r.executor.inFlight, r.registry.beat, r.releaser.releaseGone, w.pool, w.dbtx, cfg)
+	r.heartbeat = newHeartbeat(r.held, &r.executor.inFlight, r.registry.beat, r.releaser.releaseGone, guard, w.pool, w.dbtx, cfg)
 
 	listening := new(atomic.Bool) // written by the notifier, read by the producers
 	deps := producerDeps{q: w.q, pool: w.pool, scope: w.scope, cfg: cfg, log: w.log, metrics: w.metrics,
-		handlers: w.handlers, held: r.held, executor: r.executor, listening: listening, claims: newClaimBatch(w.q), hard: hard}
+		handlers: w.handlers, held: r.held, executor: r.executor, listening: listening, claims: newClaimBatch(w.q), guard: guard, hard: hard}
 	byKind := w.handlers.kindKeyLimits()
 	r.producers = make(map[string]*producer, len(cfg.Queues))
 	for name, n := range cfg.Queues {
