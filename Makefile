@@ -78,6 +78,7 @@ test: modules ## run every test (race detector on) against a real PostgreSQL, th
 	bash .ci/debian-package.sh chromium /usr/bin/chromium
 	bash .ci/debian-package.sh python3-psycopg /usr/lib/python3/dist-packages/psycopg
 	bash .ci/debian-package.sh postgresql-15-plpgsql-check /usr/lib/postgresql/15/lib/plpgsql_check.so
+	bash .ci/debian-package.sh postgresql-15-auto-failover /usr/bin/pg_autoctl
 	$(TIMED) "test: go test ./..." go test -race -count=1 -timeout 30m ./...
 	$(TIMED) "test: $(EXAMPLE)" bash -c 'cd $(EXAMPLE) && go vet ./... && go test -race -count=1 ./...'
 	$(TIMED) "test: $(OTEL)" bash -c 'cd $(OTEL) && go vet ./... && go test -race -count=1 ./...'

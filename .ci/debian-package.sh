@@ -6,7 +6,9 @@
 # browser test; no test downloads a browser of its own) and python3-psycopg
 # (tests/sqlapi_test.go enqueues through the SQL API from Python; PROGRAM is
 # then the module's directory) and postgresql-15-plpgsql-check
-# (schema/plpgsql_check_test.go; PROGRAM is then its library). Idempotent;
+# (schema/plpgsql_check_test.go; PROGRAM is then its library) and
+# postgresql-15-auto-failover (internal/hacluster: a pg_auto_failover
+# formation for the failover scenarios; PROGRAM is its pg_autoctl). Idempotent;
 # without root it can only say what is missing, and the test skips (or,
 # with CI set, fails).
 set -euo pipefail

@@ -173,6 +173,13 @@ func Available() error {
 	return err
 }
 
+// Bin is the directory holding PostgreSQL's programs (initdb, pg_ctl,
+// postgres): other test beds put it first on a program's PATH.
+func Bin() (string, error) { return postgresBin() }
+
+// FreePort is a port free on 127.0.0.1 now (see freePort).
+func FreePort() (int, error) { return freePort() }
+
 // postgresBin finds the directory holding initdb and pg_ctl: initdb's on the
 // PATH, else the newest /usr/lib/postgresql/*/bin (Debian keeps them there).
 func postgresBin() (string, error) {
