@@ -2,13 +2,18 @@ package worker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/silentpeer"
 )
 
 // notifier carries wake-ups between workers: it LISTENs on a session of its
@@ -34,26 +39,56 @@ type notifier struct {
 	// listening is shared with the producers, which read it; only the
 	// notifier writes it.
 	listening *atomic.Bool
+	timings   listenTimings
 }
+
+// listenTimings bound how long the listener takes to notice a session that
+// went silent without closing (a primary cut off by the network, a failover
+// that leaves the old server's sockets open): it pings after pingAfter
+// without a notification and gives the session up when the ping, or a
+// connect, takes longer than timeout. A silent session is replaced within
+// pingAfter + timeout.
+type listenTimings struct {
+	pingAfter time.Duration
+	timeout   time.Duration
+}
+
+// defaultListenTimings notice a silent session within 15 s.
+var defaultListenTimings = listenTimings{pingAfter: 10 * time.Second, timeout: 5 * time.Second}
 
 func newNotifier(q *db.Queries, connConfig *pgx.ConnConfig, log *slog.Logger, owner, schema string,
-	producers map[string]*producer, listening *atomic.Bool, onCancel func(int64, int32), onSchedule func(string)) *notifier {
-	return &notifier{q: q, connConfig: connConfig, log: log, owner: owner, schema: schema, producers: producers,
-		listening: listening, onCancel: onCancel, onSchedule: onSchedule}
+	producers map[string]*producer, listening *atomic.Bool, onCancel func(int64, int32), onSchedule func(string),
+	timings listenTimings) *notifier {
+	cc := connConfig.Copy()
+	// A dead server is noticed by TCP (keepalives, user timeout) within
+	// silentpeer.Bound, a silent one by the ping.
+	silentpeer.Apply(&cc.Config)
+	// A wait for notifications that ends at pingAfter sets a deadline on
+	// the socket, pgx's default; a pool configured to send a cancel
+	// request instead would open a connection to the server every
+	// pingAfter for nothing running.
+	cc.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+	}
+	return &notifier{q: q, connConfig: cc, log: log, owner: owner, schema: schema, producers: producers,
+		listening: listening, onCancel: onCancel, onSchedule: onSchedule, timings: timings}
 }
 
-// listen keeps a session of its own subscribed to wake-ups, wakes the queue
+// run keeps a session of its own subscribed to wake-ups, wakes the queue
 // each one names and moves its claim cursor back to the job announced. A
 // lost session is re-established with backoff; after every (re)connect all
 // queues look for work from the start, since wake-ups sent meanwhile were
-// missed. Polling goes on regardless, so a broken LISTEN
-// only costs latency; while it is broken, claims scan from the start.
+// missed. A session silent past a ping is given up like a broken one
+// (listenTimings). Polling goes on regardless, so a broken LISTEN only
+// costs latency; while it is broken, claims scan from the start.
 func (n *notifier) run(ctx context.Context) {
 	for failures := 0; ctx.Err() == nil; failures++ {
 		if failures > 0 && !sleep(ctx, retryDelay(failures)) {
 			return
 		}
-		conn, err := pgx.ConnectConfig(ctx, n.connConfig)
+		cctx, cancel := context.WithTimeout(ctx, n.timings.timeout)
+		conn, err := pgx.ConnectConfig(cctx, n.connConfig)
+		cancel()
 		if err != nil {
 			// A shutdown cancels a connect under way ("context canceled"):
 			// nothing failed, and a worker stopped soon after it started
@@ -63,7 +98,10 @@ func (n *notifier) run(ctx context.Context) {
 			}
 			continue
 		}
-		if err := db.New(conn).Listen(ctx); err != nil {
+		lctx, cancel := context.WithTimeout(ctx, n.timings.timeout)
+		err = db.New(conn).Listen(lctx)
+		cancel()
+		if err != nil {
 			if ctx.Err() == nil {
 				n.log.Warn("wake-up listener cannot LISTEN; polling meanwhile", "error", err)
 			}
@@ -76,35 +114,57 @@ func (n *notifier) run(ctx context.Context) {
 		n.listening.Store(true)
 		n.rewindAll()
 		n.wakeAll()
-		for {
-			note, err := conn.WaitForNotification(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					n.log.Warn("wake-up listener lost its connection; reconnecting", "error", err)
-				}
-				break
-			}
-			wake, ok := parseWakeup(note.Payload)
-			if !ok || wake.Schema != n.schema {
-				continue
-			}
-			if wake.Schedule != "" {
-				n.onSchedule(wake.Schedule)
-				continue
-			}
-			if wake.Cancel != nil {
-				if wake.Attempt != nil && wake.Owner == n.owner {
-					n.onCancel(*wake.Cancel, *wake.Attempt)
-				}
-				continue
-			}
-			if p := n.producers[wake.Queue]; p != nil {
-				p.cursor.rewind(wake.key())
-				signal(p.wake)
-			}
-		}
+		err = n.listenOn(ctx, conn)
 		n.listening.Store(false)
+		if ctx.Err() == nil {
+			n.log.Warn("wake-up listener lost its session; reconnecting, polling meanwhile", "error", err)
+		}
 		closeQuietly(conn)
+	}
+}
+
+// listenOn hands on the notifications conn receives until ctx ends or the
+// session fails: it breaks, or stays silent past a ping (timings).
+func (n *notifier) listenOn(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, n.timings.pingAfter)
+		note, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			// Quiet for pingAfter: a live session answers a ping at once.
+			pctx, cancel := context.WithTimeout(ctx, n.timings.timeout)
+			err = conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("no answer to a ping within %v after %v without a notification: %w", n.timings.timeout, n.timings.pingAfter, err)
+			}
+			continue
+		}
+		n.deliver(note.Payload)
+	}
+}
+
+// deliver acts on one notification's payload.
+func (n *notifier) deliver(payload string) {
+	wake, ok := parseWakeup(payload)
+	if !ok || wake.Schema != n.schema {
+		return
+	}
+	switch {
+	case wake.Schedule != "":
+		n.onSchedule(wake.Schedule)
+	case wake.Cancel != nil:
+		if wake.Attempt != nil && wake.Owner == n.owner {
+			n.onCancel(*wake.Cancel, *wake.Attempt)
+		}
+	default:
+		if p := n.producers[wake.Queue]; p != nil {
+			p.cursor.rewind(wake.key())
+			signal(p.wake)
+		}
 	}
 }
 

@@ -5,14 +5,19 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testdb/wirefault"
 )
 
 // The notifier, on a session of its own: once subscribed it rewinds and
@@ -39,7 +44,7 @@ func TestNotifierCarriesWakeups(t *testing.T) {
 	n := newNotifier(q, tdb.Pool.Config().ConnConfig, log, "me", tdb.Schema,
 		map[string]*producer{"default": p}, new(atomic.Bool),
 		func(id int64, attempt int32) { cancels <- cancelNote{id, attempt} },
-		func(name string) { schedules <- name })
+		func(name string) { schedules <- name }, defaultListenTimings)
 
 	listenCtx, stopListening := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -95,4 +100,56 @@ func TestNotifierCarriesWakeups(t *testing.T) {
 	stopListening()
 	<-done
 	require.False(t, n.listening.Load(), "not listening once stopped")
+}
+
+// A session that goes silent without closing (the proxy stops forwarding
+// both ways and sends no FIN or RST) is noticed by the listener's ping and
+// given up, and once the server answers again the listener subscribes
+// anew and wake-ups flow: nothing waits for the kernel to give up on the
+// socket.
+func TestNotifierNoticesASilentSession(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tdb := testdb.New(t)
+	c, err := tdb.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	upstream := net.JoinHostPort(c.Conn().Config().Host, strconv.Itoa(int(c.Conn().Config().Port)))
+	if strings.HasPrefix(c.Conn().Config().Host, "/") { // a socket: the proxy speaks TCP
+		upstream = net.JoinHostPort("127.0.0.1", strconv.Itoa(int(c.Conn().Config().Port)))
+	}
+	c.Release()
+	proxy := wirefault.Start(t, upstream)
+	cc, err := pgx.ParseConfig(proxy.URL(tdb.URL))
+	require.NoError(t, err)
+	p := &producer{name: "default", wake: make(chan struct{}, 1), cursor: newScanCursor(time.Hour)}
+	listening := new(atomic.Bool)
+	// A generous timeout: on a loaded machine a live ping must not look
+	// silent.
+	timings := listenTimings{pingAfter: 200 * time.Millisecond, timeout: 5 * time.Second}
+	n := newNotifier(db.New(tdb.Pool), cc, slog.New(slog.NewTextHandler(io.Discard, nil)), "me", tdb.Schema,
+		map[string]*producer{"default": p}, listening, func(int64, int32) {}, func(string) {}, timings)
+	done := make(chan struct{})
+	go func() { defer close(done); n.run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	testdb.WaitFor(t, "the notifier listening", listening.Load)
+	time.Sleep(3 * timings.pingAfter) // pings go through on a live session
+	require.True(t, listening.Load(), "a quiet but live session is kept")
+
+	proxy.Stall()
+	testdb.WaitFor(t, "the silent session given up", func() bool { return !listening.Load() })
+	proxy.Unstall()
+	testdb.WaitFor(t, "the notifier listening again", listening.Load)
+	select { // drain the wake-up of subscribing
+	case <-p.wake:
+	default:
+	}
+	_, err = tdb.Pool.Exec(ctx, "SELECT pg_notify('hopper_jobs', $1)", `{"schema": "`+tdb.Schema+`", "queue": "default"}`)
+	require.NoError(t, err)
+	select {
+	case <-p.wake:
+	case <-ctx.Done():
+		t.Fatal("no wake-up after the session was replaced")
+	}
 }

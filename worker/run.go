@@ -67,7 +67,7 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) *run {
 		onSchedule = r.scheduler.triggered
 	}
 	r.notifier = newNotifier(w.q, w.pool.Config().ConnConfig, w.log, cfg.ID, schema, r.producers, listening,
-		r.held.cancelNotice, onSchedule)
+		r.held.cancelNotice, onSchedule, defaultListenTimings)
 	return r
 }
 

@@ -432,6 +432,7 @@ func (e *env) connectSized(maxConns int32) (*pgxpool.Pool, error) {
 		return nil, badConnString(e.baseURL(), err)
 	}
 	sizePool(cfg, maxConns)
+	hopper.DetectSilentPeers(&cfg.ConnConfig.Config)
 	if e.schema != "" {
 		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{e.schema}.Sanitize()
 	}
