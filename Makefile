@@ -32,6 +32,11 @@ chaos-poison: ## only the poison suite, at full size (10 minutes; HOPPER_POISON_
 chaos-restart: ## only the PostgreSQL-restart scenario, at CI size (CI runs it alone, after make test)
 	HOPPER_CHAOS_RESTART=1 go test -count=1 -v -run 'TestChaosDatabaseRestart' ./tests/chaos 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|chaos_test.go'
 
+.PHONY: failover
+failover: ## the failover scenarios at full size on a pg_auto_failover formation with its default timings (a switchover, a postmaster and a node killed, a primary silenced; about 6 minutes), figures printed
+	bash .ci/debian-package.sh postgresql-15-auto-failover /usr/bin/pg_autoctl
+	HOPPER_FAILOVER=full go test -count=1 -v -run 'TestFailover$$' -timeout 40m ./tests/failover 2>&1 | grep -vE 'level=(WARN|INFO)'
+
 FUZZTIME ?= 10s
 
 .PHONY: fuzz

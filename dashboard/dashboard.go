@@ -26,6 +26,11 @@ import (
 type Config struct {
 	// DB is where Hopper's tables are: a pool (or jobs.InSchema of one).
 	DB jobs.DBTX
+	// ReadDB, when set, is where pages and the overview's samples read
+	// instead: a standby's pool (scoped like DB), to keep the primary
+	// free. Every page then says how stale it is (hopper.ReadLag), and
+	// every change still goes to DB: a standby refuses writes.
+	ReadDB jobs.DBTX
 	// Token is required, once per browser session, for anything that
 	// changes state: open the dashboard at ?token=… (it is then kept in a
 	// cookie), or send it as "Authorization: Bearer …".
@@ -66,8 +71,9 @@ type Config struct {
 type Dashboard struct {
 	cfg     Config
 	hosts   hostRule
-	client  *hopper.Client
-	secret  []byte // signs the CSRF tokens of this process
+	client  *hopper.Client // changes, on DB
+	reads   *hopper.Client // reads, on ReadDB (else DB)
+	secret  []byte         // signs the CSRF tokens of this process
 	samples *sampler
 	mux     http.Handler
 }
@@ -100,10 +106,27 @@ func New(cfg Config) (*Dashboard, error) {
 	if _, err := rand.Read(secret); err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)
 	}
-	d := &Dashboard{cfg: cfg, hosts: hosts, client: hopper.NewClient(cfg.DB), secret: secret}
+	d := &Dashboard{cfg: cfg, hosts: hosts, client: hopper.NewClient(cfg.DB), reads: hopper.NewClient(cfg.DB), secret: secret}
+	if cfg.ReadDB != nil {
+		d.reads = hopper.NewClient(cfg.ReadDB)
+	}
 	d.samples = newSampler(time.Hour / cfg.SampleEvery)
 	d.mux = d.routes()
 	return d, nil
+}
+
+// readLag says how stale r's page is when the dashboard reads a standby
+// (Config.ReadDB), or "" when it reads DB. A page that cannot tell says
+// so rather than fail.
+func (d *Dashboard) readLag(r *http.Request) string {
+	if d.cfg.ReadDB == nil {
+		return ""
+	}
+	lag, err := d.reads.GetReadLag(r.Context())
+	if err != nil {
+		return "read from a standby, lag unknown"
+	}
+	return lag.String()
 }
 
 // Run samples the queues every SampleEvery until ctx ends: the overview's
@@ -130,7 +153,7 @@ func (d *Dashboard) sample(ctx context.Context) {
 	defer cancel()
 	// Not GetStats, which reads the tables whole: the queues' depths, each
 	// count bounded, and the table's activity from PostgreSQL's statistics.
-	depths, err := d.client.ListQueueDepths(ctx, sampleDepthLimit)
+	depths, err := d.reads.ListQueueDepths(ctx, sampleDepthLimit)
 	if err != nil {
 		return
 	}

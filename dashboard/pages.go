@@ -49,7 +49,9 @@ type page struct {
 	CSRF     string
 	ReadOnly bool
 	Flash    string
-	Data     any
+	// Lag, with Config.ReadDB, says how stale the page's reads are.
+	Lag  string
+	Data any
 }
 
 func (d *Dashboard) routes() http.Handler {
@@ -193,7 +195,7 @@ func cookiePath(r *http.Request) string {
 }
 
 func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
-	p := page{Base: relBase(r), Title: title, CSRF: d.csrf(d.session(w, r)), ReadOnly: d.cfg.ReadOnly, Data: data}
+	p := page{Base: relBase(r), Title: title, CSRF: d.csrf(d.session(w, r)), ReadOnly: d.cfg.ReadOnly, Lag: d.readLag(r), Data: data}
 	if r.Method == http.MethodGet && name != "overview-live" { // a page the browser shows, not a part of one
 		p.Flash = d.takeFlash(w, r)
 	}
@@ -283,7 +285,7 @@ type overviewData struct {
 // overviewData reads the queues (and with them the stats, once) and adds
 // them up: Stats' totals are the sum of the same rows.
 func (d *Dashboard) overviewData(r *http.Request) (overviewData, error) {
-	qs, err := d.client.ListQueues(r.Context())
+	qs, err := d.reads.ListQueues(r.Context())
 	if err != nil {
 		return overviewData{}, err
 	}
@@ -295,7 +297,7 @@ func (d *Dashboard) overviewData(r *http.Request) (overviewData, error) {
 	if len(d.samples.all()) == 0 {
 		d.sample(r.Context()) // a first point before Run's first tick (the charts need the finished count too)
 	}
-	scheds, err := d.client.ListSchedules(r.Context())
+	scheds, err := d.reads.ListSchedules(r.Context())
 	if err != nil {
 		return overviewData{}, err
 	}
@@ -362,7 +364,7 @@ func (d *Dashboard) deadList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) listPage(w http.ResponseWriter, r *http.Request, p hopper.ListParams, data *listData, name, title string) {
-	page, err := d.client.ListJobs(r.Context(), p)
+	page, err := d.reads.ListJobs(r.Context(), p)
 	if err != nil {
 		d.failErr(w, r, err)
 		return
@@ -416,7 +418,7 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	job, err := d.client.GetJob(r.Context(), id)
+	job, err := d.reads.GetJob(r.Context(), id)
 	if err != nil {
 		d.failErr(w, r, err)
 		return
@@ -430,7 +432,7 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) {
 	data.Sequence = job.Meta[jobs.MetaSequence]
 	data.Workflow, data.Step = job.Meta[jobs.MetaWorkflow], job.Meta[jobs.MetaStep]
 	if data.Sequence != "" && (job.State == jobs.StateDead || job.State == jobs.StateCancelled) {
-		info, err := d.client.GetSequence(r.Context(), data.Sequence)
+		info, err := d.reads.GetSequence(r.Context(), data.Sequence)
 		if err != nil {
 			d.failErr(w, r, err)
 			return
@@ -607,7 +609,7 @@ func (d *Dashboard) queueAction(r *http.Request) (string, string, error) {
 }
 
 func (d *Dashboard) schedulesList(w http.ResponseWriter, r *http.Request) {
-	s, err := d.client.ListSchedules(r.Context())
+	s, err := d.reads.ListSchedules(r.Context())
 	if err != nil {
 		d.failErr(w, r, err)
 		return

@@ -25,7 +25,7 @@ type sequencesData struct {
 // time (?after=KEY).
 func (d *Dashboard) sequencesList(w http.ResponseWriter, r *http.Request) {
 	after := r.URL.Query().Get("after")
-	list, err := d.client.ListBlockedSequences(r.Context(), hopper.SequencePage{After: after, Limit: sequencesPageSize})
+	list, err := d.reads.ListBlockedSequences(r.Context(), hopper.SequencePage{After: after, Limit: sequencesPageSize})
 	if err != nil {
 		d.failErr(w, r, err)
 		return
@@ -33,7 +33,7 @@ func (d *Dashboard) sequencesList(w http.ResponseWriter, r *http.Request) {
 	data := sequencesData{Sequences: list, At: time.Now()}
 	if len(list) == sequencesPageSize {
 		last := list[len(list)-1].Key
-		more, err := d.client.ListBlockedSequences(r.Context(), hopper.SequencePage{After: last, Limit: 1})
+		more, err := d.reads.ListBlockedSequences(r.Context(), hopper.SequencePage{After: last, Limit: 1})
 		if err != nil {
 			d.failErr(w, r, err)
 			return

@@ -27,7 +27,7 @@ type workersData struct {
 }
 
 func (d *Dashboard) workersList(w http.ResponseWriter, r *http.Request) {
-	list, err := d.client.ListWorkers(r.Context())
+	list, err := d.reads.ListWorkers(r.Context())
 	if err != nil {
 		d.failErr(w, r, err)
 		return

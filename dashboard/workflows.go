@@ -86,7 +86,7 @@ func (d *Dashboard) workflowsPage(w http.ResponseWriter, r *http.Request) {
 		d.workflowsList(w, r)
 		return
 	}
-	steps, err := d.client.ListWorkflow(r.Context(), id)
+	steps, err := d.reads.ListWorkflow(r.Context(), id)
 	if errors.Is(err, hopper.ErrNotFound) {
 		err = noWorkflow(id, err)
 	}
@@ -101,7 +101,7 @@ func (d *Dashboard) workflowsPage(w http.ResponseWriter, r *http.Request) {
 // page of the workflows with live steps.
 func (d *Dashboard) workflowsList(w http.ResponseWriter, r *http.Request) {
 	after := r.URL.Query().Get("after")
-	list, err := d.client.ListWorkflows(r.Context(), hopper.WorkflowPage{After: after, Limit: workflowsPageSize})
+	list, err := d.reads.ListWorkflows(r.Context(), hopper.WorkflowPage{After: after, Limit: workflowsPageSize})
 	if err != nil {
 		d.failErr(w, r, err)
 		return
@@ -112,7 +112,7 @@ func (d *Dashboard) workflowsList(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(list) == workflowsPageSize {
 		last := list[len(list)-1].ID
-		more, err := d.client.ListWorkflows(r.Context(), hopper.WorkflowPage{After: last, Limit: 1})
+		more, err := d.reads.ListWorkflows(r.Context(), hopper.WorkflowPage{After: last, Limit: 1})
 		if err != nil {
 			d.failErr(w, r, err)
 			return

@@ -325,6 +325,31 @@ func (q *Queries) MigrationsTableAccess(ctx context.Context, inSchema string) (M
 	return i, err
 }
 
+const readLag = `-- name: ReadLag :one
+SELECT pg_is_in_recovery() AS standby,
+       (CASE
+            WHEN NOT pg_is_in_recovery() THEN 0
+            WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
+            ELSE coalesce(extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()), 0)
+        END)::float8 AS lag_seconds
+`
+
+type ReadLagRow struct {
+	Standby    bool    `json:"standby"`
+	LagSeconds float64 `json:"lag_seconds"`
+}
+
+// Whether this session reads a standby, and how stale what it reads may
+// be: nothing while it has replayed all the WAL it has received, else the
+// age of the last transaction it replayed (on a busy primary, about how
+// far replay trails it). A primary reads its own writes: false, 0.
+func (q *Queries) ReadLag(ctx context.Context) (ReadLagRow, error) {
+	row := q.db.QueryRow(ctx, readLag)
+	var i ReadLagRow
+	err := row.Scan(&i.Standby, &i.LagSeconds)
+	return i, err
+}
+
 const schemaExists = `-- name: SchemaExists :one
 SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1::text) AS exists
 `

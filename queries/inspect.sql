@@ -129,3 +129,15 @@ WHERE relid = to_regclass('hopper_jobs');
 -- server directly was told the same number when it connected; behind a
 -- pooler such as PgBouncer it was told the pooler's own, so the two differ.
 SELECT pg_backend_pid()::integer AS pid;
+
+-- name: ReadLag :one
+-- Whether this session reads a standby, and how stale what it reads may
+-- be: nothing while it has replayed all the WAL it has received, else the
+-- age of the last transaction it replayed (on a busy primary, about how
+-- far replay trails it). A primary reads its own writes: false, 0.
+SELECT pg_is_in_recovery() AS standby,
+       (CASE
+            WHEN NOT pg_is_in_recovery() THEN 0
+            WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
+            ELSE coalesce(extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()), 0)
+        END)::float8 AS lag_seconds;

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hopperq/hopper/internal/schemascope"
@@ -142,6 +143,12 @@ type Config struct {
 	// address without a host (":9464") listens on 127.0.0.1 only; name the
 	// host ("0.0.0.0:9464") to expose it further.
 	MetricsAddr string
+	// MetricsReadPool, when set, is where the database gauges of
+	// MetricsAddr read instead of the worker's pool: a standby's pool
+	// (the same database, scoped by Schema like the worker's), to keep the
+	// gauges' scans off the primary. hopper_read_lag_seconds then says how
+	// stale they are (hopper.ReadLag). The worker itself never reads it.
+	MetricsReadPool *pgxpool.Pool
 	// MetricsInterval is how often the queue gauges are refreshed from the
 	// Stats query (a scan of the live table). Default 15s.
 	MetricsInterval time.Duration

@@ -99,6 +99,7 @@ type dbGauges struct {
 	rateMax     *prometheus.GaugeVec // and the limit
 	schedStale  prometheus.Gauge     // schedules that should fire but that no running worker defines
 	schedPaused prometheus.Gauge     // paused schedules
+	readLag     prometheus.Gauge     // with MetricsReadPool: how stale the rest are; else nil
 }
 
 func newDBGauges() *dbGauges {
@@ -137,13 +138,29 @@ func newDBGauges() *dbGauges {
 }
 
 func (g *dbGauges) collectors() []prometheus.Collector {
-	return []prometheus.Collector{g.jobs, g.depth, g.oldest, g.queuePaused, g.keys, g.rateUsed, g.rateMax, g.schedStale, g.schedPaused}
+	c := []prometheus.Collector{g.jobs, g.depth, g.oldest, g.queuePaused, g.keys, g.rateUsed, g.rateMax, g.schedStale, g.schedPaused}
+	if g.readLag != nil {
+		c = append(c, g.readLag)
+	}
+	return c
+}
+
+// newReadLagGauge is hopper_read_lag_seconds, registered only with
+// Config.MetricsReadPool.
+func newReadLagGauge() prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "hopper", Name: "read_lag_seconds",
+		Help: "With MetricsReadPool: how stale the database gauges are, read from a standby (0 while it has replayed all the WAL it received, else the age of its last replayed transaction).",
+	})
 }
 
 // newMetricsServer registers the worker's metrics (m) with the database's
 // gauges and listens on cfg.MetricsAddr; run serves it.
 func newMetricsServer(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config) (*metricsServer, error) {
 	ms := &metricsServer{q: q, log: log, interval: cfg.MetricsInterval, registry: prometheus.NewRegistry(), dbGauges: newDBGauges()}
+	if cfg.MetricsReadPool != nil {
+		ms.readLag = newReadLagGauge()
+	}
 	ms.ready.staleAfter, ms.ready.now = readyStaleAfter(cfg.MetricsInterval), time.Now
 	cs := append(m.collectors(), ms.dbGauges.collectors()...)
 	for _, c := range append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})) {
@@ -220,6 +237,7 @@ func (ms *metricsServer) run(ctx context.Context) {
 		for q, age := range oldest {
 			ms.oldest.WithLabelValues(q).Set(age)
 		}
+		ms.refreshReadLag(ctx)
 		ms.refreshDepthGauges(ctx)
 		ms.refreshFlowGauges(ctx)
 		ms.refreshScheduleGauges(ctx)
@@ -238,6 +256,21 @@ func (ms *metricsServer) run(ctx context.Context) {
 			refresh()
 		}
 	}
+}
+
+// refreshReadLag sets hopper_read_lag_seconds, when there is one.
+func (ms *metricsServer) refreshReadLag(ctx context.Context) {
+	if ms.readLag == nil {
+		return
+	}
+	lag, err := ms.q.ReadLag(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			ms.log.Warn("metrics: read lag query failed", "error", err)
+		}
+		return
+	}
+	ms.readLag.Set(lag.LagSeconds)
 }
 
 // metricDepthLimit caps each count of hopper_queue_depth: the statement

@@ -45,9 +45,10 @@ type notifier struct {
 // listenTimings bound how long the listener takes to notice a session that
 // went silent without closing (a primary cut off by the network, a failover
 // that leaves the old server's sockets open): it pings after pingAfter
-// without a notification and gives the session up when the ping, or a
-// connect, takes longer than timeout. A silent session is replaced within
-// pingAfter + timeout.
+// without a notification and gives the session up when the ping, or the
+// LISTEN on a new session, takes longer than timeout. A silent session is
+// given up within pingAfter + timeout; each host a reconnect tries gets
+// the config's connect timeout.
 type listenTimings struct {
 	pingAfter time.Duration
 	timeout   time.Duration
@@ -86,9 +87,10 @@ func (n *notifier) run(ctx context.Context) {
 		if failures > 0 && !sleep(ctx, retryDelay(failures)) {
 			return
 		}
-		cctx, cancel := context.WithTimeout(ctx, n.timings.timeout)
-		conn, err := pgx.ConnectConfig(cctx, n.connConfig)
-		cancel()
+		// Each host's attempt is bounded by the config's connect timeout
+		// (silentpeer sets one): a bound on the whole connect would spend
+		// itself on the first of several hosts, a silent one.
+		conn, err := pgx.ConnectConfig(ctx, n.connConfig)
 		if err != nil {
 			// A shutdown cancels a connect under way ("context canceled"):
 			// nothing failed, and a worker stopped soon after it started

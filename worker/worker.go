@@ -102,6 +102,15 @@ func (w *Worker) dbtx(d db.DBTX) db.DBTX {
 	return w.scope.On(d)
 }
 
+// metricsQueries is where the database gauges read: MetricsReadPool,
+// else the worker's pool.
+func (w *Worker) metricsQueries() *db.Queries {
+	if w.cfg.MetricsReadPool != nil {
+		return db.New(w.dbtx(w.cfg.MetricsReadPool))
+	}
+	return w.q
+}
+
 // ID is the worker's identity in leases and error histories.
 func (w *Worker) ID() string { return w.cfg.ID }
 
@@ -179,7 +188,7 @@ func (w *Worker) begin(ctx context.Context, hard context.Context) (*run, error) 
 		return r, err
 	}
 	if w.cfg.MetricsAddr != "" {
-		ms, err := newMetricsServer(w.q, w.log, w.metrics, &w.cfg)
+		ms, err := newMetricsServer(w.metricsQueries(), w.log, w.metrics, &w.cfg)
 		if err != nil {
 			r.registry.remove(context.WithoutCancel(ctx))
 			return r, err

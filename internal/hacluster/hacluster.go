@@ -47,9 +47,10 @@ func Available() error {
 // Options shape a formation.
 type Options struct {
 	// FastDetection tunes the monitor to fail a dead primary over after
-	// about 5 s without an answer instead of pg_auto_failover's 20 s
-	// (node_considered_unhealthy_timeout) and 5 s health checks, so that
-	// a CI-size run fits; `make failover` measures with the defaults.
+	// about 10 s instead of pg_auto_failover's 35 s (a node unhealthy
+	// after 20 s without an answer, then 30 s granted to it to demote
+	// itself, overlapping), so that a CI-size run fits; `make failover`
+	// measures with the defaults.
 	FastDetection bool
 	// Log receives what the formation does (nil: discarded).
 	Log io.Writer
@@ -138,11 +139,14 @@ func Start(ctx context.Context, opts Options) (_ *Formation, err error) {
 	}
 	if opts.FastDetection {
 		// Health checks every second, a node unhealthy after 5 s without
-		// an answer (the defaults: 5 s and 20 s).
+		// an answer, and 5 s for a lost primary to demote itself before
+		// its standby is promoted (the defaults: 5 s, 20 s and 30 s; the
+		// last is what makes a lost node cost about 35 s).
 		if err := appendFile(filepath.Join(monData, "postgresql.conf"), "\n# hopper formation: fast failure detection\n"+
 			"pgautofailover.health_check_period = 1000\npgautofailover.health_check_timeout = 1000\n"+
 			"pgautofailover.health_check_max_retries = 1\npgautofailover.health_check_retry_delay = 500\n"+
-			"pgautofailover.node_considered_unhealthy_timeout = 5000\n"); err != nil {
+			"pgautofailover.node_considered_unhealthy_timeout = 5000\n"+
+			"pgautofailover.primary_demote_timeout = 5000\n"); err != nil {
 			return nil, err
 		}
 	}
@@ -229,7 +233,8 @@ func (f *Formation) State(ctx context.Context) ([]NodeState, error) {
 }
 
 // Stable waits until one node is primary and the other secondary, both as
-// assigned, and returns the primary.
+// assigned and both passing the monitor's health check, and returns the
+// primary.
 func (f *Formation) Stable(ctx context.Context) (*Node, error) {
 	var primary string
 	err := f.waitFor(ctx, "one primary and one secondary", func(s []NodeState) bool {
@@ -237,6 +242,8 @@ func (f *Formation) Stable(ctx context.Context) (*Node, error) {
 		secondaries := 0
 		for _, n := range s {
 			switch {
+			case n.Health != 1:
+				return false // the monitor's health check fails on it
 			case n.Reported == "primary" && n.Assigned == "primary":
 				primary = n.Name
 			case n.Reported == "secondary" && n.Assigned == "secondary":
@@ -277,6 +284,24 @@ func writable(state string) bool { return state == "primary" || state == "wait_p
 // and returns once the monitor reports it done.
 func (f *Formation) Switchover(ctx context.Context) error {
 	_, err := f.output(ctx, "perform", "switchover", "--pgdata", filepath.Join(f.dir, "monitor"))
+	return err
+}
+
+// Events is the monitor's event log, newest last (pg_autoctl show
+// events): what to print when a scenario fails.
+func (f *Formation) Events(ctx context.Context) string {
+	out, err := f.output(ctx, "show", "events", "--count", "40", "--pgdata", filepath.Join(f.dir, "monitor"))
+	if err != nil {
+		return err.Error()
+	}
+	return string(out)
+}
+
+// Failover has the monitor fail the primary over to its standby now
+// (pg_autoctl perform failover), as an operator does when the primary is
+// up but unreachable for its clients, and returns once it is done.
+func (f *Formation) Failover(ctx context.Context) error {
+	_, err := f.output(ctx, "perform", "failover", "--pgdata", filepath.Join(f.dir, "monitor"))
 	return err
 }
 

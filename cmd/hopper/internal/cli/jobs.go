@@ -258,6 +258,7 @@ func historyCommand() *command {
 func listShowCommand(name, summary string, operate bool, only ...jobs.State) *command {
 	var l listFlags
 	var ed editFlags
+	var readFrom string
 	again := name + " list"
 	actions := []string{"list", "show"}
 	args := "list [filters] [--json] | show ID [--json]"
@@ -273,6 +274,7 @@ func listShowCommand(name, summary string, operate bool, only ...jobs.State) *co
 		summary: summary,
 		flags: func(fs *flag.FlagSet) {
 			l.declare(fs, len(only) == 0)
+			declareReadURL(fs, &readFrom)
 			if operate {
 				ed.declare(fs)
 			}
@@ -281,6 +283,9 @@ func listShowCommand(name, summary string, operate bool, only ...jobs.State) *co
 			action, rest, err := pickAction(name, args, actions...)
 			if err != nil {
 				return err
+			}
+			if readFrom != "" && action != "list" && action != "show" {
+				return fmt.Errorf("%w: %s changes jobs, and changes go to the primary (--database-url): --read-url is for list and show", errUsage, action)
 			}
 			var p hopper.ListParams
 			var ids []int64
@@ -321,11 +326,21 @@ func listShowCommand(name, summary string, operate bool, only ...jobs.State) *co
 					return err
 				}
 			}
-			client, done, err := e.connectClient()
+			var client *hopper.Client
+			var lag *hopper.ReadLag
+			var done func()
+			if action == "list" || action == "show" { // $HOPPER_READ_URL too is for these only
+				client, lag, done, err = e.connectReadClient(readFrom)
+			} else {
+				client, done, err = e.connectClient()
+			}
 			if err != nil {
 				return err
 			}
 			defer done()
+			if lag != nil && !l.asJSON {
+				fmt.Fprintf(e.stderr, "(%s)\n", lag)
+			}
 			switch action {
 			case "show":
 				return showJob(e, client, rest, l.asJSON, only...)

@@ -18,6 +18,12 @@ type statsReport struct {
 	// Rates over the time since the previous refresh; absent on the first.
 	EnqueuedPerSecond *float64 `json:"enqueued_per_second,omitempty"`
 	FinishedPerSecond *float64 `json:"finished_per_second,omitempty"`
+	// With --read-url: the server read is a standby, this far behind
+	// (hopper.ReadLag). A standby's statistics count no writes, so its
+	// reports carry no rates.
+	Standby        bool     `json:"standby,omitempty"`
+	ReadLagSeconds *float64 `json:"read_lag_seconds,omitempty"`
+	lag            *hopper.ReadLag
 }
 
 // statsRow is one queue and kind, as --json prints it.
@@ -49,26 +55,35 @@ func rowOf(s hopper.StatsRow, workers int) statsRow {
 func statsCommand() *command {
 	var watch, asJSON bool
 	var interval time.Duration
+	var readFrom string
 	return &command{
 		name:    "stats",
-		args:    "[--watch] [--interval D] [--json]",
+		args:    "[--watch] [--interval D] [--json] [--read-url URL]",
 		summary: "per queue and kind: ready, scheduled, running, waiting, dead, cancelled, claim lag, retry rate; the queue active or paused, and its live workers (of the queue, whatever kinds they handle); throughput with --watch",
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&watch, "watch", false, "redraw every --interval until Ctrl-C")
 			fs.BoolVar(&asJSON, "json", false, "print JSON (one object per refresh)")
 			durationVar(fs, &interval, "interval", 2*time.Second, "refresh interval with --watch")
+			declareReadURL(fs, &readFrom)
 		},
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
 			if len(args) > 0 || interval <= 0 {
 				return fmt.Errorf("%w: stats takes no argument and a positive --interval", errUsage)
 			}
-			client, done, err := e.connectClient()
+			client, lag, done, err := e.connectReadClient(readFrom)
 			if err != nil {
 				return err
 			}
 			defer done()
 			var prev *hopper.Stats
 			for {
+				if lag != nil && prev != nil {
+					l, err := client.GetReadLag(e.ctx)
+					if err != nil {
+						return err
+					}
+					lag = &l
+				}
 				stats, err := client.GetStats(e.ctx)
 				if err != nil {
 					return err
@@ -85,7 +100,11 @@ func statsCommand() *command {
 				for i, r := range stats.Rows {
 					report.Queues[i] = rowOf(r, workers[r.Queue])
 				}
-				if prev != nil {
+				if lag != nil {
+					secs := lag.Behind.Seconds()
+					report.Standby, report.ReadLagSeconds, report.lag = lag.Standby, &secs, lag
+				}
+				if prev != nil && !report.Standby {
 					enq, fin := stats.Rates(*prev)
 					report.EnqueuedPerSecond, report.FinishedPerSecond = &enq, &fin
 				}
@@ -117,6 +136,9 @@ func printStats(w io.Writer, r statsReport) {
 	fmt.Fprintf(w, "hopper stats at %s", r.Time.Format(time.TimeOnly))
 	if r.EnqueuedPerSecond != nil {
 		fmt.Fprintf(w, "   enqueued %.0f/s   finished %.0f/s", *r.EnqueuedPerSecond, *r.FinishedPerSecond)
+	}
+	if r.lag != nil {
+		fmt.Fprintf(w, "   (%s)", r.lag)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)

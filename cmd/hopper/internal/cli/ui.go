@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hopperq/hopper/dashboard"
+	"github.com/hopperq/hopper/jobs"
 )
 
 func uiCommand() *command {
@@ -19,9 +20,10 @@ func uiCommand() *command {
 	var allowHosts []string
 	var access uiAccess
 	var sampleEvery time.Duration
+	var readFrom string
 	return &command{
 		name:    "ui",
-		args:    "[--addr HOST:PORT] [--allow-host NAME]... [--token T] [--read-only] [--protect-reads]",
+		args:    "[--addr HOST:PORT] [--allow-host NAME]... [--token T] [--read-only] [--protect-reads] [--read-url URL]",
 		summary: "serve the web dashboard (overview with charts, jobs, dead-letter triage, queues, schedules, workers) on 127.0.0.1",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on (another host than 127.0.0.1 exposes the queue: add --protect-reads)")
@@ -37,6 +39,7 @@ func uiCommand() *command {
 				return nil
 			})
 			durationVar(fs, &sampleEvery, "sample-every", 10*time.Second, "how often the overview's charts are sampled (they keep an hour)")
+			declareReadURL(fs, &readFrom)
 		},
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
 			if len(args) > 0 {
@@ -53,7 +56,16 @@ func uiCommand() *command {
 				return err
 			}
 			defer pool.Close()
-			d, err := dashboard.New(dashboard.Config{DB: pool, Token: access.token, ReadOnly: access.readOnly,
+			reads, err := e.connectReadPool(readFrom, dashboardMaxConns)
+			if err != nil {
+				return err
+			}
+			var readDB jobs.DBTX // nil: the pages read where changes go
+			if reads != nil {
+				defer reads.Close()
+				readDB = reads
+			}
+			d, err := dashboard.New(dashboard.Config{DB: pool, ReadDB: readDB, Token: access.token, ReadOnly: access.readOnly,
 				ProtectReads: access.protectReads, AllowedHosts: uiHosts(addr, allowHosts), SampleEvery: sampleEvery,
 				Logger: slog.New(slog.NewTextHandler(e.stderr, nil))})
 			if err != nil {
