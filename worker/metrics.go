@@ -17,6 +17,8 @@ type metrics struct {
 	stuckG                          *prometheus.GaugeVec
 	durationH, waitH                *prometheus.HistogramVec
 	batchH                          *prometheus.HistogramVec
+	readOnlyC                       prometheus.Counter // statements a read-only session refused
+	listenerG                       prometheus.Gauge   // 1 while the LISTEN session is subscribed
 
 	// Children per queue and kind, looked up once: label hashing on every
 	// job showed in profiles.
@@ -88,6 +90,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "hopper", Name: "claim_batch_size", Help: "Jobs claimed per claim statement.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
 		}, []string{"queue"}),
+		readOnlyC: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "hopper", Name: "read_only_refusals_total",
+			Help: "Statements of this worker a read-only session refused (SQLSTATE 25006: a standby, or a primary demoted by a failover); each replaces the pool's sessions, at most once a second.",
+		}),
+		listenerG: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "hopper", Name: "listener_up",
+			Help: "1 while this worker's wake-up listener is subscribed (LISTEN) on a live session, 0 while it reconnects and the queues only poll.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -101,7 +111,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.claimedC, m.outcomesC, m.leaseLostC, m.releasedC, m.scheduleFiresC, m.stuckG, m.durationH, m.waitH, m.batchH}
+	return []prometheus.Collector{m.claimedC, m.outcomesC, m.leaseLostC, m.releasedC, m.scheduleFiresC, m.stuckG, m.durationH, m.waitH, m.batchH,
+		m.readOnlyC, m.listenerG}
 }
 
 func (m *metrics) fetched(queue string, n int) { m.batchH.WithLabelValues(queue).Observe(float64(n)) }

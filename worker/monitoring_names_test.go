@@ -36,7 +36,10 @@ func exportedMetrics(t *testing.T) map[string]exported {
 	require.NoError(t, err)
 	descRE := regexp.MustCompile(`^Desc\{fqName: "([^"]+)", .*variableLabels: \{([^}]*)\}\}$`)
 	out := map[string]exported{}
-	for _, c := range append(m.collectors(), newDBGauges().collectors()...) {
+	// The read-lag gauge too, which only a worker with MetricsReadPool
+	// registers.
+	all := append(append(m.collectors(), newDBGauges().collectors()...), newReadLagGauge())
+	for _, c := range all {
 		_, histogram := c.(*prometheus.HistogramVec)
 		descs := make(chan *prometheus.Desc, 16)
 		c.Describe(descs)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/silentpeer"
@@ -40,6 +41,9 @@ type notifier struct {
 	// notifier writes it.
 	listening *atomic.Bool
 	timings   listenTimings
+	// up mirrors listening for Prometheus (hopper_listener_up); nil in
+	// tests.
+	up prometheus.Gauge
 }
 
 // listenTimings bound how long the listener takes to notice a session that
@@ -113,11 +117,11 @@ func (n *notifier) run(ctx context.Context) {
 		failures = 0
 		// Wake-ups sent before LISTEN took effect were missed: every queue
 		// scans from the start, and cursors are usable from now on.
-		n.listening.Store(true)
+		n.setListening(true)
 		n.rewindAll()
 		n.wakeAll()
 		err = n.listenOn(ctx, conn)
-		n.listening.Store(false)
+		n.setListening(false)
 		if ctx.Err() == nil {
 			n.log.Warn("wake-up listener lost its session; reconnecting, polling meanwhile", "error", err)
 		}
@@ -167,6 +171,17 @@ func (n *notifier) deliver(payload string) {
 			p.cursor.rewind(wake.key())
 			signal(p.wake)
 		}
+	}
+}
+
+func (n *notifier) setListening(on bool) {
+	n.listening.Store(on)
+	if n.up != nil {
+		v := 0.0
+		if on {
+			v = 1
+		}
+		n.up.Set(v)
 	}
 }
 

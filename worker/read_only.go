@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // sqlstateReadOnly is read_only_sql_transaction: the server takes no
@@ -35,6 +36,9 @@ type readOnlyGuard struct {
 	pool  *pgxpool.Pool
 	log   *slog.Logger
 	every time.Duration // readOnlyResetEvery, but in tests
+	// refusals counts every refusal (hopper_read_only_refusals_total);
+	// nil in tests.
+	refusals prometheus.Counter
 
 	mu        sync.Mutex
 	lastReset time.Time
@@ -53,6 +57,9 @@ func newReadOnlyGuard(pool *pgxpool.Pool, log *slog.Logger, every time.Duration)
 func (g *readOnlyGuard) check(err error) bool {
 	if !readOnlyError(err) {
 		return false
+	}
+	if g.refusals != nil {
+		g.refusals.Inc()
 	}
 	g.mu.Lock()
 	due := time.Since(g.lastReset) >= g.every

@@ -48,6 +48,7 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) *run {
 	r.releaser = newReleaser(w.q, w.log, w.metrics, cfg, w.announcer.announce)
 	r.held = newHeldJobs(w.q, w.log, w.metrics, cfg, w.dbtx)
 	guard := newReadOnlyGuard(w.pool, w.log, readOnlyResetEvery)
+	guard.refusals = w.metrics.readOnlyC
 	r.completer = newCompleter(w.q, w.log, cfg, r.report, guard, hard)
 	r.executor = newExecutor(w.q, w.log, w.metrics, cfg, r.completer, r.report, handlerBase, hard)
 	r.heartbeat = newHeartbeat(r.held, &r.executor.inFlight, r.registry.beat, r.releaser.releaseGone, guard, w.pool, w.dbtx, cfg)
@@ -68,6 +69,7 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) *run {
 	}
 	r.notifier = newNotifier(w.q, w.pool.Config().ConnConfig, w.log, cfg.ID, schema, r.producers, listening,
 		r.held.cancelNotice, onSchedule, defaultListenTimings)
+	r.notifier.up = w.metrics.listenerG
 	return r
 }
 

@@ -305,6 +305,16 @@ func (f *Formation) Failover(ctx context.Context) error {
 	return err
 }
 
+// SetSynchronous makes node n's replication synchronous (it takes part in
+// the primary's quorum: a commit waits for it, the formation's default) or
+// asynchronous (pg_autoctl set node replication-quorum): a commit is then
+// acknowledged before the standby has it, and a failover loses the
+// commits still in flight.
+func (f *Formation) SetSynchronous(ctx context.Context, n *Node, on bool) error {
+	_, err := f.output(ctx, "set", "node", "replication-quorum", "--pgdata", n.data, strconv.FormatBool(on))
+	return err
+}
+
 // Kill kills node n outright: its keeper and its postmaster (SIGKILL to
 // the process group), as a machine lost would. The node stays down until
 // Restart.

@@ -26,9 +26,10 @@ type load struct {
 	pause time.Duration
 
 	mu        sync.Mutex
-	committed []int64 // orders whose COMMIT returned success
-	unsure    int     // COMMITs that failed without an answer
-	errs      int     // transactions that failed before COMMIT (rolled back)
+	committed []int64     // orders whose COMMIT returned success
+	ackedAt   []time.Time // when each of committed was acknowledged
+	unsure    int         // COMMITs that failed without an answer
+	errs      int         // transactions that failed before COMMIT (rolled back)
 	lastErr   error
 	enqueued  atomic.Int64
 	stop      context.CancelFunc
@@ -63,6 +64,7 @@ func (l *load) produce(ctx context.Context, producer int) {
 		switch {
 		case err == nil:
 			l.committed = append(l.committed, order)
+			l.ackedAt = append(l.ackedAt, time.Now())
 			l.enqueued.Add(1)
 		case errors.As(err, &unsure):
 			l.unsure++
@@ -132,6 +134,18 @@ func (l *load) once(ctx context.Context, producer, i int) (int64, error) {
 		return 0, &commitError{err}
 	}
 	return order, nil
+}
+
+// ackedAt is when order was acknowledged (zero if it was not).
+func (l *load) acked(order int64) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, o := range l.committed {
+		if o == order {
+			return l.ackedAt[i]
+		}
+	}
+	return time.Time{}
 }
 
 // snapshot is what the producers saw so far.

@@ -146,6 +146,7 @@ func TestReadsFromTheStandby(t *testing.T) {
 		}
 		select {
 		case err := <-done:
+			done <- err // for the deferred stop
 			t.Fatalf("the worker stopped: %v", err)
 		default:
 		}
