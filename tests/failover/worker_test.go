@@ -56,6 +56,8 @@ var tables = []string{
 		at timestamptz NOT NULL DEFAULT clock_timestamp(), port int NOT NULL DEFAULT inet_server_port())`,
 	`CREATE INDEX ON fo_runs (job_id)`,
 	`CREATE INDEX ON fo_ledger (job_id)`,
+	`CREATE INDEX ON fo_ledger (order_id)`,
+	`CREATE INDEX ON fo_orders (at)`,
 }
 
 // Timings of the worker processes: a short lease, so that jobs held by a
