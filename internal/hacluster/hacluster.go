@@ -351,6 +351,13 @@ func (f *Formation) KillPostmaster(n *Node) error {
 	return nil
 }
 
+// PostmasterPID is the pid in node n's postmaster.pid (0 when there is
+// none): it changes when the keeper restarts PostgreSQL in place.
+func (n *Node) PostmasterPID() int {
+	pid, _ := postmasterPID(n.data)
+	return pid
+}
+
 // Restart starts a killed node's keeper again: it rejoins the formation
 // (as a secondary, rewinding if it has to).
 func (f *Formation) Restart(n *Node) error {
