@@ -47,10 +47,10 @@ func Available() error {
 // Options shape a formation.
 type Options struct {
 	// FastDetection tunes the monitor to fail a dead primary over after
-	// about 10 s instead of pg_auto_failover's 35 s (a node unhealthy
+	// about 10 s instead of pg_auto_failover's 50 s (a node unhealthy
 	// after 20 s without an answer, then 30 s granted to it to demote
-	// itself, overlapping), so that a CI-size run fits; `make failover`
-	// measures with the defaults.
+	// itself), so that a CI-size run fits; `make failover` measures with
+	// the defaults.
 	FastDetection bool
 	// Log receives what the formation does (nil: discarded).
 	Log io.Writer
@@ -140,8 +140,8 @@ func Start(ctx context.Context, opts Options) (_ *Formation, err error) {
 	if opts.FastDetection {
 		// Health checks every second, a node unhealthy after 5 s without
 		// an answer, and 5 s for a lost primary to demote itself before
-		// its standby is promoted (the defaults: 5 s, 20 s and 30 s; the
-		// last is what makes a lost node cost about 35 s).
+		// its standby is promoted (the defaults: 5 s, 20 s and 30 s: a
+		// lost node costs about 50 s).
 		if err := appendFile(filepath.Join(monData, "postgresql.conf"), "\n# hopper formation: fast failure detection\n"+
 			"pgautofailover.health_check_period = 1000\npgautofailover.health_check_timeout = 1000\n"+
 			"pgautofailover.health_check_max_retries = 1\npgautofailover.health_check_retry_delay = 500\n"+
