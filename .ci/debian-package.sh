@@ -23,4 +23,11 @@ if [ "$(id -u)" != 0 ]; then
 fi
 echo "$package: not installed; installing from Debian's packages"
 export DEBIAN_FRONTEND=noninteractive
-apt-get install -y -qq "$package" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$package" >/dev/null; }
+# An install killed half-way (a session that ended while apt ran) leaves
+# dpkg "interrupted", and every later install refuses until it is
+# finished; finishing it is idempotent. Another apt still running holds
+# the lock: wait for it rather than fail.
+lock=(-o DPkg::Lock::Timeout=600)
+dpkg --configure -a >/dev/null 2>&1 || true
+apt-get "${lock[@]}" install -y -qq "$package" >/dev/null 2>&1 ||
+	{ apt-get "${lock[@]}" update -qq && apt-get "${lock[@]}" install -y -qq "$package" >/dev/null; }
