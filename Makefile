@@ -59,6 +59,11 @@ bench-drain: ## hopper bench's drain of 20,000, 50,000 and 500,000 waiting jobs 
 	go build -o bin/hopper ./cmd/hopper
 	bin/hopper bench --scratch-cluster --mode drain --drain-sizes 20000,50000,500000
 
+.PHONY: bench-durable
+bench-durable: ## hopper bench's durable handlers: 5,000 jobs of 10 worker.Step calls against 50,000 plain jobs (drains mirrored, CPU per 1,000 steps), then worker.StepTx against a plain transaction, on a throwaway cluster (about 1 minute)
+	go build -o bin/hopper ./cmd/hopper
+	bin/hopper bench --scratch-cluster --mode durable
+
 .PHONY: bench-river
 bench-river: ## Hopper beside River's own `river bench` (CLI pinned, built into a temp dir) in one run on one throwaway cluster: a 100,000-job drain and 30s of insert + work, H R R H (about 5 minutes)
 	bash .ci/bench-river.sh

@@ -44,6 +44,22 @@ var (
 	// range, a time range that ends before it starts, a state of the wrong
 	// table), or one that would match every dead job without All.
 	ErrInvalidFilter = errors.New("hopper: invalid filter")
+	// ErrInvalidEvent: an event with an empty or too long name, or a
+	// payload that does not marshal or is too large (EmitEvent).
+	ErrInvalidEvent = errors.New("hopper: invalid event")
+	// ErrNotWaiting: the job is in no durable wait (WakeJob): it is not
+	// sleeping nor awaiting an event.
+	ErrNotWaiting = errors.New("hopper: job not waiting")
+	// ErrWaitUnsupported: WaitJob and WaitWorkflow need a Client made on a
+	// *pgxpool.Pool, to hold a connection that listens.
+	ErrWaitUnsupported = errors.New("hopper: waiting needs a Client on a pool")
+	// ErrJobFailed: the job awaited by WaitJobResult ended dead or
+	// cancelled.
+	ErrJobFailed = errors.New("hopper: job failed")
+	// ErrNoResult: the job awaited by WaitJobResult completed, but no
+	// result was kept (its kind and queue keep no history, or its handler
+	// returned none).
+	ErrNoResult = errors.New("hopper: no result kept")
 )
 
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

@@ -37,6 +37,9 @@ func (c *Client) GetJobTx(ctx context.Context, tx jobs.DBTX, id int64) (jobs.Row
 	if err != nil {
 		return jobs.Row{}, fmt.Errorf("job %d: %w", id, err)
 	}
+	if err := c.withProgress(ctx, tx, &row); err != nil {
+		return jobs.Row{}, fmt.Errorf("job %d: %w", id, err)
+	}
 	return row, nil
 }
 

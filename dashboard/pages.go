@@ -66,6 +66,7 @@ func (d *Dashboard) routes() http.Handler {
 	mux.HandleFunc("POST /jobs/{id}/edit", d.change(d.editJob))
 	mux.HandleFunc("POST /jobs/{id}/run-now", d.change(d.runJobNow))
 	mux.HandleFunc("POST /jobs/{id}/delete", d.change(d.deleteJob))
+	mux.HandleFunc("POST /jobs/{id}/wake", d.change(d.wakeJob))
 	mux.HandleFunc("GET /dead", d.deadList)
 	mux.HandleFunc("POST /dead/retry", d.change(d.retryDead))
 	mux.HandleFunc("POST /dead/purge", d.change(d.purgeDead))
@@ -232,7 +233,8 @@ func (d *Dashboard) failErr(w http.ResponseWriter, r *http.Request, err error) {
 		errors.Is(err, jobs.ErrInvalidRunAt), errors.Is(err, jobs.ErrMarshal), errors.Is(err, jobs.ErrPayloadTooLarge),
 		errors.Is(err, hopper.ErrPayloadMismatch):
 		d.fail(w, r, http.StatusBadRequest, firstLine(err))
-	case errors.Is(err, hopper.ErrFinished), errors.Is(err, hopper.ErrWorkerAlive), errors.Is(err, hopper.ErrRunning):
+	case errors.Is(err, hopper.ErrFinished), errors.Is(err, hopper.ErrWorkerAlive), errors.Is(err, hopper.ErrRunning),
+		errors.Is(err, hopper.ErrNotWaiting):
 		d.fail(w, r, http.StatusConflict, firstLine(err))
 	case r.Context().Err() != nil:
 		d.fail(w, r, http.StatusServiceUnavailable, "The request was cancelled.")
@@ -400,6 +402,14 @@ type detailData struct {
 	// Workflow and Step name the workflow the job is a step of ("" for
 	// none), and its step's name.
 	Workflow, Step string
+	// Wait is the durable wait the job is in (a sleep or an event; zero
+	// for none), which the page offers to end; Steps are the records its
+	// durable handler left, and Progress its last progress (JSON, "" for
+	// none), set at ProgressAt.
+	Wait       hopper.Suspension
+	Steps      []stepView
+	Progress   string
+	ProgressAt time.Time
 }
 
 type metaPair struct{ Key, Value string }
@@ -438,6 +448,10 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		data.BlocksSequence = info.Blocked != nil && info.Blocked.JobID == job.ID
+	}
+	if err := d.durableData(r, job, &data); err != nil {
+		d.failErr(w, r, err)
+		return
 	}
 	sort.Slice(data.Meta, func(i, j int) bool { return data.Meta[i].Key < data.Meta[j].Key })
 	d.render(w, r, http.StatusOK, "job", fmt.Sprintf("Job %d", id), data)

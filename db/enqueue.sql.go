@@ -83,29 +83,29 @@ func (q *Queries) Enqueue(ctx context.Context, arg EnqueueParams) (EnqueueRow, e
 }
 
 type EnqueueBatchParams struct {
-	ID             int64           `json:"id"`
-	Queue          string          `json:"queue"`
-	Kind           string          `json:"kind"`
-	Version        int32           `json:"version"`
-	Payload        json.RawMessage `json:"payload"`
-	Priority       int16           `json:"priority"`
-	MaxAttempts    int32           `json:"max_attempts"`
-	Meta           json.RawMessage `json:"meta"`
-	ConcurrencyKey *string         `json:"concurrency_key"`
+	ID             int64   `json:"id"`
+	Queue          string  `json:"queue"`
+	Kind           string  `json:"kind"`
+	Version        int32   `json:"version"`
+	Payload        []byte  `json:"payload"`
+	Priority       int16   `json:"priority"`
+	MaxAttempts    int32   `json:"max_attempts"`
+	Meta           []byte  `json:"meta"`
+	ConcurrencyKey *string `json:"concurrency_key"`
 }
 
 type EnqueueBatchAtParams struct {
-	ID             int64           `json:"id"`
-	Queue          string          `json:"queue"`
-	Kind           string          `json:"kind"`
-	Version        int32           `json:"version"`
-	Payload        json.RawMessage `json:"payload"`
-	Priority       int16           `json:"priority"`
-	RunAt          time.Time       `json:"run_at"`
-	State          string          `json:"state"`
-	MaxAttempts    int32           `json:"max_attempts"`
-	Meta           json.RawMessage `json:"meta"`
-	ConcurrencyKey *string         `json:"concurrency_key"`
+	ID             int64     `json:"id"`
+	Queue          string    `json:"queue"`
+	Kind           string    `json:"kind"`
+	Version        int32     `json:"version"`
+	Payload        []byte    `json:"payload"`
+	Priority       int16     `json:"priority"`
+	RunAt          time.Time `json:"run_at"`
+	State          string    `json:"state"`
+	MaxAttempts    int32     `json:"max_attempts"`
+	Meta           []byte    `json:"meta"`
+	ConcurrencyKey *string   `json:"concurrency_key"`
 }
 
 const enqueueBatchPlain = `-- name: EnqueueBatchPlain :many

@@ -52,24 +52,31 @@ type HopperDeadJob struct {
 	ConcurrencyKey *string         `json:"concurrency_key"`
 }
 
+type HopperEvent struct {
+	Name      string          `json:"name"`
+	Payload   json.RawMessage `json:"payload"`
+	EmittedAt *time.Time      `json:"emitted_at"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
 type HopperJob struct {
-	ID             int64           `json:"id"`
-	Queue          string          `json:"queue"`
-	Kind           string          `json:"kind"`
-	Version        int32           `json:"version"`
-	Payload        json.RawMessage `json:"payload"`
-	State          string          `json:"state"`
-	Priority       int16           `json:"priority"`
-	RunAt          time.Time       `json:"run_at"`
-	Attempt        int32           `json:"attempt"`
-	MaxAttempts    int32           `json:"max_attempts"`
-	LeaseOwner     *string         `json:"lease_owner"`
-	LeaseUntil     *time.Time      `json:"lease_until"`
-	UniqueKey      *string         `json:"unique_key"`
-	Errors         json.RawMessage `json:"errors"`
-	CreatedAt      time.Time       `json:"created_at"`
-	Meta           json.RawMessage `json:"meta"`
-	ConcurrencyKey *string         `json:"concurrency_key"`
+	ID             int64      `json:"id"`
+	Queue          string     `json:"queue"`
+	Kind           string     `json:"kind"`
+	Version        int32      `json:"version"`
+	Payload        []byte     `json:"payload"`
+	State          string     `json:"state"`
+	Priority       int16      `json:"priority"`
+	RunAt          time.Time  `json:"run_at"`
+	Attempt        int32      `json:"attempt"`
+	MaxAttempts    int32      `json:"max_attempts"`
+	LeaseOwner     *string    `json:"lease_owner"`
+	LeaseUntil     *time.Time `json:"lease_until"`
+	UniqueKey      *string    `json:"unique_key"`
+	Errors         []byte     `json:"errors"`
+	CreatedAt      time.Time  `json:"created_at"`
+	Meta           []byte     `json:"meta"`
+	ConcurrencyKey *string    `json:"concurrency_key"`
 }
 
 type HopperJobHistory struct {
@@ -90,6 +97,23 @@ type HopperJobHistory struct {
 	KeepUntil      time.Time       `json:"keep_until"`
 	Meta           json.RawMessage `json:"meta"`
 	ConcurrencyKey *string         `json:"concurrency_key"`
+}
+
+type HopperJobProgress struct {
+	JobID     int64           `json:"job_id"`
+	Progress  json.RawMessage `json:"progress"`
+	UpdatedAt time.Time       `json:"updated_at"`
+}
+
+type HopperJobStep struct {
+	JobID     int64           `json:"job_id"`
+	Position  int32           `json:"position"`
+	Name      string          `json:"name"`
+	Kind      string          `json:"kind"`
+	State     string          `json:"state"`
+	Result    json.RawMessage `json:"result"`
+	Until     *time.Time      `json:"until"`
+	CreatedAt time.Time       `json:"created_at"`
 }
 
 type HopperQueue struct {

@@ -23,6 +23,20 @@ func (q *Queries) Listen(ctx context.Context) error {
 	return err
 }
 
+const listenJobEnded = `-- name: ListenJobEnded :exec
+LISTEN hopper_job_ended
+`
+
+// Subscribes this session to the ends of awaited jobs (hopper.Client's
+// WaitJob and WaitWorkflow). Payloads are JSON objects {"schema", "ids",
+// "more"}: the ids of awaited jobs that left hopper_jobs in one
+// statement (at most 500; more says some were left out), sent by
+// hopper_durable_ended.
+func (q *Queries) ListenJobEnded(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, listenJobEnded)
+	return err
+}
+
 const notify = `-- name: Notify :exec
 SELECT pg_notify('hopper_jobs', json_build_object(
            'schema', home.nspname,
@@ -63,5 +77,16 @@ func (q *Queries) Notify(ctx context.Context, arg NotifyParams) error {
 		arg.RunAts,
 		arg.Ids,
 	)
+	return err
+}
+
+const unlistenJobEnded = `-- name: UnlistenJobEnded :exec
+UNLISTEN hopper_job_ended
+`
+
+// Ends ListenJobEnded's subscription before the session goes back to its
+// pool.
+func (q *Queries) UnlistenJobEnded(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, unlistenJobEnded)
 	return err
 }

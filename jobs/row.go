@@ -118,6 +118,17 @@ type Row struct {
 	Result json.RawMessage `json:"result,omitempty"`
 	// Meta is the job's metadata (Metadata, enqueue hooks).
 	Meta Meta `json:"meta,omitempty"`
+	// Progress is the last progress the job's durable handler recorded
+	// (worker.SetProgress), kept while the job lives. hopper.Client's
+	// GetJob sets it; lists leave it nil.
+	Progress *Progress `json:"progress,omitempty"`
+}
+
+// Progress is a progress value a durable handler recorded
+// (worker.SetProgress): small JSON, and when it was set.
+type Progress struct {
+	Value     json.RawMessage `json:"value"`
+	UpdatedAt time.Time       `json:"updated_at"`
 }
 
 // AttemptError is one attempt in a job's history that did not succeed: a

@@ -29,3 +29,16 @@ FROM (SELECT u.queue, min(u.priority) AS priority, min(u.run_at) AS run_at, min(
       FROM pg_catalog.pg_class AS c
       JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
       WHERE c.oid = to_regclass('hopper_jobs')) AS home;
+
+-- name: ListenJobEnded :exec
+-- Subscribes this session to the ends of awaited jobs (hopper.Client's
+-- WaitJob and WaitWorkflow). Payloads are JSON objects {"schema", "ids",
+-- "more"}: the ids of awaited jobs that left hopper_jobs in one
+-- statement (at most 500; more says some were left out), sent by
+-- hopper_durable_ended.
+LISTEN hopper_job_ended;
+
+-- name: UnlistenJobEnded :exec
+-- Ends ListenJobEnded's subscription before the session goes back to its
+-- pool.
+UNLISTEN hopper_job_ended;

@@ -22,6 +22,16 @@ var addedBy = map[uint][]string{
 	15: edgeObjects,
 	16: nil, // sql_api_inputs: a check on hopper_jobs and a function's new body
 	17: {"relation hopper_unique_periods", "relation hopper_unique_periods_expires_idx", "relation hopper_unique_periods_pkey"},
+	18: durableObjects,
+}
+
+// durableObjects are what migration 18 (durable) adds.
+var durableObjects = []string{
+	"function hopper_durable_ended", "function hopper_emit_event",
+	"relation hopper_events", "relation hopper_events_age_idx", "relation hopper_events_pkey",
+	"relation hopper_job_progress", "relation hopper_job_progress_pkey",
+	"relation hopper_job_steps", "relation hopper_job_steps_pkey", "relation hopper_job_steps_waiting_idx",
+	"trigger hopper_dead_jobs_durable_ended", "trigger hopper_jobs_durable_ended",
 }
 
 // downTo migrates down to version v, whatever the latest version is.

@@ -99,15 +99,15 @@ func TestCLIHelpAndUsageErrors(t *testing.T) {
 	t.Parallel()
 	r := runHopper(t, "", "", "help")
 	require.Zero(t, r.code)
-	for _, c := range []string{"migrate", "enqueue", "stats", "keys", "jobs", "queues", "schedules", "workers", "dead", "history", "sql", "ui", "demo", "bench"} {
+	for _, c := range []string{"migrate", "enqueue", "stats", "keys", "jobs", "queues", "schedules", "workers", "events", "dead", "history", "sql", "ui", "demo", "bench"} {
 		require.Regexp(t, `(?m)^  `+c+` `, r.stdout)
 		h := runHopper(t, "", "", c, "--help")
 		require.Zero(t, h.code, c)
 		require.Contains(t, h.stdout, "Usage: hopper "+c, c)
 		require.Contains(t, h.stdout, "--database-url", c)
 	}
-	for c, verbs := range map[string]string{"jobs": "list|show|cancel|edit|delete", "queues": "list|pause|resume|purge",
-		"schedules": "list|pause|resume|trigger", "workers": "list|release", "dead": "list|show|retry|purge", "history": "list|show"} {
+	for c, verbs := range map[string]string{"jobs": "list|show|cancel|edit|delete|wake", "queues": "list|pause|resume|purge",
+		"schedules": "list|pause|resume|trigger", "workers": "list|release", "events": "emit", "dead": "list|show|retry|purge", "history": "list|show"} {
 		require.Regexp(t, `(?m)^  `+c+` +`+regexp.QuoteMeta(verbs)+` `, r.stdout)
 	}
 	for _, old := range []string{"queue", "cancel", "purge"} {

@@ -130,7 +130,7 @@ func TestOperateCLI(t *testing.T) {
 		{name: "queues without a name", url: d.URL, args: []string{"queues", "pause"}, code: 2,
 			stderr: `hopper queues: pause takes one queue name (run hopper queues --help)`},
 		{name: "jobs without an action", url: d.URL, args: []string{"jobs"}, code: 2,
-			stderr: `hopper jobs: say list, show, cancel, edit or delete (run hopper jobs --help)`},
+			stderr: `hopper jobs: say list, show, cancel, edit, delete or wake (run hopper jobs --help)`},
 		{name: "jobs cancel with a filter", url: d.URL, args: []string{"jobs", "cancel", a, "--kind", "mail"}, code: 2,
 			stderr: `hopper jobs: cancel takes job ids, not --kind (run hopper jobs --help)`},
 		{name: "history cannot cancel", url: d.URL, args: []string{"history", "cancel", a}, code: 2,

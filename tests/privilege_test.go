@@ -263,3 +263,56 @@ func TestLeastPrivilegeFlowControl(t *testing.T) {
 	require.NoError(t, err, "hopper keys' rate budgets read under the grant")
 	require.Empty(t, budgets)
 }
+
+// TestLeastPrivilegeDurable: under the same grants, a durable handler
+// records a step and progress, sleeps, waits for an event the operations
+// API emits, and a caller waits for its end; the worker prunes events.
+func TestLeastPrivilegeDurable(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	app := leastPrivilegePool(t, d)
+	chore := jobs.MustDefine[Chore]("durable_chore")
+	res, err := chore.Enqueue(ctx, app, Chore{N: 1})
+	require.NoError(t, err)
+	client := hopper.NewClient(app)
+	ended := make(chan jobs.Row, 1)
+	go func() {
+		row, err := client.WaitJob(ctx, res.ID)
+		if err != nil {
+			row.Reason = err.Error()
+		}
+		ended <- row
+	}()
+	w, err := worker.New(app, worker.Config{ID: "least-privilege-durable", PollInterval: 50 * time.Millisecond,
+		SweepInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, worker.Handle(w, chore, func(ctx context.Context, j *jobs.Job[Chore]) error {
+		if _, err := worker.Step(ctx, j, "one", func(context.Context) (int, error) { return 1, nil }); err != nil {
+			return err
+		}
+		if err := worker.SetProgress(ctx, j, "half"); err != nil {
+			return err
+		}
+		if err := worker.Sleep(ctx, j, "nap", 50*time.Millisecond); err != nil {
+			return err
+		}
+		_, err := worker.AwaitEvent[string](ctx, j, "go", time.Hour)
+		return err
+	}))
+	runCtx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(runCtx) }()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		steps, err := client.ListJobSteps(ctx, res.ID)
+		require.NoError(c, err)
+		require.Len(c, steps, 3, "step, sleep, event")
+	}, testdb.WaitLimit, 20*time.Millisecond)
+	_, err = client.EmitEvent(ctx, "go", "now")
+	require.NoError(t, err)
+	row := <-ended
+	require.Equal(t, jobs.StateCompleted, row.State, row.Reason)
+	stop()
+	require.NoError(t, <-errc)
+}

@@ -50,6 +50,9 @@ type completion struct {
 	// degraded counts the steps taken to make a result the server refused
 	// storable (see refused.go).
 	degraded int
+	// event: a snooze that waits for this event (AwaitEvent), recorded by
+	// SuspendForEvents rather than NackBatch.
+	event string
 }
 
 func (c completion) ok() bool { return c.act == actAck }
@@ -60,6 +63,7 @@ func (c completion) ok() bool { return c.act == actAck }
 type resultQueue struct {
 	mu     sync.Mutex
 	items  []completion
+	spare  []completion // a batch the completer is done with, for the next items
 	closed bool
 	ready  chan struct{} // something to flush
 	full   chan struct{} // a whole batch is waiting
@@ -76,6 +80,15 @@ func (q *resultQueue) push(c completion) bool {
 	if q.closed {
 		return false
 	}
+	if q.items == nil {
+		// The spare batch, or room for a new one: grown by append, or
+		// made anew for every batch, a busy queue's results were a good
+		// part of the worker's allocations.
+		q.items, q.spare = q.spare, nil
+		if q.items == nil {
+			q.items = make([]completion, 0, min(q.batch, 256))
+		}
+	}
 	q.items = append(q.items, c)
 	if len(q.items) == 1 {
 		signal(q.ready)
@@ -91,13 +104,27 @@ func (q *resultQueue) take() []completion {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := min(len(q.items), q.batch)
-	out := make([]completion, n)
-	copy(out, q.items)
-	q.items = q.items[n:]
-	if len(q.items) == 0 {
-		q.items = nil // let the backing array go
+	if n == len(q.items) {
+		// The whole queue: it is handed over, not copied, and the next
+		// push starts a new one.
+		out := q.items
+		q.items = nil
+		return out
 	}
+	out := q.items[:n:n]
+	q.items = q.items[n:]
 	return out
+}
+
+// recycle takes back a batch that take returned once nothing refers to
+// it any more: the next results are queued in it.
+func (q *resultQueue) recycle(batch []completion) {
+	clear(batch[:cap(batch)]) // let go of the held jobs it points to
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.spare == nil || cap(batch) > cap(q.spare) {
+		q.spare = batch[:0]
+	}
 }
 
 // close refuses further pushes and returns what is left.
@@ -177,6 +204,9 @@ func (cp *completer) run(stop <-chan struct{}) {
 				break
 			}
 			cp.flush(batch)
+			// Every result of the batch is settled, and record and its
+			// helpers keep none of its slices: the queue may reuse it.
+			cp.results.recycle(batch)
 		}
 	}
 }
@@ -236,11 +266,25 @@ func (cp *completer) giveUp(pending []completion) {
 // can; it returns the results still to be tried again.
 func (cp *completer) record(batch []completion) (again []completion) {
 	batch, again = cp.settleAckedInTx(batch)
-	var acks, nacks []completion
+	if allAcks(batch) {
+		// The common case, sorted without a copy.
+		var unsure []completion
+		if len(batch) > 0 {
+			again, unsure = cp.recordAcks(batch, again, nil)
+		}
+		if len(unsure) > 0 {
+			again = append(again, cp.resolve(unsure)...)
+		}
+		return again
+	}
+	var acks, nacks, waits []completion
 	for _, c := range batch {
-		if c.ok() {
+		switch {
+		case c.ok():
 			acks = append(acks, c)
-		} else {
+		case c.act == actSnooze && c.event != "":
+			waits = append(waits, c)
+		default:
 			nacks = append(nacks, c)
 		}
 	}
@@ -251,10 +295,22 @@ func (cp *completer) record(batch []completion) (again []completion) {
 	if len(nacks) > 0 {
 		again, unsure = cp.recordNacks(nacks, again, unsure)
 	}
+	if len(waits) > 0 {
+		again, unsure = cp.recordWaits(waits, again, unsure)
+	}
 	if len(unsure) > 0 {
 		again = append(again, cp.resolve(unsure)...)
 	}
 	return again
+}
+
+func allAcks(batch []completion) bool {
+	for _, c := range batch {
+		if !c.ok() {
+			return false
+		}
+	}
+	return true
 }
 
 func (cp *completer) statementContext() (context.Context, context.CancelFunc) {
@@ -336,6 +392,13 @@ func (cp *completer) recordAcks(acks []completion, again, unsure []completion) (
 // result takes the normal path, as if AckTx had never run. A status the
 // server no longer knows leaves the result to be settled from its row.
 func (cp *completer) settleAckedInTx(batch []completion) (rest, again []completion) {
+	inTx := false
+	for _, c := range batch {
+		inTx = inTx || c.job.ackedInTx.Load()
+	}
+	if !inTx {
+		return batch, nil // the common case: nothing to ask, nothing copied
+	}
 	var xids []int64
 	for _, c := range batch {
 		if c.job.ackedInTx.Load() && !c.job.ackCommitted.Load() && c.job.ackXid.Load() != 0 {
@@ -415,6 +478,41 @@ func (cp *completer) recordNacks(nacks []completion, again, unsure []completion)
 		default:
 			unsure = append(unsure, c) // refused, cancelled, or an earlier try took effect
 		}
+	}
+	return again, unsure
+}
+
+// recordWaits gives back the claims of handlers that wait for an event
+// (SuspendForEvents): until the deadline, or pending at once when the
+// event came meanwhile.
+func (cp *completer) recordWaits(waits []completion, again, unsure []completion) ([]completion, []completion) {
+	p := db.SuspendForEventsParams{Ids: make([]int64, len(waits)), Attempts: make([]int32, len(waits)),
+		Events: make([]string, len(waits)), WaitsMs: make([]int64, len(waits))}
+	for i, c := range waits {
+		p.Ids[i], p.Attempts[i], p.Events[i], p.WaitsMs[i] = c.job.id, c.job.attempt, c.event, c.backoff.Milliseconds()
+	}
+	ctx, cancel := cp.statementContext()
+	rows, err := cp.q.SuspendForEvents(ctx, p)
+	cancel()
+	if err != nil {
+		cp.guard.check(err)
+		cp.log.Warn("suspending jobs that await events failed", "jobs", len(waits), "error", err)
+		return settleFailed(waits, err, again), unsure
+	}
+	taken := make(map[heldKey]bool, len(rows))
+	for _, r := range rows {
+		taken[heldKey{r.ID, r.Attempt}] = r.Woken
+	}
+	for _, c := range waits {
+		woken, ok := taken[heldKey{c.job.id, c.job.attempt}]
+		switch {
+		case !ok:
+			unsure = append(unsure, c)
+			continue
+		case woken:
+			c.job.readyAgain() // the event came meanwhile: pending at once, unannounced
+		}
+		cp.report(c, outcomeSnoozed)
 	}
 	return again, unsure
 }

@@ -184,6 +184,11 @@ type Config struct {
 	// bounded batches on its sweep interval. Default 0: kept until purged.
 	DeadRetention time.Duration
 
+	// EventRetention is how long an emitted event is kept for jobs that
+	// await it later (worker.AwaitEvent): every worker prunes older ones
+	// on its sweep interval. Default 7 days.
+	EventRetention time.Duration
+
 	// ScheduleStaleAfter is how long a schedule this worker defines is held
 	// to be defined after the worker last said so (it says so every fifth
 	// of this while it runs). A schedule no running worker has defined for
@@ -329,6 +334,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ScheduleStaleAfter < time.Second {
 		return c, fmt.Errorf("%w: schedule stale-after %v is below 1s", ErrInvalidConfig, c.ScheduleStaleAfter)
+	}
+	if c.EventRetention < 0 {
+		return c, fmt.Errorf("%w: negative event retention %v", ErrInvalidConfig, c.EventRetention)
+	}
+	if c.EventRetention == 0 {
+		c.EventRetention = DefaultEventRetention
 	}
 	if c.DeadRetention < 0 {
 		return c, fmt.Errorf("%w: negative dead retention %v", ErrInvalidConfig, c.DeadRetention)

@@ -62,6 +62,36 @@ var ErrWorkerIDInUse = errors.New("hopper: worker ID in use by a live worker")
 // ErrInvalidConfig wraps every configuration error.
 var ErrInvalidConfig = errors.New("hopper: invalid worker config")
 
+// ErrSuspended is wrapped by the error Sleep and AwaitEvent return while
+// the job must wait: return it from the handler. The job gives up its
+// slot and lease, uncharged, and runs again when its wait is over. A
+// handler that returns nil instead is suspended all the same.
+var ErrSuspended = errors.New("hopper: job suspended")
+
+// ErrEventTimeout is wrapped by the error AwaitEvent returns when its
+// timeout passed before the event was emitted (or an operator woke the
+// job). The handler may go on: the timeout is recorded like a result.
+var ErrEventTimeout = errors.New("hopper: event did not come in time")
+
+// ErrNonDeterministic is wrapped by the error a durable call (Step,
+// StepTx, Sleep, AwaitEvent) returns when the job's records say an
+// earlier run made another call at this place: the handler's calls
+// changed order or name between runs (a deploy changed the handler, or it
+// chose its steps from something other than its payload and records).
+// The error is Permanent: the job goes dead with it rather than replay a
+// record into the wrong call.
+var ErrNonDeterministic = errors.New("hopper: durable calls differ from the job's records")
+
+// ErrRecordTooLarge is wrapped by the error Step and StepTx return for a
+// result larger than MaxRecordSize as JSON (Permanent: it would fail every
+// run), and SetProgress for a value larger than MaxProgressSize.
+var ErrRecordTooLarge = errors.New("hopper: durable record too large")
+
+// ErrInvalidDurableCall is wrapped by the error of a durable call with a
+// bad argument: an empty or too long name, a non-positive or too long
+// duration.
+var ErrInvalidDurableCall = errors.New("hopper: invalid durable call")
+
 // The worker's own sentinels, never returned to callers.
 
 // errAbandoned is the cause of the context of a handler given up on.

@@ -59,14 +59,6 @@ type timeoutError struct{ after time.Duration }
 
 func (e *timeoutError) Error() string { return fmt.Sprintf("hopper: job timed out after %v", e.after) }
 
-// handlerLoop runs jobs of one queue until the queue's dispatch closes.
-func (e *executor) handlerLoop(p *producer) {
-	defer e.poolWG.Done()
-	for d := range p.dispatch {
-		e.execute(d)
-	}
-}
-
 func (e *executor) execute(d dispatched) {
 	defer e.handlerWG.Done()
 	c, row := d.job, d.row
@@ -181,8 +173,15 @@ func (e *executor) run(d dispatched) (elapsed time.Duration, result json.RawMess
 
 // completion turns a handler's result into what the completer records.
 func (e *executor) completion(h *handler, row db.HopperJob, c *heldJob, err error) completion {
+	if err == nil {
+		// A durable wait the handler did not return still suspends it:
+		// its record is written, and acking the job would end it.
+		if s := c.durable.pendingSuspension(); s != nil {
+			err = s
+		}
+	}
 	v := judge(err)
-	comp := completion{job: c, act: v.act, message: v.message, deadReason: v.deadReason}
+	comp := completion{job: c, act: v.act, message: v.message, deadReason: v.deadReason, event: v.event}
 	switch {
 	case v.act == actSnooze:
 		comp.backoff = max(time.Until(v.until), time.Millisecond) // a snoozed job waits, scheduled

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -66,6 +68,10 @@ type heldJob struct {
 	// (written by the run's goroutine before the result is handed on).
 	view   *jobs.Row
 	runErr error
+
+	// durable is the job's durable records (Step, Sleep, AwaitEvent,
+	// SetProgress), read at its handler's first call when it has any.
+	durable durableCalls
 
 	mu         sync.Mutex
 	cancel     context.CancelCauseFunc
@@ -141,7 +147,6 @@ func (c *heldJob) giveUp() bool {
 	}
 	c.givenUp = true
 	c.mu.Unlock()
-	c.queue.stuck.Add(1)
 	c.freeSlot()
 	c.held.metrics.abandoned(c.queue.name, c.kind)
 	return true
@@ -155,7 +160,6 @@ func (c *heldJob) returned() (wasGivenUp bool) {
 	wasGivenUp = c.givenUp
 	c.mu.Unlock()
 	if wasGivenUp {
-		c.queue.stuck.Add(-1)
 		c.held.metrics.stuckReturned(c.queue.name, c.kind)
 	}
 	return wasGivenUp
@@ -295,16 +299,23 @@ type heldJobs struct {
 	lease        time.Duration         // Config.LeaseDuration
 	abandonAfter time.Duration         // Config.AbandonAfter
 	dbtx         func(db.DBTX) db.DBTX // Worker.dbtx, for a job's AckTx
+	// begin starts a transaction on the worker's pool, for a job's StepTx.
+	begin func(context.Context) (pgx.Tx, error)
 }
 
-func newHeldJobs(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config, dbtx func(db.DBTX) db.DBTX) *heldJobs {
+func newHeldJobs(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config, dbtx func(db.DBTX) db.DBTX,
+	begin func(context.Context) (pgx.Tx, error)) *heldJobs {
 	return &heldJobs{jobs: map[heldKey]*heldJob{}, q: q, log: log, metrics: m,
-		lease: cfg.LeaseDuration, abandonAfter: cfg.AbandonAfter, dbtx: dbtx}
+		lease: cfg.LeaseDuration, abandonAfter: cfg.AbandonAfter, dbtx: dbtx, begin: begin}
 }
 
 func (s *heldJobs) add(row db.HopperJob, p *producer, sent time.Time, keep time.Duration) *heldJob {
 	c := &heldJob{id: row.ID, attempt: row.Attempt, kind: row.Kind, queue: p, held: s, keep: keep,
 		keyed: row.ConcurrencyKey != nil && p.flow != nil, place: keyOf(row)}
+	// A job not marked durable has no records: its first durable call
+	// need not read them (a record made meanwhile by another run of the
+	// job is found when this run's record at its position is refused).
+	c.durable.loaded = !markedDurable(row.Meta)
 	c.leaseHeldUntil(sent, s.lease)
 	s.mu.Lock()
 	s.jobs[heldKey{row.ID, row.Attempt}] = c

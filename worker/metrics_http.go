@@ -99,6 +99,7 @@ type dbGauges struct {
 	rateMax     *prometheus.GaugeVec // and the limit
 	schedStale  prometheus.Gauge     // schedules that should fire but that no running worker defines
 	schedPaused prometheus.Gauge     // paused schedules
+	suspended   *prometheus.GaugeVec // jobs in a durable wait, per queue and wait (sleep, event)
 	readLag     prometheus.Gauge     // with MetricsReadPool: how stale the rest are; else nil
 }
 
@@ -134,11 +135,15 @@ func newDBGauges() *dbGauges {
 		schedPaused: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "hopper", Name: "schedules_paused", Help: "Paused schedules.",
 		}),
+		suspended: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "hopper", Name: "jobs_suspended",
+			Help: "Jobs in a durable wait, per queue and wait: sleep (worker.Sleep) or event (worker.AwaitEvent, until its deadline).",
+		}, []string{"queue", "wait"}),
 	}
 }
 
 func (g *dbGauges) collectors() []prometheus.Collector {
-	c := []prometheus.Collector{g.jobs, g.depth, g.oldest, g.queuePaused, g.keys, g.rateUsed, g.rateMax, g.schedStale, g.schedPaused}
+	c := []prometheus.Collector{g.jobs, g.depth, g.oldest, g.queuePaused, g.keys, g.rateUsed, g.rateMax, g.schedStale, g.schedPaused, g.suspended}
 	if g.readLag != nil {
 		c = append(c, g.readLag)
 	}
@@ -241,6 +246,7 @@ func (ms *metricsServer) run(ctx context.Context) {
 		ms.refreshDepthGauges(ctx)
 		ms.refreshFlowGauges(ctx)
 		ms.refreshScheduleGauges(ctx)
+		ms.refreshSuspendedGauge(ctx)
 	}
 	refresh()
 	t := time.NewTicker(ms.interval)
@@ -357,6 +363,22 @@ func (ms *metricsServer) refreshScheduleGauges(ctx context.Context) {
 	}
 	ms.schedStale.Set(float64(stale))
 	ms.schedPaused.Set(float64(paused))
+}
+
+// refreshSuspendedGauge sets hopper_jobs_suspended: the scheduled jobs
+// whose last durable record is a wait not over yet.
+func (ms *metricsServer) refreshSuspendedGauge(ctx context.Context) {
+	rows, err := ms.q.CountSuspended(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			ms.log.Warn("metrics: suspended jobs query failed", "error", err)
+		}
+		return
+	}
+	ms.suspended.Reset()
+	for _, r := range rows {
+		ms.suspended.WithLabelValues(r.Queue, r.Kind).Set(float64(r.Jobs))
+	}
 }
 
 func b2f(b bool) float64 {

@@ -144,6 +144,43 @@ func TestMetricsQueueDepth(t *testing.T) {
 	})
 }
 
+// TestMetricsSuspended: hopper_jobs_suspended counts the scheduled jobs
+// in a durable wait per queue and wait; a wait whose time has passed, or
+// a job whose wait was woken, is not counted.
+func TestMetricsSuspended(t *testing.T) {
+	b := setup(t)
+	client := hopper.NewClient(b.Pool)
+	until, past := time.Now().Add(time.Hour), time.Now().Add(-time.Minute)
+	suspended := func(queue, kind string, until *time.Time) int64 {
+		id := testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{Queue: queue, State: testfactory.Scheduled, RunAt: until}).ID
+		testfactory.Step(b.Ctx, t, b.Pool, id, nil)
+		testfactory.Step(b.Ctx, t, b.Pool, id, &testfactory.StepOpts{Position: 1, Kind: kind, State: "waiting", Until: until})
+		return id
+	}
+	suspended("mail", "sleep", &until)
+	woken := suspended("mail", "sleep", &until)
+	suspended("mail", "event", &until)
+	suspended("bill", "event", &until)
+	suspended("bill", "event", &past) // over: it runs at its next claim
+	r := start(t, b, worker.Config{
+		Queues:      map[string]int{"unserved": 1},
+		MetricsAddr: ":0", MetricsInterval: 20 * time.Millisecond,
+	}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, kind(t, "idle"), func(context.Context, *jobs.Job[Task]) error { return nil }))
+	})
+	testdb.WaitFor(t, "the suspended gauge", func() bool {
+		body := scrape(r.w)
+		return strings.Contains(body, `hopper_jobs_suspended{queue="mail",wait="sleep"} 2`) &&
+			strings.Contains(body, `hopper_jobs_suspended{queue="mail",wait="event"} 1`) &&
+			strings.Contains(body, `hopper_jobs_suspended{queue="bill",wait="event"} 1`)
+	})
+	_, err := client.WakeJob(b.Ctx, woken)
+	require.NoError(t, err)
+	testdb.WaitFor(t, "the woken job no longer counted", func() bool {
+		return strings.Contains(scrape(r.w), `hopper_jobs_suspended{queue="mail",wait="sleep"} 1`)
+	})
+}
+
 // get fetches a path of the worker's metrics server.
 func get(t *testing.T, w *worker.Worker, path string) (int, string) {
 	t.Helper()

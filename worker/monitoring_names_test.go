@@ -65,6 +65,7 @@ var knownValues = map[string][]string{
 		string(OutcomeSnoozed), string(OutcomeRefused), string(OutcomeReleased), string(OutcomeAbandoned),
 		string(OutcomeUnconfirmed), string(OutcomeUnrecorded), fireEnqueued, fireFailed},
 	"state": {"ready", "scheduled", "running", "waiting", "dead"},
+	"wait":  {"sleep", "event"},
 }
 
 // TestMonitoringNames: every hopper_* name in monitoring/ (alert rules,

@@ -23,7 +23,7 @@ import (
 //
 // Invariants: running never exceeds max (a job is claimed only for a free
 // slot, and its slot is given back once, by its heldJob); only the
-// producer's own goroutine claims, so spawned and budget need no lock, and
+// producer's own goroutine claims, so budget needs no lock, and
 // a claim's cursor move is undone by any rewind that arrived meanwhile
 // (scanCursor).
 type producer struct {
@@ -31,17 +31,15 @@ type producer struct {
 	name      string
 	max       int
 	running   atomic.Int64  // slots taken: claimed jobs not yet finished or abandoned
-	stuck     atomic.Int64  // abandoned handlers still running in this queue's goroutines
 	wake      chan struct{} // a wake-up arrived for this queue
 	slotFreed chan struct{} // a slot came free
-	// dispatch feeds the queue's handler goroutines. They are started as
-	// needed and live until Run ends, so a burst of short jobs is served by
-	// a few goroutines rather than one new goroutine per job.
-	dispatch chan dispatched
-	spawned  int // handler goroutines started (claim goroutine only)
-	cursor   *scanCursor
-	flow     *queueFlow    // nil: no flow control
-	budget   time.Duration // flow control: the last claim was cut short by a rate limit until then
+	// runners runs the queue's jobs on goroutines started as needed that
+	// live until Run ends, so a burst of short jobs is served by a few
+	// goroutines rather than one new goroutine per job.
+	runners *handlerPool
+	cursor  *scanCursor
+	flow    *queueFlow    // nil: no flow control
+	budget  time.Duration // flow control: the last claim was cut short by a rate limit until then
 }
 
 // producerDeps is what a worker's producers claim and dispatch with, the
@@ -68,7 +66,7 @@ type producerDeps struct {
 // flow control when flow is not nil.
 func newProducer(deps producerDeps, name string, n int, flow *queueFlow) *producer {
 	return &producer{producerDeps: deps, name: name, max: n, wake: make(chan struct{}, 1), slotFreed: make(chan struct{}, 1),
-		dispatch: make(chan dispatched, n), cursor: newScanCursor(deps.cfg.FullScanInterval), flow: flow}
+		runners: newHandlerPool(deps.executor.execute, &deps.executor.poolWG), cursor: newScanCursor(deps.cfg.FullScanInterval), flow: flow}
 }
 
 // dispatched is a claimed, decoded job on its way to a handler goroutine.
@@ -252,22 +250,13 @@ func (p *producer) fetch(ctx context.Context, n int) (int, error) {
 		if timeout == 0 {
 			timeout = p.cfg.Timeout
 		}
-		// Never fewer free handler goroutines than jobs in flight, so a
-		// job is never left waiting behind a handler that blocks (an
-		// abandoned one included).
-		running := int(p.running.Add(1))
+		p.running.Add(1)
 		p.executor.handlerWG.Add(1)
-		for p.spawned-int(p.stuck.Load()) < running {
-			p.spawned++
-			p.executor.poolWG.Add(1)
-			go p.executor.handlerLoop(p)
-		}
-		// Never blocks: at most max jobs are waiting or running.
 		d := dispatched{h: h, row: row, job: c, call: call, timeout: timeout, keep: keep, err: err}
 		if rates != nil {
 			d.rate = rates[i]
 		}
-		p.dispatch <- d
+		p.runners.dispatch(d)
 	}
 	return len(rows), nil
 }

@@ -67,7 +67,7 @@ func TestProducerFetch(t *testing.T) {
 	require.Equal(t, at, p.cursor.at(), "an empty claim leaves the cursor")
 
 	close(release)
-	close(p.dispatch)
+	p.runners.close()
 	r.executor.poolWG.Wait()
 	require.Zero(t, p.running.Load(), "every slot given back")
 }

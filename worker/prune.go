@@ -29,14 +29,16 @@ type pruner struct {
 	log           *slog.Logger
 	every         time.Duration // Config.SweepInterval
 	deadRetention time.Duration // Config.DeadRetention; 0: dead jobs are kept
-	horizon       scanHorizon
+	// eventRetention: Config.EventRetention
+	eventRetention time.Duration
+	horizon        scanHorizon
 	// lastWorkerPrune: when the rows of workers gone long ago were last
 	// pruned (pruneWorkers; the pruner's goroutine only).
 	lastWorkerPrune time.Time
 }
 
 func newPruner(q *db.Queries, log *slog.Logger, cfg *Config) *pruner {
-	return &pruner{q: q, log: log, every: cfg.SweepInterval, deadRetention: cfg.DeadRetention}
+	return &pruner{q: q, log: log, every: cfg.SweepInterval, deadRetention: cfg.DeadRetention, eventRetention: cfg.EventRetention}
 }
 
 func (m *pruner) run(ctx context.Context) {
@@ -78,6 +80,7 @@ func (m *pruner) pruneOnce(ctx context.Context) (history, dead int64) {
 		dead = m.pruneDead(ctx)
 	}
 	m.pruneUniquePeriods(ctx)
+	m.pruneEvents(ctx)
 	if history+dead > 0 {
 		m.log.Info("pruned finished jobs", "history", history, "dead", dead)
 	}
@@ -92,6 +95,23 @@ func (m *pruner) pruneUniquePeriods(ctx context.Context) {
 		if err != nil {
 			if ctx.Err() == nil {
 				m.log.Warn("pruning expired unique periods failed; retrying at the next interval", "error", err)
+			}
+			return
+		}
+		if n < pruneBatch {
+			return
+		}
+	}
+}
+
+// pruneEvents deletes events emitted longer ago than EventRetention, and
+// the marks of waiting jobs (hopper_events) once they no longer matter.
+func (m *pruner) pruneEvents(ctx context.Context) {
+	for range prunePasses {
+		n, err := m.q.PruneEvents(ctx, db.PruneEventsParams{KeepMs: m.eventRetention.Milliseconds(), MaxEvents: pruneBatch})
+		if err != nil {
+			if ctx.Err() == nil {
+				m.log.Warn("pruning old events failed; retrying at the next interval", "error", err)
 			}
 			return
 		}

@@ -46,7 +46,7 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) *run {
 	r := &run{w: w, schema: schema, hard: hard}
 	r.registry = newRegistry(w.q, w.log, cfg, schema, servedQueues(w.handlers, cfg.Queues))
 	r.releaser = newReleaser(w.q, w.log, w.metrics, cfg, w.announcer.announce)
-	r.held = newHeldJobs(w.q, w.log, w.metrics, cfg, w.dbtx)
+	r.held = newHeldJobs(w.q, w.log, w.metrics, cfg, w.dbtx, w.pool.Begin)
 	guard := newReadOnlyGuard(w.pool, w.log, readOnlyResetEvery)
 	guard.refusals = w.metrics.readOnlyC
 	r.completer = newCompleter(w.q, w.log, cfg, r.report, guard, hard)
@@ -174,7 +174,7 @@ func (r *run) work(ctx context.Context, endHard context.CancelFunc) {
 
 	fetchWG.Wait()
 	for _, p := range r.producers {
-		close(p.dispatch) // nothing more is claimed
+		p.runners.close() // nothing more is claimed
 	}
 	r.shutdown(hardDeadline)
 	close(stopCompleter)

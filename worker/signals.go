@@ -14,12 +14,27 @@ import (
 // wait is almost certainly a unit mistake.
 const MaxSnooze = 365 * 24 * time.Hour
 
-// snoozeError asks for the job to wait, uncharged.
-type snoozeError struct{ until time.Time }
+// snoozeError asks for the job to wait, uncharged. A durable wait
+// (Sleep, AwaitEvent) is one too: wait names it ("sleep" or "event"),
+// and event is the awaited event's name, whose emit ends the wait early.
+type snoozeError struct {
+	until time.Time
+	wait  string
+	event string
+}
 
 func (e *snoozeError) Error() string {
+	switch e.wait {
+	case "sleep":
+		return "hopper: suspended: sleeping until " + e.until.Format(time.RFC3339)
+	case "event":
+		return fmt.Sprintf("hopper: suspended: awaiting event %q until %s", e.event, e.until.Format(time.RFC3339))
+	}
 	return "snoozed until " + e.until.Format(time.RFC3339)
 }
+
+// Is makes a durable wait match ErrSuspended.
+func (e *snoozeError) Is(target error) bool { return target == ErrSuspended && e.wait != "" }
 
 // Snooze ends the run without success or failure: the job waits d and runs
 // again, without being charged an attempt and without an entry in its

@@ -13,6 +13,7 @@ type verdict struct {
 	deadReason string    // actDead's reason
 	until      time.Time // a snooze's end, or RetryAt's time
 	retryAt    bool      // RetryAt chose the time (a zero one: now)
+	event      string    // a snooze that waits for this event (AwaitEvent)
 }
 
 // readableError returns err, or, when its Error method panics (a typed
@@ -82,7 +83,7 @@ func judge(err error) (v verdict) {
 	case errors.As(err, &cancelled):
 		v.act, v.message = actCancel, "cancelled: "+text(cancelled.err) // as its Error, read safely
 	case errors.As(err, &snoozed):
-		v.act, v.message, v.until = actSnooze, "", snoozed.until
+		v.act, v.message, v.until, v.event = actSnooze, "", snoozed.until, snoozed.event
 	case errors.As(err, &permanent):
 		v.act, v.deadReason = actDead, "permanent failure: "+text(permanent.err) // as its Error, read safely
 	case errors.As(err, &retryAt):

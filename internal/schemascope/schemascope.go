@@ -127,6 +127,9 @@ func (d *DB) On(inner db.DBTX) *DB {
 	return d
 }
 
+// Inner is the handle d scopes.
+func (d *DB) Inner() db.DBTX { return d.inner }
+
 // Schema is the schema d runs statements in.
 func (d *DB) Schema() string { return d.schema }
 

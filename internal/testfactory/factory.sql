@@ -66,3 +66,25 @@ INSERT INTO hopper_workers (id, host, pid, hopper_version, queues, stale_after_m
 VALUES (@id::text, @host::text, @pid::integer, '', @queues::text[], @stale_after_ms::bigint,
         now() - '1 millisecond'::interval * @last_seen_ago_ms::bigint,
         now() - '1 millisecond'::interval * @last_seen_ago_ms::bigint);
+
+-- name: FactoryInsertStep :exec
+-- One durable record of a job at position (a step, a sleep or an event
+-- wait, in any state), and the job marked durable as worker.RecordStep
+-- marks it, so that its end removes the record.
+WITH marked AS (
+    UPDATE hopper_jobs SET meta = coalesce(meta, '{}'::jsonb) || '{"hopper.durable": true}'::jsonb
+    WHERE id = @job_id::bigint
+)
+INSERT INTO hopper_job_steps (job_id, position, name, kind, state, result, until)
+VALUES (@job_id::bigint, @position::integer, @name::text, @kind::text, @state::text,
+        sqlc.narg(result)::jsonb, sqlc.narg(until)::timestamptz);
+
+-- name: FactorySetProgress :exec
+-- A job's progress, and the job marked durable, as worker.SetProgress
+-- records it.
+WITH marked AS (
+    UPDATE hopper_jobs SET meta = coalesce(meta, '{}'::jsonb) || '{"hopper.durable": true}'::jsonb
+    WHERE id = @job_id::bigint
+)
+INSERT INTO hopper_job_progress (job_id, progress) VALUES (@job_id::bigint, @progress::jsonb)
+ON CONFLICT (job_id) DO UPDATE SET progress = excluded.progress, updated_at = now();

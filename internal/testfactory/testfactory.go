@@ -191,3 +191,46 @@ func Worker(ctx context.Context, t testing.TB, exec db.DBTX, opts *WorkerOpts) {
 		t.Fatalf("testfactory: insert worker %s: %v", o.ID, err)
 	}
 }
+
+// StepOpts describes one record a durable handler left (worker.Step,
+// Sleep, AwaitEvent). Zero fields take the defaults each names.
+type StepOpts struct {
+	Position int32  // 0 unless set
+	Name     string // "step" unless set
+	Kind     string // "step", "sleep" or "event"; "step" unless set
+	// State is "done", "waiting" or "timed_out"; "done" unless set.
+	State string
+	// Result is a step's result or an event's payload (none unless set);
+	// Until a sleep's wake time or an event wait's deadline.
+	Result json.RawMessage
+	Until  *time.Time
+}
+
+// Step writes one durable record of live job id as opts describe, and
+// marks the job durable as the worker does, so that its end removes the
+// record. It fails the test on any error.
+func Step(ctx context.Context, t testing.TB, exec db.DBTX, id int64, opts *StepOpts) {
+	t.Helper()
+	if opts == nil {
+		opts = &StepOpts{}
+	}
+	o := *opts
+	def(&o.Name, "step")
+	def(&o.Kind, "step")
+	def(&o.State, "done")
+	err := factorydb.New(exec).FactoryInsertStep(ctx, factorydb.FactoryInsertStepParams{
+		JobID: id, Position: o.Position, Name: o.Name, Kind: o.Kind, State: o.State, Result: o.Result, Until: o.Until,
+	})
+	if err != nil {
+		t.Fatalf("testfactory: insert step %d of job %d: %v", o.Position, id, err)
+	}
+}
+
+// Progress records progress (JSON) for job id, as worker.SetProgress
+// does. It fails the test on any error.
+func Progress(ctx context.Context, t testing.TB, exec db.DBTX, id int64, progress json.RawMessage) {
+	t.Helper()
+	if err := factorydb.New(exec).FactorySetProgress(ctx, factorydb.FactorySetProgressParams{JobID: id, Progress: progress}); err != nil {
+		t.Fatalf("testfactory: set progress of job %d: %v", id, err)
+	}
+}

@@ -7,9 +7,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/internal/testfactory"
+	"github.com/hopperq/hopper/jobs"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -113,4 +115,33 @@ func TestJobIDsAreDistinctAcrossTables(t *testing.T) {
 	live, dead := b.Totals(t)
 	require.EqualValues(t, 2, live)
 	require.EqualValues(t, 1, dead)
+}
+
+// Step and Progress write what a durable handler records: the client
+// reads them back, and the job's end removes them.
+func TestStepAndProgress(t *testing.T) {
+	b := testdb.Setup(t)
+	until := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	j := testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{State: testfactory.Scheduled, RunAt: &until})
+	testfactory.Step(b.Ctx, t, b.Pool, j.ID, &testfactory.StepOpts{Result: json.RawMessage(`{"a": 1}`)})
+	testfactory.Step(b.Ctx, t, b.Pool, j.ID, &testfactory.StepOpts{Position: 1, Name: "nap", Kind: "sleep", State: "waiting", Until: &until})
+	testfactory.Progress(b.Ctx, t, b.Pool, j.ID, json.RawMessage(`{"done": 1}`))
+	client := hopper.NewClient(b.Pool)
+	steps, err := client.ListJobSteps(b.Ctx, j.ID)
+	require.NoError(t, err)
+	require.Len(t, steps, 2)
+	require.Equal(t, "step", steps[0].Name)
+	require.JSONEq(t, `{"a": 1}`, string(steps[0].Result))
+	require.Equal(t, hopper.Suspension{Wait: "sleep", Until: until}, hopper.SuspensionOf(jobs.StateScheduled, steps, time.Now()))
+	p, err := client.GetJobProgress(b.Ctx, j.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"done": 1}`, string(p.Value))
+
+	_, err = client.DeleteJob(b.Ctx, j.ID)
+	require.NoError(t, err)
+	steps, err = client.ListJobSteps(b.Ctx, j.ID)
+	require.NoError(t, err)
+	require.Empty(t, steps, "the job's end removed its records")
+	_, err = client.GetJobProgress(b.Ctx, j.ID)
+	require.ErrorIs(t, err, hopper.ErrNotFound, "and its progress")
 }

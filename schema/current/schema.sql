@@ -11,6 +11,108 @@
 CREATE SCHEMA hopper;
 
 --
+-- Name: hopper_durable_ended(); Type: FUNCTION; Schema: hopper; Owner: -
+--
+
+CREATE FUNCTION hopper.hopper_durable_ended() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    marked bigint[];
+    gone bigint[];
+    awaited bigint[];
+BEGIN
+    SELECT array_agg(o.id) FILTER (WHERE o.meta ? 'hopper.durable'),
+           array_agg(o.id) FILTER (WHERE o.meta ? 'hopper.awaited')
+    INTO marked, awaited
+    FROM hopper_ended_jobs AS o
+    WHERE o.meta ?| ARRAY['hopper.durable', 'hopper.awaited'];
+    IF marked IS NULL AND awaited IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF marked IS NOT NULL THEN
+        IF TG_ARGV[0] = 'hopper_dead_jobs' THEN
+            SELECT array_agg(m) INTO gone FROM unnest(marked) AS m
+            WHERE NOT EXISTS (SELECT FROM hopper_dead_jobs AS d WHERE d.id = m);
+        ELSE
+            SELECT array_agg(m) INTO gone FROM unnest(marked) AS m
+            WHERE NOT EXISTS (SELECT FROM hopper_jobs AS j WHERE j.id = m);
+        END IF;
+        IF gone IS NOT NULL THEN
+            DELETE FROM hopper_job_steps WHERE job_id = ANY (gone);
+            DELETE FROM hopper_job_progress WHERE job_id = ANY (gone);
+        END IF;
+    END IF;
+    IF awaited IS NOT NULL THEN
+        -- At most 500 ids (a notification holds 8000 bytes): a waiter that
+        -- finds its job missing from a full list reads the job anyway.
+        PERFORM pg_notify('hopper_job_ended', json_build_object(
+                    'schema', TG_TABLE_SCHEMA,
+                    'ids', awaited[1:500],
+                    'more', cardinality(awaited) > 500)::text);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+--
+-- Name: hopper_emit_event(text, jsonb); Type: FUNCTION; Schema: hopper; Owner: -
+--
+
+CREATE FUNCTION hopper.hopper_emit_event(name text, payload jsonb DEFAULT 'null'::jsonb) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_variable
+DECLARE
+    woken integer;
+    ready record;
+BEGIN
+    IF name IS NULL OR char_length(name) NOT BETWEEN 1 AND 255 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'hopper: invalid event name: want 1 to 255 characters';
+    END IF;
+    payload := coalesce(payload, 'null'::jsonb);
+    IF octet_length(payload::text) > 65536 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'hopper: event payload too large: ' || octet_length(payload::text) || ' bytes, at most 65536';
+    END IF;
+    -- Writing the row waits for a job suspending itself on this event (it
+    -- holds the row), so the statement below sees that job scheduled.
+    INSERT INTO hopper_events AS e (name, payload, emitted_at)
+    VALUES (name, payload, now())
+    ON CONFLICT ON CONSTRAINT hopper_events_pkey
+    DO UPDATE SET payload = EXCLUDED.payload, emitted_at = EXCLUDED.emitted_at;
+
+    woken := 0;
+    FOR ready IN
+        WITH woke AS (
+            UPDATE hopper_jobs AS j
+            SET state = 'pending', run_at = now()
+            WHERE j.id IN (SELECT s.job_id FROM hopper_job_steps AS s
+                           WHERE s.name = name AND s.kind = 'event' AND s.state = 'waiting')
+              AND j.state = 'scheduled'
+            RETURNING j.id, j.queue, j.priority, j.run_at
+        )
+        SELECT w.queue, min(w.priority) AS priority, min(w.run_at) AS run_at, min(w.id) AS id, count(*) AS jobs
+        FROM woke AS w
+        GROUP BY w.queue
+    LOOP
+        -- as hopper_notify_enqueued announces an insert: the workers of the
+        -- queue claim at once
+        PERFORM pg_notify('hopper_jobs', json_build_object(
+                    'schema', (SELECT n.nspname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+                               WHERE c.oid = 'hopper_jobs'::regclass),
+                    'queue', ready.queue,
+                    'priority', ready.priority,
+                    'run_at', ready.run_at,
+                    'id', ready.id)::text);
+        woken := woken + ready.jobs;
+    END LOOP;
+    RETURN woken;
+END;
+$$;
+
+--
 -- Name: hopper_enqueue(text, jsonb, integer, text, integer, timestamp with time zone, interval, text, integer, jsonb, text); Type: FUNCTION; Schema: hopper; Owner: -
 --
 
@@ -1483,6 +1585,52 @@ UNION ALL
    FROM hopper.hopper_job_history h;
 
 --
+-- Name: hopper_events; Type: TABLE; Schema: hopper; Owner: -
+--
+
+CREATE TABLE hopper.hopper_events (
+    name text NOT NULL,
+    payload jsonb,
+    emitted_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT hopper_events_check CHECK (((emitted_at IS NULL) OR (payload IS NOT NULL))),
+    CONSTRAINT hopper_events_name_check CHECK (((char_length(name) >= 1) AND (char_length(name) <= 255))),
+    CONSTRAINT hopper_events_payload_check CHECK (((payload IS NULL) OR (octet_length((payload)::text) <= 65536)))
+);
+
+--
+-- Name: hopper_job_progress; Type: TABLE; Schema: hopper; Owner: -
+--
+
+CREATE TABLE hopper.hopper_job_progress (
+    job_id bigint NOT NULL,
+    progress jsonb NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT hopper_job_progress_progress_check CHECK ((octet_length((progress)::text) <= 4096))
+);
+
+--
+-- Name: hopper_job_steps; Type: TABLE; Schema: hopper; Owner: -
+--
+
+CREATE TABLE hopper.hopper_job_steps (
+    job_id bigint NOT NULL,
+    "position" integer NOT NULL,
+    name text NOT NULL,
+    kind text NOT NULL,
+    state text NOT NULL,
+    result jsonb,
+    until timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT hopper_job_steps_check CHECK (((kind = 'step'::text) = (until IS NULL))),
+    CONSTRAINT hopper_job_steps_kind_check CHECK ((kind = ANY (ARRAY['step'::text, 'sleep'::text, 'event'::text]))),
+    CONSTRAINT hopper_job_steps_name_check CHECK (((char_length(name) >= 1) AND (char_length(name) <= 255))),
+    CONSTRAINT hopper_job_steps_position_check CHECK ((("position" >= 0) AND ("position" < 10000))),
+    CONSTRAINT hopper_job_steps_result_check CHECK (((result IS NULL) OR (octet_length((result)::text) <= 65536))),
+    CONSTRAINT hopper_job_steps_state_check CHECK ((state = ANY (ARRAY['done'::text, 'waiting'::text, 'timed_out'::text])))
+);
+
+--
 -- Name: hopper_jobs_id_seq; Type: SEQUENCE; Schema: hopper; Owner: -
 --
 
@@ -1644,11 +1792,32 @@ ALTER TABLE ONLY hopper.hopper_dead_jobs
     ADD CONSTRAINT hopper_dead_jobs_pkey PRIMARY KEY (id);
 
 --
+-- Name: hopper_events hopper_events_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
+--
+
+ALTER TABLE ONLY hopper.hopper_events
+    ADD CONSTRAINT hopper_events_pkey PRIMARY KEY (name);
+
+--
 -- Name: hopper_job_history hopper_job_history_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
 --
 
 ALTER TABLE ONLY hopper.hopper_job_history
     ADD CONSTRAINT hopper_job_history_pkey PRIMARY KEY (id);
+
+--
+-- Name: hopper_job_progress hopper_job_progress_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
+--
+
+ALTER TABLE ONLY hopper.hopper_job_progress
+    ADD CONSTRAINT hopper_job_progress_pkey PRIMARY KEY (job_id);
+
+--
+-- Name: hopper_job_steps hopper_job_steps_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
+--
+
+ALTER TABLE ONLY hopper.hopper_job_steps
+    ADD CONSTRAINT hopper_job_steps_pkey PRIMARY KEY (job_id, "position");
 
 --
 -- Name: hopper_jobs hopper_jobs_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
@@ -1745,6 +1914,12 @@ CREATE INDEX hopper_dead_jobs_unique_key_idx ON hopper.hopper_dead_jobs USING bt
 CREATE INDEX hopper_dead_jobs_workflow_idx ON hopper.hopper_dead_jobs USING btree (((meta ->> 'hopper.workflow'::text)), id) WHERE (meta ? 'hopper.workflow'::text);
 
 --
+-- Name: hopper_events_age_idx; Type: INDEX; Schema: hopper; Owner: -
+--
+
+CREATE INDEX hopper_events_age_idx ON hopper.hopper_events USING btree (COALESCE(emitted_at, created_at));
+
+--
 -- Name: hopper_job_history_keep_until_idx; Type: INDEX; Schema: hopper; Owner: -
 --
 
@@ -1761,6 +1936,12 @@ CREATE INDEX hopper_job_history_unique_key_idx ON hopper.hopper_job_history USIN
 --
 
 CREATE INDEX hopper_job_history_workflow_idx ON hopper.hopper_job_history USING btree (((meta ->> 'hopper.workflow'::text)), id) WHERE (meta ? 'hopper.workflow'::text);
+
+--
+-- Name: hopper_job_steps_waiting_idx; Type: INDEX; Schema: hopper; Owner: -
+--
+
+CREATE INDEX hopper_job_steps_waiting_idx ON hopper.hopper_job_steps USING btree (name) WHERE ((kind = 'event'::text) AND (state = 'waiting'::text));
 
 --
 -- Name: hopper_jobs_key_idx; Type: INDEX; Schema: hopper; Owner: -
@@ -1835,6 +2016,12 @@ CREATE INDEX hopper_workflow_deps_child_idx ON hopper.hopper_workflow_deps USING
 CREATE INDEX hopper_workflow_deps_failed_idx ON hopper.hopper_workflow_deps USING btree (parent_id) WHERE (parent_failed IS NOT NULL);
 
 --
+-- Name: hopper_dead_jobs hopper_dead_jobs_durable_ended; Type: TRIGGER; Schema: hopper; Owner: -
+--
+
+CREATE TRIGGER hopper_dead_jobs_durable_ended AFTER DELETE ON hopper.hopper_dead_jobs REFERENCING OLD TABLE AS hopper_ended_jobs FOR EACH STATEMENT EXECUTE FUNCTION hopper.hopper_durable_ended('hopper_jobs');
+
+--
 -- Name: hopper_dead_jobs hopper_dead_jobs_isolation_delete; Type: TRIGGER; Schema: hopper; Owner: -
 --
 
@@ -1845,6 +2032,12 @@ CREATE TRIGGER hopper_dead_jobs_isolation_delete AFTER DELETE ON hopper.hopper_d
 --
 
 CREATE TRIGGER hopper_dead_jobs_workflow_purged AFTER DELETE ON hopper.hopper_dead_jobs REFERENCING OLD TABLE AS hopper_purged_jobs FOR EACH STATEMENT EXECUTE FUNCTION hopper.hopper_workflow_purged();
+
+--
+-- Name: hopper_jobs hopper_jobs_durable_ended; Type: TRIGGER; Schema: hopper; Owner: -
+--
+
+CREATE TRIGGER hopper_jobs_durable_ended AFTER DELETE ON hopper.hopper_jobs REFERENCING OLD TABLE AS hopper_ended_jobs FOR EACH STATEMENT EXECUTE FUNCTION hopper.hopper_durable_ended('hopper_dead_jobs');
 
 --
 -- Name: hopper_jobs hopper_jobs_isolation_delete; Type: TRIGGER; Schema: hopper; Owner: -

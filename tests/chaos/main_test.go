@@ -16,11 +16,12 @@ import (
 
 func TestMain(m *testing.M) {
 	for env, run := range map[string]func() int{
-		chaosEnv:    runChaosWorker,
-		operateEnv:  runOperateWorker,
-		scheduleEnv: runScheduleWorker,
-		poisonEnv:   runPoisonWorker,
-		seqChaosEnv: runSeqChaosWorker,
+		chaosEnv:        runChaosWorker,
+		operateEnv:      runOperateWorker,
+		scheduleEnv:     runScheduleWorker,
+		poisonEnv:       runPoisonWorker,
+		seqChaosEnv:     runSeqChaosWorker,
+		durableChaosEnv: runDurableChaosWorker,
 	} {
 		if os.Getenv(env) != "" {
 			os.Exit(run())

@@ -204,6 +204,42 @@ func (q *Queries) FactoryInsertLive(ctx context.Context, arg FactoryInsertLivePa
 	return id, err
 }
 
+const factoryInsertStep = `-- name: FactoryInsertStep :exec
+WITH marked AS (
+    UPDATE hopper_jobs SET meta = coalesce(meta, '{}'::jsonb) || '{"hopper.durable": true}'::jsonb
+    WHERE id = $1::bigint
+)
+INSERT INTO hopper_job_steps (job_id, position, name, kind, state, result, until)
+VALUES ($1::bigint, $2::integer, $3::text, $4::text, $5::text,
+        $6::jsonb, $7::timestamptz)
+`
+
+type FactoryInsertStepParams struct {
+	JobID    int64           `json:"job_id"`
+	Position int32           `json:"position"`
+	Name     string          `json:"name"`
+	Kind     string          `json:"kind"`
+	State    string          `json:"state"`
+	Result   json.RawMessage `json:"result"`
+	Until    *time.Time      `json:"until"`
+}
+
+// One durable record of a job at position (a step, a sleep or an event
+// wait, in any state), and the job marked durable as worker.RecordStep
+// marks it, so that its end removes the record.
+func (q *Queries) FactoryInsertStep(ctx context.Context, arg FactoryInsertStepParams) error {
+	_, err := q.db.Exec(ctx, factoryInsertStep,
+		arg.JobID,
+		arg.Position,
+		arg.Name,
+		arg.Kind,
+		arg.State,
+		arg.Result,
+		arg.Until,
+	)
+	return err
+}
+
 const factoryInsertWorker = `-- name: FactoryInsertWorker :exec
 INSERT INTO hopper_workers (id, host, pid, hopper_version, queues, stale_after_ms, started_at, last_seen_at)
 VALUES ($1::text, $2::text, $3::integer, '', $4::text[], $5::bigint,
@@ -231,5 +267,26 @@ func (q *Queries) FactoryInsertWorker(ctx context.Context, arg FactoryInsertWork
 		arg.StaleAfterMs,
 		arg.LastSeenAgoMs,
 	)
+	return err
+}
+
+const factorySetProgress = `-- name: FactorySetProgress :exec
+WITH marked AS (
+    UPDATE hopper_jobs SET meta = coalesce(meta, '{}'::jsonb) || '{"hopper.durable": true}'::jsonb
+    WHERE id = $1::bigint
+)
+INSERT INTO hopper_job_progress (job_id, progress) VALUES ($1::bigint, $2::jsonb)
+ON CONFLICT (job_id) DO UPDATE SET progress = excluded.progress, updated_at = now()
+`
+
+type FactorySetProgressParams struct {
+	JobID    int64           `json:"job_id"`
+	Progress json.RawMessage `json:"progress"`
+}
+
+// A job's progress, and the job marked durable, as worker.SetProgress
+// records it.
+func (q *Queries) FactorySetProgress(ctx context.Context, arg FactorySetProgressParams) error {
+	_, err := q.db.Exec(ctx, factorySetProgress, arg.JobID, arg.Progress)
 	return err
 }

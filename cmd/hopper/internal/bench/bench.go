@@ -24,7 +24,7 @@ import (
 
 // Config is what a run measures and how.
 type Config struct {
-	Mode        string        // continuous, drain, enqueue, latency, all; noisy, keys, rate, flow (those three); queues; sequences; workflows
+	Mode        string        // continuous, drain, enqueue, latency, all; noisy, keys, rate, flow (those three); queues; sequences; workflows; durable
 	Duration    time.Duration // continuous and baseline
 	Jobs        int           // drain: backlog size; enqueue: COPY total
 	Workers     int           // worker instances in the worker process
@@ -106,6 +106,13 @@ type Config struct {
 	ExplainJobs      int
 	// workflows: the drains, the trickle and the batch (workflows.go).
 	Workflows WorkflowOptions
+	// durable: durable handlers' steps against plain jobs, and
+	// transactional steps against plain transactions (durable.go).
+	Durable DurableOptions
+
+	// ProfileDir: each worker process writes its CPU and allocation
+	// profiles here (profile.go).
+	ProfileDir string
 
 	// DatabaseURL is the server to use; WorkerCommand starts the worker
 	// process (the hopper binary with "bench --role worker").
@@ -144,6 +151,7 @@ type Report struct {
 	Rate       *RateResult       `json:"rate,omitempty"`
 	Sequences  *SequencesResult  `json:"sequences,omitempty"`
 	Workflows  *WorkflowsResult  `json:"workflows,omitempty"`
+	Durable    *DurableResult    `json:"durable,omitempty"`
 	// RateExactStarts is the rate run again with Rate.ExactStarts.
 	RateExactStarts *RateResult `json:"rate_exact_starts,omitempty"`
 	// Drains is one drain per Config.DrainSizes.
@@ -319,6 +327,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		r.Ratios["workflow_steps_to_plain"] = r.Workflows.Ratio
 	}
+	if modes["durable"] {
+		logf("durable: drains of %d durable jobs of %d steps and %d plain jobs, then %d calls of worker.StepTx and of a plain transaction",
+			cfg.Durable.Jobs, durableSteps, durableSteps*cfg.Durable.Jobs, cfg.Durable.Calls)
+		if r.Durable, err = runDurable(ctx, cfg, logf); err != nil {
+			return r, fmt.Errorf("durable: %w", err)
+		}
+		r.Ratios["durable_steps_to_plain"] = r.Durable.Ratio
+	}
 	if modes["rate"] {
 		logf("rate: %d jobs per %v across %d worker processes for %v", cfg.Rate, cfg.RatePer, cfg.RateProcesses, cfg.RateDuration)
 		if r.Rate, err = runRate(ctx, cfg, false); err != nil {
@@ -371,7 +387,7 @@ func (cfg Config) summary() map[string]any {
 		"keys": cfg.Keys, "key_limit": cfg.KeyLimit, "rate": cfg.Rate, "rate_per": cfg.RatePer.String(), "rate_processes": cfg.RateProcesses,
 		"rate_duration":     cfg.RateDuration.String(),
 		"sequence_duration": cfg.SequenceDuration.String(), "explain": cfg.Explain, "explain_jobs": cfg.ExplainJobs,
-		"workflows": cfg.Workflows,
+		"workflows": cfg.Workflows, "durable": cfg.Durable,
 	}
 }
 

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"path/filepath"
@@ -55,19 +56,10 @@ func TestScratchCluster(t *testing.T) {
 // The shared server of the tests runs with CI settings: the report must say
 // so when its autovacuum is off, and only then.
 func TestReadServerWarnsAutovacuumOff(t *testing.T) {
-	url := os.Getenv("HOPPER_TEST_DATABASE_URL")
-	if url == "" {
-		url = os.Getenv("DATABASE_URL")
-	}
-	if url == "" {
-		url = "postgres://root@127.0.0.1:5432/test?sslmode=disable"
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	url := sharedServer(ctx, t)
 	conn, err := pgx.Connect(ctx, url)
-	if err != nil && os.Getenv("CI") == "" {
-		t.Skipf("no shared server: %v", err)
-	}
 	require.NoError(t, err)
 	var autovacuum string
 	err = conn.QueryRow(ctx, "SHOW autovacuum").Scan(&autovacuum)
@@ -80,6 +72,21 @@ func TestReadServerWarnsAutovacuumOff(t *testing.T) {
 	require.Equal(t, autovacuum, s.Settings["autovacuum"])
 	require.NotEmpty(t, s.Settings["shared_buffers"])
 	require.Equal(t, autovacuum == "off", slices.Contains(s.Warnings, autovacuumWarning), "warnings %q", s.Warnings)
+}
+
+// sharedServer is the tests' shared server, found as the test bed finds
+// it first (HOPPER_TEST_DATABASE_URL, DATABASE_URL, then the local
+// default); without one the test skips, or fails under CI.
+func sharedServer(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	url := cmp.Or(os.Getenv("HOPPER_TEST_DATABASE_URL"), os.Getenv("DATABASE_URL"), "postgres://root@127.0.0.1:5432/test?sslmode=disable")
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil && os.Getenv("CI") == "" {
+		t.Skipf("no shared server: %v", err)
+	}
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+	return url
 }
 
 // processesOf lists the live processes whose command line names dir (the

@@ -97,7 +97,7 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 	if err := addScheduled(ctx, s.pool, scheduled); err != nil {
 		return nil, err
 	}
-	p, err := startWorkers(cfg, s.url)
+	p, err := startWorkers(cfg, s.url, cfg.workerLabel("continuous"))
 	if err != nil {
 		return nil, err
 	}

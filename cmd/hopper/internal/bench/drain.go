@@ -40,7 +40,7 @@ func runDrain(ctx context.Context, cfg Config) (*DrainResult, error) {
 		return nil, err
 	}
 	statements := newStatementMeter(ctx, s.pool)
-	p, err := startWorkers(cfg, s.url)
+	p, err := startWorkers(cfg, s.url, cfg.workerLabel(fmt.Sprintf("drain-%d", cfg.Jobs)))
 	if err != nil {
 		return nil, err
 	}

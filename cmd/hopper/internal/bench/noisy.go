@@ -60,7 +60,7 @@ func noisyOnce(ctx context.Context, cfg Config, fair bool) (*NoisyResult, error)
 	wcfg := cfg
 	wcfg.Concurrency, wcfg.HandlerTime, wcfg.keep = cfg.NoisyConcurrency, cfg.NoisyHandlerTime, 0
 	wcfg.flow = workerFlow{fair: fair}
-	p, err := startWorkers(wcfg, s.url)
+	p, err := startWorkers(wcfg, s.url, wcfg.workerLabel("noisy"))
 	if err != nil {
 		return nil, err
 	}

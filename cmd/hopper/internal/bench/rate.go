@@ -62,7 +62,7 @@ func runRate(ctx context.Context, cfg Config, exactStarts bool) (*RateResult, er
 		}
 	}()
 	for range cfg.RateProcesses {
-		p, err := startWorkers(wcfg, s.url)
+		p, err := startWorkers(wcfg, s.url, wcfg.workerLabel("rate"))
 		if err != nil {
 			return nil, err
 		}

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -45,7 +44,9 @@ type workerProc struct {
 // completed.
 func (p *workerProc) finished() int64 { return p.completed.Load() + p.unconfirmed.Load() }
 
-func startWorkers(cfg Config, dbURL string) (*workerProc, error) {
+// startWorkers starts the worker process of a measurement; label names
+// it in its profiles' files.
+func startWorkers(cfg Config, dbURL, label string) (*workerProc, error) {
 	args := append(cfg.WorkerCommand[1:len(cfg.WorkerCommand):len(cfg.WorkerCommand)],
 		"--workers", fmt.Sprint(cfg.Workers), "--concurrency", fmt.Sprint(cfg.Concurrency), "--queue-count", fmt.Sprint(max(1, cfg.queues)),
 		"--handler-time", cfg.HandlerTime.String(), "--keep-history", cfg.keep.String(),
@@ -54,7 +55,7 @@ func startWorkers(cfg Config, dbURL string) (*workerProc, error) {
 		"--rate", fmt.Sprint(cfg.flow.rate), "--rate-per", cfg.flow.ratePer.String(),
 		fmt.Sprintf("--rate-exact-starts=%t", cfg.flow.rateExactStarts))
 	cmd := exec.Command(cfg.WorkerCommand[0], args...)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
+	cmd.Env = append(append(os.Environ(), "DATABASE_URL="+dbURL), profileEnv(cfg, label)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -164,19 +165,18 @@ func (o WorkerOptions) flowControl() map[string]worker.FlowControl {
 // worker`): it runs the workers o describes, with handlers that do nothing
 // (or wait o.HandlerTime), until ctx ends, printing "ready" and then its
 // counters (workerReport) every 50ms, and a line (traceReport) for every
-// traced job worked.
-func RunWorkerProcess(ctx context.Context, dbURL string, o WorkerOptions, out io.Writer) error {
-	if path := os.Getenv("HOPPER_BENCH_CPUPROFILE"); path != "" {
-		f, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+// traced job worked. It also runs the durable mode's durable jobs
+// (handleDurable).
+func RunWorkerProcess(ctx context.Context, dbURL string, o WorkerOptions, out io.Writer) (err error) {
+	stopProfiles, err := startProfiles()
+	if err != nil {
+		return err
 	}
+	defer func() {
+		if perr := stopProfiles(); err == nil {
+			err = perr
+		}
+	}()
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		return err
@@ -220,6 +220,9 @@ func RunWorkerProcess(ctx context.Context, dbURL string, o WorkerOptions, out io
 			say("%s", formatTrace(jobTrace{Key: j.ConcurrencyKey, Started: began, Ended: time.Now()}))
 			return nil
 		}); err != nil {
+			return err
+		}
+		if err := handleDurable(w, work); err != nil {
 			return err
 		}
 		wg.Add(1)

@@ -320,7 +320,7 @@ func workflowDrain(ctx context.Context, cfg Config, total int, enqueue func(cont
 		return nil, err
 	}
 	statements := newStatementMeter(ctx, s.pool)
-	p, err := startWorkers(cfg, s.url)
+	p, err := startWorkers(cfg, s.url, cfg.workerLabel("workflows"))
 	if err != nil {
 		return nil, err
 	}

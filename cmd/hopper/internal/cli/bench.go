@@ -25,10 +25,10 @@ func benchCommand() *command {
 	var queueCount int
 	return &command{
 		name:    "bench",
-		args:    "[--mode continuous|drain|enqueue|latency|all|noisy|keys|rate|flow|queues|sequences|workflows] [--drain-sizes N,N,…] [--queues N,N,…] [--baseline] [--json] [flags]",
+		args:    "[--mode continuous|drain|enqueue|latency|all|noisy|keys|rate|flow|queues|sequences|workflows|durable] [--drain-sizes N,N,…] [--queues N,N,…] [--baseline] [--json] [flags]",
 		summary: "measure throughput, latency, memory and PostgreSQL CPU on a scratch schema, with a pgbench raw-SQL baseline",
 		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all (those four); noisy, keys, rate or flow (those three); queues; sequences; workflows")
+			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all (those four); noisy, keys, rate or flow (those three); queues; sequences; workflows; durable")
 			durationVar(fs, &cfg.Duration, "duration", time.Minute, "continuous and baseline: how long to measure (the steady state is the last half)")
 			durationVar(fs, &cfg.Window, "window", 10*time.Second, "continuous and baseline: the length of one reported window")
 			fs.BoolVar(&cfg.HoldSnapshot, "hold-snapshot", false, "continuous: hold a REPEATABLE READ snapshot open for the whole run (a long report, an idle-in-transaction session)")
@@ -67,12 +67,15 @@ func benchCommand() *command {
 			fs.IntVar(&cfg.Workflows.TrickleRate, "trickle-rate", 50, "workflows: diamonds enqueued per second to time parent → child latency")
 			durationVar(fs, &cfg.Workflows.TrickleDuration, "trickle-duration", 5*time.Second, "workflows: how long the trickle of diamonds runs")
 			fs.IntVar(&cfg.Workflows.BatchJobs, "batch-jobs", 100_000, "workflows: jobs of the batch timed with its callback (jobs.NewBatch)")
+			fs.IntVar(&cfg.Durable.Jobs, "durable-jobs", 5000, "durable: durable jobs of 10 worker.Step calls drained, against 10 × as many plain jobs")
+			fs.IntVar(&cfg.Durable.Calls, "durable-calls", 2000, "durable: calls of worker.StepTx, and of a plain transaction, timed one job at a time")
 			fs.IntVar(&cfg.Rate, "rate", 500, "rate: jobs allowed per --rate-per, across the worker processes")
 			durationVar(fs, &cfg.RatePer, "rate-per", time.Second, "rate: the limit's interval")
 			fs.IntVar(&cfg.RateProcesses, "rate-processes", 3, "rate: worker processes sharing the limit")
 			durationVar(fs, &cfg.RateDuration, "rate-duration", 30*time.Second, "rate: how long to measure")
 			fs.BoolVar(&fair, "fair", false, "internal: the worker process claims fairly across keys")
 			fs.BoolVar(&exactStarts, "rate-exact-starts", false, "internal: the worker process's rate limit counts claims from their last handler start")
+			fs.StringVar(&cfg.ProfileDir, "profile", "", "write each worker process's CPU and allocation profiles into this directory (created if missing; read them with go tool pprof -top FILE)")
 			fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 			fs.StringVar(&role, "role", "", "internal: 'worker' runs the benchmark's worker process")
 		},
@@ -85,10 +88,15 @@ func benchCommand() *command {
 					HandlerTime: cfg.HandlerTime, Keep: keep, Fair: fair, KeyLimit: cfg.KeyLimit, Rate: cfg.Rate, RatePer: cfg.RatePer, RateExactStarts: exactStarts}, e.stdout)
 			}
 			switch cfg.Mode {
-			case "continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences", "workflows":
+			case "continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences", "workflows", "durable":
 			default:
 				return fmt.Errorf("%w: unknown mode %q%s", errUsage, cfg.Mode,
-					didYouMean(cfg.Mode, "", []string{"continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences", "workflows"}))
+					didYouMean(cfg.Mode, "", []string{"continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences", "workflows", "durable"}))
+			}
+			if cfg.ProfileDir != "" {
+				if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
+					return fmt.Errorf("--profile: %w", err)
+				}
 			}
 			sizes, err := parseCounts("--drain-sizes", "job counts", drainSizes)
 			if err != nil {
@@ -117,6 +125,9 @@ func benchCommand() *command {
 				o.TrickleDuration < time.Second || o.BatchJobs < 1 || o.BatchJobs >= jobs.MaxWorkflowSteps) {
 				return fmt.Errorf("%w: --mode workflows needs --diamonds positive, --trickle-rate from 1 to 1000, --trickle-duration at least 1s and --batch-jobs from 1 to %d",
 					errUsage, jobs.MaxWorkflowSteps-1)
+			}
+			if cfg.Mode == "durable" && (cfg.Durable.Jobs < 1 || cfg.Durable.Calls < 1) {
+				return fmt.Errorf("%w: --mode durable needs --durable-jobs and --durable-calls positive", errUsage)
 			}
 			if !cfg.ScratchCluster { // the scratch cluster replaces the default database
 				pool, err := e.connect() // fail early, with the usual message
@@ -215,6 +226,9 @@ func printBench(w io.Writer, r *bench.Report) {
 	}
 	if r.Workflows != nil {
 		r.Workflows.Print(w)
+	}
+	if r.Durable != nil {
+		r.Durable.Print(w)
 	}
 	if b := r.Baseline; b != nil {
 		fmt.Fprintf(w, "baseline (pgbench, %d clients, batch %d): %.0f jobs/s; CPU per 1000 jobs: pgbench %.3fs, PostgreSQL %.3fs\n",

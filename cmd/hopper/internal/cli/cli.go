@@ -91,6 +91,7 @@ func commands() []*command {
 		workersCommand(),
 		sequencesCommand(),
 		workflowsCommand(),
+		eventsCommand(),
 		deadCommand(),
 		historyCommand(),
 		sqlCommand(),

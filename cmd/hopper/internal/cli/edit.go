@@ -130,7 +130,7 @@ func editJob(e *env, client *hopper.Client, id int64, u hopper.JobUpdate, asJSON
 		return json.NewEncoder(e.stdout).Encode(row)
 	}
 	fmt.Fprintf(e.stdout, "updated job %d\n", id)
-	printJob(e.stdout, row)
+	printJob(e.stdout, row, nil)
 	return nil
 }
 

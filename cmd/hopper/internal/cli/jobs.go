@@ -141,8 +141,9 @@ func detail(r jobs.Row) string {
 func stamp(t time.Time) string { return t.Local().Format(time.DateTime) }
 
 // printJob prints one job in full: what it is, where it is in its life,
-// its payload, result and error history.
-func printJob(w io.Writer, r jobs.Row) {
+// its payload, result and error history; with d (jobs show), its durable
+// wait, progress and records too.
+func printJob(w io.Writer, r jobs.Row, d *durableView) {
 	fmt.Fprintf(w, "job %d  kind %s  queue %s  state %s  payload version %d  priority %d\n",
 		r.ID, r.Kind, r.Queue, r.State, r.Version, r.Priority)
 	charged, allowed := r.Attempts()
@@ -156,6 +157,9 @@ func printJob(w io.Writer, r jobs.Row) {
 	}
 	if r.LeaseUntil != nil {
 		fmt.Fprintf(w, "running on %s, lease until %s\n", r.LeaseOwner, r.LeaseUntil.Local().Format(time.DateTime+".000"))
+	}
+	if d != nil {
+		d.printWait(w)
 	}
 	if r.UniqueKey != "" {
 		fmt.Fprintf(w, "unique key: %s\n", r.UniqueKey)
@@ -178,6 +182,9 @@ func printJob(w io.Writer, r jobs.Row) {
 	if r.Result != nil {
 		fmt.Fprintf(w, "result: %s\n", r.Result)
 	}
+	if d != nil {
+		d.printRecords(w)
+	}
 	if len(r.Errors) == 0 {
 		return
 	}
@@ -198,7 +205,8 @@ func endedWord(s jobs.State) string {
 	return "died"
 }
 
-// showJob prints the job of the one id in args, as JSON or in full; want,
+// showJob prints the job of the one id in args, as JSON or in full, with
+// what its durable handler recorded (its wait, progress and records); want,
 // when given, are the states the command shows (dead show: dead and
 // cancelled jobs).
 func showJob(e *env, client *hopper.Client, args []string, asJSON bool, want ...jobs.State) error {
@@ -216,10 +224,14 @@ func showJob(e *env, client *hopper.Client, args []string, asJSON bool, want ...
 	if len(want) > 0 && !hasState(want, r.State) {
 		return fmt.Errorf("job %d is %s, not %s (hopper jobs show %d shows it)", r.ID, r.State, joinStates(want, " or "), r.ID)
 	}
-	if asJSON {
-		return json.NewEncoder(e.stdout).Encode(r)
+	d, err := readDurable(e, client, r)
+	if err != nil {
+		return err
 	}
-	printJob(e.stdout, r)
+	if asJSON {
+		return json.NewEncoder(e.stdout).Encode(d.report(r))
+	}
+	printJob(e.stdout, r, d)
 	return nil
 }
 
@@ -243,7 +255,8 @@ func joinStates(states []jobs.State, sep string) string {
 func jobsCommand() *command {
 	return listShowCommand("jobs", "list jobs of every state (newest first, with filters and paging), show one in full, "+
 		"cancel jobs (pending, scheduled and running ones: their workers stop them; each kept as cancelled in the dead table), "+
-		"edit a job that has not started (run time, priority, queue, max attempts, payload), or delete one for good (asks first unless --yes)", true)
+		"edit a job that has not started (run time, priority, queue, max attempts, payload), or delete one for good (asks first unless --yes); "+
+		"wake a durable job that sleeps or awaits an event (its sleep ends, its wait times out: it runs at once)", true)
 }
 
 func historyCommand() *command {
@@ -253,7 +266,7 @@ func historyCommand() *command {
 
 // listShowCommand is a command that lists jobs with the shared filters or
 // shows one in full (hopper jobs, hopper history), and with operate
-// cancels, edits and deletes jobs too; only, when given, are the states it
+// cancels, edits, deletes and wakes jobs too; only, when given, are the states it
 // lists and shows (and it then takes no --state).
 func listShowCommand(name, summary string, operate bool, only ...jobs.State) *command {
 	var l listFlags
@@ -263,9 +276,9 @@ func listShowCommand(name, summary string, operate bool, only ...jobs.State) *co
 	actions := []string{"list", "show"}
 	args := "list [filters] [--json] | show ID [--json]"
 	if operate {
-		actions = append(actions, "cancel", "edit", "delete")
+		actions = append(actions, "cancel", "edit", "delete", "wake")
 		args += " | cancel ID... | edit ID [--run-now|--run-at T] [--priority N] [--queue Q] [--max-attempts N] [--payload JSON [--version N]] [--json]" +
-			" | delete ID [--yes] [--json]"
+			" | delete ID [--yes] [--json] | wake ID"
 	}
 	return &command{
 		name:    name,
@@ -325,6 +338,13 @@ func listShowCommand(name, summary string, operate bool, only ...jobs.State) *co
 				if ids, err = parseIDs(rest); err != nil {
 					return err
 				}
+			case "wake":
+				if err := onlyConnectionFlags(fs, "wake", "one job id"); err != nil {
+					return err
+				}
+				if ids, err = parseOneID("wake", rest); err != nil {
+					return err
+				}
 			}
 			var client *hopper.Client
 			var lag *hopper.ReadLag
@@ -350,6 +370,8 @@ func listShowCommand(name, summary string, operate bool, only ...jobs.State) *co
 				return editJob(e, client, ids[0], u, l.asJSON)
 			case "delete":
 				return deleteJob(e, client, ids[0], ed.yes, l.asJSON)
+			case "wake":
+				return wakeJob(e, client, ids[0])
 			}
 			return listJobs(e, client, p, &l, again+flagsAgain(&l, len(only) == 0))
 		},

@@ -77,6 +77,17 @@ func sqlEntry(e *env, dir, pkg, out string) error {
         emit_empty_slices: true
         emit_pointers_for_null_types: true
         overrides:
+          # hopper_jobs' JSON columns scan as bytes (a copy, where
+          # json.RawMessage would be parsed by json.Unmarshal on each read).
+          - column: hopper_jobs.payload
+            go_type:
+              type: "[]byte"
+          - column: hopper_jobs.errors
+            go_type:
+              type: "[]byte"
+          - column: hopper_jobs.meta
+            go_type:
+              type: "[]byte"
           - db_type: jsonb
             go_type: encoding/json.RawMessage
           - db_type: timestamptz

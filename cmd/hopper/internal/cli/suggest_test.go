@@ -99,6 +99,9 @@ func TestUsageErrorsSuggest(t *testing.T) {
 		{[]string{"workers", "release", "w1", "--froce"}, `hopper workers: unknown flag --froce; did you mean --force? (run hopper workers --help)`},
 		{[]string{"migrate", "upp"}, `hopper migrate: unknown migrate action "upp"; did you mean up? (run hopper migrate --help)`},
 		{[]string{"sql", "exprot", "dir"}, `hopper sql: unknown sql action "exprot"; did you mean export? (run hopper sql --help)`},
+		{[]string{"jobs", "waek", "1"}, `hopper jobs: unknown jobs action "waek"; did you mean wake? (run hopper jobs --help)`},
+		{[]string{"evnets", "emit", "x"}, `hopper: unknown command "evnets"; did you mean events? (run hopper help)`},
+		{[]string{"events", "emti", "x"}, `hopper events: unknown events action "emti"; did you mean emit? (run hopper events --help)`},
 		// The values of flags, in the CLI's words.
 		{[]string{"stats", "--interval"}, `hopper stats: --interval needs a value (run hopper stats --help)`},
 		{[]string{"stats", "--interval", "soon"}, `hopper stats: invalid value "soon" for --interval: want a duration like 90s, 2h or 7d (run hopper stats --help)`},
@@ -113,6 +116,10 @@ func TestUsageErrorsSuggest(t *testing.T) {
 		// Flags an action does not take.
 		{[]string{"--schema", "mine", "demo"}, `hopper demo: the demo runs in a schema of its own, hopper_demo: it takes no --schema (run hopper demo --help)`},
 		{[]string{"jobs", "cancel", "1", "--state", "pending"}, `hopper jobs: cancel takes job ids, not --state (run hopper jobs --help)`},
+		{[]string{"jobs", "wake", "1", "--json"}, `hopper jobs: wake takes one job id, not --json (run hopper jobs --help)`},
+		{[]string{"jobs", "wake", "1", "--read-url", "postgres://standby"},
+			`hopper jobs: wake changes jobs, and changes go to the primary (--database-url): --read-url is for list and show (run hopper jobs --help)`},
+		{[]string{"events", "emit", "x", "--read-url", "postgres://standby"}, `hopper events: unknown flag --read-url (run hopper events --help)`},
 	} {
 		var out, errOut bytes.Buffer
 		code := Run(context.Background(), c.args, strings.NewReader(""), &out, &errOut)
@@ -175,7 +182,7 @@ func TestJSONFieldNames(t *testing.T) {
 			}
 		}
 	}
-	for _, v := range []any{statsReport{}, keysReport{}, []queueRow{}, []hopper.ScheduleInfo{}, []workerRow{}, jobsPage{}, bench.Report{}} {
+	for _, v := range []any{statsReport{}, keysReport{}, []queueRow{}, []hopper.ScheduleInfo{}, []workerRow{}, jobsPage{}, jobReport{}, bench.Report{}} {
 		check(reflect.TypeOf(v).String(), reflect.TypeOf(v))
 	}
 }

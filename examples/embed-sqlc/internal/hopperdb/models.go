@@ -52,6 +52,13 @@ type HopperDeadJob struct {
 	ConcurrencyKey *string
 }
 
+type HopperEvent struct {
+	Name      string
+	Payload   json.RawMessage
+	EmittedAt *time.Time
+	CreatedAt time.Time
+}
+
 type HopperJob struct {
 	ID             int64
 	Queue          string
@@ -90,6 +97,23 @@ type HopperJobHistory struct {
 	KeepUntil      time.Time
 	Meta           json.RawMessage
 	ConcurrencyKey *string
+}
+
+type HopperJobProgress struct {
+	JobID     int64
+	Progress  json.RawMessage
+	UpdatedAt time.Time
+}
+
+type HopperJobStep struct {
+	JobID     int64
+	Position  int32
+	Name      string
+	Kind      string
+	State     string
+	Result    json.RawMessage
+	Until     *time.Time
+	CreatedAt time.Time
 }
 
 type HopperQueue struct {

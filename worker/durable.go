@@ -1,0 +1,493 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/testrun"
+	"github.com/hopperq/hopper/jobs"
+)
+
+// Limits of what a durable handler records.
+const (
+	// MaxRecordSize is the largest a step's result or an event's payload
+	// may be, as JSON: 64 KiB.
+	MaxRecordSize = 64 << 10
+	// MaxProgressSize is the largest a progress value may be, as JSON.
+	MaxProgressSize = 4 << 10
+	// MaxStepName is the longest a step's or an event's name may be.
+	MaxStepName = 255
+	// MaxCalls is the most durable calls (Step, StepTx, Sleep, AwaitEvent)
+	// one job may record.
+	MaxCalls = 10000
+	// ProgressEvery is the most often SetProgress writes a job's progress:
+	// a value set sooner after the last write is written when the interval
+	// is over (the newest one only).
+	ProgressEvery = time.Second
+	// DefaultEventRetention is Config.EventRetention's default.
+	DefaultEventRetention = 7 * 24 * time.Hour
+)
+
+// The kinds of record a durable handler writes (hopper_job_steps.kind).
+const (
+	recordStep  = "step"
+	recordSleep = "sleep"
+	recordEvent = "event"
+)
+
+// markedDurable reports whether a job's stored metadata carries the mark
+// of a job that recorded something ('hopper.durable', set by RecordStep
+// and SetProgress). It looks for the key's text: jsonb prints it so, and
+// a value that merely contains it costs one read of no records.
+func markedDurable(meta json.RawMessage) bool {
+	return bytes.Contains(meta, []byte(`"hopper.durable"`))
+}
+
+// durableCalls is what one run of a handler has recorded and replayed:
+// the job's records, read at its first durable call, and the place of the
+// next call. A handler's calls are sequential; the mutex only keeps a
+// handler that makes them from several goroutines from corrupting it.
+type durableCalls struct {
+	mu      sync.Mutex
+	loaded  bool
+	records []db.ListStepsRow // by position, 0 first
+	next    int32             // the position of the next call
+	suspend *snoozeError      // a wait the run entered
+
+	progressAt      time.Time       // the last progress write
+	progressPending json.RawMessage // a value waiting for ProgressEvery to pass
+	progressTimer   *time.Timer
+}
+
+// pendingSuspension is the wait the handler's run entered, or nil.
+func (d *durableCalls) pendingSuspension() *snoozeError {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.suspend
+}
+
+// at returns the record at the next position, loading the job's records
+// at the run's first call.
+func (d *durableCalls) at(ctx context.Context, c *heldJob) (*db.ListStepsRow, error) {
+	if !d.loaded {
+		rows, err := c.held.q.ListSteps(ctx, c.id)
+		if err != nil {
+			return nil, fmt.Errorf("read the records of job %d: %w", c.id, err)
+		}
+		d.records, d.loaded = rows, true
+	}
+	if int(d.next) < len(d.records) {
+		return &d.records[d.next], nil
+	}
+	return nil, nil
+}
+
+// reload reads the records again, after another run of the job recorded
+// the position this one tried to.
+func (d *durableCalls) reload(ctx context.Context, c *heldJob) (*db.ListStepsRow, error) {
+	d.loaded = false
+	return d.at(ctx, c)
+}
+
+// check refuses a record that another call made at this position: the
+// handler's calls changed between runs.
+func (d *durableCalls) check(r *db.ListStepsRow, kind, name string) error {
+	if r.Kind == kind && r.Name == name {
+		return nil
+	}
+	return Permanent(fmt.Errorf("%w: call %d is %s %q, but the job's record of it is %s %q",
+		ErrNonDeterministic, d.next+1, kind, name, r.Kind, r.Name))
+}
+
+// record writes a record at the next position, fenced by the claim. It
+// returns errRecordTaken when a record is there already.
+func (d *durableCalls) record(ctx context.Context, q *db.Queries, c *heldJob, p db.RecordStepParams) error {
+	if d.next >= MaxCalls {
+		return Permanent(fmt.Errorf("record %s %q of job %d: %w: more than %d calls", p.Kind, p.Name, c.id, ErrRecordTooLarge, MaxCalls))
+	}
+	p.JobID, p.Attempt, p.Position = c.id, c.attempt, d.next
+	r, err := q.RecordStep(ctx, p)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "23505":
+		return errRecordTaken
+	case err != nil:
+		return fmt.Errorf("record %s %q of job %d: %w", p.Kind, p.Name, c.id, err)
+	case !r.Held:
+		return fmt.Errorf("record %s %q of job %d: %w", p.Kind, p.Name, c.id, ErrLeaseLost)
+	}
+	d.records = append(d.records[:d.next], db.ListStepsRow{Position: p.Position, Name: p.Name, Kind: p.Kind,
+		State: p.State, Result: p.Result, Until: p.Until, CreatedAt: time.Now()})
+	return nil
+}
+
+// errRecordTaken: another run of the job recorded this position first.
+var errRecordTaken = errors.New("hopper: record taken by another run")
+
+// durableJob returns the claim of the job the handler runs, checking the
+// name of the call.
+func durableJob(ctx context.Context, id int64, what, name string) (*heldJob, error) {
+	if name == "" || len(name) > MaxStepName {
+		return nil, fmt.Errorf("%s of job %d: %w: name %q: want 1 to %d bytes", what, id, ErrInvalidDurableCall, name, MaxStepName)
+	}
+	return heldJobFrom(ctx, id)
+}
+
+// encodeRecord marshals a result or payload and checks its size.
+func encodeRecord(v any, what string) (json.RawMessage, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if len(b) > MaxRecordSize {
+		return nil, Permanent(fmt.Errorf("%s: %w: %d bytes, at most %d", what, ErrRecordTooLarge, len(b), MaxRecordSize))
+	}
+	return b, nil
+}
+
+func decodeRecord[R any](raw json.RawMessage, what string) (R, error) {
+	var out R
+	if len(raw) == 0 {
+		return out, nil
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return out, Permanent(fmt.Errorf("%s: decode its record: %w", what, err))
+	}
+	return out, nil
+}
+
+// Step runs fn once for the job: its first success records its result,
+// and when the job runs again (after a failure, a crash, a lost lease, a
+// deploy) Step returns the recorded result without calling fn. Steps are
+// told apart by their order in the run and their name: a run whose calls
+// differ from the records of an earlier run fails the job for good, with
+// ErrNonDeterministic. fn's effects outside the database happen at least
+// once: a crash between fn's return and the record makes the next run
+// call fn again. Use StepTx for effects in the database, which then
+// happen exactly once. The result must marshal to JSON of at most
+// MaxRecordSize bytes; a failed fn records nothing and returns its error.
+func Step[R, T any](ctx context.Context, job *jobs.Job[T], name string, fn func(context.Context) (R, error)) (R, error) {
+	if r := testrun.From(ctx); r != nil { // hoppertest.Work: nothing to record
+		return fn(ctx)
+	}
+	c, err := durableJob(ctx, job.ID, "step", name)
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	what := fmt.Sprintf("step %q of job %d", name, job.ID)
+	return replayStep(ctx, c, name, what, func() (R, error) {
+		var zero R
+		out, err := fn(ctx)
+		if err != nil {
+			return zero, err
+		}
+		raw, err := encodeRecord(out, what)
+		if err != nil {
+			return zero, err
+		}
+		if err := c.durable.record(ctx, c.held.q, c, db.RecordStepParams{Name: name, Kind: recordStep, State: "done", Result: raw}); err != nil {
+			return zero, err
+		}
+		return out, nil
+	})
+}
+
+// StepTx is Step for work in the database: fn runs in a transaction on
+// the worker's pool, in which the step's result is recorded, so fn's
+// writes and the record commit together, exactly once. When two runs of
+// the job race (a lease lost while fn ran), the second record is refused
+// and its transaction, fn's writes with it, rolls back; StepTx then
+// returns the first run's result. Recording costs one statement in the
+// transaction. fn must not commit or roll back tx.
+func StepTx[R, T any](ctx context.Context, job *jobs.Job[T], name string, fn func(context.Context, pgx.Tx) (R, error)) (R, error) {
+	var zero R
+	if r := testrun.From(ctx); r != nil {
+		return zero, fmt.Errorf("step %q of job %d: %w: StepTx needs a worker's database", name, job.ID, ErrInvalidDurableCall)
+	}
+	c, err := durableJob(ctx, job.ID, "step", name)
+	if err != nil {
+		return zero, err
+	}
+	what := fmt.Sprintf("step %q of job %d", name, job.ID)
+	return replayStep(ctx, c, name, what, func() (R, error) {
+		return runStepTx(ctx, c, &c.durable, name, what, fn)
+	})
+}
+
+// replayStep returns the result recorded at the step's position or,
+// where there is none, the result of run, which records it. When another
+// run of the job recorded the position first (run fails with
+// errRecordTaken), that run's result wins.
+func replayStep[R any](ctx context.Context, c *heldJob, name, what string, run func() (R, error)) (R, error) {
+	var zero R
+	d := &c.durable
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for {
+		rec, err := d.at(ctx, c)
+		if err != nil {
+			return zero, err
+		}
+		if rec != nil {
+			if err := d.check(rec, recordStep, name); err != nil {
+				return zero, err
+			}
+			d.next++
+			return decodeRecord[R](rec.Result, what)
+		}
+		out, err := run()
+		if errors.Is(err, errRecordTaken) {
+			if _, err := d.reload(ctx, c); err != nil {
+				return zero, err
+			}
+			continue
+		}
+		if err != nil {
+			return zero, err
+		}
+		d.next++
+		return out, nil
+	}
+}
+
+// runStepTx runs fn and records its result in one transaction.
+func runStepTx[R any](ctx context.Context, c *heldJob, d *durableCalls, name, what string,
+	fn func(context.Context, pgx.Tx) (R, error)) (out R, err error) {
+	tx, err := c.held.begin(ctx)
+	if err != nil {
+		return out, fmt.Errorf("%s: begin: %w", what, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if out, err = fn(ctx, tx); err != nil {
+		return out, err
+	}
+	raw, err := encodeRecord(out, what)
+	if err != nil {
+		return out, err
+	}
+	q := db.New(c.held.dbtx(tx))
+	if err = d.record(ctx, q, c, db.RecordStepParams{Name: name, Kind: recordStep, State: "done", Result: raw}); err != nil {
+		d.records = d.records[:min(int(d.next), len(d.records))]
+		return out, err
+	}
+	if err = tx.Commit(ctx); err != nil {
+		// Whether it committed is unknown: read the records again at the
+		// next call (the job runs again; its replay tells).
+		d.records, d.loaded = nil, false
+		var zero R
+		return zero, fmt.Errorf("%s: commit: %w", what, err)
+	}
+	return out, nil
+}
+
+// Sleep suspends the job for d: the handler must return the error it
+// gets (it wraps ErrSuspended), and the job gives up its slot and its
+// lease, uncharged, until d has passed; the next run replays the job's
+// records up to the sleep, which then returns nil. The wake time is
+// recorded at the first call, so the sleep survives restarts and deploys
+// and is never shortened or restarted. d is at most MaxSnooze. An operator
+// may end the sleep early (hopper.Client.WakeJob, `hopper jobs wake`).
+// Under hoppertest.Work it returns nil at once.
+func Sleep[T any](ctx context.Context, job *jobs.Job[T], name string, d time.Duration) error {
+	if d <= 0 || d > MaxSnooze {
+		return fmt.Errorf("sleep %q of job %d: %w: duration %v: want a positive one of at most %v", name, job.ID, ErrInvalidDurableCall, d, MaxSnooze)
+	}
+	return sleepUntil(ctx, job.ID, name, func() time.Time { return time.Now().Add(d) })
+}
+
+// SleepUntil is Sleep until t (at most MaxSnooze away); a t in the past
+// returns nil at once, recorded as a sleep that is over.
+func SleepUntil[T any](ctx context.Context, job *jobs.Job[T], name string, t time.Time) error {
+	if time.Until(t) > MaxSnooze {
+		return fmt.Errorf("sleep %q of job %d: %w: %s is more than %v away", name, job.ID, ErrInvalidDurableCall, t.Format(time.RFC3339), MaxSnooze)
+	}
+	return sleepUntil(ctx, job.ID, name, func() time.Time { return t })
+}
+
+func sleepUntil(ctx context.Context, id int64, name string, wake func() time.Time) error {
+	if r := testrun.From(ctx); r != nil {
+		return nil
+	}
+	c, err := durableJob(ctx, id, "sleep", name)
+	if err != nil {
+		return err
+	}
+	d := &c.durable
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for {
+		rec, err := d.at(ctx, c)
+		if err != nil {
+			return err
+		}
+		if rec == nil {
+			t := wake().UTC().Round(time.Microsecond)
+			err = d.record(ctx, c.held.q, c, db.RecordStepParams{Name: name, Kind: recordSleep, State: "waiting", Until: &t})
+			if errors.Is(err, errRecordTaken) {
+				if _, err := d.reload(ctx, c); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			rec = &d.records[d.next]
+		}
+		if err := d.check(rec, recordSleep, name); err != nil {
+			return err
+		}
+		if rec.Until == nil || !time.Now().Before(*rec.Until) {
+			d.next++
+			return nil
+		}
+		d.suspend = &snoozeError{until: *rec.Until, wait: recordSleep}
+		return d.suspend
+	}
+}
+
+// AwaitEvent waits for the event name (hopper.Client.EmitEvent, or
+// hopper_emit_event in SQL) for at most timeout, and returns its payload
+// decoded into R. An event emitted before the wait counts. While it has
+// not come, the handler must return the error it gets (it wraps
+// ErrSuspended): the job gives up its slot and its lease, uncharged, and
+// runs again when the event is emitted or the timeout passes, replaying
+// its records up to the wait. Once the event came, its payload is the
+// call's record: every later run returns the same payload. When the
+// timeout passes first, the error wraps ErrEventTimeout; the handler may
+// go on. The deadline is recorded at the first call. timeout is at most
+// MaxSnooze. Under hoppertest.Work it returns ErrEventTimeout at once.
+func AwaitEvent[R, T any](ctx context.Context, job *jobs.Job[T], name string, timeout time.Duration) (R, error) {
+	var zero R
+	if timeout <= 0 || timeout > MaxSnooze {
+		return zero, fmt.Errorf("await event %q in job %d: %w: timeout %v: want a positive one of at most %v", name, job.ID, ErrInvalidDurableCall, timeout, MaxSnooze)
+	}
+	if r := testrun.From(ctx); r != nil {
+		return zero, fmt.Errorf("await event %q in job %d: %w", name, job.ID, ErrEventTimeout)
+	}
+	c, err := durableJob(ctx, job.ID, "await event", name)
+	if err != nil {
+		return zero, err
+	}
+	d := &c.durable
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	what := fmt.Sprintf("event %q of job %d", name, job.ID)
+	for {
+		rec, err := d.at(ctx, c)
+		if err != nil {
+			return zero, err
+		}
+		if rec == nil {
+			t := time.Now().Add(timeout).UTC().Round(time.Microsecond)
+			err = d.record(ctx, c.held.q, c, db.RecordStepParams{Name: name, Kind: recordEvent, State: "waiting", Until: &t})
+			if errors.Is(err, errRecordTaken) {
+				if _, err := d.reload(ctx, c); err != nil {
+					return zero, err
+				}
+				continue
+			}
+			if err != nil {
+				return zero, err
+			}
+			rec = &d.records[d.next]
+		}
+		if err := d.check(rec, recordEvent, name); err != nil {
+			return zero, err
+		}
+		if rec.State == "waiting" {
+			settled, err := c.held.q.SettleEvent(ctx, db.SettleEventParams{JobID: c.id, Position: d.next, Attempt: c.attempt, Name: name})
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				d.suspend = &snoozeError{until: *rec.Until, wait: recordEvent, event: name}
+				return zero, d.suspend
+			case err != nil:
+				return zero, fmt.Errorf("%s: %w", what, err)
+			}
+			rec.State, rec.Result = settled.State, settled.Result
+		}
+		d.next++
+		if rec.State == "timed_out" {
+			return zero, fmt.Errorf("%s: %w", what, ErrEventTimeout)
+		}
+		return decodeRecord[R](rec.Result, what)
+	}
+}
+
+// SetProgress records v as the job's progress: a small JSON value (at most
+// MaxProgressSize bytes) that hopper.Client.GetJob, `hopper jobs
+// show` and the dashboard's job page show while the job lives. Writes are
+// throttled to one per ProgressEvery; a value set sooner is written when
+// the interval is over, unless a newer one replaces it. It returns
+// ErrLeaseLost when the job is no longer this worker's.
+func SetProgress[T any](ctx context.Context, job *jobs.Job[T], v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("progress of job %d: %w", job.ID, err)
+	}
+	if len(raw) > MaxProgressSize {
+		return fmt.Errorf("progress of job %d: %w: %d bytes, at most %d", job.ID, ErrRecordTooLarge, len(raw), MaxProgressSize)
+	}
+	if r := testrun.From(ctx); r != nil {
+		return nil
+	}
+	c, err := heldJobFrom(ctx, job.ID)
+	if err != nil {
+		return err
+	}
+	d := &c.durable
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if wait := ProgressEvery - time.Since(d.progressAt); wait > 0 {
+		if d.progressPending == nil {
+			d.progressTimer = time.AfterFunc(wait, func() { d.flushProgress(c) })
+		}
+		d.progressPending = raw
+		return nil
+	}
+	return d.writeProgress(ctx, c, raw)
+}
+
+// writeProgress writes a progress value now, under d.mu.
+func (d *durableCalls) writeProgress(ctx context.Context, c *heldJob, raw json.RawMessage) error {
+	d.progressAt = time.Now()
+	held, err := c.held.q.SetProgress(ctx, db.SetProgressParams{JobID: c.id, Attempt: c.attempt, Progress: raw})
+	if err != nil {
+		return fmt.Errorf("progress of job %d: %w", c.id, err)
+	}
+	if !held {
+		return fmt.Errorf("progress of job %d: %w", c.id, ErrLeaseLost)
+	}
+	return nil
+}
+
+// flushProgress writes the value held back by the throttle, if the job
+// is still held; a job that ended meanwhile has no progress to keep.
+func (d *durableCalls) flushProgress(c *heldJob) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	raw := d.progressPending
+	d.progressPending = nil
+	if raw == nil || c.held.get(c.id, c.attempt) == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.held.lease/2)
+	defer cancel()
+	if err := d.writeProgress(ctx, c, raw); err != nil && !errors.Is(err, ErrLeaseLost) {
+		c.held.log.Warn("writing a job's progress failed", "job_id", c.id, "error", err)
+	}
+}
