@@ -446,11 +446,28 @@ func newWfChaosBed(t *testing.T, limit time.Duration, plans []*wfPlan) *wfChaosB
 	b := &wfChaosBed{processBed: pb, url: url, client: hopper.NewClient(pb.db.Pool), plans: plans,
 		byID: map[int64][2]int{}, gen: map[string]int{}, opCancelled: map[int64]bool{}, orphans: map[int64]string{}}
 	pb.explain = func() string {
-		return fmt.Sprintf("workflows enqueued %d of %d, live jobs by state %s, waits %d, ledger %d, dead %d",
+		return fmt.Sprintf("workflows enqueued %d of %d, live jobs by state %s, waits %d, ledger %d, dead %d; not waiting: %s; workers: %s",
 			b.enqueued, len(b.plans), b.liveByState(), b.count("SELECT count(*) FROM hopper_workflow_waits"),
-			b.count("SELECT count(*) FROM wfchaos_ledger"), b.count("SELECT count(*) FROM hopper_dead_jobs"))
+			b.count("SELECT count(*) FROM wfchaos_ledger"), b.count("SELECT count(*) FROM hopper_dead_jobs"),
+			b.textRows(`SELECT format('job %s %s %s attempt %s run_at %s lease %s until %s', id, kind, state, attempt,
+				run_at - now(), lease_owner, lease_until - now()) FROM hopper_jobs WHERE state <> 'waiting' ORDER BY id LIMIT 5`),
+			b.textRows(`SELECT format('%s pid %s beat %s ago', id, pid, now() - last_seen_at) FROM hopper_workers ORDER BY id`))
 	}
 	return b
+}
+
+// textRows joins the text rows of query, for a failure's message; it
+// never fails the test itself.
+func (b *wfChaosBed) textRows(query string) string {
+	rows, err := b.db.Pool.Query(context.WithoutCancel(b.ctx), query)
+	if err != nil {
+		return err.Error()
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err.Error()
+	}
+	return strings.Join(lines, "; ")
 }
 
 func (b *wfChaosBed) liveByState() string {
