@@ -64,6 +64,11 @@ bench-durable: ## hopper bench's durable handlers: 5,000 jobs of 10 worker.Step 
 	go build -o bin/hopper ./cmd/hopper
 	bin/hopper bench --scratch-cluster --mode durable
 
+.PHONY: soak
+soak: ## hopper bench's soak: an hour of 2,000 jobs/s (plain, sequences, workflows, failures, a schedule) with history and dead jobs kept 5 minutes, sampled every minute, its chart in docs/soak.svg, on a throwaway cluster (about 65 minutes)
+	go build -o bin/hopper ./cmd/hopper
+	bin/hopper bench --scratch-cluster --mode soak --soak-chart docs/soak.svg
+
 .PHONY: bench-river
 bench-river: ## Hopper beside River's own `river bench` (CLI pinned, built into a temp dir) in one run on one throwaway cluster: a 100,000-job drain and 30s of insert + work, H R R H (about 5 minutes)
 	bash .ci/bench-river.sh

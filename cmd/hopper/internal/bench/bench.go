@@ -24,7 +24,7 @@ import (
 
 // Config is what a run measures and how.
 type Config struct {
-	Mode        string        // continuous, drain, enqueue, latency, all; noisy, keys, rate, flow (those three); queues; sequences; workflows; durable
+	Mode        string        // continuous, drain, enqueue, latency, all; noisy, keys, rate, flow (those three); queues; sequences; workflows; durable; soak
 	Duration    time.Duration // continuous and baseline
 	Jobs        int           // drain: backlog size; enqueue: COPY total
 	Workers     int           // worker instances in the worker process
@@ -109,6 +109,8 @@ type Config struct {
 	// durable: durable handlers' steps against plain jobs, and
 	// transactional steps against plain transactions (durable.go).
 	Durable DurableOptions
+	// soak: hours of mixed load with history kept, sampled (soak.go).
+	Soak SoakOptions
 
 	// ProfileDir: each worker process writes its CPU and allocation
 	// profiles here (profile.go).
@@ -121,8 +123,12 @@ type Config struct {
 	Log           io.Writer
 
 	// keep is how long the worker process keeps completed jobs (the run
-	// with History).
+	// with History, the soak).
 	keep time.Duration
+	// deadRetention is how long the worker process keeps dead jobs (0:
+	// for ever); ticks has it fire the soak's schedule (the soak).
+	deadRetention time.Duration
+	ticks         bool
 	// queues: the drain's jobs and the worker's slots are spread over this
 	// many queues (0 or 1: the default queue alone).
 	queues int
@@ -152,6 +158,7 @@ type Report struct {
 	Sequences  *SequencesResult  `json:"sequences,omitempty"`
 	Workflows  *WorkflowsResult  `json:"workflows,omitempty"`
 	Durable    *DurableResult    `json:"durable,omitempty"`
+	Soak       *SoakResult       `json:"soak,omitempty"`
 	// RateExactStarts is the rate run again with Rate.ExactStarts.
 	RateExactStarts *RateResult `json:"rate_exact_starts,omitempty"`
 	// Drains is one drain per Config.DrainSizes.
@@ -335,6 +342,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		r.Ratios["durable_steps_to_plain"] = r.Durable.Ratio
 	}
+	if modes["soak"] {
+		o := cfg.Soak
+		logf("soak: %d jobs/s offered for %v (plain, sequences, workflows, failures, a schedule), history and dead jobs kept %v, sampled every %v",
+			o.Rate, o.Duration, o.Keep, o.Sample)
+		if r.Soak, err = runSoak(ctx, cfg, logf); err != nil {
+			return r, fmt.Errorf("soak: %w", err)
+		}
+	}
 	if modes["rate"] {
 		logf("rate: %d jobs per %v across %d worker processes for %v", cfg.Rate, cfg.RatePer, cfg.RateProcesses, cfg.RateDuration)
 		if r.Rate, err = runRate(ctx, cfg, false); err != nil {
@@ -387,7 +402,7 @@ func (cfg Config) summary() map[string]any {
 		"keys": cfg.Keys, "key_limit": cfg.KeyLimit, "rate": cfg.Rate, "rate_per": cfg.RatePer.String(), "rate_processes": cfg.RateProcesses,
 		"rate_duration":     cfg.RateDuration.String(),
 		"sequence_duration": cfg.SequenceDuration.String(), "explain": cfg.Explain, "explain_jobs": cfg.ExplainJobs,
-		"workflows": cfg.Workflows, "durable": cfg.Durable,
+		"workflows": cfg.Workflows, "durable": cfg.Durable, "soak": cfg.Soak.summary(),
 	}
 }
 

@@ -23,19 +23,29 @@ const testWorkerArg = "bench-test-worker"
 
 // runTestWorker is the worker process of the tests' drains: RunWorkerProcess
 // on DATABASE_URL until SIGTERM, as `hopper bench --role worker` is. Of the
-// flags startWorkers passes it reads the workers and their slots; the rest
-// (flow control, history) keep their zero values, which the tests' drains
-// ask for anyway.
+// flags startWorkers passes it reads the workers and their slots, and the
+// soak's retention and schedule; the rest (flow control) keep their zero
+// values, which the tests' drains ask for anyway.
 func runTestWorker(args []string) int {
 	o := WorkerOptions{Workers: 1, Concurrency: 1}
-	for i := 0; i+1 < len(args); i++ {
-		n, err := strconv.Atoi(args[i+1])
+	for i, arg := range args {
+		if arg == "--ticks=true" {
+			o.Ticks = true
+		}
+		if i+1 == len(args) {
+			break
+		}
+		n, nErr := strconv.Atoi(args[i+1])
+		d, dErr := time.ParseDuration(args[i+1])
 		switch {
-		case err != nil:
-		case args[i] == "--workers":
+		case arg == "--workers" && nErr == nil:
 			o.Workers = n
-		case args[i] == "--concurrency":
+		case arg == "--concurrency" && nErr == nil:
 			o.Concurrency = n
+		case arg == "--keep-history" && dErr == nil:
+			o.Keep = d
+		case arg == "--dead-retention" && dErr == nil:
+			o.DeadRetention = d
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

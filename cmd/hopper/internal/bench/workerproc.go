@@ -33,6 +33,7 @@ type workerProc struct {
 	cmd         *exec.Cmd
 	completed   atomic.Int64
 	unconfirmed atomic.Int64
+	dead        atomic.Int64 // jobs the workers moved to the dead table
 	ready       chan struct{}
 	exited      chan struct{}
 
@@ -50,6 +51,7 @@ func startWorkers(cfg Config, dbURL, label string) (*workerProc, error) {
 	args := append(cfg.WorkerCommand[1:len(cfg.WorkerCommand):len(cfg.WorkerCommand)],
 		"--workers", fmt.Sprint(cfg.Workers), "--concurrency", fmt.Sprint(cfg.Concurrency), "--queue-count", fmt.Sprint(max(1, cfg.queues)),
 		"--handler-time", cfg.HandlerTime.String(), "--keep-history", cfg.keep.String(),
+		"--dead-retention", cfg.deadRetention.String(), fmt.Sprintf("--ticks=%t", cfg.ticks),
 		// always explicit: the flags' defaults are the flow modes' own
 		fmt.Sprintf("--fair=%t", cfg.flow.fair), "--key-limit", fmt.Sprint(cfg.flow.keyLimit),
 		"--rate", fmt.Sprint(cfg.flow.rate), "--rate-per", cfg.flow.ratePer.String(),
@@ -80,10 +82,11 @@ func startWorkers(cfg Config, dbURL, label string) (*workerProc, error) {
 				p.mu.Unlock()
 				continue
 			}
-			var completed, unconfirmed int64
-			if _, err := fmt.Sscanf(line, workerReport, &completed, &unconfirmed); err == nil {
+			var completed, unconfirmed, dead int64
+			if _, err := fmt.Sscanf(line, workerReport, &completed, &unconfirmed, &dead); err == nil {
 				p.completed.Store(completed)
 				p.unconfirmed.Store(unconfirmed)
+				p.dead.Store(dead)
 			}
 		}
 	}()
@@ -121,7 +124,7 @@ func (p *workerProc) cpu() float64 {
 
 // workerReport is the line the worker process prints every 50ms, and once
 // more after its workers have stopped.
-const workerReport = "completed %d unconfirmed %d"
+const workerReport = "completed %d unconfirmed %d dead %d"
 
 // WorkerOptions is how the benchmark's worker process runs its workers.
 type WorkerOptions struct {
@@ -129,7 +132,13 @@ type WorkerOptions struct {
 	Concurrency int           // handler slots per worker
 	Queues      int           // queues served, the slots split evenly (0 or 1: the default queue)
 	HandlerTime time.Duration // how long each handler waits (0: no-op)
-	Keep        time.Duration // how long completed jobs are kept (0: not)
+	Keep        time.Duration // how long completed jobs are kept (0: not), workflow steps included
+	// DeadRetention is how long dead jobs are kept (0: for ever).
+	DeadRetention time.Duration
+	// Ticks fires the soak's schedule: a bench.tick job every second in
+	// the queue tickQueue, whose completed jobs are kept a day, so that
+	// the ticks fired can be counted.
+	Ticks bool
 	// Flow control of the default queue: the zero values are none.
 	Fair     bool
 	KeyLimit int
@@ -146,6 +155,9 @@ func (o WorkerOptions) queueSlots() map[string]int {
 	slots := map[string]int{}
 	for _, name := range names {
 		slots[name] = max(1, o.Concurrency/len(names))
+	}
+	if o.Ticks {
+		slots[tickQueue] = 1
 	}
 	return slots
 }
@@ -206,9 +218,17 @@ func RunWorkerProcess(ctx context.Context, dbURL string, o WorkerOptions, out io
 	}
 	for i := range o.Workers {
 		r := prometheus.WrapRegistererWith(prometheus.Labels{"instance": fmt.Sprint(i)}, reg)
-		w, err := worker.New(pool, worker.Config{Queues: o.queueSlots(), Registerer: r, Logger: quiet,
-			KeepHistoryByQueue: map[string]time.Duration{jobs.DefaultQueue: o.Keep}, FlowControl: o.flowControl()})
+		wcfg := worker.Config{Queues: o.queueSlots(), Registerer: r, Logger: quiet,
+			KeepHistoryByQueue: map[string]time.Duration{jobs.DefaultQueue: o.Keep, tickQueue: 24 * time.Hour}, FlowControl: o.flowControl(),
+			DeadRetention: o.DeadRetention}
+		if o.Keep > 0 {
+			wcfg.KeepWorkflowSteps = o.Keep
+		}
+		w, err := worker.New(pool, wcfg)
 		if err != nil {
+			return err
+		}
+		if err := handleSoak(w, o.Ticks); err != nil {
 			return err
 		}
 		if err := worker.Handle(w, noop, func(context.Context, *jobs.Job[benchJob]) error { work(); return nil }); err != nil {
@@ -231,7 +251,9 @@ func RunWorkerProcess(ctx context.Context, dbURL string, o WorkerOptions, out io
 	say("ready")
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
-	report := func() { say(workerReport, CounterSum(CompletedCounter, reg), CounterSum(UnconfirmedCounter, reg)) }
+	report := func() {
+		say(workerReport, CounterSum(CompletedCounter, reg), CounterSum(UnconfirmedCounter, reg), CounterSum(DeadCounter, reg))
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -256,6 +278,7 @@ func RunWorkerProcess(ctx context.Context, dbURL string, o WorkerOptions, out io
 const (
 	CompletedCounter   = `hopper_job_outcomes_total{outcome="done"}`
 	UnconfirmedCounter = `hopper_job_outcomes_total{outcome="unconfirmed"}`
+	DeadCounter        = `hopper_job_outcomes_total{outcome="dead"}`
 )
 
 // CheckOutcomes compares what the workers reported with what the table

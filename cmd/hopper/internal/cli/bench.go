@@ -19,16 +19,16 @@ func benchCommand() *command {
 	cfg := bench.Config{}
 	var asJSON bool
 	var role string
-	var keep time.Duration
-	var fair, exactStarts bool
+	var keep, deadRetention time.Duration
+	var fair, exactStarts, ticks bool
 	var drainSizes, queueCounts string
 	var queueCount int
 	return &command{
 		name:    "bench",
-		args:    "[--mode continuous|drain|enqueue|latency|all|noisy|keys|rate|flow|queues|sequences|workflows|durable] [--drain-sizes N,N,…] [--queues N,N,…] [--baseline] [--json] [flags]",
+		args:    "[--mode continuous|drain|enqueue|latency|all|noisy|keys|rate|flow|queues|sequences|workflows|durable|soak] [--drain-sizes N,N,…] [--queues N,N,…] [--baseline] [--json] [flags]",
 		summary: "measure throughput, latency, memory and PostgreSQL CPU on a scratch schema, with a pgbench raw-SQL baseline",
 		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all (those four); noisy, keys, rate or flow (those three); queues; sequences; workflows; durable")
+			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all (those four); noisy, keys, rate or flow (those three); queues; sequences; workflows; durable; soak")
 			durationVar(fs, &cfg.Duration, "duration", time.Minute, "continuous and baseline: how long to measure (the steady state is the last half)")
 			durationVar(fs, &cfg.Window, "window", 10*time.Second, "continuous and baseline: the length of one reported window")
 			fs.BoolVar(&cfg.HoldSnapshot, "hold-snapshot", false, "continuous: hold a REPEATABLE READ snapshot open for the whole run (a long report, an idle-in-transaction session)")
@@ -49,6 +49,8 @@ func benchCommand() *command {
 			fs.IntVar(&cfg.Scheduled, "scheduled", 0, "continuous: measure again with this many far-future jobs in the table; drain: add them first")
 			durationVar(fs, &cfg.History, "history", 0, "continuous: measure again with the workers keeping every completed job in the history this long (e.g. 30s: pruned as they expire)")
 			durationVar(fs, &keep, "keep-history", 0, "internal: the worker process keeps completed jobs this long")
+			durationVar(fs, &deadRetention, "dead-retention", 0, "internal: the worker process keeps dead jobs this long (0: for ever)")
+			fs.BoolVar(&ticks, "ticks", false, "internal: the worker process fires the soak's schedule")
 			fs.BoolVar(&cfg.Baseline, "baseline", false, "also run pgbench's insert / SKIP LOCKED claim / delete cycle and report ratios")
 			fs.IntVar(&cfg.Singles, "singles", 2000, "enqueue: single transactional enqueues timed")
 			fs.IntVar(&cfg.Samples, "samples", 300, "latency: jobs timed")
@@ -69,6 +71,11 @@ func benchCommand() *command {
 			fs.IntVar(&cfg.Workflows.BatchJobs, "batch-jobs", 100_000, "workflows: jobs of the batch timed with its callback (jobs.NewBatch)")
 			fs.IntVar(&cfg.Durable.Jobs, "durable-jobs", 5000, "durable: durable jobs of 10 worker.Step calls drained, against 10 × as many plain jobs")
 			fs.IntVar(&cfg.Durable.Calls, "durable-calls", 2000, "durable: calls of worker.StepTx, and of a plain transaction, timed one job at a time")
+			durationVar(fs, &cfg.Soak.Duration, "soak-duration", time.Hour, "soak: how long the mixed load runs")
+			durationVar(fs, &cfg.Soak.Sample, "soak-sample", time.Minute, "soak: how often the tables' sizes, dead tuples, autovacuums and the rates are sampled")
+			fs.IntVar(&cfg.Soak.Rate, "soak-rate", 2000, "soak: jobs offered per second (10% sequence jobs, 10% workflow steps, 1% failing, the rest plain; and a schedule's job every second)")
+			durationVar(fs, &cfg.Soak.Keep, "soak-keep", 5*time.Minute, "soak: how long completed jobs (workflow steps too) and dead jobs are kept")
+			fs.StringVar(&cfg.Soak.Chart, "soak-chart", "", "soak: write an SVG chart of the samples to this file")
 			fs.IntVar(&cfg.Rate, "rate", 500, "rate: jobs allowed per --rate-per, across the worker processes")
 			durationVar(fs, &cfg.RatePer, "rate-per", time.Second, "rate: the limit's interval")
 			fs.IntVar(&cfg.RateProcesses, "rate-processes", 3, "rate: worker processes sharing the limit")
@@ -85,13 +92,13 @@ func benchCommand() *command {
 			}
 			if role == "worker" {
 				return bench.RunWorkerProcess(e.ctx, e.url(), bench.WorkerOptions{Workers: cfg.Workers, Concurrency: cfg.Concurrency, Queues: queueCount,
-					HandlerTime: cfg.HandlerTime, Keep: keep, Fair: fair, KeyLimit: cfg.KeyLimit, Rate: cfg.Rate, RatePer: cfg.RatePer, RateExactStarts: exactStarts}, e.stdout)
+					HandlerTime: cfg.HandlerTime, Keep: keep, DeadRetention: deadRetention, Ticks: ticks, Fair: fair, KeyLimit: cfg.KeyLimit, Rate: cfg.Rate, RatePer: cfg.RatePer, RateExactStarts: exactStarts}, e.stdout)
 			}
 			switch cfg.Mode {
-			case "continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences", "workflows", "durable":
+			case "continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences", "workflows", "durable", "soak":
 			default:
 				return fmt.Errorf("%w: unknown mode %q%s", errUsage, cfg.Mode,
-					didYouMean(cfg.Mode, "", []string{"continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences", "workflows", "durable"}))
+					didYouMean(cfg.Mode, "", []string{"continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences", "workflows", "durable", "soak"}))
 			}
 			if cfg.ProfileDir != "" {
 				if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
@@ -125,6 +132,9 @@ func benchCommand() *command {
 				o.TrickleDuration < time.Second || o.BatchJobs < 1 || o.BatchJobs >= jobs.MaxWorkflowSteps) {
 				return fmt.Errorf("%w: --mode workflows needs --diamonds positive, --trickle-rate from 1 to 1000, --trickle-duration at least 1s and --batch-jobs from 1 to %d",
 					errUsage, jobs.MaxWorkflowSteps-1)
+			}
+			if o := cfg.Soak; cfg.Mode == "soak" && (o.Duration < time.Second || o.Sample < time.Second || o.Sample > o.Duration || o.Rate < 10 || o.Keep < time.Second) {
+				return fmt.Errorf("%w: --mode soak needs --soak-duration and --soak-sample at least 1s (the sample no longer than the run), --soak-rate at least 10 and --soak-keep at least 1s", errUsage)
 			}
 			if cfg.Mode == "durable" && (cfg.Durable.Jobs < 1 || cfg.Durable.Calls < 1) {
 				return fmt.Errorf("%w: --mode durable needs --durable-jobs and --durable-calls positive", errUsage)
@@ -229,6 +239,9 @@ func printBench(w io.Writer, r *bench.Report) {
 	}
 	if r.Durable != nil {
 		r.Durable.Print(w)
+	}
+	if r.Soak != nil {
+		r.Soak.Print(w)
 	}
 	if b := r.Baseline; b != nil {
 		fmt.Fprintf(w, "baseline (pgbench, %d clients, batch %d): %.0f jobs/s; CPU per 1000 jobs: pgbench %.3fs, PostgreSQL %.3fs\n",
