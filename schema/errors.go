@@ -27,3 +27,9 @@ var ErrDownTooFar = errors.New("hopper: cannot undo that many migrations")
 // migrations table, so the version cannot be known. The error names the
 // GRANT that fixes it.
 var ErrNoAccess = errors.New("hopper: cannot read the schema version")
+
+// ErrLockTimeout is returned when every attempt of a migration waited
+// lock_timeout for a lock (LockTimeout) and rolled back: a transaction
+// holds a lock the migration needs for longer than the attempts last.
+// Nothing is left half-applied.
+var ErrLockTimeout = errors.New("hopper: migration timed out waiting for a lock")

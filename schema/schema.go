@@ -8,15 +8,19 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database"
 	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -51,8 +55,30 @@ func errorf(sentinel error, format string, args ...any) error {
 type Option func(*options)
 
 type options struct {
-	schema string
-	logf   func(format string, args ...any)
+	schema       string
+	logf         func(format string, args ...any)
+	lockTimeout  time.Duration
+	lockAttempts int
+	lockSet      bool // LockTimeout was given (0 then means the server's setting)
+}
+
+// The lock waits of a migration, unless LockTimeout says otherwise.
+const (
+	DefaultLockTimeout  = 2 * time.Second
+	DefaultLockAttempts = 10
+)
+
+// LockTimeout bounds how long each statement of a migration waits for a
+// lock (PostgreSQL's lock_timeout, set on the migrator's own sessions), so
+// that a migration queued behind a long transaction never holds up the
+// queue's traffic behind its own lock request for longer. A migration
+// whose statement waited that long rolls back whole and runs again after
+// a pause, up to attempts times in all; then the run fails with an error
+// that matches ErrLockTimeout. The defaults are DefaultLockTimeout and
+// DefaultLockAttempts; a timeout of 0 leaves the server's lock_timeout
+// (by default none: wait for ever).
+func LockTimeout(timeout time.Duration, attempts int) Option {
+	return func(o *options) { o.lockTimeout, o.lockAttempts, o.lockSet = timeout, max(attempts, 1), true }
 }
 
 // Name installs Hopper's tables in the named schema, which must
@@ -71,19 +97,30 @@ func Logf(logf func(format string, args ...any)) Option {
 
 // Migrator applies Hopper's migrations to one database (and schema).
 type Migrator struct {
-	m      *migrate.Migrate
-	driver database.Driver // m's; its lock is the one m.Up takes
-	schema string
+	m        *migrate.Migrate
+	driver   database.Driver // m's; its lock is the one m.Up takes
+	schema   string
+	attempts int // of a run whose statement waited lock_timeout for a lock
+	logf     func(format string, args ...any)
 }
 
 // NewMigrator prepares migrations over connections of its own, made from
 // pool's configuration. Close it when done.
 func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migrator, error) {
-	var o options
+	o := options{lockTimeout: DefaultLockTimeout, lockAttempts: DefaultLockAttempts}
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if o.lockTimeout < 0 {
+		return nil, fmt.Errorf("migrate: negative lock timeout %v", o.lockTimeout)
+	}
 	connCfg := pool.Config().ConnConfig
+	if o.lockTimeout > 0 {
+		// Every lock wait of the migrator's sessions: the migrations'
+		// statements, and golang-migrate's advisory lock too (a wait for
+		// another migrator is retried as any other).
+		connCfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(max(o.lockTimeout.Milliseconds(), 1), 10)
+	}
 	if o.schema != "" {
 		exists, err := hopperdb.New(pool).SchemaExists(ctx, o.schema)
 		if err != nil {
@@ -127,7 +164,7 @@ func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migr
 	if o.logf != nil {
 		m.Log = logger(o.logf)
 	}
-	return &Migrator{m: m, driver: driver, schema: schemaName}, nil
+	return &Migrator{m: m, driver: driver, schema: schemaName, attempts: o.lockAttempts, logf: o.logf}, nil
 }
 
 // currentSchema returns the schema migrations go to, or ErrNoSchema saying
@@ -327,7 +364,82 @@ func (mg *Migrator) Force(version int) error {
 	return nil
 }
 
+// run runs step (what: up or down) and runs it again when a statement
+// waited lock_timeout for a lock: the migration that timed out rolled back
+// whole (each file runs in one transaction), and golang-migrate's dirty
+// mark is set back to the version the schema is really at.
 func (mg *Migrator) run(ctx context.Context, what string, step func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := mg.runOnce(ctx, what, step)
+		timedOut := lockTimedOut(err)
+		if timedOut == nil {
+			return err
+		}
+		if uerr := mg.undoTimedOut(what); uerr != nil {
+			return errors.Join(err, uerr)
+		}
+		if attempt >= mg.attempts {
+			return errorf(ErrLockTimeout, "hopper: migrate %s: %d attempts each waited lock_timeout for a lock and rolled back: "+
+				"a long transaction holds a lock the migration needs (find it in pg_stat_activity), or raise the lock timeout (last: %s)", what, attempt, timedOut.Message)
+		}
+		pause := min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second)
+		if mg.logf != nil {
+			mg.logf("migrate %s: a statement waited lock_timeout for a lock; rolled back, attempt %d of %d in %v", what, attempt+1, mg.attempts, pause)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("migrate %s: %w (after a lock timeout: %s)", what, ctx.Err(), timedOut.Message)
+		case <-time.After(pause):
+		}
+	}
+}
+
+// lockTimedOut returns PostgreSQL's lock_not_available error in err (a
+// statement, or the advisory lock, waited lock_timeout), or nil.
+func lockTimedOut(err error) *pgconn.PgError {
+	var pgErr *pgconn.PgError
+	var dbErr database.Error
+	var dbErrPtr *database.Error
+	switch { // golang-migrate's database.Error does not unwrap
+	case errors.As(err, &dbErr):
+		err = dbErr.OrigErr
+	case errors.As(err, &dbErrPtr):
+		err = dbErrPtr.OrigErr
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable {
+		return pgErr
+	}
+	return nil
+}
+
+// undoTimedOut clears the dirty mark a migration that timed out left: up,
+// the schema is still at the version before the one marked; down, at the
+// one after it (golang-migrate marks the version a step goes to).
+func (mg *Migrator) undoTimedOut(what string) error {
+	version, dirty, err := mg.Version()
+	if err != nil || !dirty {
+		return err
+	}
+	at := int(version)
+	vs := Versions()
+	i := slices.Index(vs, version)
+	switch {
+	case what == "up" && i > 0:
+		at = int(vs[i-1])
+	case what == "up":
+		at = 0
+	case what == "down" && version == 0:
+		at = int(vs[0])
+	case what == "down" && i >= 0 && i+1 < len(vs):
+		at = int(vs[i+1])
+	}
+	if err := mg.Force(at); err != nil {
+		return fmt.Errorf("migrate %s: clear the dirty mark of the migration that timed out: %w", what, err)
+	}
+	return nil
+}
+
+func (mg *Migrator) runOnce(ctx context.Context, what string, step func() error) error {
 	if _, err := mg.checkVersionLocked(what); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,6 +18,8 @@ const migrateActions = "up, down, version or force"
 func migrateCommand() *command {
 	var all, yes bool
 	var schemaName string
+	var lockTimeout time.Duration
+	var lockAttempts int
 	return &command{
 		name:    "migrate",
 		actions: []string{"up", "down", "version", "force"},
@@ -26,12 +29,18 @@ func migrateCommand() *command {
 			fs.BoolVar(&all, "all", false, "with down: undo every migration (drops Hopper's tables and jobs)")
 			fs.BoolVar(&yes, "yes", false, "with down: do not ask for confirmation")
 			fs.StringVar(&schemaName, "schema", "", "install in this existing schema instead of the search_path's first")
+			durationVar(fs, &lockTimeout, "lock-timeout", schema.DefaultLockTimeout,
+				"up and down: how long a migration's statement may wait for a lock before the migration rolls back and runs again (0: the server's lock_timeout)")
+			fs.IntVar(&lockAttempts, "lock-attempts", schema.DefaultLockAttempts, "up and down: how many times a migration that waited --lock-timeout runs in all")
 		},
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
 			if len(args) == 0 {
 				return fmt.Errorf("%w: say %s", errUsage, migrateActions)
 			}
 			// Check the arguments before connecting.
+			if lockTimeout < 0 || lockAttempts < 1 {
+				return fmt.Errorf("%w: --lock-timeout may not be negative and --lock-attempts must be at least 1", errUsage)
+			}
 			steps, force := 1, 0
 			switch args[0] {
 			case "up", "version":
@@ -74,7 +83,7 @@ func migrateCommand() *command {
 			defer pool.Close()
 			opts := []schema.Option{schema.Logf(func(format string, a ...any) {
 				fmt.Fprintf(e.stdout, format+"\n", a...)
-			})}
+			}), schema.LockTimeout(lockTimeout, lockAttempts)}
 			if schemaName != "" {
 				opts = append(opts, schema.Name(schemaName))
 			}
