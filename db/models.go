@@ -59,6 +59,12 @@ type HopperEvent struct {
 	CreatedAt time.Time       `json:"created_at"`
 }
 
+type HopperHistoryPartition struct {
+	Name    string    `json:"name"`
+	LowerAt time.Time `json:"lower_at"`
+	UpperAt time.Time `json:"upper_at"`
+}
+
 type HopperJob struct {
 	ID             int64      `json:"id"`
 	Queue          string     `json:"queue"`
@@ -97,6 +103,28 @@ type HopperJobHistory struct {
 	KeepUntil      time.Time       `json:"keep_until"`
 	Meta           json.RawMessage `json:"meta"`
 	ConcurrencyKey *string         `json:"concurrency_key"`
+	DropAfter      *time.Time      `json:"drop_after"`
+}
+
+type HopperJobHistoryDefault struct {
+	ID             int64           `json:"id"`
+	Queue          string          `json:"queue"`
+	Kind           string          `json:"kind"`
+	Version        int32           `json:"version"`
+	Payload        json.RawMessage `json:"payload"`
+	Priority       int16           `json:"priority"`
+	Attempt        int32           `json:"attempt"`
+	MaxAttempts    int32           `json:"max_attempts"`
+	UniqueKey      *string         `json:"unique_key"`
+	Errors         json.RawMessage `json:"errors"`
+	RunAt          time.Time       `json:"run_at"`
+	Result         json.RawMessage `json:"result"`
+	CreatedAt      time.Time       `json:"created_at"`
+	FinishedAt     time.Time       `json:"finished_at"`
+	KeepUntil      time.Time       `json:"keep_until"`
+	Meta           json.RawMessage `json:"meta"`
+	ConcurrencyKey *string         `json:"concurrency_key"`
+	DropAfter      *time.Time      `json:"drop_after"`
 }
 
 type HopperJobProgress struct {

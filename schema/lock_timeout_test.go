@@ -14,8 +14,13 @@ import (
 	"github.com/hopperq/hopper/schema"
 )
 
-// TestMigrationWaitsBoundedForLocks: the newest migration adds a trigger
-// to hopper_jobs, which waits for any open transaction that wrote to it.
+// newestLocks is a table the newest migration locks against writers
+// (migration 21 renames hopper_job_history): a writer's open transaction
+// on it makes that migration wait.
+const newestLocks = "hopper_job_history"
+
+// TestMigrationWaitsBoundedForLocks: the newest migration locks
+// newestLocks, which waits for any open transaction that wrote to it.
 // Under LockTimeout it waits no longer than the timeout, rolls back whole
 // and runs again: with the writer's transaction held past every attempt,
 // the run fails with ErrLockTimeout and leaves the schema at the version
@@ -27,12 +32,12 @@ func TestMigrationWaitsBoundedForLocks(t *testing.T) {
 	before := schema.Versions()[len(schema.Versions())-2]
 	d := testdb.NewAtVersion(t, before)
 
-	// A writer's transaction left open: ROW EXCLUSIVE on hopper_jobs
-	// conflicts with CREATE TRIGGER's SHARE ROW EXCLUSIVE.
+	// A writer's transaction left open: its ROW EXCLUSIVE lock conflicts
+	// with the migration's.
 	tx, err := d.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	_, err = tx.Exec(ctx, "LOCK TABLE hopper_jobs IN ROW EXCLUSIVE MODE")
+	_, err = tx.Exec(ctx, "LOCK TABLE "+newestLocks+" IN ROW EXCLUSIVE MODE")
 	require.NoError(t, err)
 
 	var mu sync.Mutex
@@ -92,7 +97,7 @@ func TestLockTimeoutZeroWaits(t *testing.T) {
 	d := testdb.NewAtVersion(t, before)
 	tx, err := d.Pool.Begin(ctx)
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "LOCK TABLE hopper_jobs IN ROW EXCLUSIVE MODE")
+	_, err = tx.Exec(ctx, "LOCK TABLE "+newestLocks+" IN ROW EXCLUSIVE MODE")
 	require.NoError(t, err)
 	mg, err := schema.NewMigrator(ctx, d.Pool, schema.LockTimeout(0, 1))
 	require.NoError(t, err)
@@ -102,7 +107,7 @@ func TestLockTimeoutZeroWaits(t *testing.T) {
 	// The migration is waiting on the lock: pg_locks shows its request.
 	require.Eventually(t, func() bool {
 		var waiting bool
-		err := d.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks WHERE NOT granted AND relation = 'hopper_jobs'::regclass)`).Scan(&waiting)
+		err := d.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks WHERE NOT granted AND relation = $1::regclass)`, newestLocks).Scan(&waiting)
 		return err == nil && waiting
 	}, 30*time.Second, 10*time.Millisecond)
 	require.NoError(t, tx.Rollback(ctx))

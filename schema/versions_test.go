@@ -23,6 +23,19 @@ var addedBy = map[uint][]string{
 	16: nil, // sql_api_inputs: a check on hopper_jobs and a function's new body
 	17: {"relation hopper_unique_periods", "relation hopper_unique_periods_expires_idx", "relation hopper_unique_periods_pkey"},
 	18: durableObjects,
+	19: nil, // history_drop_after: a column and a check on hopper_job_history
+	20: nil, // history_drop_after_valid: the check validated
+	21: historyPartitionObjects,
+}
+
+// historyPartitionObjects are what migration 21 (history_partitions)
+// adds: the old table stays, as the default partition, with its indexes.
+var historyPartitionObjects = []string{
+	"function hopper_history_partitions_drop", "function hopper_history_partitions_ensure",
+	"relation hopper_history_partitions", "relation hopper_history_partitions_lower_at_key",
+	"relation hopper_history_partitions_pkey", "relation hopper_history_partitions_upper_at_key",
+	"relation hopper_job_history_all_unique_key_idx", "relation hopper_job_history_all_workflow_idx",
+	"relation hopper_job_history_default",
 }
 
 // durableObjects are what migration 18 (durable) adds.

@@ -179,6 +179,20 @@ type Config struct {
 	// keeps none (children then find their parents "gone", and results
 	// are lost).
 	KeepWorkflowSteps time.Duration
+	// HistoryPartitionWidth is the width of the time partitions this
+	// worker creates for the history (hopper_job_history is partitioned by
+	// when a row may go; docs/operating.md, "Retention"). A completed job
+	// is kept at least its keep and at most one width longer, then goes
+	// with its whole partition, by a DROP rather than a DELETE per row.
+	// The worker creates partitions ahead to cover the longest keep it
+	// writes (KeepHistory, KeepHistoryByQueue, KeepWorkflowSteps), at most
+	// MaxHistoryPartitionsAhead of them; a job kept beyond them goes to
+	// the default partition and is deleted row by row, as are jobs kept by
+	// builds before partitions. Between 1 minute and 31 days; default 1
+	// hour; negative: this worker creates none (it still drops those that
+	// passed).
+	HistoryPartitionWidth time.Duration
+
 	// DeadRetention, when positive, deletes dead and cancelled jobs that
 	// ended longer ago than this: every worker that sets it prunes them in
 	// bounded batches on its sweep interval. Default 0: kept until purged.
@@ -328,6 +342,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.KeepWorkflowSteps == 0 {
 		c.KeepWorkflowSteps = 7 * 24 * time.Hour
+	}
+	if c.HistoryPartitionWidth == 0 {
+		c.HistoryPartitionWidth = DefaultHistoryPartitionWidth
+	}
+	if w := c.HistoryPartitionWidth; w > 0 && (w < time.Minute || w > 31*24*time.Hour) {
+		return c, fmt.Errorf("%w: history partition width %v: it must be between 1m and 31 days (negative: none)", ErrInvalidConfig, w)
 	}
 	if c.ScheduleStaleAfter == 0 {
 		c.ScheduleStaleAfter = 5 * time.Minute

@@ -3,6 +3,7 @@ package worker
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/hopperq/hopper/jobs"
 )
@@ -42,6 +43,20 @@ func (t *handlerTable) add(h *handler) error {
 		t.keyLimits = append(t.keyLimits, int32(t.byKind[name].keyLimit))
 	}
 	return nil
+}
+
+// longestKeep is the longest a completed job this worker acknowledges is
+// kept: a kind's KeepHistory, a queue's KeepHistoryByQueue, or
+// KeepWorkflowSteps for a workflow's step. 0: it keeps none.
+func (t *handlerTable) longestKeep(cfg *Config) time.Duration {
+	keep := max(cfg.KeepWorkflowSteps, 0)
+	for _, d := range cfg.KeepHistoryByQueue {
+		keep = max(keep, d)
+	}
+	for _, h := range t.byKind {
+		keep = max(keep, h.keep)
+	}
+	return keep
 }
 
 // of is the handler of kind, nil when none is registered.

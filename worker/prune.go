@@ -35,10 +35,24 @@ type pruner struct {
 	// lastWorkerPrune: when the rows of workers gone long ago were last
 	// pruned (pruneWorkers; the pruner's goroutine only).
 	lastWorkerPrune time.Time
+	// partitionWidth: Config.HistoryPartitionWidth (negative: none made).
+	partitionWidth time.Duration
+	// longestKeep is the longest a job this worker acknowledges is kept
+	// (handlerTable.longestKeep): how far ahead partitions must reach.
+	longestKeep func() time.Duration
 }
 
-func newPruner(q *db.Queries, log *slog.Logger, cfg *Config) *pruner {
-	return &pruner{q: q, log: log, every: cfg.SweepInterval, deadRetention: cfg.DeadRetention, eventRetention: cfg.EventRetention}
+// MaxHistoryPartitionsAhead bounds how many partitions of the history a
+// worker keeps created ahead of now (Config.HistoryPartitionWidth): every
+// lookup of a completed job by id reads each partition's primary key.
+const MaxHistoryPartitionsAhead = 24
+
+// DefaultHistoryPartitionWidth is Config.HistoryPartitionWidth's default.
+const DefaultHistoryPartitionWidth = time.Hour
+
+func newPruner(q *db.Queries, log *slog.Logger, cfg *Config, longestKeep func() time.Duration) *pruner {
+	return &pruner{q: q, log: log, every: cfg.SweepInterval, deadRetention: cfg.DeadRetention, eventRetention: cfg.EventRetention,
+		partitionWidth: cfg.HistoryPartitionWidth, longestKeep: longestKeep}
 }
 
 func (m *pruner) run(ctx context.Context) {
@@ -57,6 +71,7 @@ func (w *Worker) PruneOnce(ctx context.Context) (history, dead int64) {
 // pruneOnce runs the pruning now and reports how many completed jobs left
 // the history and how many dead or cancelled jobs were deleted.
 func (m *pruner) pruneOnce(ctx context.Context) (history, dead int64) {
+	m.partitions(ctx)
 	start := time.Now()
 	full, complete := true, false
 	defer func() { m.horizon.done(start, complete, full) }()
@@ -85,6 +100,30 @@ func (m *pruner) pruneOnce(ctx context.Context) (history, dead int64) {
 		m.log.Info("pruned finished jobs", "history", history, "dead", dead)
 	}
 	return history, dead
+}
+
+// partitions drops the history's partitions whose range has passed and
+// creates those this worker's keeps need ahead. A failure (a lock not
+// granted within the functions' lock_timeout, say) is logged and tried
+// again at the next pass: meanwhile rows go to the partitions that exist,
+// or to the default one.
+func (m *pruner) partitions(ctx context.Context) {
+	dropped, err := m.q.DropHistoryPartitions(ctx)
+	if err != nil && ctx.Err() == nil {
+		m.log.Warn("dropping the history's expired partitions failed; retrying at the next interval", "error", err)
+	}
+	var created int32
+	if keep := m.longestKeep(); m.partitionWidth > 0 && keep > 0 {
+		ahead := min(keep+m.partitionWidth, MaxHistoryPartitionsAhead*m.partitionWidth)
+		created, err = m.q.EnsureHistoryPartitions(ctx, db.EnsureHistoryPartitionsParams{
+			WidthMs: m.partitionWidth.Milliseconds(), AheadMs: ahead.Milliseconds()})
+		if err != nil && ctx.Err() == nil {
+			m.log.Warn("creating the history's partitions failed; retrying at the next interval", "error", err)
+		}
+	}
+	if dropped+created > 0 {
+		m.log.Info("history partitions", "dropped", dropped, "created", created)
+	}
 }
 
 // pruneUniquePeriods deletes the records of unique keys whose period

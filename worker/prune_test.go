@@ -17,7 +17,7 @@ import (
 func TestPrunerDeletesWhatExpired(t *testing.T) {
 	t.Parallel()
 	b := newPassBed(t)
-	m := newPruner(b.q, b.log, &Config{SweepInterval: time.Hour, DeadRetention: time.Millisecond})
+	m := newPruner(b.q, b.log, &Config{SweepInterval: time.Hour, DeadRetention: time.Millisecond}, func() time.Duration { return 0 })
 
 	b.enqueue(time.Now().Add(-time.Second))
 	b.enqueue(time.Now().Add(-time.Second))
@@ -56,4 +56,61 @@ func TestPrunerDeletesWhatExpired(t *testing.T) {
 	left, err = b.q.ListWorkers(b.ctx, nil)
 	require.NoError(t, err)
 	require.Len(t, left, 1, "a second prune within workerPruneEvery does not run")
+}
+
+// The pruner keeps the history's partitions ahead of the longest keep it
+// writes and drops those whose range has passed: a job kept within them
+// lands in a time partition, one kept beyond them in the default
+// partition, and a worker that keeps nothing creates none.
+func TestPrunerDropsPartitions(t *testing.T) {
+	t.Parallel()
+	b := newPassBed(t)
+	none := newPruner(b.q, b.log, &Config{SweepInterval: time.Hour, HistoryPartitionWidth: time.Minute}, func() time.Duration { return 0 })
+	none.pruneOnce(b.ctx)
+	parts, err := b.q.HistoryPartitions(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, parts, "a worker that keeps nothing creates no partition")
+
+	m := newPruner(b.q, b.log, &Config{SweepInterval: time.Hour, HistoryPartitionWidth: time.Minute}, func() time.Duration { return 10 * time.Minute })
+	m.pruneOnce(b.ctx)
+	parts, err = b.q.HistoryPartitions(b.ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(parts), 11, "10 minutes of keep and a width ahead")
+	require.False(t, parts[len(parts)-1].UpperAt.Before(time.Now().Add(10*time.Minute)))
+	m.pruneOnce(b.ctx)
+	again, err := b.q.HistoryPartitions(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, len(parts), len(again), "covered: a second pass creates none")
+
+	b.enqueue(time.Now().Add(-time.Second))
+	b.enqueue(time.Now().Add(-time.Second))
+	rows := b.claim("w", 60_000)
+	require.Len(t, rows, 2)
+	_, err = b.q.AckBatchKeep(b.ctx, db.AckBatchKeepParams{Ids: []int64{rows[0].ID, rows[1].ID}, Attempts: []int32{rows[0].Attempt, rows[1].Attempt},
+		KeepMs: []int64{(5 * time.Minute).Milliseconds(), (48 * time.Hour).Milliseconds()}, Results: []json.RawMessage{nil, nil}})
+	require.NoError(t, err)
+	where := func(id int64) string {
+		var table string
+		require.NoError(t, b.tdb.Pool.QueryRow(b.ctx, "SELECT tableoid::regclass::text FROM hopper_job_history WHERE id = $1", id).Scan(&table))
+		return table
+	}
+	inPart := where(rows[0].ID)
+	require.NotEqual(t, "hopper_job_history_default", inPart, "kept 5 minutes: a time partition")
+	require.Equal(t, "hopper_job_history_default", where(rows[1].ID), "kept 2 days, beyond the partitions: the default one")
+
+	// The partition holding the first job passes (the list is what the
+	// drop reads).
+	_, err = b.tdb.Pool.Exec(b.ctx, `UPDATE hopper_history_partitions SET upper_at = lower_at - interval '1 day' + interval '1 second',
+		lower_at = lower_at - interval '1 day' WHERE lower_at <= (SELECT lower_at FROM hopper_history_partitions WHERE name = $1)`, inPart)
+	require.NoError(t, err)
+	m.pruneOnce(b.ctx)
+	var left int
+	require.NoError(t, b.tdb.Pool.QueryRow(b.ctx, "SELECT count(*) FROM hopper_job_history").Scan(&left))
+	require.Equal(t, 1, left, "the partition went with its job; the default partition's job is not due")
+	after, err := b.q.HistoryPartitions(b.ctx)
+	require.NoError(t, err)
+	for _, p := range after {
+		require.NotEqual(t, inPart, p.Name)
+		require.True(t, p.UpperAt.After(time.Now()), "every partition that passed was dropped")
+	}
 }

@@ -89,7 +89,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	w.announcer = announcer{q: w.q, log: w.log}
 	w.sweeper = newSweeper(w.q, w.log, m, &w.cfg, w.announcer.announce)
 	w.promoter = newPromoter(w.q, w.log, &w.cfg, w.announcer.announce)
-	w.pruner = newPruner(w.q, w.log, &w.cfg)
+	w.pruner = newPruner(w.q, w.log, &w.cfg, func() time.Duration { return w.handlers.longestKeep(&w.cfg) })
 	return w, nil
 }
 

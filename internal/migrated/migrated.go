@@ -29,7 +29,7 @@ import (
 var ErrNotMigrated = errors.New("hopper: schema not migrated")
 
 // Latest is the schema version this build of Hopper needs: schema.Latest().
-const Latest = 18
+const Latest = 21
 
 // names are the migrations of this build, by version: names[v-1] is the
 // name of migration v (its file is 00000v_<name>.up.sql).
@@ -37,7 +37,8 @@ var names = [Latest]string{
 	"create_hopper", "claim_cursor", "operate", "schedules", "meta",
 	"flow_control", "flow_record", "rate_starts", "key_order", "workers",
 	"worker_release", "sql_api", "sequences", "workflows", "workflow_edges", "sql_api_inputs",
-	"unique_periods", "durable",
+	"unique_periods", "durable", "history_drop_after", "history_drop_after_valid",
+	"history_partitions",
 }
 
 // Names returns the migrations' names, oldest first: the name of version

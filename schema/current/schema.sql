@@ -572,6 +572,88 @@ CREATE FUNCTION hopper.hopper_go_escapes(t text) RETURNS integer
 $$;
 
 --
+-- Name: hopper_history_partitions_drop(); Type: FUNCTION; Schema: hopper; Owner: -
+--
+
+CREATE FUNCTION hopper.hopper_history_partitions_drop() RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET lock_timeout TO '2s'
+    SET search_path TO 'hopper', 'pg_temp'
+    AS $$
+DECLARE
+    part    text;
+    dropped integer := 0;
+BEGIN
+    IF NOT EXISTS (SELECT FROM hopper_history_partitions AS p WHERE p.upper_at <= now()) THEN
+        RETURN 0;
+    END IF;
+    LOCK TABLE hopper_history_partitions IN SHARE ROW EXCLUSIVE MODE;
+    LOCK TABLE hopper_job_history IN ACCESS EXCLUSIVE MODE;
+    FOR part IN SELECT p.name FROM hopper_history_partitions AS p
+                WHERE p.upper_at <= now() ORDER BY p.lower_at LIMIT 100 LOOP
+        EXECUTE format('DELETE FROM hopper_workflow_deps AS d WHERE d.child_id IN '
+                       '(SELECT h.id FROM %I AS h WHERE h.meta ? ''hopper.workflow'')', part);
+        EXECUTE format('DROP TABLE %I', part);
+        DELETE FROM hopper_history_partitions AS p WHERE p.name = part;
+        dropped := dropped + 1;
+    END LOOP;
+    RETURN dropped;
+END;
+$$;
+
+--
+-- Name: hopper_history_partitions_ensure(interval, interval); Type: FUNCTION; Schema: hopper; Owner: -
+--
+
+CREATE FUNCTION hopper.hopper_history_partitions_ensure(width interval, ahead interval) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET lock_timeout TO '2s'
+    SET "TimeZone" TO 'UTC'
+    SET "DateStyle" TO 'ISO, YMD'
+    SET search_path TO 'hopper', 'pg_temp'
+    AS $$
+DECLARE
+    width_s double precision := extract(epoch FROM width);
+    newest  timestamptz;
+    from_at timestamptz;
+    to_at   timestamptz;
+    part    text;
+    made    integer := 0;
+BEGIN
+    IF width IS NULL OR width < interval '1 minute' OR width > interval '31 days' THEN
+        RAISE EXCEPTION 'hopper: partition width %: it must be between 1 minute and 31 days', width
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF ahead IS NULL OR ahead < interval '0' OR ahead > interval '400 days' THEN
+        RAISE EXCEPTION 'hopper: partitions ahead %: it must be between 0 and 400 days', ahead
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- One creator or dropper at a time; readers of the list go on.
+    LOCK TABLE hopper_history_partitions IN SHARE ROW EXCLUSIVE MODE;
+    SELECT max(p.upper_at) INTO newest FROM hopper_history_partitions AS p;
+    WHILE (newest IS NULL OR newest < now() + ahead) AND made < 100 LOOP
+        -- now() rounded down to the width, on a grid from the epoch.
+        from_at := to_timestamp(floor(extract(epoch FROM now()) / width_s) * width_s);
+        IF newest IS NOT NULL THEN
+            to_at := greatest(newest + width, from_at + width);
+            from_at := newest;
+        ELSE
+            to_at := from_at + width;
+        END IF;
+        part := 'hopper_job_history_' || to_char(from_at, 'YYYYMMDD"t"HH24MISS');
+        EXECUTE format('CREATE TABLE %I (LIKE hopper_job_history INCLUDING DEFAULTS)', part);
+        EXECUTE format('ALTER TABLE %I ADD PRIMARY KEY (id)', part);
+        EXECUTE format('ALTER TABLE hopper_job_history ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
+                       part, from_at, to_at);
+        INSERT INTO hopper_history_partitions (name, lower_at, upper_at) VALUES (part, from_at, to_at);
+        newest := to_at;
+        made := made + 1;
+    END LOOP;
+    RETURN made;
+END;
+$$;
+
+--
 -- Name: hopper_isolation_check(); Type: FUNCTION; Schema: hopper; Owner: -
 --
 
@@ -1470,9 +1552,10 @@ CREATE TABLE hopper.hopper_job_history (
     finished_at timestamp with time zone DEFAULT now() NOT NULL,
     keep_until timestamp with time zone NOT NULL,
     meta jsonb,
-    concurrency_key text COLLATE pg_catalog."C"
+    concurrency_key text COLLATE pg_catalog."C",
+    drop_after timestamp with time zone
 )
-WITH (autovacuum_vacuum_scale_factor='0.05', autovacuum_vacuum_insert_scale_factor='0.05');
+PARTITION BY RANGE (drop_after);
 
 --
 -- Name: hopper_jobs; Type: TABLE; Schema: hopper; Owner: -
@@ -1597,6 +1680,44 @@ CREATE TABLE hopper.hopper_events (
     CONSTRAINT hopper_events_name_check CHECK (((char_length(name) >= 1) AND (char_length(name) <= 255))),
     CONSTRAINT hopper_events_payload_check CHECK (((payload IS NULL) OR (octet_length((payload)::text) <= 65536)))
 );
+
+--
+-- Name: hopper_history_partitions; Type: TABLE; Schema: hopper; Owner: -
+--
+
+CREATE TABLE hopper.hopper_history_partitions (
+    name text NOT NULL,
+    lower_at timestamp with time zone NOT NULL,
+    upper_at timestamp with time zone NOT NULL,
+    CONSTRAINT hopper_history_partitions_check CHECK ((lower_at < upper_at))
+);
+
+--
+-- Name: hopper_job_history_default; Type: TABLE; Schema: hopper; Owner: -
+--
+
+CREATE TABLE hopper.hopper_job_history_default (
+    id bigint NOT NULL,
+    queue text NOT NULL,
+    kind text NOT NULL,
+    version integer NOT NULL,
+    payload jsonb NOT NULL,
+    priority smallint NOT NULL,
+    attempt integer NOT NULL,
+    max_attempts integer NOT NULL,
+    unique_key text,
+    errors jsonb NOT NULL,
+    run_at timestamp with time zone NOT NULL,
+    result jsonb,
+    created_at timestamp with time zone NOT NULL,
+    finished_at timestamp with time zone DEFAULT now() NOT NULL,
+    keep_until timestamp with time zone NOT NULL,
+    meta jsonb,
+    concurrency_key text COLLATE pg_catalog."C",
+    drop_after timestamp with time zone,
+    CONSTRAINT hopper_job_history_drop_after_check CHECK ((drop_after IS NULL))
+)
+WITH (autovacuum_vacuum_scale_factor='0.05', autovacuum_vacuum_insert_scale_factor='0.05');
 
 --
 -- Name: hopper_job_progress; Type: TABLE; Schema: hopper; Owner: -
@@ -1785,6 +1906,12 @@ CREATE TABLE hopper.hopper_workflow_waits (
 );
 
 --
+-- Name: hopper_job_history_default; Type: TABLE ATTACH; Schema: hopper; Owner: -
+--
+
+ALTER TABLE ONLY hopper.hopper_job_history ATTACH PARTITION hopper.hopper_job_history_default DEFAULT;
+
+--
 -- Name: hopper_dead_jobs hopper_dead_jobs_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
 --
 
@@ -1799,11 +1926,32 @@ ALTER TABLE ONLY hopper.hopper_events
     ADD CONSTRAINT hopper_events_pkey PRIMARY KEY (name);
 
 --
--- Name: hopper_job_history hopper_job_history_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
+-- Name: hopper_history_partitions hopper_history_partitions_lower_at_key; Type: CONSTRAINT; Schema: hopper; Owner: -
 --
 
-ALTER TABLE ONLY hopper.hopper_job_history
-    ADD CONSTRAINT hopper_job_history_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY hopper.hopper_history_partitions
+    ADD CONSTRAINT hopper_history_partitions_lower_at_key UNIQUE (lower_at);
+
+--
+-- Name: hopper_history_partitions hopper_history_partitions_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
+--
+
+ALTER TABLE ONLY hopper.hopper_history_partitions
+    ADD CONSTRAINT hopper_history_partitions_pkey PRIMARY KEY (name);
+
+--
+-- Name: hopper_history_partitions hopper_history_partitions_upper_at_key; Type: CONSTRAINT; Schema: hopper; Owner: -
+--
+
+ALTER TABLE ONLY hopper.hopper_history_partitions
+    ADD CONSTRAINT hopper_history_partitions_upper_at_key UNIQUE (upper_at);
+
+--
+-- Name: hopper_job_history_default hopper_job_history_default_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
+--
+
+ALTER TABLE ONLY hopper.hopper_job_history_default
+    ADD CONSTRAINT hopper_job_history_default_pkey PRIMARY KEY (id);
 
 --
 -- Name: hopper_job_progress hopper_job_progress_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
@@ -1920,22 +2068,34 @@ CREATE INDEX hopper_dead_jobs_workflow_idx ON hopper.hopper_dead_jobs USING btre
 CREATE INDEX hopper_events_age_idx ON hopper.hopper_events USING btree (COALESCE(emitted_at, created_at));
 
 --
--- Name: hopper_job_history_keep_until_idx; Type: INDEX; Schema: hopper; Owner: -
+-- Name: hopper_job_history_default_keep_until_idx; Type: INDEX; Schema: hopper; Owner: -
 --
 
-CREATE INDEX hopper_job_history_keep_until_idx ON hopper.hopper_job_history USING btree (keep_until);
+CREATE INDEX hopper_job_history_default_keep_until_idx ON hopper.hopper_job_history_default USING btree (keep_until);
 
 --
 -- Name: hopper_job_history_unique_key_idx; Type: INDEX; Schema: hopper; Owner: -
 --
 
-CREATE INDEX hopper_job_history_unique_key_idx ON hopper.hopper_job_history USING btree (unique_key) WHERE (unique_key IS NOT NULL);
+CREATE INDEX hopper_job_history_unique_key_idx ON ONLY hopper.hopper_job_history USING btree (unique_key) WHERE (unique_key IS NOT NULL);
+
+--
+-- Name: hopper_job_history_default_unique_key_idx; Type: INDEX; Schema: hopper; Owner: -
+--
+
+CREATE INDEX hopper_job_history_default_unique_key_idx ON hopper.hopper_job_history_default USING btree (unique_key) WHERE (unique_key IS NOT NULL);
 
 --
 -- Name: hopper_job_history_workflow_idx; Type: INDEX; Schema: hopper; Owner: -
 --
 
-CREATE INDEX hopper_job_history_workflow_idx ON hopper.hopper_job_history USING btree (((meta ->> 'hopper.workflow'::text)), id) WHERE (meta ? 'hopper.workflow'::text);
+CREATE INDEX hopper_job_history_workflow_idx ON ONLY hopper.hopper_job_history USING btree (((meta ->> 'hopper.workflow'::text)), id) WHERE (meta ? 'hopper.workflow'::text);
+
+--
+-- Name: hopper_job_history_default_workflow_idx; Type: INDEX; Schema: hopper; Owner: -
+--
+
+CREATE INDEX hopper_job_history_default_workflow_idx ON hopper.hopper_job_history_default USING btree (((meta ->> 'hopper.workflow'::text)), id) WHERE (meta ? 'hopper.workflow'::text);
 
 --
 -- Name: hopper_job_steps_waiting_idx; Type: INDEX; Schema: hopper; Owner: -
@@ -2014,6 +2174,18 @@ CREATE INDEX hopper_workflow_deps_child_idx ON hopper.hopper_workflow_deps USING
 --
 
 CREATE INDEX hopper_workflow_deps_failed_idx ON hopper.hopper_workflow_deps USING btree (parent_id) WHERE (parent_failed IS NOT NULL);
+
+--
+-- Name: hopper_job_history_default_unique_key_idx; Type: INDEX ATTACH; Schema: hopper; Owner: -
+--
+
+ALTER INDEX hopper.hopper_job_history_unique_key_idx ATTACH PARTITION hopper.hopper_job_history_default_unique_key_idx;
+
+--
+-- Name: hopper_job_history_default_workflow_idx; Type: INDEX ATTACH; Schema: hopper; Owner: -
+--
+
+ALTER INDEX hopper.hopper_job_history_workflow_idx ATTACH PARTITION hopper.hopper_job_history_default_workflow_idx;
 
 --
 -- Name: hopper_dead_jobs hopper_dead_jobs_durable_ended; Type: TRIGGER; Schema: hopper; Owner: -

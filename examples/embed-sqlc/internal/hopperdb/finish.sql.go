@@ -107,11 +107,16 @@ WITH done AS (
     RETURNING j.id, j.attempt
 ), kept AS (
     INSERT INTO hopper_job_history (id, queue, kind, version, payload, priority, attempt,
-                                    max_attempts, unique_key, errors, run_at, result, created_at, meta, concurrency_key, keep_until)
+                                    max_attempts, unique_key, errors, run_at, result, created_at, meta, concurrency_key, keep_until,
+                                    drop_after)
     SELECT done.id, done.queue, done.kind, done.version, done.payload, done.priority, done.attempt,
            done.max_attempts, done.unique_key, done.errors, done.run_at, done.result, done.created_at, done.meta, done.concurrency_key,
-           now() + '1 millisecond'::interval * done.keep_ms
+           kept.until,
+           CASE WHEN kept.until >= covered.lower_at AND kept.until < covered.upper_at THEN kept.until END
     FROM done
+    CROSS JOIN LATERAL (SELECT now() + '1 millisecond'::interval * done.keep_ms AS until) AS kept
+    CROSS JOIN (SELECT min(p.lower_at) AS lower_at, max(p.upper_at) AS upper_at
+                FROM hopper_history_partitions AS p) AS covered
     WHERE done.keep_ms > 0
 )
 SELECT deleted.id, deleted.attempt FROM deleted
@@ -132,7 +137,11 @@ type AckBatchKeepRow struct {
 // AckBatch for claims of kinds or queues that keep their completed jobs:
 // the same fenced delete, and in the same statement a copy of each job
 // whose keep_ms[i] is positive goes to hopper_job_history, with the
-// handler's result[i] (NULL: none), kept until now() + keep_ms[i]. The
+// handler's result[i] (NULL: none), kept until now() + keep_ms[i]. Its
+// drop_after, the history's partition key, is that time when one of the
+// partitions (hopper_history_partitions, contiguous) covers it, and NULL
+// otherwise: the row then goes to the default partition, pruned by
+// PruneHistory. The
 // worker uses it only for batches that keep something, so with history
 // off the ack is AckBatch, unchanged. The copy is made from the rows the
 // statement locked (the very rows it deletes: nobody else can change them

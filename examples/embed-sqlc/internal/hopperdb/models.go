@@ -59,6 +59,12 @@ type HopperEvent struct {
 	CreatedAt time.Time
 }
 
+type HopperHistoryPartition struct {
+	Name    string
+	LowerAt time.Time
+	UpperAt time.Time
+}
+
 type HopperJob struct {
 	ID             int64
 	Queue          string
@@ -97,6 +103,28 @@ type HopperJobHistory struct {
 	KeepUntil      time.Time
 	Meta           json.RawMessage
 	ConcurrencyKey *string
+	DropAfter      *time.Time
+}
+
+type HopperJobHistoryDefault struct {
+	ID             int64
+	Queue          string
+	Kind           string
+	Version        int32
+	Payload        json.RawMessage
+	Priority       int16
+	Attempt        int32
+	MaxAttempts    int32
+	UniqueKey      *string
+	Errors         json.RawMessage
+	RunAt          time.Time
+	Result         json.RawMessage
+	CreatedAt      time.Time
+	FinishedAt     time.Time
+	KeepUntil      time.Time
+	Meta           json.RawMessage
+	ConcurrencyKey *string
+	DropAfter      *time.Time
 }
 
 type HopperJobProgress struct {

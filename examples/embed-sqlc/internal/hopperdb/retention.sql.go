@@ -9,11 +9,73 @@ import (
 	"context"
 )
 
+const dropHistoryPartitions = `-- name: DropHistoryPartitions :one
+SELECT hopper_history_partitions_drop()::integer AS dropped
+`
+
+// Drops the history's partitions whose range has passed and returns how
+// many (hopper_history_partitions_drop, migration 21).
+func (q *Queries) DropHistoryPartitions(ctx context.Context) (int32, error) {
+	row := q.db.QueryRow(ctx, dropHistoryPartitions)
+	var dropped int32
+	err := row.Scan(&dropped)
+	return dropped, err
+}
+
+const ensureHistoryPartitions = `-- name: EnsureHistoryPartitions :one
+SELECT hopper_history_partitions_ensure('1 millisecond'::interval * $1::bigint,
+                                        '1 millisecond'::interval * $2::bigint)::integer AS created
+`
+
+type EnsureHistoryPartitionsParams struct {
+	WidthMs int64
+	AheadMs int64
+}
+
+// Creates partitions of the history of width_ms each until they cover
+// now() + ahead_ms (at most 100 per call) and returns how many it made;
+// see hopper_history_partitions_ensure (migration 21). Every worker runs
+// it on its prune interval; the function lets one run at a time.
+func (q *Queries) EnsureHistoryPartitions(ctx context.Context, arg EnsureHistoryPartitionsParams) (int32, error) {
+	row := q.db.QueryRow(ctx, ensureHistoryPartitions, arg.WidthMs, arg.AheadMs)
+	var created int32
+	err := row.Scan(&created)
+	return created, err
+}
+
+const historyPartitions = `-- name: HistoryPartitions :many
+SELECT p.name, p.lower_at, p.upper_at
+FROM hopper_history_partitions AS p
+ORDER BY p.lower_at
+`
+
+// The history's partitions, oldest first.
+func (q *Queries) HistoryPartitions(ctx context.Context) ([]HopperHistoryPartition, error) {
+	rows, err := q.db.Query(ctx, historyPartitions)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []HopperHistoryPartition
+	for rows.Next() {
+		var i HopperHistoryPartition
+		if err := rows.Scan(&i.Name, &i.LowerAt, &i.UpperAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const pruneHistory = `-- name: PruneHistory :execrows
 WITH doomed AS (
     SELECT old.id
     FROM hopper_job_history AS old
-    WHERE old.keep_until < now()
+    WHERE old.drop_after IS NULL
+      AND old.keep_until < now()
       AND old.keep_until >= coalesce(now() - '1 millisecond'::interval * nullif($1::bigint, 0), '-infinity')
     ORDER BY old.keep_until
     LIMIT $2::integer
@@ -23,7 +85,8 @@ WITH doomed AS (
     WHERE d.child_id IN (SELECT doomed.id FROM doomed)
 )
 DELETE FROM hopper_job_history AS h
-WHERE h.id IN (SELECT doomed.id FROM doomed)
+WHERE h.drop_after IS NULL
+  AND h.id IN (SELECT doomed.id FROM doomed)
 `
 
 type PruneHistoryParams struct {
@@ -38,6 +101,8 @@ type PruneHistoryParams struct {
 // pruned everything a moment ago seeks past the index entries of rows it
 // deleted (kept while any older snapshot is open). The edges of a
 // workflow step (to its parents) go with it, through their child index.
+// It reads only the history's default partition (drop_after NULL): the
+// other partitions go whole (DropHistoryPartitions).
 func (q *Queries) PruneHistory(ctx context.Context, arg PruneHistoryParams) (int64, error) {
 	result, err := q.db.Exec(ctx, pruneHistory, arg.WithinMs, arg.MaxJobs)
 	if err != nil {

@@ -6,10 +6,13 @@
 -- pruned everything a moment ago seeks past the index entries of rows it
 -- deleted (kept while any older snapshot is open). The edges of a
 -- workflow step (to its parents) go with it, through their child index.
+-- It reads only the history's default partition (drop_after NULL): the
+-- other partitions go whole (DropHistoryPartitions).
 WITH doomed AS (
     SELECT old.id
     FROM hopper_job_history AS old
-    WHERE old.keep_until < now()
+    WHERE old.drop_after IS NULL
+      AND old.keep_until < now()
       AND old.keep_until >= coalesce(now() - '1 millisecond'::interval * nullif(@within_ms::bigint, 0), '-infinity')
     ORDER BY old.keep_until
     LIMIT @max_jobs::integer
@@ -19,7 +22,8 @@ WITH doomed AS (
     WHERE d.child_id IN (SELECT doomed.id FROM doomed)
 )
 DELETE FROM hopper_job_history AS h
-WHERE h.id IN (SELECT doomed.id FROM doomed);
+WHERE h.drop_after IS NULL
+  AND h.id IN (SELECT doomed.id FROM doomed);
 
 -- name: PruneUniquePeriods :execrows
 -- Deletes up to max_keys records of unique keys whose period has ended
@@ -32,3 +36,22 @@ WHERE r.unique_key IN (SELECT e.unique_key
                        ORDER BY e.expires_at
                        LIMIT @max_keys::integer
                        FOR UPDATE SKIP LOCKED);
+
+-- name: EnsureHistoryPartitions :one
+-- Creates partitions of the history of width_ms each until they cover
+-- now() + ahead_ms (at most 100 per call) and returns how many it made;
+-- see hopper_history_partitions_ensure (migration 21). Every worker runs
+-- it on its prune interval; the function lets one run at a time.
+SELECT hopper_history_partitions_ensure('1 millisecond'::interval * @width_ms::bigint,
+                                        '1 millisecond'::interval * @ahead_ms::bigint)::integer AS created;
+
+-- name: DropHistoryPartitions :one
+-- Drops the history's partitions whose range has passed and returns how
+-- many (hopper_history_partitions_drop, migration 21).
+SELECT hopper_history_partitions_drop()::integer AS dropped;
+
+-- name: HistoryPartitions :many
+-- The history's partitions, oldest first.
+SELECT p.name, p.lower_at, p.upper_at
+FROM hopper_history_partitions AS p
+ORDER BY p.lower_at;

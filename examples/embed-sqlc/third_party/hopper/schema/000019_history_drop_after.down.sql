@@ -1,0 +1,2 @@
+ALTER TABLE hopper_job_history DROP CONSTRAINT hopper_job_history_drop_after_check;
+ALTER TABLE hopper_job_history DROP COLUMN drop_after;
