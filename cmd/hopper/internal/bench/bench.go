@@ -111,6 +111,8 @@ type Config struct {
 	Durable DurableOptions
 	// soak: hours of mixed load with history kept, sampled (soak.go).
 	Soak SoakOptions
+	// retention: expired history deleted against dropped (retention.go).
+	Retention RetentionOptions
 
 	// ProfileDir: each worker process writes its CPU and allocation
 	// profiles here (profile.go).
@@ -159,6 +161,7 @@ type Report struct {
 	Workflows  *WorkflowsResult  `json:"workflows,omitempty"`
 	Durable    *DurableResult    `json:"durable,omitempty"`
 	Soak       *SoakResult       `json:"soak,omitempty"`
+	Retention  *RetentionResult  `json:"retention,omitempty"`
 	// RateExactStarts is the rate run again with Rate.ExactStarts.
 	RateExactStarts *RateResult `json:"rate_exact_starts,omitempty"`
 	// Drains is one drain per Config.DrainSizes.
@@ -350,6 +353,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return r, fmt.Errorf("soak: %w", err)
 		}
 	}
+	if modes["retention"] {
+		if r.Retention, err = runRetention(ctx, cfg, logf); err != nil {
+			return r, fmt.Errorf("retention: %w", err)
+		}
+		r.Ratios["retention_delete_to_drop"] = r.Retention.DeleteToDrop
+	}
 	if modes["rate"] {
 		logf("rate: %d jobs per %v across %d worker processes for %v", cfg.Rate, cfg.RatePer, cfg.RateProcesses, cfg.RateDuration)
 		if r.Rate, err = runRate(ctx, cfg, false); err != nil {
@@ -402,7 +411,7 @@ func (cfg Config) summary() map[string]any {
 		"keys": cfg.Keys, "key_limit": cfg.KeyLimit, "rate": cfg.Rate, "rate_per": cfg.RatePer.String(), "rate_processes": cfg.RateProcesses,
 		"rate_duration":     cfg.RateDuration.String(),
 		"sequence_duration": cfg.SequenceDuration.String(), "explain": cfg.Explain, "explain_jobs": cfg.ExplainJobs,
-		"workflows": cfg.Workflows, "durable": cfg.Durable, "soak": cfg.Soak.summary(),
+		"workflows": cfg.Workflows, "durable": cfg.Durable, "soak": cfg.Soak.summary(), "retention": cfg.Retention,
 	}
 }
 

@@ -40,7 +40,7 @@ func TestSoakMode(t *testing.T) {
 		require.Len(t, smp.Tables, len(soakTables))
 		for j, tb := range smp.Tables {
 			require.Equal(t, soakTables[j], tb.Name)
-			require.Equal(t, 1, tb.Partitions, "%s: a plain table is its own one partition", tb.Name)
+			require.Equal(t, 1, tb.Partitions, "%s: a plain table is its own one partition, and a keep of 2s makes no time partitions", tb.Name)
 			require.Positive(t, tb.Bytes(), "%s in sample %d", tb.Name, i)
 		}
 		if i > 0 {

@@ -223,6 +223,13 @@ func RunWorkerProcess(ctx context.Context, dbURL string, o WorkerOptions, out io
 			DeadRetention: o.DeadRetention}
 		if o.Keep > 0 {
 			wcfg.KeepWorkflowSteps = o.Keep
+			// Partitions a quarter of the keep wide, so that a row outlives
+			// its keep by at most a quarter; a keep too short for the
+			// narrowest partition (1 minute) keeps none and prunes rows.
+			wcfg.HistoryPartitionWidth = -1
+			if w := o.Keep / 4; w >= time.Minute {
+				wcfg.HistoryPartitionWidth = w
+			}
 		}
 		w, err := worker.New(pool, wcfg)
 		if err != nil {

@@ -25,10 +25,10 @@ func benchCommand() *command {
 	var queueCount int
 	return &command{
 		name:    "bench",
-		args:    "[--mode continuous|drain|enqueue|latency|all|noisy|keys|rate|flow|queues|sequences|workflows|durable|soak] [--drain-sizes N,N,…] [--queues N,N,…] [--baseline] [--json] [flags]",
+		args:    "[--mode continuous|drain|enqueue|latency|all|noisy|keys|rate|flow|queues|sequences|workflows|durable|soak|retention] [--drain-sizes N,N,…] [--queues N,N,…] [--baseline] [--json] [flags]",
 		summary: "measure throughput, latency, memory and PostgreSQL CPU on a scratch schema, with a pgbench raw-SQL baseline",
 		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all (those four); noisy, keys, rate or flow (those three); queues; sequences; workflows; durable; soak")
+			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all (those four); noisy, keys, rate or flow (those three); queues; sequences; workflows; durable; soak; retention")
 			durationVar(fs, &cfg.Duration, "duration", time.Minute, "continuous and baseline: how long to measure (the steady state is the last half)")
 			durationVar(fs, &cfg.Window, "window", 10*time.Second, "continuous and baseline: the length of one reported window")
 			fs.BoolVar(&cfg.HoldSnapshot, "hold-snapshot", false, "continuous: hold a REPEATABLE READ snapshot open for the whole run (a long report, an idle-in-transaction session)")
@@ -76,6 +76,7 @@ func benchCommand() *command {
 			fs.IntVar(&cfg.Soak.Rate, "soak-rate", 2000, "soak: jobs offered per second (10% sequence jobs, 10% workflow steps, 1% failing, the rest plain; and a schedule's job every second)")
 			durationVar(fs, &cfg.Soak.Keep, "soak-keep", 5*time.Minute, "soak: how long completed jobs (workflow steps too) and dead jobs are kept")
 			fs.StringVar(&cfg.Soak.Chart, "soak-chart", "", "soak: write an SVG chart of the samples to this file")
+			fs.Int64Var(&cfg.Retention.Kept, "retention-kept", 10_000_000, "retention: completed jobs kept in the history; a 24th of them expired, removed by DELETE batches and by dropping their partition")
 			fs.IntVar(&cfg.Rate, "rate", 500, "rate: jobs allowed per --rate-per, across the worker processes")
 			durationVar(fs, &cfg.RatePer, "rate-per", time.Second, "rate: the limit's interval")
 			fs.IntVar(&cfg.RateProcesses, "rate-processes", 3, "rate: worker processes sharing the limit")
@@ -95,10 +96,10 @@ func benchCommand() *command {
 					HandlerTime: cfg.HandlerTime, Keep: keep, DeadRetention: deadRetention, Ticks: ticks, Fair: fair, KeyLimit: cfg.KeyLimit, Rate: cfg.Rate, RatePer: cfg.RatePer, RateExactStarts: exactStarts}, e.stdout)
 			}
 			switch cfg.Mode {
-			case "continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences", "workflows", "durable", "soak":
+			case "continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences", "workflows", "durable", "soak", "retention":
 			default:
 				return fmt.Errorf("%w: unknown mode %q%s", errUsage, cfg.Mode,
-					didYouMean(cfg.Mode, "", []string{"continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences", "workflows", "durable", "soak"}))
+					didYouMean(cfg.Mode, "", []string{"continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences", "workflows", "durable", "soak", "retention"}))
 			}
 			if cfg.ProfileDir != "" {
 				if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
@@ -135,6 +136,9 @@ func benchCommand() *command {
 			}
 			if o := cfg.Soak; cfg.Mode == "soak" && (o.Duration < time.Second || o.Sample < time.Second || o.Sample > o.Duration || o.Rate < 10 || o.Keep < time.Second) {
 				return fmt.Errorf("%w: --mode soak needs --soak-duration and --soak-sample at least 1s (the sample no longer than the run), --soak-rate at least 10 and --soak-keep at least 1s", errUsage)
+			}
+			if cfg.Mode == "retention" && cfg.Retention.Kept < 24_000 {
+				return fmt.Errorf("%w: --mode retention needs --retention-kept at least 24000", errUsage)
 			}
 			if cfg.Mode == "durable" && (cfg.Durable.Jobs < 1 || cfg.Durable.Calls < 1) {
 				return fmt.Errorf("%w: --mode durable needs --durable-jobs and --durable-calls positive", errUsage)
@@ -242,6 +246,9 @@ func printBench(w io.Writer, r *bench.Report) {
 	}
 	if r.Soak != nil {
 		r.Soak.Print(w)
+	}
+	if r.Retention != nil {
+		r.Retention.Print(w)
 	}
 	if b := r.Baseline; b != nil {
 		fmt.Fprintf(w, "baseline (pgbench, %d clients, batch %d): %.0f jobs/s; CPU per 1000 jobs: pgbench %.3fs, PostgreSQL %.3fs\n",
