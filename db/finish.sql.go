@@ -112,11 +112,15 @@ WITH done AS (
     SELECT done.id, done.queue, done.kind, done.version, done.payload, done.priority, done.attempt,
            done.max_attempts, done.unique_key, done.errors, done.run_at, done.result, done.created_at, done.meta, done.concurrency_key,
            kept.until,
-           CASE WHEN kept.until >= covered.lower_at AND kept.until < covered.upper_at THEN kept.until END
+           CASE WHEN part.upper_at > kept.until AND part.upper_at - part.lower_at <= kept.keep THEN kept.until END
     FROM done
-    CROSS JOIN LATERAL (SELECT now() + '1 millisecond'::interval * done.keep_ms AS until) AS kept
-    CROSS JOIN (SELECT min(p.lower_at) AS lower_at, max(p.upper_at) AS upper_at
-                FROM hopper_history_partitions AS p) AS covered
+    CROSS JOIN LATERAL (SELECT '1 millisecond'::interval * done.keep_ms AS keep,
+                               now() + '1 millisecond'::interval * done.keep_ms AS until) AS kept
+    LEFT JOIN LATERAL (SELECT p.lower_at, p.upper_at
+                       FROM hopper_history_partitions AS p
+                       WHERE p.lower_at <= kept.until
+                       ORDER BY p.lower_at DESC
+                       LIMIT 1) AS part ON true
     WHERE done.keep_ms > 0
 )
 SELECT deleted.id, deleted.attempt FROM deleted
@@ -139,9 +143,10 @@ type AckBatchKeepRow struct {
 // whose keep_ms[i] is positive goes to hopper_job_history, with the
 // handler's result[i] (NULL: none), kept until now() + keep_ms[i]. Its
 // drop_after, the history's partition key, is that time when one of the
-// partitions (hopper_history_partitions, contiguous) covers it, and NULL
-// otherwise: the row then goes to the default partition, pruned by
-// PruneHistory. The
+// partitions listed in hopper_history_partitions covers it and is no
+// wider than the keep, so that the row goes with that partition at most
+// one width (one keep) late. Otherwise it is NULL: the row goes to the
+// default partition, and PruneHistory deletes it when its keep ends. The
 // worker uses it only for batches that keep something, so with history
 // off the ack is AckBatch, unchanged. The copy is made from the rows the
 // statement locked (the very rows it deletes: nobody else can change them

@@ -91,6 +91,9 @@ func TestLeastPrivilege(t *testing.T) {
 		require.Empty(c, kept.Jobs, "kept a millisecond, then pruned")
 		require.Positive(c, scheduled.Load(), "the schedule fired")
 	}, testdb.WaitLimit, 20*time.Millisecond)
+	var parts int
+	require.NoError(t, app.QueryRow(ctx, "SELECT count(*) FROM hopper_history_partitions").Scan(&parts))
+	require.Positive(t, parts, "the worker created the history's partitions through the SECURITY DEFINER function")
 	queues, err := client.ListQueues(ctx)
 	require.NoError(t, err)
 	require.Len(t, queues, 1)

@@ -181,14 +181,15 @@ type Config struct {
 	KeepWorkflowSteps time.Duration
 	// HistoryPartitionWidth is the width of the time partitions this
 	// worker creates for the history (hopper_job_history is partitioned by
-	// when a row may go; docs/operating.md, "Retention"). A completed job
-	// is kept at least its keep and at most one width longer, then goes
-	// with its whole partition, by a DROP rather than a DELETE per row.
-	// The worker creates partitions ahead to cover the longest keep it
-	// writes (KeepHistory, KeepHistoryByQueue, KeepWorkflowSteps), at most
-	// MaxHistoryPartitionsAhead of them; a job kept beyond them goes to
-	// the default partition and is deleted row by row, as are jobs kept by
-	// builds before partitions. Between 1 minute and 31 days; default 1
+	// when a row may go; docs/operating.md, "History and retention"). A
+	// completed job kept at least this long goes with its whole partition,
+	// by a DROP rather than a DELETE per row, at most one width after its
+	// keep ends. The worker creates partitions ahead to cover the longest
+	// keep it writes (KeepHistory, KeepHistoryByQueue, KeepWorkflowSteps),
+	// at most MaxHistoryPartitionsAhead of them; a job kept for less than
+	// the width or beyond the partitions goes to the default partition and
+	// is deleted row by row when its keep ends, as are jobs kept by builds
+	// before partitions. Between 1 minute and 31 days; default 1
 	// hour; negative: this worker creates none (it still drops those that
 	// passed).
 	HistoryPartitionWidth time.Duration

@@ -60,8 +60,9 @@ func TestPrunerDeletesWhatExpired(t *testing.T) {
 
 // The pruner keeps the history's partitions ahead of the longest keep it
 // writes and drops those whose range has passed: a job kept within them
-// lands in a time partition, one kept beyond them in the default
-// partition, and a worker that keeps nothing creates none.
+// lands in a time partition, one kept beyond them or for less than a
+// partition's width in the default partition, and a worker that keeps
+// nothing creates none.
 func TestPrunerDropsPartitions(t *testing.T) {
 	t.Parallel()
 	b := newPassBed(t)
@@ -82,12 +83,15 @@ func TestPrunerDropsPartitions(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, len(parts), len(again), "covered: a second pass creates none")
 
-	b.enqueue(time.Now().Add(-time.Second))
-	b.enqueue(time.Now().Add(-time.Second))
+	for range 3 {
+		b.enqueue(time.Now().Add(-time.Second))
+	}
 	rows := b.claim("w", 60_000)
-	require.Len(t, rows, 2)
-	_, err = b.q.AckBatchKeep(b.ctx, db.AckBatchKeepParams{Ids: []int64{rows[0].ID, rows[1].ID}, Attempts: []int32{rows[0].Attempt, rows[1].Attempt},
-		KeepMs: []int64{(5 * time.Minute).Milliseconds(), (48 * time.Hour).Milliseconds()}, Results: []json.RawMessage{nil, nil}})
+	require.Len(t, rows, 3)
+	_, err = b.q.AckBatchKeep(b.ctx, db.AckBatchKeepParams{Ids: []int64{rows[0].ID, rows[1].ID, rows[2].ID},
+		Attempts: []int32{rows[0].Attempt, rows[1].Attempt, rows[2].Attempt},
+		KeepMs:   []int64{(5 * time.Minute).Milliseconds(), (48 * time.Hour).Milliseconds(), (30 * time.Second).Milliseconds()},
+		Results:  []json.RawMessage{nil, nil, nil}})
 	require.NoError(t, err)
 	where := func(id int64) string {
 		var table string
@@ -97,6 +101,7 @@ func TestPrunerDropsPartitions(t *testing.T) {
 	inPart := where(rows[0].ID)
 	require.NotEqual(t, "hopper_job_history_default", inPart, "kept 5 minutes: a time partition")
 	require.Equal(t, "hopper_job_history_default", where(rows[1].ID), "kept 2 days, beyond the partitions: the default one")
+	require.Equal(t, "hopper_job_history_default", where(rows[2].ID), "kept 30s, less than a partition's width: the default one")
 
 	// The partition holding the first job passes (the list is what the
 	// drop reads).
@@ -106,7 +111,7 @@ func TestPrunerDropsPartitions(t *testing.T) {
 	m.pruneOnce(b.ctx)
 	var left int
 	require.NoError(t, b.tdb.Pool.QueryRow(b.ctx, "SELECT count(*) FROM hopper_job_history").Scan(&left))
-	require.Equal(t, 1, left, "the partition went with its job; the default partition's job is not due")
+	require.Equal(t, 2, left, "the partition went with its job; the default partition's jobs are not due")
 	after, err := b.q.HistoryPartitions(b.ctx)
 	require.NoError(t, err)
 	for _, p := range after {

@@ -1947,11 +1947,11 @@ ALTER TABLE ONLY hopper.hopper_history_partitions
     ADD CONSTRAINT hopper_history_partitions_upper_at_key UNIQUE (upper_at);
 
 --
--- Name: hopper_job_history_default hopper_job_history_default_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
+-- Name: hopper_job_history_default hopper_job_history_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
 --
 
 ALTER TABLE ONLY hopper.hopper_job_history_default
-    ADD CONSTRAINT hopper_job_history_default_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT hopper_job_history_pkey PRIMARY KEY (id);
 
 --
 -- Name: hopper_job_progress hopper_job_progress_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
@@ -2068,34 +2068,34 @@ CREATE INDEX hopper_dead_jobs_workflow_idx ON hopper.hopper_dead_jobs USING btre
 CREATE INDEX hopper_events_age_idx ON hopper.hopper_events USING btree (COALESCE(emitted_at, created_at));
 
 --
--- Name: hopper_job_history_default_keep_until_idx; Type: INDEX; Schema: hopper; Owner: -
+-- Name: hopper_job_history_all_unique_key_idx; Type: INDEX; Schema: hopper; Owner: -
 --
 
-CREATE INDEX hopper_job_history_default_keep_until_idx ON hopper.hopper_job_history_default USING btree (keep_until);
+CREATE INDEX hopper_job_history_all_unique_key_idx ON ONLY hopper.hopper_job_history USING btree (unique_key) WHERE (unique_key IS NOT NULL);
+
+--
+-- Name: hopper_job_history_all_workflow_idx; Type: INDEX; Schema: hopper; Owner: -
+--
+
+CREATE INDEX hopper_job_history_all_workflow_idx ON ONLY hopper.hopper_job_history USING btree (((meta ->> 'hopper.workflow'::text)), id) WHERE (meta ? 'hopper.workflow'::text);
+
+--
+-- Name: hopper_job_history_keep_until_idx; Type: INDEX; Schema: hopper; Owner: -
+--
+
+CREATE INDEX hopper_job_history_keep_until_idx ON hopper.hopper_job_history_default USING btree (keep_until);
 
 --
 -- Name: hopper_job_history_unique_key_idx; Type: INDEX; Schema: hopper; Owner: -
 --
 
-CREATE INDEX hopper_job_history_unique_key_idx ON ONLY hopper.hopper_job_history USING btree (unique_key) WHERE (unique_key IS NOT NULL);
-
---
--- Name: hopper_job_history_default_unique_key_idx; Type: INDEX; Schema: hopper; Owner: -
---
-
-CREATE INDEX hopper_job_history_default_unique_key_idx ON hopper.hopper_job_history_default USING btree (unique_key) WHERE (unique_key IS NOT NULL);
+CREATE INDEX hopper_job_history_unique_key_idx ON hopper.hopper_job_history_default USING btree (unique_key) WHERE (unique_key IS NOT NULL);
 
 --
 -- Name: hopper_job_history_workflow_idx; Type: INDEX; Schema: hopper; Owner: -
 --
 
-CREATE INDEX hopper_job_history_workflow_idx ON ONLY hopper.hopper_job_history USING btree (((meta ->> 'hopper.workflow'::text)), id) WHERE (meta ? 'hopper.workflow'::text);
-
---
--- Name: hopper_job_history_default_workflow_idx; Type: INDEX; Schema: hopper; Owner: -
---
-
-CREATE INDEX hopper_job_history_default_workflow_idx ON hopper.hopper_job_history_default USING btree (((meta ->> 'hopper.workflow'::text)), id) WHERE (meta ? 'hopper.workflow'::text);
+CREATE INDEX hopper_job_history_workflow_idx ON hopper.hopper_job_history_default USING btree (((meta ->> 'hopper.workflow'::text)), id) WHERE (meta ? 'hopper.workflow'::text);
 
 --
 -- Name: hopper_job_steps_waiting_idx; Type: INDEX; Schema: hopper; Owner: -
@@ -2176,16 +2176,16 @@ CREATE INDEX hopper_workflow_deps_child_idx ON hopper.hopper_workflow_deps USING
 CREATE INDEX hopper_workflow_deps_failed_idx ON hopper.hopper_workflow_deps USING btree (parent_id) WHERE (parent_failed IS NOT NULL);
 
 --
--- Name: hopper_job_history_default_unique_key_idx; Type: INDEX ATTACH; Schema: hopper; Owner: -
+-- Name: hopper_job_history_unique_key_idx; Type: INDEX ATTACH; Schema: hopper; Owner: -
 --
 
-ALTER INDEX hopper.hopper_job_history_unique_key_idx ATTACH PARTITION hopper.hopper_job_history_default_unique_key_idx;
+ALTER INDEX hopper.hopper_job_history_all_unique_key_idx ATTACH PARTITION hopper.hopper_job_history_unique_key_idx;
 
 --
--- Name: hopper_job_history_default_workflow_idx; Type: INDEX ATTACH; Schema: hopper; Owner: -
+-- Name: hopper_job_history_workflow_idx; Type: INDEX ATTACH; Schema: hopper; Owner: -
 --
 
-ALTER INDEX hopper.hopper_job_history_workflow_idx ATTACH PARTITION hopper.hopper_job_history_default_workflow_idx;
+ALTER INDEX hopper.hopper_job_history_all_workflow_idx ATTACH PARTITION hopper.hopper_job_history_workflow_idx;
 
 --
 -- Name: hopper_dead_jobs hopper_dead_jobs_durable_ended; Type: TRIGGER; Schema: hopper; Owner: -

@@ -35,19 +35,40 @@ type noopJob struct {
 var noop = jobs.MustDefine[noopJob]("bench.noop")
 
 // TestUpgradeUnderLoad: the newest migrations, applied by this build to a
-// schema at the version before one of them while the workers of the build
-// before it (the commit before the migration was added, built from git)
-// work a steady stream of jobs: from the version before the newest, and
-// from the one before that (two migrations under the older build). The migration waits for locks no longer than its lock
+// schema at the version before them while the workers of the build before
+// them (the commit before the migrations were added, built from git) work
+// a steady stream of jobs: under the build before the newest commit that
+// added migrations, and under the one before the commit before that (more
+// migrations under the older build). The migration waits for locks no longer than its lock
 // timeout; the old workers go on working on the new schema; then this
 // build's workers run beside them. Every job enqueued completes exactly
 // once (each leaves one history row), none dies, no worker logs an error
 // and the old worker process stops cleanly.
 func TestUpgradeUnderLoad(t *testing.T) {
 	testdb.Slow(t, "builds the previous Hopper from git and upgrades under its workers")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	// The two newest commits that added migrations, each from the oldest
+	// migration it added: a commit may add several (19 to 21 came
+	// together), and its previous build ran on the version before them all.
 	vs := schema.Versions()
-	for back := 1; back <= 2; back++ {
-		added := vs[len(vs)-back]
+	var firsts []uint
+	var last string
+	for i := len(vs) - 1; i >= 0; i-- {
+		c := addedIn(ctx, t, root, vs[i])
+		if c != last {
+			if len(firsts) == 2 {
+				break
+			}
+			firsts = append(firsts, vs[i])
+			last = c
+		} else {
+			firsts[len(firsts)-1] = vs[i]
+		}
+	}
+	for _, added := range firsts {
 		t.Run(fmt.Sprintf("under the build before migration %d", added), func(t *testing.T) {
 			upgradeUnderLoad(t, added)
 		})
@@ -162,10 +183,10 @@ func upgradeUnderLoad(t *testing.T, added uint) {
 		old.completed.Load(), old.completed.Load()-atMigration, newDone.Load())
 }
 
-// buildBefore builds the hopper command as it was just before migration
-// version was added: the parent of the commit that added its file, read
-// from git (git archive) into a temporary directory.
-func buildBefore(ctx context.Context, t *testing.T, root string, version uint) string {
+// addedIn is the commit that added migration version's file; it skips the
+// test where the repository's history is missing or the file is not
+// committed yet.
+func addedIn(ctx context.Context, t *testing.T, root string, version uint) string {
 	t.Helper()
 	if out, err := exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "--is-shallow-repository").Output(); err != nil || strings.TrimSpace(string(out)) != "false" {
 		t.Skipf("the previous build comes from the repository's history, which this checkout lacks (a shallow clone or no git): %v", err)
@@ -181,6 +202,15 @@ func buildBefore(ctx context.Context, t *testing.T, root string, version uint) s
 	if added == "" {
 		t.Skipf("migration %d is not committed yet: no build before it to take from git", version)
 	}
+	return added
+}
+
+// buildBefore builds the hopper command as it was just before migration
+// version was added: the parent of the commit that added its file, read
+// from git (git archive) into a temporary directory.
+func buildBefore(ctx context.Context, t *testing.T, root string, version uint) string {
+	t.Helper()
+	added := addedIn(ctx, t, root, version)
 	dir := t.TempDir()
 	archive := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2^" | tar -x -C "$3"`, "sh", root, added, dir)
 	if out, err := archive.CombinedOutput(); err != nil {

@@ -32,7 +32,3 @@ FROM hopper_job_history_default AS h;
 ALTER TABLE hopper_job_history DETACH PARTITION hopper_job_history_default;
 DROP TABLE hopper_job_history;
 ALTER TABLE hopper_job_history_default RENAME TO hopper_job_history;
-ALTER INDEX hopper_job_history_default_pkey RENAME TO hopper_job_history_pkey;
-ALTER INDEX hopper_job_history_default_keep_until_idx RENAME TO hopper_job_history_keep_until_idx;
-ALTER INDEX hopper_job_history_default_unique_key_idx RENAME TO hopper_job_history_unique_key_idx;
-ALTER INDEX hopper_job_history_default_workflow_idx RENAME TO hopper_job_history_workflow_idx;

@@ -7,7 +7,8 @@
 -- goes, with every other row of its partition, by a DROP TABLE once the
 -- partition's upper bound has passed, instead of by a DELETE, a dead
 -- tuple and an index entry per row. A row is kept at least until its
--- keep_until and at most one partition's width longer.
+-- keep_until and at most one partition's width longer; a job kept for
+-- less than a partition's width goes to the default partition instead.
 --
 -- The table as it was becomes the default partition,
 -- hopper_job_history_default, without being read or copied: attaching a
@@ -21,16 +22,18 @@
 --
 -- What the parent carries: the two partial indexes readers search
 -- (unique keys, workflow steps), matched by the default partition's own
--- at attach time (nothing is built). A partitioned table's primary key
+-- at attach time (nothing is built). The default partition's indexes
+-- keep their names. A partitioned table's primary key
 -- must contain the partition key, so the parent has none: each partition
 -- has its own on id (ids come from one identity and a job enters the
 -- history once). keep_until is indexed in the default partition only:
 -- the others are dropped, not searched by expiry.
 --
 -- hopper_history_partitions lists the partitions, contiguous from the
--- oldest to the newest; AckBatchKeep reads its bounds to decide whether
--- a row's keep_until falls in a partition (drop_after = keep_until) or
--- not (drop_after NULL: the default partition).
+-- oldest to the newest; AckBatchKeep looks a row's keep_until up in it:
+-- a partition covers it and is no wider than the keep (drop_after =
+-- keep_until), or not (drop_after NULL: the default partition, where the
+-- row is deleted when its keep ends).
 --
 -- The functions are SECURITY DEFINER so that a worker that may only read
 -- and write Hopper's tables (docs/operating.md, Least privilege) can
@@ -46,16 +49,12 @@
 -- schema/TestHistoryPartitionFunctions, worker/TestPrunerDropsPartitions,
 -- tests/upgrade.
 ALTER TABLE hopper_job_history RENAME TO hopper_job_history_default;
-ALTER INDEX hopper_job_history_pkey RENAME TO hopper_job_history_default_pkey;
-ALTER INDEX hopper_job_history_keep_until_idx RENAME TO hopper_job_history_default_keep_until_idx;
-ALTER INDEX hopper_job_history_unique_key_idx RENAME TO hopper_job_history_default_unique_key_idx;
-ALTER INDEX hopper_job_history_workflow_idx RENAME TO hopper_job_history_default_workflow_idx;
 
 CREATE TABLE hopper_job_history (LIKE hopper_job_history_default INCLUDING DEFAULTS)
     PARTITION BY RANGE (drop_after);
-CREATE INDEX hopper_job_history_unique_key_idx ON hopper_job_history (unique_key)
+CREATE INDEX hopper_job_history_all_unique_key_idx ON hopper_job_history (unique_key)
     WHERE unique_key IS NOT NULL;
-CREATE INDEX hopper_job_history_workflow_idx ON hopper_job_history ((meta ->> 'hopper.workflow'), id)
+CREATE INDEX hopper_job_history_all_workflow_idx ON hopper_job_history ((meta ->> 'hopper.workflow'), id)
     WHERE meta ? 'hopper.workflow';
 ALTER TABLE hopper_job_history ATTACH PARTITION hopper_job_history_default DEFAULT;
 
@@ -109,7 +108,7 @@ FROM hopper_job_history AS h;
 -- many it created. Partitions are contiguous: each starts where the
 -- newest ends. The first starts at now() rounded down to the width; after
 -- a long stop the next one stretches back to the newest's end, so that no
--- gap opens (AckBatchKeep relies on the list being contiguous). Widths
+-- gap opens. Widths
 -- may differ between calls (workers configured differently): only the
 -- ranges must not overlap, and appending makes sure of it.
 --
