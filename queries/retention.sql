@@ -45,6 +45,13 @@ WHERE r.unique_key IN (SELECT e.unique_key
 SELECT hopper_history_partitions_ensure('1 millisecond'::interval * @width_ms::bigint,
                                         '1 millisecond'::interval * @ahead_ms::bigint)::integer AS created;
 
+-- name: HistoryHasRows :one
+-- Whether the history holds any row: a worker creates partitions only for
+-- a history that is used (a row is kept, or partitions were made before
+-- and still hold rows), not for every worker whose KeepWorkflowSteps
+-- would keep steps it never runs.
+SELECT EXISTS (SELECT FROM hopper_job_history) AS used;
+
 -- name: DropHistoryPartitions :one
 -- Drops the history's partitions whose range has passed and returns how
 -- many (hopper_history_partitions_drop, migration 21).

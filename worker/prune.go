@@ -103,7 +103,7 @@ func (m *pruner) pruneOnce(ctx context.Context) (history, dead int64) {
 }
 
 // partitions drops the history's partitions whose range has passed and
-// creates those this worker's keeps need ahead. A failure (a lock not
+// creates those this worker's keeps need ahead, once the history is used. A failure (a lock not
 // granted within the functions' lock_timeout, say) is logged and tried
 // again at the next pass: meanwhile rows go to the partitions that exist,
 // or to the default one.
@@ -113,7 +113,7 @@ func (m *pruner) partitions(ctx context.Context) {
 		m.log.Warn("dropping the history's expired partitions failed; retrying at the next interval", "error", err)
 	}
 	var created int32
-	if keep := m.longestKeep(); m.partitionWidth > 0 && keep > 0 {
+	if keep := m.longestKeep(); m.partitionWidth > 0 && keep > 0 && m.historyUsed(ctx) {
 		ahead := min(keep+m.partitionWidth, MaxHistoryPartitionsAhead*m.partitionWidth)
 		created, err = m.q.EnsureHistoryPartitions(ctx, db.EnsureHistoryPartitionsParams{
 			WidthMs: m.partitionWidth.Milliseconds(), AheadMs: ahead.Milliseconds()})
@@ -124,6 +124,16 @@ func (m *pruner) partitions(ctx context.Context) {
 	if dropped+created > 0 {
 		m.log.Info("history partitions", "dropped", dropped, "created", created)
 	}
+}
+
+// historyUsed reports whether the history holds any row: until one is
+// kept, no partition is made (the first rows go to the default partition).
+func (m *pruner) historyUsed(ctx context.Context) bool {
+	used, err := m.q.HistoryHasRows(ctx)
+	if err != nil && ctx.Err() == nil {
+		m.log.Warn("reading whether the history is used failed; retrying at the next interval", "error", err)
+	}
+	return used
 }
 
 // pruneUniquePeriods deletes the records of unique keys whose period

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/testfactory"
 )
 
 // The pruner deletes a completed job once its keep has passed and, with a
@@ -66,13 +67,18 @@ func TestPrunerDeletesWhatExpired(t *testing.T) {
 func TestPrunerDropsPartitions(t *testing.T) {
 	t.Parallel()
 	b := newPassBed(t)
+	m := newPruner(b.q, b.log, &Config{SweepInterval: time.Hour, HistoryPartitionWidth: time.Minute}, func() time.Duration { return 10 * time.Minute })
+	m.pruneOnce(b.ctx)
+	parts, err := b.q.HistoryPartitions(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, parts, "an unused history gets no partition")
+	testfactory.Job(b.ctx, t, b.tdb.Pool, &testfactory.JobOpts{State: testfactory.Completed}) // a kept job: the history is used
 	none := newPruner(b.q, b.log, &Config{SweepInterval: time.Hour, HistoryPartitionWidth: time.Minute}, func() time.Duration { return 0 })
 	none.pruneOnce(b.ctx)
-	parts, err := b.q.HistoryPartitions(b.ctx)
+	parts, err = b.q.HistoryPartitions(b.ctx)
 	require.NoError(t, err)
 	require.Empty(t, parts, "a worker that keeps nothing creates no partition")
 
-	m := newPruner(b.q, b.log, &Config{SweepInterval: time.Hour, HistoryPartitionWidth: time.Minute}, func() time.Duration { return 10 * time.Minute })
 	m.pruneOnce(b.ctx)
 	parts, err = b.q.HistoryPartitions(b.ctx)
 	require.NoError(t, err)
@@ -111,7 +117,7 @@ func TestPrunerDropsPartitions(t *testing.T) {
 	m.pruneOnce(b.ctx)
 	var left int
 	require.NoError(t, b.tdb.Pool.QueryRow(b.ctx, "SELECT count(*) FROM hopper_job_history").Scan(&left))
-	require.Equal(t, 2, left, "the partition went with its job; the default partition's jobs are not due")
+	require.Equal(t, 3, left, "the partition went with its job; the default partition's jobs are not due")
 	after, err := b.q.HistoryPartitions(b.ctx)
 	require.NoError(t, err)
 	for _, p := range after {

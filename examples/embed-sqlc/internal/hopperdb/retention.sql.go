@@ -43,6 +43,21 @@ func (q *Queries) EnsureHistoryPartitions(ctx context.Context, arg EnsureHistory
 	return created, err
 }
 
+const historyHasRows = `-- name: HistoryHasRows :one
+SELECT EXISTS (SELECT FROM hopper_job_history) AS used
+`
+
+// Whether the history holds any row: a worker creates partitions only for
+// a history that is used (a row is kept, or partitions were made before
+// and still hold rows), not for every worker whose KeepWorkflowSteps
+// would keep steps it never runs.
+func (q *Queries) HistoryHasRows(ctx context.Context) (bool, error) {
+	row := q.db.QueryRow(ctx, historyHasRows)
+	var used bool
+	err := row.Scan(&used)
+	return used, err
+}
+
 const historyPartitions = `-- name: HistoryPartitions :many
 SELECT p.name, p.lower_at, p.upper_at
 FROM hopper_history_partitions AS p
