@@ -2,6 +2,9 @@ package worker
 
 import (
 	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,4 +127,97 @@ func TestPrunerDropsPartitions(t *testing.T) {
 		require.NotEqual(t, inPart, p.Name)
 		require.True(t, p.UpperAt.After(time.Now()), "every partition that passed was dropped")
 	}
+}
+
+// Acknowledgements that keep history go on while partitions are attached
+// under them: no acknowledgement fails, every acknowledged job is in the
+// history once, and a row is in a time partition only where one covers
+// its keep_until and is no wider than its keep.
+func TestHistoryPartitionsUnderAcks(t *testing.T) {
+	t.Parallel()
+	b := newPassBed(t)
+	const ackers, rounds, per = 6, 12, 20
+	keeps := []time.Duration{30 * time.Second, 5 * time.Minute, 40 * time.Minute, 3 * 24 * time.Hour}
+	for range ackers * rounds * per {
+		b.enqueue(time.Now().Add(-time.Second))
+	}
+	var acked atomic.Int64
+	var ackersDone sync.WaitGroup
+	errs := make(chan error, ackers+1)
+	for a := range ackers {
+		ackersDone.Add(1)
+		go func() {
+			defer ackersDone.Done()
+			for r := range rounds {
+				rows, err := b.q.Dequeue(b.ctx, db.DequeueParams{Owner: fmt.Sprint("acker-", a), LeaseMs: 60_000, Queue: "default",
+					AfterPriority: -1, Kinds: []string{"k"}, MaxVersions: []int32{1}, MaxJobs: per})
+				if err != nil {
+					errs <- err
+					return
+				}
+				p := db.AckBatchKeepParams{}
+				for i, row := range rows {
+					p.Ids = append(p.Ids, row.ID)
+					p.Attempts = append(p.Attempts, row.Attempt)
+					p.KeepMs = append(p.KeepMs, keeps[(a+r+i)%len(keeps)].Milliseconds())
+					p.Results = append(p.Results, nil)
+				}
+				done, err := b.q.AckBatchKeep(b.ctx, p)
+				if err != nil {
+					errs <- fmt.Errorf("an acknowledgement beside the partitions' DDL: %w", err)
+					return
+				}
+				acked.Add(int64(len(done)))
+			}
+		}()
+	}
+	stop := make(chan struct{})
+	ddlDone := make(chan int)
+	go func() {
+		made := 0
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				ddlDone <- made
+				return
+			default:
+			}
+			// A minute further ahead each time: about a partition a call.
+			n, err := b.q.EnsureHistoryPartitions(b.ctx, db.EnsureHistoryPartitionsParams{WidthMs: time.Minute.Milliseconds(),
+				AheadMs: (time.Duration(i%120+1) * time.Minute).Milliseconds()})
+			if err != nil {
+				errs <- fmt.Errorf("creating partitions beside acknowledgements: %w", err)
+				ddlDone <- made
+				return
+			}
+			made += int(n)
+			if _, err := b.q.DropHistoryPartitions(b.ctx); err != nil {
+				errs <- err
+				ddlDone <- made
+				return
+			}
+		}
+	}()
+	ackersDone.Wait()
+	close(stop)
+	made := <-ddlDone
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Positive(t, made, "partitions were attached while the acknowledgements ran")
+
+	var rows, distinct, inParts, wrong int64
+	require.NoError(t, b.tdb.Pool.QueryRow(b.ctx, `
+		SELECT count(*), count(DISTINCT h.id), count(*) FILTER (WHERE h.drop_after IS NOT NULL),
+		       count(*) FILTER (WHERE h.drop_after IS NOT NULL AND (h.drop_after <> h.keep_until OR NOT EXISTS (
+		           SELECT FROM hopper_history_partitions AS p
+		           WHERE p.name = h.tableoid::regclass::text AND p.lower_at <= h.keep_until AND h.keep_until < p.upper_at
+		             AND p.upper_at - p.lower_at <= h.keep_until - h.finished_at)))
+		FROM hopper_job_history AS h`).Scan(&rows, &distinct, &inParts, &wrong))
+	require.Equal(t, acked.Load(), rows, "every acknowledged job is kept")
+	require.Equal(t, rows, distinct)
+	require.Positive(t, inParts, "some rows went to time partitions")
+	require.Less(t, inParts, rows, "and some (kept 30s, or 3 days) to the default one")
+	require.Zero(t, wrong, "a row is in a partition that covers its keep_until and is no wider than its keep")
 }
