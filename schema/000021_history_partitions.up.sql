@@ -108,9 +108,9 @@ FROM hopper_job_history AS h;
 -- many it created. Partitions are contiguous: each starts where the
 -- newest ends. The first starts at now() rounded down to the width; after
 -- a long stop the next one stretches back to the newest's end, so that no
--- gap opens. Widths
--- may differ between calls (workers configured differently): only the
--- ranges must not overlap, and appending makes sure of it.
+-- gap opens. Widths may differ between calls (workers configured
+-- differently): only the ranges must not overlap, and appending makes
+-- sure of it. Names are hopper_job_history_<start in UTC>.
 --
 -- Each new partition is attached, not created as PARTITION OF: attaching
 -- locks the parent in SHARE UPDATE EXCLUSIVE mode, so reads and writes of
