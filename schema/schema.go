@@ -375,8 +375,12 @@ func (mg *Migrator) run(ctx context.Context, what string, step func() error) err
 		if timedOut == nil {
 			return err
 		}
-		if uerr := mg.undoTimedOut(what); uerr != nil {
-			return errors.Join(err, uerr)
+		// A run that waited for the migrations' lock itself ran nothing:
+		// a dirty mark seen now is another run's, still going.
+		if !waitedForMigrationsLock(err) {
+			if uerr := mg.undoTimedOut(what); uerr != nil {
+				return errors.Join(err, uerr)
+			}
 		}
 		if attempt >= mg.attempts {
 			return errorf(ErrLockTimeout, "hopper: migrate %s: %d attempts each waited lock_timeout for a lock and rolled back: "+
@@ -412,14 +416,47 @@ func lockTimedOut(err error) *pgconn.PgError {
 	return nil
 }
 
+// waitedForMigrationsLock reports whether err is golang-migrate's failure
+// to take the migrations' advisory lock (it waited lock_timeout).
+func waitedForMigrationsLock(err error) bool {
+	var dbErr database.Error
+	var dbErrPtr *database.Error
+	switch {
+	case errors.As(err, &dbErr):
+		return dbErr.Err == "try lock failed"
+	case errors.As(err, &dbErrPtr):
+		return dbErrPtr.Err == "try lock failed"
+	}
+	return false
+}
+
 // undoTimedOut clears the dirty mark a migration that timed out left: up,
 // the schema is still at the version before the one marked; down, at the
-// one after it (golang-migrate marks the version a step goes to).
+// one after it (golang-migrate marks the version a step goes to). It reads
+// and writes the mark under the migrations' lock, so that a mark another
+// run has set while it migrates is never taken for this one's; when that
+// lock is not granted within lock_timeout, another run is migrating and
+// the mark is left to the next attempt.
 func (mg *Migrator) undoTimedOut(what string) error {
-	version, dirty, err := mg.Version()
-	if err != nil || !dirty {
+	if err := mg.driver.Lock(); err != nil {
+		if lockTimedOut(err) != nil {
+			return nil
+		}
+		return fmt.Errorf("migrate %s: take the migrations' lock: %w", what, err)
+	}
+	err := mg.undoTimedOutLocked(what)
+	if unlockErr := mg.driver.Unlock(); unlockErr != nil && err == nil {
+		err = fmt.Errorf("migrate %s: give back the migrations' lock: %w", what, unlockErr)
+	}
+	return err
+}
+
+func (mg *Migrator) undoTimedOutLocked(what string) error {
+	v, dirty, err := mg.driver.Version()
+	if err != nil || !dirty || v < 0 {
 		return err
 	}
+	version := uint(v)
 	at := int(version)
 	vs := Versions()
 	i := slices.Index(vs, version)
@@ -433,7 +470,10 @@ func (mg *Migrator) undoTimedOut(what string) error {
 	case what == "down" && i >= 0 && i+1 < len(vs):
 		at = int(vs[i+1])
 	}
-	if err := mg.Force(at); err != nil {
+	if at == 0 {
+		at = database.NilVersion
+	}
+	if err := mg.driver.SetVersion(at, false); err != nil {
 		return fmt.Errorf("migrate %s: clear the dirty mark of the migration that timed out: %w", what, err)
 	}
 	return nil
