@@ -50,6 +50,34 @@ type HopperDeadJob struct {
 	RunAt          time.Time       `json:"run_at"`
 	Meta           json.RawMessage `json:"meta"`
 	ConcurrencyKey *string         `json:"concurrency_key"`
+	PartitionAt    *time.Time      `json:"partition_at"`
+}
+
+type HopperDeadJobsDefault struct {
+	ID             int64           `json:"id"`
+	Queue          string          `json:"queue"`
+	Kind           string          `json:"kind"`
+	Version        int32           `json:"version"`
+	Payload        json.RawMessage `json:"payload"`
+	Priority       int16           `json:"priority"`
+	Attempt        int32           `json:"attempt"`
+	MaxAttempts    int32           `json:"max_attempts"`
+	UniqueKey      *string         `json:"unique_key"`
+	Errors         json.RawMessage `json:"errors"`
+	Reason         string          `json:"reason"`
+	CreatedAt      time.Time       `json:"created_at"`
+	DiedAt         time.Time       `json:"died_at"`
+	State          string          `json:"state"`
+	RunAt          time.Time       `json:"run_at"`
+	Meta           json.RawMessage `json:"meta"`
+	ConcurrencyKey *string         `json:"concurrency_key"`
+	PartitionAt    *time.Time      `json:"partition_at"`
+}
+
+type HopperDeadPartition struct {
+	Name    string    `json:"name"`
+	LowerAt time.Time `json:"lower_at"`
+	UpperAt time.Time `json:"upper_at"`
 }
 
 type HopperEvent struct {

@@ -26,6 +26,21 @@ var addedBy = map[uint][]string{
 	19: nil, // history_drop_after: a column and a check on hopper_job_history
 	20: nil, // history_drop_after_valid: the check validated
 	21: historyPartitionObjects,
+	22: nil, // dead_partition_at: a column and a check on hopper_dead_jobs
+	23: nil, // dead_partition_at_valid: the check validated
+	24: deadPartitionObjects,
+}
+
+// deadPartitionObjects are what migration 24 (dead_partitions) adds: the
+// old table stays, as the default partition, with its indexes; its
+// triggers move to the parent under the same names.
+var deadPartitionObjects = []string{
+	"function hopper_dead_partition_at", "function hopper_dead_partitions_drop", "function hopper_dead_partitions_ensure",
+	"relation hopper_dead_jobs_all_died_at_idx", "relation hopper_dead_jobs_all_kind_idx",
+	"relation hopper_dead_jobs_all_unique_key_idx", "relation hopper_dead_jobs_all_workflow_idx",
+	"relation hopper_dead_jobs_default",
+	"relation hopper_dead_partitions", "relation hopper_dead_partitions_lower_at_key",
+	"relation hopper_dead_partitions_pkey", "relation hopper_dead_partitions_upper_at_key",
 }
 
 // historyPartitionObjects are what migration 21 (history_partitions)

@@ -94,6 +94,8 @@ func TestLeastPrivilege(t *testing.T) {
 	var parts int
 	require.NoError(t, app.QueryRow(ctx, "SELECT count(*) FROM hopper_history_partitions").Scan(&parts))
 	require.Positive(t, parts, "the worker created the history's partitions through the SECURITY DEFINER function")
+	require.NoError(t, app.QueryRow(ctx, "SELECT count(*) FROM hopper_dead_partitions").Scan(&parts))
+	require.Positive(t, parts, "and, for its DeadRetention, the dead jobs' partitions")
 	queues, err := client.ListQueues(ctx)
 	require.NoError(t, err)
 	require.Len(t, queues, 1)

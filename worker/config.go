@@ -195,8 +195,12 @@ type Config struct {
 	HistoryPartitionWidth time.Duration
 
 	// DeadRetention, when positive, deletes dead and cancelled jobs that
-	// ended longer ago than this: every worker that sets it prunes them in
-	// bounded batches on its sweep interval. Default 0: kept until purged.
+	// ended longer ago than this: every worker that sets it prunes them on
+	// its sweep interval. From 8 minutes on, dead jobs are kept in time
+	// partitions an eighth of the retention wide, and a partition whose
+	// jobs have all expired is dropped whole, so a job is kept up to an
+	// eighth longer; shorter retentions delete row by row in bounded
+	// batches. Default 0: kept until purged.
 	DeadRetention time.Duration
 
 	// EventRetention is how long an emitted event is kept for jobs that

@@ -3,11 +3,9 @@ package worker
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/hopperq/hopper/db"
-	"github.com/hopperq/hopper/jobs"
 )
 
 // pruneBatch bounds one pruning statement; prunePasses bounds the batches
@@ -41,14 +39,6 @@ type pruner struct {
 	// (handlerTable.longestKeep): how far ahead partitions must reach.
 	longestKeep func() time.Duration
 }
-
-// MaxHistoryPartitionsAhead bounds how many partitions of the history a
-// worker keeps created ahead of now (Config.HistoryPartitionWidth): every
-// lookup of a completed job by id reads each partition's primary key.
-const MaxHistoryPartitionsAhead = 24
-
-// DefaultHistoryPartitionWidth is Config.HistoryPartitionWidth's default.
-const DefaultHistoryPartitionWidth = time.Hour
 
 func newPruner(q *db.Queries, log *slog.Logger, cfg *Config, longestKeep func() time.Duration) *pruner {
 	return &pruner{q: q, log: log, every: cfg.SweepInterval, deadRetention: cfg.DeadRetention, eventRetention: cfg.EventRetention,
@@ -102,40 +92,6 @@ func (m *pruner) pruneOnce(ctx context.Context) (history, dead int64) {
 	return history, dead
 }
 
-// partitions drops the history's partitions whose range has passed and
-// creates those this worker's keeps need ahead, once the history is used. A failure (a lock not
-// granted within the functions' lock_timeout, say) is logged and tried
-// again at the next pass: meanwhile rows go to the partitions that exist,
-// or to the default one.
-func (m *pruner) partitions(ctx context.Context) {
-	dropped, err := m.q.DropHistoryPartitions(ctx)
-	if err != nil && ctx.Err() == nil {
-		m.log.Warn("dropping the history's expired partitions failed; retrying at the next interval", "error", err)
-	}
-	var created int32
-	if keep := m.longestKeep(); m.partitionWidth > 0 && keep > 0 && m.historyUsed(ctx) {
-		ahead := min(keep+m.partitionWidth, MaxHistoryPartitionsAhead*m.partitionWidth)
-		created, err = m.q.EnsureHistoryPartitions(ctx, db.EnsureHistoryPartitionsParams{
-			WidthMs: m.partitionWidth.Milliseconds(), AheadMs: ahead.Milliseconds()})
-		if err != nil && ctx.Err() == nil {
-			m.log.Warn("creating the history's partitions failed; retrying at the next interval", "error", err)
-		}
-	}
-	if dropped+created > 0 {
-		m.log.Info("history partitions", "dropped", dropped, "created", created)
-	}
-}
-
-// historyUsed reports whether the history holds any row: until one is
-// kept, no partition is made (the first rows go to the default partition).
-func (m *pruner) historyUsed(ctx context.Context) bool {
-	used, err := m.q.HistoryHasRows(ctx)
-	if err != nil && ctx.Err() == nil {
-		m.log.Warn("reading whether the history is used failed; retrying at the next interval", "error", err)
-	}
-	return used
-}
-
 // pruneUniquePeriods deletes the records of unique keys whose period
 // (jobs.UniquePeriod) has ended: they hold nothing any more.
 func (m *pruner) pruneUniquePeriods(ctx context.Context) {
@@ -170,27 +126,23 @@ func (m *pruner) pruneEvents(ctx context.Context) {
 	}
 }
 
-// pruneDead deletes dead and cancelled jobs older than DeadRetention.
+// pruneDead deletes dead and cancelled jobs older than DeadRetention
+// from the dead jobs' default partition; the others go whole
+// (deadPartitions).
 func (m *pruner) pruneDead(ctx context.Context) int64 {
-	before := time.Now().Add(-m.deadRetention)
-	p := db.PurgeDeadParams{
-		States: []string{string(jobs.StateDead), string(jobs.StateCancelled)}, Ids: []int64{},
-		DiedBefore: &before, MaxJobs: pruneBatch,
-	}
 	var n int64
 	for range prunePasses {
-		ids, err := m.q.PurgeDead(ctx, p)
+		deleted, err := m.q.PruneDead(ctx, db.PruneDeadParams{RetentionMs: m.deadRetention.Milliseconds(), MaxJobs: pruneBatch})
 		if err != nil {
 			if ctx.Err() == nil {
 				m.log.Warn("pruning dead jobs failed; retrying at the next interval", "error", err)
 			}
 			break
 		}
-		n += int64(len(ids))
-		if len(ids) < pruneBatch {
+		n += deleted
+		if deleted < pruneBatch {
 			break
 		}
-		p.AfterID = slices.Max(ids)
 	}
 	return n
 }

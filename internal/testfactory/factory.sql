@@ -27,10 +27,12 @@ RETURNING id;
 
 -- name: FactoryInsertDead :one
 -- A job in hopper_dead_jobs, dead or cancelled, with an id from the live
--- table's own sequence as the worker's move would keep it.
+-- table's own sequence as the worker's move would keep it. It goes to the
+-- dead jobs' time partition that covers its died_at, if one does, as a
+-- job that died then would have.
 INSERT INTO hopper_dead_jobs (
     id, queue, kind, version, payload, priority, attempt, max_attempts, unique_key,
-    errors, reason, created_at, died_at, state, run_at, meta, concurrency_key
+    errors, reason, created_at, died_at, state, run_at, meta, concurrency_key, partition_at
 ) VALUES (
     nextval(pg_get_serial_sequence('hopper_jobs', 'id')::regclass),
     @queue::text, @kind::text, @version::integer, @payload::jsonb, @priority::smallint,
@@ -38,7 +40,8 @@ INSERT INTO hopper_dead_jobs (
     @errors::jsonb, @reason::text, coalesce(sqlc.narg(created_at)::timestamptz, now()),
     coalesce(sqlc.narg(finished_at)::timestamptz, now()), @state::text,
     coalesce(sqlc.narg(run_at)::timestamptz, now()), sqlc.narg(meta)::jsonb,
-    sqlc.narg(concurrency_key)::text
+    sqlc.narg(concurrency_key)::text,
+    hopper_dead_partition_at(coalesce(sqlc.narg(finished_at)::timestamptz, now()))
 )
 RETURNING id;
 

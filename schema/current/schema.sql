@@ -11,6 +11,116 @@
 CREATE SCHEMA hopper;
 
 --
+-- Name: hopper_dead_partition_at(timestamp with time zone); Type: FUNCTION; Schema: hopper; Owner: -
+--
+
+CREATE FUNCTION hopper.hopper_dead_partition_at(at timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'hopper', 'pg_temp'
+    AS $$
+    SELECT at FROM hopper_dead_partitions AS p
+    WHERE p.lower_at <= at AND at < p.upper_at
+$$;
+
+--
+-- Name: hopper_dead_partitions_drop(interval); Type: FUNCTION; Schema: hopper; Owner: -
+--
+
+CREATE FUNCTION hopper.hopper_dead_partitions_drop(retention interval) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET lock_timeout TO '2s'
+    SET search_path TO 'hopper', 'pg_temp'
+    AS $$
+DECLARE
+    p       record;
+    marked  bigint[];
+    late    boolean;
+    dropped integer := 0;
+BEGIN
+    IF retention IS NULL OR retention < interval '1 minute' THEN
+        RAISE EXCEPTION 'hopper: dead job retention %: partitions are dropped only for a retention of 1 minute or more', retention
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT EXISTS (SELECT FROM hopper_dead_partitions AS d WHERE d.upper_at + retention <= now()) THEN
+        RETURN 0;
+    END IF;
+    LOCK TABLE hopper_dead_partitions IN SHARE ROW EXCLUSIVE MODE;
+    FOR p IN SELECT d.name FROM hopper_dead_partitions AS d
+             WHERE d.upper_at + retention <= now() ORDER BY d.lower_at LIMIT 100 LOOP
+        EXECUTE format('SELECT array_agg(x.id) FROM %I AS x '
+                       'WHERE x.meta ?| ARRAY[''hopper.workflow'', ''hopper.durable'', ''hopper.awaited'']', p.name)
+            INTO marked;
+        IF marked IS NOT NULL THEN
+            DELETE FROM hopper_workflow_deps AS e WHERE e.child_id = ANY (marked);
+            DELETE FROM hopper_dead_jobs AS x WHERE x.id = ANY (marked);
+        END IF;
+    END LOOP;
+    LOCK TABLE hopper_dead_jobs IN ACCESS EXCLUSIVE MODE;
+    FOR p IN SELECT d.name FROM hopper_dead_partitions AS d
+             WHERE d.upper_at + retention <= now() ORDER BY d.lower_at LIMIT 100 LOOP
+        EXECUTE format('SELECT EXISTS (SELECT FROM %I AS x '
+                       'WHERE x.meta ?| ARRAY[''hopper.workflow'', ''hopper.durable'', ''hopper.awaited''])', p.name)
+            INTO late;
+        CONTINUE WHEN late;
+        EXECUTE format('DROP TABLE %I', p.name);
+        DELETE FROM hopper_dead_partitions AS d WHERE d.name = p.name;
+        dropped := dropped + 1;
+    END LOOP;
+    RETURN dropped;
+END;
+$$;
+
+--
+-- Name: hopper_dead_partitions_ensure(interval, interval); Type: FUNCTION; Schema: hopper; Owner: -
+--
+
+CREATE FUNCTION hopper.hopper_dead_partitions_ensure(width interval, ahead interval) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET lock_timeout TO '2s'
+    SET "TimeZone" TO 'UTC'
+    SET "DateStyle" TO 'ISO, YMD'
+    SET search_path TO 'hopper', 'pg_temp'
+    AS $$
+DECLARE
+    width_s double precision := extract(epoch FROM width);
+    newest  timestamptz;
+    from_at timestamptz;
+    to_at   timestamptz;
+    part    text;
+    made    integer := 0;
+BEGIN
+    IF width IS NULL OR width < interval '1 minute' OR width > interval '31 days' THEN
+        RAISE EXCEPTION 'hopper: partition width %: it must be between 1 minute and 31 days', width
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF ahead IS NULL OR ahead < interval '0' OR ahead > interval '400 days' THEN
+        RAISE EXCEPTION 'hopper: partitions ahead %: it must be between 0 and 400 days', ahead
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    LOCK TABLE hopper_dead_partitions IN SHARE ROW EXCLUSIVE MODE;
+    SELECT max(p.upper_at) INTO newest FROM hopper_dead_partitions AS p;
+    WHILE (newest IS NULL OR newest < now() + ahead) AND made < 100 LOOP
+        from_at := to_timestamp(floor(extract(epoch FROM now()) / width_s) * width_s);
+        IF newest IS NOT NULL THEN
+            to_at := greatest(newest + width, from_at + width);
+            from_at := newest;
+        ELSE
+            to_at := from_at + width;
+        END IF;
+        part := 'hopper_dead_jobs_' || to_char(from_at, 'YYYYMMDD"t"HH24MISS');
+        EXECUTE format('CREATE TABLE %I (LIKE hopper_dead_jobs INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', part);
+        EXECUTE format('ALTER TABLE %I ADD PRIMARY KEY (id)', part);
+        EXECUTE format('ALTER TABLE hopper_dead_jobs ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
+                       part, from_at, to_at);
+        INSERT INTO hopper_dead_partitions (name, lower_at, upper_at) VALUES (part, from_at, to_at);
+        newest := to_at;
+        made := made + 1;
+    END LOOP;
+    RETURN made;
+END;
+$$;
+
+--
 -- Name: hopper_durable_ended(); Type: FUNCTION; Schema: hopper; Owner: -
 --
 
@@ -1528,8 +1638,10 @@ CREATE TABLE hopper.hopper_dead_jobs (
     run_at timestamp with time zone DEFAULT now() NOT NULL,
     meta jsonb,
     concurrency_key text COLLATE pg_catalog."C",
+    partition_at timestamp with time zone DEFAULT hopper.hopper_dead_partition_at(statement_timestamp()),
     CONSTRAINT hopper_dead_jobs_state_check CHECK ((state = ANY (ARRAY['dead'::text, 'cancelled'::text])))
-);
+)
+PARTITION BY RANGE (partition_at);
 
 --
 -- Name: hopper_job_history; Type: TABLE; Schema: hopper; Owner: -
@@ -1666,6 +1778,44 @@ UNION ALL
     h.meta,
     h.concurrency_key
    FROM hopper.hopper_job_history h;
+
+--
+-- Name: hopper_dead_jobs_default; Type: TABLE; Schema: hopper; Owner: -
+--
+
+CREATE TABLE hopper.hopper_dead_jobs_default (
+    id bigint NOT NULL,
+    queue text NOT NULL,
+    kind text NOT NULL,
+    version integer NOT NULL,
+    payload jsonb NOT NULL,
+    priority smallint NOT NULL,
+    attempt integer NOT NULL,
+    max_attempts integer NOT NULL,
+    unique_key text,
+    errors jsonb NOT NULL,
+    reason text NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    died_at timestamp with time zone DEFAULT now() NOT NULL,
+    state text DEFAULT 'dead'::text NOT NULL,
+    run_at timestamp with time zone DEFAULT now() NOT NULL,
+    meta jsonb,
+    concurrency_key text COLLATE pg_catalog."C",
+    partition_at timestamp with time zone DEFAULT NULL,
+    CONSTRAINT hopper_dead_jobs_partition_at_check CHECK ((partition_at IS NULL)),
+    CONSTRAINT hopper_dead_jobs_state_check CHECK ((state = ANY (ARRAY['dead'::text, 'cancelled'::text])))
+);
+
+--
+-- Name: hopper_dead_partitions; Type: TABLE; Schema: hopper; Owner: -
+--
+
+CREATE TABLE hopper.hopper_dead_partitions (
+    name text NOT NULL,
+    lower_at timestamp with time zone NOT NULL,
+    upper_at timestamp with time zone NOT NULL,
+    CONSTRAINT hopper_dead_partitions_check CHECK ((lower_at < upper_at))
+);
 
 --
 -- Name: hopper_events; Type: TABLE; Schema: hopper; Owner: -
@@ -1906,17 +2056,44 @@ CREATE TABLE hopper.hopper_workflow_waits (
 );
 
 --
+-- Name: hopper_dead_jobs_default; Type: TABLE ATTACH; Schema: hopper; Owner: -
+--
+
+ALTER TABLE ONLY hopper.hopper_dead_jobs ATTACH PARTITION hopper.hopper_dead_jobs_default DEFAULT;
+
+--
 -- Name: hopper_job_history_default; Type: TABLE ATTACH; Schema: hopper; Owner: -
 --
 
 ALTER TABLE ONLY hopper.hopper_job_history ATTACH PARTITION hopper.hopper_job_history_default DEFAULT;
 
 --
--- Name: hopper_dead_jobs hopper_dead_jobs_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
+-- Name: hopper_dead_jobs_default hopper_dead_jobs_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
 --
 
-ALTER TABLE ONLY hopper.hopper_dead_jobs
+ALTER TABLE ONLY hopper.hopper_dead_jobs_default
     ADD CONSTRAINT hopper_dead_jobs_pkey PRIMARY KEY (id);
+
+--
+-- Name: hopper_dead_partitions hopper_dead_partitions_lower_at_key; Type: CONSTRAINT; Schema: hopper; Owner: -
+--
+
+ALTER TABLE ONLY hopper.hopper_dead_partitions
+    ADD CONSTRAINT hopper_dead_partitions_lower_at_key UNIQUE (lower_at);
+
+--
+-- Name: hopper_dead_partitions hopper_dead_partitions_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
+--
+
+ALTER TABLE ONLY hopper.hopper_dead_partitions
+    ADD CONSTRAINT hopper_dead_partitions_pkey PRIMARY KEY (name);
+
+--
+-- Name: hopper_dead_partitions hopper_dead_partitions_upper_at_key; Type: CONSTRAINT; Schema: hopper; Owner: -
+--
+
+ALTER TABLE ONLY hopper.hopper_dead_partitions
+    ADD CONSTRAINT hopper_dead_partitions_upper_at_key UNIQUE (upper_at);
 
 --
 -- Name: hopper_events hopper_events_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
@@ -2038,28 +2215,52 @@ ALTER TABLE ONLY hopper.hopper_workflow_waits
     ADD CONSTRAINT hopper_workflow_waits_pkey PRIMARY KEY (child_id);
 
 --
+-- Name: hopper_dead_jobs_all_died_at_idx; Type: INDEX; Schema: hopper; Owner: -
+--
+
+CREATE INDEX hopper_dead_jobs_all_died_at_idx ON ONLY hopper.hopper_dead_jobs USING btree (died_at);
+
+--
+-- Name: hopper_dead_jobs_all_kind_idx; Type: INDEX; Schema: hopper; Owner: -
+--
+
+CREATE INDEX hopper_dead_jobs_all_kind_idx ON ONLY hopper.hopper_dead_jobs USING btree (kind, queue);
+
+--
+-- Name: hopper_dead_jobs_all_unique_key_idx; Type: INDEX; Schema: hopper; Owner: -
+--
+
+CREATE INDEX hopper_dead_jobs_all_unique_key_idx ON ONLY hopper.hopper_dead_jobs USING btree (unique_key) WHERE (unique_key IS NOT NULL);
+
+--
+-- Name: hopper_dead_jobs_all_workflow_idx; Type: INDEX; Schema: hopper; Owner: -
+--
+
+CREATE INDEX hopper_dead_jobs_all_workflow_idx ON ONLY hopper.hopper_dead_jobs USING btree (((meta ->> 'hopper.workflow'::text)), id) WHERE (meta ? 'hopper.workflow'::text);
+
+--
 -- Name: hopper_dead_jobs_died_at_idx; Type: INDEX; Schema: hopper; Owner: -
 --
 
-CREATE INDEX hopper_dead_jobs_died_at_idx ON hopper.hopper_dead_jobs USING btree (died_at);
+CREATE INDEX hopper_dead_jobs_died_at_idx ON hopper.hopper_dead_jobs_default USING btree (died_at);
 
 --
 -- Name: hopper_dead_jobs_kind_idx; Type: INDEX; Schema: hopper; Owner: -
 --
 
-CREATE INDEX hopper_dead_jobs_kind_idx ON hopper.hopper_dead_jobs USING btree (kind, queue);
+CREATE INDEX hopper_dead_jobs_kind_idx ON hopper.hopper_dead_jobs_default USING btree (kind, queue);
 
 --
 -- Name: hopper_dead_jobs_unique_key_idx; Type: INDEX; Schema: hopper; Owner: -
 --
 
-CREATE INDEX hopper_dead_jobs_unique_key_idx ON hopper.hopper_dead_jobs USING btree (unique_key) WHERE (unique_key IS NOT NULL);
+CREATE INDEX hopper_dead_jobs_unique_key_idx ON hopper.hopper_dead_jobs_default USING btree (unique_key) WHERE (unique_key IS NOT NULL);
 
 --
 -- Name: hopper_dead_jobs_workflow_idx; Type: INDEX; Schema: hopper; Owner: -
 --
 
-CREATE INDEX hopper_dead_jobs_workflow_idx ON hopper.hopper_dead_jobs USING btree (((meta ->> 'hopper.workflow'::text)), id) WHERE (meta ? 'hopper.workflow'::text);
+CREATE INDEX hopper_dead_jobs_workflow_idx ON hopper.hopper_dead_jobs_default USING btree (((meta ->> 'hopper.workflow'::text)), id) WHERE (meta ? 'hopper.workflow'::text);
 
 --
 -- Name: hopper_events_age_idx; Type: INDEX; Schema: hopper; Owner: -
@@ -2174,6 +2375,30 @@ CREATE INDEX hopper_workflow_deps_child_idx ON hopper.hopper_workflow_deps USING
 --
 
 CREATE INDEX hopper_workflow_deps_failed_idx ON hopper.hopper_workflow_deps USING btree (parent_id) WHERE (parent_failed IS NOT NULL);
+
+--
+-- Name: hopper_dead_jobs_died_at_idx; Type: INDEX ATTACH; Schema: hopper; Owner: -
+--
+
+ALTER INDEX hopper.hopper_dead_jobs_all_died_at_idx ATTACH PARTITION hopper.hopper_dead_jobs_died_at_idx;
+
+--
+-- Name: hopper_dead_jobs_kind_idx; Type: INDEX ATTACH; Schema: hopper; Owner: -
+--
+
+ALTER INDEX hopper.hopper_dead_jobs_all_kind_idx ATTACH PARTITION hopper.hopper_dead_jobs_kind_idx;
+
+--
+-- Name: hopper_dead_jobs_unique_key_idx; Type: INDEX ATTACH; Schema: hopper; Owner: -
+--
+
+ALTER INDEX hopper.hopper_dead_jobs_all_unique_key_idx ATTACH PARTITION hopper.hopper_dead_jobs_unique_key_idx;
+
+--
+-- Name: hopper_dead_jobs_workflow_idx; Type: INDEX ATTACH; Schema: hopper; Owner: -
+--
+
+ALTER INDEX hopper.hopper_dead_jobs_all_workflow_idx ATTACH PARTITION hopper.hopper_dead_jobs_workflow_idx;
 
 --
 -- Name: hopper_job_history_unique_key_idx; Type: INDEX ATTACH; Schema: hopper; Owner: -

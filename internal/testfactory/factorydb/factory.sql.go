@@ -75,7 +75,7 @@ func (q *Queries) FactoryInsertCompleted(ctx context.Context, arg FactoryInsertC
 const factoryInsertDead = `-- name: FactoryInsertDead :one
 INSERT INTO hopper_dead_jobs (
     id, queue, kind, version, payload, priority, attempt, max_attempts, unique_key,
-    errors, reason, created_at, died_at, state, run_at, meta, concurrency_key
+    errors, reason, created_at, died_at, state, run_at, meta, concurrency_key, partition_at
 ) VALUES (
     nextval(pg_get_serial_sequence('hopper_jobs', 'id')::regclass),
     $1::text, $2::text, $3::integer, $4::jsonb, $5::smallint,
@@ -83,7 +83,8 @@ INSERT INTO hopper_dead_jobs (
     $9::jsonb, $10::text, coalesce($11::timestamptz, now()),
     coalesce($12::timestamptz, now()), $13::text,
     coalesce($14::timestamptz, now()), $15::jsonb,
-    $16::text
+    $16::text,
+    hopper_dead_partition_at(coalesce($12::timestamptz, now()))
 )
 RETURNING id
 `
@@ -108,7 +109,9 @@ type FactoryInsertDeadParams struct {
 }
 
 // A job in hopper_dead_jobs, dead or cancelled, with an id from the live
-// table's own sequence as the worker's move would keep it.
+// table's own sequence as the worker's move would keep it. It goes to the
+// dead jobs' time partition that covers its died_at, if one does, as a
+// job that died then would have.
 func (q *Queries) FactoryInsertDead(ctx context.Context, arg FactoryInsertDeadParams) (int64, error) {
 	row := q.db.QueryRow(ctx, factoryInsertDead,
 		arg.Queue,

@@ -60,7 +60,7 @@ func (q *Queries) FindJob(ctx context.Context, id int64) (HopperAllJob, error) {
 }
 
 const getDead = `-- name: GetDead :one
-SELECT id, queue, kind, version, payload, priority, attempt, max_attempts, unique_key, errors, reason, created_at, died_at, state, run_at, meta, concurrency_key FROM hopper_dead_jobs WHERE id = $1::bigint
+SELECT id, queue, kind, version, payload, priority, attempt, max_attempts, unique_key, errors, reason, created_at, died_at, state, run_at, meta, concurrency_key, partition_at FROM hopper_dead_jobs WHERE id = $1::bigint
 `
 
 // One dead (or cancelled) job by id.
@@ -85,6 +85,7 @@ func (q *Queries) GetDead(ctx context.Context, id int64) (HopperDeadJob, error) 
 		&i.RunAt,
 		&i.Meta,
 		&i.ConcurrencyKey,
+		&i.PartitionAt,
 	)
 	return i, err
 }

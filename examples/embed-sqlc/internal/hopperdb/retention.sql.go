@@ -9,6 +9,47 @@ import (
 	"context"
 )
 
+const deadPartitions = `-- name: DeadPartitions :many
+SELECT p.name, p.lower_at, p.upper_at
+FROM hopper_dead_partitions AS p
+ORDER BY p.lower_at
+`
+
+// The dead jobs' partitions, oldest first.
+func (q *Queries) DeadPartitions(ctx context.Context) ([]HopperDeadPartition, error) {
+	rows, err := q.db.Query(ctx, deadPartitions)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []HopperDeadPartition
+	for rows.Next() {
+		var i HopperDeadPartition
+		if err := rows.Scan(&i.Name, &i.LowerAt, &i.UpperAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const dropDeadPartitions = `-- name: DropDeadPartitions :one
+SELECT hopper_dead_partitions_drop('1 millisecond'::interval * $1::bigint)::integer AS dropped
+`
+
+// Drops the dead jobs' partitions whose jobs all died longer than
+// retention_ms ago and returns how many (hopper_dead_partitions_drop,
+// migration 24).
+func (q *Queries) DropDeadPartitions(ctx context.Context, retentionMs int64) (int32, error) {
+	row := q.db.QueryRow(ctx, dropDeadPartitions, retentionMs)
+	var dropped int32
+	err := row.Scan(&dropped)
+	return dropped, err
+}
+
 const dropHistoryPartitions = `-- name: DropHistoryPartitions :one
 SELECT hopper_history_partitions_drop()::integer AS dropped
 `
@@ -20,6 +61,26 @@ func (q *Queries) DropHistoryPartitions(ctx context.Context) (int32, error) {
 	var dropped int32
 	err := row.Scan(&dropped)
 	return dropped, err
+}
+
+const ensureDeadPartitions = `-- name: EnsureDeadPartitions :one
+SELECT hopper_dead_partitions_ensure('1 millisecond'::interval * $1::bigint,
+                                     '1 millisecond'::interval * $2::bigint)::integer AS created
+`
+
+type EnsureDeadPartitionsParams struct {
+	WidthMs int64
+	AheadMs int64
+}
+
+// Creates partitions of the dead jobs of width_ms each until they cover
+// now() + ahead_ms (at most 100 per call) and returns how many it made;
+// see hopper_dead_partitions_ensure (migration 24).
+func (q *Queries) EnsureDeadPartitions(ctx context.Context, arg EnsureDeadPartitionsParams) (int32, error) {
+	row := q.db.QueryRow(ctx, ensureDeadPartitions, arg.WidthMs, arg.AheadMs)
+	var created int32
+	err := row.Scan(&created)
+	return created, err
 }
 
 const ensureHistoryPartitions = `-- name: EnsureHistoryPartitions :one
@@ -83,6 +144,42 @@ func (q *Queries) HistoryPartitions(ctx context.Context) ([]HopperHistoryPartiti
 		return nil, err
 	}
 	return items, nil
+}
+
+const pruneDead = `-- name: PruneDead :execrows
+WITH doomed AS (
+    SELECT old.id
+    FROM hopper_dead_jobs AS old
+    WHERE old.partition_at IS NULL
+      AND old.died_at < now() - '1 millisecond'::interval * $1::bigint
+    ORDER BY old.died_at
+    LIMIT $2::integer
+    FOR UPDATE SKIP LOCKED
+), edges AS (
+    DELETE FROM hopper_workflow_deps AS d
+    WHERE d.child_id IN (SELECT doomed.id FROM doomed)
+)
+DELETE FROM hopper_dead_jobs AS dead
+WHERE dead.partition_at IS NULL
+  AND dead.id IN (SELECT doomed.id FROM doomed)
+`
+
+type PruneDeadParams struct {
+	RetentionMs int64
+	MaxJobs     int32
+}
+
+// Deletes up to max_jobs dead and cancelled jobs that died longer than
+// retention_ms ago, the oldest first, from the dead jobs' default
+// partition (partition_at NULL): the others go whole
+// (DropDeadPartitions). SKIP LOCKED lets every worker run it. The edges
+// of a workflow step (to its parents) go with it, as PurgeDead's do.
+func (q *Queries) PruneDead(ctx context.Context, arg PruneDeadParams) (int64, error) {
+	result, err := q.db.Exec(ctx, pruneDead, arg.RetentionMs, arg.MaxJobs)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const pruneHistory = `-- name: PruneHistory :execrows

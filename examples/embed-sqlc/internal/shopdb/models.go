@@ -50,6 +50,34 @@ type HopperDeadJob struct {
 	RunAt          time.Time
 	Meta           json.RawMessage
 	ConcurrencyKey *string
+	PartitionAt    *time.Time
+}
+
+type HopperDeadJobsDefault struct {
+	ID             int64
+	Queue          string
+	Kind           string
+	Version        int32
+	Payload        json.RawMessage
+	Priority       int16
+	Attempt        int32
+	MaxAttempts    int32
+	UniqueKey      *string
+	Errors         json.RawMessage
+	Reason         string
+	CreatedAt      time.Time
+	DiedAt         time.Time
+	State          string
+	RunAt          time.Time
+	Meta           json.RawMessage
+	ConcurrencyKey *string
+	PartitionAt    *time.Time
+}
+
+type HopperDeadPartition struct {
+	Name    string
+	LowerAt time.Time
+	UpperAt time.Time
 }
 
 type HopperEvent struct {

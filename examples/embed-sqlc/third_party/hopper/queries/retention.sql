@@ -62,3 +62,44 @@ SELECT hopper_history_partitions_drop()::integer AS dropped;
 SELECT p.name, p.lower_at, p.upper_at
 FROM hopper_history_partitions AS p
 ORDER BY p.lower_at;
+
+-- name: PruneDead :execrows
+-- Deletes up to max_jobs dead and cancelled jobs that died longer than
+-- retention_ms ago, the oldest first, from the dead jobs' default
+-- partition (partition_at NULL): the others go whole
+-- (DropDeadPartitions). SKIP LOCKED lets every worker run it. The edges
+-- of a workflow step (to its parents) go with it, as PurgeDead's do.
+WITH doomed AS (
+    SELECT old.id
+    FROM hopper_dead_jobs AS old
+    WHERE old.partition_at IS NULL
+      AND old.died_at < now() - '1 millisecond'::interval * @retention_ms::bigint
+    ORDER BY old.died_at
+    LIMIT @max_jobs::integer
+    FOR UPDATE SKIP LOCKED
+), edges AS (
+    DELETE FROM hopper_workflow_deps AS d
+    WHERE d.child_id IN (SELECT doomed.id FROM doomed)
+)
+DELETE FROM hopper_dead_jobs AS dead
+WHERE dead.partition_at IS NULL
+  AND dead.id IN (SELECT doomed.id FROM doomed);
+
+-- name: EnsureDeadPartitions :one
+-- Creates partitions of the dead jobs of width_ms each until they cover
+-- now() + ahead_ms (at most 100 per call) and returns how many it made;
+-- see hopper_dead_partitions_ensure (migration 24).
+SELECT hopper_dead_partitions_ensure('1 millisecond'::interval * @width_ms::bigint,
+                                     '1 millisecond'::interval * @ahead_ms::bigint)::integer AS created;
+
+-- name: DropDeadPartitions :one
+-- Drops the dead jobs' partitions whose jobs all died longer than
+-- retention_ms ago and returns how many (hopper_dead_partitions_drop,
+-- migration 24).
+SELECT hopper_dead_partitions_drop('1 millisecond'::interval * @retention_ms::bigint)::integer AS dropped;
+
+-- name: DeadPartitions :many
+-- The dead jobs' partitions, oldest first.
+SELECT p.name, p.lower_at, p.upper_at
+FROM hopper_dead_partitions AS p
+ORDER BY p.lower_at;
