@@ -34,6 +34,14 @@ type noopJob struct {
 
 var noop = jobs.MustDefine[noopJob]("bench.noop")
 
+// failing is the benchmark's kind that fails for good on its first run
+// (the soak's dead jobs), which the previous build's worker runs too.
+var failing = jobs.MustDefine[noopJob]("bench.fail")
+
+// failEvery is how many jobs of a producer's batch of 50 there are per
+// failing one.
+const failEvery = 50
+
 // TestUpgradeUnderLoad: the newest migrations, applied by this build to a
 // schema at the version before them while the workers of the build before
 // them (the commit before the migrations were added, built from git) work
@@ -41,9 +49,11 @@ var noop = jobs.MustDefine[noopJob]("bench.noop")
 // added migrations, and under the one before the commit before that (more
 // migrations under the older build). The migration waits for locks no longer than its lock
 // timeout; the old workers go on working on the new schema; then this
-// build's workers run beside them. Every job enqueued completes exactly
-// once (each leaves one history row), none dies, no worker logs an error
-// and the old worker process stops cleanly.
+// build's workers run beside them. Every no-op job enqueued completes
+// exactly once (each leaves one history row), every failing one is dead
+// once (moved there by either build, before, during or after the
+// migrations), no worker logs an error and the old worker process stops
+// cleanly.
 func TestUpgradeUnderLoad(t *testing.T) {
 	testdb.Slow(t, "builds the previous Hopper from git and upgrades under its workers")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -93,11 +103,11 @@ func upgradeUnderLoad(t *testing.T, added uint) {
 
 	// Producers through the SQL API, which every build since migration
 	// 12 offers: 50 jobs a statement, as fast as the workers keep up.
-	var enqueued atomic.Int64
+	var enqueued, enqueuedFailing atomic.Int64
 	prodCtx, stopProducing := context.WithCancel(ctx)
 	var pwg sync.WaitGroup
 	perr := make(chan error, 2)
-	batch := "[" + strings.TrimSuffix(strings.Repeat(`{"kind": "bench.noop", "payload": {}},`, 50), ",") + "]"
+	batch := "[" + strings.Repeat(`{"kind": "bench.noop", "payload": {}},`, failEvery-1) + `{"kind": "bench.fail", "payload": {}}` + "]"
 	for range 2 {
 		pwg.Add(1)
 		go func() {
@@ -113,7 +123,8 @@ func upgradeUnderLoad(t *testing.T, added uint) {
 					perr <- err
 					return
 				}
-				enqueued.Add(n)
+				enqueued.Add(n - n/failEvery)
+				enqueuedFailing.Add(n / failEvery)
 			}
 		}()
 	}
@@ -143,9 +154,14 @@ func upgradeUnderLoad(t *testing.T, added uint) {
 	logBuf := &syncBuffer{}
 	w, err := worker.New(d.Pool, worker.Config{Queues: map[string]int{jobs.DefaultQueue: 50},
 		KeepHistoryByQueue: map[string]time.Duration{jobs.DefaultQueue: time.Hour},
-		Logger:             slog.New(slog.NewTextHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		// Dead jobs' partitions, into which the old workers' failures go too.
+		DeadRetention: time.Hour, SweepInterval: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	require.NoError(t, err)
 	require.NoError(t, worker.Handle(w, noop, func(context.Context, *jobs.Job[noopJob]) error { newDone.Add(1); return nil }))
+	require.NoError(t, worker.Handle(w, failing, func(context.Context, *jobs.Job[noopJob]) error {
+		return worker.Permanent(errors.New("fails on purpose"))
+	}))
 	runCtx, stopNew := context.WithCancel(ctx)
 	runErr := make(chan error, 1)
 	go func() { runErr <- w.Run(runCtx) }()
@@ -170,17 +186,21 @@ func upgradeUnderLoad(t *testing.T, added uint) {
 	require.NoError(t, <-runErr)
 	old.stop(t)
 
-	var history, distinct, dead int64
+	var history, distinct, dead, deadDistinct, deadKinds int64
 	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT id) FROM hopper_job_history").Scan(&history, &distinct))
-	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT count(*) FROM hopper_dead_jobs").Scan(&dead))
-	require.Equal(t, enqueued.Load(), history, "every job enqueued completed, kept once in the history")
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT id), count(DISTINCT kind) FROM hopper_dead_jobs").Scan(&dead, &deadDistinct, &deadKinds))
+	require.Equal(t, enqueued.Load(), history, "every no-op job enqueued completed, kept once in the history")
 	require.Equal(t, history, distinct)
-	require.Zero(t, dead)
+	require.Equal(t, enqueuedFailing.Load(), dead, "every failing job is dead")
+	require.Equal(t, dead, deadDistinct)
+	require.EqualValues(t, 1, deadKinds, "and only those")
+	var deadInParts int64
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT count(*) FROM hopper_dead_jobs WHERE partition_at IS NOT NULL").Scan(&deadInParts))
 	require.Equal(t, enqueued.Load(), old.completed.Load()+newDone.Load()+old.unconfirmed.Load(), "each job reported done once, by one build")
 	require.NotContains(t, logBuf.String(), "level=ERROR", "this build's worker logged an error")
-	t.Logf("migrations %d to %d applied under load in %v (%d lock timeouts retried); %d jobs: %d by the previous build (%d after the migration), %d by this one",
+	t.Logf("migrations %d to %d applied under load in %v (%d lock timeouts retried); %d jobs: %d by the previous build (%d after the migration), %d by this one; %d dead, %d of them in time partitions",
 		prev+1, latest, took.Round(time.Millisecond), strings.Count(logs.String(), "waited lock_timeout"), enqueued.Load(),
-		old.completed.Load(), old.completed.Load()-atMigration, newDone.Load())
+		old.completed.Load(), old.completed.Load()-atMigration, newDone.Load(), dead, deadInParts)
 }
 
 // addedIn is the commit that added migration version's file; it skips the
