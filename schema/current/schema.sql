@@ -11,16 +11,27 @@
 CREATE SCHEMA hopper;
 
 --
+-- Name: hopper_dead_partitions; Type: TABLE; Schema: hopper; Owner: -
+--
+
+CREATE TABLE hopper.hopper_dead_partitions (
+    name text NOT NULL,
+    lower_at timestamp with time zone NOT NULL,
+    upper_at timestamp with time zone NOT NULL,
+    CONSTRAINT hopper_dead_partitions_check CHECK ((lower_at < upper_at))
+);
+
+--
 -- Name: hopper_dead_partition_at(timestamp with time zone); Type: FUNCTION; Schema: hopper; Owner: -
 --
 
 CREATE FUNCTION hopper.hopper_dead_partition_at(at timestamp with time zone) RETURNS timestamp with time zone
     LANGUAGE sql STABLE SECURITY DEFINER
-    SET search_path TO 'hopper', 'pg_temp'
-    AS $$
-    SELECT at FROM hopper_dead_partitions AS p
-    WHERE p.lower_at <= at AND at < p.upper_at
-$$;
+    BEGIN ATOMIC
+ SELECT hopper_dead_partition_at.at AS at
+    FROM hopper.hopper_dead_partitions p
+   WHERE ((p.lower_at <= hopper_dead_partition_at.at) AND (hopper_dead_partition_at.at < p.upper_at));
+END;
 
 --
 -- Name: hopper_dead_partitions_drop(interval); Type: FUNCTION; Schema: hopper; Owner: -
@@ -1804,17 +1815,6 @@ CREATE TABLE hopper.hopper_dead_jobs_default (
     partition_at timestamp with time zone DEFAULT NULL,
     CONSTRAINT hopper_dead_jobs_partition_at_check CHECK ((partition_at IS NULL)),
     CONSTRAINT hopper_dead_jobs_state_check CHECK ((state = ANY (ARRAY['dead'::text, 'cancelled'::text])))
-);
-
---
--- Name: hopper_dead_partitions; Type: TABLE; Schema: hopper; Owner: -
---
-
-CREATE TABLE hopper.hopper_dead_partitions (
-    name text NOT NULL,
-    lower_at timestamp with time zone NOT NULL,
-    upper_at timestamp with time zone NOT NULL,
-    CONSTRAINT hopper_dead_partitions_check CHECK ((lower_at < upper_at))
 );
 
 --

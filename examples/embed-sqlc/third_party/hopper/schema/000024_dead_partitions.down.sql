@@ -31,8 +31,8 @@ SELECT h.id, h.queue, h.kind, h.version, h.payload, 'completed'::text, h.priorit
 FROM hopper_job_history AS h;
 ALTER TABLE hopper_dead_jobs DETACH PARTITION hopper_dead_jobs_default;
 DROP TABLE hopper_dead_jobs;
+DROP FUNCTION hopper_dead_partition_at(timestamptz); -- its body names the list
 DROP TABLE hopper_dead_partitions;
-DROP FUNCTION hopper_dead_partition_at(timestamptz);
 ALTER TABLE hopper_dead_jobs_default RENAME TO hopper_dead_jobs;
 CREATE TRIGGER hopper_dead_jobs_durable_ended AFTER DELETE ON hopper_dead_jobs
     REFERENCING OLD TABLE AS hopper_ended_jobs
