@@ -137,6 +137,7 @@ $$;
 
 CREATE FUNCTION hopper.hopper_durable_ended() RETURNS trigger
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     marked bigint[];
@@ -877,6 +878,7 @@ $$;
 CREATE FUNCTION hopper.hopper_sequence_advance() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'hopper', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     keys text[];
@@ -1131,6 +1133,7 @@ CREATE FUNCTION hopper.hopper_workflow_advance() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'hopper', 'pg_temp'
     SET jit TO 'off'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     setting constant text := 'hopper.workflow_cascade_' || TG_RELID::text;
@@ -1176,6 +1179,7 @@ CREATE FUNCTION hopper.hopper_workflow_count(children bigint[]) RETURNS integer
     LANGUAGE plpgsql
     SET jit TO 'off'
     SET search_path TO 'hopper', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     parents bigint[];
@@ -1276,6 +1280,7 @@ $$;
 CREATE FUNCTION hopper.hopper_workflow_decide(ready bigint[]) RETURNS bigint[]
     LANGUAGE plpgsql
     SET jit TO 'off'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     go bigint[];
@@ -1364,6 +1369,7 @@ CREATE FUNCTION hopper.hopper_workflow_link(parents bigint[], children bigint[])
     LANGUAGE plpgsql
     SET jit TO 'off'
     SET search_path TO 'hopper', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     stranger record;
@@ -1442,6 +1448,7 @@ $$;
 CREATE FUNCTION hopper.hopper_workflow_pass(ended bigint[]) RETURNS bigint[]
     LANGUAGE plpgsql
     SET jit TO 'off'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     children bigint[];
@@ -1543,6 +1550,7 @@ $$;
 CREATE FUNCTION hopper.hopper_workflow_retry(workflow text) RETURNS SETOF bigint
     LANGUAGE plpgsql
     SET search_path TO 'hopper', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_variable
 BEGIN

@@ -1,3 +1,11 @@
+ALTER FUNCTION hopper_durable_ended() RESET plan_cache_mode;
+ALTER FUNCTION hopper_sequence_advance() RESET plan_cache_mode;
+ALTER FUNCTION hopper_workflow_advance() RESET plan_cache_mode;
+ALTER FUNCTION hopper_workflow_count(bigint[]) RESET plan_cache_mode;
+ALTER FUNCTION hopper_workflow_decide(bigint[]) RESET plan_cache_mode;
+ALTER FUNCTION hopper_workflow_link(bigint[], bigint[]) RESET plan_cache_mode;
+ALTER FUNCTION hopper_workflow_pass(bigint[]) RESET plan_cache_mode;
+ALTER FUNCTION hopper_workflow_retry(text) RESET plan_cache_mode;
 -- Every row goes back to the default partition, which becomes the plain
 -- table it was, with its triggers. This reads and writes every row kept
 -- in a partition.

@@ -243,3 +243,20 @@ BEGIN
     EXECUTE format('ALTER FUNCTION %1$I.hopper_dead_partitions_drop(interval) SET search_path = %1$I, pg_temp', current_schema());
 END;
 $$;
+
+-- The functions that read the history or the dead jobs by id run their
+-- statements with generic plans. Left to choose, PostgreSQL's plan cache
+-- keeps planning those statements anew at every call (a custom plan),
+-- and planning a lookup across every partition costs ten times the
+-- lookup: 2,000 calls of a workflow step's two probes took 2.85 s with
+-- custom plans over 26 history and 12 dead partitions, 0.21 s with a
+-- generic plan (0.04 s without partitions). A generic plan is made once
+-- per session, and again after each partition attached or dropped.
+ALTER FUNCTION hopper_durable_ended() SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION hopper_sequence_advance() SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION hopper_workflow_advance() SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION hopper_workflow_count(bigint[]) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION hopper_workflow_decide(bigint[]) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION hopper_workflow_link(bigint[], bigint[]) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION hopper_workflow_pass(bigint[]) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION hopper_workflow_retry(text) SET plan_cache_mode = force_generic_plan;
