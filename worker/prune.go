@@ -53,7 +53,8 @@ func (m *pruner) run(ctx context.Context) {
 }
 
 // PruneOnce runs the pruning now and reports how many completed jobs left
-// the history and how many dead or cancelled jobs were deleted.
+// the history and how many dead or cancelled jobs were deleted row by row;
+// the jobs of a time partition dropped whole are not counted.
 func (w *Worker) PruneOnce(ctx context.Context) (history, dead int64) {
 	return w.pruner.pruneOnce(ctx)
 }
