@@ -276,6 +276,7 @@ WITH held AS (
     FROM hopper_jobs AS j
     WHERE j.id = $1::bigint AND j.attempt = $2::integer
       AND j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
+    FOR NO KEY UPDATE
 ), marked AS (
     UPDATE hopper_jobs AS j
     SET meta = coalesce(j.meta, '{}'::jsonb) || '{"hopper.durable": true}'::jsonb
@@ -297,7 +298,12 @@ type SetProgressParams struct {
 }
 
 // Records a running job's progress, fenced by the claim; held says whether
-// the claim is still this worker's.
+// the claim is still this worker's. The job's row is locked first: a
+// progress written (late, by the throttle's timer) while the job's
+// acknowledgement deletes it either finds the row gone and writes nothing,
+// or makes the delete wait, whose trigger then deletes the progress with
+// the job. Unlocked, the write could land after that trigger and outlive
+// its job.
 func (q *Queries) SetProgress(ctx context.Context, arg SetProgressParams) (bool, error) {
 	row := q.db.QueryRow(ctx, setProgress, arg.JobID, arg.Attempt, arg.Progress)
 	var held bool

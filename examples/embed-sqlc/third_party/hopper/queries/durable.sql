@@ -108,12 +108,18 @@ RETURNING j.id, j.attempt, given.emitted::boolean AS woken;
 
 -- name: SetProgress :one
 -- Records a running job's progress, fenced by the claim; held says whether
--- the claim is still this worker's.
+-- the claim is still this worker's. The job's row is locked first: a
+-- progress written (late, by the throttle's timer) while the job's
+-- acknowledgement deletes it either finds the row gone and writes nothing,
+-- or makes the delete wait, whose trigger then deletes the progress with
+-- the job. Unlocked, the write could land after that trigger and outlive
+-- its job.
 WITH held AS (
     SELECT j.id, coalesce(j.meta ? 'hopper.durable', false) AS marked
     FROM hopper_jobs AS j
     WHERE j.id = @job_id::bigint AND j.attempt = @attempt::integer
       AND j.lease_until IS NOT NULL -- running; see AckBatch for the spelling
+    FOR NO KEY UPDATE
 ), marked AS (
     UPDATE hopper_jobs AS j
     SET meta = coalesce(j.meta, '{}'::jsonb) || '{"hopper.durable": true}'::jsonb
