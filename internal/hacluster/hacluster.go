@@ -283,8 +283,26 @@ func writable(state string) bool { return state == "primary" || state == "wait_p
 // Switchover performs a planned switchover (pg_autoctl perform switchover)
 // and returns once the monitor reports it done.
 func (f *Formation) Switchover(ctx context.Context) error {
-	_, err := f.output(ctx, "perform", "switchover", "--pgdata", filepath.Join(f.dir, "monitor"))
-	return err
+	return f.perform(ctx, "switchover")
+}
+
+// perform runs pg_autoctl perform switchover or failover on the monitor.
+// The monitor's perform_failover can deadlock with a keeper's report
+// landing at the same moment (PostgreSQL then rolls its transaction back
+// whole, and nothing changed): that one error is tried again, a few
+// times, after a pause.
+func (f *Formation) perform(ctx context.Context, what string) error {
+	for attempt := 1; ; attempt++ {
+		_, err := f.output(ctx, "perform", what, "--pgdata", filepath.Join(f.dir, "monitor"))
+		if err == nil || attempt == 5 || !strings.Contains(err.Error(), "deadlock detected") {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		}
+	}
 }
 
 // Events is the monitor's event log, newest last (pg_autoctl show
@@ -301,8 +319,7 @@ func (f *Formation) Events(ctx context.Context) string {
 // (pg_autoctl perform failover), as an operator does when the primary is
 // up but unreachable for its clients, and returns once it is done.
 func (f *Formation) Failover(ctx context.Context) error {
-	_, err := f.output(ctx, "perform", "failover", "--pgdata", filepath.Join(f.dir, "monitor"))
-	return err
+	return f.perform(ctx, "failover")
 }
 
 // SetSynchronous makes node n's replication synchronous (it takes part in
