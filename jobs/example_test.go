@@ -164,3 +164,33 @@ func ExampleInSchema() {
 	// enqueued: true
 	// true
 }
+
+// Enqueue many small workflows in one call: every step of every workflow
+// in one insert and every edge in one more, all or nothing. Each result
+// maps its workflow's step names to job ids.
+func ExampleEnqueueWorkflows() {
+	pool, drop := testdb.ForExample()
+	defer drop()
+	ctx := context.Background()
+	type Order struct {
+		ID int `json:"id"`
+	}
+	charge := jobs.MustDefine[Order]("charge")
+	ship := jobs.MustDefine[Order]("ship")
+	receipt := jobs.MustDefine[Order]("receipt")
+
+	var ws []*jobs.Workflow
+	for id := 1; id <= 1000; id++ {
+		o := Order{ID: id}
+		ws = append(ws, jobs.NewWorkflow(fmt.Sprintf("order-%d", id)).
+			Add("charge", charge.Entry(o)).
+			Add("ship", ship.Entry(o), jobs.After("charge")).
+			Add("receipt", receipt.Entry(o), jobs.After("charge")))
+	}
+	res, err := jobs.EnqueueWorkflows(ctx, pool, ws)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("workflows:", len(res), "the last:", res[999].ID, "steps:", len(res[999].Steps), "waiting:", res[999].Waiting)
+	// Output: workflows: 1000 the last: order-1000 steps: 3 waiting: 2
+}

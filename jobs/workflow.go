@@ -1,20 +1,13 @@
 package jobs
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/hopperq/hopper/db"
-	"github.com/hopperq/hopper/internal/migrated"
 )
 
 // Workflows: jobs that wait for other jobs. A step is an ordinary job of
@@ -267,94 +260,6 @@ func (w *Workflow) cycle(waiting []int) string {
 			}
 		}
 	}
-}
-
-// WorkflowResult tells what EnqueueWorkflow did.
-type WorkflowResult struct {
-	// ID is the workflow's id.
-	ID string
-	// Steps maps each step's name to its job's id.
-	Steps map[string]int64
-	// Waiting counts the steps enqueued waiting for parents.
-	Waiting int
-}
-
-// EnqueueWorkflow checks a workflow and inserts its steps, all or none:
-// the steps without parents ready (or scheduled), the others waiting for
-// their parents, with the edges between them, in one transaction (a
-// savepoint inside the caller's when dbtx is one). Enqueued from a
-// handler's transaction with AfterJobs, the new steps join a running
-// workflow. A mistake in the workflow (ErrInvalidWorkflow: an unknown
-// parent, a cycle, an empty or repeated name, too many steps) or in a
-// step's entry is reported before anything is written, and names the
-// step. A step cannot have a unique key or a sequence key: the step's turn
-// comes from its parents.
-func EnqueueWorkflow(ctx context.Context, dbtx DBTX, w *Workflow) (WorkflowResult, error) {
-	res, err := enqueueWorkflow(ctx, dbtx, w)
-	if err != nil {
-		return WorkflowResult{}, fmt.Errorf("enqueue workflow %q: %w", w.id, err)
-	}
-	return res, nil
-}
-
-func enqueueWorkflow(ctx context.Context, dbtx DBTX, w *Workflow) (WorkflowResult, error) {
-	order, err := w.order()
-	if err != nil {
-		return WorkflowResult{}, err
-	}
-	entries := make([]Entry, len(order))
-	for k, i := range order {
-		s := w.steps[i]
-		e := s.entry
-		if err := runHooks(ctx, dbtx, e.kind, e.version, e.raw, e.hooks, &e.o); err != nil {
-			return WorkflowResult{}, fmt.Errorf("step %q (%s): %w", s.name, e.kind, err)
-		}
-		if err := w.stamp(s, &e.o); err != nil {
-			return WorkflowResult{}, fmt.Errorf("step %q (%s): %w", s.name, e.kind, err)
-		}
-		entries[k] = e
-	}
-	res := WorkflowResult{ID: w.id, Steps: make(map[string]int64, len(order))}
-	err = inTxOn(ctx, dbtx, func(tx DBTX) error {
-		inserted, err := insertPlain(ctx, tx, entries)
-		if err != nil {
-			return err
-		}
-		ids := make([]int64, len(w.steps)) // by step
-		for k, i := range order {
-			ids[i] = inserted.Results[k].ID
-			res.Steps[w.steps[i].name] = ids[i]
-		}
-		var parents, children []int64
-		for i, s := range w.steps {
-			for _, p := range s.after {
-				parents, children = append(parents, ids[w.names[p]]), append(children, ids[i])
-			}
-			for _, id := range s.afterJobs {
-				parents, children = append(parents, id), append(children, ids[i])
-			}
-		}
-		if len(children) == 0 {
-			return nil
-		}
-		_, err = db.New(tx).LinkWorkflow(ctx, db.LinkWorkflowParams{Parents: parents, Children: children})
-		return err
-	})
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "22023" && strings.HasPrefix(pgErr.Message, "hopper: unknown step") {
-		// A parent given by id that is no step of this workflow, or is
-		// gone (completed and not kept).
-		return WorkflowResult{}, fmt.Errorf("%w: %w", ErrInvalidWorkflow, err)
-	}
-	if err != nil {
-		return WorkflowResult{}, migrated.Explain(err, dbtx)
-	}
-	for _, s := range w.steps {
-		if len(s.after)+len(s.afterJobs) > 0 {
-			res.Waiting++
-		}
-	}
-	return res, nil
 }
 
 // stamp writes the step's workflow, name and policy into its metadata and

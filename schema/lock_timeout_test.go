@@ -15,9 +15,9 @@ import (
 )
 
 // newestLocks is a table the newest migration locks against writers
-// (migration 24 renames hopper_dead_jobs): a writer's open transaction
+// (migration 25 builds an index on hopper_jobs): a writer's open transaction
 // on it makes that migration wait.
-const newestLocks = "hopper_dead_jobs"
+const newestLocks = "hopper_jobs"
 
 // TestMigrationWaitsBoundedForLocks: the newest migration locks
 // newestLocks, which waits for any open transaction that wrote to it.

@@ -29,6 +29,7 @@ var addedBy = map[uint][]string{
 	22: nil, // dead_partition_at: a column and a check on hopper_dead_jobs
 	23: nil, // dead_partition_at_valid: the check validated
 	24: deadPartitionObjects,
+	25: nil, // workflow_lookups: an index replaced by one of the same name, a function's new body
 }
 
 // deadPartitionObjects are what migration 24 (dead_partitions) adds: the

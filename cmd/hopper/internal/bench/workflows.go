@@ -87,6 +87,8 @@ type WorkflowsResult struct {
 	// Acks, with --explain: what the acknowledgement's DELETE costs with
 	// and without workflow steps, trigger included.
 	Acks []*AckTiming `json:"acks,omitempty"`
+	// Enqueues times enqueueing small workflows one by one and batched.
+	Enqueues []*WorkflowEnqueueRun `json:"enqueues,omitempty"`
 }
 
 // WorkflowRow is one kind of drain.
@@ -236,6 +238,9 @@ func runWorkflows(ctx context.Context, cfg Config, logf func(string, ...any)) (*
 	if r.Batch, err = workflowBatch(ctx, base); err != nil {
 		return r, fmt.Errorf("batch: %w", err)
 	}
+	if r.Enqueues, err = timeWorkflowEnqueues(ctx, cfg, o.Diamonds, logf); err != nil {
+		return r, err
+	}
 	if cfg.Explain {
 		logf("workflows: acknowledgements timed with and without workflow steps")
 		if r.Acks, err = timeAcks(ctx, cfg.DatabaseURL, o.BatchJobs); err != nil {
@@ -256,49 +261,10 @@ func diamond(id string, payload benchJob) *jobs.Workflow {
 		Add("publish", e(), jobs.After("a", "b", "c"))
 }
 
-// enqueueDiamonds enqueues n diamonds named prefix0, prefix1 …, from four
-// connections, 50 workflows per transaction (each EnqueueWorkflow in a
-// savepoint of it).
+// enqueueDiamonds enqueues n diamonds named prefix0, prefix1 …, in
+// EnqueueWorkflows calls from four connections.
 func enqueueDiamonds(ctx context.Context, pool *pgxpool.Pool, n int, prefix string, payload benchJob) error {
-	const perTx, conns = 50, 4
-	var next atomic.Int64
-	errs := make(chan error, conns)
-	for range conns {
-		go func() {
-			for {
-				from := int(next.Add(perTx)) - perTx
-				if from >= n {
-					errs <- nil
-					return
-				}
-				tx, err := pool.Begin(ctx)
-				if err != nil {
-					errs <- err
-					return
-				}
-				for i := from; i < min(from+perTx, n); i++ {
-					if _, err = jobs.EnqueueWorkflow(ctx, tx, diamond(fmt.Sprintf("%s%d", prefix, i), payload)); err != nil {
-						break
-					}
-				}
-				if err == nil {
-					err = tx.Commit(ctx)
-				}
-				if err != nil {
-					_ = tx.Rollback(context.WithoutCancel(ctx))
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	var first error
-	for range conns {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
+	return enqueueWorkflowsBatched(ctx, pool, n, prefix, workflowShapes[0], payload)
 }
 
 // workflowDrain is runDrain with a backlog of total jobs that enqueue
@@ -650,6 +616,7 @@ func (r *WorkflowsResult) Print(w io.Writer) {
 			b.Jobs, b.EnqueueSeconds, b.DrainSeconds, b.JobsPerSecond, b.CallbackAfterMs, b.PostgresCPUPer1000, b.AckLockWaits, b.AckSamples)
 		printWorkflowStatements(w, b.Statements)
 	}
+	printWorkflowEnqueues(w, r.Enqueues)
 	for i, a := range r.Acks {
 		if i == 0 {
 			fmt.Fprintf(w, "workflows: acknowledgements (the DELETE of AckBatch, in transactions rolled back, EXPLAIN ANALYZE):\n")

@@ -1,0 +1,100 @@
+-- Workflow steps looked up by id at the cost of a probe each.
+--
+-- 1. The waiting jobs of each sequence key, and of no workflow step.
+--
+-- Migration 13 indexed every waiting job by its sequence key, when only
+-- sequence jobs waited. Since migration 14 a workflow step with parents
+-- waits too, so the index held an entry (key NULL) for every waiting step:
+-- a write per step that nothing reads, and worse, a path the planner took
+-- for the workflow functions' look-ups of steps by id ("j.id = ANY (...)
+-- AND j.state = 'waiting'"): under their generic plans it scanned every
+-- waiting step of the table for each call, so enqueueing a batch of
+-- workflows grew with the steps already waiting (1,000 diamonds: 0.42,
+-- 0.59, 0.96 s for three batches in a row; 0.17–0.25 s with this index).
+--
+-- The new index holds sequence jobs only. Every statement that reads it
+-- compares (meta ->> 'hopper.sequence') with a key, which implies the key
+-- IS NOT NULL, so PostgreSQL still proves it usable for them; the
+-- workflow functions' look-ups cannot use it and take the primary key.
+--
+-- CREATE INDEX holds a SHARE lock on hopper_jobs while it reads the table
+-- (reads go on, writes wait), then the old index's DROP an ACCESS
+-- EXCLUSIVE lock for an instant. Guarded by:
+-- schema/TestSequenceWaitingIndexHoldsSequencesOnly.
+CREATE INDEX hopper_jobs_sequence_waiting_key_idx ON hopper_jobs ((meta ->> 'hopper.sequence'), id)
+    WHERE state = 'waiting' AND (meta ->> 'hopper.sequence') IS NOT NULL;
+DROP INDEX hopper_jobs_sequence_waiting_idx;
+ALTER INDEX hopper_jobs_sequence_waiting_key_idx RENAME TO hopper_jobs_sequence_waiting_idx;
+
+-- 2. A parent's end counts its waiting children down (hopper_workflow_pass)
+-- without searching the array of its children once per child: the search
+-- made each pass quadratic in its children. The function's settings (jit
+-- off, generic plans: migrations 15 and 24) are restated, since CREATE OR
+-- REPLACE sets them anew. Guarded by the workflow suites (workflows_test,
+-- workflow_edges_test, the workflow chaos and property tests).
+CREATE OR REPLACE FUNCTION hopper_workflow_pass(ended bigint[]) RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE
+SET jit = off SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    children bigint[];
+    ready bigint[];
+BEGIN
+    SELECT array_agg(l.id) INTO children
+    FROM (SELECT j.id FROM hopper_jobs AS j
+          WHERE j.id IN (SELECT d.child_id FROM hopper_workflow_deps AS d WHERE d.parent_id = ANY (ended))
+            AND j.state = 'waiting'
+          ORDER BY j.id
+          FOR NO KEY UPDATE OF j) AS l;
+    -- How each ended step ended, on all its edges (whatever its children's
+    -- states: a child cancelled or kept may be retried later, and then
+    -- reads it): an ended step in the dead table failed; one that
+    -- completed after an earlier failure (it was retried) forgets it.
+    -- Only the edges whose failure changes are written, and a plain
+    -- acknowledgement reads no edge: the dead table's key finds the
+    -- failed, the partial index of failures the ones to forget.
+    UPDATE hopper_workflow_deps AS d
+    SET parent_failed = x.state
+    FROM hopper_dead_jobs AS x
+    WHERE x.id = ANY (ended) AND d.parent_id = x.id AND d.parent_failed IS DISTINCT FROM x.state;
+    UPDATE hopper_workflow_deps AS d
+    SET parent_failed = NULL
+    WHERE d.parent_id = ANY (ended) AND d.parent_failed IS NOT NULL
+      AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x WHERE x.id = d.parent_id);
+    IF children IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- The edges are read from the ended parents (the primary key), never
+    -- from the children: a batch's callback has a hundred thousand. Of
+    -- the children, only the waiting ones count: those locked above (a
+    -- child cancelled, dead or completed before does not wait), found by
+    -- an index probe each rather than a search of the array per child,
+    -- which made a pass quadratic in its children (3 µs a child at a
+    -- thousand). The two sets are the same: the rows locked stay waiting,
+    -- and no step comes back waiting with an edge to a parent ended here
+    -- before this commit (its count locks that parent, FOR KEY SHARE,
+    -- which waits for this transaction's delete). A child with a count
+    -- row (several parents) is ready when it reaches zero; one without (a
+    -- single parent, which has just ended) is ready now. The NOT EXISTS
+    -- reads the rows as they were before the update.
+    WITH counted AS (
+        SELECT g.child_id, g.n
+        FROM (SELECT d.child_id, count(*)::integer AS n
+              FROM hopper_workflow_deps AS d
+              WHERE d.parent_id = ANY (ended)
+              GROUP BY d.child_id) AS g
+        WHERE EXISTS (SELECT FROM hopper_jobs AS j WHERE j.id = g.child_id AND j.state = 'waiting')
+    ), left_now AS (
+        UPDATE hopper_workflow_waits AS w
+        SET parents_left = greatest(w.parents_left - c.n, 0)
+        FROM counted AS c
+        WHERE w.child_id = c.child_id
+        RETURNING w.child_id, w.parents_left
+    )
+    SELECT array_agg(r.child_id) INTO ready
+    FROM (SELECT l.child_id FROM left_now AS l WHERE l.parents_left = 0
+          UNION ALL
+          SELECT c.child_id FROM counted AS c
+          WHERE NOT EXISTS (SELECT FROM hopper_workflow_waits AS w WHERE w.child_id = c.child_id)) AS r;
+    RETURN hopper_workflow_decide(ready);
+END;
+$$;

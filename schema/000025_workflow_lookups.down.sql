@@ -1,0 +1,64 @@
+-- Migration 13's index again: every waiting job, workflow steps included.
+CREATE INDEX hopper_jobs_sequence_waiting_all_idx ON hopper_jobs ((meta ->> 'hopper.sequence'), id)
+    WHERE state = 'waiting';
+DROP INDEX hopper_jobs_sequence_waiting_idx;
+ALTER INDEX hopper_jobs_sequence_waiting_all_idx RENAME TO hopper_jobs_sequence_waiting_idx;
+
+-- Migration 15's count-down, with the settings of migrations 15 and 24.
+CREATE OR REPLACE FUNCTION hopper_workflow_pass(ended bigint[]) RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE
+SET jit = off SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    children bigint[];
+    ready bigint[];
+BEGIN
+    SELECT array_agg(l.id) INTO children
+    FROM (SELECT j.id FROM hopper_jobs AS j
+          WHERE j.id IN (SELECT d.child_id FROM hopper_workflow_deps AS d WHERE d.parent_id = ANY (ended))
+            AND j.state = 'waiting'
+          ORDER BY j.id
+          FOR NO KEY UPDATE OF j) AS l;
+    -- How each ended step ended, on all its edges (whatever its children's
+    -- states: a child cancelled or kept may be retried later, and then
+    -- reads it): an ended step in the dead table failed; one that
+    -- completed after an earlier failure (it was retried) forgets it.
+    -- Only the edges whose failure changes are written, and a plain
+    -- acknowledgement reads no edge: the dead table's key finds the
+    -- failed, the partial index of failures the ones to forget.
+    UPDATE hopper_workflow_deps AS d
+    SET parent_failed = x.state
+    FROM hopper_dead_jobs AS x
+    WHERE x.id = ANY (ended) AND d.parent_id = x.id AND d.parent_failed IS DISTINCT FROM x.state;
+    UPDATE hopper_workflow_deps AS d
+    SET parent_failed = NULL
+    WHERE d.parent_id = ANY (ended) AND d.parent_failed IS NOT NULL
+      AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x WHERE x.id = d.parent_id);
+    IF children IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- The edges are read from the ended parents (the primary key), never
+    -- from the children: a batch's callback has a hundred thousand. A
+    -- child with a count row (several parents) is ready when it reaches
+    -- zero; one without (a single parent, which has just ended) is ready
+    -- now. The NOT EXISTS reads the rows as they were before the update.
+    WITH counted AS (
+        SELECT d.child_id, count(*)::integer AS n
+        FROM hopper_workflow_deps AS d
+        WHERE d.parent_id = ANY (ended)
+        GROUP BY d.child_id
+    ), left_now AS (
+        UPDATE hopper_workflow_waits AS w
+        SET parents_left = greatest(w.parents_left - c.n, 0)
+        FROM counted AS c
+        WHERE w.child_id = c.child_id AND c.child_id = ANY (children)
+        RETURNING w.child_id, w.parents_left
+    )
+    SELECT array_agg(r.child_id) INTO ready
+    FROM (SELECT l.child_id FROM left_now AS l WHERE l.parents_left = 0
+          UNION ALL
+          SELECT c.child_id FROM counted AS c
+          WHERE c.child_id = ANY (children)
+            AND NOT EXISTS (SELECT FROM hopper_workflow_waits AS w WHERE w.child_id = c.child_id)) AS r;
+    RETURN hopper_workflow_decide(ready);
+END;
+$$;
