@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/testdb"
 )
@@ -15,6 +17,14 @@ import (
 const benchBatch = 1000
 
 func benchSetup(b *testing.B, n int) (context.Context, *db.Queries) {
+	b.Helper()
+	ctx, q, _ := benchSetupPool(b, n)
+	return ctx, q
+}
+
+// benchSetupPool is benchSetup that also returns the scratch schema's
+// pool.
+func benchSetupPool(b *testing.B, n int) (context.Context, *db.Queries, *pgxpool.Pool) {
 	b.Helper()
 	ctx := context.Background()
 	tdb := testdb.New(b)
@@ -28,7 +38,7 @@ func benchSetup(b *testing.B, n int) (context.Context, *db.Queries) {
 			b.Fatal(err)
 		}
 	}
-	return ctx, q
+	return ctx, q, tdb.Pool
 }
 
 func dequeue(ctx context.Context, b *testing.B, q *db.Queries, n int) []db.HopperJob {
