@@ -62,3 +62,43 @@ BEGIN
     RETURN hopper_workflow_decide(ready);
 END;
 $$;
+
+-- Migration 14's end of a step, with the settings of migrations 15 and 24.
+CREATE OR REPLACE FUNCTION hopper_workflow_advance() RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET jit = off SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    setting constant text := 'hopper.workflow_cascade_' || TG_RELID::text;
+    ended bigint[];
+    unpromoted bigint[];
+BEGIN
+    IF current_setting(setting, true) = 'on' THEN
+        RETURN NULL;
+    END IF;
+    SELECT array_agg(o.id), array_agg(o.id) FILTER (WHERE o.state = 'waiting') INTO ended, unpromoted
+    FROM hopper_old_jobs AS o
+    WHERE o.meta ? 'hopper.workflow';
+    IF ended IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- A step that ended waiting (cancelled, deleted) needs its count no
+    -- more. Its row is this statement's (deleted), and every writer of a
+    -- count locks the step's row first, so none holds the count now.
+    IF unpromoted IS NOT NULL THEN
+        DELETE FROM hopper_workflow_waits AS w WHERE w.child_id = ANY (unpromoted);
+    END IF;
+    -- A step that ended without being kept (deleted; or completed, not
+    -- kept in the history) needs its edges to its parents no more; a kept
+    -- one keeps them until its row is pruned or purged.
+    DELETE FROM hopper_workflow_deps AS d
+    WHERE d.child_id IN (SELECT e FROM unnest(ended) AS e
+                         WHERE NOT EXISTS (SELECT FROM hopper_job_history AS h WHERE h.id = e)
+                           AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x WHERE x.id = e));
+    PERFORM set_config(setting, 'on', true);
+    WHILE ended IS NOT NULL LOOP
+        ended := hopper_workflow_pass(ended);
+    END LOOP;
+    PERFORM set_config(setting, '', true);
+    RETURN NULL;
+END;
+$$;

@@ -1,4 +1,5 @@
--- Workflow steps looked up by id at the cost of a probe each.
+-- Workflow steps looked up by id at the cost of a probe each, and only
+-- where needed.
 --
 -- 1. The waiting jobs of each sequence key, and of no workflow step.
 --
@@ -96,5 +97,54 @@ BEGIN
           SELECT c.child_id FROM counted AS c
           WHERE NOT EXISTS (SELECT FROM hopper_workflow_waits AS w WHERE w.child_id = c.child_id)) AS r;
     RETURN hopper_workflow_decide(ready);
+END;
+$$;
+
+-- 3. A step's end looks for it in the history and the dead jobs (is it
+-- kept, so that its edges to its parents stay?) only when it has parents:
+-- those look-ups by id read every partition's primary key, and a batch's
+-- jobs and a workflow's roots have no such edges (acknowledging 20,000
+-- jobs of a batch with 25 history partitions: 20 µs a job before, 16
+-- after). Settings restated as above.
+CREATE OR REPLACE FUNCTION hopper_workflow_advance() RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET jit = off SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    setting constant text := 'hopper.workflow_cascade_' || TG_RELID::text;
+    ended bigint[];
+    unpromoted bigint[];
+BEGIN
+    IF current_setting(setting, true) = 'on' THEN
+        RETURN NULL;
+    END IF;
+    SELECT array_agg(o.id), array_agg(o.id) FILTER (WHERE o.state = 'waiting') INTO ended, unpromoted
+    FROM hopper_old_jobs AS o
+    WHERE o.meta ? 'hopper.workflow';
+    IF ended IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- A step that ended waiting (cancelled, deleted) needs its count no
+    -- more. Its row is this statement's (deleted), and every writer of a
+    -- count locks the step's row first, so none holds the count now.
+    IF unpromoted IS NOT NULL THEN
+        DELETE FROM hopper_workflow_waits AS w WHERE w.child_id = ANY (unpromoted);
+    END IF;
+    -- A step that ended without being kept (deleted; or completed, not
+    -- kept in the history) needs its edges to its parents no more; a kept
+    -- one keeps them until its row is pruned or purged. Only a step with
+    -- parents has such edges: the others (a workflow's roots, a batch's
+    -- jobs) are not looked for in the history and the dead jobs, whose
+    -- look-up by id reads every partition's key.
+    DELETE FROM hopper_workflow_deps AS d
+    WHERE d.child_id IN (SELECT e FROM unnest(ended) AS e
+                         WHERE EXISTS (SELECT FROM hopper_workflow_deps AS p WHERE p.child_id = e)
+                           AND NOT EXISTS (SELECT FROM hopper_job_history AS h WHERE h.id = e)
+                           AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x WHERE x.id = e));
+    PERFORM set_config(setting, 'on', true);
+    WHILE ended IS NOT NULL LOOP
+        ended := hopper_workflow_pass(ended);
+    END LOOP;
+    PERFORM set_config(setting, '', true);
+    RETURN NULL;
 END;
 $$;

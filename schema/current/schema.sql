@@ -1131,7 +1131,6 @@ $$;
 
 CREATE FUNCTION hopper.hopper_workflow_advance() RETURNS trigger
     LANGUAGE plpgsql
-    SET search_path TO 'hopper', 'pg_temp'
     SET jit TO 'off'
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -1157,10 +1156,14 @@ BEGIN
     END IF;
     -- A step that ended without being kept (deleted; or completed, not
     -- kept in the history) needs its edges to its parents no more; a kept
-    -- one keeps them until its row is pruned or purged.
+    -- one keeps them until its row is pruned or purged. Only a step with
+    -- parents has such edges: the others (a workflow's roots, a batch's
+    -- jobs) are not looked for in the history and the dead jobs, whose
+    -- look-up by id reads every partition's key.
     DELETE FROM hopper_workflow_deps AS d
     WHERE d.child_id IN (SELECT e FROM unnest(ended) AS e
-                         WHERE NOT EXISTS (SELECT FROM hopper_job_history AS h WHERE h.id = e)
+                         WHERE EXISTS (SELECT FROM hopper_workflow_deps AS p WHERE p.child_id = e)
+                           AND NOT EXISTS (SELECT FROM hopper_job_history AS h WHERE h.id = e)
                            AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x WHERE x.id = e));
     PERFORM set_config(setting, 'on', true);
     WHILE ended IS NOT NULL LOOP
