@@ -148,3 +148,25 @@ BEGIN
     RETURN NULL;
 END;
 $$;
+
+-- 4. Every function that reads or writes Hopper's tables by name runs with
+-- this schema first in its search_path, whatever the caller's, so that a
+-- session that reaches the tables by a qualified name (another
+-- search_path) runs the triggers on the same schema's tables. Migrations
+-- 13 and 14 pinned them; CREATE OR REPLACE sets a function's settings
+-- anew, so migration 15 lost the pin of hopper_workflow_decide,
+-- hopper_workflow_pass, hopper_workflow_returned and hopper_sequence_skip,
+-- this migration that of hopper_workflow_advance, and migration 18 never
+-- set it on hopper_emit_event and hopper_durable_ended. Guarded by:
+-- schema/TestFunctionsPinSearchPath.
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_advance() SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_pass(bigint[]) SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_decide(bigint[]) SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_returned() SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_skip(text) SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_emit_event(text, jsonb) SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_durable_ended() SET search_path = %1$I, pg_temp', current_schema());
+END
+$$;

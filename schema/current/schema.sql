@@ -138,6 +138,7 @@ $$;
 CREATE FUNCTION hopper.hopper_durable_ended() RETURNS trigger
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
+    SET search_path TO 'hopper', 'pg_temp'
     AS $$
 DECLARE
     marked bigint[];
@@ -183,6 +184,7 @@ $$;
 
 CREATE FUNCTION hopper.hopper_emit_event(name text, payload jsonb DEFAULT 'null'::jsonb) RETURNS integer
     LANGUAGE plpgsql
+    SET search_path TO 'hopper', 'pg_temp'
     AS $$
 #variable_conflict use_variable
 DECLARE
@@ -1112,6 +1114,7 @@ $$;
 
 CREATE FUNCTION hopper.hopper_sequence_skip(sequence_key text, OUT skipped boolean, OUT promoted bigint) RETURNS record
     LANGUAGE plpgsql
+    SET search_path TO 'hopper', 'pg_temp'
     AS $$
 #variable_conflict use_variable
 BEGIN
@@ -1133,6 +1136,7 @@ CREATE FUNCTION hopper.hopper_workflow_advance() RETURNS trigger
     LANGUAGE plpgsql
     SET jit TO 'off'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET search_path TO 'hopper', 'pg_temp'
     AS $$
 DECLARE
     setting constant text := 'hopper.workflow_cascade_' || TG_RELID::text;
@@ -1284,6 +1288,7 @@ CREATE FUNCTION hopper.hopper_workflow_decide(ready bigint[]) RETURNS bigint[]
     LANGUAGE plpgsql
     SET jit TO 'off'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET search_path TO 'hopper', 'pg_temp'
     AS $$
 DECLARE
     go bigint[];
@@ -1452,6 +1457,7 @@ CREATE FUNCTION hopper.hopper_workflow_pass(ended bigint[]) RETURNS bigint[]
     LANGUAGE plpgsql
     SET jit TO 'off'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET search_path TO 'hopper', 'pg_temp'
     AS $$
 DECLARE
     children bigint[];
@@ -1605,6 +1611,7 @@ $$;
 CREATE FUNCTION hopper.hopper_workflow_returned() RETURNS trigger
     LANGUAGE plpgsql
     SET jit TO 'off'
+    SET search_path TO 'hopper', 'pg_temp'
     AS $$
 DECLARE
     back bigint[];

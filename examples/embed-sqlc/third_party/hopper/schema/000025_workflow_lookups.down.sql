@@ -102,3 +102,17 @@ BEGIN
     RETURN NULL;
 END;
 $$;
+
+-- The search_path as migration 24 left it: pinned on
+-- hopper_workflow_advance only (hopper_workflow_pass's CREATE OR REPLACE
+-- above leaves it unpinned, as it was).
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_advance() SET search_path = %1$I, pg_temp', current_schema());
+END
+$$;
+ALTER FUNCTION hopper_workflow_decide(bigint[]) RESET search_path;
+ALTER FUNCTION hopper_workflow_returned() RESET search_path;
+ALTER FUNCTION hopper_sequence_skip(text) RESET search_path;
+ALTER FUNCTION hopper_emit_event(text, jsonb) RESET search_path;
+ALTER FUNCTION hopper_durable_ended() RESET search_path;
