@@ -64,8 +64,9 @@
 // names (After): a step with parents waits until they have all ended,
 // and the transaction that ends the last one makes it ready. A failed
 // parent cancels its dependents unless OnParentFailure says otherwise;
-// NewBatch makes a batch with a callback; Parents, ParentResult and
-// CountParents are a step's view of its parents (see docs/workflows.md).
+// NewBatch makes a batch with a callback; EnqueueWorkflows enqueues many
+// workflows in one call; Parents, ParentResult and CountParents are a
+// step's view of its parents (see docs/workflows.md).
 //
 // EnqueueMany inserts a batch of one kind; EnqueueBatch a batch of any
 // kinds (each entry made with Kind.Entry). A plain batch of up to 256 jobs
