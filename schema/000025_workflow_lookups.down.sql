@@ -1,4 +1,6 @@
 -- Migration 13's index again: every waiting job, workflow steps included.
+-- Locked first, as the up does, so that no lock is upgraded.
+LOCK TABLE hopper_jobs IN ACCESS EXCLUSIVE MODE;
 CREATE INDEX hopper_jobs_sequence_waiting_all_idx ON hopper_jobs ((meta ->> 'hopper.sequence'), id)
     WHERE state = 'waiting';
 DROP INDEX hopper_jobs_sequence_waiting_idx;

@@ -18,10 +18,15 @@
 -- IS NOT NULL, so PostgreSQL still proves it usable for them; the
 -- workflow functions' look-ups cannot use it and take the primary key.
 --
--- CREATE INDEX holds a SHARE lock on hopper_jobs while it reads the table
--- (reads go on, writes wait), then the old index's DROP an ACCESS
--- EXCLUSIVE lock for an instant. Guarded by:
--- schema/TestSequenceWaitingIndexHoldsSequencesOnly.
+-- The table is locked ACCESS EXCLUSIVE first, for the whole build: CREATE
+-- INDEX's SHARE lock followed by DROP INDEX's ACCESS EXCLUSIVE one is a
+-- lock upgrade, which deadlocks with a worker's transaction that read the
+-- table and then writes it (seen in tests/upgrade). Taken first, the lock
+-- is only waited for (lock_timeout, then the migration runs again); reads
+-- and writes wait for the build, which reads the table but indexes only
+-- the waiting sequence jobs (0.11 s for 1,000,000 pending jobs). Guarded
+-- by: schema/TestSequenceWaitingIndexHoldsSequencesOnly.
+LOCK TABLE hopper_jobs IN ACCESS EXCLUSIVE MODE;
 CREATE INDEX hopper_jobs_sequence_waiting_key_idx ON hopper_jobs ((meta ->> 'hopper.sequence'), id)
     WHERE state = 'waiting' AND (meta ->> 'hopper.sequence') IS NOT NULL;
 DROP INDEX hopper_jobs_sequence_waiting_idx;

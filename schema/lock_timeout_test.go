@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	migratedb "github.com/golang-migrate/migrate/v4/database"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/internal/testdb"
@@ -15,7 +17,7 @@ import (
 )
 
 // newestLocks is a table the newest migration locks against writers
-// (migration 25 builds an index on hopper_jobs): a writer's open transaction
+// (migration 25 locks hopper_jobs to replace an index): a writer's open transaction
 // on it makes that migration wait.
 const newestLocks = "hopper_jobs"
 
@@ -121,4 +123,101 @@ func TestLockTimeoutRefusesNegative(t *testing.T) {
 	ctx, d := setup(t)
 	_, err := schema.NewMigrator(ctx, d.Pool, schema.LockTimeout(-time.Second, 1))
 	require.ErrorContains(t, err, "negative lock timeout")
+}
+
+// holdMigrationsLock takes, in a session of its own, the advisory lock
+// golang-migrate takes for d's schema, as another migrator does while it
+// migrates; release gives it back.
+func holdMigrationsLock(ctx context.Context, t *testing.T, d *testdb.DB) (release func()) {
+	t.Helper()
+	conn, err := d.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	var database string
+	require.NoError(t, conn.QueryRow(ctx, "SELECT current_database()").Scan(&database))
+	id, err := migratedb.GenerateAdvisoryLockId(database, d.Schema, schema.MigrationsTable)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "SELECT pg_advisory_lock($1)", id)
+	require.NoError(t, err)
+	released := false
+	release = func() {
+		if !released {
+			released = true
+			_, err := conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", id)
+			require.NoError(t, err)
+			conn.Release()
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// taggedPool is a pool on d's schema whose sessions carry app as their
+// application_name, so that the sessions a migrator opens from it can be
+// counted whatever else the server runs.
+func taggedPool(ctx context.Context, t *testing.T, d *testdb.DB, app string) *pgxpool.Pool {
+	t.Helper()
+	cfg := d.Pool.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// noSessionsOf reports whether the server has no session named app.
+func noSessionsOf(ctx context.Context, d *testdb.DB, app string) bool {
+	var n int
+	err := d.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n)
+	return err == nil && n == 0
+}
+
+// TestNewMigratorWaitsForTheMigrationsLock: opening a migrator takes the
+// migrations' lock (golang-migrate creates its version table under it), so
+// a replica starting while another migrates waited lock_timeout and
+// failed (TestUpConcurrently, in CI). The open is tried again, as a
+// migration is; when the attempts run out, ErrLockTimeout; and the
+// sessions of the failed opens are closed.
+func TestNewMigratorWaitsForTheMigrationsLock(t *testing.T) {
+	ctx, d := setup(t)
+	app := "hopper-open-" + d.Schema
+	pool := taggedPool(ctx, t, d, app)
+	release := holdMigrationsLock(ctx, t, d)
+
+	_, err := schema.NewMigrator(ctx, pool, schema.LockTimeout(50*time.Millisecond, 2))
+	require.ErrorIs(t, err, schema.ErrLockTimeout)
+	require.ErrorContains(t, err, "2 attempts")
+	// A closed session leaves pg_stat_activity a moment after its client
+	// closed it; a leaked one never does.
+	require.Eventually(t, func() bool { return noSessionsOf(ctx, d, app) }, 20*time.Second, 20*time.Millisecond,
+		"a failed open's session was left open")
+
+	retried := make(chan struct{}, 1)
+	type opened struct {
+		mg  *schema.Migrator
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		mg, err := schema.NewMigrator(ctx, pool, schema.LockTimeout(50*time.Millisecond, 100), schema.Logf(func(format string, args ...any) {
+			if strings.Contains(format, "opening waited lock_timeout") {
+				select {
+				case retried <- struct{}{}:
+				default:
+				}
+			}
+		}))
+		done <- opened{mg, err}
+	}()
+	select {
+	case <-retried:
+	case <-ctx.Done():
+		t.Fatal("the open never waited for the lock")
+	}
+	release()
+	o := <-done
+	require.NoError(t, o.err)
+	require.NoError(t, o.mg.Up(ctx))
+	require.NoError(t, o.mg.Close())
+	require.Eventually(t, func() bool { return noSessionsOf(ctx, d, app) }, 20*time.Second, 20*time.Millisecond,
+		"a migrator's session outlived it")
 }

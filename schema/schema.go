@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/golang-migrate/migrate/v4"
@@ -132,24 +133,9 @@ func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migr
 		}
 		connCfg.RuntimeParams["search_path"] = pgx.Identifier{o.schema}.Sanitize()
 	}
-	// A database/sql handle of its own (golang-migrate speaks database/sql),
-	// so migrating never changes the sessions of the caller's pool.
-	sqlDB := stdlib.OpenDB(*connCfg)
-	sqlDB.SetMaxOpenConns(2)
-	// golang-migrate reads current_schema() into a string, and fails with a
-	// scan error when it is NULL: no schema of the search_path exists.
-	schemaName, err := currentSchema(ctx, sqlDB)
+	driver, schemaName, err := openDriverRetrying(ctx, *connCfg, o)
 	if err != nil {
-		_ = sqlDB.Close()
 		return nil, err
-	}
-	driver, err := migratepgx.WithInstance(sqlDB, &migratepgx.Config{
-		MigrationsTable: MigrationsTable,
-		SchemaName:      o.schema,
-	})
-	if err != nil {
-		_ = sqlDB.Close()
-		return nil, fmt.Errorf("migrate: open driver: %w", err)
 	}
 	src, err := iofs.New(Files, ".")
 	if err != nil {
@@ -165,6 +151,74 @@ func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migr
 		m.Log = logger(o.logf)
 	}
 	return &Migrator{m: m, driver: driver, schema: schemaName, attempts: o.lockAttempts, logf: o.logf}, nil
+}
+
+// openDriverRetrying opens golang-migrate's driver, again when its first
+// statement waited lock_timeout: opening takes the migrations' advisory
+// lock (to create the version table if missing), which another migrator
+// holds for as long as its migrations run.
+func openDriverRetrying(ctx context.Context, connCfg pgx.ConnConfig, o options) (database.Driver, string, error) {
+	for attempt := 1; ; attempt++ {
+		driver, schemaName, err := openDriver(ctx, connCfg, o)
+		timedOut := lockTimedOut(err)
+		if timedOut == nil {
+			return driver, schemaName, err
+		}
+		if attempt >= o.lockAttempts {
+			return nil, "", errorf(ErrLockTimeout, "hopper: migrate: open: %d attempts each waited lock_timeout for the migrations' lock: "+
+				"another migrator has held it that long, or a session holds it (find it in pg_locks), or raise the lock timeout (last: %s)", attempt, timedOut.Message)
+		}
+		pause := min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second)
+		if o.logf != nil {
+			o.logf("migrate: opening waited lock_timeout for the migrations' lock; attempt %d of %d in %v", attempt+1, o.lockAttempts, pause)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, "", fmt.Errorf("migrate: open: %w (after a lock timeout: %s)", ctx.Err(), timedOut.Message)
+		case <-time.After(pause):
+		}
+	}
+}
+
+// openDriver opens golang-migrate's driver over a database/sql handle of
+// its own, and returns the schema it migrates.
+func openDriver(ctx context.Context, connCfg pgx.ConnConfig, o options) (database.Driver, string, error) {
+	// A database/sql handle of its own (golang-migrate speaks database/sql),
+	// so migrating never changes the sessions of the caller's pool.
+	var mu sync.Mutex
+	var sessions []*pgx.Conn
+	sqlDB := stdlib.OpenDB(connCfg, stdlib.OptionAfterConnect(func(_ context.Context, c *pgx.Conn) error {
+		mu.Lock()
+		defer mu.Unlock()
+		sessions = append(sessions, c)
+		return nil
+	}))
+	sqlDB.SetMaxOpenConns(2)
+	// golang-migrate reads current_schema() into a string, and fails with a
+	// scan error when it is NULL: no schema of the search_path exists.
+	schemaName, err := currentSchema(ctx, sqlDB)
+	if err != nil {
+		_ = sqlDB.Close()
+		return nil, "", err
+	}
+	driver, err := migratepgx.WithInstance(sqlDB, &migratepgx.Config{
+		MigrationsTable: MigrationsTable,
+		SchemaName:      o.schema,
+	})
+	if err != nil {
+		_ = sqlDB.Close()
+		// WithInstance keeps the session it took when a statement of its
+		// fails (its wait for the migrations' lock, say), out of the
+		// handle's reach: closed here, or it would stay open until the
+		// process ends.
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range sessions {
+			_ = c.Close(context.WithoutCancel(ctx))
+		}
+		return nil, "", fmt.Errorf("migrate: open driver: %w", err)
+	}
+	return driver, schemaName, nil
 }
 
 // currentSchema returns the schema migrations go to, or ErrNoSchema saying
