@@ -3,6 +3,7 @@ package schema_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -88,6 +89,71 @@ func TestMigrationWaitsBoundedForLocks(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, schema.Latest(), v)
 	require.False(t, dirty)
+}
+
+// TestMigrationRunsAgainAfterADeadlock: a transaction that holds a lock
+// the newest migration waits for, and then waits for a lock the migration
+// holds (here the migrations' advisory lock), deadlocks with it. The
+// migration is the one PostgreSQL ends (the transaction's deadlock_timeout
+// is set far beyond the migration's), rolls back whole, and runs again
+// like a migration that waited lock_timeout: once the transaction ends,
+// it is applied, with no dirty mark left.
+func TestMigrationRunsAgainAfterADeadlock(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	before := schema.Versions()[len(schema.Versions())-2]
+	d := testdb.NewAtVersion(t, before)
+
+	tx, err := d.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(ctx, "SET LOCAL deadlock_timeout = '10min'")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "LOCK TABLE "+newestLocks+" IN ROW EXCLUSIVE MODE")
+	require.NoError(t, err)
+	var database string
+	require.NoError(t, tx.QueryRow(ctx, "SELECT current_database()").Scan(&database))
+	lockID, err := migratedb.GenerateAdvisoryLockId(database, d.Schema, schema.MigrationsTable)
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	var lines []string
+	logf := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, fmt.Sprintf(format, args...))
+	}
+	// A lock timeout far beyond the migration's deadlock_timeout (the
+	// server's, 1s): the wait ends by the deadlock, not by the timeout.
+	mg, err := schema.NewMigrator(ctx, d.Pool, schema.LockTimeout(time.Minute, 3), schema.Logf(logf))
+	require.NoError(t, err)
+	defer mg.Close()
+	done := make(chan error, 1)
+	go func() { done <- mg.Up(ctx) }()
+
+	// The migration waits for the table the transaction holds...
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := d.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks WHERE NOT granted AND relation = $1::regclass)`,
+			d.Schema+"."+newestLocks).Scan(&waiting)
+		return err == nil && waiting
+	}, time.Minute, 10*time.Millisecond)
+	// ...and the transaction then waits for the migrations' lock, which
+	// the migration holds: PostgreSQL ends the migration's transaction,
+	// golang-migrate gives its lock back, and this gets it.
+	_, err = tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockID)
+	require.NoError(t, err, "the transaction was not the one ended")
+	require.NoError(t, tx.Rollback(ctx))
+
+	require.NoError(t, <-done)
+	v, dirty, err := mg.Version()
+	require.NoError(t, err)
+	require.Equal(t, schema.Latest(), v)
+	require.False(t, dirty)
+	mu.Lock()
+	defer mu.Unlock()
+	require.True(t, slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "deadlocked") }),
+		"the deadlock was logged and the migration run again: %q", lines)
 }
 
 // TestLockTimeoutZeroWaits: a timeout of 0 leaves the server's setting
@@ -199,7 +265,7 @@ func TestNewMigratorWaitsForTheMigrationsLock(t *testing.T) {
 	done := make(chan opened, 1)
 	go func() {
 		mg, err := schema.NewMigrator(ctx, pool, schema.LockTimeout(50*time.Millisecond, 100), schema.Logf(func(format string, args ...any) {
-			if strings.Contains(format, "opening waited lock_timeout") {
+			if strings.Contains(fmt.Sprintf(format, args...), "opening waited lock_timeout") {
 				select {
 				case retried <- struct{}{}:
 				default:

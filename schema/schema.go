@@ -75,7 +75,8 @@ const (
 // queue's traffic behind its own lock request for longer. A migration
 // whose statement waited that long rolls back whole and runs again after
 // a pause, up to attempts times in all; then the run fails with an error
-// that matches ErrLockTimeout. The defaults are DefaultLockTimeout and
+// that matches ErrLockTimeout. A migration that PostgreSQL ends to break a
+// deadlock (deadlock_detected) runs again the same way. The defaults are DefaultLockTimeout and
 // DefaultLockAttempts; a timeout of 0 leaves the server's lock_timeout
 // (by default none: wait for ever).
 func LockTimeout(timeout time.Duration, attempts int) Option {
@@ -101,7 +102,7 @@ type Migrator struct {
 	m        *migrate.Migrate
 	driver   database.Driver // m's; its lock is the one m.Up takes
 	schema   string
-	attempts int // of a run whose statement waited lock_timeout for a lock
+	attempts int // of a run whose lock wait was refused (lock_timeout, deadlock)
 	logf     func(format string, args ...any)
 }
 
@@ -154,13 +155,13 @@ func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migr
 }
 
 // openDriverRetrying opens golang-migrate's driver, again when its first
-// statement waited lock_timeout: opening takes the migrations' advisory
-// lock (to create the version table if missing), which another migrator
-// holds for as long as its migrations run.
+// statement waited lock_timeout or deadlocked: opening takes the
+// migrations' advisory lock (to create the version table if missing),
+// which another migrator holds for as long as its migrations run.
 func openDriverRetrying(ctx context.Context, connCfg pgx.ConnConfig, o options) (database.Driver, string, error) {
 	for attempt := 1; ; attempt++ {
 		driver, schemaName, err := openDriver(ctx, connCfg, o)
-		timedOut := lockTimedOut(err)
+		timedOut := lockRefused(err)
 		if timedOut == nil {
 			return driver, schemaName, err
 		}
@@ -170,7 +171,7 @@ func openDriverRetrying(ctx context.Context, connCfg pgx.ConnConfig, o options) 
 		}
 		pause := min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second)
 		if o.logf != nil {
-			o.logf("migrate: opening waited lock_timeout for the migrations' lock; attempt %d of %d in %v", attempt+1, o.lockAttempts, pause)
+			o.logf("migrate: opening %s (the migrations' lock); attempt %d of %d in %v", lockWait(timedOut), attempt+1, o.lockAttempts, pause)
 		}
 		select {
 		case <-ctx.Done():
@@ -419,42 +420,49 @@ func (mg *Migrator) Force(version int) error {
 }
 
 // run runs step (what: up or down) and runs it again when a statement
-// waited lock_timeout for a lock: the migration that timed out rolled back
-// whole (each file runs in one transaction), and golang-migrate's dirty
-// mark is set back to the version the schema is really at.
+// waited lock_timeout for a lock, or was chosen to end a deadlock: either
+// way the migration rolled back whole (each file runs in one transaction),
+// and golang-migrate's dirty mark is set back to the version the schema is
+// really at. A deadlock needs a transaction that holds a lock the
+// migration wants while it waits for one the migration holds; the
+// migration running again after a pause finds it ended or still there
+// (then it waits lock_timeout, as for any lock).
 func (mg *Migrator) run(ctx context.Context, what string, step func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := mg.runOnce(ctx, what, step)
-		timedOut := lockTimedOut(err)
-		if timedOut == nil {
+		refused := lockRefused(err)
+		if refused == nil {
 			return err
 		}
 		// A run that waited for the migrations' lock itself ran nothing:
 		// a dirty mark seen now is another run's, still going.
 		if !waitedForMigrationsLock(err) {
-			if uerr := mg.undoTimedOut(what); uerr != nil {
+			if uerr := mg.undoRolledBack(what); uerr != nil {
 				return errors.Join(err, uerr)
 			}
 		}
 		if attempt >= mg.attempts {
-			return errorf(ErrLockTimeout, "hopper: migrate %s: %d attempts each waited lock_timeout for a lock and rolled back: "+
-				"a long transaction holds a lock the migration needs (find it in pg_stat_activity), or raise the lock timeout (last: %s)", what, attempt, timedOut.Message)
+			return errorf(ErrLockTimeout, "hopper: migrate %s: %d attempts each waited for a lock (lock_timeout, or a deadlock) and rolled back: "+
+				"a long transaction holds a lock the migration needs (find it in pg_stat_activity), or raise the lock timeout (last: %s)", what, attempt, refused.Message)
 		}
 		pause := min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second)
 		if mg.logf != nil {
-			mg.logf("migrate %s: a statement waited lock_timeout for a lock; rolled back, attempt %d of %d in %v", what, attempt+1, mg.attempts, pause)
+			mg.logf("migrate %s: a statement %s; rolled back, attempt %d of %d in %v", what, lockWait(refused), attempt+1, mg.attempts, pause)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("migrate %s: %w (after a lock timeout: %s)", what, ctx.Err(), timedOut.Message)
+			return fmt.Errorf("migrate %s: %w (after a lock wait: %s)", what, ctx.Err(), refused.Message)
 		case <-time.After(pause):
 		}
 	}
 }
 
-// lockTimedOut returns PostgreSQL's lock_not_available error in err (a
-// statement, or the advisory lock, waited lock_timeout), or nil.
-func lockTimedOut(err error) *pgconn.PgError {
+// lockRefused returns PostgreSQL's error in err when a statement, or the
+// advisory lock, waited for a lock and was refused: it waited lock_timeout
+// (lock_not_available), or it was chosen to end a deadlock
+// (deadlock_detected). Either rolls the transaction back whole, so running
+// it again is safe; nil for any other error.
+func lockRefused(err error) *pgconn.PgError {
 	var pgErr *pgconn.PgError
 	var dbErr database.Error
 	var dbErrPtr *database.Error
@@ -464,10 +472,18 @@ func lockTimedOut(err error) *pgconn.PgError {
 	case errors.As(err, &dbErrPtr):
 		err = dbErrPtr.OrigErr
 	}
-	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable {
+	if errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.LockNotAvailable || pgErr.Code == pgerrcode.DeadlockDetected) {
 		return pgErr
 	}
 	return nil
+}
+
+// lockWait says, for a log line, how a lock wait ended.
+func lockWait(refused *pgconn.PgError) string {
+	if refused.Code == pgerrcode.DeadlockDetected {
+		return "deadlocked with another transaction waiting for a lock"
+	}
+	return "waited lock_timeout for a lock"
 }
 
 // waitedForMigrationsLock reports whether err is golang-migrate's failure
@@ -484,28 +500,28 @@ func waitedForMigrationsLock(err error) bool {
 	return false
 }
 
-// undoTimedOut clears the dirty mark a migration that timed out left: up,
-// the schema is still at the version before the one marked; down, at the
-// one after it (golang-migrate marks the version a step goes to). It reads
+// undoRolledBack clears the dirty mark a migration that rolled back on a
+// lock wait left: up, the schema is still at the version before the one
+// marked; down, at the one after it (golang-migrate marks the version a step goes to). It reads
 // and writes the mark under the migrations' lock, so that a mark another
 // run has set while it migrates is never taken for this one's; when that
 // lock is not granted within lock_timeout, another run is migrating and
 // the mark is left to the next attempt.
-func (mg *Migrator) undoTimedOut(what string) error {
+func (mg *Migrator) undoRolledBack(what string) error {
 	if err := mg.driver.Lock(); err != nil {
-		if lockTimedOut(err) != nil {
+		if lockRefused(err) != nil {
 			return nil
 		}
 		return fmt.Errorf("migrate %s: take the migrations' lock: %w", what, err)
 	}
-	err := mg.undoTimedOutLocked(what)
+	err := mg.undoRolledBackLocked(what)
 	if unlockErr := mg.driver.Unlock(); unlockErr != nil && err == nil {
 		err = fmt.Errorf("migrate %s: give back the migrations' lock: %w", what, unlockErr)
 	}
 	return err
 }
 
-func (mg *Migrator) undoTimedOutLocked(what string) error {
+func (mg *Migrator) undoRolledBackLocked(what string) error {
 	v, dirty, err := mg.driver.Version()
 	if err != nil || !dirty || v < 0 {
 		return err
@@ -528,7 +544,7 @@ func (mg *Migrator) undoTimedOutLocked(what string) error {
 		at = database.NilVersion
 	}
 	if err := mg.driver.SetVersion(at, false); err != nil {
-		return fmt.Errorf("migrate %s: clear the dirty mark of the migration that timed out: %w", what, err)
+		return fmt.Errorf("migrate %s: clear the dirty mark of the migration that rolled back: %w", what, err)
 	}
 	return nil
 }
