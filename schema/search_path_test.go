@@ -12,12 +12,13 @@ import (
 // unpinned are the functions of Hopper's schema that run with the
 // caller's search_path, and why that is safe.
 var unpinned = map[string]string{
-	"hopper_dead_partition_at": "a BEGIN ATOMIC body: its names were bound when it was created",
-	"hopper_go_duration":       "pure: reads no table",
-	"hopper_go_escapes":        "pure: reads no table",
-	"hopper_notify_enqueued":   "reads only its statement's transition table",
-	"hopper_ready_keys":        "a SQL function inlined into the keyed claim, which a SET would prevent; the claim runs in the schema",
-	"hopper_sequence_before":   "a SQL function inlined into hopper_sequence_place, which pins the path",
+	"hopper_dead_partition_at":    "a BEGIN ATOMIC body: its names were bound when it was created",
+	"hopper_go_duration":          "pure: reads no table",
+	"hopper_go_escapes":           "pure: reads no table",
+	"hopper_notify_enqueued":      "reads only its statement's transition table",
+	"hopper_ready_keys":           "a SQL function inlined into the keyed claim, which a SET would prevent; the claim runs in the schema",
+	"hopper_sequence_before":      "a SQL function inlined into hopper_sequence_place_keys, which pins the path",
+	"hopper_sequence_place_queue": "pure: reads no table; a SQL function inlined into the placement trigger's WHEN, which a SET would prevent",
 }
 
 // TestFunctionsPinSearchPath: every function of the schema that reads or

@@ -30,6 +30,7 @@ var addedBy = map[uint][]string{
 	23: nil, // dead_partition_at_valid: the check validated
 	24: deadPartitionObjects,
 	25: nil, // workflow_lookups: an index replaced by one of the same name, a function's new body
+	26: {"function hopper_sequence_place_keys", "function hopper_sequence_place_queue"},
 }
 
 // deadPartitionObjects are what migration 24 (dead_partitions) adds: the

@@ -950,6 +950,9 @@ BEGIN
                 FROM jsonb_each_text(coalesce(nullif(current_setting(setting, true), ''), '{}')::jsonb) AS e) AS a
           GROUP BY a.key) AS f;
     PERFORM set_config(setting, firsts::text, true);
+    IF current_setting('hopper.sequence_place_' || TG_RELID::text, true) IS DISTINCT FROM 'queued' THEN
+        PERFORM hopper_sequence_place_keys(TG_RELID);
+    END IF;
     RETURN NULL;
 END;
 $$;
@@ -973,8 +976,23 @@ CREATE FUNCTION hopper.hopper_sequence_place() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'hopper', 'pg_temp'
     AS $$
+BEGIN
+    PERFORM set_config('hopper.sequence_place_' || TG_RELID::text, '', true);
+    PERFORM hopper_sequence_place_keys(TG_RELID);
+    RETURN NULL;
+END;
+$$;
+
+--
+-- Name: hopper_sequence_place_keys(oid); Type: FUNCTION; Schema: hopper; Owner: -
+--
+
+CREATE FUNCTION hopper.hopper_sequence_place_keys(job_table oid) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'hopper', 'pg_temp'
+    AS $$
 DECLARE
-    setting constant text := 'hopper.sequence_keys_' || TG_RELID::text;
+    setting constant text := 'hopper.sequence_keys_' || job_table::text;
     keys text[];
     firsts bigint[];
     before bigint[];
@@ -983,7 +1001,7 @@ BEGIN
     SELECT array_agg(e.key ORDER BY e.key), array_agg(e.value::bigint ORDER BY e.key) INTO keys, firsts
     FROM jsonb_each_text(coalesce(nullif(current_setting(setting, true), ''), '{}')::jsonb) AS e;
     IF keys IS NULL THEN
-        RETURN NULL;
+        RETURN;
     END IF;
     PERFORM set_config(setting, '', true);
     PERFORM count(pg_advisory_xact_lock(l.id))
@@ -1014,8 +1032,21 @@ BEGIN
     IF keys IS NOT NULL THEN
         PERFORM hopper_sequence_promote_keys(keys);
     END IF;
-    RETURN NULL;
 END;
+$$;
+
+--
+-- Name: hopper_sequence_place_queue(oid, jsonb); Type: FUNCTION; Schema: hopper; Owner: -
+--
+
+CREATE FUNCTION hopper.hopper_sequence_place_queue(job_table oid, meta jsonb) RETURNS boolean
+    LANGUAGE sql
+    AS $$
+    SELECT CASE
+        WHEN NOT coalesce(meta ? 'hopper.sequence', false) THEN false
+        WHEN current_setting('hopper.sequence_place_' || job_table::text, true) = 'queued' THEN false
+        ELSE set_config('hopper.sequence_place_' || job_table::text, 'queued', true) = 'queued'
+    END
 $$;
 
 --
@@ -2497,7 +2528,7 @@ CREATE TRIGGER hopper_jobs_sequence_collect AFTER INSERT ON hopper.hopper_jobs R
 -- Name: hopper_jobs hopper_jobs_sequence_place; Type: TRIGGER; Schema: hopper; Owner: -
 --
 
-CREATE CONSTRAINT TRIGGER hopper_jobs_sequence_place AFTER INSERT ON hopper.hopper_jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((new.meta ? 'hopper.sequence'::text)) EXECUTE FUNCTION hopper.hopper_sequence_place();
+CREATE CONSTRAINT TRIGGER hopper_jobs_sequence_place AFTER INSERT ON hopper.hopper_jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (hopper.hopper_sequence_place_queue(new.tableoid, new.meta)) EXECUTE FUNCTION hopper.hopper_sequence_place();
 
 --
 -- Name: hopper_jobs hopper_jobs_workflow_advance; Type: TRIGGER; Schema: hopper; Owner: -
