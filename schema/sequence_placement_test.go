@@ -82,6 +82,13 @@ func TestSequencePlacementFiresOnce(t *testing.T) {
 		SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions
 		WHERE schemaname = current_schema() AND funcname = 'hopper_sequence_place'`).Scan(&calls))
 	require.Equal(t, int64(1), calls, "one placement for 300 sequence jobs in three statements")
+	// The WHEN's function runs for every inserted job, plain ones too: it
+	// must stay inlined (no call of its own, which track_functions would
+	// count), or every insert pays a function call.
+	require.NoError(t, tx.QueryRow(ctx, `
+		SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions
+		WHERE schemaname = current_schema() AND funcname = 'hopper_sequence_place_queue'`).Scan(&calls))
+	require.Zero(t, calls, "hopper_sequence_place_queue is inlined into the trigger's WHEN")
 	for key, states := range placed(ctx, t, tx, keys...) {
 		require.Equal(t, []string{"pending", "waiting", "waiting"}, states, key)
 	}
