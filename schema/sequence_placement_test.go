@@ -2,7 +2,13 @@ package schema_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -201,4 +207,82 @@ func exec(ctx context.Context, t *testing.T, tx pgx.Tx, sql string) {
 	t.Helper()
 	_, err := tx.Exec(ctx, sql)
 	require.NoError(t, err)
+}
+
+// TestSequencePlacementProperty: random transactions of sequence inserts,
+// constraint mode switches and savepoints (rolled back or released), some
+// rolled back whole. After them, every key's first job is pending and the
+// rest wait, and exactly the jobs of the committed parts exist. The seed
+// is logged; HOPPER_PLACEMENT_SEED repeats a run.
+func TestSequencePlacementProperty(t *testing.T) {
+	ctx, d := setup(t)
+	migrateUp(ctx, t, d)
+
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("HOPPER_PLACEMENT_SEED"); s != "" {
+		var err error
+		seed, err = strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err)
+	}
+	t.Logf("seed %d: repeat with HOPPER_PLACEMENT_SEED=%d go test -run %s ./schema", seed, seed, t.Name())
+	r := rand.New(rand.NewPCG(seed, 49))
+
+	keys := []string{"p-a", "p-b", "p-c", "p-d", "p-e", "p-f", "p-g", "p-h"}
+	committed := 0 // jobs inserted by the parts that committed
+	for round := range 40 {
+		tx, err := d.Pool.Begin(ctx)
+		require.NoError(t, err)
+		// inserted[i] counts the jobs inserted since savepoint i (0: the
+		// transaction itself); a rollback to a savepoint drops its count.
+		inserted := []int{0}
+		var steps []string
+		for range 1 + r.IntN(8) {
+			switch op := r.IntN(6); {
+			case op <= 1:
+				batch := make([]string, 1+r.IntN(4))
+				for i := range batch {
+					batch[i] = keys[r.IntN(len(keys))]
+				}
+				insertSequenceJobs(ctx, t, tx, batch...)
+				inserted[len(inserted)-1] += len(batch)
+				steps = append(steps, fmt.Sprintf("insert %v", batch))
+			case op == 2:
+				mode := []string{"IMMEDIATE", "DEFERRED"}[r.IntN(2)]
+				exec(ctx, t, tx, "SET CONSTRAINTS ALL "+mode)
+				steps = append(steps, mode)
+			case op == 3:
+				exec(ctx, t, tx, fmt.Sprintf("SAVEPOINT s%d", len(inserted)))
+				inserted = append(inserted, 0)
+				steps = append(steps, "savepoint")
+			case op == 4 && len(inserted) > 1:
+				name := fmt.Sprintf("s%d", len(inserted)-1)
+				exec(ctx, t, tx, "ROLLBACK TO SAVEPOINT "+name)
+				exec(ctx, t, tx, "RELEASE SAVEPOINT "+name)
+				inserted = inserted[:len(inserted)-1]
+				steps = append(steps, "rollback to savepoint")
+			case op == 5 && len(inserted) > 1:
+				exec(ctx, t, tx, fmt.Sprintf("RELEASE SAVEPOINT s%d", len(inserted)-1))
+				inserted[len(inserted)-2] += inserted[len(inserted)-1]
+				inserted = inserted[:len(inserted)-1]
+				steps = append(steps, "release")
+			}
+		}
+		if r.IntN(8) == 0 {
+			require.NoError(t, tx.Rollback(ctx))
+			steps = append(steps, "ROLLBACK")
+		} else {
+			require.NoError(t, tx.Commit(ctx), "round %d (seed %d): %v", round, seed, steps)
+			for _, n := range inserted {
+				committed += n
+			}
+		}
+
+		total := 0
+		for key, states := range placed(ctx, t, d.Pool, keys...) {
+			total += len(states)
+			want := append([]string{"pending"}, slices.Repeat([]string{"waiting"}, len(states)-1)...)
+			require.Equal(t, want, states, "round %d (seed %d), key %s, after %v", round, seed, key, steps)
+		}
+		require.Equal(t, committed, total, "round %d (seed %d): the committed jobs, after %v", round, seed, steps)
+	}
 }
