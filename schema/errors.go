@@ -29,7 +29,8 @@ var ErrDownTooFar = errors.New("hopper: cannot undo that many migrations")
 var ErrNoAccess = errors.New("hopper: cannot read the schema version")
 
 // ErrLockTimeout is returned when every attempt of a migration waited
-// lock_timeout for a lock (LockTimeout) and rolled back: a transaction
-// holds a lock the migration needs for longer than the attempts last.
-// Nothing is left half-applied.
+// lock_timeout for a lock (LockTimeout), or was ended by PostgreSQL to
+// break a deadlock, and rolled back: a transaction holds a lock the
+// migration needs for longer than the attempts last. Nothing is left
+// half-applied.
 var ErrLockTimeout = errors.New("hopper: migration timed out waiting for a lock")

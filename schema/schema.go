@@ -75,10 +75,10 @@ const (
 // queue's traffic behind its own lock request for longer. A migration
 // whose statement waited that long rolls back whole and runs again after
 // a pause, up to attempts times in all; then the run fails with an error
-// that matches ErrLockTimeout. A migration that PostgreSQL ends to break a
-// deadlock (deadlock_detected) runs again the same way. The defaults are DefaultLockTimeout and
-// DefaultLockAttempts; a timeout of 0 leaves the server's lock_timeout
-// (by default none: wait for ever).
+// that matches ErrLockTimeout. A migration that PostgreSQL ends to break
+// a deadlock (deadlock_detected) runs again the same way. The defaults are
+// DefaultLockTimeout and DefaultLockAttempts; a timeout of 0 leaves the
+// server's lock_timeout (by default none: wait for ever).
 func LockTimeout(timeout time.Duration, attempts int) Option {
 	return func(o *options) { o.lockTimeout, o.lockAttempts, o.lockSet = timeout, max(attempts, 1), true }
 }
@@ -502,11 +502,11 @@ func waitedForMigrationsLock(err error) bool {
 
 // undoRolledBack clears the dirty mark a migration that rolled back on a
 // lock wait left: up, the schema is still at the version before the one
-// marked; down, at the one after it (golang-migrate marks the version a step goes to). It reads
-// and writes the mark under the migrations' lock, so that a mark another
-// run has set while it migrates is never taken for this one's; when that
-// lock is not granted within lock_timeout, another run is migrating and
-// the mark is left to the next attempt.
+// marked; down, at the one after it (golang-migrate marks the version a
+// step goes to). It reads and writes the mark under the migrations' lock,
+// so that a mark another run has set while it migrates is never taken for
+// this one's; when that lock is not granted within lock_timeout, another
+// run is migrating and the mark is left to the next attempt.
 func (mg *Migrator) undoRolledBack(what string) error {
 	if err := mg.driver.Lock(); err != nil {
 		if lockRefused(err) != nil {
