@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -313,6 +314,29 @@ func (f *Formation) Events(ctx context.Context) string {
 		return err.Error()
 	}
 	return string(out)
+}
+
+// Event is one of the monitor's events: a node reporting a state, or the
+// monitor assigning one.
+type Event struct {
+	At       time.Time `json:"eventtime"`
+	Node     string    `json:"nodename"`
+	Reported string    `json:"reportedstate"`
+	Assigned string    `json:"goalstate"`
+}
+
+// EventList is the monitor's last count events, oldest first.
+func (f *Formation) EventList(ctx context.Context, count int) ([]Event, error) {
+	out, err := f.output(ctx, "show", "events", "--count", strconv.Itoa(count), "--pgdata", filepath.Join(f.dir, "monitor"), "--json")
+	if err != nil {
+		return nil, err
+	}
+	var evs []Event
+	if err := json.Unmarshal(out, &evs); err != nil {
+		return nil, fmt.Errorf("pg_autoctl show events: %w: %s", err, out)
+	}
+	slices.SortStableFunc(evs, func(a, b Event) int { return a.At.Compare(b.At) })
+	return evs, nil
 }
 
 // Failover has the monitor fail the primary over to its standby now
