@@ -60,6 +60,7 @@ func TestSoakMode(t *testing.T) {
 	// Retention ran: with jobs kept 2 s, the history and the dead table
 	// hold far fewer rows than went through them.
 	last := s.Samples[len(s.Samples)-1]
+	t.Logf("history and dead jobs at the end: %d rows of %d enqueued", last.Tables[1].LiveTuples+last.Tables[2].LiveTuples, s.Enqueued)
 	require.Less(t, last.Tables[1].LiveTuples+last.Tables[2].LiveTuples, s.Enqueued/2, "history and dead jobs pruned")
 
 	svg, err := os.ReadFile(chart)

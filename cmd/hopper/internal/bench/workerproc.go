@@ -223,6 +223,13 @@ func RunWorkerProcess(ctx context.Context, dbURL string, o WorkerOptions, out io
 			DeadRetention: o.DeadRetention}
 		if o.Keep > 0 {
 			wcfg.KeepWorkflowSteps = o.Keep
+			// Pruning runs on the sweep interval (5s by default): a keep
+			// shorter than two of those, as in a CI-size soak, is pruned
+			// twice per keep instead, so that the history holds what its
+			// keep says rather than up to three keeps' worth.
+			if o.Keep < 10*time.Second {
+				wcfg.SweepInterval = max(o.Keep/2, 100*time.Millisecond)
+			}
 			// Partitions a quarter of the keep wide, so that a row outlives
 			// its keep by at most a quarter; a keep too short for the
 			// narrowest partition (1 minute) keeps none and prunes rows.
