@@ -108,6 +108,18 @@ SELECT coalesce(nullif(@in_schema::text, ''), current_schema(), '')::text AS sch
 -- one that no migration in progress explains. Needs no privilege.
 SELECT pg_advisory_xact_lock(@lock_id::bigint);
 
+-- name: LockMigrationRun :exec
+-- Takes, for as long as this session lasts, Hopper's own advisory lock on
+-- a schema's migrations (lock_id: golang-migrate's number for the
+-- database, schema, table and "run"). A Hopper migrator holds it around
+-- its whole run: the version check, golang-migrate's own run and, when a
+-- migration rolled back on a lock wait, the clearing of the dirty mark it
+-- left. golang-migrate gives its own lock back with that mark still set,
+-- so a migrator waiting only for that lock read the healthy schema as
+-- dirty; waiting for this one first, it never sees the mark. Bounded by
+-- the session's lock_timeout, like every other lock wait of a migrator.
+SELECT pg_advisory_lock(@lock_id::bigint);
+
 -- name: HopperSchema :one
 -- The schema in which this session finds hopper_jobs (the schema wake-ups
 -- are tagged with). No row when the migrations were never applied on its

@@ -82,6 +82,15 @@ func appliedUnderLock(ctx context.Context, pool *pgxpool.Pool, database, name st
 		return 0, false, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	runID, err := runLockID(database, name)
+	if err != nil {
+		return 0, false, err
+	}
+	// Hopper's run lock first, as a migrator takes them: a migrator clears
+	// a rolled-back migration's dirty mark before it gives that one back.
+	if err := hopperdb.New(tx).WaitForMigrations(ctx, runID); err != nil {
+		return 0, false, fmt.Errorf("wait for the migrations' run lock: %w", err)
+	}
 	if err := hopperdb.New(tx).WaitForMigrations(ctx, lockID); err != nil {
 		return 0, false, fmt.Errorf("wait for the migrations' lock: %w", err)
 	}
@@ -94,6 +103,17 @@ func appliedUnderLock(ctx context.Context, pool *pgxpool.Pool, database, name st
 // function, so the two can never disagree).
 func migrationsLockID(database, name string) (int64, error) {
 	id, err := migratedb.GenerateAdvisoryLockId(database, name, MigrationsTable)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(id, 10, 64)
+}
+
+// runLockID is Hopper's own advisory lock around a migrator's whole run on
+// schema name (LockMigrationRun), numbered as golang-migrate numbers its
+// lock, with one name more.
+func runLockID(database, name string) (int64, error) {
+	id, err := migratedb.GenerateAdvisoryLockId(database, name, MigrationsTable, "run")
 	if err != nil {
 		return 0, err
 	}

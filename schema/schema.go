@@ -102,7 +102,8 @@ type Migrator struct {
 	m        *migrate.Migrate
 	driver   database.Driver // m's; its lock is the one m.Up takes
 	schema   string
-	attempts int // of a run whose lock wait was refused (lock_timeout, deadlock)
+	connCfg  pgx.ConnConfig // the sessions' settings, lock_timeout and search_path included
+	attempts int            // of a run whose lock wait was refused (lock_timeout, deadlock)
 	logf     func(format string, args ...any)
 }
 
@@ -151,7 +152,7 @@ func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migr
 	if o.logf != nil {
 		m.Log = logger(o.logf)
 	}
-	return &Migrator{m: m, driver: driver, schema: schemaName, attempts: o.lockAttempts, logf: o.logf}, nil
+	return &Migrator{m: m, driver: driver, schema: schemaName, connCfg: *connCfg, attempts: o.lockAttempts, logf: o.logf}, nil
 }
 
 // openDriverRetrying opens golang-migrate's driver, again when its first
@@ -359,6 +360,9 @@ func (mg *Migrator) checkVersion(what string) (uint, error) {
 	if err != nil {
 		return 0, err
 	}
+	if dirty && version == 0 {
+		return 0, errorf(ErrDirty, "hopper: migrate %s: the schema migrations table is dirty: a migration down from the first version failed half-way; repair the schema by hand, then force the version it is really at", what)
+	}
 	if dirty {
 		return 0, errorf(ErrDirty, "hopper: migrate %s: the schema migrations table is dirty: migration %d failed half-way; repair the schema by hand, then force the version it is really at", what, version)
 	}
@@ -387,14 +391,14 @@ func plural(n int, one, many string) string {
 // Version reports the applied version (0 when none) and whether the last
 // migration failed half-way (dirty).
 func (mg *Migrator) Version() (version uint, dirty bool, err error) {
-	version, dirty, err = mg.m.Version()
-	if errors.Is(err, migrate.ErrNilVersion) {
-		return 0, false, nil
-	}
+	// The driver's own answer: golang-migrate's Migrate.Version reports
+	// "no version" clean even when that mark is dirty (a down from the
+	// first migration that failed).
+	v, dirty, err := mg.driver.Version()
 	if err != nil {
 		return 0, false, fmt.Errorf("migrate: version: %w", err)
 	}
-	return version, dirty, nil
+	return uint(max(v, 0)), dirty, nil
 }
 
 // Force records version as applied and clears the dirty flag without
@@ -433,13 +437,6 @@ func (mg *Migrator) run(ctx context.Context, what string, step func() error) err
 		refused := lockRefused(err)
 		if refused == nil {
 			return err
-		}
-		// A run that waited for the migrations' lock itself ran nothing:
-		// a dirty mark seen now is another run's, still going.
-		if !waitedForMigrationsLock(err) {
-			if uerr := mg.undoRolledBack(what); uerr != nil {
-				return errors.Join(err, uerr)
-			}
 		}
 		if attempt >= mg.attempts {
 			return errorf(ErrLockTimeout, "hopper: migrate %s: %d attempts each waited for a lock (lock_timeout, or a deadlock) and rolled back: "+
@@ -486,12 +483,16 @@ func lockWait(refused *pgconn.PgError) string {
 	return "waited lock_timeout for a lock"
 }
 
-// waitedForMigrationsLock reports whether err is golang-migrate's failure
-// to take the migrations' advisory lock (it waited lock_timeout).
+// waitedForMigrationsLock reports whether err is the failure to take
+// Hopper's run lock or golang-migrate's advisory lock (it waited
+// lock_timeout): such a run ran nothing.
 func waitedForMigrationsLock(err error) bool {
 	var dbErr database.Error
 	var dbErrPtr *database.Error
+	var runErr *runLockError
 	switch {
+	case errors.As(err, &runErr):
+		return true
 	case errors.As(err, &dbErr):
 		return dbErr.Err == "try lock failed"
 	case errors.As(err, &dbErrPtr):
@@ -523,10 +524,12 @@ func (mg *Migrator) undoRolledBack(what string) error {
 
 func (mg *Migrator) undoRolledBackLocked(what string) error {
 	v, dirty, err := mg.driver.Version()
-	if err != nil || !dirty || v < 0 {
+	if err != nil || !dirty || (v < 0 && what != "down") {
 		return err
 	}
-	version := uint(v)
+	// Down from the first migration marks golang-migrate's "no version"
+	// (-1) dirty: the schema is still at the first version.
+	version := uint(max(v, 0))
 	at := int(version)
 	vs := Versions()
 	i := slices.Index(vs, version)
@@ -535,7 +538,7 @@ func (mg *Migrator) undoRolledBackLocked(what string) error {
 		at = int(vs[i-1])
 	case what == "up":
 		at = 0
-	case what == "down" && version == 0:
+	case what == "down" && v < 0:
 		at = int(vs[0])
 	case what == "down" && i >= 0 && i+1 < len(vs):
 		at = int(vs[i+1])
@@ -549,7 +552,63 @@ func (mg *Migrator) undoRolledBackLocked(what string) error {
 	return nil
 }
 
-func (mg *Migrator) runOnce(ctx context.Context, what string, step func() error) error {
+// runOnce runs step once under Hopper's run lock (see lockRun), and
+// clears the dirty mark of a migration that rolled back on a lock wait
+// before giving that lock back.
+func (mg *Migrator) runOnce(ctx context.Context, what string, step func() error) (err error) {
+	release, err := mg.lockRun(ctx, what)
+	if err != nil {
+		return err
+	}
+	defer release()
+	err = mg.stepChecked(ctx, what, step)
+	if lockRefused(err) != nil && !waitedForMigrationsLock(err) {
+		if uerr := mg.undoRolledBack(what); uerr != nil {
+			return errors.Join(err, uerr)
+		}
+	}
+	return err
+}
+
+// runLockError is the failure to take Hopper's run lock: the run ran
+// nothing.
+type runLockError struct{ err error }
+
+func (e *runLockError) Error() string { return e.err.Error() }
+func (e *runLockError) Unwrap() error { return e.err }
+
+// lockRun takes Hopper's run lock on the migrator's schema
+// (LockMigrationRun), on a session of its own that release closes.
+// golang-migrate gives its own lock back before a rolled-back migration's
+// dirty mark can be cleared; every Hopper migrator waits for this lock
+// first, so none reads that passing mark as a schema half-migrated.
+func (mg *Migrator) lockRun(ctx context.Context, what string) (release func(), err error) {
+	conn, err := pgx.ConnectConfig(ctx, &mg.connCfg)
+	if err != nil {
+		return nil, fmt.Errorf("migrate %s: connect for the run lock: %w", what, err)
+	}
+	release = func() { _ = conn.Close(context.WithoutCancel(ctx)) }
+	q := hopperdb.New(conn)
+	access, err := q.MigrationsTableAccess(ctx, mg.schema)
+	if err != nil {
+		release()
+		return nil, fmt.Errorf("migrate %s: %w", what, err)
+	}
+	id, err := runLockID(access.DatabaseName, mg.schema)
+	if err != nil {
+		release()
+		return nil, fmt.Errorf("migrate %s: %w", what, err)
+	}
+	if err := q.LockMigrationRun(ctx, id); err != nil {
+		release()
+		return nil, &runLockError{fmt.Errorf("migrate %s: take the migrations' run lock: %w", what, err)}
+	}
+	return release, nil
+}
+
+// stepChecked checks the version under golang-migrate's lock, then runs
+// step.
+func (mg *Migrator) stepChecked(ctx context.Context, what string, step func() error) error {
 	if _, err := mg.checkVersionLocked(what); err != nil {
 		return err
 	}

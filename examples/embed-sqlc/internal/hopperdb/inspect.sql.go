@@ -293,6 +293,24 @@ func (q *Queries) ListJobsByKey(ctx context.Context, arg ListJobsByKeyParams) ([
 	return items, nil
 }
 
+const lockMigrationRun = `-- name: LockMigrationRun :exec
+SELECT pg_advisory_lock($1::bigint)
+`
+
+// Takes, for as long as this session lasts, Hopper's own advisory lock on
+// a schema's migrations (lock_id: golang-migrate's number for the
+// database, schema, table and "run"). A Hopper migrator holds it around
+// its whole run: the version check, golang-migrate's own run and, when a
+// migration rolled back on a lock wait, the clearing of the dirty mark it
+// left. golang-migrate gives its own lock back with that mark still set,
+// so a migrator waiting only for that lock read the healthy schema as
+// dirty; waiting for this one first, it never sees the mark. Bounded by
+// the session's lock_timeout, like every other lock wait of a migrator.
+func (q *Queries) LockMigrationRun(ctx context.Context, lockID int64) error {
+	_, err := q.db.Exec(ctx, lockMigrationRun, lockID)
+	return err
+}
+
 const migrationsTableAccess = `-- name: MigrationsTableAccess :one
 SELECT coalesce(nullif($1::text, ''), current_schema(), '')::text AS schema_name,
        (to_regclass(format('%I.hopper_schema_migrations', coalesce(nullif($1::text, ''), current_schema()))) IS NOT NULL)::boolean AS table_exists,
