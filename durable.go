@@ -111,8 +111,9 @@ func SuspensionOf(state jobs.State, steps []JobStep, now time.Time) Suspension {
 }
 
 // GetJobProgress returns job id's last recorded progress (GetJob's
-// Row.Progress too). Errors wrap ErrNotFound when it has none (it never
-// set any, or it is gone).
+// Row.Progress too): the zero Progress (Value nil, UpdatedAt zero) when
+// the job recorded none, or its end took it. Errors wrap ErrNotFound when
+// there is no such job, live, dead or kept in the history.
 func (c *Client) GetJobProgress(ctx context.Context, id int64) (jobs.Progress, error) {
 	return c.GetJobProgressTx(ctx, c.db, id)
 }
@@ -126,6 +127,9 @@ func (c *Client) GetJobProgressTx(ctx context.Context, tx jobs.DBTX, id int64) (
 	if err != nil {
 		return jobs.Progress{}, fmt.Errorf("progress of job %d: %w", id, err)
 	}
+	if !r.Recorded {
+		return jobs.Progress{}, nil
+	}
 	return jobs.Progress{Value: r.Progress, UpdatedAt: r.UpdatedAt}, nil
 }
 
@@ -137,8 +141,9 @@ func (c *Client) withProgress(ctx context.Context, tx jobs.DBTX, row *jobs.Row) 
 	}
 	p, err := c.GetJobProgressTx(ctx, tx, row.ID)
 	switch {
-	case err == nil:
+	case err == nil && !p.UpdatedAt.IsZero():
 		row.Progress = &p
+	case err == nil:
 	case !errors.Is(err, ErrNotFound):
 		return err
 	}

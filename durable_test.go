@@ -183,6 +183,8 @@ func TestEmitEventAndWakeJob(t *testing.T) {
 
 // TestGetJobProgress: GetJob carries a live durable job's progress; a job
 // that recorded none, and a plain job, carry none; the job's end takes it.
+// GetJobProgress answers the zero Progress for a job that is there with
+// none (it said "not found" for a live job), ErrNotFound for no job.
 func TestGetJobProgress(t *testing.T) {
 	b := setup(t)
 	until := time.Now().Add(time.Hour)
@@ -204,11 +206,16 @@ func TestGetJobProgress(t *testing.T) {
 	row, err = b.client.GetJob(b.Ctx, plain)
 	require.NoError(t, err)
 	require.Nil(t, row.Progress)
-	_, err = b.client.GetJobProgress(b.Ctx, plain)
-	require.ErrorIs(t, err, hopper.ErrNotFound)
+	p, err = b.client.GetJobProgress(b.Ctx, plain)
+	require.NoError(t, err, "a live job that recorded no progress is there")
+	require.Equal(t, jobs.Progress{}, p)
+	_, err = b.client.GetJobProgress(b.Ctx, 1<<40)
+	require.ErrorIs(t, err, hopper.ErrNotFound, "no such job")
 
 	require.NoError(t, b.client.CancelJob(b.Ctx, id))
 	row, err = b.client.GetJob(b.Ctx, id)
 	require.NoError(t, err)
 	require.Nil(t, row.Progress, "an ended job's progress went with it")
+	_, err = b.client.GetJobProgress(b.Ctx, id)
+	require.NoError(t, err, "a cancelled job is still there, in the dead table")
 }

@@ -22,6 +22,11 @@ type ReadLag struct {
 	// busy primary, about how far replay trails it; on an idle one, how
 	// long since the last write, which overstates). Zero on a primary.
 	Behind time.Duration
+	// Unknown: the standby receives no WAL (its WAL receiver is not
+	// running: the primary died, or cannot be reached). It has replayed
+	// all it received, yet may be behind by any amount: Behind is then
+	// only a lower bound, the age of the last transaction it replayed.
+	Unknown bool
 }
 
 // GetReadLag reads how stale this client's reads may be.
@@ -35,7 +40,7 @@ func (c *Client) GetReadLagTx(ctx context.Context, tx jobs.DBTX) (ReadLag, error
 	if err != nil {
 		return ReadLag{}, fmt.Errorf("read lag: %w", err)
 	}
-	return ReadLag{Standby: r.Standby, Behind: time.Duration(r.LagSeconds * float64(time.Second))}, nil
+	return ReadLag{Standby: r.Standby, Behind: time.Duration(r.LagSeconds * float64(time.Second)), Unknown: !r.Receiving}, nil
 }
 
 // String is how the hopper command and the dashboard show it.
@@ -43,6 +48,8 @@ func (l ReadLag) String() string {
 	switch {
 	case !l.Standby:
 		return "read from the primary"
+	case l.Unknown:
+		return fmt.Sprintf("read from a standby that receives no WAL (its primary is unreachable): lag unknown, at least %v", l.Behind.Round(time.Millisecond))
 	case l.Behind == 0:
 		return "read from a standby, caught up"
 	default:

@@ -73,18 +73,30 @@ func (q *Queries) EmitEvent(ctx context.Context, arg EmitEventParams) (int32, er
 }
 
 const getProgress = `-- name: GetProgress :one
-SELECT p.progress, p.updated_at FROM hopper_job_progress AS p WHERE p.job_id = $1::bigint
+SELECT (p.job_id IS NOT NULL)::boolean AS recorded,
+       coalesce(p.progress, 'null'::jsonb)::jsonb AS progress,
+       coalesce(p.updated_at, 'epoch'::timestamptz)::timestamptz AS updated_at
+FROM (SELECT $1::bigint AS id) AS k
+LEFT JOIN hopper_job_progress AS p ON p.job_id = k.id
+WHERE p.job_id IS NOT NULL
+   OR EXISTS (SELECT FROM hopper_jobs AS j WHERE j.id = k.id)
+   OR EXISTS (SELECT FROM hopper_dead_jobs AS d WHERE d.id = k.id)
+   OR EXISTS (SELECT FROM hopper_job_history AS h WHERE h.id = k.id)
 `
 
 type GetProgressRow struct {
+	Recorded  bool            `json:"recorded"`
 	Progress  json.RawMessage `json:"progress"`
 	UpdatedAt time.Time       `json:"updated_at"`
 }
 
+// A job's last recorded progress (recorded false: none), and a row only
+// when the job exists, live, dead or kept in the history: a job that
+// recorded no progress is not a job that is not there.
 func (q *Queries) GetProgress(ctx context.Context, jobID int64) (GetProgressRow, error) {
 	row := q.db.QueryRow(ctx, getProgress, jobID)
 	var i GetProgressRow
-	err := row.Scan(&i.Progress, &i.UpdatedAt)
+	err := row.Scan(&i.Recorded, &i.Progress, &i.UpdatedAt)
 	return i, err
 }
 

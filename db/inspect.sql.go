@@ -346,26 +346,34 @@ func (q *Queries) MigrationsTableAccess(ctx context.Context, inSchema string) (M
 
 const readLag = `-- name: ReadLag :one
 SELECT pg_is_in_recovery() AS standby,
+       (NOT pg_is_in_recovery() OR EXISTS (SELECT FROM pg_stat_get_wal_receiver() AS r WHERE r.pid IS NOT NULL))::boolean AS receiving,
        (CASE
             WHEN NOT pg_is_in_recovery() THEN 0
-            WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
+            WHEN EXISTS (SELECT FROM pg_stat_get_wal_receiver() AS r WHERE r.pid IS NOT NULL)
+                 AND pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
             ELSE coalesce(extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()), 0)
         END)::float8 AS lag_seconds
 `
 
 type ReadLagRow struct {
 	Standby    bool    `json:"standby"`
+	Receiving  bool    `json:"receiving"`
 	LagSeconds float64 `json:"lag_seconds"`
 }
 
 // Whether this session reads a standby, and how stale what it reads may
-// be: nothing while it has replayed all the WAL it has received, else the
-// age of the last transaction it replayed (on a busy primary, about how
-// far replay trails it). A primary reads its own writes: false, 0.
+// be: nothing while it streams from its primary and has replayed all the
+// WAL it has received, else the age of the last transaction it replayed
+// (on a busy primary, about how far replay trails it). A standby whose WAL
+// receiver is not running (its primary died, or cannot be reached) has
+// replayed all it received and may still be far behind: receiving is
+// false, and the age is only a lower bound. The receiver's pid is visible
+// to any role (only its details are not). A primary reads its own writes:
+// false, 0.
 func (q *Queries) ReadLag(ctx context.Context) (ReadLagRow, error) {
 	row := q.db.QueryRow(ctx, readLag)
 	var i ReadLagRow
-	err := row.Scan(&i.Standby, &i.LagSeconds)
+	err := row.Scan(&i.Standby, &i.Receiving, &i.LagSeconds)
 	return i, err
 }
 

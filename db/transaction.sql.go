@@ -9,6 +9,70 @@ import (
 	"context"
 )
 
+const ackTxFates = `-- name: AckTxFates :many
+SELECT c.id::bigint AS id,
+       EXISTS (SELECT FROM hopper_jobs AS j WHERE j.id = c.id)::boolean AS live,
+       EXISTS (SELECT FROM hopper_dead_jobs AS d WHERE d.id = c.id)::boolean AS dead,
+       ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer AS timeline
+FROM unnest($1::bigint[]) AS c(id)
+`
+
+type AckTxFatesRow struct {
+	ID       int64 `json:"id"`
+	Live     bool  `json:"live"`
+	Dead     bool  `json:"dead"`
+	Timeline int32 `json:"timeline"`
+}
+
+// What became of the rows that handlers deleted with AckTx, once their
+// handlers returned: whether each job (ids) is still live, or in the dead
+// table, and the server's timeline now. The row decides, never the
+// transaction's id: a delete undone by a savepoint's rollback leaves the
+// outer transaction committed, and an id of a transaction lost in a
+// failover is one the new primary may not have reached yet, or has since
+// given to another transaction. A committed AckTx removed the row for
+// good (ids are never reused), so a row still here was not deleted.
+func (q *Queries) AckTxFates(ctx context.Context, ids []int64) ([]AckTxFatesRow, error) {
+	rows, err := q.db.Query(ctx, ackTxFates, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []AckTxFatesRow{}
+	for rows.Next() {
+		var i AckTxFatesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Live,
+			&i.Dead,
+			&i.Timeline,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const ackTxTimeline = `-- name: AckTxTimeline :one
+SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer AS timeline
+`
+
+// The server's timeline (the first eight hex digits of its current WAL
+// file's name). AckTx runs it in the handler's transaction, after its
+// ack: a promoted standby starts a new timeline, so a job still live
+// under a timeline other than the ack's was lost in a failover, not
+// rolled back by its handler (AckTxFates).
+func (q *Queries) AckTxTimeline(ctx context.Context) (int32, error) {
+	row := q.db.QueryRow(ctx, ackTxTimeline)
+	var timeline int32
+	err := row.Scan(&timeline)
+	return timeline, err
+}
+
 const defaultIsolation = `-- name: DefaultIsolation :one
 SELECT current_setting('default_transaction_isolation')::text AS isolation
 `
@@ -25,54 +89,4 @@ func (q *Queries) DefaultIsolation(ctx context.Context) (string, error) {
 	var isolation string
 	err := row.Scan(&isolation)
 	return isolation, err
-}
-
-const transactionID = `-- name: TransactionID :one
-SELECT pg_current_xact_id()::text::bigint AS xid
-`
-
-// The id of the caller's transaction (assigning one if it has none yet).
-// AckTx runs it in the handler's transaction, after its ack: the worker
-// later asks TransactionStatuses whether that transaction committed,
-// instead of guessing from the row's absence (an operator's cancel also
-// removes a running job's row).
-func (q *Queries) TransactionID(ctx context.Context) (int64, error) {
-	row := q.db.QueryRow(ctx, transactionID)
-	var xid int64
-	err := row.Scan(&xid)
-	return xid, err
-}
-
-const transactionStatuses = `-- name: TransactionStatuses :many
-SELECT x.xid::bigint AS xid,
-       coalesce(pg_xact_status(x.xid::text::xid8), '')::text AS status
-FROM unnest($1::bigint[]) AS x(xid)
-`
-
-type TransactionStatusesRow struct {
-	Xid    int64  `json:"xid"`
-	Status string `json:"status"`
-}
-
-// Whether each transaction of xids committed: 'committed', 'aborted', 'in
-// progress', or empty when the server no longer knows (a transaction older
-// than the commit log it keeps).
-func (q *Queries) TransactionStatuses(ctx context.Context, xids []int64) ([]TransactionStatusesRow, error) {
-	rows, err := q.db.Query(ctx, transactionStatuses, xids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []TransactionStatusesRow{}
-	for rows.Next() {
-		var i TransactionStatusesRow
-		if err := rows.Scan(&i.Xid, &i.Status); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }

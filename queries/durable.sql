@@ -134,7 +134,18 @@ WITH held AS (
 SELECT EXISTS (SELECT FROM saved) AS held;
 
 -- name: GetProgress :one
-SELECT p.progress, p.updated_at FROM hopper_job_progress AS p WHERE p.job_id = @job_id::bigint;
+-- A job's last recorded progress (recorded false: none), and a row only
+-- when the job exists, live, dead or kept in the history: a job that
+-- recorded no progress is not a job that is not there.
+SELECT (p.job_id IS NOT NULL)::boolean AS recorded,
+       coalesce(p.progress, 'null'::jsonb)::jsonb AS progress,
+       coalesce(p.updated_at, 'epoch'::timestamptz)::timestamptz AS updated_at
+FROM (SELECT @job_id::bigint AS id) AS k
+LEFT JOIN hopper_job_progress AS p ON p.job_id = k.id
+WHERE p.job_id IS NOT NULL
+   OR EXISTS (SELECT FROM hopper_jobs AS j WHERE j.id = k.id)
+   OR EXISTS (SELECT FROM hopper_dead_jobs AS d WHERE d.id = k.id)
+   OR EXISTS (SELECT FROM hopper_job_history AS h WHERE h.id = k.id);
 
 -- name: EmitEvent :one
 -- See hopper_emit_event (schema/000018_durable.up.sql).

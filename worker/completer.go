@@ -386,53 +386,40 @@ func (cp *completer) recordAcks(acks []completion, again, unsure []completion) (
 	return again, unsure
 }
 
-// settleAckedInTx asks the server whether the transactions of the
-// handlers' AckTx calls committed. A committed one is the job's outcome,
-// whatever the handler returned afterwards: done. After a rollback the
-// result takes the normal path, as if AckTx had never run. A status the
-// server no longer knows leaves the result to be settled from its row.
+// settleAckedInTx reads what became of the rows the handlers deleted with
+// AckTx (readAckTxFates). A row gone is the job's outcome, whatever the
+// handler returned afterwards: done. A row still there after a rollback
+// (whole, or to a savepoint before the ack) leaves the result to the
+// normal path, as if AckTx had never run. A row still live on a new
+// timeline was lost with the handler's transaction in a failover: the job
+// runs again, uncharged (a snooze), whatever the handler returned. A row
+// that could not be read is asked about again.
 func (cp *completer) settleAckedInTx(batch []completion) (rest, again []completion) {
-	inTx := false
+	var claims []*heldJob
 	for _, c := range batch {
-		inTx = inTx || c.job.ackedInTx.Load()
+		if c.job.ackedInTx.Load() {
+			claims = append(claims, c.job)
+		}
 	}
-	if !inTx {
+	if len(claims) == 0 {
 		return batch, nil // the common case: nothing to ask, nothing copied
 	}
-	var xids []int64
-	for _, c := range batch {
-		if c.job.ackedInTx.Load() && !c.job.ackCommitted.Load() && c.job.ackXid.Load() != 0 {
-			xids = append(xids, c.job.ackXid.Load())
-		}
-	}
-	status := map[int64]string{}
-	if len(xids) > 0 {
-		ctx, cancel := cp.statementContext()
-		rows, err := cp.q.TransactionStatuses(ctx, xids)
-		cancel()
-		if err != nil {
-			cp.log.Warn("reading whether handlers' transactions committed failed", "jobs", len(xids), "error", err)
-		}
-		for _, r := range rows {
-			status[r.Xid] = r.Status
-		}
+	ctx, cancel := cp.statementContext()
+	err := readAckTxFates(ctx, cp.q, claims)
+	cancel()
+	if err != nil {
+		cp.log.Warn("reading what became of handlers' AckTx failed", "jobs", len(claims), "error", err)
 	}
 	for _, c := range batch {
-		if !c.job.ackedInTx.Load() {
-			rest = append(rest, c)
-			continue
-		}
-		switch status[c.job.ackXid.Load()] {
-		case "committed":
-			c.job.ackCommitted.Store(true)
-		case "aborted":
-			c.job.ackedInTx.Store(false)
-		}
 		switch {
 		case c.job.ackCommitted.Load():
 			cp.report(c, outcomeDone)
-		case c.job.ackedInTx.Load() && len(xids) > 0 && len(status) == 0:
-			again = append(again, c) // the status read failed: ask again
+		case c.job.ackedInTx.Load():
+			again = append(again, c) // not read: ask again
+		case c.job.ackLost.Load():
+			cp.log.Warn("the handler's AckTx transaction was lost in a failover (its job is still live on the new timeline): the job runs again, uncharged",
+				"job_id", c.job.id, "attempt", c.job.attempt)
+			rest = append(rest, completion{job: c.job, act: actSnooze, backoff: time.Millisecond})
 		default:
 			rest = append(rest, c)
 		}

@@ -130,9 +130,12 @@
 //     predecessor's leases.
 //   - Transactional completion: AckTx acknowledges the job inside the
 //     handler's own transaction, so its effects and its completion commit
-//     together; the worker then does not ack it again. Whether that
-//     transaction committed is read from the server (pg_xact_status of the
-//     id AckTx noted), never inferred from the row being gone.
+//     together; the worker then does not ack it again. Whether the ack
+//     committed is read from the job's row once the handler returns: gone
+//     is done; still there is a rollback (whole, or to a savepoint before
+//     the ack), and the handler's return value decides; still live on a
+//     timeline other than the ack's is a transaction lost in a failover,
+//     and the job runs again, uncharged.
 //   - One bad result costs only its job: messages and results are made
 //     storable before they are sent (valid UTF-8, no NUL, messages at most
 //     MaxMessageBytes), and a batch the server refuses for what it carries

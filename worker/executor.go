@@ -199,24 +199,16 @@ func (e *executor) completion(h *handler, row db.HopperJob, c *heldJob, err erro
 }
 
 // ackedInCommittedTx reports whether the claim's handler acked its job
-// with AckTx in a transaction the server says committed.
+// with AckTx in a transaction that committed: its row is gone.
 func (e *executor) ackedInCommittedTx(c *heldJob) bool {
-	if !c.ackedInTx.Load() || c.ackXid.Load() == 0 {
-		return false
-	}
-	if c.ackCommitted.Load() {
-		return true
+	if !c.ackedInTx.Load() {
+		return c.ackCommitted.Load()
 	}
 	ctx, cancel := context.WithTimeout(e.hard, statementTimeout(e.cfg.LeaseDuration))
 	defer cancel()
-	rows, err := e.q.TransactionStatuses(ctx, []int64{c.ackXid.Load()})
-	if err != nil {
-		e.log.Warn("reading whether a handler's transaction committed failed", "job_id", c.id, "error", err)
+	if err := readAckTxFates(ctx, e.q, []*heldJob{c}); err != nil {
+		e.log.Warn("reading whether a handler's AckTx committed failed", "job_id", c.id, "error", err)
 		return false
 	}
-	if len(rows) == 1 && rows[0].Status == "committed" {
-		c.ackCommitted.Store(true)
-		return true
-	}
-	return false
+	return c.ackCommitted.Load()
 }

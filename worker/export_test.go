@@ -1,6 +1,9 @@
 package worker
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // ObserveOutcomes makes fn see every result the worker settles, with its
 // outcome's name. Set it before Run.
@@ -66,4 +69,16 @@ var (
 // before Run.
 func LookAlike(host string, pid int) {
 	processIdentity = func() (string, int) { return host, pid }
+}
+
+// MoveAckTxTimeline makes the running job's AckTx look as if it had been
+// made on another timeline than the server's: the job's row left live
+// then reads as a transaction lost in a failover.
+func MoveAckTxTimeline(ctx context.Context, jobID int64) error {
+	c, err := heldJobFrom(ctx, jobID)
+	if err != nil {
+		return err
+	}
+	c.ackTimeline.Add(1000)
+	return nil
 }

@@ -54,14 +54,18 @@ type heldJob struct {
 	keyed   bool          // a keyed job of a queue under flow control
 	place   readyKey      // where it stood in the ready order when claimed
 
-	state     atomic.Int32 // a heldState
-	ackedInTx atomic.Bool  // AckTx deleted the row in the handler's transaction
-	ackXid    atomic.Int64 // that transaction's id (0: unknown)
-	// ackCommitted: the server said the handler's AckTx transaction
-	// committed (TransactionStatuses): the job is done, whatever the
-	// handler returned afterwards.
+	state       atomic.Int32 // a heldState
+	ackedInTx   atomic.Bool  // AckTx deleted the row in the handler's transaction
+	ackTimeline atomic.Int32 // the server's timeline when it did
+	// ackCommitted: the job's row was found gone after the handler's
+	// AckTx (AckTxFates): the job is done, whatever the handler returned
+	// afterwards.
 	ackCommitted atomic.Bool
-	slotFree     atomic.Bool // the queue's slot was given back
+	// ackLost: the row was found still live on a new timeline: the
+	// handler's AckTx transaction was lost in a failover, and the job
+	// runs again, uncharged.
+	ackLost  atomic.Bool
+	slotFree atomic.Bool // the queue's slot was given back
 
 	// view is the job as middleware and hooks see it, nil when none is
 	// registered; runErr is what its run returned, for the outcome hooks

@@ -101,13 +101,14 @@ func AckTx[T any](ctx context.Context, tx jobs.DBTX, job *jobs.Job[T]) error {
 		}
 		return fmt.Errorf("ack job %d in transaction: %w", job.ID, cause)
 	}
-	// The transaction's id lets the worker ask the server later whether
-	// it committed, rather than infer it from the row being gone.
-	xid, err := q.TransactionID(ctx)
+	// Once the handler returns, the worker reads whether the row is gone
+	// (AckTxFates); the timeline tells a row left by a rollback from one
+	// left by a failover that lost this transaction.
+	timeline, err := q.AckTxTimeline(ctx)
 	if err != nil {
 		return fmt.Errorf("ack job %d in transaction: %w", job.ID, err)
 	}
-	c.ackXid.Store(xid)
+	c.ackTimeline.Store(timeline)
 	c.ackedInTx.Store(true)
 	return nil
 }

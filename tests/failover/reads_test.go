@@ -169,3 +169,54 @@ func scrape(url string) string {
 	}
 	return string(body)
 }
+
+// TestReadLagWhenTheReceiverStops: a standby whose WAL receiver stopped
+// (its primary died, or cannot be reached) has replayed everything it
+// received, and said "caught up" while it fell behind by any amount. The
+// lag is unknown then, with the age of the last replayed transaction as
+// a lower bound; streaming again, it is known again.
+func TestReadLagWhenTheReceiverStops(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	f, _ := formation(t, ctx)
+	primary, err := f.Stable(ctx)
+	require.NoError(t, err)
+	var standby string
+	for _, n := range f.Nodes() {
+		if n != primary {
+			standby = n.URL()
+		}
+	}
+	reads, err := pgxpool.New(ctx, standby)
+	require.NoError(t, err)
+	defer reads.Close()
+	rc := hopper.NewClient(reads)
+	lagIs := func(unknown bool) func() bool {
+		return func() bool {
+			lag, err := rc.GetReadLag(ctx)
+			return err == nil && lag.Standby && lag.Unknown == unknown
+		}
+	}
+	require.Eventually(t, lagIs(false), time.Minute, 20*time.Millisecond, "streaming: the lag is known")
+
+	// The receiver stops: no primary to stream from.
+	_, err = reads.Exec(ctx, "ALTER SYSTEM SET primary_conninfo = ''")
+	require.NoError(t, err)
+	_, err = reads.Exec(ctx, "SELECT pg_reload_conf()")
+	require.NoError(t, err)
+	require.Eventually(t, lagIs(true), time.Minute, 20*time.Millisecond, "the receiver stopped: the lag is unknown")
+	// (No write on the primary now: its synchronous commits would wait
+	// for this standby until the monitor turns that off.)
+	lag, err := rc.GetReadLag(ctx)
+	require.NoError(t, err)
+	require.True(t, lag.Unknown)
+	require.Contains(t, lag.String(), "lag unknown")
+	require.NotContains(t, lag.String(), "caught up")
+
+	_, err = reads.Exec(ctx, "ALTER SYSTEM RESET primary_conninfo")
+	require.NoError(t, err)
+	_, err = reads.Exec(ctx, "SELECT pg_reload_conf()")
+	require.NoError(t, err)
+	require.Eventually(t, lagIs(false), time.Minute, 20*time.Millisecond, "streaming again: the lag is known")
+}

@@ -21,8 +21,11 @@ type statsReport struct {
 	// With --read-url: the server read is a standby, this far behind
 	// (hopper.ReadLag). A standby's statistics count no writes, so its
 	// reports carry no rates.
+	// ReadLagUnknown: the standby receives no WAL (its primary is
+	// unreachable), and read_lag_seconds is only a lower bound.
 	Standby        bool     `json:"standby,omitempty"`
 	ReadLagSeconds *float64 `json:"read_lag_seconds,omitempty"`
+	ReadLagUnknown bool     `json:"read_lag_unknown,omitempty"`
 	lag            *hopper.ReadLag
 }
 
@@ -102,7 +105,7 @@ func statsCommand() *command {
 				}
 				if lag != nil {
 					secs := lag.Behind.Seconds()
-					report.Standby, report.ReadLagSeconds, report.lag = lag.Standby, &secs, lag
+					report.Standby, report.ReadLagSeconds, report.ReadLagUnknown, report.lag = lag.Standby, &secs, lag.Unknown, lag
 				}
 				if prev != nil && !report.Standby {
 					enq, fin := stats.Rates(*prev)

@@ -1,18 +1,25 @@
--- name: TransactionID :one
--- The id of the caller's transaction (assigning one if it has none yet).
--- AckTx runs it in the handler's transaction, after its ack: the worker
--- later asks TransactionStatuses whether that transaction committed,
--- instead of guessing from the row's absence (an operator's cancel also
--- removes a running job's row).
-SELECT pg_current_xact_id()::text::bigint AS xid;
+-- name: AckTxTimeline :one
+-- The server's timeline (the first eight hex digits of its current WAL
+-- file's name). AckTx runs it in the handler's transaction, after its
+-- ack: a promoted standby starts a new timeline, so a job still live
+-- under a timeline other than the ack's was lost in a failover, not
+-- rolled back by its handler (AckTxFates).
+SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer AS timeline;
 
--- name: TransactionStatuses :many
--- Whether each transaction of xids committed: 'committed', 'aborted', 'in
--- progress', or empty when the server no longer knows (a transaction older
--- than the commit log it keeps).
-SELECT x.xid::bigint AS xid,
-       coalesce(pg_xact_status(x.xid::text::xid8), '')::text AS status
-FROM unnest(@xids::bigint[]) AS x(xid);
+-- name: AckTxFates :many
+-- What became of the rows that handlers deleted with AckTx, once their
+-- handlers returned: whether each job (ids) is still live, or in the dead
+-- table, and the server's timeline now. The row decides, never the
+-- transaction's id: a delete undone by a savepoint's rollback leaves the
+-- outer transaction committed, and an id of a transaction lost in a
+-- failover is one the new primary may not have reached yet, or has since
+-- given to another transaction. A committed AckTx removed the row for
+-- good (ids are never reused), so a row still here was not deleted.
+SELECT c.id::bigint AS id,
+       EXISTS (SELECT FROM hopper_jobs AS j WHERE j.id = c.id)::boolean AS live,
+       EXISTS (SELECT FROM hopper_dead_jobs AS d WHERE d.id = c.id)::boolean AS dead,
+       ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer AS timeline
+FROM unnest(@ids::bigint[]) AS c(id);
 
 -- name: DefaultIsolation :one
 -- The isolation level the session's transactions get by default. A worker
