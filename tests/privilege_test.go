@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -197,30 +195,7 @@ func documentedRolePool(t *testing.T, d *testdb.DB, file, role string, extra ...
 	require.NoError(t, err)
 	roleID := pgx.Identifier{d.Schema + "_" + role}.Sanitize()
 	schemaID := pgx.Identifier{d.Schema}.Sanitize()
-	var stmts []string
-	first := true
-	for _, b := range doccheck.ParseMarkdown("docs/"+file, string(md)).Blocks {
-		if b.Lang != "sql" || !strings.Contains(b.SkipReason, "a role ("+role+")") {
-			continue
-		}
-		wanted := first
-		for _, e := range extra {
-			wanted = wanted || strings.Contains(b.Text, e)
-		}
-		first = false
-		if !wanted {
-			continue
-		}
-		for _, line := range strings.Split(b.Text, "\n") {
-			if i := strings.Index(line, "--"); i >= 0 {
-				line = line[:i]
-			}
-			stmts = append(stmts, line)
-		}
-	}
-	text := strings.Join(stmts, "\n")
-	text = regexp.MustCompile(`\bapp_jobs\b`).ReplaceAllString(text, schemaID)
-	text = regexp.MustCompile(`\bTO `+role+`;`).ReplaceAllString(text, "TO "+roleID+";")
+	stmts := doccheck.Grants("docs/"+file, string(md), role, schemaID, roleID, extra...)
 	pool := rolePool(t, d, role)
 	decoy := testdb.New(t) // another schema with Hopper's tables
 	cfg, err := pgx.ParseConfig(d.URL)
@@ -229,15 +204,11 @@ func documentedRolePool(t *testing.T, d *testdb.DB, file, role string, extra ...
 	admin, err := pgx.ConnectConfig(ctx, cfg)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, admin.Close(ctx)) }()
-	n := 0
-	for _, stmt := range strings.Split(text, ";") {
-		if stmt = strings.TrimSpace(stmt); stmt != "" {
-			_, err := admin.Exec(ctx, stmt)
-			require.NoError(t, err, stmt)
-			n++
-		}
+	for _, stmt := range stmts {
+		_, err := admin.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
 	}
-	require.Positive(t, n, "docs/%s has grants for %s", file, role)
+	require.NotEmpty(t, stmts, "docs/%s has grants for %s", file, role)
 	return pool
 }
 
