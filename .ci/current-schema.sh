@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # .ci/current-schema.sh OUT: write to OUT the schema a fresh `hopper migrate
 # up` makes, as pg_dump prints it (tables, indexes, views, functions with
-# their bodies, triggers), normalized so that it depends only on the
+# their bodies, triggers, and the grants that differ from PostgreSQL's
+# defaults, such as PUBLIC's EXECUTE taken from a SECURITY DEFINER
+# function), normalized so that it depends only on the
 # migrations: the throwaway schema's name becomes "hopper", and pg_dump's
 # version lines, session settings and \restrict tokens are left out. make
 # generate writes schema/current/schema.sql with it; make check-generated
@@ -14,7 +16,7 @@ name="hopper_current_$$_$RANDOM"
 psql "$url" -X -q -v ON_ERROR_STOP=1 -c "CREATE SCHEMA $name" >/dev/null
 trap 'psql "$url" -X -q -c "DROP SCHEMA IF EXISTS $name CASCADE" >/dev/null 2>&1 || true' EXIT
 go run ./cmd/hopper --database-url "$url" migrate up --schema "$name" >/dev/null
-pg_dump "$url" --schema-only --no-owner --no-privileges --schema="$name" |
+pg_dump "$url" --schema-only --no-owner --schema="$name" |
 	sed -E \
 		-e '/^\\(un)?restrict /d' \
 		-e '/^-- Dumped (from|by) /d' \

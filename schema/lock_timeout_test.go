@@ -17,12 +17,16 @@ import (
 	"github.com/hopperq/hopper/schema"
 )
 
-// newestLocks is a table the newest migration locks against writers
-// (migration 25 locks hopper_jobs to replace an index): a writer's open transaction
-// on it makes that migration wait.
-const newestLocks = "hopper_jobs"
+// newestLocks is a table the newest migration that locks one
+// (newestLocking) locks against writers: a writer's open transaction on
+// it makes that migration wait. Migration 26 locks hopper_jobs to replace
+// a trigger; migration 27 (definer_grants) locks no table.
+const (
+	newestLocks   = "hopper_jobs"
+	newestLocking = 26
+)
 
-// TestMigrationWaitsBoundedForLocks: the newest migration locks
+// TestMigrationWaitsBoundedForLocks: migration newestLocking locks
 // newestLocks, which waits for any open transaction that wrote to it.
 // Under LockTimeout it waits no longer than the timeout, rolls back whole
 // and runs again: with the writer's transaction held past every attempt,
@@ -32,7 +36,7 @@ const newestLocks = "hopper_jobs"
 func TestMigrationWaitsBoundedForLocks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	before := schema.Versions()[len(schema.Versions())-2]
+	before := uint(newestLocking - 1)
 	d := testdb.NewAtVersion(t, before)
 
 	// A writer's transaction left open: its ROW EXCLUSIVE lock conflicts
@@ -92,7 +96,7 @@ func TestMigrationWaitsBoundedForLocks(t *testing.T) {
 }
 
 // TestMigrationRunsAgainAfterADeadlock: a transaction that holds a lock
-// the newest migration waits for, and then waits for a lock the migration
+// migration newestLocking waits for, and then waits for a lock the migration
 // holds (here the migrations' advisory lock), deadlocks with it. The
 // migration is the one PostgreSQL ends (the transaction's deadlock_timeout
 // is set far beyond the migration's), rolls back whole, and runs again
@@ -101,7 +105,7 @@ func TestMigrationWaitsBoundedForLocks(t *testing.T) {
 func TestMigrationRunsAgainAfterADeadlock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	before := schema.Versions()[len(schema.Versions())-2]
+	before := uint(newestLocking - 1)
 	d := testdb.NewAtVersion(t, before)
 
 	tx, err := d.Pool.Begin(ctx)
@@ -161,7 +165,7 @@ func TestMigrationRunsAgainAfterADeadlock(t *testing.T) {
 func TestLockTimeoutZeroWaits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	before := schema.Versions()[len(schema.Versions())-2]
+	before := uint(newestLocking - 1)
 	d := testdb.NewAtVersion(t, before)
 	tx, err := d.Pool.Begin(ctx)
 	require.NoError(t, err)

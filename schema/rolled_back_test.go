@@ -41,7 +41,7 @@ func (l *retryLog) retries() int {
 }
 
 // TestMigratorsRacingAWriter: two replicas migrate the same schema while
-// a writer holds the table the newest migration locks. Each attempt of
+// a writer holds the table migration newestLocking locks. Each attempt of
 // the one migrating rolls back on lock_timeout; golang-migrate gives its
 // lock back with that attempt's dirty mark still set, and the other
 // migrator, waiting only for that lock, read the healthy schema as dirty
@@ -52,7 +52,7 @@ func TestMigratorsRacingAWriter(t *testing.T) {
 	testdb.Slow(t, "two migrators retrying behind a writer")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	before := schema.Versions()[len(schema.Versions())-2]
+	before := uint(newestLocking - 1)
 	for round := range 3 {
 		d := testdb.NewAtVersion(t, before)
 		tx, err := d.Pool.Begin(ctx)

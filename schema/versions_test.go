@@ -31,6 +31,7 @@ var addedBy = map[uint][]string{
 	24: deadPartitionObjects,
 	25: nil, // workflow_lookups: an index replaced by one of the same name, a function's new body
 	26: {"function hopper_sequence_place_keys", "function hopper_sequence_place_queue"},
+	27: nil, // definer_grants: grants on the partition functions
 }
 
 // deadPartitionObjects are what migration 24 (dead_partitions) adds: the

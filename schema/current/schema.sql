@@ -2543,6 +2543,30 @@ CREATE TRIGGER hopper_jobs_workflow_advance AFTER DELETE ON hopper.hopper_jobs R
 CREATE TRIGGER hopper_jobs_workflow_returned AFTER INSERT ON hopper.hopper_jobs REFERENCING NEW TABLE AS hopper_new_jobs FOR EACH STATEMENT EXECUTE FUNCTION hopper.hopper_workflow_returned();
 
 --
+-- Name: FUNCTION hopper_dead_partitions_drop(retention interval); Type: ACL; Schema: hopper; Owner: -
+--
+
+REVOKE ALL ON FUNCTION hopper.hopper_dead_partitions_drop(retention interval) FROM PUBLIC;
+
+--
+-- Name: FUNCTION hopper_dead_partitions_ensure(width interval, ahead interval); Type: ACL; Schema: hopper; Owner: -
+--
+
+REVOKE ALL ON FUNCTION hopper.hopper_dead_partitions_ensure(width interval, ahead interval) FROM PUBLIC;
+
+--
+-- Name: FUNCTION hopper_history_partitions_drop(); Type: ACL; Schema: hopper; Owner: -
+--
+
+REVOKE ALL ON FUNCTION hopper.hopper_history_partitions_drop() FROM PUBLIC;
+
+--
+-- Name: FUNCTION hopper_history_partitions_ensure(width interval, ahead interval); Type: ACL; Schema: hopper; Owner: -
+--
+
+REVOKE ALL ON FUNCTION hopper.hopper_history_partitions_ensure(width interval, ahead interval) FROM PUBLIC;
+
+--
 -- PostgreSQL database dump complete
 --
 
