@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/jsonbtext"
 	"github.com/hopperq/hopper/internal/schemascope"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -155,7 +158,8 @@ func (c *Client) withProgress(ctx context.Context, tx jobs.DBTX, row *jobs.Row) 
 const metaDurable = "hopper.durable"
 
 // MaxEventName and MaxEventPayload bound an event (EmitEvent): its name
-// in characters, its payload as JSON in bytes.
+// in characters, its payload in bytes as PostgreSQL stores it (jsonb's
+// text: a space after every ',' and ':', numbers in plain notation).
 const (
 	MaxEventName    = 255
 	MaxEventPayload = 64 << 10
@@ -177,17 +181,25 @@ func (c *Client) EmitEvent(ctx context.Context, name string, payload any) (int, 
 // emitted when it commits, with the writes that made it true, and not at
 // all when it rolls back.
 func (c *Client) EmitEventTx(ctx context.Context, tx jobs.DBTX, name string, payload any) (int, error) {
-	if name == "" || len([]rune(name)) > MaxEventName {
-		return 0, fmt.Errorf("emit event %q: %w: want a name of 1 to %d characters", name, ErrInvalidEvent, MaxEventName)
+	if name == "" || utf8.RuneCountInString(name) > MaxEventName || !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
+		return 0, fmt.Errorf("emit event %q: %w: want a name of 1 to %d characters of UTF-8 text", name, ErrInvalidEvent, MaxEventName)
 	}
 	raw, err := json.Marshal(payload)
 	if err != nil {
 		return 0, fmt.Errorf("emit event %q: %w: %w", name, ErrInvalidEvent, err)
 	}
-	if len(raw) > MaxEventPayload {
-		return 0, fmt.Errorf("emit event %q: %w: payload of %d bytes, at most %d", name, ErrInvalidEvent, len(raw), MaxEventPayload)
+	// Measured as the table measures it: jsonb's text, which jsonbtext
+	// computes (Go's own JSON is shorter or longer).
+	switch n, err := jsonbtext.Len(raw); {
+	case err != nil:
+		return 0, fmt.Errorf("emit event %q: %w: payload: %w", name, ErrInvalidEvent, err)
+	case n > MaxEventPayload:
+		return 0, fmt.Errorf("emit event %q: %w: payload of %d bytes as stored (jsonb's text), at most %d", name, ErrInvalidEvent, n, MaxEventPayload)
 	}
 	woken, err := c.queries(tx).EmitEvent(ctx, db.EmitEventParams{Name: name, Payload: raw})
+	if jsonbtext.Refused(err) {
+		return 0, fmt.Errorf("emit event %q: %w: %w", name, ErrInvalidEvent, err)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("emit event %q: %w", name, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -218,4 +219,29 @@ func TestGetJobProgress(t *testing.T) {
 	require.Nil(t, row.Progress, "an ended job's progress went with it")
 	_, err = b.client.GetJobProgress(b.Ctx, id)
 	require.NoError(t, err, "a cancelled job is still there, in the dead table")
+}
+
+// TestEmitEventLimitsAsStored: an event's payload is measured as the
+// table measures it (jsonb's text), and whatever the database refuses
+// comes back wrapping ErrInvalidEvent. 25,000 ones are 50,001 bytes as
+// Go's JSON and 75,000 stored: the server refused them with an error
+// that did not wrap ErrInvalidEvent. 15,000 '<' are 90,002 bytes as Go
+// escapes them and 15,002 stored: Go refused them. A NUL is refused
+// before it is sent. Names count characters: 200 two-byte letters pass.
+func TestEmitEventLimitsAsStored(t *testing.T) {
+	b := setup(t)
+	ones := make([]int, 25_000)
+	for i := range ones {
+		ones[i] = 1
+	}
+	_, err := b.client.EmitEvent(b.Ctx, "big", ones)
+	require.ErrorIs(t, err, hopper.ErrInvalidEvent)
+	_, err = b.client.EmitEvent(b.Ctx, "escaped", strings.Repeat("<", 15_000))
+	require.NoError(t, err)
+	_, err = b.client.EmitEvent(b.Ctx, "nul", "a\x00b")
+	require.ErrorIs(t, err, hopper.ErrInvalidEvent)
+	_, err = b.client.EmitEvent(b.Ctx, strings.Repeat("é", 200), 1)
+	require.NoError(t, err)
+	_, err = b.client.EmitEvent(b.Ctx, strings.Repeat("é", hopper.MaxEventName+1), 1)
+	require.ErrorIs(t, err, hopper.ErrInvalidEvent)
 }

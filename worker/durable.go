@@ -6,13 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/jsonbtext"
 	"github.com/hopperq/hopper/internal/testrun"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -20,11 +23,15 @@ import (
 // Limits of what a durable handler records.
 const (
 	// MaxRecordSize is the largest a step's result or an event's payload
-	// may be, as JSON: 64 KiB.
+	// may be, as PostgreSQL stores it (jsonb's text: a space after every
+	// ',' and ':', numbers in plain notation, '<', '>' and '&' as they
+	// are): 64 KiB.
 	MaxRecordSize = 64 << 10
-	// MaxProgressSize is the largest a progress value may be, as JSON.
+	// MaxProgressSize is the largest a progress value may be, measured
+	// the same way.
 	MaxProgressSize = 4 << 10
-	// MaxStepName is the longest a step's or an event's name may be.
+	// MaxStepName is the longest a step's or an event's name may be, in
+	// characters (as hopper.MaxEventName, and as the tables check).
 	MaxStepName = 255
 	// MaxCalls is the most durable calls (Step, StepTx, Sleep, AwaitEvent)
 	// one job may record.
@@ -120,6 +127,8 @@ func (d *durableCalls) record(ctx context.Context, q *db.Queries, c *heldJob, p 
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "23505":
 		return errRecordTaken
+	case jsonbtext.Refused(err):
+		return Permanent(fmt.Errorf("record %s %q of job %d: %w: %w", p.Kind, p.Name, c.id, ErrInvalidRecord, err))
 	case err != nil:
 		return fmt.Errorf("record %s %q of job %d: %w", p.Kind, p.Name, c.id, err)
 	case !r.Held:
@@ -136,22 +145,48 @@ var errRecordTaken = errors.New("hopper: record taken by another run")
 // durableJob returns the claim of the job the handler runs, checking the
 // name of the call.
 func durableJob(ctx context.Context, id int64, what, name string) (*heldJob, error) {
-	if name == "" || len(name) > MaxStepName {
-		return nil, fmt.Errorf("%s of job %d: %w: name %q: want 1 to %d bytes", what, id, ErrInvalidDurableCall, name, MaxStepName)
+	if name == "" || utf8.RuneCountInString(name) > MaxStepName || !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
+		return nil, fmt.Errorf("%s of job %d: %w: name %q: want 1 to %d characters of UTF-8 text", what, id, ErrInvalidDurableCall, name, MaxStepName)
 	}
 	return heldJobFrom(ctx, id)
 }
 
-// encodeRecord marshals a result or payload and checks its size.
+// encodeRecord marshals a result and checks it as the table does: its
+// size as jsonb prints it, and whether jsonb can hold it at all.
 func encodeRecord(v any, what string) (json.RawMessage, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	if len(b) > MaxRecordSize {
-		return nil, Permanent(fmt.Errorf("%s: %w: %d bytes, at most %d", what, ErrRecordTooLarge, len(b), MaxRecordSize))
+	if err := checkStored(b, MaxRecordSize, what); err != nil {
+		return nil, Permanent(err)
 	}
 	return b, nil
+}
+
+// checkStored checks JSON b against limit bytes as PostgreSQL stores it
+// (jsonbtext): ErrRecordTooLarge or ErrInvalidRecord.
+func checkStored(b []byte, limit int, what string) error {
+	n, err := jsonbtext.Len(b)
+	switch {
+	case errors.Is(err, jsonbtext.ErrNotStorable):
+		return fmt.Errorf("%s: %w: %w", what, ErrInvalidRecord, err)
+	case err != nil:
+		return fmt.Errorf("%s: %w", what, err)
+	case n > limit:
+		return fmt.Errorf("%s: %w: %d bytes as stored (jsonb's text), at most %d", what, ErrRecordTooLarge, n, limit)
+	}
+	return nil
+}
+
+// recordContext is the context a durable record is written with: the
+// handler's values without its cancellation (a step whose function
+// returns as its run's deadline passes, or as a graceful shutdown cancels
+// it, still records its result, or the next run would repeat the
+// effect), bounded by the statement timeout. The record is fenced by the
+// claim, so it writes nothing once the job is no longer this run's.
+func recordContext(ctx context.Context, c *heldJob) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), statementTimeout(c.held.lease))
 }
 
 func decodeRecord[R any](raw json.RawMessage, what string) (R, error) {
@@ -195,7 +230,9 @@ func Step[R, T any](ctx context.Context, job *jobs.Job[T], name string, fn func(
 		if err != nil {
 			return zero, err
 		}
-		if err := c.durable.record(ctx, c.held.q, c, db.RecordStepParams{Name: name, Kind: recordStep, State: "done", Result: raw}); err != nil {
+		rctx, cancel := recordContext(ctx, c)
+		defer cancel()
+		if err := c.durable.record(rctx, c.held.q, c, db.RecordStepParams{Name: name, Kind: recordStep, State: "done", Result: raw}); err != nil {
 			return zero, err
 		}
 		return out, nil
@@ -280,11 +317,15 @@ func runStepTx[R any](ctx context.Context, c *heldJob, d *durableCalls, name, wh
 		return out, err
 	}
 	q := db.New(c.held.dbtx(tx))
-	if err = d.record(ctx, q, c, db.RecordStepParams{Name: name, Kind: recordStep, State: "done", Result: raw}); err != nil {
+	// fn's work is done: its record and commit outlive the handler's
+	// context, as Step's record does.
+	rctx, cancel := recordContext(ctx, c)
+	defer cancel()
+	if err = d.record(rctx, q, c, db.RecordStepParams{Name: name, Kind: recordStep, State: "done", Result: raw}); err != nil {
 		d.records = d.records[:min(int(d.next), len(d.records))]
 		return out, err
 	}
-	if err = tx.Commit(ctx); err != nil {
+	if err = tx.Commit(rctx); err != nil {
 		// Whether it committed is unknown: read the records again at the
 		// next call (the job runs again; its replay tells).
 		d.records, d.loaded = nil, false
@@ -439,8 +480,8 @@ func SetProgress[T any](ctx context.Context, job *jobs.Job[T], v any) error {
 	if err != nil {
 		return fmt.Errorf("progress of job %d: %w", job.ID, err)
 	}
-	if len(raw) > MaxProgressSize {
-		return fmt.Errorf("progress of job %d: %w: %d bytes, at most %d", job.ID, ErrRecordTooLarge, len(raw), MaxProgressSize)
+	if err := checkStored(raw, MaxProgressSize, fmt.Sprintf("progress of job %d", job.ID)); err != nil {
+		return err
 	}
 	if r := testrun.From(ctx); r != nil {
 		return nil

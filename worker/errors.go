@@ -83,9 +83,19 @@ var ErrEventTimeout = errors.New("hopper: event did not come in time")
 var ErrNonDeterministic = errors.New("hopper: durable calls differ from the job's records")
 
 // ErrRecordTooLarge is wrapped by the error Step and StepTx return for a
-// result larger than MaxRecordSize as JSON (Permanent: it would fail every
-// run), and SetProgress for a value larger than MaxProgressSize.
+// result larger than MaxRecordSize as PostgreSQL stores it (Permanent: it
+// would fail every run), and SetProgress for a value larger than
+// MaxProgressSize. The size is that of jsonb's text, the one the tables
+// check: a space after every ',' and ':', numbers in plain notation.
 var ErrRecordTooLarge = errors.New("hopper: durable record too large")
+
+// ErrInvalidRecord is wrapped by the error Step and StepTx return for a
+// result PostgreSQL's jsonb cannot hold at all: a NUL character (legal in
+// a Go string), a lone surrogate, a number out of numeric's range
+// (Permanent, as ErrRecordTooLarge), and SetProgress for such a value. A
+// record the database refuses for its data is reported so too, never
+// retried: the step's function would run again on every attempt.
+var ErrInvalidRecord = errors.New("hopper: durable record not storable")
 
 // ErrInvalidDurableCall is wrapped by the error of a durable call with a
 // bad argument: an empty or too long name, a non-positive or too long

@@ -1,0 +1,162 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/worker"
+)
+
+// TestDurableRecordLimitsAsStored: a step's result is measured as the
+// table measures it, jsonb's text. Go's JSON of 25,000 ones is 50,001
+// bytes, jsonb's 75,000: the table refused it (23514) as a retryable
+// error and the step's function ran on every attempt. 15,000 '<' are
+// 90,002 bytes as Go escapes them, 15,002 stored: refused by Go, though
+// the table takes them. A NUL character, legal in Go, jsonb cannot hold
+// (22P05): retried too. Each case runs with three attempts: the
+// function runs once, and the job ends done or dead with the documented
+// error.
+func TestDurableRecordLimitsAsStored(t *testing.T) {
+	ones := make([]int, 25_000)
+	for i := range ones {
+		ones[i] = 1
+	}
+	for _, tc := range []struct {
+		name    string
+		result  any
+		wantErr error // nil: recorded, the job done
+	}{
+		{"under 64 KiB as Go's JSON, over it as stored", ones, worker.ErrRecordTooLarge},
+		{"over 64 KiB as Go's JSON, under it as stored", strings.Repeat("<", 15_000), nil},
+		{"a NUL character", "a\x00b", worker.ErrInvalidRecord},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			k := kind(t, "durable_limits")
+			res, err := k.Enqueue(b.Ctx, b.Pool, Task{}, jobs.MaxAttempts(3))
+			require.NoError(t, err)
+			var calls atomic.Int32
+			errs := make(chan error, 3)
+			start(t, b, worker.Config{}, func(w *worker.Worker) {
+				require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+					_, err := worker.Step(ctx, j, "charge", func(context.Context) (any, error) {
+						calls.Add(1)
+						return tc.result, nil
+					})
+					errs <- err
+					return err
+				}))
+			})
+			err = <-errs
+			if tc.wantErr == nil {
+				require.NoError(t, err)
+				testdb.WaitFor(t, "the job done", func() bool { return b.jobState(t, res.ID) == "gone" })
+				_, dead := b.Totals(t)
+				require.Zero(t, dead)
+			} else {
+				require.ErrorIs(t, err, tc.wantErr)
+				testdb.WaitFor(t, "the job dead", func() bool { _, dead := b.Totals(t); return dead == 1 })
+			}
+			require.EqualValues(t, 1, calls.Load(), "the step's function ran once")
+		})
+	}
+}
+
+// TestDurableProgressLimitsAsStored: SetProgress measures as the table
+// does too, and refuses what jsonb cannot hold before sending it.
+func TestDurableProgressLimitsAsStored(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "durable_progress_limits")
+	_, err := k.Enqueue(b.Ctx, b.Pool, Task{})
+	require.NoError(t, err)
+	errs := make(chan [3]error, 1)
+	start(t, b, worker.Config{}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			errs <- [3]error{
+				worker.SetProgress(ctx, j, strings.Repeat("&", 1_000)), // 6,002 bytes as Go's JSON, 1,002 stored
+				worker.SetProgress(ctx, j, make([]int, 1_500)),         // 3,001 as Go's, 4,501 stored
+				worker.SetProgress(ctx, j, "\x00"),
+			}
+			return nil
+		}))
+	})
+	got := <-errs
+	require.NoError(t, got[0])
+	require.ErrorIs(t, got[1], worker.ErrRecordTooLarge)
+	require.ErrorIs(t, got[2], worker.ErrInvalidRecord)
+}
+
+// TestDurableStepRecordedAfterItsDeadline: a step whose function returns
+// as its run's timeout cancels the handler's context still records its
+// result (the record outlives the handler's context while the claim is
+// held): the next run replays it and the function ran once. The record
+// was written with the handler's context and failed ("context deadline
+// exceeded"): the charge ran on every attempt.
+func TestDurableStepRecordedAfterItsDeadline(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "durable_deadline")
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{}, jobs.MaxAttempts(3))
+	require.NoError(t, err)
+	var charges, runs atomic.Int32
+	start(t, b, worker.Config{}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			runs.Add(1)
+			v, err := worker.Step(ctx, j, "charge", func(ctx context.Context) (int, error) {
+				charges.Add(1)
+				<-ctx.Done() // the charge's reply comes as the deadline passes
+				return 42, nil
+			})
+			if err != nil {
+				return err
+			}
+			if v != 42 {
+				return worker.Permanent(errors.New("a wrong replay"))
+			}
+			return ctx.Err() // the first run ends by its timeout; the replay returns at once
+		}, worker.Timeout(200*time.Millisecond)))
+	})
+	testdb.WaitFor(t, "the job done", func() bool { return b.jobState(t, res.ID) == "gone" })
+	_, dead := b.Totals(t)
+	require.Zero(t, dead)
+	require.EqualValues(t, 1, charges.Load(), "the charge ran once")
+	require.EqualValues(t, 2, runs.Load(), "the second run replayed it")
+}
+
+// TestDurableNamesInCharacters: a step's or an event's name is at most
+// MaxStepName characters, as the tables and EmitEvent count, not bytes: a
+// 200-character name of two-byte letters is awaited and received.
+func TestDurableNamesInCharacters(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "durable_names")
+	name := strings.Repeat("é", 200)
+	got := make(chan error, 1)
+	start(t, b, worker.Config{}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			if _, err := worker.Step(ctx, j, name, func(context.Context) (int, error) { return 1, nil }); err != nil {
+				got <- err
+				return worker.Permanent(err)
+			}
+			_, err := worker.AwaitEvent[int](ctx, j, name, time.Hour)
+			if errors.Is(err, worker.ErrSuspended) {
+				return err
+			}
+			got <- err
+			return err
+		}))
+	})
+	_, err := b.Pool.Exec(b.Ctx, `SELECT hopper_emit_event($1, '7')`, name)
+	require.NoError(t, err)
+	_, err = k.Enqueue(b.Ctx, b.Pool, Task{})
+	require.NoError(t, err)
+	require.NoError(t, <-got)
+	_, err = worker.AwaitEvent[int](context.Background(), &jobs.Job[Task]{}, strings.Repeat("é", worker.MaxStepName+1), time.Hour)
+	require.ErrorIs(t, err, worker.ErrInvalidDurableCall)
+}
