@@ -173,7 +173,8 @@ func (u JobUpdate) params(id int64) (db.UpdateJobParams, error) {
 // update (RunNow, or a new place in line) wakes its queue's workers.
 //
 // The error wraps ErrNotFound, ErrRunning or ErrFinished for a job that
-// cannot be edited; ErrPayloadMismatch, or the sentinel of package jobs
+// cannot be edited; ErrHasRecords for a new payload (or version) of a job
+// whose durable handler has recorded calls; ErrPayloadMismatch, or the sentinel of package jobs
 // that Enqueue would return (jobs.ErrInvalidPriority,
 // jobs.ErrInvalidQueue, jobs.ErrInvalidMaxAttempts, jobs.ErrInvalidRunAt,
 // jobs.ErrMarshal, jobs.ErrPayloadTooLarge), for a change that cannot be
@@ -224,6 +225,9 @@ func (c *Client) UpdateJobTx(ctx context.Context, tx jobs.DBTX, id int64, u JobU
 		return fail(err)
 	}
 	switch r.Refused {
+	case "durable":
+		return fail(fmt.Errorf("%w: its handler recorded steps for the payload it has, which its next run replays; "+
+			"cancel it and enqueue another to start over", ErrHasRecords))
 	case "kind":
 		return fail(fmt.Errorf("%w: the payload is for kind %q, the job is of kind %q", ErrPayloadMismatch, *p.Kind, r.JobKind))
 	case "payload_type":

@@ -23,6 +23,12 @@ var (
 	// for another kind, raw JSON of another type than the job's payload
 	// (an array for an object), or a payload version newer than the job's.
 	ErrPayloadMismatch = errors.New("hopper: payload does not fit the job")
+	// ErrHasRecords: the job's durable handler has recorded calls (steps,
+	// sleeps, waits, progress), so its payload, version and kind can no
+	// longer change (UpdateJob): its records were made for them, and its
+	// next run replays them. Its run time, priority, queue and attempts
+	// still can. Cancel it and enqueue another to start over.
+	ErrHasRecords = errors.New("hopper: job has durable records")
 	// ErrUnknownQueue: no worker has served the queue, no operator has
 	// paused it, and it holds no job.
 	ErrUnknownQueue = errors.New("hopper: unknown queue")

@@ -234,7 +234,7 @@ func (d *Dashboard) failErr(w http.ResponseWriter, r *http.Request, err error) {
 		errors.Is(err, hopper.ErrPayloadMismatch):
 		d.fail(w, r, http.StatusBadRequest, firstLine(err))
 	case errors.Is(err, hopper.ErrFinished), errors.Is(err, hopper.ErrWorkerAlive), errors.Is(err, hopper.ErrRunning),
-		errors.Is(err, hopper.ErrNotWaiting):
+		errors.Is(err, hopper.ErrNotWaiting), errors.Is(err, hopper.ErrHasRecords):
 		d.fail(w, r, http.StatusConflict, firstLine(err))
 	case r.Context().Err() != nil:
 		d.fail(w, r, http.StatusServiceUnavailable, "The request was cancelled.")

@@ -297,7 +297,11 @@ const enqueueUnique = `-- name: EnqueueUnique :one
 WITH holder AS MATERIALIZED (
     SELECT c.id, c.state, c.kind, c.sequence_key
     FROM (
-        SELECT j.id, j.state, j.kind, j.meta ->> 'hopper.sequence' AS sequence_key, 0 AS rank
+        -- A job whose durable handler recorded anything has begun: it
+        -- counts as running, never replaced (its records were made for
+        -- its payload), and gives up its key as a running job does.
+        SELECT j.id, CASE WHEN j.meta ? 'hopper.durable' THEN 'running' ELSE j.state END AS state,
+               j.kind, j.meta ->> 'hopper.sequence' AS sequence_key, 0 AS rank
         FROM hopper_jobs AS j
         WHERE j.unique_key = $1::text
         UNION ALL
@@ -345,6 +349,7 @@ WITH holder AS MATERIALIZED (
     FROM blocking
     WHERE $12::boolean AND blocking.replaceable
       AND j.id = blocking.id AND j.state IN ('pending', 'scheduled', 'waiting') AND j.kind = $4::text
+      AND NOT coalesce(j.meta ? 'hopper.durable', false) -- began under the lock: raced
       AND (j.meta ->> 'hopper.sequence') IS NOT DISTINCT FROM ($5::jsonb ->> 'hopper.sequence')
     RETURNING j.id
 ), taken AS (
@@ -353,7 +358,9 @@ WITH holder AS MATERIALIZED (
     FROM holder
     WHERE $6::boolean AND holder.state = 'running' AND holder.kind = $4::text
       AND j.id = holder.id
-      AND j.lease_until IS NOT NULL -- running: as in AckBatch, no partial index's predicate, so a lookup by id
+      -- running (as in AckBatch, no partial index's predicate, so a lookup
+      -- by id), or begun (durable)
+      AND (j.lease_until IS NOT NULL OR j.meta ? 'hopper.durable')
     RETURNING j.id
 ), inserted AS (
     INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)
@@ -503,7 +510,10 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     CROSS JOIN LATERAL (
         SELECT c.id, c.state, c.kind, c.sequence_key
         FROM (
-            SELECT j.id, j.state, j.kind, j.meta ->> 'hopper.sequence' AS sequence_key, 0 AS rank
+            -- begun when its durable handler recorded anything: as in
+            -- EnqueueUnique
+            SELECT j.id, CASE WHEN j.meta ? 'hopper.durable' THEN 'running' ELSE j.state END AS state,
+                   j.kind, j.meta ->> 'hopper.sequence' AS sequence_key, 0 AS rank
             FROM hopper_jobs AS j
             WHERE j.unique_key = nullif(b.unique_key, '')
             UNION ALL
@@ -551,6 +561,7 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     JOIN batch AS b ON b.new_id = k.for_id
     WHERE b.replace AND k.replaceable
       AND j.id = k.id AND j.state IN ('pending', 'scheduled', 'waiting') AND j.kind = b.kind
+      AND NOT coalesce(j.meta ? 'hopper.durable', false) -- began under the lock: raced
       AND (j.meta ->> 'hopper.sequence') IS NOT DISTINCT FROM (b.meta ->> 'hopper.sequence')
     RETURNING k.for_id, j.id
 ), taken AS (
@@ -560,7 +571,7 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     JOIN batch AS b ON b.new_id = h.for_id
     WHERE b.take_from_running AND h.state = 'running' AND h.kind = b.kind
       AND j.id = h.id
-      AND j.lease_until IS NOT NULL -- running, looked up by id (see EnqueueUnique)
+      AND (j.lease_until IS NOT NULL OR j.meta ? 'hopper.durable') -- running or begun, by id (see EnqueueUnique)
     RETURNING h.for_id
 ), inserted AS (
     INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)

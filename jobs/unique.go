@@ -60,7 +60,9 @@ func UniquePeriod(d time.Duration) EnqueueOption {
 // keeps its run time, queue, priority, attempts, metadata and concurrency
 // key. Only a holder of the same kind is replaced (another kind's payload
 // would not decode): one of another kind is kept, as is a running holder
-// of another kind. A running job is never changed: with live keys only (no
+// of another kind. A holder whose durable handler recorded anything (a
+// step, a sleep) counts as running: its records were made for its
+// payload. A running job is never changed: with live keys only (no
 // UniqueStates, no UniquePeriod) it gives up the key, and the new job is
 // inserted to run after it, so that the latest payload always runs (the
 // running job then shows no unique key); where finished jobs hold the key,

@@ -171,6 +171,9 @@ func editError(id int64, err error) error {
 		return fmt.Errorf("no job %d (never enqueued, or completed without history, or purged)", id)
 	case errors.Is(err, hopper.ErrRunning):
 		return fmt.Errorf("job %d is running: only pending, scheduled and waiting jobs can be changed (hopper jobs cancel %d stops it)", id, id)
+	case errors.Is(err, hopper.ErrHasRecords):
+		return fmt.Errorf("job %d has durable records made for its payload: its payload can no longer change; its run time, priority, queue and attempts can "+
+			"(hopper jobs cancel %d, then enqueue anew, starts over)", id, id)
 	}
 	return err
 }

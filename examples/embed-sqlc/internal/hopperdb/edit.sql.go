@@ -92,17 +92,20 @@ const updateJob = `-- name: UpdateJob :one
 
 WITH target AS (
     SELECT j.id, j.state, j.kind, j.version, j.attempt, j.queue, j.priority, j.run_at,
-           jsonb_typeof(j.payload) AS payload_type, coalesce(j.meta ->> 'hopper.sequence', '') AS sequence_key
+           jsonb_typeof(j.payload) AS payload_type, coalesce(j.meta ->> 'hopper.sequence', '') AS sequence_key,
+           coalesce(j.meta ? 'hopper.durable', false) AS durable
     FROM hopper_jobs AS j
     WHERE j.id = $1::bigint AND j.state IN ('pending', 'scheduled', 'waiting')
     FOR UPDATE
 ), verdict AS (
     SELECT t.id,
-           CASE WHEN $2::text IS NOT NULL AND t.kind <> $2::text THEN 'kind'
-                WHEN $3::jsonb IS NOT NULL AND $2::text IS NULL
-                     AND jsonb_typeof($3::jsonb) <> t.payload_type THEN 'payload_type'
-                WHEN $4::integer IS NOT NULL AND $2::text IS NULL
-                     AND $4::integer > t.version THEN 'version'
+           CASE WHEN t.durable AND ($2::jsonb IS NOT NULL OR $3::integer IS NOT NULL
+                                    OR $4::text IS NOT NULL) THEN 'durable'
+                WHEN $4::text IS NOT NULL AND t.kind <> $4::text THEN 'kind'
+                WHEN $2::jsonb IS NOT NULL AND $4::text IS NULL
+                     AND jsonb_typeof($2::jsonb) <> t.payload_type THEN 'payload_type'
+                WHEN $3::integer IS NOT NULL AND $4::text IS NULL
+                     AND $3::integer > t.version THEN 'version'
                 WHEN $5::text IS NOT NULL AND $5::text <> t.sequence_key THEN 'sequence'
                 WHEN $6::integer IS NOT NULL
                      AND $6::integer <= t.attempt THEN 'max_attempts'
@@ -115,9 +118,9 @@ WITH target AS (
     FROM target AS t
 ), updated AS (
     UPDATE hopper_jobs AS j
-    SET payload      = coalesce($3::jsonb, j.payload),
-        version      = CASE WHEN $3::jsonb IS NULL THEN j.version
-                            ELSE coalesce($4::integer, j.version) END,
+    SET payload      = coalesce($2::jsonb, j.payload),
+        version      = CASE WHEN $2::jsonb IS NULL THEN j.version
+                            ELSE coalesce($3::integer, j.version) END,
         priority     = coalesce($8::smallint, j.priority),
         queue        = coalesce($9::text, j.queue),
         max_attempts = coalesce($6::integer, j.max_attempts),
@@ -161,9 +164,9 @@ LEFT JOIN updated AS u ON true
 
 type UpdateJobParams struct {
 	ID          int64
-	Kind        *string
 	Payload     json.RawMessage
 	Version     *int32
+	Kind        *string
 	SequenceKey *string
 	MaxAttempts *int32
 	RunAt       *time.Time
@@ -250,18 +253,23 @@ type UpdateJobRow struct {
 // priority, run_at, or pending only now) wakes its queue's workers with
 // that place, as Notify does, so that cursors past it move back.
 //
+// A job whose durable handler recorded anything (steps, sleeps, waits,
+// progress: its meta has 'hopper.durable') keeps its payload, version and
+// kind: its records were made for them, and its next run replays them.
+// Its run time, priority, queue and max attempts may still change.
+//
 // One row: was and locked (see above); refused is ” when the job was
-// changed or not held, else why a held job was not changed: 'kind',
-// 'payload_type', 'version', 'sequence' or 'max_attempts'; job_kind,
+// changed or not held, else why a held job was not changed: 'durable',
+// 'kind', 'payload_type', 'version', 'sequence' or 'max_attempts'; job_kind,
 // job_version, payload_type, job_sequence and attempt are the held job's,
 // for the message; the other
 // columns are the job as changed (NULL when it was not).
 func (q *Queries) UpdateJob(ctx context.Context, arg UpdateJobParams) (UpdateJobRow, error) {
 	row := q.db.QueryRow(ctx, updateJob,
 		arg.ID,
-		arg.Kind,
 		arg.Payload,
 		arg.Version,
+		arg.Kind,
 		arg.SequenceKey,
 		arg.MaxAttempts,
 		arg.RunAt,

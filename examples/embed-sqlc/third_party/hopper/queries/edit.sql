@@ -51,21 +51,29 @@
 -- priority, run_at, or pending only now) wakes its queue's workers with
 -- that place, as Notify does, so that cursors past it move back.
 --
+-- A job whose durable handler recorded anything (steps, sleeps, waits,
+-- progress: its meta has 'hopper.durable') keeps its payload, version and
+-- kind: its records were made for them, and its next run replays them.
+-- Its run time, priority, queue and max attempts may still change.
+--
 -- One row: was and locked (see above); refused is '' when the job was
--- changed or not held, else why a held job was not changed: 'kind',
--- 'payload_type', 'version', 'sequence' or 'max_attempts'; job_kind,
+-- changed or not held, else why a held job was not changed: 'durable',
+-- 'kind', 'payload_type', 'version', 'sequence' or 'max_attempts'; job_kind,
 -- job_version, payload_type, job_sequence and attempt are the held job's,
 -- for the message; the other
 -- columns are the job as changed (NULL when it was not).
 WITH target AS (
     SELECT j.id, j.state, j.kind, j.version, j.attempt, j.queue, j.priority, j.run_at,
-           jsonb_typeof(j.payload) AS payload_type, coalesce(j.meta ->> 'hopper.sequence', '') AS sequence_key
+           jsonb_typeof(j.payload) AS payload_type, coalesce(j.meta ->> 'hopper.sequence', '') AS sequence_key,
+           coalesce(j.meta ? 'hopper.durable', false) AS durable
     FROM hopper_jobs AS j
     WHERE j.id = @id::bigint AND j.state IN ('pending', 'scheduled', 'waiting')
     FOR UPDATE
 ), verdict AS (
     SELECT t.id,
-           CASE WHEN sqlc.narg(kind)::text IS NOT NULL AND t.kind <> sqlc.narg(kind)::text THEN 'kind'
+           CASE WHEN t.durable AND (sqlc.narg(payload)::jsonb IS NOT NULL OR sqlc.narg(version)::integer IS NOT NULL
+                                    OR sqlc.narg(kind)::text IS NOT NULL) THEN 'durable'
+                WHEN sqlc.narg(kind)::text IS NOT NULL AND t.kind <> sqlc.narg(kind)::text THEN 'kind'
                 WHEN sqlc.narg(payload)::jsonb IS NOT NULL AND sqlc.narg(kind)::text IS NULL
                      AND jsonb_typeof(sqlc.narg(payload)::jsonb) <> t.payload_type THEN 'payload_type'
                 WHEN sqlc.narg(version)::integer IS NOT NULL AND sqlc.narg(kind)::text IS NULL

@@ -238,7 +238,11 @@ FROM (
 WITH holder AS MATERIALIZED (
     SELECT c.id, c.state, c.kind, c.sequence_key
     FROM (
-        SELECT j.id, j.state, j.kind, j.meta ->> 'hopper.sequence' AS sequence_key, 0 AS rank
+        -- A job whose durable handler recorded anything has begun: it
+        -- counts as running, never replaced (its records were made for
+        -- its payload), and gives up its key as a running job does.
+        SELECT j.id, CASE WHEN j.meta ? 'hopper.durable' THEN 'running' ELSE j.state END AS state,
+               j.kind, j.meta ->> 'hopper.sequence' AS sequence_key, 0 AS rank
         FROM hopper_jobs AS j
         WHERE j.unique_key = sqlc.narg(unique_key)::text
         UNION ALL
@@ -286,6 +290,7 @@ WITH holder AS MATERIALIZED (
     FROM blocking
     WHERE @replace::boolean AND blocking.replaceable
       AND j.id = blocking.id AND j.state IN ('pending', 'scheduled', 'waiting') AND j.kind = @kind::text
+      AND NOT coalesce(j.meta ? 'hopper.durable', false) -- began under the lock: raced
       AND (j.meta ->> 'hopper.sequence') IS NOT DISTINCT FROM (sqlc.narg(meta)::jsonb ->> 'hopper.sequence')
     RETURNING j.id
 ), taken AS (
@@ -294,7 +299,9 @@ WITH holder AS MATERIALIZED (
     FROM holder
     WHERE @take_from_running::boolean AND holder.state = 'running' AND holder.kind = @kind::text
       AND j.id = holder.id
-      AND j.lease_until IS NOT NULL -- running: as in AckBatch, no partial index's predicate, so a lookup by id
+      -- running (as in AckBatch, no partial index's predicate, so a lookup
+      -- by id), or begun (durable)
+      AND (j.lease_until IS NOT NULL OR j.meta ? 'hopper.durable')
     RETURNING j.id
 ), inserted AS (
     INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)
@@ -373,7 +380,10 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     CROSS JOIN LATERAL (
         SELECT c.id, c.state, c.kind, c.sequence_key
         FROM (
-            SELECT j.id, j.state, j.kind, j.meta ->> 'hopper.sequence' AS sequence_key, 0 AS rank
+            -- begun when its durable handler recorded anything: as in
+            -- EnqueueUnique
+            SELECT j.id, CASE WHEN j.meta ? 'hopper.durable' THEN 'running' ELSE j.state END AS state,
+                   j.kind, j.meta ->> 'hopper.sequence' AS sequence_key, 0 AS rank
             FROM hopper_jobs AS j
             WHERE j.unique_key = nullif(b.unique_key, '')
             UNION ALL
@@ -421,6 +431,7 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     JOIN batch AS b ON b.new_id = k.for_id
     WHERE b.replace AND k.replaceable
       AND j.id = k.id AND j.state IN ('pending', 'scheduled', 'waiting') AND j.kind = b.kind
+      AND NOT coalesce(j.meta ? 'hopper.durable', false) -- began under the lock: raced
       AND (j.meta ->> 'hopper.sequence') IS NOT DISTINCT FROM (b.meta ->> 'hopper.sequence')
     RETURNING k.for_id, j.id
 ), taken AS (
@@ -430,7 +441,7 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     JOIN batch AS b ON b.new_id = h.for_id
     WHERE b.take_from_running AND h.state = 'running' AND h.kind = b.kind
       AND j.id = h.id
-      AND j.lease_until IS NOT NULL -- running, looked up by id (see EnqueueUnique)
+      AND (j.lease_until IS NOT NULL OR j.meta ? 'hopper.durable') -- running or begun, by id (see EnqueueUnique)
     RETURNING h.for_id
 ), inserted AS (
     INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)
