@@ -260,9 +260,10 @@ func (c *Client) WakeJobTx(ctx context.Context, tx jobs.DBTX, id int64) (StepKin
 // pool.
 func (c *Client) WaitJob(ctx context.Context, id int64) (jobs.Row, error) {
 	var out jobs.Row
-	err := c.waitEnded(ctx, fmt.Sprintf("wait for job %d", id),
-		func(ctx context.Context, q *db.Queries) (bool, error) {
-			return q.MarkJobAwaited(ctx, id)
+	err := c.waitEnded(ctx, fmt.Sprintf("wait for job %d", id), false,
+		func(ctx context.Context, q *db.Queries) (bool, bool, error) {
+			r, err := q.MarkJobAwaited(ctx, id)
+			return r.Live, r.Live && !r.Marked, err
 		},
 		func(ctx context.Context, ids []int64, all bool, live bool) (bool, error) {
 			if !all && !containsID(ids, id) {
@@ -293,10 +294,10 @@ func (c *Client) WaitJob(ctx context.Context, id int64) (jobs.Row, error) {
 // rule). Errors wrap ErrNotFound when no step of it is known.
 func (c *Client) WaitWorkflow(ctx context.Context, id string) ([]WorkflowStep, error) {
 	var out []WorkflowStep
-	err := c.waitEnded(ctx, fmt.Sprintf("wait for workflow %q", id),
-		func(ctx context.Context, q *db.Queries) (bool, error) {
-			n, err := q.MarkWorkflowAwaited(ctx, id)
-			return n > 0, err
+	err := c.waitEnded(ctx, fmt.Sprintf("wait for workflow %q", id), true,
+		func(ctx context.Context, q *db.Queries) (bool, bool, error) {
+			r, err := q.MarkWorkflowAwaited(ctx, id)
+			return r.Live > 0, r.Unmarked > 0, err
 		},
 		func(ctx context.Context, _ []int64, _ bool, live bool) (bool, error) {
 			steps, err := c.ListWorkflow(ctx, id)
@@ -319,15 +320,24 @@ func (c *Client) WaitWorkflow(ctx context.Context, id string) ([]WorkflowStep, e
 }
 
 // waitCheckEvery is WaitJob's safety net: how often it reads the job when
-// no notification came.
-const waitCheckEvery = 30 * time.Second
+// no notification came. unmarkedCheckEvery is how often it reads a job
+// that could not be marked (its metadata written past jobs.MaxMetaBytes
+// by SQL of its own, with no room left for the mark): its end sends no
+// notification.
+const (
+	waitCheckEvery     = 30 * time.Second
+	unmarkedCheckEvery = time.Second
+)
 
 // waitEnded listens for hopper_job_ended, marks what it waits for
-// (mark reports whether any of it is live), then calls ended after each
-// notification of this schema (with its ids; all: the list was cut or
-// this is a check of the safety net) until it reports the end.
-func (c *Client) waitEnded(ctx context.Context, what string,
-	mark func(context.Context, *db.Queries) (bool, error),
+// (mark reports whether any of it is live, and whether any live one could
+// not be marked), then calls ended after each notification of this schema
+// (with its ids; all: the list was cut or this is a check of the safety
+// net) until it reports the end. With remark, it marks again before each
+// check, so that a workflow's steps added since the wait began are
+// announced too.
+func (c *Client) waitEnded(ctx context.Context, what string, remark bool,
+	mark func(context.Context, *db.Queries) (live, unmarked bool, err error),
 	ended func(ctx context.Context, ids []int64, all bool, wasLive bool) (bool, error)) error {
 	conn, release, err := c.acquireListener(ctx)
 	if err != nil {
@@ -342,7 +352,7 @@ func (c *Client) waitEnded(ctx context.Context, what string,
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	live, err := mark(ctx, c.queries(c.db))
+	live, unmarked, err := mark(ctx, c.queries(c.db))
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -356,7 +366,12 @@ func (c *Client) waitEnded(ctx context.Context, what string,
 		}
 		return nil
 	}
-	for {
+	for first := true; ; first = false {
+		if !first && remark {
+			if _, unmarked, err = mark(ctx, c.queries(c.db)); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+		}
 		done, err := ended(ctx, nil, true, true)
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
@@ -365,7 +380,11 @@ func (c *Client) waitEnded(ctx context.Context, what string,
 			return nil
 		}
 		for {
-			wctx, cancel := context.WithTimeout(ctx, waitCheckEvery)
+			every := waitCheckEvery
+			if unmarked {
+				every = unmarkedCheckEvery
+			}
+			wctx, cancel := context.WithTimeout(ctx, every)
 			n, err := conn.WaitForNotification(wctx)
 			cancel()
 			if ctx.Err() != nil {
@@ -384,6 +403,11 @@ func (c *Client) waitEnded(ctx context.Context, what string,
 			}
 			if json.Unmarshal([]byte(n.Payload), &msg) != nil || msg.Schema != schema {
 				continue
+			}
+			if remark {
+				if _, unmarked, err = mark(ctx, c.queries(c.db)); err != nil { // steps added since
+					return fmt.Errorf("%s: %w", what, err)
+				}
 			}
 			done, err := ended(ctx, msg.IDs, msg.More, true)
 			if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -244,4 +245,88 @@ func TestEmitEventLimitsAsStored(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.client.EmitEvent(b.Ctx, strings.Repeat("é", hopper.MaxEventName+1), 1)
 	require.ErrorIs(t, err, hopper.ErrInvalidEvent)
+}
+
+// TestWaitJobAtTheMetaLimit: a job enqueued with the largest metadata Go
+// accepts is marked for WaitJob (the table keeps room for Hopper's own
+// keys, migration 28), so its end is announced. Over about 8,160 bytes
+// the mark was skipped while the job was reported live, and WaitJob
+// heard of the end only at its 30-second read.
+func TestWaitJobAtTheMetaLimit(t *testing.T) {
+	b := setup(t)
+	meta := jobs.Meta{"k": strings.Repeat("x", jobs.MaxMetaBytes-10)} // 8,191 bytes stored: one more is refused
+	_, err := report.Enqueue(b.Ctx, b.Pool, Email{}, jobs.Metadata(jobs.Meta{"k": meta["k"] + "x"}))
+	require.ErrorIs(t, err, jobs.ErrInvalidMeta, "the largest metadata an enqueue takes")
+	id := b.enqueue(t, report, "big@example.com", jobs.Metadata(meta))
+	wait := b.waitJob(id)
+	b.waitMarked(t, id)
+	b.runUntil(t, worker.Config{}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, report, func(context.Context, *jobs.Job[Email]) error { return nil }))
+	}, "the wait returned", func() bool { return len(wait) == 1 })
+	require.Equal(t, jobs.StateCompleted, (<-wait).State)
+}
+
+// TestWaitWorkflowMarksStepsAddedLater: a step a handler adds to its own
+// running workflow after WaitWorkflow began is marked too (the wait marks
+// again at each notification), so its end is announced. It was never
+// marked: its end was seen only by the 30-second read.
+func TestWaitWorkflowMarksStepsAddedLater(t *testing.T) {
+	b := setup(t)
+	res, err := jobs.EnqueueWorkflow(b.Ctx, b.Pool, jobs.NewWorkflow("grows").Add("root", step("root")))
+	require.NoError(t, err)
+	done := make(chan []hopper.WorkflowStep, 1)
+	go func() {
+		steps, err := b.client.WaitWorkflow(b.Ctx, "grows")
+		if err != nil {
+			steps = nil
+		}
+		done <- steps
+	}()
+	b.waitMarked(t, res.Steps["root"])
+	var late atomic.Int64
+	release := make(chan struct{})
+	b.runUntil(t, worker.Config{}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, stepKind, func(ctx context.Context, job *jobs.Job[Step]) error {
+			if job.Payload.Name == "late" {
+				select { // ends once the test saw it marked
+				case <-release:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			tx, err := b.Pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+			r, err := jobs.EnqueueWorkflow(ctx, tx, jobs.NewWorkflow(job.Workflow()).Add("late", step("late"), jobs.AfterJobs(job.ID)))
+			if err != nil {
+				return err
+			}
+			late.Store(r.Steps["late"])
+			if err := worker.AckTx(ctx, tx, job); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		}))
+	}, "the wait returned", func() bool {
+		if id := late.Load(); id != 0 {
+			if row, err := b.client.GetJob(b.Ctx, id); err == nil {
+				if _, marked := row.Meta["hopper.awaited"]; marked {
+					select {
+					case <-release:
+					default:
+						close(release)
+					}
+				}
+			}
+		}
+		return len(done) == 1
+	})
+	steps := <-done
+	require.Len(t, steps, 2)
+	for _, s := range steps {
+		require.Equal(t, jobs.StateCompleted, s.State)
+	}
 }

@@ -195,7 +195,7 @@ SET state        = 'pending',
     lease_owner  = NULL,
     lease_until  = NULL,
     max_attempts = j.max_attempts + 1,
-    meta         = CASE WHEN octet_length(coalesce(j.meta, '{}'::jsonb)::text) <= 8150
+    meta         = CASE WHEN octet_length(coalesce(j.meta, '{}'::jsonb)::text) <= 8664
                         THEN coalesce(j.meta, '{}'::jsonb) || jsonb_build_object('hopper.uncharged',
                              (CASE WHEN j.meta ->> 'hopper.uncharged' ~ '^[0-9]{1,9}$'
                                    THEN (j.meta ->> 'hopper.uncharged')::integer ELSE 0 END + 1)::text)
@@ -222,7 +222,8 @@ type ReleaseRow struct {
 // max_attempts grows by one, so the job keeps every retry it had; the
 // job's meta counts such claims ("hopper.uncharged"), so that attempts can
 // be shown as charged of allowed (jobs.Row.Attempts). A meta too near its
-// 8,192-byte bound keeps no count rather than fail the release. Rows are
+// table's bound (8,704 bytes, 512 more than an enqueue may write) keeps no
+// count rather than fail the release. Rows are
 // locked in id order, like every statement that waits for row locks, and
 // looked up, locked and updated as in AckBatch (see there why).
 func (q *Queries) Release(ctx context.Context, arg ReleaseParams) ([]ReleaseRow, error) {

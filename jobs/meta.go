@@ -7,8 +7,11 @@ import (
 	"unicode/utf8"
 )
 
-// MaxMetaBytes bounds a job's metadata as PostgreSQL stores its text (the
-// table checks the same limit): every claim reads it.
+// MaxMetaBytes bounds a job's metadata as PostgreSQL stores its text:
+// every claim reads it. Every enqueue checks it; the table allows 512
+// bytes more (migration 28), kept for the keys Hopper adds while the job
+// lives (a durable handler's mark, WaitJob's, the count of uncharged
+// claims), so that a job enqueued at the limit can still take them.
 const MaxMetaBytes = 8192
 
 // Meta is a job's metadata: string tags of your own (a tenant, a request

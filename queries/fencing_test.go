@@ -218,7 +218,10 @@ func TestReleaseCountsWhateverTheMeta(t *testing.T) {
 	}{
 		{"the user's keys stay", `{"tenant": "acme"}`, `{"tenant": "acme", "hopper.uncharged": "1"}`},
 		{"a value that is no count", `{"hopper.uncharged": "many"}`, `{"hopper.uncharged": "1"}`},
-		{"near the bound", `{"big": "` + strings.Repeat("x", 8140) + `"}`, `{"big": "` + strings.Repeat("x", 8140) + `"}`},
+		{"at the enqueue limit: counted in the table's room", `{"big": "` + strings.Repeat("x", 8180) + `"}`,
+			`{"big": "` + strings.Repeat("x", 8180) + `", "hopper.uncharged": "1"}`},
+		{"near the table's bound (written past the enqueue limit)", `{"big": "` + strings.Repeat("x", 8660) + `"}`,
+			`{"big": "` + strings.Repeat("x", 8660) + `"}`},
 	} {
 		id := testfactory.Job(b.Ctx, t, b.Pool, &testfactory.JobOpts{State: testfactory.Running, Attempt: 1, Meta: json.RawMessage(tc.meta)}).ID
 		released, err := b.Queries.Release(b.Ctx, db.ReleaseParams{Ids: []int64{id}, Attempts: []int32{1}})

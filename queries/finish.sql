@@ -171,7 +171,7 @@ WITH failed AS (
         errors       = failed.errors,
         max_attempts = j.max_attempts + CASE WHEN failed.action = 'snooze' THEN 1 ELSE 0 END,
         -- a snooze is a claim given back uncharged: counted as Release does
-        meta         = CASE WHEN failed.action = 'snooze' AND octet_length(coalesce(j.meta, '{}'::jsonb)::text) <= 8150
+        meta         = CASE WHEN failed.action = 'snooze' AND octet_length(coalesce(j.meta, '{}'::jsonb)::text) <= 8664
                             THEN coalesce(j.meta, '{}'::jsonb) || jsonb_build_object('hopper.uncharged',
                                  (CASE WHEN j.meta ->> 'hopper.uncharged' ~ '^[0-9]{1,9}$'
                                        THEN (j.meta ->> 'hopper.uncharged')::integer ELSE 0 END + 1)::text)

@@ -17,14 +17,22 @@ import (
 	"github.com/hopperq/hopper/schema"
 )
 
-// newestLocks is a table the newest migration that locks one
-// (newestLocking) locks against writers: a writer's open transaction on
-// it makes that migration wait. Migration 26 locks hopper_jobs to replace
-// a trigger; migration 27 (definer_grants) locks no table.
+// newestLocks is a table the newest locking migration (newestLocking)
+// locks against writers: migration 28 replaces hopper_jobs' metadata
+// check under its ACCESS EXCLUSIVE lock (29 only validates it, under a
+// lock writers pass). A writer's open transaction on it makes that
+// migration wait.
 const (
 	newestLocks   = "hopper_jobs"
-	newestLocking = 26
+	newestLocking = 28
 )
+
+// beforeNewestLocking is the version just before newestLocking: a schema
+// there migrates up through it.
+func beforeNewestLocking() uint {
+	vs := schema.Versions()
+	return vs[slices.Index(vs, newestLocking)-1]
+}
 
 // TestMigrationWaitsBoundedForLocks: migration newestLocking locks
 // newestLocks, which waits for any open transaction that wrote to it.
@@ -36,7 +44,7 @@ const (
 func TestMigrationWaitsBoundedForLocks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	before := uint(newestLocking - 1)
+	before := beforeNewestLocking()
 	d := testdb.NewAtVersion(t, before)
 
 	// A writer's transaction left open: its ROW EXCLUSIVE lock conflicts
@@ -105,7 +113,7 @@ func TestMigrationWaitsBoundedForLocks(t *testing.T) {
 func TestMigrationRunsAgainAfterADeadlock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	before := uint(newestLocking - 1)
+	before := beforeNewestLocking()
 	d := testdb.NewAtVersion(t, before)
 
 	tx, err := d.Pool.Begin(ctx)
@@ -165,7 +173,7 @@ func TestMigrationRunsAgainAfterADeadlock(t *testing.T) {
 func TestLockTimeoutZeroWaits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	before := uint(newestLocking - 1)
+	before := beforeNewestLocking()
 	d := testdb.NewAtVersion(t, before)
 	tx, err := d.Pool.Begin(ctx)
 	require.NoError(t, err)

@@ -52,7 +52,7 @@ func TestMigratorsRacingAWriter(t *testing.T) {
 	testdb.Slow(t, "two migrators retrying behind a writer")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	before := uint(newestLocking - 1)
+	before := beforeNewestLocking()
 	for round := range 3 {
 		d := testdb.NewAtVersion(t, before)
 		tx, err := d.Pool.Begin(ctx)

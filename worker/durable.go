@@ -66,13 +66,44 @@ func markedDurable(meta json.RawMessage) bool {
 type durableCalls struct {
 	mu      sync.Mutex
 	loaded  bool
-	records []db.ListStepsRow // by position, 0 first
-	next    int32             // the position of the next call
-	suspend *snoozeError      // a wait the run entered
+	records []durableRecord // by position, 0 first
+	next    int32           // the position of the next call
+	suspend *snoozeError    // a wait the run entered
 
 	progressAt      time.Time       // the last progress write
 	progressPending json.RawMessage // a value waiting for ProgressEvery to pass
 	progressTimer   *time.Timer
+}
+
+// durableRecord is one record of the job, with the deadline of a sleep or
+// a wait on this process's monotonic clock: the server's remaining time
+// (remaining_ms) counted from when it was read. The server's clock is
+// the one deadlines are compared with (the wake-up's run_at, an event's
+// emit); the worker's wall clock, which may be off, is never used.
+type durableRecord struct {
+	db.ListStepsRow
+	deadline time.Time
+}
+
+func readRecord(r db.ListStepsRow, readAt time.Time) durableRecord {
+	return durableRecord{ListStepsRow: r, deadline: readAt.Add(time.Duration(r.RemainingMs) * time.Millisecond)}
+}
+
+// over reports whether the record's sleep or wait has reached its
+// deadline.
+func (r *durableRecord) over() bool { return r.Until == nil || !time.Now().Before(r.deadline) }
+
+// afterSuspension refuses a durable call made after a sleep or a wait
+// suspended the run (the handler dropped its error and went on): the
+// call's position holds that wait's record, and replaying it as another
+// call would fail the job as non-deterministic. The error wraps the
+// suspension, so the job suspends as it should, whether the handler
+// returns this error or nil. Under d.mu.
+func (d *durableCalls) afterSuspension(what string) error {
+	if d.suspend == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: called after the run was suspended (return the error Sleep or AwaitEvent gave, which wraps ErrSuspended): %w", what, d.suspend)
 }
 
 // pendingSuspension is the wait the handler's run entered, or nil.
@@ -84,13 +115,21 @@ func (d *durableCalls) pendingSuspension() *snoozeError {
 
 // at returns the record at the next position, loading the job's records
 // at the run's first call.
-func (d *durableCalls) at(ctx context.Context, c *heldJob) (*db.ListStepsRow, error) {
+func (d *durableCalls) at(ctx context.Context, c *heldJob) (*durableRecord, error) {
 	if !d.loaded {
 		rows, err := c.held.q.ListSteps(ctx, c.id)
 		if err != nil {
 			return nil, fmt.Errorf("read the records of job %d: %w", c.id, err)
 		}
-		d.records, d.loaded = rows, true
+		// Counted from the answer: late by a round trip at most, never
+		// early (an early wake-up would find the wait not over and
+		// suspend again).
+		read := time.Now()
+		d.records = make([]durableRecord, len(rows))
+		for i, r := range rows {
+			d.records[i] = readRecord(r, read)
+		}
+		d.loaded = true
 	}
 	if int(d.next) < len(d.records) {
 		return &d.records[d.next], nil
@@ -100,14 +139,14 @@ func (d *durableCalls) at(ctx context.Context, c *heldJob) (*db.ListStepsRow, er
 
 // reload reads the records again, after another run of the job recorded
 // the position this one tried to.
-func (d *durableCalls) reload(ctx context.Context, c *heldJob) (*db.ListStepsRow, error) {
+func (d *durableCalls) reload(ctx context.Context, c *heldJob) (*durableRecord, error) {
 	d.loaded = false
 	return d.at(ctx, c)
 }
 
 // check refuses a record that another call made at this position: the
 // handler's calls changed between runs.
-func (d *durableCalls) check(r *db.ListStepsRow, kind, name string) error {
+func (d *durableCalls) check(r *durableRecord, kind, name string) error {
 	if r.Kind == kind && r.Name == name {
 		return nil
 	}
@@ -134,8 +173,8 @@ func (d *durableCalls) record(ctx context.Context, q *db.Queries, c *heldJob, p 
 	case !r.Held:
 		return fmt.Errorf("record %s %q of job %d: %w", p.Kind, p.Name, c.id, ErrLeaseLost)
 	}
-	d.records = append(d.records[:d.next], db.ListStepsRow{Position: p.Position, Name: p.Name, Kind: p.Kind,
-		State: p.State, Result: p.Result, Until: p.Until, CreatedAt: time.Now()})
+	d.records = append(d.records[:d.next], readRecord(db.ListStepsRow{Position: p.Position, Name: p.Name, Kind: p.Kind,
+		State: p.State, Result: p.Result, Until: r.Until, CreatedAt: time.Now(), RemainingMs: r.RemainingMs}, time.Now()))
 	return nil
 }
 
@@ -270,6 +309,9 @@ func replayStep[R any](ctx context.Context, c *heldJob, name, what string, run f
 	d := &c.durable
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.afterSuspension(what); err != nil {
+		return zero, err
+	}
 	for {
 		rec, err := d.at(ctx, c)
 		if err != nil {
@@ -347,7 +389,8 @@ func Sleep[T any](ctx context.Context, job *jobs.Job[T], name string, d time.Dur
 	if d <= 0 || d > MaxSnooze {
 		return fmt.Errorf("sleep %q of job %d: %w: duration %v: want a positive one of at most %v", name, job.ID, ErrInvalidDurableCall, d, MaxSnooze)
 	}
-	return sleepUntil(ctx, job.ID, name, func() time.Time { return time.Now().Add(d) })
+	ms := max(d.Milliseconds(), 1)
+	return sleepUntil(ctx, job.ID, name, db.RecordStepParams{WaitMs: &ms})
 }
 
 // SleepUntil is Sleep until t (at most MaxSnooze away); a t in the past
@@ -356,10 +399,13 @@ func SleepUntil[T any](ctx context.Context, job *jobs.Job[T], name string, t tim
 	if time.Until(t) > MaxSnooze {
 		return fmt.Errorf("sleep %q of job %d: %w: %s is more than %v away", name, job.ID, ErrInvalidDurableCall, t.Format(time.RFC3339), MaxSnooze)
 	}
-	return sleepUntil(ctx, job.ID, name, func() time.Time { return t })
+	at := t.UTC().Round(time.Microsecond)
+	return sleepUntil(ctx, job.ID, name, db.RecordStepParams{Until: &at})
 }
 
-func sleepUntil(ctx context.Context, id int64, name string, wake func() time.Time) error {
+// sleepUntil sleeps until the deadline that wake gives: a wait from the
+// server's now (WaitMs), or an absolute time (Until).
+func sleepUntil(ctx context.Context, id int64, name string, wake db.RecordStepParams) error {
 	if r := testrun.From(ctx); r != nil {
 		return nil
 	}
@@ -370,14 +416,18 @@ func sleepUntil(ctx context.Context, id int64, name string, wake func() time.Tim
 	d := &c.durable
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.afterSuspension(fmt.Sprintf("sleep %q of job %d", name, id)); err != nil {
+		return err
+	}
 	for {
 		rec, err := d.at(ctx, c)
 		if err != nil {
 			return err
 		}
 		if rec == nil {
-			t := wake().UTC().Round(time.Microsecond)
-			err = d.record(ctx, c.held.q, c, db.RecordStepParams{Name: name, Kind: recordSleep, State: "waiting", Until: &t})
+			p := wake
+			p.Name, p.Kind, p.State = name, recordSleep, "waiting"
+			err = d.record(ctx, c.held.q, c, p)
 			if errors.Is(err, errRecordTaken) {
 				if _, err := d.reload(ctx, c); err != nil {
 					return err
@@ -392,11 +442,11 @@ func sleepUntil(ctx context.Context, id int64, name string, wake func() time.Tim
 		if err := d.check(rec, recordSleep, name); err != nil {
 			return err
 		}
-		if rec.Until == nil || !time.Now().Before(*rec.Until) {
+		if rec.over() {
 			d.next++
 			return nil
 		}
-		d.suspend = &snoozeError{until: *rec.Until, wait: recordSleep}
+		d.suspend = &snoozeError{until: rec.deadline, wait: recordSleep}
 		return d.suspend
 	}
 }
@@ -428,14 +478,17 @@ func AwaitEvent[R, T any](ctx context.Context, job *jobs.Job[T], name string, ti
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	what := fmt.Sprintf("event %q of job %d", name, job.ID)
+	if err := d.afterSuspension(what); err != nil {
+		return zero, err
+	}
 	for {
 		rec, err := d.at(ctx, c)
 		if err != nil {
 			return zero, err
 		}
 		if rec == nil {
-			t := time.Now().Add(timeout).UTC().Round(time.Microsecond)
-			err = d.record(ctx, c.held.q, c, db.RecordStepParams{Name: name, Kind: recordEvent, State: "waiting", Until: &t})
+			ms := max(timeout.Milliseconds(), 1)
+			err = d.record(ctx, c.held.q, c, db.RecordStepParams{Name: name, Kind: recordEvent, State: "waiting", WaitMs: &ms})
 			if errors.Is(err, errRecordTaken) {
 				if _, err := d.reload(ctx, c); err != nil {
 					return zero, err
@@ -454,7 +507,7 @@ func AwaitEvent[R, T any](ctx context.Context, job *jobs.Job[T], name string, ti
 			settled, err := c.held.q.SettleEvent(ctx, db.SettleEventParams{JobID: c.id, Position: d.next, Attempt: c.attempt, Name: name})
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
-				d.suspend = &snoozeError{until: *rec.Until, wait: recordEvent, event: name}
+				d.suspend = &snoozeError{until: rec.deadline, wait: recordEvent, event: name}
 				return zero, d.suspend
 			case err != nil:
 				return zero, fmt.Errorf("%s: %w", what, err)

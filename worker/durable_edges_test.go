@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
@@ -159,4 +160,148 @@ func TestDurableNamesInCharacters(t *testing.T) {
 	require.NoError(t, <-got)
 	_, err = worker.AwaitEvent[int](context.Background(), &jobs.Job[Task]{}, strings.Repeat("é", worker.MaxStepName+1), time.Hour)
 	require.ErrorIs(t, err, worker.ErrInvalidDurableCall)
+}
+
+// enqueueAtMetaLimit enqueues a job of k through hopper_enqueue with the
+// largest metadata it accepts: one byte more is refused (it measures as
+// Go's enqueue does, which bounds jobs.MaxMetaBytes as stored).
+func enqueueAtMetaLimit(t *testing.T, b *bundle, k *jobs.Kind[Task]) int64 {
+	t.Helper()
+	for pad := jobs.MaxMetaBytes - len(`{"k": ""}`); pad > 0; pad-- {
+		meta := `{"k": "` + strings.Repeat("x", pad) + `"}`
+		var id int64
+		err := b.Pool.QueryRow(b.Ctx, `SELECT id FROM hopper_enqueue(kind => $1, payload => '{}', meta => $2::jsonb)`,
+			k.Name(), meta).Scan(&id)
+		if err != nil {
+			require.ErrorContains(t, err, "over the limit of 8192")
+			continue
+		}
+		var stored int
+		require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT octet_length(meta::text) FROM hopper_jobs WHERE id = $1`, id).Scan(&stored))
+		require.GreaterOrEqual(t, stored, jobs.MaxMetaBytes-2, "at the limit")
+		return id
+	}
+	t.Fatal("no metadata accepted")
+	return 0
+}
+
+// TestDurableAtTheMetaLimit: a job whose metadata is exactly at
+// jobs.MaxMetaBytes records steps and progress, sleeps uncharged and
+// completes: Hopper's own keys ('hopper.durable', 'hopper.uncharged')
+// have room in the table (migration 28). The table's check was at the
+// same 8,192 bytes: every record failed it, the step ran again on each
+// attempt, and the job died.
+func TestDurableAtTheMetaLimit(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "durable_meta_limit")
+	id := enqueueAtMetaLimit(t, b, k)
+	var calls atomic.Int32
+	start(t, b, worker.Config{}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			if _, err := worker.Step(ctx, j, "charge", func(context.Context) (int, error) { calls.Add(1); return 1, nil }); err != nil {
+				return err
+			}
+			if err := worker.SetProgress(ctx, j, 50); err != nil {
+				return err
+			}
+			return worker.Sleep(ctx, j, "nap", 10*time.Millisecond)
+		}))
+	})
+	testdb.WaitFor(t, "the job done", func() bool { return b.jobState(t, id) == "gone" })
+	_, dead := b.Totals(t)
+	require.Zero(t, dead)
+	require.EqualValues(t, 1, calls.Load())
+}
+
+// TestDurableCallAfterADroppedSuspension: a handler that drops Sleep's
+// error and calls Step gets an error that wraps ErrSuspended (the call's
+// position holds the sleep's record), and the job suspends and runs on
+// after the sleep. It died with ErrNonDeterministic.
+func TestDurableCallAfterADroppedSuspension(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "durable_dropped_then_step")
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{})
+	require.NoError(t, err)
+	errs := make(chan error, 4)
+	start(t, b, worker.Config{}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			_ = worker.Sleep(ctx, j, "nap", 50*time.Millisecond)
+			_, err := worker.Step(ctx, j, "after", func(context.Context) (int, error) { return 1, nil })
+			errs <- err
+			return err
+		}))
+	})
+	require.ErrorIs(t, <-errs, worker.ErrSuspended)
+	require.NoError(t, <-errs, "after the sleep, the step runs")
+	testdb.WaitFor(t, "the job done", func() bool { return b.jobState(t, res.ID) == "gone" })
+	_, dead := b.Totals(t)
+	require.Zero(t, dead)
+}
+
+// TestDurableEventAfterItsDeadline: a job that runs only after its wait's
+// deadline (its worker was away) times out, even though the event was
+// emitted meanwhile, after the deadline. It received the event.
+func TestDurableEventAfterItsDeadline(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "durable_event_late")
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{})
+	require.NoError(t, err)
+	got := make(chan error, 2)
+	handler := func(ctx context.Context, j *jobs.Job[Task]) error {
+		_, err := worker.AwaitEvent[int](ctx, j, "late-event", 200*time.Millisecond)
+		if errors.Is(err, worker.ErrSuspended) {
+			return err
+		}
+		got <- err
+		return nil
+	}
+	r := start(t, b, worker.Config{}, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, k, handler)) })
+	testdb.WaitFor(t, "the job waiting", func() bool { return b.jobState(t, res.ID) == "scheduled" && b.records(t, res.ID) == 1 })
+	r.stop()
+	var passed bool
+	for !passed { // the deadline passes by the server's clock
+		require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT until < now() FROM hopper_job_steps WHERE job_id = $1`, res.ID).Scan(&passed))
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, err = b.Pool.Exec(b.Ctx, `SELECT hopper_emit_event('late-event', '7')`)
+	require.NoError(t, err)
+	start(t, b, worker.Config{}, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, k, handler)) })
+	require.ErrorIs(t, <-got, worker.ErrEventTimeout)
+}
+
+// TestDurableEventKeptForTheJobItWoke: an event that woke a job is kept
+// by the pruner until the job has read it, however old (a paused queue, a
+// backlog): the job receives the payload. It was pruned, and the job
+// waited again for an event already emitted.
+func TestDurableEventKeptForTheJobItWoke(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "durable_event_pruned")
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{})
+	require.NoError(t, err)
+	got := make(chan int, 1)
+	handler := func(ctx context.Context, j *jobs.Job[Task]) error {
+		v, err := worker.AwaitEvent[int](ctx, j, "kept-event", time.Hour)
+		if err != nil {
+			return err
+		}
+		got <- v
+		return nil
+	}
+	r := start(t, b, worker.Config{}, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, k, handler)) })
+	testdb.WaitFor(t, "the job waiting", func() bool { return b.jobState(t, res.ID) == "scheduled" && b.records(t, res.ID) == 1 })
+	r.stop()
+	_, err = b.Pool.Exec(b.Ctx, `SELECT hopper_emit_event('kept-event', '7')`)
+	require.NoError(t, err)
+	// Long past any retention by the time the job runs.
+	_, err = b.Pool.Exec(b.Ctx, `UPDATE hopper_events SET emitted_at = now() - interval '30 days', created_at = now() - interval '30 days'`)
+	require.NoError(t, err)
+	pruned, err := b.Queries.PruneEvents(b.Ctx, db.PruneEventsParams{KeepMs: 0, MaxEvents: 100})
+	require.NoError(t, err)
+	require.Zero(t, pruned, "the woken job has not read it")
+	start(t, b, worker.Config{}, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, k, handler)) })
+	require.Equal(t, 7, <-got)
+	testdb.WaitFor(t, "the job done", func() bool { return b.jobState(t, res.ID) == "gone" })
+	pruned, err = b.Queries.PruneEvents(b.Ctx, db.PruneEventsParams{KeepMs: 0, MaxEvents: 100})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, pruned, "read: it goes")
 }

@@ -76,11 +76,21 @@ func (e *executor) execute(d dispatched) {
 	c.runErr = err
 	wasGivenUp := d.call != nil && c.returned()
 	if !c.finish() {
-		if e.ackedInCommittedTx(c) {
+		switch committed, known := e.ackedInCommittedTx(c); {
+		case committed:
 			// The handler's AckTx committed before its job was taken from
 			// it (abandoned as stuck, given back at shutdown): the job is
 			// done, whatever happened to the claim since.
 			e.report(completion{job: c, act: actAck}, outcomeDone)
+			c.freeSlot()
+			return
+		case !known:
+			// The handler acked with AckTx, and whether that committed
+			// could not be read: the job may be done, or run again once
+			// its claim is gone. Not abandoned, released or lost: those
+			// say it runs again.
+			log().Warn("whether the handler's AckTx committed could not be read: its outcome is unconfirmed", "handler_error", err)
+			e.report(completion{job: c, act: actAck}, outcomeUnconfirmed)
 			c.freeSlot()
 			return
 		}
@@ -199,16 +209,18 @@ func (e *executor) completion(h *handler, row db.HopperJob, c *heldJob, err erro
 }
 
 // ackedInCommittedTx reports whether the claim's handler acked its job
-// with AckTx in a transaction that committed: its row is gone.
-func (e *executor) ackedInCommittedTx(c *heldJob) bool {
+// with AckTx in a transaction that committed (its row is gone), and
+// whether that is known: false when the handler's AckTx could not be
+// read.
+func (e *executor) ackedInCommittedTx(c *heldJob) (committed, known bool) {
 	if !c.ackedInTx.Load() {
-		return c.ackCommitted.Load()
+		return c.ackCommitted.Load(), true
 	}
 	ctx, cancel := context.WithTimeout(e.hard, statementTimeout(e.cfg.LeaseDuration))
 	defer cancel()
 	if err := readAckTxFates(ctx, e.q, []*heldJob{c}); err != nil {
 		e.log.Warn("reading whether a handler's AckTx committed failed", "job_id", c.id, "error", err)
-		return false
+		return false, false
 	}
-	return c.ackCommitted.Load()
+	return c.ackCommitted.Load(), true
 }

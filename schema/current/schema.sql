@@ -1765,7 +1765,7 @@ CREATE TABLE hopper.hopper_jobs (
     CONSTRAINT hopper_jobs_kind_check CHECK (((char_length(kind) >= 1) AND (char_length(kind) <= 128))),
     CONSTRAINT hopper_jobs_lease_check CHECK (((state = 'running'::text) = ((lease_owner IS NOT NULL) AND (lease_until IS NOT NULL)))),
     CONSTRAINT hopper_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
-    CONSTRAINT hopper_jobs_meta_check CHECK (((meta IS NULL) OR ((jsonb_typeof(meta) = 'object'::text) AND (octet_length((meta)::text) <= 8192)))),
+    CONSTRAINT hopper_jobs_meta_check CHECK (((meta IS NULL) OR ((jsonb_typeof(meta) = 'object'::text) AND (octet_length((meta)::text) <= 8704)))),
     CONSTRAINT hopper_jobs_priority_check CHECK (((priority >= 0) AND (priority <= 9))),
     CONSTRAINT hopper_jobs_queue_check CHECK (((char_length(queue) >= 1) AND (char_length(queue) <= 128))),
     CONSTRAINT hopper_jobs_run_at_check CHECK (((run_at >= '0001-01-01 00:00:00+00'::timestamp with time zone) AND (run_at < '9999-01-01 00:00:00+00'::timestamp with time zone))),

@@ -22,6 +22,7 @@ import (
 
 	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/dashboard"
+	"github.com/hopperq/hopper/internal/hacluster"
 	"github.com/hopperq/hopper/jobs"
 	clibed "github.com/hopperq/hopper/tests/internal/bed"
 	"github.com/hopperq/hopper/worker"
@@ -29,14 +30,10 @@ import (
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// TestReadsFromTheStandby: what only reads can read the standby — a
-// Client, hopper stats, jobs list and show, the dashboard's pages, the
-// worker's database gauges — and says how stale it is; every change still
-// goes to the primary, and the standby refuses one sent to it (25006).
-func TestReadsFromTheStandby(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+// standbyFormation starts a formation (formation) and returns it, a pool
+// on its primary, a pool on its standby and the standby's URL.
+func standbyFormation(t *testing.T, ctx context.Context) (*hacluster.Formation, *pgxpool.Pool, *pgxpool.Pool, string) {
+	t.Helper()
 	f, pool := formation(t, ctx)
 	primary, err := f.Stable(ctx)
 	require.NoError(t, err)
@@ -48,7 +45,19 @@ func TestReadsFromTheStandby(t *testing.T) {
 	}
 	reads, err := pgxpool.New(ctx, standby)
 	require.NoError(t, err)
-	defer reads.Close()
+	t.Cleanup(reads.Close)
+	return f, pool, reads, standby
+}
+
+// TestReadsFromTheStandby: what only reads can read the standby — a
+// Client, hopper stats, jobs list and show, the dashboard's pages, the
+// worker's database gauges — and says how stale it is; every change still
+// goes to the primary, and the standby refuses one sent to it (25006).
+func TestReadsFromTheStandby(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	f, pool, reads, standby := standbyFormation(t, ctx)
 
 	k := jobs.MustDefine[Task]("failover.reads")
 	job, err := k.Enqueue(ctx, pool, Task{Order: 7})
@@ -179,18 +188,7 @@ func TestReadLagWhenTheReceiverStops(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	f, _ := formation(t, ctx)
-	primary, err := f.Stable(ctx)
-	require.NoError(t, err)
-	var standby string
-	for _, n := range f.Nodes() {
-		if n != primary {
-			standby = n.URL()
-		}
-	}
-	reads, err := pgxpool.New(ctx, standby)
-	require.NoError(t, err)
-	defer reads.Close()
+	_, _, reads, _ := standbyFormation(t, ctx)
 	rc := hopper.NewClient(reads)
 	lagIs := func(unknown bool) func() bool {
 		return func() bool {
@@ -201,7 +199,7 @@ func TestReadLagWhenTheReceiverStops(t *testing.T) {
 	require.Eventually(t, lagIs(false), time.Minute, 20*time.Millisecond, "streaming: the lag is known")
 
 	// The receiver stops: no primary to stream from.
-	_, err = reads.Exec(ctx, "ALTER SYSTEM SET primary_conninfo = ''")
+	_, err := reads.Exec(ctx, "ALTER SYSTEM SET primary_conninfo = ''")
 	require.NoError(t, err)
 	_, err = reads.Exec(ctx, "SELECT pg_reload_conf()")
 	require.NoError(t, err)

@@ -1,7 +1,13 @@
 -- name: ListSteps :many
 -- The records of a durable job, in call order (worker.Step and the rest;
--- hopper.Client.ListJobSteps).
-SELECT s.position, s.name, s.kind, s.state, s.result, s.until, s.created_at
+-- hopper.Client.ListJobSteps). remaining_ms is how long a sleep or a wait
+-- has to go by the server's clock, the one its deadline is compared with
+-- everywhere else: the worker counts it down on its own monotonic clock,
+-- so that a worker whose wall clock is off neither wakes early and loops
+-- nor wakes late.
+SELECT s.position, s.name, s.kind, s.state, s.result, s.until, s.created_at,
+       (CASE WHEN s.until IS NULL THEN 0
+             ELSE greatest(0, ceil(extract(epoch FROM s.until - now()) * 1000)) END)::bigint AS remaining_ms
 FROM hopper_job_steps AS s
 WHERE s.job_id = @job_id::bigint
 ORDER BY s.position;
@@ -13,7 +19,11 @@ ORDER BY s.position;
 -- its records go when it does (hopper_durable_ended). A record already at
 -- that position fails the statement with a unique violation (23505): in a
 -- transactional step that rolls the step's effects back, which is what
--- makes it exact; elsewhere the caller reads the record that won.
+-- makes it exact; elsewhere the caller reads the record that won. A sleep
+-- or a wait gets its deadline from until (an absolute time, SleepUntil)
+-- or wait_ms from the server's now() (Sleep, AwaitEvent): the server's
+-- clock is the one it is compared with; until and remaining_ms (as in
+-- ListSteps) come back.
 WITH held AS (
     SELECT j.id, coalesce(j.meta ? 'hopper.durable', false) AS marked
     FROM hopper_jobs AS j
@@ -27,26 +37,32 @@ WITH held AS (
 ), recorded AS (
     INSERT INTO hopper_job_steps (job_id, position, name, kind, state, result, until)
     SELECT held.id, @position::integer, @name::text, @kind::text, @state::text,
-           sqlc.narg('result')::jsonb, sqlc.narg('until')::timestamptz
+           sqlc.narg('result')::jsonb,
+           coalesce(sqlc.narg('until')::timestamptz, now() + '1 millisecond'::interval * sqlc.narg('wait_ms')::bigint)
     FROM held
-    RETURNING job_id
+    RETURNING job_id, until
 )
-SELECT EXISTS (SELECT FROM held) AS held, EXISTS (SELECT FROM recorded) AS recorded;
+SELECT EXISTS (SELECT FROM held) AS held, EXISTS (SELECT FROM recorded) AS recorded,
+       (SELECT r.until FROM recorded AS r) AS until,
+       coalesce((SELECT greatest(0, ceil(extract(epoch FROM r.until - now()) * 1000)) FROM recorded AS r), 0)::bigint AS remaining_ms;
 
 -- name: SettleEvent :one
--- Ends the wait of an event step once the event was emitted (done, with
--- its payload) or its deadline passed (timed_out); a wait that goes on
+-- Ends the wait of an event step once the event was emitted by its
+-- deadline (done, with its payload) or the deadline passed (timed_out;
+-- also when the event came after it); a wait that goes on
 -- returns no row. Fenced by the claim, as RecordStep.
 WITH ev AS (
-    SELECT e.payload FROM hopper_events AS e
+    SELECT e.payload, e.emitted_at FROM hopper_events AS e
     WHERE e.name = @name::text AND e.emitted_at IS NOT NULL
 )
 UPDATE hopper_job_steps AS s
-SET state  = CASE WHEN EXISTS (SELECT FROM ev) THEN 'done' ELSE 'timed_out' END,
-    result = (SELECT ev.payload FROM ev)
+SET state  = CASE WHEN EXISTS (SELECT FROM ev WHERE ev.emitted_at <= s.until) THEN 'done' ELSE 'timed_out' END,
+    result = (SELECT ev.payload FROM ev WHERE ev.emitted_at <= s.until)
 WHERE s.job_id = @job_id::bigint AND s.position = @position::integer
   AND s.kind = 'event' AND s.state = 'waiting'
-  AND (EXISTS (SELECT FROM ev) OR s.until <= now())
+  -- an event emitted after the deadline does not count, even when the
+  -- job runs only after it (a backlog): the wait timed out
+  AND (EXISTS (SELECT FROM ev WHERE ev.emitted_at <= s.until) OR s.until <= now())
   AND EXISTS (SELECT FROM hopper_jobs AS j
               WHERE j.id = s.job_id AND j.attempt = @attempt::integer AND j.lease_until IS NOT NULL)
 RETURNING s.state, s.result;
@@ -97,7 +113,7 @@ SET state        = CASE WHEN given.emitted THEN 'pending' ELSE 'scheduled' END,
     lease_until  = NULL,
     max_attempts = j.max_attempts + 1,
     -- uncharged, counted as a snooze is (NackBatch)
-    meta         = CASE WHEN octet_length(coalesce(j.meta, '{}'::jsonb)::text) <= 8150
+    meta         = CASE WHEN octet_length(coalesce(j.meta, '{}'::jsonb)::text) <= 8664
                         THEN coalesce(j.meta, '{}'::jsonb) || jsonb_build_object('hopper.uncharged',
                              (CASE WHEN j.meta ->> 'hopper.uncharged' ~ '^[0-9]{1,9}$'
                                    THEN (j.meta ->> 'hopper.uncharged')::integer ELSE 0 END + 1)::text)
@@ -183,7 +199,11 @@ FROM woken CROSS JOIN waiting;
 
 -- name: MarkJobAwaited :one
 -- Marks a live job as awaited (hopper.Client.WaitJob), so that its end is
--- announced on hopper_job_ended. Returns whether the job is live.
+-- announced on hopper_job_ended. Returns whether the job is live, and
+-- whether it carries the mark. The table keeps 512 bytes of metadata for
+-- Hopper's own keys (migration 28), so a job enqueued within
+-- jobs.MaxMetaBytes is always marked; one whose metadata was written past
+-- that by SQL of its own may not be, and WaitJob then reads it often.
 WITH live AS (
     SELECT j.id, coalesce(j.meta ? 'hopper.awaited', false) AS marked
     FROM hopper_jobs AS j WHERE j.id = @id::bigint
@@ -192,13 +212,15 @@ WITH live AS (
     SET meta = coalesce(j.meta, '{}'::jsonb) || '{"hopper.awaited": true}'::jsonb
     FROM live
     WHERE j.id = live.id AND NOT live.marked
-      AND octet_length(coalesce(j.meta, '{}'::jsonb)::text) <= 8160
+      AND octet_length(coalesce(j.meta, '{}'::jsonb)::text) <= 8678
+    RETURNING j.id
 )
-SELECT EXISTS (SELECT FROM live) AS live;
+SELECT EXISTS (SELECT FROM live) AS live,
+       (EXISTS (SELECT FROM live WHERE live.marked) OR EXISTS (SELECT FROM marked))::boolean AS marked;
 
 -- name: MarkWorkflowAwaited :one
 -- MarkJobAwaited for every live step of a workflow; returns how many are
--- live.
+-- live, and how many of those carry no mark.
 WITH live AS (
     SELECT j.id, coalesce(j.meta ? 'hopper.awaited', false) AS marked
     FROM hopper_jobs AS j
@@ -208,9 +230,12 @@ WITH live AS (
     SET meta = coalesce(j.meta, '{}'::jsonb) || '{"hopper.awaited": true}'::jsonb
     FROM live
     WHERE j.id = live.id AND NOT live.marked
-      AND octet_length(coalesce(j.meta, '{}'::jsonb)::text) <= 8160
+      AND octet_length(coalesce(j.meta, '{}'::jsonb)::text) <= 8678
+    RETURNING j.id
 )
-SELECT count(*)::bigint AS live FROM live;
+SELECT count(*)::bigint AS live,
+       (count(*) FILTER (WHERE NOT live.marked) - (SELECT count(*) FROM marked))::bigint AS unmarked
+FROM live;
 
 -- name: CountSuspended :many
 -- Scheduled jobs in a durable wait, by queue and kind of wait ('sleep',
@@ -233,12 +258,18 @@ ORDER BY j.queue, w.kind;
 -- Deletes up to max_events events emitted more than keep_ms ago, and the
 -- marks of waiting jobs older than an hour (a mark only orders a
 -- suspension against an emit; an hour after, both have long committed).
--- SKIP LOCKED lets every worker run it.
+-- An event that a job still waits for is kept, however old: the emit made
+-- the job pending, but the job reads the payload only when it runs (a
+-- paused queue, a backlog), and a wake-up must never be lost. The job's
+-- wait ends when it runs (SettleEvent), and the event goes at a later
+-- prune. SKIP LOCKED lets every worker run it.
 DELETE FROM hopper_events AS e
 WHERE e.name IN (SELECT o.name
                  FROM hopper_events AS o
                  WHERE coalesce(o.emitted_at, o.created_at) < now() - '1 hour'::interval
                    AND (o.emitted_at IS NULL OR o.emitted_at < now() - '1 millisecond'::interval * @keep_ms::bigint)
+                   AND NOT EXISTS (SELECT FROM hopper_job_steps AS s -- hopper_job_steps_waiting_idx
+                                   WHERE s.name = o.name AND s.kind = 'event' AND s.state = 'waiting')
                  ORDER BY coalesce(o.emitted_at, o.created_at)
                  LIMIT @max_events::integer
                  FOR UPDATE SKIP LOCKED);

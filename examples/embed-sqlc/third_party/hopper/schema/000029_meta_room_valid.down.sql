@@ -1,0 +1,2 @@
+-- Nothing to undo: a validated check is the same check.
+SELECT 1;
