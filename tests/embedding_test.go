@@ -187,10 +187,13 @@ func TestEmbedFromBlankModule(t *testing.T) {
 }
 
 // floorGo and floorPgx are the oldest Go and pgx Hopper needs: a module
-// already on them adds Hopper without either moving.
+// already on them adds Hopper without either moving. pgx before v5.12.0
+// could hand a pool's caller a connection whose next statement failed
+// with a stale "i/o timeout" after a statement on it was cancelled as it
+// finished (issue 61: a worker's stop does that).
 const (
 	floorGo  = "1.25.0"
-	floorPgx = "v5.9.0"
+	floorPgx = "v5.12.0"
 )
 
 // TestAddToOlderModule adds Hopper to a module that is on the oldest Go
