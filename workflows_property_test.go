@@ -19,7 +19,8 @@ import (
 )
 
 // TestWorkflowProperty: goroutines do random things to random workflows
-// at once, each in transactions of its own: enqueue DAGs (some rolled
+// at once, each in transactions of its own: enqueue DAGs, one at a time
+// or several in one EnqueueWorkflows (some rolled
 // back), end ready steps in batches (as acknowledgements do), kill steps
 // to the dead table, cancel steps wherever they stand, delete waiting
 // ones, retry dead steps one by one (a step with parents comes back
@@ -74,30 +75,40 @@ func TestWorkflowProperty(t *testing.T) {
 		return id, wf, err
 	}
 	ops := []func(ctx context.Context, r *rand.Rand) error{
-		func(ctx context.Context, r *rand.Rand) error { // a random DAG, sometimes rolled back
-			mu.Lock()
-			id := fmt.Sprintf("p%d", len(made))
-			made = append(made, id)
-			mu.Unlock()
-			wf := jobs.NewWorkflow(id)
-			n := 2 + r.IntN(7)
-			for i := range n {
-				var opts []jobs.StepOption
-				for p := range i {
-					if r.IntN(3) == 0 {
-						opts = append(opts, jobs.After(fmt.Sprintf("s%d", p)))
+		func(ctx context.Context, r *rand.Rand) error { // random DAGs, one or a batch (EnqueueWorkflows), sometimes rolled back
+			var wfs []*jobs.Workflow
+			for range 1 + r.IntN(3) {
+				mu.Lock()
+				id := fmt.Sprintf("p%d", len(made))
+				made = append(made, id)
+				mu.Unlock()
+				wf := jobs.NewWorkflow(id)
+				n := 2 + r.IntN(7)
+				for i := range n {
+					var opts []jobs.StepOption
+					for p := range i {
+						if r.IntN(3) == 0 {
+							opts = append(opts, jobs.After(fmt.Sprintf("s%d", p)))
+						}
 					}
+					opts = append(opts, jobs.OnParentFailure(policies[r.IntN(3)]))
+					wf.Add(fmt.Sprintf("s%d", i), stepKind.Entry(Step{Name: fmt.Sprintf("s%d", i)}), opts...)
 				}
-				opts = append(opts, jobs.OnParentFailure(policies[r.IntN(3)]))
-				wf.Add(fmt.Sprintf("s%d", i), stepKind.Entry(Step{Name: fmt.Sprintf("s%d", i)}), opts...)
+				wfs = append(wfs, wf)
 			}
 			tx, err := b.Pool.Begin(ctx)
 			if err != nil {
 				return err
 			}
 			defer func() { _ = tx.Rollback(ctx) }()
-			if _, err := jobs.EnqueueWorkflow(ctx, tx, wf); err != nil {
+			if len(wfs) == 1 {
+				if _, err := jobs.EnqueueWorkflow(ctx, tx, wfs[0]); err != nil {
+					return err
+				}
+			} else if res, err := jobs.EnqueueWorkflows(ctx, tx, wfs); err != nil {
 				return err
+			} else if len(res) != len(wfs) {
+				return fmt.Errorf("EnqueueWorkflows: %d results for %d workflows", len(res), len(wfs))
 			}
 			if r.IntN(6) == 0 {
 				return tx.Rollback(ctx)

@@ -173,7 +173,7 @@ func TestCLIDurable(t *testing.T) {
 			stderr: `hopper events: the payload is not valid JSON (invalid character 'n' looking for beginning of object key string): ` +
 				`give JSON, quoted for the shell ('{"ok": true}', '"text"'), or nothing for null (run hopper events --help)`},
 		{name: "name too long", url: d.URL, args: []string{"events", "emit", strings.Repeat("n", 256)}, code: 2,
-			stderr: `hopper events: emit event "` + strings.Repeat("n", 256) + `": invalid event: want a name of 1 to 255 characters (run hopper events --help)`},
+			stderr: `hopper events: emit event "` + strings.Repeat("n", 256) + `": invalid event: want a name of 1 to 255 characters of UTF-8 text (run hopper events --help)`},
 	})
 	require.Equal(t, jobs.StatePending, func() jobs.State {
 		row, err := client.GetJob(ctx, pending.ID)
