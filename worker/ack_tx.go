@@ -14,13 +14,12 @@ import (
 // another transaction since.
 type ackTxFate int
 
+// The fates, from 1: the zero value is none of them.
 const (
-	// ackTxUnread: the row could not be read yet; ask again.
-	ackTxUnread ackTxFate = iota
 	// ackTxCommitted: the row is gone, in neither the live nor the dead
 	// table: the AckTx's delete committed, and the job is done whatever
 	// the handler returned afterwards.
-	ackTxCommitted
+	ackTxCommitted ackTxFate = iota + 1
 	// ackTxUndone: the row is still there (or was moved to the dead table
 	// since) on the timeline the ack was made on: the handler's
 	// transaction rolled back, whole or to a savepoint before the ack. The
