@@ -184,10 +184,31 @@ var errRecordTaken = errors.New("hopper: record taken by another run")
 // durableJob returns the claim of the job the handler runs, checking the
 // name of the call.
 func durableJob(ctx context.Context, id int64, what, name string) (*heldJob, error) {
-	if name == "" || utf8.RuneCountInString(name) > MaxStepName || !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
-		return nil, fmt.Errorf("%s of job %d: %w: name %q: want 1 to %d characters of UTF-8 text", what, id, ErrInvalidDurableCall, name, MaxStepName)
+	if p := nameProblem(name); p != "" {
+		return nil, invalidCall(what, id, p)
 	}
 	return heldJobFrom(ctx, id)
+}
+
+// nameProblem says what is wrong with a step's or an event's name, or "".
+func nameProblem(name string) string {
+	if name == "" || utf8.RuneCountInString(name) > MaxStepName || !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
+		return fmt.Sprintf("name %q: want 1 to %d characters of UTF-8 text", name, MaxStepName)
+	}
+	return ""
+}
+
+// invalidCall is the error of a durable call with bad arguments, naming
+// every problem found: permanent, as the same call fails on every run
+// (retrying it with backoff only delays the fix).
+func invalidCall(what string, id int64, problems ...string) error {
+	var named []string
+	for _, p := range problems {
+		if p != "" {
+			named = append(named, p)
+		}
+	}
+	return Permanent(fmt.Errorf("%s of job %d: %w: %s", what, id, ErrInvalidDurableCall, strings.Join(named, "; ")))
 }
 
 // encodeRecord marshals a result and checks it as the table does: its
@@ -387,7 +408,7 @@ func runStepTx[R any](ctx context.Context, c *heldJob, d *durableCalls, name, wh
 // Under hoppertest.Work it returns nil at once.
 func Sleep[T any](ctx context.Context, job *jobs.Job[T], name string, d time.Duration) error {
 	if d <= 0 || d > MaxSnooze {
-		return fmt.Errorf("sleep %q of job %d: %w: duration %v: want a positive one of at most %v", name, job.ID, ErrInvalidDurableCall, d, MaxSnooze)
+		return invalidCall(fmt.Sprintf("sleep %q", name), job.ID, fmt.Sprintf("duration %v: want a positive one of at most %v", d, MaxSnooze), nameProblem(name))
 	}
 	ms := max(d.Milliseconds(), 1)
 	return sleepUntil(ctx, job.ID, name, db.RecordStepParams{WaitMs: &ms})
@@ -397,7 +418,7 @@ func Sleep[T any](ctx context.Context, job *jobs.Job[T], name string, d time.Dur
 // returns nil at once, recorded as a sleep that is over.
 func SleepUntil[T any](ctx context.Context, job *jobs.Job[T], name string, t time.Time) error {
 	if time.Until(t) > MaxSnooze {
-		return fmt.Errorf("sleep %q of job %d: %w: %s is more than %v away", name, job.ID, ErrInvalidDurableCall, t.Format(time.RFC3339), MaxSnooze)
+		return invalidCall(fmt.Sprintf("sleep %q", name), job.ID, fmt.Sprintf("%s is more than %v away", t.Format(time.RFC3339), MaxSnooze), nameProblem(name))
 	}
 	at := t.UTC().Round(time.Microsecond)
 	return sleepUntil(ctx, job.ID, name, db.RecordStepParams{Until: &at})
@@ -465,7 +486,8 @@ func sleepUntil(ctx context.Context, id int64, name string, wake db.RecordStepPa
 func AwaitEvent[R, T any](ctx context.Context, job *jobs.Job[T], name string, timeout time.Duration) (R, error) {
 	var zero R
 	if timeout <= 0 || timeout > MaxSnooze {
-		return zero, fmt.Errorf("await event %q in job %d: %w: timeout %v: want a positive one of at most %v", name, job.ID, ErrInvalidDurableCall, timeout, MaxSnooze)
+		return zero, invalidCall(fmt.Sprintf("await event %q", name), job.ID,
+			fmt.Sprintf("timeout %v: want a positive one of at most %v", timeout, MaxSnooze), nameProblem(name))
 	}
 	if r := testrun.From(ctx); r != nil {
 		return zero, fmt.Errorf("await event %q in job %d: %w", name, job.ID, ErrEventTimeout)

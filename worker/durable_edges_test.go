@@ -305,3 +305,30 @@ func TestDurableEventKeptForTheJobItWoke(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, pruned, "read: it goes")
 }
+
+// TestDurableInvalidCallIsPermanent: a durable call with bad arguments
+// fails the job at once, naming every problem of the call; it was retried
+// with backoff on every attempt.
+func TestDurableInvalidCallIsPermanent(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "durable_invalid_call")
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{}, jobs.MaxAttempts(5))
+	require.NoError(t, err)
+	var runs atomic.Int32
+	errs := make(chan error, 5)
+	start(t, b, worker.Config{}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			runs.Add(1)
+			_, err := worker.AwaitEvent[int](ctx, j, "", 0)
+			errs <- err
+			return err
+		}))
+	})
+	err = <-errs
+	require.ErrorIs(t, err, worker.ErrInvalidDurableCall)
+	require.ErrorContains(t, err, "timeout 0s")
+	require.ErrorContains(t, err, `name ""`)
+	testdb.WaitFor(t, "the job dead", func() bool { _, dead := b.Totals(t); return dead == 1 })
+	require.EqualValues(t, 1, runs.Load(), "not retried")
+	_ = res
+}

@@ -99,7 +99,8 @@ var ErrInvalidRecord = errors.New("hopper: durable record not storable")
 
 // ErrInvalidDurableCall is wrapped by the error of a durable call with a
 // bad argument: an empty or too long name, a non-positive or too long
-// duration.
+// duration. The error is permanent (the same call fails on every run) and
+// names every problem of the call.
 var ErrInvalidDurableCall = errors.New("hopper: invalid durable call")
 
 // The worker's own sentinels, never returned to callers.
