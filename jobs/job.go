@@ -17,8 +17,10 @@ type Job[T any] struct {
 	Version  int
 	Priority int
 	// Attempt counts claims of this job, this one included (1 on the first
-	// run). A claim given back at shutdown, or a snooze, counts here but is
-	// not charged against MaxAttempts, which grows by one instead.
+	// run). A claim given back at shutdown, a snooze, or a durable
+	// handler's suspension (worker.Sleep, worker.AwaitEvent) counts here
+	// but is not charged against MaxAttempts, which grows by one instead:
+	// a sleeping job that never failed may run at attempt 4.
 	Attempt     int
 	MaxAttempts int
 	CreatedAt   time.Time
