@@ -375,26 +375,27 @@ func (q *Queries) SetProgress(ctx context.Context, arg SetProgressParams) (bool,
 const settleEvent = `-- name: SettleEvent :one
 WITH ev AS (
     SELECT e.payload, e.emitted_at FROM hopper_events AS e
-    WHERE e.name = $4::text AND e.emitted_at IS NOT NULL
+    WHERE e.name = $3::text AND e.emitted_at IS NOT NULL
+), held AS (
+    SELECT j.run_at FROM hopper_jobs AS j
+    WHERE j.id = $1::bigint AND j.attempt = $4::integer AND j.lease_until IS NOT NULL
 )
 UPDATE hopper_job_steps AS s
-SET state  = CASE WHEN EXISTS (SELECT FROM ev WHERE ev.emitted_at <= s.until) THEN 'done' ELSE 'timed_out' END,
-    result = (SELECT ev.payload FROM ev WHERE ev.emitted_at <= s.until)
+SET state  = CASE WHEN EXISTS (SELECT FROM ev, held WHERE ev.emitted_at <= s.until OR held.run_at < s.until)
+                  THEN 'done' ELSE 'timed_out' END,
+    result = (SELECT ev.payload FROM ev, held WHERE ev.emitted_at <= s.until OR held.run_at < s.until)
 WHERE s.job_id = $1::bigint AND s.position = $2::integer
   AND s.kind = 'event' AND s.state = 'waiting'
-  -- an event emitted after the deadline does not count, even when the
-  -- job runs only after it (a backlog): the wait timed out
-  AND (EXISTS (SELECT FROM ev WHERE ev.emitted_at <= s.until) OR s.until <= now())
-  AND EXISTS (SELECT FROM hopper_jobs AS j
-              WHERE j.id = s.job_id AND j.attempt = $3::integer AND j.lease_until IS NOT NULL)
+  AND EXISTS (SELECT FROM held)
+  AND (EXISTS (SELECT FROM ev, held WHERE ev.emitted_at <= s.until OR held.run_at < s.until) OR s.until <= now())
 RETURNING s.state, s.result
 `
 
 type SettleEventParams struct {
 	JobID    int64  `json:"job_id"`
 	Position int32  `json:"position"`
-	Attempt  int32  `json:"attempt"`
 	Name     string `json:"name"`
+	Attempt  int32  `json:"attempt"`
 }
 
 type SettleEventRow struct {
@@ -402,16 +403,21 @@ type SettleEventRow struct {
 	Result json.RawMessage `json:"result"`
 }
 
-// Ends the wait of an event step once the event was emitted by its
-// deadline (done, with its payload) or the deadline passed (timed_out;
-// also when the event came after it); a wait that goes on
-// returns no row. Fenced by the claim, as RecordStep.
+// Ends the wait of an event step once the event came in time (done, with
+// its payload) or the deadline passed (timed_out); a wait that goes on
+// returns no row. Fenced by the claim, as RecordStep. The event came in
+// time when it was emitted by the deadline, or when an emit woke the job
+// before it (the job is due before its deadline: an emit sets run_at to
+// its now(), a deadline's wake-up is never earlier than the deadline)
+// and the name was emitted again since, whose payload it receives. An
+// event emitted after the deadline does not count, even when the job runs
+// only after it (a backlog): the wait timed out.
 func (q *Queries) SettleEvent(ctx context.Context, arg SettleEventParams) (SettleEventRow, error) {
 	row := q.db.QueryRow(ctx, settleEvent,
 		arg.JobID,
 		arg.Position,
-		arg.Attempt,
 		arg.Name,
+		arg.Attempt,
 	)
 	var i SettleEventRow
 	err := row.Scan(&i.State, &i.Result)

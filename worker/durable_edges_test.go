@@ -332,3 +332,38 @@ func TestDurableInvalidCallIsPermanent(t *testing.T) {
 	require.EqualValues(t, 1, runs.Load(), "not retried")
 	_ = res
 }
+
+// TestDurableEventReEmittedAfterItWoke: an emit wakes a waiting job
+// before its deadline; the job runs only after the deadline (its worker
+// was away), by when the name was emitted again: the job received it in
+// time, and gets the newest payload.
+func TestDurableEventReEmittedAfterItWoke(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "durable_event_again")
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{})
+	require.NoError(t, err)
+	got := make(chan int, 1)
+	handler := func(ctx context.Context, j *jobs.Job[Task]) error {
+		v, err := worker.AwaitEvent[int](ctx, j, "again-event", 300*time.Millisecond)
+		if err != nil && !errors.Is(err, worker.ErrEventTimeout) {
+			return err
+		}
+		got <- v // 0: timed out
+		return nil
+	}
+	r := start(t, b, worker.Config{}, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, k, handler)) })
+	testdb.WaitFor(t, "the job waiting", func() bool { return b.jobState(t, res.ID) == "scheduled" && b.records(t, res.ID) == 1 })
+	r.stop()
+	_, err = b.Pool.Exec(b.Ctx, `SELECT hopper_emit_event('again-event', '1')`)
+	require.NoError(t, err)
+	require.Equal(t, "pending", b.jobState(t, res.ID), "woken before its deadline")
+	var passed bool
+	for !passed {
+		require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT until < now() FROM hopper_job_steps WHERE job_id = $1`, res.ID).Scan(&passed))
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, err = b.Pool.Exec(b.Ctx, `SELECT hopper_emit_event('again-event', '2')`)
+	require.NoError(t, err)
+	start(t, b, worker.Config{}, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, k, handler)) })
+	require.Equal(t, 2, <-got)
+}
