@@ -255,8 +255,13 @@ func (c *Client) WakeJobTx(ctx context.Context, tx jobs.DBTX, id int64) (StepKin
 // when its kind or queue keeps history. Without history a completed job
 // leaves no row: WaitJob then returns a Row with only ID and State
 // (StateCompleted) set, which is also what an operator's DeleteJob of a
-// live job looks like. Errors wrap ErrNotFound when the job is in no
-// table when WaitJob starts, ErrWaitUnsupported when the Client has no
+// live job looks like. It answers the same whether the job ended while
+// it waited or before it began: a job in no table whose id the schema's
+// id sequence has handed out ended and left no row. To learn how a job
+// ended, and its result, keep history for its kind
+// (worker.KeepHistory). Errors wrap ErrNotFound when no job was ever given the
+// id (or the role may not read the id sequence, hopper_jobs_id_seq, and
+// the job is in no table), ErrWaitUnsupported when the Client has no
 // pool.
 func (c *Client) WaitJob(ctx context.Context, id int64) (jobs.Row, error) {
 	var out jobs.Row
@@ -270,6 +275,16 @@ func (c *Client) WaitJob(ctx context.Context, id int64) (jobs.Row, error) {
 				return false, nil
 			}
 			row, err := c.GetJob(ctx, id)
+			if errors.Is(err, ErrNotFound) && !live {
+				// Ended before the wait began, or never enqueued: the id
+				// sequence tells which, so that the answer does not
+				// depend on when WaitJob began.
+				issued, ierr := c.queries(c.db).JobIDIssued(ctx, id)
+				if ierr != nil {
+					return false, ierr
+				}
+				live = issued
+			}
 			switch {
 			case errors.Is(err, ErrNotFound) && live:
 				out = jobs.Row{ID: id, State: jobs.StateCompleted}

@@ -49,7 +49,8 @@ func (b *bundle) waitMarked(t *testing.T, id int64) {
 
 // TestWaitJob: WaitJob returns a job as it ended, woken by its end:
 // completed with its result when kept, completed with only its id when
-// not, dead with its reason. A job in no table is ErrNotFound.
+// not (whether it ended before or after the wait began), dead with its
+// reason. An id no job was ever given is ErrNotFound.
 func TestWaitJob(t *testing.T) {
 	b := setup(t)
 	kept := b.enqueue(t, email, "kept@example.com")
@@ -90,8 +91,13 @@ func TestWaitJob(t *testing.T) {
 	require.Equal(t, "kept@example.com", r.Sent)
 	_, err = hopper.WaitJobResult[receipt](b.Ctx, b.client, dead)
 	require.ErrorIs(t, err, hopper.ErrJobFailed)
-	_, err = b.client.WaitJob(b.Ctx, 999999)
-	require.ErrorIs(t, err, hopper.ErrNotFound)
+	row, err := b.client.WaitJob(b.Ctx, gone)
+	require.NoError(t, err, "a job that ended without history before the wait began")
+	require.Equal(t, jobs.Row{ID: gone, State: jobs.StateCompleted}, row, "the same answer as when the wait began first")
+	for _, never := range []int64{999999, 0, -1} {
+		_, err = b.client.WaitJob(b.Ctx, never)
+		require.ErrorIs(t, err, hopper.ErrNotFound, "no job was ever given id %d", never)
+	}
 
 	ctx, cancel := context.WithTimeout(b.Ctx, 50*time.Millisecond)
 	defer cancel()

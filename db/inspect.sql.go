@@ -137,6 +137,26 @@ func (q *Queries) HopperSchema(ctx context.Context) (string, error) {
 	return schema_name, err
 }
 
+const jobIDIssued = `-- name: JobIDIssued :one
+SELECT coalesce($1::bigint BETWEEN 1 AND (
+    SELECT CASE WHEN has_sequence_privilege(s.seq::oid, 'SELECT, USAGE')
+                THEN pg_sequence_last_value(s.seq) END
+    FROM (SELECT to_regclass('hopper_jobs_id_seq') AS seq) AS s
+), false)::boolean AS issued
+`
+
+// Whether the job id was handed out by hopper_jobs_id_seq (false when the
+// role may not read the sequence): WaitJob's answer for a job in no
+// table, which either ended and left no row or was never enqueued. The
+// CASE keeps pg_sequence_last_value from raising for a role without the
+// sequence's USAGE or SELECT.
+func (q *Queries) JobIDIssued(ctx context.Context, id int64) (bool, error) {
+	row := q.db.QueryRow(ctx, jobIDIssued, id)
+	var issued bool
+	err := row.Scan(&issued)
+	return issued, err
+}
+
 const listJobs = `-- name: ListJobs :many
 SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, finished_at, reason, result, meta, concurrency_key FROM hopper_all_jobs AS a
 WHERE a.id < $1::bigint

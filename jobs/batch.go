@@ -163,6 +163,11 @@ func enqueueEntries(ctx context.Context, dbtx DBTX, entries []Entry, mixed bool)
 	if len(entries) == 0 {
 		return BatchResult{Results: []Result{}}, nil
 	}
+	// Before the hooks, which may write: nothing is written on a schema
+	// older than this build.
+	if err := migrated.Ensure(ctx, dbtx); err != nil {
+		return BatchResult{}, err
+	}
 	unique, locked, sequenced, cloned := false, false, false, false
 	for i, e := range entries {
 		if e.kind == "" {

@@ -246,6 +246,9 @@ func (k *Kind[T]) Check(payload T, opts ...EnqueueOption) error {
 func (k *Kind[T]) Enqueue(ctx context.Context, dbtx DBTX, payload T, opts ...EnqueueOption) (Result, error) {
 	o, raw, err := k.prepare(payload, opts)
 	if err == nil {
+		err = migrated.Ensure(ctx, dbtx)
+	}
+	if err == nil {
 		err = runHooks(ctx, dbtx, k.name, k.version, raw, k.hooks, &o)
 	}
 	if err != nil {

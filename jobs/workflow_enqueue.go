@@ -33,7 +33,13 @@ type WorkflowResult struct {
 // step. A step cannot have a unique key or a sequence key: the step's turn
 // comes from its parents.
 func EnqueueWorkflow(ctx context.Context, dbtx DBTX, w *Workflow) (WorkflowResult, error) {
-	p, err := w.prepare(ctx, dbtx)
+	// Before prepare, whose hooks may write: nothing is written on a
+	// schema older than this build.
+	err := migrated.Ensure(ctx, dbtx)
+	var p preparedWorkflow
+	if err == nil {
+		p, err = w.prepare(ctx, dbtx)
+	}
 	if err == nil {
 		var res []WorkflowResult
 		if res, err = writeWorkflows(ctx, dbtx, []preparedWorkflow{p}); err == nil {
@@ -53,6 +59,9 @@ func EnqueueWorkflow(ctx context.Context, dbtx DBTX, w *Workflow) (WorkflowResul
 // id, and one call adds at most MaxWorkflowSteps steps in all. The
 // results are in the order of ws.
 func EnqueueWorkflows(ctx context.Context, dbtx DBTX, ws []*Workflow) ([]WorkflowResult, error) {
+	if err := migrated.Ensure(ctx, dbtx); err != nil {
+		return nil, fmt.Errorf("enqueue workflows: %w", err)
+	}
 	prepared := make([]preparedWorkflow, len(ws))
 	ids := make(map[string]int, len(ws))
 	steps := 0

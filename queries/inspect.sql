@@ -160,3 +160,15 @@ SELECT pg_is_in_recovery() AS standby,
                  AND pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
             ELSE coalesce(extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()), 0)
         END)::float8 AS lag_seconds;
+
+-- name: JobIDIssued :one
+-- Whether the job id was handed out by hopper_jobs_id_seq (false when the
+-- role may not read the sequence): WaitJob's answer for a job in no
+-- table, which either ended and left no row or was never enqueued. The
+-- CASE keeps pg_sequence_last_value from raising for a role without the
+-- sequence's USAGE or SELECT.
+SELECT coalesce(@id::bigint BETWEEN 1 AND (
+    SELECT CASE WHEN has_sequence_privilege(s.seq::oid, 'SELECT, USAGE')
+                THEN pg_sequence_last_value(s.seq) END
+    FROM (SELECT to_regclass('hopper_jobs_id_seq') AS seq) AS s
+), false)::boolean AS issued;

@@ -139,22 +139,29 @@ func Explain(err error, on db.DBTX) error {
 	return err
 }
 
-// DB runs statements on a handle and explains their errors (Explain). It
-// has the methods of sqlc's DBTX: db.New(Wrap(tx)) is Hopper's queries on
-// tx, explained.
+// DB runs statements on a handle, refusing them on a schema older than
+// this build (Ensure), and explains their errors (Explain). It has the
+// methods of sqlc's DBTX: db.New(Wrap(tx)) is Hopper's queries on tx,
+// checked and explained.
 type DB struct {
 	inner db.DBTX
 }
 
-// Wrap returns inner with its statements' errors explained.
+// Wrap returns inner with its statements checked and explained.
 func Wrap(inner db.DBTX) *DB { return &DB{inner: inner} }
 
 func (d *DB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := Ensure(ctx, d.inner); err != nil {
+		return pgconn.CommandTag{}, err
+	}
 	tag, err := d.inner.Exec(ctx, sql, args...)
 	return tag, Explain(err, d.inner)
 }
 
 func (d *DB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := Ensure(ctx, d.inner); err != nil {
+		return nil, err
+	}
 	rows, err := d.inner.Query(ctx, sql, args...)
 	if err != nil {
 		return rows, Explain(err, d.inner)
@@ -163,13 +170,24 @@ func (d *DB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, erro
 }
 
 func (d *DB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := Ensure(ctx, d.inner); err != nil {
+		return refusedRow{err: err}
+	}
 	return explainedRow{row: d.inner.QueryRow(ctx, sql, args...), on: d.inner}
 }
 
 func (d *DB) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if err := Ensure(ctx, d.inner); err != nil {
+		return 0, err
+	}
 	n, err := d.inner.CopyFrom(ctx, table, columns, src)
 	return n, Explain(err, d.inner)
 }
+
+// refusedRow is a statement Ensure refused to send.
+type refusedRow struct{ err error }
+
+func (r refusedRow) Scan(...any) error { return r.err }
 
 // explainedRows reports an error the rows end with explained: in pgx's
 // exec modes a statement's error arrives with its rows, not from Query.
