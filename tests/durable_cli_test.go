@@ -138,7 +138,7 @@ func TestCLIDurable(t *testing.T) {
 	r = run("jobs", "show", itoa(awaiter.ID))
 	require.Zero(t, r.code, r.stderr)
 	require.Regexp(t, `(?m)^awaiting event "shipped-1" until \S+ \S+ \(in \S+; then the wait times out\)\n`+
-		`  hopper events emit shipped-1 \[JSON\] emits the event: the job runs and receives it\n`+
+		`  hopper events emit shipped-1 JSON emits the event: the job runs and receives it\n`+
 		`  hopper jobs wake `+itoa(awaiter.ID)+` ends the wait now \(its AwaitEvent returns worker.ErrEventTimeout\)$`, r.stdout)
 
 	// The event: the job that awaits it runs, and returns its payload.
@@ -146,7 +146,7 @@ func TestCLIDurable(t *testing.T) {
 	require.Zero(t, r.code, r.stderr)
 	require.Equal(t, "event shipped-1 emitted: woke 1 job waiting for it; each runs at once and receives the payload\n", r.stdout)
 	require.JSONEq(t, `{"carrier": "dhl"}`, string(ended(awaiter.ID).Result))
-	r = run("events", "emit", "nobody-waits")
+	r = run("events", "emit", "nobody-waits", "null")
 	require.Zero(t, r.code, r.stderr)
 	require.Equal(t, "event nobody-waits emitted: no job was waiting for it; a job that awaits it later receives it, until the workers prune it\n", r.stdout)
 
@@ -171,8 +171,11 @@ func TestCLIDurable(t *testing.T) {
 			stderr: "hopper jobs: no job 424242 (never enqueued, or completed without history, or purged)"},
 		{name: "bad payload", url: d.URL, args: []string{"events", "emit", "shipped-2", "{nope"}, code: 2,
 			stderr: `hopper events: the payload is not valid JSON (invalid character 'n' looking for beginning of object key string): ` +
-				`give JSON, quoted for the shell ('{"ok": true}', '"text"'), or nothing for null (run hopper events --help)`},
-		{name: "name too long", url: d.URL, args: []string{"events", "emit", strings.Repeat("n", 256)}, code: 2,
+				`give JSON, quoted for the shell ('{"ok": true}', '"text"', null) (run hopper events --help)`},
+		{name: "no payload", url: d.URL, args: []string{"events", "emit", "shipped-1"}, code: 2,
+			stderr: `hopper events: emit takes the payload after the name, as JSON (null for none): ` +
+				`emitting shipped-1 again would replace its payload for the jobs that have not received it (run hopper events --help)`},
+		{name: "name too long", url: d.URL, args: []string{"events", "emit", strings.Repeat("n", 256), "{}"}, code: 2,
 			stderr: `hopper events: emit event "` + strings.Repeat("n", 256) + `": invalid event: want a name of 1 to 255 characters of UTF-8 text (run hopper events --help)`},
 	})
 	require.Equal(t, jobs.StatePending, func() jobs.State {

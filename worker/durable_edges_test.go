@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -366,4 +367,47 @@ func TestDurableEventReEmittedAfterItWoke(t *testing.T) {
 	require.NoError(t, err)
 	start(t, b, worker.Config{}, func(w *worker.Worker) { require.NoError(t, worker.Handle(w, k, handler)) })
 	require.Equal(t, 2, <-got)
+}
+
+// TestDurableEventNamesAreSchemaWide states the events' model as
+// docs/durable.md gives it: a name is the schema's, not a kind's (one
+// emit wakes the waiting jobs of every kind); an emit of a name again
+// replaces its payload for jobs that have not received it, while a job
+// that received it keeps what it got (its record); and a job that awaits
+// a name already emitted, within the retention, receives the last
+// payload at once, however old: the reason to name each occurrence.
+func TestDurableEventNamesAreSchemaWide(t *testing.T) {
+	b := setup(t)
+	ka, kb := kind(t, "durable_event_wide_a"), kind(t, "durable_event_wide_b")
+	got := make(chan string, 4)
+	handler := func(ctx context.Context, j *jobs.Job[Task]) error {
+		v, err := worker.AwaitEvent[int](ctx, j, "order-ready", time.Hour)
+		if err != nil {
+			return err
+		}
+		got <- fmt.Sprintf("%s %d: %d", j.Kind, j.Payload.N, v)
+		return nil
+	}
+	start(t, b, worker.Config{}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, ka, handler))
+		require.NoError(t, worker.Handle(w, kb, handler))
+	})
+	a, err := ka.Enqueue(b.Ctx, b.Pool, Task{N: 1})
+	require.NoError(t, err)
+	bb, err := kb.Enqueue(b.Ctx, b.Pool, Task{N: 2})
+	require.NoError(t, err)
+	for _, id := range []int64{a.ID, bb.ID} {
+		testdb.WaitFor(t, "both jobs waiting", func() bool { return b.jobState(t, id) == "scheduled" && b.records(t, id) == 1 })
+	}
+	var woken int
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT hopper_emit_event('order-ready', '1')`).Scan(&woken))
+	require.Equal(t, 2, woken, "one emit wakes the jobs of both kinds")
+	require.ElementsMatch(t, []string{"durable_event_wide_a 1: 1", "durable_event_wide_b 2: 1"}, []string{<-got, <-got})
+
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT hopper_emit_event('order-ready', '2')`).Scan(&woken))
+	require.Zero(t, woken, "the jobs that received the event wait no more")
+	late, err := ka.Enqueue(b.Ctx, b.Pool, Task{N: 3})
+	require.NoError(t, err)
+	require.Equal(t, "durable_event_wide_a 3: 2", <-got, "a name reused later delivers its last payload at once")
+	testdb.WaitFor(t, "the late job ended", func() bool { return b.jobState(t, late.ID) == "gone" })
 }

@@ -75,7 +75,7 @@ func readDurable(e *env, client *hopper.Client, r jobs.Row) (*durableView, error
 		d.hints = []string{wake + " ends the sleep now"}
 	case hopper.StepKindEvent:
 		d.hints = []string{
-			e.commandLine("events emit "+shellQuote(d.wait.Event)) + " [JSON] emits the event: the job runs and receives it",
+			e.commandLine("events emit "+shellQuote(d.wait.Event)) + " JSON emits the event: the job runs and receives it",
 			wake + " ends the wait now (its AwaitEvent returns worker.ErrEventTimeout)",
 		}
 	}
@@ -218,9 +218,10 @@ func eventsCommand() *command {
 	return &command{
 		name:    "events",
 		actions: actions,
-		args:    "emit NAME [JSON]",
+		args:    "emit NAME JSON",
 		summary: "emit an event durable handlers await (worker.AwaitEvent): every job waiting for it runs at once and receives the payload " +
-			"(JSON; null when omitted), and a job that awaits it later receives it too, until the workers prune it",
+			"(JSON, null for none), and a job that awaits it later receives it too, until the workers prune it; " +
+			"emitting a name again replaces its payload for the jobs that have not received it yet",
 		run: func(e *env, fs *flag.FlagSet, args []string) error {
 			_, rest, err := pickAction("events", args, actions...)
 			if err != nil {
@@ -241,19 +242,22 @@ func eventsCommand() *command {
 }
 
 // eventArgs reads the arguments of events emit: a name, then the payload
-// as JSON (null when omitted).
+// as JSON. The payload is required: an emit of a name already emitted
+// replaces its payload, so a forgotten argument would replace a real
+// payload with null; null is given as null.
 func eventArgs(args []string) (string, json.RawMessage, error) {
 	switch {
 	case len(args) == 0 || len(args) > 2:
-		return "", nil, fmt.Errorf(`%w: emit takes an event name, then at most one payload as JSON (quoted for the shell: '{"ok": true}')`, errUsage)
+		return "", nil, fmt.Errorf(`%w: emit takes an event name, then its payload as JSON (quoted for the shell: '{"ok": true}')`, errUsage)
 	case args[0] == "":
 		return "", nil, fmt.Errorf("%w: emit takes an event name, not an empty one", errUsage)
 	case len(args) == 1:
-		return args[0], json.RawMessage("null"), nil
+		return "", nil, fmt.Errorf("%w: emit takes the payload after the name, as JSON (null for none): "+
+			"emitting %s again would replace its payload for the jobs that have not received it", errUsage, quoteName(args[0]))
 	}
 	var v any
 	if err := json.Unmarshal([]byte(args[1]), &v); err != nil {
-		return "", nil, fmt.Errorf("%w: the payload is not valid JSON (%v): give JSON, quoted for the shell ('{\"ok\": true}', '\"text\"'), or nothing for null", errUsage, err)
+		return "", nil, fmt.Errorf("%w: the payload is not valid JSON (%v): give JSON, quoted for the shell ('{\"ok\": true}', '\"text\"', null)", errUsage, err)
 	}
 	return args[0], json.RawMessage(args[1]), nil
 }

@@ -55,11 +55,12 @@ func TestDurableSentences(t *testing.T) {
 	require.Equal(t, `"order 42"`, quoteName("order 42"))
 }
 
-// TestEventArgs: events emit takes a name and at most one payload, which
-// must be JSON; none is null.
+// TestEventArgs: events emit takes a name and one payload, which must be
+// JSON: a missing one is refused, not taken for null, since an emit
+// replaces an earlier payload of the name.
 func TestEventArgs(t *testing.T) {
 	t.Parallel()
-	name, payload, err := eventArgs([]string{"shipped-42"})
+	name, payload, err := eventArgs([]string{"shipped-42", "null"})
 	require.NoError(t, err)
 	require.Equal(t, "shipped-42", name)
 	require.Equal(t, "null", string(payload))
@@ -74,7 +75,8 @@ func TestEventArgs(t *testing.T) {
 		says string
 	}{
 		{nil, "emit takes an event name"},
-		{[]string{"a", "{}", "extra"}, "at most one payload"},
+		{[]string{"a", "{}", "extra"}, "then its payload as JSON"},
+		{[]string{"shipped-42"}, "emit takes the payload after the name, as JSON (null for none): emitting shipped-42 again would replace its payload"},
 		{[]string{""}, "not an empty one"},
 		{[]string{"a", "{nope"}, "the payload is not valid JSON"},
 		{[]string{"a", "text"}, "the payload is not valid JSON"},
