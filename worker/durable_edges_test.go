@@ -411,3 +411,35 @@ func TestDurableEventNamesAreSchemaWide(t *testing.T) {
 	require.Equal(t, "durable_event_wide_a 3: 2", <-got, "a name reused later delivers its last payload at once")
 	testdb.WaitFor(t, "the late job ended", func() bool { return b.jobState(t, late.ID) == "gone" })
 }
+
+// TestDurableDeadlinesOnTheServersClock: a sleep's and a wait's deadline
+// is the server's now() plus the duration, computed by the statement that
+// records it (until - created_at is the duration exactly, both from one
+// now()), so a worker whose clock is off by seconds neither wakes early
+// and suspends again nor wakes late. A deadline computed from the
+// worker's clock would differ from the record's created_at by the round
+// trip and by the clocks' offset.
+func TestDurableDeadlinesOnTheServersClock(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "durable_server_clock")
+	start(t, b, worker.Config{}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			if j.Payload.N == 1 {
+				return worker.Sleep(ctx, j, "nap", 90*time.Minute)
+			}
+			_, err := worker.AwaitEvent[int](ctx, j, "clock-event", 2*time.Hour)
+			return err
+		}))
+	})
+	sleeper, err := k.Enqueue(b.Ctx, b.Pool, Task{N: 1})
+	require.NoError(t, err)
+	waiter, err := k.Enqueue(b.Ctx, b.Pool, Task{N: 2})
+	require.NoError(t, err)
+	for id, want := range map[int64]time.Duration{sleeper.ID: 90 * time.Minute, waiter.ID: 2 * time.Hour} {
+		testdb.WaitFor(t, "the job suspended", func() bool { return b.jobState(t, id) == "scheduled" && b.records(t, id) == 1 })
+		var exact bool
+		require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT until - created_at = $2::interval FROM hopper_job_steps WHERE job_id = $1`,
+			id, want).Scan(&exact))
+		require.True(t, exact, "job %d: until is the server's now() + %v", id, want)
+	}
+}

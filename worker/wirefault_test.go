@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/internal/testdb"
@@ -902,4 +903,57 @@ func (h *wf) logFigures(t *testing.T, led *wfLedger, p *wirefault.Proxy, markers
 		t.Name(), len(led.kinds), len(led.runs), retried, led.dead, strings.Join(fired, " "),
 		total[string(worker.OutcomeDone)], total[string(worker.OutcomeFailed)], total[string(worker.OutcomeDead)], total[string(worker.OutcomeRefused)],
 		total[string(worker.OutcomeUnconfirmed)], total[string(worker.OutcomeUnrecorded)], strings.Join(per, "; "))
+}
+
+// TestAckTxUnconfirmedWhenItsFateCannotBeRead: a handler commits its
+// AckTx (on a connection of its own), then ignores its context until it
+// is abandoned; when it returns at last, the worker has lost the
+// database, so whether the AckTx committed cannot be read. The outcome
+// is "unconfirmed", never "abandoned" or "released", which would say the
+// job runs again: it does not, its AckTx committed.
+func TestAckTxUnconfirmedWhenItsFateCannotBeRead(t *testing.T) {
+	h := newWF(t)
+	p := h.proxy(t)
+	pool := h.proxiedPool(t, p)
+	k := kind(t, "acktx_unreadable")
+	res, err := k.Enqueue(h.b.Ctx, h.b.Pool, Task{})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	unstick := make(chan struct{})
+	w, err := worker.New(pool, fast(worker.Config{ExtendInterval: 20 * time.Millisecond, AbandonAfter: 50 * time.Millisecond,
+		Registerer: reg, Logger: quiet}))
+	require.NoError(t, err)
+	seen := observe(w)
+	require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+		tx, err := h.ledger.Begin(context.Background()) // direct: no fault touches it
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.Background()) //nolint:errcheck
+		if err := worker.AckTx(ctx, tx, j); err != nil {
+			return err
+		}
+		if err := tx.Commit(context.Background()); err != nil {
+			return err
+		}
+		<-unstick // ignores ctx
+		return nil
+	}, worker.Timeout(time.Second)))
+	ctx, cancel := context.WithCancel(h.b.Ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(ctx) }()
+
+	testdb.WaitFor(t, "the handler abandoned", func() bool { return metricValue(t, reg, `hopper_job_outcomes_total{outcome="abandoned"}`) == 1 })
+	p.Refuse(true)
+	p.CutAll()
+	close(unstick)
+	testdb.WaitFor(t, "the outcome reported", func() bool { return len(seen.of(res.ID, 1)) > 0 })
+	require.Equal(t, []string{string(worker.OutcomeUnconfirmed)}, seen.of(res.ID, 1))
+
+	p.Refuse(false)
+	cancel()
+	require.NoError(t, <-errc)
+	var n int
+	require.NoError(t, h.b.Pool.QueryRow(h.b.Ctx, `SELECT count(*) FROM hopper_all_jobs WHERE id = $1`, res.ID).Scan(&n))
+	require.Zero(t, n, "the AckTx committed: the job is done and runs no more")
 }
