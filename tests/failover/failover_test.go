@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -38,7 +40,8 @@ type bed struct {
 	load    *load
 	workers []*exec.Cmd
 	logs    string
-	phase   time.Duration // load before and after each failure
+	phase   time.Duration // load after each failure, and about as long before it
+	before  time.Duration // load before this scenario's failure (seeded)
 }
 
 // TestFailover: the scenarios, one after another on one formation under
@@ -98,6 +101,16 @@ func TestFailover(t *testing.T) {
 			return p
 		}, func(old *hacluster.Node) { require.NoError(t, b.f.Restart(old)) }, true},
 	}
+	// Seeded: the order of the scenarios and how long the load runs
+	// before each failure, so that runs meet the failures at other
+	// moments of the workers' loops (a claim, an ack batch, a sweep, a
+	// schedule's firing) and in other states left by the scenario before.
+	// The async scenario stays last: nothing makes the standby
+	// synchronous again after it.
+	seed := failoverSeed(t)
+	t.Logf("seed %d (HOPPER_FAILOVER_SEED=%d replays the order and the phases)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	rng.Shuffle(len(scenarios)-1, func(i, j int) { scenarios[i], scenarios[j] = scenarios[j], scenarios[i] })
 	var report []figures
 	only := os.Getenv("HOPPER_FAILOVER_SCENARIOS") // a comma-separated subset, when debugging one
 	for _, s := range scenarios {
@@ -105,7 +118,9 @@ func TestFailover(t *testing.T) {
 			continue
 		}
 		primary := b.settled(s.async)
-		time.Sleep(b.phase) // load before the failure: the "before" figures
+		b.before = b.phase/2 + time.Duration(rng.Int64N(int64(b.phase)))
+		t.Logf("%s: %v of load before the failure", s.name, b.before.Round(time.Millisecond))
+		time.Sleep(b.before) // load before the failure: the "before" figures
 		lag := b.replicationLag()
 		failAt := time.Now()
 		next := s.fail(primary)
@@ -117,6 +132,17 @@ func TestFailover(t *testing.T) {
 	}
 	b.load.halt()
 	b.verdict(report)
+}
+
+// failoverSeed is HOPPER_FAILOVER_SEED when set (to replay a run), else a
+// random seed.
+func failoverSeed(t *testing.T) uint64 {
+	if v := os.Getenv("HOPPER_FAILOVER_SEED"); v != "" {
+		seed, err := strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err, "HOPPER_FAILOVER_SEED")
+		return seed
+	}
+	return rand.Uint64()
 }
 
 func newBed(t *testing.T) *bed {
@@ -300,7 +326,7 @@ func (b *bed) measure(name string, failAt time.Time, old, next *hacluster.Node) 
 	recovered := maxTime(commitAt, runAt, listenAt)
 	time.Sleep(b.phase) // load after recovery: the "after" figures
 	b.waitRun(recovered, recovered.Add(b.phase))
-	fig.p99Before = b.p99(failAt.Add(-b.phase), failAt)
+	fig.p99Before = b.p99(failAt.Add(-b.before), failAt)
 	fig.p99After = b.p99(recovered, recovered.Add(b.phase))
 	fig.enqueued = b.load.enqueued.Load() - enqBefore
 	fig.duplicateRuns = b.duplicateRuns() - dupBefore
