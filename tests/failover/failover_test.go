@@ -3,9 +3,9 @@ package failover
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
-	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strconv"
