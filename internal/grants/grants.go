@@ -98,7 +98,8 @@ var lists = map[Role][]Statement{
 		{Privileges: []string{"SELECT", "INSERT"}, On: onTable, Objects: []string{"hopper_jobs"}, Why: "SELECT: the id back, a duplicate's holder"},
 		{Privileges: []string{"USAGE"}, On: onSequence, Objects: []string{jobsIDSequence}, Why: "hopper_enqueue_many takes its ids first"},
 		{Privileges: []string{"EXECUTE"}, On: onAllFunctions, Why: "PUBLIC has it, unless revoked"},
-		{Revoke: true, Privileges: []string{"EXECUTE"}, On: onFunction, Objects: partitionFunctions, Why: "the workers'"},
+		{Revoke: true, Privileges: []string{"EXECUTE"}, On: onFunction, Objects: partitionFunctions, Why: "the workers' pruner's, not a producer's"},
+		{Privileges: []string{"SELECT"}, On: onTable, Objects: []string{migrationsTable}, Why: "schema.Check reads the version", Need: ReadVersion},
 	},
 	Worker: {
 		{Privileges: []string{"USAGE"}, On: onSchema, Why: "the schema holding Hopper's tables"},
