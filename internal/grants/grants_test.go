@@ -80,8 +80,8 @@ func TestCheck(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		role   grants.Role
-		public bool     // revoke PUBLIC's EXECUTE on the schema's functions first
-		take   string   // what is revoked after the kind's grants, %s the schema, %r the role
+		public bool   // revoke PUBLIC's EXECUTE on the schema's functions first
+		take   string // what is revoked after the kind's grants, %s the schema, %r the role
 		needs  []grants.Need
 		want   []string // the statements the error names, in order; none: Check passes
 	}{
