@@ -73,7 +73,30 @@ func TestGrantsCheckedAtWorkerStart(t *testing.T) {
 		return w
 	}
 	want := "GRANT SELECT, INSERT, UPDATE, DELETE ON " + stepsTable + " TO " + pgx.Identifier{role}.Sanitize()
-	err = newWorker().Run(ctx)
+	client := hopper.NewClient(app)
+	// Without the check the worker starts, claims the job and its step
+	// fails: wait for whichever comes first, so that the test fails then
+	// rather than at its deadline.
+	firstCtx, stopFirst := context.WithCancel(ctx)
+	firstErr := make(chan error, 1)
+	go func() { firstErr <- newWorker().Run(firstCtx) }()
+	returned := false
+	testdb.WaitFor(t, "the worker refuses to start, or attempts the job", func() bool {
+		select {
+		case err = <-firstErr:
+			returned = true
+			return true
+		default:
+		}
+		row, err := client.GetJob(ctx, res.ID)
+		require.NoError(t, err)
+		return row.Attempt > 0
+	})
+	stopFirst()
+	if !returned {
+		err = <-firstErr
+		require.Fail(t, "the worker started without the grants and attempted the job", "Run: %v", err)
+	}
 	require.ErrorIs(t, err, worker.ErrMissingGrants)
 	require.ErrorContains(t, err, want)
 	require.ErrorContains(t, err, "hopper grants "+role+" --as worker --schema "+d.Schema+" --apply")
@@ -81,16 +104,17 @@ func TestGrantsCheckedAtWorkerStart(t *testing.T) {
 	require.ErrorIs(t, err, schema.ErrMissingGrants)
 	require.ErrorContains(t, err, want)
 	require.NoError(t, schema.Check(ctx, app), "without Grants, Check checks the version only")
-	row, err := hopper.NewClient(app).GetJob(ctx, res.ID)
+	row, err := client.GetJob(ctx, res.ID)
 	require.NoError(t, err)
 	require.Equal(t, jobs.StatePending, row.State, "the worker claimed nothing")
+	require.Zero(t, row.Attempt)
 
 	applyGrants(t, d, role, "worker")
 	require.NoError(t, schema.Check(ctx, app, schema.Grants(schema.RoleWorker)))
 	runCtx, stop := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- newWorker().Run(runCtx) }()
-	row, err = hopper.NewClient(app).WaitJob(ctx, res.ID)
+	row, err = client.WaitJob(ctx, res.ID)
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateCompleted, row.State, row.Reason)
 	stop()
