@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	hopperdb "github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/grants"
 	"github.com/hopperq/hopper/internal/migrated"
 )
 
@@ -24,7 +25,10 @@ import (
 // run, when it is older or has no Hopper tables; ErrDirty when a migration
 // failed half-way (a migration still running is waited for, not taken
 // for a failed one); and ErrNoAccess, naming the GRANT to run, when the role
-// may not read hopper_schema_migrations.
+// may not read hopper_schema_migrations. With the Grants option, it then
+// checks that the role has every privilege hopper grants gives that kind
+// of role, and returns ErrMissingGrants, naming the statements to run,
+// when it lacks one.
 func Check(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 	var o options
 	for _, opt := range opts {
@@ -61,7 +65,39 @@ func Check(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 	if dirty {
 		return errorf(ErrDirty, "hopper: schema check: the schema migrations table of %s is dirty: migration %d failed half-way; repair the schema by hand, then force the version it is really at", name, version)
 	}
-	return migrated.Check(ctx, pool, name, run)
+	if err := migrated.Check(ctx, pool, name, run); err != nil || o.role == "" {
+		return err
+	}
+	// Everything the kind of role may need, whatever a process's
+	// configuration: Check does not know it (a worker checks its own).
+	if err := grants.Check(ctx, hopperdb.New(pool), name, grants.Role(o.role), grants.FlowControl, grants.ReadVersion); err != nil {
+		return fmt.Errorf("schema check: %w", err)
+	}
+	return nil
+}
+
+// Role is a kind of role Hopper's guides give grants to, and hopper grants
+// --as names: what the Grants option checks.
+type Role string
+
+// The kinds of role.
+const (
+	// RoleProducer enqueues, through Go or the SQL API (docs/sql-api.md,
+	// Grants).
+	RoleProducer Role = Role(grants.Producer)
+	// RoleWorker runs workers, the operations and the dashboard, and
+	// enqueues (docs/operating.md, Least privilege), flow control's table
+	// included.
+	RoleWorker Role = Role(grants.Worker)
+	// RoleReader reads Hopper's tables and views, and changes nothing.
+	RoleReader Role = Role(grants.Reader)
+)
+
+// Grants makes Check also check that the session's role has every
+// privilege that hopper grants gives a role of that kind on the schema
+// (ErrMissingGrants when it lacks one). Up and NewMigrator ignore it.
+func Grants(role Role) Option {
+	return func(o *options) { o.role = role }
 }
 
 // qualified is the migrations table of schema name, quoted.

@@ -1,6 +1,10 @@
 package schema
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/hopperq/hopper/internal/grants"
+)
 
 // The migrator's errors, to match with errors.Is.
 
@@ -34,3 +38,10 @@ var ErrNoAccess = errors.New("hopper: cannot read the schema version")
 // migration needs for longer than the attempts last. Nothing is left
 // half-applied.
 var ErrLockTimeout = errors.New("hopper: migration timed out waiting for a lock")
+
+// ErrMissingGrants is returned by Check, given the Grants option, when
+// the session's role lacks a privilege that kind of role needs on the
+// schema. The error names the GRANT statements that give it, to run as
+// the schema's owner (or hopper grants ROLE --as KIND --apply). It is
+// worker.ErrMissingGrants, which a worker's Run returns at its start.
+var ErrMissingGrants = grants.ErrMissing

@@ -173,7 +173,8 @@ func TestPrivilegeWorker(t *testing.T) {
 	requireDenied(t, err, "the worker creates a table")
 }
 
-// TestPrivilegeReader: a role that may only read Hopper's tables (USAGE
+// TestPrivilegeReader: a role that may only read Hopper's tables (the
+// reader's grants of docs/operating.md, hopper grants --as reader: USAGE
 // on the schema, SELECT on every table and view), PUBLIC's EXECUTE as
 // PostgreSQL installs it, reads, and can neither enqueue, delete, nor run
 // a partition function. At version 26 it ran them.
@@ -183,9 +184,7 @@ func TestPrivilegeReader(t *testing.T) {
 	defer cancel()
 	d := testdb.New(t)
 	reader := newRole(ctx, t, d, "reader")
-	schemaID := pgx.Identifier{d.Schema}.Sanitize()
-	reader.grant(ctx, t, d, "GRANT USAGE ON SCHEMA "+schemaID+" TO "+reader.ident,
-		"GRANT SELECT ON ALL TABLES IN SCHEMA "+schemaID+" TO "+reader.ident)
+	reader.grant(ctx, t, d, documentedGrants(t, d, "operating.md", reader)...)
 	conn := reader.conn(ctx, t, d)
 
 	var n int

@@ -61,6 +61,7 @@ type options struct {
 	lockTimeout  time.Duration
 	lockAttempts int
 	lockSet      bool // LockTimeout was given (0 then means the server's setting)
+	role         Role // Check's Grants: "" checks none
 }
 
 // The lock waits of a migration, unless LockTimeout says otherwise.

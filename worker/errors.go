@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 
+	"github.com/hopperq/hopper/internal/grants"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -21,6 +22,16 @@ import (
 // AckTx returns it too, for a job of a sequence or a workflow acknowledged
 // in a transaction that is not read committed. It is jobs.ErrIsolation.
 var ErrIsolation = jobs.ErrIsolation
+
+// ErrMissingGrants is returned by Run, before the worker claims anything,
+// when the pool's role lacks a privilege a worker with its configuration
+// needs on Hopper's schema: the least-privilege grants of
+// docs/operating.md, hopper_rate_claims's only when a queue is flow
+// controlled, hopper_schema_migrations's never (the version is checked
+// another way when the role may not read it). The error names the GRANT
+// statements to run as the schema's owner, or hopper grants ROLE --as
+// worker --apply, which runs them all. It is schema.ErrMissingGrants.
+var ErrMissingGrants = grants.ErrMissing
 
 // ErrLeaseBusy is returned by ExtendLease when the job's row stays locked
 // by another transaction (for example one of the application's that

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/grants"
 	"github.com/hopperq/hopper/internal/migrated"
 )
 
@@ -78,6 +79,9 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) *run {
 // left behind.
 func (r *run) start(ctx context.Context) error {
 	w := r.w
+	if err := r.checkGrants(ctx); err != nil {
+		return err
+	}
 	names := make([]string, 0, len(r.producers))
 	for name := range r.producers {
 		names = append(names, name)
@@ -122,6 +126,24 @@ func (r *run) start(ctx context.Context) error {
 	for _, g := range gone {
 		w.log.Warn("handed back the jobs of a previous run of this worker", "previous_host", g.host, "previous_pid", g.pid,
 			"jobs", g.requeued+g.dead, "requeued", g.requeued, "dead", g.dead)
+	}
+	return nil
+}
+
+// checkGrants refuses to start a worker whose role lacks a privilege its
+// configuration needs: without it, the worker would start and then fail
+// statement by statement (a durable call's permission denied for table
+// hopper_job_steps), after a migration that added a table and grants
+// not run again.
+func (r *run) checkGrants(ctx context.Context) error {
+	var needs []grants.Need
+	for _, p := range r.producers {
+		if p.flow != nil {
+			needs = []grants.Need{grants.FlowControl}
+		}
+	}
+	if err := grants.Check(ctx, r.w.q, r.schema, grants.Worker, needs...); err != nil {
+		return fmt.Errorf("worker: start: %w", err)
 	}
 	return nil
 }

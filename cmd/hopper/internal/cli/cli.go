@@ -82,6 +82,7 @@ type command struct {
 func commands() []*command {
 	return []*command{
 		migrateCommand(),
+		grantsCommand(),
 		enqueueCommand(),
 		statsCommand(),
 		keysCommand(),

@@ -1,0 +1,9 @@
+package grants_test
+
+import (
+	"testing"
+
+	"github.com/hopperq/hopper/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
