@@ -100,6 +100,61 @@ func (q *Queries) GetProgress(ctx context.Context, jobID int64) (GetProgressRow,
 	return i, err
 }
 
+const listPatches = `-- name: ListPatches :many
+WITH marks AS (
+    SELECT j.kind, s.name, count(DISTINCT s.job_id) AS marked
+    FROM hopper_job_steps AS s
+    JOIN hopper_jobs AS j ON j.id = s.job_id
+    WHERE s.kind = 'step' AND s.name LIKE 'hopper.patch:%'
+    GROUP BY j.kind, s.name
+), durable AS (
+    SELECT j.kind, count(DISTINCT s.job_id) AS jobs
+    FROM hopper_job_steps AS s
+    JOIN hopper_jobs AS j ON j.id = s.job_id
+    WHERE j.kind IN (SELECT m.kind FROM marks AS m)
+    GROUP BY j.kind
+)
+SELECT m.kind::text AS kind, substr(m.name, char_length('hopper.patch:') + 1)::text AS patch,
+       m.marked::bigint AS marked, (d.jobs - m.marked)::bigint AS unmarked
+FROM marks AS m
+JOIN durable AS d ON d.kind = m.kind
+ORDER BY 1, 2
+`
+
+type ListPatchesRow struct {
+	Kind     string `json:"kind"`
+	Patch    string `json:"patch"`
+	Marked   int64  `json:"marked"`
+	Unmarked int64  `json:"unmarked"`
+}
+
+// Every patch whose marker live jobs hold, by kind, with PatchUse's
+// counts.
+func (q *Queries) ListPatches(ctx context.Context) ([]ListPatchesRow, error) {
+	rows, err := q.db.Query(ctx, listPatches)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListPatchesRow{}
+	for rows.Next() {
+		var i ListPatchesRow
+		if err := rows.Scan(
+			&i.Kind,
+			&i.Patch,
+			&i.Marked,
+			&i.Unmarked,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listSteps = `-- name: ListSteps :many
 SELECT s.position, s.name, s.kind, s.state, s.result, s.until, s.created_at,
        (CASE WHEN s.until IS NULL THEN 0
@@ -218,6 +273,45 @@ func (q *Queries) MarkWorkflowAwaited(ctx context.Context, workflow string) (Mar
 	row := q.db.QueryRow(ctx, markWorkflowAwaited, workflow)
 	var i MarkWorkflowAwaitedRow
 	err := row.Scan(&i.Live, &i.Unmarked)
+	return i, err
+}
+
+const patchUse = `-- name: PatchUse :one
+WITH durable AS (
+    SELECT DISTINCT s.job_id
+    FROM hopper_job_steps AS s
+    JOIN hopper_jobs AS j ON j.id = s.job_id
+    WHERE j.kind = $1::text
+), marked AS (
+    SELECT DISTINCT s.job_id
+    FROM hopper_job_steps AS s
+    JOIN hopper_jobs AS j ON j.id = s.job_id
+    WHERE j.kind = $1::text AND s.kind = 'step' AND s.name = 'hopper.patch:' || $2::text
+)
+SELECT (SELECT count(*) FROM marked)::bigint AS marked,
+       ((SELECT count(*) FROM durable) - (SELECT count(*) FROM marked))::bigint AS unmarked
+`
+
+type PatchUseParams struct {
+	Kind  string `json:"kind"`
+	Patch string `json:"patch"`
+}
+
+type PatchUseRow struct {
+	Marked   int64 `json:"marked"`
+	Unmarked int64 `json:"unmarked"`
+}
+
+// How many live jobs of a kind hold the marker of a patch (a step record
+// named 'hopper.patch:' || patch, worker.Patched's), and how many hold
+// durable records but not the marker: the runs that may still take the
+// old path (a run that recorded another call where Patched now stands).
+// Reads the records of the kind's live jobs: an operator's question, not
+// a hot path.
+func (q *Queries) PatchUse(ctx context.Context, arg PatchUseParams) (PatchUseRow, error) {
+	row := q.db.QueryRow(ctx, patchUse, arg.Kind, arg.Patch)
+	var i PatchUseRow
+	err := row.Scan(&i.Marked, &i.Unmarked)
 	return i, err
 }
 

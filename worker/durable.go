@@ -146,9 +146,12 @@ func (d *durableCalls) reload(ctx context.Context, c *heldJob) (*durableRecord, 
 
 // check refuses a record that another call made at this position: the
 // handler's calls changed between runs.
-func (d *durableCalls) check(r *durableRecord, kind, name string) error {
+func (d *durableCalls) check(c *heldJob, r *durableRecord, kind, name string) error {
 	if r.Kind == kind && r.Name == name {
 		return nil
+	}
+	if isPatchMarker(r) {
+		return d.unknownPatch(c, r, kind, name)
 	}
 	return Permanent(fmt.Errorf("%w: call %d is %s %q, but the job's record of it is %s %q",
 		ErrNonDeterministic, d.next+1, kind, name, r.Kind, r.Name))
@@ -186,6 +189,9 @@ var errRecordTaken = errors.New("hopper: record taken by another run")
 func durableJob(ctx context.Context, id int64, what, name string) (*heldJob, error) {
 	if p := nameProblem(name); p != "" {
 		return nil, invalidCall(what, id, p)
+	}
+	if what == "step" && strings.HasPrefix(name, PatchMarkerPrefix) {
+		return nil, invalidCall(what, id, fmt.Sprintf("name %q: names beginning %q are Patched's", name, PatchMarkerPrefix))
 	}
 	return heldJobFrom(ctx, id)
 }
@@ -339,7 +345,7 @@ func replayStep[R any](ctx context.Context, c *heldJob, name, what string, run f
 			return zero, err
 		}
 		if rec != nil {
-			if err := d.check(rec, recordStep, name); err != nil {
+			if err := d.check(c, rec, recordStep, name); err != nil {
 				return zero, err
 			}
 			d.next++
@@ -460,7 +466,7 @@ func sleepUntil(ctx context.Context, id int64, name string, wake db.RecordStepPa
 			}
 			rec = &d.records[d.next]
 		}
-		if err := d.check(rec, recordSleep, name); err != nil {
+		if err := d.check(c, rec, recordSleep, name); err != nil {
 			return err
 		}
 		if rec.over() {
@@ -522,7 +528,7 @@ func AwaitEvent[R, T any](ctx context.Context, job *jobs.Job[T], name string, ti
 			}
 			rec = &d.records[d.next]
 		}
-		if err := d.check(rec, recordEvent, name); err != nil {
+		if err := d.check(c, rec, recordEvent, name); err != nil {
 			return zero, err
 		}
 		if rec.State == "waiting" {

@@ -84,6 +84,13 @@ var ErrSuspended = errors.New("hopper: job suspended")
 // job). The handler may go on: the timeout is recorded like a result.
 var ErrEventTimeout = errors.New("hopper: event did not come in time")
 
+// ErrUnknownPatch is wrapped by the error of a durable call that finds,
+// at its place in the job's records, the marker of a patch its handler
+// does not call Patched for: a newer build started the run (a rolling
+// deploy). The job is given back for UnknownPatchDelay, uncharged, for a
+// worker of that build; it is not a failure.
+var ErrUnknownPatch = errors.New("hopper: the job's records hold a patch this build does not know")
+
 // ErrNonDeterministic is wrapped by the error a durable call (Step,
 // StepTx, Sleep, AwaitEvent) returns when the job's records say an
 // earlier run made another call at this place: the handler's calls

@@ -93,6 +93,7 @@ func commands() []*command {
 		sequencesCommand(),
 		workflowsCommand(),
 		eventsCommand(),
+		patchesCommand(),
 		deadCommand(),
 		historyCommand(),
 		sqlCommand(),

@@ -279,3 +279,46 @@ WHERE e.name IN (SELECT o.name
                  ORDER BY coalesce(o.emitted_at, o.created_at)
                  LIMIT @max_events::integer
                  FOR UPDATE SKIP LOCKED);
+
+-- name: PatchUse :one
+-- How many live jobs of a kind hold the marker of a patch (a step record
+-- named 'hopper.patch:' || patch, worker.Patched's), and how many hold
+-- durable records but not the marker: the runs that may still take the
+-- old path (a run that recorded another call where Patched now stands).
+-- Reads the records of the kind's live jobs: an operator's question, not
+-- a hot path.
+WITH durable AS (
+    SELECT DISTINCT s.job_id
+    FROM hopper_job_steps AS s
+    JOIN hopper_jobs AS j ON j.id = s.job_id
+    WHERE j.kind = @kind::text
+), marked AS (
+    SELECT DISTINCT s.job_id
+    FROM hopper_job_steps AS s
+    JOIN hopper_jobs AS j ON j.id = s.job_id
+    WHERE j.kind = @kind::text AND s.kind = 'step' AND s.name = 'hopper.patch:' || @patch::text
+)
+SELECT (SELECT count(*) FROM marked)::bigint AS marked,
+       ((SELECT count(*) FROM durable) - (SELECT count(*) FROM marked))::bigint AS unmarked;
+
+-- name: ListPatches :many
+-- Every patch whose marker live jobs hold, by kind, with PatchUse's
+-- counts.
+WITH marks AS (
+    SELECT j.kind, s.name, count(DISTINCT s.job_id) AS marked
+    FROM hopper_job_steps AS s
+    JOIN hopper_jobs AS j ON j.id = s.job_id
+    WHERE s.kind = 'step' AND s.name LIKE 'hopper.patch:%'
+    GROUP BY j.kind, s.name
+), durable AS (
+    SELECT j.kind, count(DISTINCT s.job_id) AS jobs
+    FROM hopper_job_steps AS s
+    JOIN hopper_jobs AS j ON j.id = s.job_id
+    WHERE j.kind IN (SELECT m.kind FROM marks AS m)
+    GROUP BY j.kind
+)
+SELECT m.kind::text AS kind, substr(m.name, char_length('hopper.patch:') + 1)::text AS patch,
+       m.marked::bigint AS marked, (d.jobs - m.marked)::bigint AS unmarked
+FROM marks AS m
+JOIN durable AS d ON d.kind = m.kind
+ORDER BY 1, 2;
