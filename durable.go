@@ -257,7 +257,10 @@ func (c *Client) WakeJobTx(ctx context.Context, tx jobs.DBTX, id int64) (StepKin
 // (StateCompleted) set, which is also what an operator's DeleteJob of a
 // live job looks like. Errors wrap ErrNotFound when the job is in no
 // table when WaitJob starts, ErrWaitUnsupported when the Client has no
-// pool.
+// pool. When ctx's deadline passes first, the error wraps
+// context.DeadlineExceeded and says what the job still waits for: a
+// worker of its queue (or the queue's resume), its handler's end, a
+// sleep's end, an event, or the jobs ahead of it.
 func (c *Client) WaitJob(ctx context.Context, id int64) (jobs.Row, error) {
 	var out jobs.Row
 	err := c.waitEnded(ctx, fmt.Sprintf("wait for job %d", id), false,
@@ -282,6 +285,11 @@ func (c *Client) WaitJob(ctx context.Context, id int64) (jobs.Row, error) {
 			out = row
 			return true, nil
 		})
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+		if why := c.stillLive(ctx, id); why != "" {
+			err = fmt.Errorf("%w: %s", err, why)
+		}
+	}
 	if err != nil {
 		return jobs.Row{}, err
 	}
