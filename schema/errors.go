@@ -34,3 +34,9 @@ var ErrNoAccess = errors.New("hopper: cannot read the schema version")
 // migration needs for longer than the attempts last. Nothing is left
 // half-applied.
 var ErrLockTimeout = errors.New("hopper: migration timed out waiting for a lock")
+
+// ErrThroughPooler is returned when the migrator's sessions reach
+// PostgreSQL through a pooler, such as PgBouncer, that refuses the startup
+// parameters they carry (lock_timeout, and search_path with Name): the
+// migrations need a direct connection to PostgreSQL. Nothing is migrated.
+var ErrThroughPooler = errors.New("hopper: migrations need a direct connection to PostgreSQL, not a pooler")

@@ -26,6 +26,7 @@ import (
 	"github.com/hopperq/hopper/internal/pgcluster"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/schema"
 	"github.com/hopperq/hopper/worker"
 )
 
@@ -310,4 +311,42 @@ func TestPgBouncerWaitJob(t *testing.T) {
 	require.ErrorContains(t, err, "already exists")
 	require.ErrorContains(t, err, "set default_query_exec_mode=exec in the connection string")
 	t.Logf("with the statement cache: %v", err)
+}
+
+// TestPgBouncerMigrate: hopper migrate through PgBouncer fails before
+// touching anything, and says to connect to PostgreSQL directly: PgBouncer
+// refuses the startup parameters the migrator's sessions carry
+// (lock_timeout) and --schema's (search_path). A program calling
+// schema.NewMigrator gets schema.ErrThroughPooler.
+func TestPgBouncerMigrate(t *testing.T) {
+	testdb.Slow(t, "a PgBouncer of its own")
+	t.Parallel()
+	bouncer := startPgBouncer(t)
+	d := testdb.NewEmpty(t)
+	url := fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&default_query_exec_mode=exec",
+		bouncer.User, net.JoinHostPort(bouncer.Host, strconv.Itoa(int(bouncer.Port))), bouncer.Database)
+	r := runHopper(t, url, "", "migrate", "version")
+	requireFailure(t, r, 1, "hopper migrate: connect `hopper migrate` to PostgreSQL directly, not through PgBouncer (it refuses the lock_timeout startup parameter)")
+	// With --schema the sessions carry search_path too: PgBouncer names
+	// whichever it meets first.
+	r = runHopper(t, url, "", "migrate", "up", "--schema", d.Schema)
+	requireFailure(t, r, 1, "hopper migrate: connect `hopper migrate` to PostgreSQL directly, not through PgBouncer (it refuses the ")
+	require.Regexp(t, `refuses the (lock_timeout|search_path) startup parameter\)`, r.stderr)
+	// Other commands' --schema sets search_path on the connection.
+	r = runHopper(t, url, "", "jobs", "list", "--schema", d.Schema)
+	requireFailure(t, r, 1, "refused the search_path startup parameter, as PgBouncer does: connect to PostgreSQL directly, not through PgBouncer")
+	t.Logf("hopper jobs list --schema: %s", r.stderr)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	poolCfg, err := pgxpool.ParseConfig("")
+	require.NoError(t, err)
+	poolCfg.ConnConfig = bouncer
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = schema.NewMigrator(ctx, pool)
+	require.ErrorIs(t, err, schema.ErrThroughPooler)
+	require.ErrorContains(t, err, "the server refused the lock_timeout startup parameter of the migrator's sessions, as PgBouncer does: migrate against PostgreSQL directly")
+	require.Equal(t, versionLine(0), migrateVersion(t, d.URL), "nothing migrated")
 }
