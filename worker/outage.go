@@ -40,7 +40,7 @@ const (
 // reminderGap is the pause before reminder n (from 0) of an outage: after
 // the outage's first line for n = 0, after reminder n-1 otherwise.
 func reminderGap(n int) time.Duration {
-	if n >= 7 { // 5s << 6 = 320s is past the cap already; no overflow
+	if n >= 6 { // 5s << 6 is past the cap; a larger shift would overflow
 		return reminderMax
 	}
 	return min(reminderFirst<<n, reminderMax)
