@@ -247,9 +247,13 @@ func (c *Client) WakeJobTx(ctx context.Context, tx jobs.DBTX, id int64) (StepKin
 // is woken by a notification the job's end sends (the channel
 // hopper_job_ended), not by polling: it needs a Client made on a
 // *pgxpool.Pool (possibly scoped by jobs.InSchema), from which it holds
-// one connection while it waits, and a direct connection to the server
-// (LISTEN does not pass PgBouncer in transaction mode). As a safety net
-// against a lost connection it also reads the job every 30 seconds.
+// one connection while it waits. As a safety net against a lost
+// connection it also reads the job every 30 seconds. Through a pooler
+// such as PgBouncer (the server's process id is not the one the
+// connection was told), where a LISTEN may not outlive its statement, it
+// holds no connection and reads the job every second instead; in
+// transaction mode the pool needs pgx's exec mode
+// (default_query_exec_mode=exec), which the error says when it is not set.
 //
 // A completed job is returned whole, its handler's result in Result,
 // when its kind or queue keeps history. Without history a completed job
@@ -262,7 +266,10 @@ func (c *Client) WakeJobTx(ctx context.Context, tx jobs.DBTX, id int64) (StepKin
 // (worker.KeepHistory). Errors wrap ErrNotFound when no job was ever given the
 // id (or the role may not read the id sequence, hopper_jobs_id_seq, and
 // the job is in no table), ErrWaitUnsupported when the Client has no
-// pool.
+// pool. When ctx's deadline passes first, the error wraps
+// context.DeadlineExceeded and says what the job still waits for: a
+// worker of its queue (or the queue's resume), its handler's end, a
+// sleep's end, an event, or the jobs ahead of it.
 func (c *Client) WaitJob(ctx context.Context, id int64) (jobs.Row, error) {
 	var out jobs.Row
 	err := c.waitEnded(ctx, fmt.Sprintf("wait for job %d", id), false,
@@ -297,6 +304,11 @@ func (c *Client) WaitJob(ctx context.Context, id int64) (jobs.Row, error) {
 			out = row
 			return true, nil
 		})
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+		if why := c.stillLive(ctx, id); why != "" {
+			err = fmt.Errorf("%w: %s", err, why)
+		}
+	}
 	if err != nil {
 		return jobs.Row{}, err
 	}
@@ -354,28 +366,30 @@ const (
 func (c *Client) waitEnded(ctx context.Context, what string, remark bool,
 	mark func(context.Context, *db.Queries) (live, unmarked bool, err error),
 	ended func(ctx context.Context, ids []int64, all bool, wasLive bool) (bool, error)) error {
+	fail := func(err error) error { return fmt.Errorf("%s: %w", what, withPoolerHint(err)) }
 	conn, release, err := c.acquireListener(ctx)
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return fail(err)
 	}
 	defer release()
-	lq := db.New(conn)
-	if err := lq.ListenJobEnded(ctx); err != nil {
-		return fmt.Errorf("%s: listen: %w", what, err)
+	if conn != nil {
+		if err := db.New(conn).ListenJobEnded(ctx); err != nil {
+			return fmt.Errorf("%s: listen: %w", what, withPoolerHint(err))
+		}
 	}
 	schema, err := c.queries(c.db).HopperSchema(ctx)
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return fail(err)
 	}
 	live, unmarked, err := mark(ctx, c.queries(c.db))
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return fail(err)
 	}
 	if !live {
 		done, err := ended(ctx, nil, true, false)
 		switch {
 		case err != nil:
-			return fmt.Errorf("%s: %w", what, err)
+			return fail(err)
 		case !done:
 			return fmt.Errorf("%s: %w", what, ErrNotFound)
 		}
@@ -384,20 +398,26 @@ func (c *Client) waitEnded(ctx context.Context, what string, remark bool,
 	for first := true; ; first = false {
 		if !first && remark {
 			if _, unmarked, err = mark(ctx, c.queries(c.db)); err != nil {
-				return fmt.Errorf("%s: %w", what, err)
+				return fail(err)
 			}
 		}
 		done, err := ended(ctx, nil, true, true)
 		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+			return fail(err)
 		}
 		if done {
 			return nil
 		}
 		for {
 			every := waitCheckEvery
-			if unmarked {
+			if unmarked || conn == nil {
 				every = unmarkedCheckEvery
+			}
+			if conn == nil { // through a pooler: no notification comes
+				if !sleepCtx(ctx, every) {
+					return fmt.Errorf("%s: %w", what, ctx.Err())
+				}
+				break
 			}
 			wctx, cancel := context.WithTimeout(ctx, every)
 			n, err := conn.WaitForNotification(wctx)
@@ -409,7 +429,7 @@ func (c *Client) waitEnded(ctx context.Context, what string, remark bool,
 				if errors.Is(err, context.DeadlineExceeded) {
 					break // the safety net's check
 				}
-				return fmt.Errorf("%s: %w", what, err)
+				return fail(err)
 			}
 			var msg struct {
 				Schema string  `json:"schema"`
@@ -421,17 +441,29 @@ func (c *Client) waitEnded(ctx context.Context, what string, remark bool,
 			}
 			if remark {
 				if _, unmarked, err = mark(ctx, c.queries(c.db)); err != nil { // steps added since
-					return fmt.Errorf("%s: %w", what, err)
+					return fail(err)
 				}
 			}
 			done, err := ended(ctx, msg.IDs, msg.More, true)
 			if err != nil {
-				return fmt.Errorf("%s: %w", what, err)
+				return fail(err)
 			}
 			if done {
 				return nil
 			}
 		}
+	}
+}
+
+// sleepCtx waits d, or until ctx ends: it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -469,7 +501,12 @@ func WaitJobResult[R any](ctx context.Context, c *Client, id int64) (R, error) {
 }
 
 // acquireListener takes a connection of the Client's pool for a LISTEN;
-// release gives it back unsubscribed (or closes it when that fails).
+// release gives it back unsubscribed (or closes it when that fails). When
+// the pool reaches PostgreSQL through a pooler (the server's process id
+// differs from the one the connection was told), it gives the connection
+// back at once and returns none: in PgBouncer's transaction mode a LISTEN
+// holds for its own statement only, and the wait would hear nothing, so
+// the caller reads instead.
 func (c *Client) acquireListener(ctx context.Context) (*pgx.Conn, func(), error) {
 	pool := poolOf(c.db)
 	if pool == nil {
@@ -480,6 +517,15 @@ func (c *Client) acquireListener(ctx context.Context) (*pgx.Conn, func(), error)
 		return nil, nil, err
 	}
 	conn := pc.Conn()
+	pid, err := db.New(conn).BackendPID(ctx)
+	if err != nil {
+		pc.Release()
+		return nil, nil, err
+	}
+	if uint32(pid) != conn.PgConn().PID() {
+		pc.Release()
+		return nil, func() {}, nil
+	}
 	release := func() {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()

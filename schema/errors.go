@@ -45,3 +45,9 @@ var ErrLockTimeout = errors.New("hopper: migration timed out waiting for a lock"
 // the schema's owner (or hopper grants ROLE --as KIND --apply). It is
 // worker.ErrMissingGrants, which a worker's Run returns at its start.
 var ErrMissingGrants = grants.ErrMissing
+
+// ErrThroughPooler is returned when the migrator's sessions reach
+// PostgreSQL through a pooler, such as PgBouncer, that refuses the startup
+// parameters they carry (lock_timeout, and search_path with Name): the
+// migrations need a direct connection to PostgreSQL. Nothing is migrated.
+var ErrThroughPooler = errors.New("hopper: migrations need a direct connection to PostgreSQL, not a pooler")

@@ -138,7 +138,7 @@ func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migr
 	}
 	driver, schemaName, err := openDriverRetrying(ctx, *connCfg, o)
 	if err != nil {
-		return nil, err
+		return nil, throughPooler(err)
 	}
 	src, err := iofs.New(Files, ".")
 	if err != nil {

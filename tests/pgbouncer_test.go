@@ -22,9 +22,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/pgcluster"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/jobs"
+	"github.com/hopperq/hopper/schema"
 	"github.com/hopperq/hopper/worker"
 )
 
@@ -225,4 +227,126 @@ func TestPgBouncerTransactionMode(t *testing.T) {
 	stop()
 	require.NoError(t, <-errc)
 	require.Contains(t, logs.String(), "poll_only=false")
+}
+
+// TestPgBouncerWaitJob: WaitJob through PgBouncer in transaction mode,
+// where a LISTEN holds for its own statement only, reads the job instead
+// of waiting for a notification that never comes, so it returns soon
+// after the job ends (not at its 30 s safety net). Without pgx's exec
+// mode, the statement cache's names collide on the shared server
+// sessions, and the error says which setting to change.
+func TestPgBouncerWaitJob(t *testing.T) {
+	testdb.Slow(t, "a PgBouncer of its own")
+	t.Parallel()
+	bouncer := startPgBouncer(t)
+	d := testdb.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	clientOn := func(mode pgx.QueryExecMode) *hopper.Client {
+		poolCfg, err := pgxpool.ParseConfig("")
+		require.NoError(t, err)
+		poolCfg.ConnConfig = bouncer.Copy()
+		poolCfg.ConnConfig.DefaultQueryExecMode = mode
+		poolCfg.MaxConns = 4
+		pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		scoped, err := jobs.InSchema(pool, d.Schema)
+		require.NoError(t, err)
+		return hopper.NewClient(scoped)
+	}
+	direct := hopper.NewClient(d.Pool)
+
+	client := clientOn(pgx.QueryExecModeExec)
+	res, err := bouncedEmail.Enqueue(ctx, d.Pool, bouncerEmail{To: "awaited"})
+	require.NoError(t, err)
+	type waited struct {
+		row jobs.Row
+		err error
+	}
+	got := make(chan waited, 1)
+	// Under the safety net's 30 s: without the fix the wait hears nothing
+	// and fails here.
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	go func() {
+		row, err := client.WaitJob(wctx, res.ID)
+		got <- waited{row, err}
+	}()
+	testdb.WaitFor(t, "the job marked awaited", func() bool {
+		row, err := direct.GetJob(ctx, res.ID)
+		require.NoError(t, err)
+		_, ok := row.Meta["hopper.awaited"]
+		return ok
+	})
+	_, err = direct.CancelJobs(ctx, res.ID)
+	require.NoError(t, err)
+	w := <-got
+	require.NoError(t, w.err, "WaitJob through PgBouncer")
+	require.Equal(t, jobs.StateCancelled, w.row.State)
+
+	// Both server sessions get the statement WaitJob runs first, prepared
+	// under the statement cache's name by two clients holding one each.
+	var pids []int32
+	var txs []pgx.Tx
+	for range 2 {
+		cfg := bouncer.Copy()
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close(context.Background()) })
+		tx, err := conn.Begin(ctx) // holds a server session until the commit
+		require.NoError(t, err)
+		pid, err := db.New(tx).BackendPID(ctx)
+		require.NoError(t, err)
+		pids, txs = append(pids, pid), append(txs, tx)
+	}
+	require.NotEqual(t, pids[0], pids[1], "two server sessions")
+	for _, tx := range txs {
+		require.NoError(t, tx.Commit(ctx))
+	}
+	res, err = bouncedEmail.Enqueue(ctx, d.Pool, bouncerEmail{To: "awaited with the statement cache"})
+	require.NoError(t, err)
+	_, err = clientOn(pgx.QueryExecModeCacheStatement).WaitJob(ctx, res.ID)
+	require.ErrorContains(t, err, "already exists")
+	require.ErrorContains(t, err, "set default_query_exec_mode=exec in the connection string")
+	t.Logf("with the statement cache: %v", err)
+}
+
+// TestPgBouncerMigrate: hopper migrate through PgBouncer fails before
+// touching anything, and says to connect to PostgreSQL directly: PgBouncer
+// refuses the startup parameters the migrator's sessions carry
+// (lock_timeout) and --schema's (search_path). A program calling
+// schema.NewMigrator gets schema.ErrThroughPooler.
+func TestPgBouncerMigrate(t *testing.T) {
+	testdb.Slow(t, "a PgBouncer of its own")
+	t.Parallel()
+	bouncer := startPgBouncer(t)
+	d := testdb.NewEmpty(t)
+	url := fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&default_query_exec_mode=exec",
+		bouncer.User, net.JoinHostPort(bouncer.Host, strconv.Itoa(int(bouncer.Port))), bouncer.Database)
+	r := runHopper(t, url, "", "migrate", "version")
+	requireFailure(t, r, 1, "hopper migrate: connect `hopper migrate` to PostgreSQL directly, not through PgBouncer (it refuses the lock_timeout startup parameter)")
+	// With --schema the sessions carry search_path too: PgBouncer names
+	// whichever it meets first.
+	r = runHopper(t, url, "", "migrate", "up", "--schema", d.Schema)
+	requireFailure(t, r, 1, "hopper migrate: connect `hopper migrate` to PostgreSQL directly, not through PgBouncer (it refuses the ")
+	require.Regexp(t, `refuses the (lock_timeout|search_path) startup parameter\)`, r.stderr)
+	// Other commands' --schema sets search_path on the connection.
+	r = runHopper(t, url, "", "jobs", "list", "--schema", d.Schema)
+	requireFailure(t, r, 1, "refused the search_path startup parameter, as PgBouncer does: connect to PostgreSQL directly, not through PgBouncer")
+	t.Logf("hopper jobs list --schema: %s", r.stderr)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	poolCfg, err := pgxpool.ParseConfig("")
+	require.NoError(t, err)
+	poolCfg.ConnConfig = bouncer
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = schema.NewMigrator(ctx, pool)
+	require.ErrorIs(t, err, schema.ErrThroughPooler)
+	require.ErrorContains(t, err, "the server refused the lock_timeout startup parameter of the migrator's sessions, as PgBouncer does: migrate against PostgreSQL directly")
+	require.Equal(t, versionLine(0), migrateVersion(t, d.URL), "nothing migrated")
 }

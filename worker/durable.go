@@ -153,7 +153,11 @@ func (d *durableCalls) check(c *heldJob, r *durableRecord, kind, name string) er
 	if isPatchMarker(r) {
 		return d.unknownPatch(c, r, kind, name)
 	}
-	return Permanent(fmt.Errorf("%w: call %d is %s %q, but the job's record of it is %s %q",
+	// The job is dead with this error, its records kept: the message is
+	// what an operator reads, so it says the two ways back.
+	return Permanent(fmt.Errorf("%w: call %d is %s %q, but the job's record of it is %s %q "+
+		"(to recover: deploy again the handler that made the records and retry the dead job, "+
+		"or retry it once the handler makes the recorded calls first, in their order: hopper dead retry ID, or Client.RetryDeadJobs)",
 		ErrNonDeterministic, d.next+1, kind, name, r.Kind, r.Name))
 }
 

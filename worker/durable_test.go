@@ -284,6 +284,8 @@ func TestDurableNonDeterminismFailsTheJob(t *testing.T) {
 	d := waitDead(t, b, res.ID)
 	require.Contains(t, d.Reason, "durable calls differ from the job's records")
 	require.Contains(t, d.Reason, `step "renamed"`)
+	require.Contains(t, d.Reason, "to recover: deploy again the handler that made the records and retry the dead job")
+	require.Contains(t, d.Reason, "hopper dead retry ID")
 	require.Equal(t, 1, b.records(t, res.ID), "a dead job keeps its records for a retry")
 	_, err = b.Pool.Exec(b.Ctx, `DELETE FROM hopper_dead_jobs WHERE id = $1`, res.ID)
 	require.NoError(t, err)

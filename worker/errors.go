@@ -97,7 +97,9 @@ var ErrUnknownPatch = errors.New("hopper: the job's records hold a patch this bu
 // changed order or name between runs (a deploy changed the handler, or it
 // chose its steps from something other than its payload and records).
 // The error is Permanent: the job goes dead with it rather than replay a
-// record into the wrong call.
+// record into the wrong call. The dead job keeps its records, and its
+// error says how to recover: deploy again the handler that made them,
+// or one that makes the recorded calls first, then retry the dead job.
 var ErrNonDeterministic = errors.New("hopper: durable calls differ from the job's records")
 
 // ErrRecordTooLarge is wrapped by the error Step and StepTx return for a

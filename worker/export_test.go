@@ -82,3 +82,16 @@ func MoveAckTxTimeline(ctx context.Context, jobID int64) error {
 	c.ackTimeline.Add(1000)
 	return nil
 }
+
+// reminderBound is the most reminders an outage can log in elapsed: the
+// k-th comes no sooner than the sum of the first k gaps after its start.
+func reminderBound(elapsed time.Duration) int {
+	k := 0
+	for sum := reminderGap(0); sum <= elapsed; sum += reminderGap(k) {
+		k++
+	}
+	return k
+}
+
+// OutageReminderBound is reminderBound, for the tests outside the package.
+func OutageReminderBound(elapsed time.Duration) int { return reminderBound(elapsed) }

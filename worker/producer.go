@@ -57,6 +57,7 @@ type producerDeps struct {
 	listening *atomic.Bool // the notifier's: wake-ups reach the scan cursor
 	claims    *claimBatch  // plain queues' claims, batched across queues
 	guard     *readOnlyGuard
+	reached   func() // a claim succeeded: the outage, if any, is over
 	// hard is the shutdown's hard deadline (run.hard): a claim is cut off
 	// by it only.
 	hard context.Context
@@ -116,6 +117,7 @@ func (p *producer) fetchLoop(ctx context.Context) {
 				continue
 			}
 			failures = 0
+			p.reached()
 			if n < free {
 				p.awaitWork(ctx, poll) // the queue is drained for now
 				continue

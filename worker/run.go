@@ -52,11 +52,18 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) *run {
 	guard.refusals = w.metrics.readOnlyC
 	r.completer = newCompleter(w.q, w.log, cfg, r.report, guard, hard)
 	r.executor = newExecutor(w.q, w.log, w.metrics, cfg, r.completer, r.report, handlerBase, hard)
-	r.heartbeat = newHeartbeat(r.held, &r.executor.inFlight, r.registry.beat, r.releaser.releaseGone, guard, w.pool, w.dbtx, cfg)
+	beat := func(ctx context.Context, q *db.Queries) beatResult {
+		res := r.registry.beat(ctx, q)
+		if res.err == nil {
+			w.outage.reached()
+		}
+		return res
+	}
+	r.heartbeat = newHeartbeat(r.held, &r.executor.inFlight, beat, r.releaser.releaseGone, guard, w.pool, w.dbtx, cfg)
 
 	listening := new(atomic.Bool) // written by the notifier, read by the producers
 	deps := producerDeps{q: w.q, pool: w.pool, scope: w.scope, cfg: cfg, log: w.log, metrics: w.metrics,
-		handlers: w.handlers, held: r.held, executor: r.executor, listening: listening, claims: newClaimBatch(w.q), guard: guard, hard: hard}
+		handlers: w.handlers, held: r.held, executor: r.executor, listening: listening, claims: newClaimBatch(w.q), guard: guard, reached: w.outage.reached, hard: hard}
 	byKind := w.handlers.kindKeyLimits()
 	r.producers = make(map[string]*producer, len(cfg.Queues))
 	for name, n := range cfg.Queues {

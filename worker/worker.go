@@ -44,7 +44,8 @@ type Worker struct {
 	q         *db.Queries
 	scope     *schemascope.DB // Config.Schema's scope; nil: the pool's search_path
 	cfg       Config
-	log       *slog.Logger
+	log       *slog.Logger // through outageHandler: an outage is told once (outage.go)
+	outage    *outage
 	metrics   *metrics
 	announcer announcer
 	sweeper   *sweeper
@@ -83,7 +84,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	if cfg.Schema != "" {
 		scope = schemascope.Wrap(pool, cfg.Schema)
 	}
-	w := &Worker{pool: pool, scope: scope, cfg: cfg, log: cfg.Logger.With("worker", cfg.ID), metrics: m,
+	base := cfg.Logger.With("worker", cfg.ID)
+	out := newOutage(base, time.Now)
+	w := &Worker{pool: pool, scope: scope, cfg: cfg, log: slog.New(&outageHandler{inner: base.Handler(), o: out}), outage: out, metrics: m,
 		handlers: newHandlerTable(), schedules: map[string]*scheduled{}}
 	w.q = db.New(w.dbtx(pool))
 	w.announcer = announcer{q: w.q, log: w.log}

@@ -458,6 +458,9 @@ func (e *env) connectSized(maxConns int32) (*pgxpool.Pool, error) {
 func connectError(cfg *pgx.ConnConfig, err error) error {
 	addr := address(cfg.Host, cfg.Port)
 	var pgErr *pgconn.PgError
+	if param, ok := refusedStartupParameter(err); ok {
+		return fmt.Errorf("the server at %s refused the %s startup parameter, as PgBouncer does: connect to PostgreSQL directly, not through PgBouncer", addr, param)
+	}
 	if errors.As(err, &pgErr) {
 		var hint string
 		switch pgErr.Code {
@@ -486,6 +489,18 @@ func connectError(cfg *pgx.ConnConfig, err error) error {
 		return fmt.Errorf("no answer from %s in time (check the host and port, and any firewall between)", addr)
 	}
 	return fmt.Errorf("cannot connect to %s: %s", addr, dialFailures(err))
+}
+
+// refusedStartupParameter reports whether err is a server refusing a
+// startup parameter, as PgBouncer does with every one it does not track
+// (SQLSTATE 08P01, "unsupported startup parameter: search_path"), and
+// names the parameter. PostgreSQL itself takes any setting there.
+func refusedStartupParameter(err error) (string, bool) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "08P01" {
+		return "", false
+	}
+	return strings.CutPrefix(pgErr.Message, "unsupported startup parameter: ")
 }
 
 // dialFailures lists why each attempt of a failed connection failed, once

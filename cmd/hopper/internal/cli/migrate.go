@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -183,6 +184,9 @@ func (c *cliError) Unwrap() error { return c.err }
 
 // migrateErr drops the schema package's prefixes from err's message.
 func migrateErr(err error) error {
+	if param, ok := refusedStartupParameter(err); ok && errors.Is(err, schema.ErrThroughPooler) {
+		return &cliError{msg: fmt.Sprintf("connect `hopper migrate` to PostgreSQL directly, not through PgBouncer (it refuses the %s startup parameter)", param), err: err}
+	}
 	msg := err.Error()
 	for _, prefix := range []string{"hopper: migrate: ", "hopper: migrate up: ", "hopper: migrate down: ", "hopper: migrate force: ", "hopper: migrate version: ", "hopper: "} {
 		if rest, ok := strings.CutPrefix(msg, prefix); ok {
