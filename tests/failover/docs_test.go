@@ -107,4 +107,3 @@ func autoctlHelp(path []string) string {
 	}
 	return text
 }
-
