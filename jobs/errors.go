@@ -72,6 +72,16 @@ var ErrInvalidMeta = errors.New("hopper: invalid metadata")
 // error.
 var ErrIsolation = migrated.ErrIsolation
 
+// ErrReadOnly is returned (wrapping the database's error, SQLSTATE 25006)
+// for an enqueue, or any other write of Hopper's, that the server refused
+// because it is read-only: the connection reached a standby, or a primary
+// a failover demoted, or a transaction that is read only (BEGIN READ ONLY,
+// default_transaction_read_only). Its message names the fix: a connection
+// string that lists every node and sets target_session_attrs=read-write,
+// so that a new session finds the primary. hopper.Client's writes return
+// it too; worker.ErrReadOnly is the same error.
+var ErrReadOnly = migrated.ErrReadOnly
+
 // ErrNotMigrated is returned by every entry point that uses Hopper's
 // tables (Enqueue and the other enqueue calls, hopper.Client's methods,
 // worker.Run, the hopper command) when they are missing, or the schema is

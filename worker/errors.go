@@ -33,6 +33,15 @@ var ErrIsolation = jobs.ErrIsolation
 // worker --apply, which runs them all. It is schema.ErrMissingGrants.
 var ErrMissingGrants = grants.ErrMissing
 
+// ErrReadOnly is returned by Run when the worker's first write at start is
+// refused as read-only (SQLSTATE 25006): its pool reaches a standby, or a
+// primary a failover demoted. The message names the fix: a connection
+// string that lists every node and sets target_session_attrs=read-write.
+// Once started, the worker rides such refusals out instead (it replaces
+// its pool's sessions and tries again; hopper_read_only_refusals_total
+// counts them). AckTx returns it too. It is jobs.ErrReadOnly.
+var ErrReadOnly = jobs.ErrReadOnly
+
 // ErrLeaseBusy is returned by ExtendLease when the job's row stays locked
 // by another transaction (for example one of the application's that
 // selected it FOR UPDATE) through several tries: nothing was extended.

@@ -98,7 +98,9 @@ func (r *run) start(ctx context.Context) error {
 		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
 			return migrated.Errorf(w.migrateUp(), "schema %s lacks hopper_queues, which migration %s adds", r.schema, migrated.Migration(3))
 		}
-		return fmt.Errorf("worker: start: register queues: %w", err)
+		// The first write: on a standby it is the one refused, and the
+		// error says which connection string would reach the primary.
+		return fmt.Errorf("worker: start: register queues: %w", migrated.ExplainReadOnly(err))
 	}
 	if err := r.recordFlow(ctx); err != nil {
 		return err

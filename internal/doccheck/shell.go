@@ -425,3 +425,25 @@ func (c *Checker) repoScript(cwd, arg string) string {
 	}
 	return p
 }
+
+// Commands returns the simple commands of a shell block (see checkShell),
+// each as its words, with the line it is on: for tests that check a
+// program's command lines against the program itself.
+func Commands(b Block) []Command {
+	var out []Command
+	for _, l := range commandLines(b) {
+		for _, cmd := range simpleCommands(words(l.text)) {
+			if cmd[0] != "(" && cmd[0] != ")" {
+				out = append(out, Command{Line: l.line, Words: cmd})
+			}
+		}
+	}
+	return out
+}
+
+// Command is one simple command of a shell block: its words, without the
+// VAR=value assignments and redirections around it.
+type Command struct {
+	Line  int // within the file
+	Words []string
+}

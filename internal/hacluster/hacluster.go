@@ -196,8 +196,9 @@ func (f *Formation) Node(name string) *Node {
 }
 
 // URL is the formation's multi-host connection string, as `pg_autoctl show
-// uri` gives it: both nodes, target_session_attrs=read-write, so a new
-// connection finds whichever node is primary now.
+// uri` gives it with a user and a connect timeout added (it has neither):
+// both nodes, target_session_attrs=read-write, so a new connection finds
+// whichever node is primary now.
 func (f *Formation) URL() string {
 	var hosts []string
 	for _, n := range f.nodes {

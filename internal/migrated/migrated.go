@@ -117,8 +117,9 @@ func SchemaOf(on db.DBTX) string {
 // the handle on, as ErrNotMigrated when the database said that a table,
 // column, function or type it names does not exist (SQLSTATE 42P01,
 // 42703, 42883, 42704): in Hopper's statements, that means a schema older
-// than this build; and as ErrIsolation when the schema refused a write to
-// a sequence's or a workflow's job outside READ COMMITTED. The database's
+// than this build; as ErrIsolation when the schema refused a write to a
+// sequence's or a workflow's job outside READ COMMITTED; and as
+// ErrReadOnly when the server refused a write as read-only. The database's
 // error stays matchable with errors.As. Any other error, and nil, is
 // returned as it is.
 //
@@ -136,7 +137,7 @@ func Explain(err error, on db.DBTX) error {
 	if explained := explainIsolation(err, pgErr); explained != nil {
 		return explained
 	}
-	return err
+	return ExplainReadOnly(err)
 }
 
 // DB runs statements on a handle, refusing them on a schema older than

@@ -52,7 +52,8 @@ func standbyFormation(t *testing.T, ctx context.Context) (*hacluster.Formation, 
 // TestReadsFromTheStandby: what only reads can read the standby — a
 // Client, hopper stats, jobs list and show, the dashboard's pages, the
 // worker's database gauges — and says how stale it is; every change still
-// goes to the primary, and the standby refuses one sent to it (25006).
+// goes to the primary, and the standby refuses one sent to it (25006,
+// jobs.ErrReadOnly), and a worker started on it, naming the fix.
 func TestReadsFromTheStandby(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -78,8 +79,18 @@ func TestReadsFromTheStandby(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, page.Jobs, 1)
 	var pgErr *pgconn.PgError
-	require.True(t, errors.As(rc.CancelJob(ctx, job.ID), &pgErr), "a change on the standby is refused")
+	err = rc.CancelJob(ctx, job.ID)
+	require.True(t, errors.As(err, &pgErr), "a change on the standby is refused")
 	require.Equal(t, "25006", pgErr.Code)
+	require.ErrorIs(t, err, jobs.ErrReadOnly)
+	// A worker started on the standby stops at once, saying how to reach
+	// the primary.
+	sw, err := worker.New(reads, worker.Config{Queues: map[string]int{jobs.DefaultQueue: 1}, Logger: quiet()})
+	require.NoError(t, err)
+	require.NoError(t, worker.Handle(sw, k, func(context.Context, *jobs.Job[Task]) error { return nil }))
+	err = sw.Run(ctx)
+	require.ErrorIs(t, err, worker.ErrReadOnly)
+	require.ErrorContains(t, err, "target_session_attrs=read-write")
 
 	// The command line.
 	bin, remove, err := clibed.BuildHopper(".")
