@@ -148,6 +148,7 @@ func TestCLIJSONSnakeCase(t *testing.T) {
 		{[]string{"version"}, []string{".version", ".schema_version", ".go"}},
 		{[]string{"workflows", "show", "json-wf"}, []string{".steps[].parent_steps", ".steps[].max_attempts", ".steps[].created_at"}},
 		{[]string{"workflows", "list"}, []string{".workflows[].id", ".workflows[].oldest_at", ".workflows[].age_seconds"}},
+		{[]string{"patches", "json_done", "cents"}, []string{"[].kind", "[].patch", "[].marked", "[].unmarked"}},
 	}
 	// bench's report: its types are checked by cmd/hopper/internal/cli's
 	// TestJSONFieldNames (a run takes minutes).
