@@ -177,15 +177,17 @@ func reset(ctx context.Context, dsn, name, fresh string) (string, error) {
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	// The tables written to (a page or more: live or dead rows) and the
-	// sequences used, read before the rename, under the old name.
+	// sequences used, read before the rename, under the old name. The
+	// migrations' version and the builds that applied them stay, as a
+	// freshly migrated schema has them.
 	var tables, sequences string
 	if err := tx.QueryRow(ctx, `SELECT
 		  (SELECT coalesce(string_agg(format('%I.%I', $2::text, c.relname), ', ' ORDER BY c.relname), '')
-		   FROM pg_class AS c WHERE c.relnamespace = $1::text::regnamespace AND c.relkind = 'r' AND c.relname <> $3::text
+		   FROM pg_class AS c WHERE c.relnamespace = $1::text::regnamespace AND c.relkind = 'r' AND c.relname <> ALL ($3::text[])
 		     AND pg_relation_size(c.oid) > 0),
 		  (SELECT coalesce(string_agg(format('ALTER SEQUENCE %I.%I RESTART;', $2::text, s.sequencename), ' ' ORDER BY s.sequencename), '')
 		   FROM pg_sequences AS s WHERE s.schemaname = $1::text AND s.last_value IS NOT NULL)`,
-		name, renamed, schema.MigrationsTable).Scan(&tables, &sequences); err != nil {
+		name, renamed, []string{schema.MigrationsTable, "hopper_migration_builds"}).Scan(&tables, &sequences); err != nil {
 		return "", err
 	}
 	// DDL takes no bind parameters: the names are the test bed's own, quoted.
