@@ -77,7 +77,8 @@ func Version() string { return Read().Version }
 // Of reads a build from Go's build information (debug.ReadBuildInfo, or
 // debug/buildinfo.ReadFile of a binary). Its Version is Hopper's release
 // ("v1.2.0") or pseudo-version when Hopper is a dependency (the
-// replacement's version when a replace directive names one); for a build
+// replacement's version when a replace directive names one, "v0.0.0 =>
+// ../hopper" when it names a folder); for a build
 // of Hopper's own tree, the version Go derived from the checkout (a tag,
 // or a pseudo-version naming the commit, "+dirty" with uncommitted
 // changes), else "devel" with the commit and its time ("devel
@@ -120,8 +121,14 @@ func versionOf(info *debug.BuildInfo) string {
 }
 
 func moduleVersion(m *debug.Module) string {
-	if m.Replace != nil && m.Replace.Version != "" {
-		return m.Replace.Version
+	if r := m.Replace; r != nil {
+		if r.Version != "" && r.Version != "(devel)" {
+			return r.Version
+		}
+		// Replaced by a folder (a checkout), which has no version: the
+		// required one says nothing of the code, so the folder is named
+		// as go.mod spells it, as go version -m prints it.
+		return m.Version + " => " + r.Path
 	}
 	if m.Version == "(devel)" {
 		return ""

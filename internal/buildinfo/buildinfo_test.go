@@ -22,7 +22,7 @@ func TestVersionOf(t *testing.T) {
 		{"a dependency replaced by a version", debug.BuildInfo{Main: debug.Module{Path: "example.com/app"},
 			Deps: []*debug.Module{{Path: Module, Version: "v1.2.0", Replace: &debug.Module{Path: "example.com/fork", Version: "v1.2.1"}}}}, "v1.2.1"},
 		{"a dependency replaced by a folder", debug.BuildInfo{Main: debug.Module{Path: "example.com/app"},
-			Deps: []*debug.Module{{Path: Module, Version: "v0.0.0-00010101000000-000000000000", Replace: &debug.Module{Path: "../hopper"}}}}, "v0.0.0-00010101000000-000000000000"},
+			Deps: []*debug.Module{{Path: Module, Version: "v0.0.0-00010101000000-000000000000", Replace: &debug.Module{Path: "../hopper", Version: "(devel)"}}}}, "v0.0.0-00010101000000-000000000000 => ../hopper"},
 		{"not a dependency", debug.BuildInfo{Main: debug.Module{Path: "example.com/app"}}, ""},
 		{"Hopper's own tree, released", debug.BuildInfo{Main: debug.Module{Path: Module, Version: "v1.3.0"}}, "v1.3.0"},
 		{"Hopper's own tree at a commit", debug.BuildInfo{Main: debug.Module{Path: Module, Version: "(devel)"}, Settings: rev}, "devel 0123456789ab"},
