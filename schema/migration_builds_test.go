@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/buildinfo"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/schema"
@@ -97,25 +98,39 @@ func TestMigrationBuildsFollowDown(t *testing.T) {
 	require.Equal(t, 1, n)
 }
 
-// TestMigrationBuildsForgetUndone: the rows of migrations a down undoes
-// go, while the table stays (a down that stops at or above 30); the rows
-// are what RecordMigrationBuilds leaves, tested here on the table
-// directly because 30 is the latest.
+// TestMigrationBuildsForgetUndone: the statement a run records with
+// forgets the migrations above the version the run left (what a down
+// undid) and records the ones it applied, replacing an older record of
+// the same migration. 30 being the latest, a down from it drops the table,
+// so the statement is run here as a down from a later version would.
 func TestMigrationBuildsForgetUndone(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	t.Parallel()
 	d := testdb.New(t)
 	mg, err := schema.NewMigrator(ctx, d.Pool)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, mg.Close()) }()
-	// A row of a later migration, as a newer Hopper would have left before
-	// the schema was forced back to this build's latest.
+	latest := int64(schema.Latest())
+	// Rows of two later migrations, as a newer Hopper leaves them.
 	_, err = d.Pool.Exec(ctx, `INSERT INTO hopper_migration_builds (version, hopper_version, program, revision, vcs_modified, go_version)
-		VALUES ($1, 'v9.0.0', 'example.com/new', '', false, 'go1.99')`, schema.Latest()+1)
+		VALUES ($1, 'v9.0.0', 'example.com/new', '', false, 'go1.99'), ($1 + 1, 'v9.0.0', 'example.com/new', '', false, 'go1.99')`, latest+1)
 	require.NoError(t, err)
-	require.NoError(t, mg.Up(ctx))
+
+	// Down from latest+2 to latest: both forgotten, nothing recorded.
+	q := db.New(d.Pool)
+	require.NoError(t, q.RecordMigrationBuilds(ctx, db.RecordMigrationBuildsParams{HopperVersion: "v9.0.0", Program: "example.com/new",
+		GoVersion: "go1.99", Versions: []int64{}, ToVersion: latest}))
 	builds, err := mg.Builds(ctx)
 	require.NoError(t, err)
-	require.Equal(t, schema.Versions(), versionsOf(builds), "the run forgot the migration above the version it left")
+	require.Equal(t, schema.Versions(), versionsOf(builds), "the migrations above the version left are forgotten")
+
+	// Up again from latest-1 by another build: its row replaces this one's.
+	require.NoError(t, q.RecordMigrationBuilds(ctx, db.RecordMigrationBuildsParams{HopperVersion: "v9.0.0", Program: "example.com/new",
+		GoVersion: "go1.99", Versions: []int64{latest}, ToVersion: latest}))
+	builds, err = mg.Builds(ctx)
+	require.NoError(t, err)
+	require.Equal(t, schema.Versions(), versionsOf(builds))
+	require.Equal(t, "example.com/new", builds[len(builds)-1].Program)
+	require.Equal(t, buildinfo.Read().Program, builds[len(builds)-2].Program)
 }

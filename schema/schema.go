@@ -582,7 +582,7 @@ func (mg *Migrator) runOnce(ctx context.Context, what string, step func() error)
 // recordBuilds writes, in hopper_migration_builds, this build as the one
 // that applied each migration above before up to the version the run left
 // the schema at, and forgets the migrations above that version (a down
-// undid them). It runs on the session that holds the run lock, so no
+// undid them); a run that changed nothing writes nothing. It runs on the session that holds the run lock, so no
 // other Hopper migrator moves the version meanwhile. A schema left dirty
 // is recorded by no one: a person repairs it and forces its version.
 func (mg *Migrator) recordBuilds(ctx context.Context, conn *pgx.Conn, what string, before uint) error {
@@ -590,8 +590,12 @@ func (mg *Migrator) recordBuilds(ctx context.Context, conn *pgx.Conn, what strin
 	if err != nil {
 		return err
 	}
-	if dirty || after < buildsVersion {
-		return nil // no table to write to (a down below it dropped it)
+	if dirty || after < buildsVersion || after == before {
+		// Left dirty; no table to write to (a down below it dropped it); or
+		// nothing applied nor undone, which writes nothing: a process
+		// whose role may not write the table (the least-privilege grants)
+		// still calls Up on a current schema.
+		return nil
 	}
 	var applied []int64
 	for _, v := range Versions() {
@@ -609,7 +613,7 @@ func (mg *Migrator) recordBuilds(ctx context.Context, conn *pgx.Conn, what strin
 		GoVersion: b.Go, Versions: applied, ToVersion: int64(after),
 	})
 	if err != nil {
-		return fmt.Errorf("migrate %s: record which build applied migrations %d to %d: %w", what, before+1, after, err)
+		return fmt.Errorf("migrate %s: record this build in hopper_migration_builds (from version %d to %d): %w", what, before, after, err)
 	}
 	return nil
 }
