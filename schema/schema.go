@@ -582,9 +582,10 @@ func (mg *Migrator) runOnce(ctx context.Context, what string, step func() error)
 // recordBuilds writes, in hopper_migration_builds, this build as the one
 // that applied each migration above before up to the version the run left
 // the schema at, and forgets the migrations above that version (a down
-// undid them); a run that changed nothing writes nothing. It runs on the session that holds the run lock, so no
-// other Hopper migrator moves the version meanwhile. A schema left dirty
-// is recorded by no one: a person repairs it and forces its version.
+// undid them); a run that changed nothing writes nothing. It runs on the
+// session that holds the run lock, so no other Hopper migrator moves the
+// version meanwhile. A schema left dirty is recorded by no one: a person
+// repairs it and forces its version.
 func (mg *Migrator) recordBuilds(ctx context.Context, conn *pgx.Conn, what string, before uint) error {
 	after, dirty, err := mg.Version()
 	if err != nil {
