@@ -18,8 +18,9 @@ type WorkerInfo struct {
 	ID   string
 	Host string
 	PID  int
-	// Version is the Hopper module version it was built with; "" when
-	// unknown (a development build).
+	// Version is the Hopper module version it was built with ("v1.2.0"),
+	// "devel" and a commit for a build of Hopper's own tree, "devel
+	// unstamped" when that build recorded no commit; "" when unknown.
 	Version string
 	// Queues are the queues it claims from; none for a worker that only
 	// fires schedules.

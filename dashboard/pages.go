@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/internal/buildinfo"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -52,6 +53,10 @@ type page struct {
 	// Lag, with Config.ReadDB, says how stale the page's reads are.
 	Lag  string
 	Data any
+	// Build is the dashboard process's own build, in every page's footer:
+	// the dashboard a person looks at is one more build to tell apart
+	// during a rollout.
+	Build buildinfo.Build
 }
 
 func (d *Dashboard) routes() http.Handler {
@@ -196,7 +201,8 @@ func cookiePath(r *http.Request) string {
 }
 
 func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
-	p := page{Base: relBase(r), Title: title, CSRF: d.csrf(d.session(w, r)), ReadOnly: d.cfg.ReadOnly, Lag: d.readLag(r), Data: data}
+	p := page{Base: relBase(r), Title: title, CSRF: d.csrf(d.session(w, r)), ReadOnly: d.cfg.ReadOnly, Lag: d.readLag(r), Data: data,
+		Build: buildinfo.Read()}
 	if r.Method == http.MethodGet && name != "overview-live" { // a page the browser shows, not a part of one
 		p.Flash = d.takeFlash(w, r)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/dashboard"
+	"github.com/hopperq/hopper/internal/buildinfo"
 	"github.com/hopperq/hopper/internal/testfactory"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -24,7 +25,8 @@ func (b *bed) registry() map[string][]int64 {
 	b.t.Helper()
 	testfactory.Worker(b.ctx, b.t, b.pool, &testfactory.WorkerOpts{ID: "gone-1", Host: "node-a", PID: 11,
 		Queues: []string{"email", "default"}, StaleAfter: time.Second, LastBeatAgo: 5 * time.Minute})
-	testfactory.Worker(b.ctx, b.t, b.pool, &testfactory.WorkerOpts{ID: "live-1", Host: "node-b", PID: 22, StaleAfter: time.Hour})
+	testfactory.Worker(b.ctx, b.t, b.pool, &testfactory.WorkerOpts{ID: "live-1", Host: "node-b", PID: 22, StaleAfter: time.Hour,
+		Version: "v1.2.0"})
 	testfactory.Worker(b.ctx, b.t, b.pool, &testfactory.WorkerOpts{ID: "sched-1", Host: "node-c", PID: 33, Queues: []string{}, StaleAfter: time.Hour})
 	held := func(owner string, maxAttempts int32) int64 {
 		return testfactory.Job(b.ctx, b.t, b.pool, &testfactory.JobOpts{
@@ -56,13 +58,13 @@ func getFrom(t *testing.T, url string) (int, string) {
 }
 
 // TestWorkersPage: the workers page, linked from every page's navigation,
-// shows each worker of the registry (host, pid, queues, jobs held, last
-// beat, alive or gone); a gone worker holding jobs has a release button, a
+// shows each worker of the registry (host, pid, the Hopper version it was
+// built with, queues, jobs held, last beat, alive or gone); a gone worker holding jobs has a release button, a
 // live one a link to the page that says what forcing risks; read-only, none.
 func TestWorkersPage(t *testing.T) {
 	b := newBed(t, dashboard.Config{Token: token})
 	_, body := b.get("/workers")
-	require.Contains(t, body, `<td colspan="8">No workers in the registry.</td>`)
+	require.Contains(t, body, `<td colspan="9">No workers in the registry.</td>`)
 	b.registry()
 
 	for _, path := range []string{"/", "/jobs", "/dead", "/schedules", "/workers"} {
@@ -73,12 +75,13 @@ func TestWorkersPage(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	require.Contains(t, body, "<title>Workers · Hopper</title>")
 	gone := row(t, body, `<tr data-worker="gone-1">`)
-	require.Regexp(t, `<td>gone-1</td><td>node-a</td><td>11</td>\s*<td><a href="jobs\?queue=email">email</a>, <a href="jobs\?queue=default">default</a></td>\s*`+
+	require.Regexp(t, `<td>gone-1</td><td>node-a</td><td>11</td><td><span class="muted">unknown</span></td>\s*<td><a href="jobs\?queue=email">email</a>, <a href="jobs\?queue=default">default</a></td>\s*`+
 		`<td>2</td><td>5m\d\ds ago</td>\s*<td><span class="paused">gone</span></td>`, gone)
 	require.Equal(t, "workers/gone-1/release", formAction(t, gone, `data-worker="gone-1"`))
 	require.NotContains(t, gone, "force")
 	live := row(t, body, `<tr data-worker="live-1">`)
 	require.Regexp(t, `<td>2</td><td>\d+s ago</td>\s*<td>alive</td>`, live)
+	require.Contains(t, live, `<td>22</td><td>v1.2.0</td>`, "the Hopper it was built with")
 	require.Contains(t, live, `<a class="danger" href="workers/live-1/release">Force release…</a>`)
 	require.NotContains(t, live, "<form", "no release in one click for a live worker")
 	sched := row(t, body, `<tr data-worker="sched-1">`)
@@ -155,6 +158,7 @@ func TestReleaseWorker(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	require.Contains(t, body, "<title>Release the jobs of worker live-1 · Hopper</title>")
 	require.Contains(t, body, `<base href="../../">`)
+	require.Contains(t, body, "<dt>Version</dt><dd>v1.2.0</dd>")
 	require.Regexp(t, `(?s)<p class="error" id="risk">This worker is alive: its last heartbeat was \d+s ago\..*each may run twice at once\.</p>`, body)
 	require.Contains(t, body, `<input type="hidden" name="force" value="yes"><button id="force" class="danger">Force release: its jobs may run twice</button>`)
 	require.Equal(t, "workers/live-1/release", formAction(t, body, `id="risk"`))
@@ -218,4 +222,18 @@ func TestWorkerIDsAreEscaped(t *testing.T) {
 	require.Equal(t, "../../workers", location)
 	require.Equal(t, jobs.StatePending, b.state(job))
 	require.Equal(t, "Worker "+id+": released 1 job(s): 1 requeued, 0 dead.", b.flash("/workers"))
+}
+
+// TestBuildFooter: every page's footer names the dashboard's own build:
+// Hopper's version, the commit (a test binary records none, and says so)
+// and Go, so that a person looking at a dashboard during a rollout knows
+// which one it is.
+func TestBuildFooter(t *testing.T) {
+	b := newBed(t, dashboard.Config{Token: token})
+	build := buildinfo.Read()
+	want := `<footer class="muted" id="build">Hopper ` + build.Version + `, commit ` + buildinfo.Unstamped + `, ` + build.Go + `</footer>`
+	for _, path := range []string{"/", "/jobs", "/dead", "/schedules", "/workers", "/sequences", "/workflows", "/jobs/999999"} {
+		_, body := b.get(path)
+		require.Contains(t, body, want, path)
+	}
 }

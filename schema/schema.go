@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	hopperdb "github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/buildinfo"
 )
 
 // Files holds the migration files of this version of Hopper, as golang-migrate
@@ -553,22 +554,70 @@ func (mg *Migrator) undoRolledBackLocked(what string) error {
 	return nil
 }
 
-// runOnce runs step once under Hopper's run lock (see lockRun), and
-// clears the dirty mark of a migration that rolled back on a lock wait
-// before giving that lock back.
+// runOnce runs step once under Hopper's run lock (see lockRun), clears
+// the dirty mark of a migration that rolled back on a lock wait before
+// giving that lock back, and records which build applied the migrations
+// the run applied (recordBuilds).
 func (mg *Migrator) runOnce(ctx context.Context, what string, step func() error) (err error) {
-	release, err := mg.lockRun(ctx, what)
+	conn, err := mg.lockRun(ctx, what)
 	if err != nil {
 		return err
 	}
-	defer release()
-	err = mg.stepChecked(ctx, what, step)
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	before, err := mg.stepChecked(ctx, what, step)
 	if lockRefused(err) != nil && !waitedForMigrationsLock(err) {
 		if uerr := mg.undoRolledBack(what); uerr != nil {
 			return errors.Join(err, uerr)
 		}
 	}
-	return err
+	if before < 0 {
+		return err // the version check failed: the run applied nothing
+	}
+	// Recorded even when ctx ended during the run: the migrations it
+	// applied stay applied.
+	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	return errors.Join(err, mg.recordBuilds(recordCtx, conn, what, uint(before)))
+}
+
+// recordBuilds writes, in hopper_migration_builds, this build as the one
+// that applied each migration above before up to the version the run left
+// the schema at, and forgets the migrations above that version (a down
+// undid them); a run that changed nothing writes nothing. It runs on the
+// session that holds the run lock, so no other Hopper migrator moves the
+// version meanwhile. A schema left dirty is recorded by no one: a person
+// repairs it and forces its version.
+func (mg *Migrator) recordBuilds(ctx context.Context, conn *pgx.Conn, what string, before uint) error {
+	after, dirty, err := mg.Version()
+	if err != nil {
+		return err
+	}
+	if dirty || after < buildsVersion || after == before {
+		// Left dirty; no table to write to (a down below it dropped it); or
+		// nothing applied nor undone, which writes nothing: a process
+		// whose role may not write the table (the least-privilege grants)
+		// still calls Up on a current schema.
+		return nil
+	}
+	var applied []int64
+	for _, v := range Versions() {
+		if v > before && v <= after {
+			applied = append(applied, int64(v))
+		}
+	}
+	b := buildinfo.Read()
+	var vcsTime *time.Time
+	if t, err := time.Parse(time.RFC3339, b.Time); err == nil {
+		vcsTime = &t
+	}
+	err = hopperdb.New(conn).RecordMigrationBuilds(ctx, hopperdb.RecordMigrationBuildsParams{
+		HopperVersion: b.Version, Program: b.Program, Revision: b.Revision, VcsModified: b.Modified, VcsTime: vcsTime,
+		GoVersion: b.Go, Versions: applied, ToVersion: int64(after),
+	})
+	if err != nil {
+		return fmt.Errorf("migrate %s: record this build in hopper_migration_builds (from version %d to %d): %w", what, before, after, err)
+	}
+	return nil
 }
 
 // runLockError is the failure to take Hopper's run lock: the run ran
@@ -579,16 +628,17 @@ func (e *runLockError) Error() string { return e.err.Error() }
 func (e *runLockError) Unwrap() error { return e.err }
 
 // lockRun takes Hopper's run lock on the migrator's schema
-// (LockMigrationRun), on a session of its own that release closes.
+// (LockMigrationRun), on a session of its own, which the caller closes to
+// give the lock back.
 // golang-migrate gives its own lock back before a rolled-back migration's
 // dirty mark can be cleared; every Hopper migrator waits for this lock
 // first, so none reads that passing mark as a schema half-migrated.
-func (mg *Migrator) lockRun(ctx context.Context, what string) (release func(), err error) {
+func (mg *Migrator) lockRun(ctx context.Context, what string) (*pgx.Conn, error) {
 	conn, err := pgx.ConnectConfig(ctx, &mg.connCfg)
 	if err != nil {
 		return nil, fmt.Errorf("migrate %s: connect for the run lock: %w", what, err)
 	}
-	release = func() { _ = conn.Close(context.WithoutCancel(ctx)) }
+	release := func() { _ = conn.Close(context.WithoutCancel(ctx)) }
 	q := hopperdb.New(conn)
 	access, err := q.MigrationsTableAccess(ctx, mg.schema)
 	if err != nil {
@@ -604,14 +654,16 @@ func (mg *Migrator) lockRun(ctx context.Context, what string) (release func(), e
 		release()
 		return nil, &runLockError{fmt.Errorf("migrate %s: take the migrations' run lock: %w", what, err)}
 	}
-	return release, nil
+	return conn, nil
 }
 
 // stepChecked checks the version under golang-migrate's lock, then runs
-// step.
-func (mg *Migrator) stepChecked(ctx context.Context, what string, step func() error) error {
-	if _, err := mg.checkVersionLocked(what); err != nil {
-		return err
+// step. It returns the version step started from, -1 when the check
+// failed and step did not run.
+func (mg *Migrator) stepChecked(ctx context.Context, what string, step func() error) (int, error) {
+	before, err := mg.checkVersionLocked(what)
+	if err != nil {
+		return -1, err
 	}
 	// golang-migrate takes no context; GracefulStop stops it between
 	// migrations, never inside one.
@@ -624,7 +676,7 @@ func (mg *Migrator) stepChecked(ctx context.Context, what string, step func() er
 		case <-done:
 		}
 	}()
-	err := step()
+	err = step()
 	if errors.Is(err, migrate.ErrNoChange) {
 		err = nil
 	}
@@ -632,9 +684,9 @@ func (mg *Migrator) stepChecked(ctx context.Context, what string, step func() er
 		err = ctx.Err()
 	}
 	if err != nil {
-		return fmt.Errorf("migrate %s: %w", what, err)
+		return int(before), fmt.Errorf("migrate %s: %w", what, err)
 	}
-	return nil
+	return int(before), nil
 }
 
 // Up migrates the database behind pool to the latest version: the one call

@@ -32,6 +32,9 @@ var addedBy = map[uint][]string{
 	25: nil, // workflow_lookups: an index replaced by one of the same name, a function's new body
 	26: {"function hopper_sequence_place_keys", "function hopper_sequence_place_queue"},
 	27: nil, // definer_grants: grants on the partition functions
+	28: nil, // meta_room: a check on hopper_jobs replaced
+	29: nil, // meta_room_valid: the check validated
+	30: {"relation hopper_migration_builds", "relation hopper_migration_builds_pkey"},
 }
 
 // deadPartitionObjects are what migration 24 (dead_partitions) adds: the

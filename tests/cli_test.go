@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	debugbuildinfo "debug/buildinfo"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/buildinfo"
 	"github.com/hopperq/hopper/internal/pgurl"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/queries"
@@ -667,29 +669,48 @@ func TestCLIKeys(t *testing.T) {
 	requireFailure(t, runHopper(t, d.URL, "", "enqueue", "--kind", "sync", "--concurrency-key", strings.Repeat("k", 256)), 2, "invalid concurrency key")
 }
 
-// TestCLIVersion: hopper version says which Hopper the binary is (a build
-// of this tree is "devel", with its commit when the build recorded one),
-// the schema version it needs, and its Go, with no database at all.
+// TestCLIVersion: hopper version says which Hopper the binary is and
+// which commit it was built from, as Go recorded them in the binary (a
+// build of this tree has Go's version of the checkout, or "devel" with the
+// commit; "devel unstamped" and why when the build recorded no commit), the
+// schema version it needs, and its Go, with no database at all.
 func TestCLIVersion(t *testing.T) {
 	t.Parallel()
+	info, err := debugbuildinfo.ReadFile(hopperBin)
+	require.NoError(t, err)
+	want := buildinfo.Of(info)
 	r := runHopper(t, "postgres://127.0.0.1:1/nowhere", "", "version")
 	require.Zero(t, r.code, r.stderr)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	require.Len(t, lines, 3, r.stdout)
-	require.True(t, strings.HasPrefix(lines[0], "hopper devel"), lines[0])
-	require.Equal(t, fmt.Sprintf("schema version %d", schema.Latest()), lines[1])
-	require.Equal(t, runtime.Version(), lines[2])
+	require.Len(t, lines, 4, r.stdout)
+	require.Equal(t, "hopper "+want.Version, lines[0])
+	if want.Revision == "" {
+		require.True(t, strings.HasPrefix(want.Version, "devel unstamped"), want.Version)
+		require.Equal(t, "commit unstamped ("+buildinfo.NoStampReason+")", lines[1])
+	} else {
+		require.Regexp(t, `^(v\d+\.\d+\.\d+\S*|devel [0-9a-f]{12}(\+dirty)? \S+)$`, want.Version)
+		require.True(t, strings.HasPrefix(lines[1], "commit "+want.Revision+" of "+want.Time), lines[1])
+	}
+	require.Equal(t, fmt.Sprintf("schema version %d", schema.Latest()), lines[2])
+	require.Equal(t, runtime.Version(), lines[3])
 
 	r = runHopper(t, "postgres://127.0.0.1:1/nowhere", "", "version", "--json")
 	require.Zero(t, r.code, r.stderr)
 	var v struct {
 		Version       string `json:"version"`
+		Revision      string `json:"revision"`
+		Time          string `json:"vcs_time"`
+		Modified      bool   `json:"vcs_modified"`
 		SchemaVersion uint   `json:"schema_version"`
 		Go            string `json:"go"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &v))
 	require.Equal(t, schema.Latest(), v.SchemaVersion)
-	require.True(t, strings.HasPrefix(v.Version, "devel"), v.Version)
+	require.Equal(t, want.Version, v.Version)
+	require.Equal(t, want.Revision, v.Revision)
+	require.Equal(t, want.Time, v.Time)
+	require.Equal(t, want.Modified, v.Modified)
+	require.Equal(t, runtime.Version(), v.Go)
 
 	r = runHopper(t, "", "", "version", "extra")
 	require.Equal(t, 2, r.code)

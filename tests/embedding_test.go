@@ -48,6 +48,14 @@ func (m *goModule) sh(line string, env ...string) string {
 	return string(out)
 }
 
+// try runs one shell line in the module's folder and returns its failure.
+func (m *goModule) try(line string) error {
+	cmd := exec.CommandContext(m.ctx, "sh", "-c", line)
+	cmd.Dir = m.dir
+	cmd.Env = m.env
+	return cmd.Run()
+}
+
 func (m *goModule) write(name, text string) {
 	m.t.Helper()
 	path := filepath.Join(m.dir, name)

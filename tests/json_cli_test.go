@@ -145,7 +145,7 @@ func TestCLIJSONSnakeCase(t *testing.T) {
 		{[]string{"history", "show", done}, []string{".finished_at"}},
 		{[]string{"sequences", "list"}, []string{".sequences[].job_id", ".sequences[].blocked_at", ".sequences[].waiting_capped"}},
 		{[]string{"sequences", "show", "json-seq"}, []string{".blocked.job_id", ".waiting"}},
-		{[]string{"version"}, []string{".version", ".schema_version", ".go"}},
+		{[]string{"version"}, []string{".version", ".revision", ".vcs_time", ".vcs_modified", ".schema_version", ".go"}},
 		{[]string{"workflows", "show", "json-wf"}, []string{".steps[].parent_steps", ".steps[].max_attempts", ".steps[].created_at"}},
 		{[]string{"workflows", "list"}, []string{".workflows[].id", ".workflows[].oldest_at", ".workflows[].age_seconds"}},
 		{[]string{"patches", "json_done", "cents"}, []string{"[].kind", "[].patch", "[].marked", "[].unmarked"}},

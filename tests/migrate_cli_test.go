@@ -2,7 +2,9 @@ package tests
 
 import (
 	"context"
+	debugbuildinfo "debug/buildinfo"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hopperq/hopper/internal/buildinfo"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/schema"
 )
@@ -22,12 +25,14 @@ func requireLine(t *testing.T, r result, code int, line string) {
 	require.Equal(t, line+"\n", r.stderr)
 }
 
-// migrateVersion is the version hopper migrate version reports.
+// migrateVersion is the version hopper migrate version reports: its first
+// line (the second says which build applied it).
 func migrateVersion(t *testing.T, url string) string {
 	t.Helper()
 	r := runHopper(t, url, "", "migrate", "version")
 	require.Zero(t, r.code, r.stderr)
-	return strings.TrimSpace(r.stdout)
+	first, _, _ := strings.Cut(strings.TrimSpace(r.stdout), "\n")
+	return first
 }
 
 func versionLine(v uint) string {
@@ -258,4 +263,39 @@ func TestMigrateUsage(t *testing.T) {
 		// An unreachable server: usage errors come first.
 		requireLine(t, runHopper(t, "postgres://nobody@127.0.0.1:1/none?connect_timeout=2", "", tc.args...), 2, tc.line)
 	}
+}
+
+// TestCLIMigrateBuilds: hopper migrate version says which build applied
+// the schema's version: the hopper binary that migrated, as hopper version
+// names it, with its commit (or unstamped), its Go and the role; a schema
+// the application migrated names the application's program instead, so
+// the two can be set side by side. Before migration 30 nothing was
+// recorded, and it says so.
+func TestCLIMigrateBuilds(t *testing.T) {
+	t.Parallel()
+	info, err := debugbuildinfo.ReadFile(hopperBin)
+	require.NoError(t, err)
+	bin := buildinfo.Of(info)
+	d := testdb.NewEmpty(t)
+	var role string
+	require.NoError(t, d.Pool.QueryRow(context.Background(), "SELECT current_user").Scan(&role))
+	require.Zero(t, runHopper(t, d.URL, "", "migrate", "up").code)
+	r := runHopper(t, d.URL, "", "migrate", "version")
+	require.Zero(t, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 2, r.stdout)
+	require.Equal(t, versionLine(schema.Latest()), lines[0])
+	require.Regexp(t, `^applied by hopper `+regexp.QuoteMeta(fmt.Sprintf("%s (%s, commit %s, %s) as role %s at ",
+		bin.Version, buildinfo.Module+"/cmd/hopper", bin.Commit(), bin.Go, role))+`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`, lines[1])
+
+	// Migrated by the application (this test binary, through testdb).
+	app := testdb.New(t)
+	r = runHopper(t, app.URL, "", "migrate", "version")
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "applied by hopper "+buildinfo.Version()+" ("+buildinfo.Read().Program+", commit ")
+
+	old := testdb.NewAtVersion(t, 29)
+	r = runHopper(t, old.URL, "", "migrate", "version")
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, versionLine(29)+"\napplied by a build that did not record itself (before migration 30, or an older Hopper)\n", r.stdout)
 }

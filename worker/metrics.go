@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hopperq/hopper/internal/buildinfo"
 )
 
 // metrics are the worker's Prometheus counters and histograms. They are
@@ -19,6 +21,7 @@ type metrics struct {
 	batchH                          *prometheus.HistogramVec
 	readOnlyC                       prometheus.Counter // statements a read-only session refused
 	listenerG                       prometheus.Gauge   // 1 while the LISTEN session is subscribed
+	buildG                          *prometheus.GaugeVec
 
 	// Children per queue and kind, looked up once: label hashing on every
 	// job showed in profiles.
@@ -98,7 +101,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "hopper", Name: "listener_up",
 			Help: "1 while this worker's wake-up listener is subscribed (LISTEN) on a live session, 0 while it reconnects and the queues only poll.",
 		}),
+		buildG: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "hopper", Name: "build_info",
+			Help: "Always 1; its labels say which build this worker is: Hopper's module version, the program's main package, " +
+				"its commit (12 hex digits, +dirty with uncommitted changes; unstamped when the build recorded none) and that commit's time, and the Go that built it.",
+		}, []string{"version", "program", "revision", "vcs_time", "go_version"}),
 	}
+	b := buildinfo.Read()
+	m.buildG.WithLabelValues(b.Version, b.Program, b.Commit(), b.Time, b.Go).Set(1)
 	if reg == nil {
 		return m, nil
 	}
@@ -112,7 +122,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.claimedC, m.outcomesC, m.leaseLostC, m.releasedC, m.scheduleFiresC, m.stuckG, m.durationH, m.waitH, m.batchH,
-		m.readOnlyC, m.listenerG}
+		m.readOnlyC, m.listenerG, m.buildG}
 }
 
 func (m *metrics) fetched(queue string, n int) { m.batchH.WithLabelValues(queue).Observe(float64(n)) }

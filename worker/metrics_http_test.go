@@ -2,15 +2,18 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/internal/buildinfo"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/internal/testfactory"
 	"github.com/hopperq/hopper/jobs"
@@ -211,4 +214,42 @@ func TestMetricsHealthEndpoints(t *testing.T) {
 	code, body = get(t, r.w, "/readyz")
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "ok\n", body)
+}
+
+// TestMetricsBuildInfo: a worker says which build it is, in the registry
+// it was given and at its own endpoint, so that a rollout's two builds
+// tell apart on a dashboard: hopper_build_info, always 1, labelled with
+// Hopper's version, the program, its commit and that commit's time, and Go.
+func TestMetricsBuildInfo(t *testing.T) {
+	b := setup(t)
+	build := buildinfo.Read()
+	want := fmt.Sprintf("hopper_build_info{go_version=%q,program=%q,revision=%q,vcs_time=%q,version=%q} 1",
+		build.Go, build.Program, build.Commit(), build.Time, build.Version)
+
+	reg := prometheus.NewRegistry()
+	r := start(t, b, worker.Config{Registerer: reg, MetricsAddr: ":0"}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, tick, func(context.Context, *jobs.Job[Tick]) error { return nil }))
+	})
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	var found bool
+	for _, f := range families {
+		if f.GetName() != "hopper_build_info" {
+			continue
+		}
+		require.Len(t, f.GetMetric(), 1)
+		m := f.GetMetric()[0]
+		require.InDelta(t, 1.0, m.GetGauge().GetValue(), 0)
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		require.Equal(t, map[string]string{"version": build.Version, "program": build.Program, "revision": build.Commit(),
+			"vcs_time": build.Time, "go_version": build.Go}, labels)
+		found = true
+	}
+	require.True(t, found, "hopper_build_info in the worker's registry")
+	// A test binary records no commit, and the gauge says so.
+	require.Equal(t, buildinfo.Unstamped, build.Commit())
+	testdb.WaitFor(t, "hopper_build_info at the endpoint", func() bool { return strings.Contains(scrape(r.w), "\n"+want+"\n") })
 }

@@ -330,6 +330,8 @@ func TestRegistryStableIDHealthyStart(t *testing.T) {
 	require.Equal(t, version, row.HopperVersion)
 	require.Len(t, logs.with("hopper worker started"), 1)
 	require.Contains(t, logs.with("hopper worker started")[0], "version="+version)
+	// The program's commit: a test binary records none, and says so.
+	require.Contains(t, logs.with("hopper worker started")[0], "commit="+buildinfo.Read().Commit())
 }
 
 // TestRegistryOutagePeerKeepsItsJob: after a database restart every row is

@@ -169,7 +169,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.checkPoolSize()
 	r.registry.checkBeat()
-	w.log.Info("hopper worker started", "queues", w.cfg.Queues, "kinds", w.handlers.kinds, "schema", r.schema, "version", buildinfo.Version())
+	// The build, so that the log of a rollout tells the old pods from the
+	// new: Hopper's version, and the program's package and commit.
+	build := buildinfo.Read()
+	w.log.Info("hopper worker started", "queues", w.cfg.Queues, "kinds", w.handlers.kinds, "schema", r.schema,
+		"version", build.Version, "program", build.Program, "commit", build.Commit(), "vcs_time", build.Time)
 	r.work(ctx, endHard)
 	w.log.Info("hopper worker stopped")
 	return nil

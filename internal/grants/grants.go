@@ -85,6 +85,11 @@ var (
 		"hopper_dead_partitions_ensure", "hopper_dead_partitions_drop"}
 )
 
+// MigratorOnly are the tables only the migrator, with the schema's owner
+// role, reads and writes (hopper migrate status reads the builds that
+// applied each migration): no kind of role's list grants them.
+var MigratorOnly = []string{"hopper_migration_builds"}
+
 const (
 	migrationsTable = "hopper_schema_migrations"
 	rateClaims      = "hopper_rate_claims"

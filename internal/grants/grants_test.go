@@ -63,6 +63,9 @@ func TestListsCoverTheSchema(t *testing.T) {
 	}
 	worker, reader := named(grants.Worker), named(grants.Reader)
 	for _, r := range rels {
+		if slices.Contains(grants.MigratorOnly, r.Name) {
+			continue
+		}
 		require.Contains(t, worker, r.Name, "the worker's list names %s", r.Name)
 		if r.Kind != "S" {
 			require.Contains(t, reader, r.Name, "the reader's list names %s", r.Name)

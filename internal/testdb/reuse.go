@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hopperq/hopper/internal/buildinfo"
 	"github.com/hopperq/hopper/internal/freshschema"
 	"github.com/hopperq/hopper/internal/migrated"
 	"github.com/hopperq/hopper/schema"
@@ -167,6 +168,16 @@ func reset(ctx context.Context, dsn, name, fresh string) (string, error) {
 	if err != nil || !ok || dirty || version != int64(schema.Latest()) {
 		return "", err
 	}
+	// The record of which build applied each migration, as this binary's
+	// migrate up leaves it: the reset keeps that table, so a test that
+	// wrote to it leaves a schema that goes.
+	build := buildinfo.Read()
+	var asMigrated bool
+	if err := conn.QueryRow(ctx, `SELECT count(*) = $1 AND coalesce(bool_and(hopper_version = $2 AND program = $3 AND revision = $4), false)
+		FROM `+pgx.Identifier{name, "hopper_migration_builds"}.Sanitize(),
+		len(schema.Versions()), build.Version, build.Program, build.Revision).Scan(&asMigrated); err != nil || !asMigrated {
+		return "", err
+	}
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	renamed := "hopper_test_" + hex.EncodeToString(b)
@@ -177,15 +188,17 @@ func reset(ctx context.Context, dsn, name, fresh string) (string, error) {
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	// The tables written to (a page or more: live or dead rows) and the
-	// sequences used, read before the rename, under the old name.
+	// sequences used, read before the rename, under the old name. The
+	// migrations' version and the builds that applied them stay, as a
+	// freshly migrated schema has them.
 	var tables, sequences string
 	if err := tx.QueryRow(ctx, `SELECT
 		  (SELECT coalesce(string_agg(format('%I.%I', $2::text, c.relname), ', ' ORDER BY c.relname), '')
-		   FROM pg_class AS c WHERE c.relnamespace = $1::text::regnamespace AND c.relkind = 'r' AND c.relname <> $3::text
+		   FROM pg_class AS c WHERE c.relnamespace = $1::text::regnamespace AND c.relkind = 'r' AND c.relname <> ALL ($3::text[])
 		     AND pg_relation_size(c.oid) > 0),
 		  (SELECT coalesce(string_agg(format('ALTER SEQUENCE %I.%I RESTART;', $2::text, s.sequencename), ' ' ORDER BY s.sequencename), '')
 		   FROM pg_sequences AS s WHERE s.schemaname = $1::text AND s.last_value IS NOT NULL)`,
-		name, renamed, schema.MigrationsTable).Scan(&tables, &sequences); err != nil {
+		name, renamed, []string{schema.MigrationsTable, "hopper_migration_builds"}).Scan(&tables, &sequences); err != nil {
 		return "", err
 	}
 	// DDL takes no bind parameters: the names are the test bed's own, quoted.

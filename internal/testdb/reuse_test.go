@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/schema"
 )
 
 // TestReuse: a schema a test gave back comes to the next test renamed,
@@ -34,6 +36,9 @@ func TestReuse(t *testing.T) {
 	var id int64
 	require.NoError(t, next.Pool.QueryRow(t.Context(), `SELECT id FROM hopper_enqueue('k', '{}')`).Scan(&id))
 	require.EqualValues(t, 1, id, "ids start at 1, as in a fresh schema")
+	var builds int
+	require.NoError(t, next.Pool.QueryRow(t.Context(), `SELECT count(*) FROM hopper_migration_builds`).Scan(&builds))
+	require.Equal(t, len(schema.Versions()), builds, "the record of which build applied each migration stays, as the version does")
 
 	stray := open(t, Server(t), used.Schema) // what the first test might have left connected
 	var gone bool
@@ -49,6 +54,18 @@ func TestReuse(t *testing.T) {
 	require.NoError(t, next.Pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)`, changed.Schema).Scan(&exists))
 	require.False(t, exists, "a changed schema is dropped")
 	require.False(t, slices.Contains(spares(), changed.Schema))
+
+	spare.Lock()
+	dropped := spare.dropped
+	spare.Unlock()
+	t.Run("a test that rewrites the builds' record", func(t *testing.T) {
+		rewrote := New(t)
+		_, err := rewrote.Pool.Exec(t.Context(), `UPDATE hopper_migration_builds SET program = 'example.com/other' WHERE version = 1`)
+		require.NoError(t, err)
+	})
+	spare.Lock()
+	defer spare.Unlock()
+	require.Equal(t, dropped+1, spare.dropped, "a schema whose record a test rewrote is dropped, not reused")
 }
 
 // spares copies the list of schemas ready for reuse.

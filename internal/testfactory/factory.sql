@@ -66,7 +66,7 @@ RETURNING id;
 -- A worker in the registry whose last beat was last_seen_ago_ms ago: live
 -- or gone, as its stale_after_ms says.
 INSERT INTO hopper_workers (id, host, pid, hopper_version, queues, stale_after_ms, started_at, last_seen_at)
-VALUES (@id::text, @host::text, @pid::integer, '', @queues::text[], @stale_after_ms::bigint,
+VALUES (@id::text, @host::text, @pid::integer, @hopper_version::text, @queues::text[], @stale_after_ms::bigint,
         now() - '1 millisecond'::interval * @last_seen_ago_ms::bigint,
         now() - '1 millisecond'::interval * @last_seen_ago_ms::bigint);
 

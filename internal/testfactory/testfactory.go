@@ -161,6 +161,8 @@ type WorkerOpts struct {
 	Host   string   // "testfactory-host" unless set
 	PID    int32    // 1 unless set
 	Queues []string // {"default"} unless set
+	// Version is its hopper_version ('' unless set).
+	Version string
 	// StaleAfter is how long after its last beat it is gone (3s unless
 	// set); LastBeatAgo how long ago that beat was (0: now). A LastBeatAgo
 	// past StaleAfter is a gone worker.
@@ -184,7 +186,7 @@ func Worker(ctx context.Context, t testing.TB, exec db.DBTX, opts *WorkerOpts) {
 		o.Queues = []string{"default"}
 	}
 	err := factorydb.New(exec).FactoryInsertWorker(ctx, factorydb.FactoryInsertWorkerParams{
-		ID: o.ID, Host: o.Host, Pid: o.PID, Queues: o.Queues,
+		ID: o.ID, Host: o.Host, Pid: o.PID, HopperVersion: o.Version, Queues: o.Queues,
 		StaleAfterMs: o.StaleAfter.Milliseconds(), LastSeenAgoMs: o.LastBeatAgo.Milliseconds(),
 	})
 	if err != nil {

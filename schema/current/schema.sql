@@ -1973,6 +1973,23 @@ ALTER TABLE hopper.hopper_jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY 
 );
 
 --
+-- Name: hopper_migration_builds; Type: TABLE; Schema: hopper; Owner: -
+--
+
+CREATE TABLE hopper.hopper_migration_builds (
+    version bigint NOT NULL,
+    hopper_version text NOT NULL,
+    program text NOT NULL,
+    revision text NOT NULL,
+    vcs_modified boolean NOT NULL,
+    vcs_time timestamp with time zone,
+    go_version text NOT NULL,
+    applied_by text DEFAULT CURRENT_USER NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT hopper_migration_builds_version_check CHECK ((version > 0))
+);
+
+--
 -- Name: hopper_queues; Type: TABLE; Schema: hopper; Owner: -
 --
 
@@ -2208,6 +2225,13 @@ ALTER TABLE ONLY hopper.hopper_job_steps
 
 ALTER TABLE ONLY hopper.hopper_jobs
     ADD CONSTRAINT hopper_jobs_pkey PRIMARY KEY (id);
+
+--
+-- Name: hopper_migration_builds hopper_migration_builds_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
+--
+
+ALTER TABLE ONLY hopper.hopper_migration_builds
+    ADD CONSTRAINT hopper_migration_builds_pkey PRIMARY KEY (version);
 
 --
 -- Name: hopper_queues hopper_queues_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -

@@ -245,15 +245,16 @@ func (q *Queries) FactoryInsertStep(ctx context.Context, arg FactoryInsertStepPa
 
 const factoryInsertWorker = `-- name: FactoryInsertWorker :exec
 INSERT INTO hopper_workers (id, host, pid, hopper_version, queues, stale_after_ms, started_at, last_seen_at)
-VALUES ($1::text, $2::text, $3::integer, '', $4::text[], $5::bigint,
-        now() - '1 millisecond'::interval * $6::bigint,
-        now() - '1 millisecond'::interval * $6::bigint)
+VALUES ($1::text, $2::text, $3::integer, $4::text, $5::text[], $6::bigint,
+        now() - '1 millisecond'::interval * $7::bigint,
+        now() - '1 millisecond'::interval * $7::bigint)
 `
 
 type FactoryInsertWorkerParams struct {
 	ID            string   `json:"id"`
 	Host          string   `json:"host"`
 	Pid           int32    `json:"pid"`
+	HopperVersion string   `json:"hopper_version"`
 	Queues        []string `json:"queues"`
 	StaleAfterMs  int64    `json:"stale_after_ms"`
 	LastSeenAgoMs int64    `json:"last_seen_ago_ms"`
@@ -266,6 +267,7 @@ func (q *Queries) FactoryInsertWorker(ctx context.Context, arg FactoryInsertWork
 		arg.ID,
 		arg.Host,
 		arg.Pid,
+		arg.HopperVersion,
 		arg.Queues,
 		arg.StaleAfterMs,
 		arg.LastSeenAgoMs,

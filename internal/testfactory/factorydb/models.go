@@ -172,6 +172,18 @@ type HopperJobStep struct {
 	CreatedAt time.Time       `json:"created_at"`
 }
 
+type HopperMigrationBuild struct {
+	Version       int64      `json:"version"`
+	HopperVersion string     `json:"hopper_version"`
+	Program       string     `json:"program"`
+	Revision      string     `json:"revision"`
+	VcsModified   bool       `json:"vcs_modified"`
+	VcsTime       *time.Time `json:"vcs_time"`
+	GoVersion     string     `json:"go_version"`
+	AppliedBy     string     `json:"applied_by"`
+	AppliedAt     time.Time  `json:"applied_at"`
+}
+
 type HopperQueue struct {
 	Name          string     `json:"name"`
 	PausedAt      *time.Time `json:"paused_at"`

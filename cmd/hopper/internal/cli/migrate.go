@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hopperq/hopper/internal/buildinfo"
 	"github.com/hopperq/hopper/schema"
 )
 
@@ -119,6 +120,9 @@ func migrateCommand() *command {
 			if dirty {
 				return dirtyErr(v)
 			}
+			if args[0] == "version" {
+				return printAppliedBy(e, mg, v)
+			}
 			return nil
 		},
 	}
@@ -195,4 +199,33 @@ func migrateErr(err error) error {
 		}
 	}
 	return &cliError{msg: msg, err: err}
+}
+
+// printAppliedBy says which build applied the schema's version, as the
+// migrator recorded it (hopper_migration_builds, from migration 30 on),
+// so that the build that migrated can be set beside the application's.
+func printAppliedBy(e *env, mg *schema.Migrator, version uint) error {
+	builds, err := mg.Builds(e.ctx)
+	if err != nil {
+		return migrateErr(err)
+	}
+	for _, b := range builds {
+		if b.Version != version {
+			continue
+		}
+		commit := b.Revision
+		switch {
+		case commit == "":
+			commit = buildinfo.Unstamped
+		case b.Modified:
+			commit += "+dirty"
+		}
+		fmt.Fprintf(e.stdout, "applied by hopper %s (%s, commit %s, %s) as role %s at %s\n",
+			b.HopperVersion, b.Program, commit, b.Go, b.AppliedBy, b.AppliedAt.UTC().Format(time.RFC3339))
+		return nil
+	}
+	if version > 0 {
+		fmt.Fprintf(e.stdout, "applied by a build that did not record itself (before migration 30, or an older Hopper)\n")
+	}
+	return nil
 }

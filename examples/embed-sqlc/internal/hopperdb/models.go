@@ -172,6 +172,18 @@ type HopperJobStep struct {
 	CreatedAt time.Time
 }
 
+type HopperMigrationBuild struct {
+	Version       int64
+	HopperVersion string
+	Program       string
+	Revision      string
+	VcsModified   bool
+	VcsTime       *time.Time
+	GoVersion     string
+	AppliedBy     string
+	AppliedAt     time.Time
+}
+
 type HopperQueue struct {
 	Name          string
 	PausedAt      *time.Time
