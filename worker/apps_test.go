@@ -200,6 +200,45 @@ func TestAppsDeadRetentionIsEachAppsOwn(t *testing.T) {
 	require.False(t, partitionExists(), "nothing of B's left in it: the partition is dropped whole")
 }
 
+// A completed job is kept as long as the worker that acknowledged it
+// said (its keep_until, written with it): A, keeping its history an hour,
+// prunes its own expired jobs and none of B's, kept for a week.
+func TestAppsHistoryIsKeptByEachAppsKeep(t *testing.T) {
+	b := setup(t)
+	client := hopper.NewClient(b.Pool)
+	kindA, kindB := kind(t, "app_a.kept"), kind(t, "app_b.kept")
+	ra := start(t, b, worker.Config{ID: "app-a-0", Queues: map[string]int{"app_a": 1},
+		KeepHistoryByQueue: map[string]time.Duration{"app_a": time.Hour}, SweepInterval: time.Hour},
+		func(w *worker.Worker) {
+			require.NoError(t, worker.Handle(w, kindA, func(context.Context, *jobs.Job[Task]) error { return nil }))
+		})
+	rb := start(t, b, worker.Config{ID: "app-b-0", Queues: map[string]int{"app_b": 1},
+		KeepHistoryByQueue: map[string]time.Duration{"app_b": 7 * 24 * time.Hour}, SweepInterval: time.Hour},
+		func(w *worker.Worker) {
+			require.NoError(t, worker.Handle(w, kindB, func(context.Context, *jobs.Job[Task]) error { return nil }))
+		})
+	resA, err := kindA.Enqueue(b.Ctx, b.Pool, Task{}, jobs.Queue("app_a"))
+	require.NoError(t, err)
+	resB, err := kindB.Enqueue(b.Ctx, b.Pool, Task{}, jobs.Queue("app_b"))
+	require.NoError(t, err)
+	testdb.WaitFor(t, "both completed and kept", func() bool {
+		rowA, errA := client.GetJob(b.Ctx, resA.ID)
+		rowB, errB := client.GetJob(b.Ctx, resB.ID)
+		return errA == nil && errB == nil && rowA.State == jobs.StateCompleted && rowB.State == jobs.StateCompleted
+	})
+	// Two hours pass: A's keep is over, B's is not.
+	_, err = b.Pool.Exec(b.Ctx, "UPDATE hopper_job_history SET keep_until = keep_until - interval '2 hours' WHERE id = ANY($1)",
+		[]int64{resA.ID, resB.ID})
+	require.NoError(t, err)
+	rb.stop() // B is down for a deploy meanwhile
+	pruned, _ := ra.w.PruneOnce(b.Ctx)
+	require.EqualValues(t, 1, pruned, "A's own completed job")
+	_, err = client.GetJob(b.Ctx, resA.ID)
+	require.ErrorIs(t, err, hopper.ErrNotFound)
+	_, err = client.GetJob(b.Ctx, resB.ID)
+	require.NoError(t, err, "B's is kept for B's week")
+}
+
 // A worker hands back the jobs of gone workers, B's included, but never
 // those of a live B worker that beats more slowly than A: each worker is
 // judged by its own stale window.
