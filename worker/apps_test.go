@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -133,6 +134,40 @@ func TestAppsRedeployLeavesTheOtherAppsSchedules(t *testing.T) {
 	require.Zero(t, inB, "A enqueued nothing of B's")
 	appB()
 	testdb.WaitFor(t, "B fired its trigger", func() bool { return firedB.Load() == 1 })
+}
+
+// Schedule names are the schema's: when A's deploy defines a schedule of
+// the name B runs, A's definition (the newer) is put in force, and A warns
+// that it replaced a running definition of another kind. (A deploy that
+// keeps the kind replaces its own silently.)
+func TestAppsScheduleOfTheSameNameIsLogged(t *testing.T) {
+	b := setup(t)
+	kindA, kindB := kind(t, "app_a.nightly"), kind(t, "app_b.nightly")
+	define := func(id, queue string, k *jobs.Kind[Task], logs *logLines) *running {
+		return start(t, b, worker.Config{ID: id, Queues: map[string]int{queue: 1}, Logger: slog.New(logs)}, func(w *worker.Worker) {
+			require.NoError(t, worker.Handle(w, k, noopTask))
+			require.NoError(t, worker.Schedule(w, "nightly", k, "0 3 * * *", func(time.Time) Task { return Task{} },
+				worker.EnqueueOptions(jobs.Queue(queue))))
+		})
+	}
+	logsB, logsA, logsA2 := &logLines{}, &logLines{}, &logLines{}
+	define("app-b-0", "app_b", kindB, logsB)
+	testdb.WaitFor(t, "B started", func() bool { return len(logsB.with("hopper worker started")) > 0 })
+	a := define("app-a-0", "app_a", kindA, logsA)
+	testdb.WaitFor(t, "A started", func() bool { return len(logsA.with("hopper worker started")) > 0 })
+	warned := logsA.with("replaced one of another kind")
+	require.Len(t, warned, 1)
+	require.Contains(t, warned[0], "replaced_kind=app_b.nightly")
+	all, err := hopper.NewClient(b.Pool).ListSchedules(b.Ctx)
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	require.Equal(t, "app_a.nightly", all[0].Kind, "the later deploy's definition is in force")
+
+	// A's next deploy, with the same definition: nothing replaced.
+	a.stop()
+	define("app-a-0", "app_a", kindA, logsA2)
+	testdb.WaitFor(t, "A started again", func() bool { return len(logsA2.with("hopper worker started")) > 0 })
+	require.Empty(t, logsA2.with("replaced one of another kind"))
 }
 
 // Each app's dead jobs are kept as long as its own DeadRetention says: A
