@@ -114,14 +114,25 @@ SELECT hopper_dead_partitions_ensure('1 millisecond'::interval * @width_ms::bigi
 -- (PruneDead) until the other queue's are gone too. Only the expired
 -- partitions are read, each until its first job of another queue. A
 -- statement of its own: a partition this statement reads cannot be
--- dropped by the same statement.
-SELECT (min(e.lower_at) IS NOT NULL)::boolean AS held,
-       coalesce(min(e.lower_at), now())::timestamptz AS held_from
-FROM hopper_dead_partitions AS e
-WHERE e.upper_at + '1 millisecond'::interval * @retention_ms::bigint <= now()
-  AND EXISTS (SELECT FROM hopper_dead_jobs AS d
-              WHERE d.partition_at >= e.lower_at AND d.partition_at < e.upper_at
-                AND d.queue <> ALL (@queues::text[]));
+-- dropped by the same statement. The lateral LIMIT 1 reads one partition
+-- at a time (pruned at run time), each until its first job of another
+-- queue, in order, stopping at the first that holds one: an EXISTS would
+-- be planned as a join that reads every partition whole.
+SELECT (held.lower_at IS NOT NULL)::boolean AS held,
+       coalesce(held.lower_at, now())::timestamptz AS held_from
+FROM (SELECT NULL::timestamptz) AS one
+LEFT JOIN (
+    SELECT e.lower_at
+    FROM hopper_dead_partitions AS e
+    CROSS JOIN LATERAL (SELECT 1 AS found
+                        FROM hopper_dead_jobs AS d
+                        WHERE d.partition_at >= e.lower_at AND d.partition_at < e.upper_at
+                          AND d.queue <> ALL (@queues::text[])
+                        LIMIT 1) AS other
+    WHERE e.upper_at + '1 millisecond'::interval * @retention_ms::bigint <= now()
+    ORDER BY e.lower_at
+    LIMIT 1
+) AS held ON true;
 
 -- name: DropDeadPartitions :one
 -- Drops the dead jobs' partitions whose jobs all died longer than
