@@ -56,7 +56,7 @@ WITH mine AS (
     SELECT v.first_seen_at FROM hopper_schedule_versions AS v
     WHERE v.name = $1::text AND v.hash = $2::text
 ), current AS (
-    SELECT v.first_seen_at,
+    SELECT v.first_seen_at, s.kind,
            v.last_seen_at + '1 millisecond'::interval * v.stale_after_ms AS stale_at
     FROM hopper_schedules AS s
     JOIN hopper_schedule_versions AS v ON v.name = s.name AND v.hash = s.definition_hash
@@ -85,11 +85,13 @@ WITH mine AS (
     RETURNING name
 )
 SELECT s.name, s.definition_hash, s.expression, s.time_zone, s.next_fire_at,
-       (s.definition_hash = $2::text OR EXISTS (SELECT FROM upserted))::boolean AS in_force
+       (s.definition_hash = $2::text OR EXISTS (SELECT FROM upserted))::boolean AS in_force,
+       coalesce((SELECT current.kind FROM current
+                 WHERE current.stale_at >= now() AND EXISTS (SELECT FROM upserted)), '')::text AS replaced_live_kind
 FROM hopper_schedules AS s
 WHERE s.name = $1::text
 UNION ALL
-SELECT upserted.name, $2::text, $4::text, $5::text, $9::timestamptz, true
+SELECT upserted.name, $2::text, $4::text, $5::text, $9::timestamptz, true, ''
 FROM upserted
 WHERE NOT EXISTS (SELECT FROM hopper_schedules AS s WHERE s.name = $1::text)
 `
@@ -107,12 +109,13 @@ type DefineScheduleParams struct {
 }
 
 type DefineScheduleRow struct {
-	Name           string    `json:"name"`
-	DefinitionHash string    `json:"definition_hash"`
-	Expression     string    `json:"expression"`
-	TimeZone       string    `json:"time_zone"`
-	NextFireAt     time.Time `json:"next_fire_at"`
-	InForce        bool      `json:"in_force"`
+	Name             string    `json:"name"`
+	DefinitionHash   string    `json:"definition_hash"`
+	Expression       string    `json:"expression"`
+	TimeZone         string    `json:"time_zone"`
+	NextFireAt       time.Time `json:"next_fire_at"`
+	InForce          bool      `json:"in_force"`
+	ReplacedLiveKind string    `json:"replaced_live_kind"`
 }
 
 // Puts a worker's definition of a schedule in force, or leaves the one in
@@ -124,7 +127,11 @@ type DefineScheduleRow struct {
 // (the new expression's first slot after now), so the slot just fired is
 // never fired again. Report the definition first (SeeScheduleVersions).
 // The row that comes back is the schedule as it now is; in_force says
-// whether this definition is the one in force.
+// whether this definition is the one in force, and replaced_live_kind,
+// when it has just replaced a definition a running worker still reports,
+// that one's kind (” otherwise): a definition of another kind is a
+// renamed kind, or another application's schedule of the same name (the
+// names are the schema's), which the caller warns of.
 func (q *Queries) DefineSchedule(ctx context.Context, arg DefineScheduleParams) (DefineScheduleRow, error) {
 	row := q.db.QueryRow(ctx, defineSchedule,
 		arg.Name,
@@ -145,6 +152,7 @@ func (q *Queries) DefineSchedule(ctx context.Context, arg DefineScheduleParams) 
 		&i.TimeZone,
 		&i.NextFireAt,
 		&i.InForce,
+		&i.ReplacedLiveKind,
 	)
 	return i, err
 }

@@ -17,12 +17,16 @@ SET last_seen_at = now(), stale_after_ms = excluded.stale_after_ms;
 -- (the new expression's first slot after now), so the slot just fired is
 -- never fired again. Report the definition first (SeeScheduleVersions).
 -- The row that comes back is the schedule as it now is; in_force says
--- whether this definition is the one in force.
+-- whether this definition is the one in force, and replaced_live_kind,
+-- when it has just replaced a definition a running worker still reports,
+-- that one's kind ('' otherwise): a definition of another kind is a
+-- renamed kind, or another application's schedule of the same name (the
+-- names are the schema's), which the caller warns of.
 WITH mine AS (
     SELECT v.first_seen_at FROM hopper_schedule_versions AS v
     WHERE v.name = @name::text AND v.hash = @definition_hash::text
 ), current AS (
-    SELECT v.first_seen_at,
+    SELECT v.first_seen_at, s.kind,
            v.last_seen_at + '1 millisecond'::interval * v.stale_after_ms AS stale_at
     FROM hopper_schedules AS s
     JOIN hopper_schedule_versions AS v ON v.name = s.name AND v.hash = s.definition_hash
@@ -51,11 +55,13 @@ WITH mine AS (
     RETURNING name
 )
 SELECT s.name, s.definition_hash, s.expression, s.time_zone, s.next_fire_at,
-       (s.definition_hash = @definition_hash::text OR EXISTS (SELECT FROM upserted))::boolean AS in_force
+       (s.definition_hash = @definition_hash::text OR EXISTS (SELECT FROM upserted))::boolean AS in_force,
+       coalesce((SELECT current.kind FROM current
+                 WHERE current.stale_at >= now() AND EXISTS (SELECT FROM upserted)), '')::text AS replaced_live_kind
 FROM hopper_schedules AS s
 WHERE s.name = @name::text
 UNION ALL
-SELECT upserted.name, @definition_hash::text, @expression::text, @time_zone::text, @next_fire_at::timestamptz, true
+SELECT upserted.name, @definition_hash::text, @expression::text, @time_zone::text, @next_fire_at::timestamptz, true, ''
 FROM upserted
 WHERE NOT EXISTS (SELECT FROM hopper_schedules AS s WHERE s.name = @name::text);
 

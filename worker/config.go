@@ -194,18 +194,23 @@ type Config struct {
 	// passed).
 	HistoryPartitionWidth time.Duration
 
-	// DeadRetention, when positive, deletes dead and cancelled jobs that
-	// ended longer ago than this: every worker that sets it prunes them on
-	// its sweep interval. From 8 minutes on, dead jobs are kept in time
-	// partitions an eighth of the retention wide, and a partition whose
-	// jobs have all expired is dropped whole, so a job is kept up to an
-	// eighth longer; shorter retentions delete row by row in bounded
+	// DeadRetention, when positive, deletes the dead and cancelled jobs
+	// of this worker's Queues that ended longer ago than this: every
+	// worker that sets it prunes its queues' on its sweep interval, and
+	// leaves other queues' to their own workers (another application in
+	// the schema may keep them longer; docs/operating.md, "Several
+	// applications in one schema"). From 8 minutes on, dead jobs are kept
+	// in time partitions an eighth of the retention wide, and a partition
+	// whose jobs have all expired is dropped whole, so a job is kept up to
+	// an eighth longer; shorter retentions delete row by row in bounded
 	// batches. Default 0: kept until purged.
 	DeadRetention time.Duration
 
 	// EventRetention is how long an emitted event is kept for jobs that
 	// await it later (worker.AwaitEvent): every worker prunes older ones
-	// on its sweep interval. Default 7 days.
+	// on its sweep interval. Event names are shared by every application
+	// in the schema, so the shortest EventRetention of any worker applies.
+	// Default 7 days.
 	EventRetention time.Duration
 
 	// ScheduleStaleAfter is how long a schedule this worker defines is held

@@ -106,8 +106,9 @@
 //     its completed jobs, with the handler's result (HandleWithResult), in
 //     the history table for a while: the statement that acknowledges them
 //     copies them, so it costs no round trip, and every worker prunes the
-//     expired ones. Config.DeadRetention prunes old dead and cancelled jobs
-//     the same way. With neither set, the ack is the plain statement.
+//     expired ones. Config.DeadRetention prunes the old dead and cancelled
+//     jobs of the worker's queues the same way. With neither set, the ack
+//     is the plain statement.
 //   - Periodic jobs (Schedule): a schedule names a kind, a cron expression
 //     (five fields, an optional seconds field, or @every/@daily …), a time
 //     zone, a payload function of the slot, and a policy for missed slots

@@ -255,11 +255,12 @@ func TestKeepHistory(t *testing.T) {
 	}
 
 	// Expired rows and old dead jobs are pruned by PruneOnce (every
-	// worker's sweep interval runs it).
+	// worker's sweep interval runs it); a worker prunes the dead jobs of
+	// its own queues.
 	dead := b.enqueueDead(t)
 	_, err = b.Pool.Exec(b.Ctx, "UPDATE hopper_job_history SET keep_until = now() - interval '1 second' WHERE id = $1", ids["plain"])
 	require.NoError(t, err)
-	_, err = b.Pool.Exec(b.Ctx, "UPDATE hopper_dead_jobs SET died_at = now() - interval '2 hours' WHERE id = $1", dead)
+	_, err = b.Pool.Exec(b.Ctx, "UPDATE hopper_dead_jobs SET died_at = now() - interval '2 hours', queue = 'not_kept' WHERE id = $1", dead)
 	require.NoError(t, err)
 	history, deadPruned := r.w.PruneOnce(b.Ctx)
 	require.EqualValues(t, 1, history)

@@ -82,13 +82,15 @@ func deadPartitionWidth(retention time.Duration) time.Duration {
 const maxPartitionWidth = 31 * 24 * time.Hour
 
 // deadPartitions drops the dead jobs' partitions whose jobs all died
-// longer than DeadRetention ago and, when the retention is long enough,
-// creates the next two partitions ahead (a job dies now, not later).
+// longer than DeadRetention ago, up to the first that holds a job of a
+// queue this worker does not serve (kept for its own workers' retention),
+// and, when the retention is long enough, creates the next two
+// partitions ahead (a job dies now, not later).
 func (m *pruner) deadPartitions(ctx context.Context) {
 	if m.deadRetention < minPartitionWidth {
 		return
 	}
-	dropped, err := m.q.DropDeadPartitions(ctx, m.deadRetention.Milliseconds())
+	dropped, err := m.dropDeadPartitions(ctx)
 	if err != nil && ctx.Err() == nil {
 		m.log.Warn("dropping the dead jobs' expired partitions failed; retrying at the next interval", "error", err)
 	}
@@ -103,4 +105,20 @@ func (m *pruner) deadPartitions(ctx context.Context) {
 	if dropped+created > 0 {
 		m.log.Info("dead job partitions", "dropped", dropped, "created", created)
 	}
+}
+
+// dropDeadPartitions drops the dead jobs' partitions expired for this
+// worker's retention that end before the first one holding a job of a
+// queue it does not serve: that job is its own workers' to prune.
+func (m *pruner) dropDeadPartitions(ctx context.Context) (int32, error) {
+	retention := m.deadRetention.Milliseconds()
+	held, err := m.q.DeadPartitionHeld(ctx, db.DeadPartitionHeldParams{RetentionMs: retention, Queues: m.queues})
+	if err != nil {
+		return 0, err
+	}
+	p := db.DropDeadPartitionsParams{RetentionMs: retention}
+	if held.Held {
+		p.HeldFrom = &held.HeldFrom
+	}
+	return m.q.DropDeadPartitions(ctx, p)
 }

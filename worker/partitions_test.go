@@ -21,7 +21,7 @@ import (
 func TestPrunerDropsDeadPartitions(t *testing.T) {
 	t.Parallel()
 	b := newPassBed(t)
-	short := newPruner(b.q, b.log, &Config{SweepInterval: time.Hour, DeadRetention: 5 * time.Minute}, func() time.Duration { return 0 })
+	short := newPruner(b.q, b.log, &Config{Queues: map[string]int{"default": 1}, SweepInterval: time.Hour, DeadRetention: 5 * time.Minute}, func() time.Duration { return 0 })
 	short.pruneOnce(b.ctx)
 	parts, err := b.q.DeadPartitions(b.ctx)
 	require.NoError(t, err)
@@ -30,7 +30,7 @@ func TestPrunerDropsDeadPartitions(t *testing.T) {
 	longAgo, hourAgo := time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour)
 	expired := testfactory.Job(b.ctx, t, b.tdb.Pool, &testfactory.JobOpts{State: testfactory.Dead, FinishedAt: &longAgo})
 	recent := testfactory.Job(b.ctx, t, b.tdb.Pool, &testfactory.JobOpts{State: testfactory.Dead, FinishedAt: &hourAgo})
-	m := newPruner(b.q, b.log, &Config{SweepInterval: time.Hour, DeadRetention: 80 * time.Minute}, func() time.Duration { return 0 })
+	m := newPruner(b.q, b.log, &Config{Queues: map[string]int{"default": 1}, SweepInterval: time.Hour, DeadRetention: 80 * time.Minute}, func() time.Duration { return 0 })
 	_, dead := m.pruneOnce(b.ctx)
 	require.Equal(t, int64(1), dead, "the job that died 2 hours ago, in the default partition, is deleted")
 	parts, err = b.q.DeadPartitions(b.ctx)
@@ -137,7 +137,7 @@ func TestDeadPartitionsUnderFailures(t *testing.T) {
 			n, err := b.q.EnsureDeadPartitions(b.ctx, db.EnsureDeadPartitionsParams{WidthMs: time.Minute.Milliseconds(),
 				AheadMs: (time.Duration(i%120+1) * time.Minute).Milliseconds()})
 			if err == nil {
-				_, err = b.q.DropDeadPartitions(b.ctx, time.Minute.Milliseconds())
+				_, err = b.q.DropDeadPartitions(b.ctx, db.DropDeadPartitionsParams{RetentionMs: time.Minute.Milliseconds()})
 			}
 			if err != nil {
 				errs <- fmt.Errorf("partitions beside failures: %w", err)

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"sort"
 	"time"
 
 	"github.com/hopperq/hopper/db"
@@ -17,7 +18,8 @@ const (
 )
 
 // pruner deletes what has expired, on the sweep interval: the history
-// past its keep, with DeadRetention old dead and cancelled jobs, unique
+// past its keep, with DeadRetention old dead and cancelled jobs of its
+// own queues, unique
 // periods that ended, and (at most once per workerPruneEvery) the rows of
 // workers gone long ago. Every worker runs one; SKIP LOCKED makes that
 // safe, as for the sweep. Its horizon bounds the history's scan as the
@@ -27,6 +29,11 @@ type pruner struct {
 	log           *slog.Logger
 	every         time.Duration // Config.SweepInterval
 	deadRetention time.Duration // Config.DeadRetention; 0: dead jobs are kept
+	// queues are the queues this worker serves (Config.Queues), sorted:
+	// the dead jobs it prunes are theirs only, so that another
+	// application's, in its own queues, are kept as long as its workers
+	// say.
+	queues []string
 	// eventRetention: Config.EventRetention
 	eventRetention time.Duration
 	horizon        scanHorizon
@@ -41,8 +48,13 @@ type pruner struct {
 }
 
 func newPruner(q *db.Queries, log *slog.Logger, cfg *Config, longestKeep func() time.Duration) *pruner {
-	return &pruner{q: q, log: log, every: cfg.SweepInterval, deadRetention: cfg.DeadRetention, eventRetention: cfg.EventRetention,
-		partitionWidth: cfg.HistoryPartitionWidth, longestKeep: longestKeep}
+	queues := make([]string, 0, len(cfg.Queues))
+	for name := range cfg.Queues {
+		queues = append(queues, name)
+	}
+	sort.Strings(queues)
+	return &pruner{q: q, log: log, every: cfg.SweepInterval, deadRetention: cfg.DeadRetention, queues: queues,
+		eventRetention: cfg.EventRetention, partitionWidth: cfg.HistoryPartitionWidth, longestKeep: longestKeep}
 }
 
 func (m *pruner) run(ctx context.Context) {
@@ -127,13 +139,14 @@ func (m *pruner) pruneEvents(ctx context.Context) {
 	}
 }
 
-// pruneDead deletes dead and cancelled jobs older than DeadRetention
-// from the dead jobs' default partition; the others go whole
-// (deadPartitions).
+// pruneDead deletes the dead and cancelled jobs of this worker's queues
+// older than DeadRetention from the dead jobs' default partition, and
+// from the expired partitions another queue's jobs keep from being
+// dropped; the others go whole (deadPartitions).
 func (m *pruner) pruneDead(ctx context.Context) int64 {
 	var n int64
 	for range prunePasses {
-		deleted, err := m.q.PruneDead(ctx, db.PruneDeadParams{RetentionMs: m.deadRetention.Milliseconds(), MaxJobs: pruneBatch})
+		deleted, err := m.q.PruneDead(ctx, db.PruneDeadParams{RetentionMs: m.deadRetention.Milliseconds(), Queues: m.queues, MaxJobs: pruneBatch})
 		if err != nil {
 			if ctx.Err() == nil {
 				m.log.Warn("pruning dead jobs failed; retrying at the next interval", "error", err)

@@ -21,7 +21,7 @@ import (
 func TestPrunerDeletesWhatExpired(t *testing.T) {
 	t.Parallel()
 	b := newPassBed(t)
-	m := newPruner(b.q, b.log, &Config{SweepInterval: time.Hour, DeadRetention: time.Millisecond}, func() time.Duration { return 0 })
+	m := newPruner(b.q, b.log, &Config{Queues: map[string]int{"default": 1}, SweepInterval: time.Hour, DeadRetention: time.Millisecond}, func() time.Duration { return 0 })
 
 	b.enqueue(time.Now().Add(-time.Second))
 	b.enqueue(time.Now().Add(-time.Second))

@@ -82,6 +82,11 @@ func (m *scheduler) define(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("worker: start: define schedule %q: %w", name, err)
 		}
+		if row.ReplacedLiveKind != "" && row.ReplacedLiveKind != s.kind {
+			m.log.Warn("this worker's definition of the schedule replaced one of another kind that a running worker defines: "+
+				"a renamed kind, or another application's schedule of the same name (names are shared by every application in the schema: rename one)",
+				"schedule", name, "kind", s.kind, "replaced_kind", row.ReplacedLiveKind)
+		}
 		if !row.InForce {
 			m.log.Warn("another (newer) definition of this schedule is in force; this worker fires it on that one's times, with its own payload function",
 				"schedule", name, "in_force", row.Expression+" in "+row.TimeZone, "here", s.spec.Expression()+" in "+s.spec.Zone())

@@ -7,7 +7,56 @@ package hopperdb
 
 import (
 	"context"
+	"time"
 )
+
+const deadPartitionHeld = `-- name: DeadPartitionHeld :one
+SELECT (held.lower_at IS NOT NULL)::boolean AS held,
+       coalesce(held.lower_at, now())::timestamptz AS held_from
+FROM (SELECT NULL::timestamptz) AS one
+LEFT JOIN (
+    SELECT e.lower_at
+    FROM hopper_dead_partitions AS e
+    CROSS JOIN LATERAL (SELECT 1 AS found
+                        FROM hopper_dead_jobs AS d
+                        WHERE d.partition_at >= e.lower_at AND d.partition_at < e.upper_at
+                          AND d.queue <> ALL ($1::text[])
+                        LIMIT 1) AS other
+    WHERE e.upper_at + '1 millisecond'::interval * $2::bigint <= now()
+    ORDER BY e.lower_at
+    LIMIT 1
+) AS held ON true
+`
+
+type DeadPartitionHeldParams struct {
+	Queues      []string
+	RetentionMs int64
+}
+
+type DeadPartitionHeldRow struct {
+	Held     bool
+	HeldFrom time.Time
+}
+
+// The start of the first partition of the dead jobs that has expired for
+// retention_ms but holds a job of a queue not given (not the worker's
+// own) in held_from, held false when none does: that job is kept for its own workers'
+// retention, which may be longer (another application in the schema), so
+// DropDeadPartitions drops only the partitions before it, and the
+// worker's own jobs in it and after it are deleted row by row
+// (PruneDead) until the other queue's are gone too. Only the expired
+// partitions are read, each until its first job of another queue. A
+// statement of its own: a partition this statement reads cannot be
+// dropped by the same statement. The lateral LIMIT 1 reads one partition
+// at a time (pruned at run time), each until its first job of another
+// queue, in order, stopping at the first that holds one: an EXISTS would
+// be planned as a join that reads every partition whole.
+func (q *Queries) DeadPartitionHeld(ctx context.Context, arg DeadPartitionHeldParams) (DeadPartitionHeldRow, error) {
+	row := q.db.QueryRow(ctx, deadPartitionHeld, arg.Queues, arg.RetentionMs)
+	var i DeadPartitionHeldRow
+	err := row.Scan(&i.Held, &i.HeldFrom)
+	return i, err
+}
 
 const deadPartitions = `-- name: DeadPartitions :many
 SELECT p.name, p.lower_at, p.upper_at
@@ -37,14 +86,22 @@ func (q *Queries) DeadPartitions(ctx context.Context) ([]HopperDeadPartition, er
 }
 
 const dropDeadPartitions = `-- name: DropDeadPartitions :one
-SELECT hopper_dead_partitions_drop('1 millisecond'::interval * $1::bigint)::integer AS dropped
+SELECT hopper_dead_partitions_drop(greatest('1 millisecond'::interval * $1::bigint,
+                                            now() - $2::timestamptz))::integer AS dropped
 `
+
+type DropDeadPartitionsParams struct {
+	RetentionMs int64
+	HeldFrom    *time.Time
+}
 
 // Drops the dead jobs' partitions whose jobs all died longer than
 // retention_ms ago and returns how many (hopper_dead_partitions_drop,
-// migration 24).
-func (q *Queries) DropDeadPartitions(ctx context.Context, retentionMs int64) (int32, error) {
-	row := q.db.QueryRow(ctx, dropDeadPartitions, retentionMs)
+// migration 24), but none from held_from on (DeadPartitionHeld; NULL:
+// no limit): a retention reaching back to held_from drops exactly the
+// partitions that end by then (greatest ignores a NULL).
+func (q *Queries) DropDeadPartitions(ctx context.Context, arg DropDeadPartitionsParams) (int32, error) {
+	row := q.db.QueryRow(ctx, dropDeadPartitions, arg.RetentionMs, arg.HeldFrom)
 	var dropped int32
 	err := row.Scan(&dropped)
 	return dropped, err
@@ -147,35 +204,48 @@ func (q *Queries) HistoryPartitions(ctx context.Context) ([]HopperHistoryPartiti
 }
 
 const pruneDead = `-- name: PruneDead :execrows
-WITH doomed AS (
+WITH held AS (
+    SELECT max(p.upper_at) AS upper_at
+    FROM hopper_dead_partitions AS p
+    WHERE p.upper_at + '1 millisecond'::interval * $1::bigint <= now()
+), doomed AS (
     SELECT old.id
     FROM hopper_dead_jobs AS old
-    WHERE old.partition_at IS NULL
+    WHERE (old.partition_at IS NULL OR old.partition_at < (SELECT held.upper_at FROM held))
+      AND old.queue = ANY ($2::text[])
       AND old.died_at < now() - '1 millisecond'::interval * $1::bigint
     ORDER BY old.died_at
-    LIMIT $2::integer
+    LIMIT $3::integer
     FOR UPDATE SKIP LOCKED
 ), edges AS (
     DELETE FROM hopper_workflow_deps AS d
     WHERE d.child_id IN (SELECT doomed.id FROM doomed)
 )
 DELETE FROM hopper_dead_jobs AS dead
-WHERE dead.partition_at IS NULL
+WHERE (dead.partition_at IS NULL OR dead.partition_at < (SELECT held.upper_at FROM held))
   AND dead.id IN (SELECT doomed.id FROM doomed)
 `
 
 type PruneDeadParams struct {
 	RetentionMs int64
+	Queues      []string
 	MaxJobs     int32
 }
 
-// Deletes up to max_jobs dead and cancelled jobs that died longer than
-// retention_ms ago, the oldest first, from the dead jobs' default
-// partition (partition_at NULL): the others go whole
-// (DropDeadPartitions). SKIP LOCKED lets every worker run it. The edges
-// of a workflow step (to its parents) go with it, as PurgeDead's do.
+// Deletes up to max_jobs dead and cancelled jobs of the given queues (the
+// worker's own) that died longer than retention_ms ago, the oldest first:
+// those in the dead jobs' default partition (partition_at NULL), and
+// those in time partitions that have expired for this retention but that
+// DropDeadPartitions keeps because another queue's jobs are still in
+// them. The other time partitions go whole (DropDeadPartitions), so after
+// an unhindered drop no expired partition is left and this reads the
+// default partition only. A job of another queue is left to the workers
+// of that queue, under their own retention: several applications share a
+// schema, each keeping its dead jobs as long as it says. SKIP LOCKED lets
+// every worker run it. The edges of a workflow step (to its parents) go
+// with it, as PurgeDead's do.
 func (q *Queries) PruneDead(ctx context.Context, arg PruneDeadParams) (int64, error) {
-	result, err := q.db.Exec(ctx, pruneDead, arg.RetentionMs, arg.MaxJobs)
+	result, err := q.db.Exec(ctx, pruneDead, arg.RetentionMs, arg.Queues, arg.MaxJobs)
 	if err != nil {
 		return 0, err
 	}

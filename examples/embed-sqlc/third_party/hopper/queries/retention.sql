@@ -64,15 +64,27 @@ FROM hopper_history_partitions AS p
 ORDER BY p.lower_at;
 
 -- name: PruneDead :execrows
--- Deletes up to max_jobs dead and cancelled jobs that died longer than
--- retention_ms ago, the oldest first, from the dead jobs' default
--- partition (partition_at NULL): the others go whole
--- (DropDeadPartitions). SKIP LOCKED lets every worker run it. The edges
--- of a workflow step (to its parents) go with it, as PurgeDead's do.
-WITH doomed AS (
+-- Deletes up to max_jobs dead and cancelled jobs of the given queues (the
+-- worker's own) that died longer than retention_ms ago, the oldest first:
+-- those in the dead jobs' default partition (partition_at NULL), and
+-- those in time partitions that have expired for this retention but that
+-- DropDeadPartitions keeps because another queue's jobs are still in
+-- them. The other time partitions go whole (DropDeadPartitions), so after
+-- an unhindered drop no expired partition is left and this reads the
+-- default partition only. A job of another queue is left to the workers
+-- of that queue, under their own retention: several applications share a
+-- schema, each keeping its dead jobs as long as it says. SKIP LOCKED lets
+-- every worker run it. The edges of a workflow step (to its parents) go
+-- with it, as PurgeDead's do.
+WITH held AS (
+    SELECT max(p.upper_at) AS upper_at
+    FROM hopper_dead_partitions AS p
+    WHERE p.upper_at + '1 millisecond'::interval * @retention_ms::bigint <= now()
+), doomed AS (
     SELECT old.id
     FROM hopper_dead_jobs AS old
-    WHERE old.partition_at IS NULL
+    WHERE (old.partition_at IS NULL OR old.partition_at < (SELECT held.upper_at FROM held))
+      AND old.queue = ANY (@queues::text[])
       AND old.died_at < now() - '1 millisecond'::interval * @retention_ms::bigint
     ORDER BY old.died_at
     LIMIT @max_jobs::integer
@@ -82,7 +94,7 @@ WITH doomed AS (
     WHERE d.child_id IN (SELECT doomed.id FROM doomed)
 )
 DELETE FROM hopper_dead_jobs AS dead
-WHERE dead.partition_at IS NULL
+WHERE (dead.partition_at IS NULL OR dead.partition_at < (SELECT held.upper_at FROM held))
   AND dead.id IN (SELECT doomed.id FROM doomed);
 
 -- name: EnsureDeadPartitions :one
@@ -92,11 +104,44 @@ WHERE dead.partition_at IS NULL
 SELECT hopper_dead_partitions_ensure('1 millisecond'::interval * @width_ms::bigint,
                                      '1 millisecond'::interval * @ahead_ms::bigint)::integer AS created;
 
+-- name: DeadPartitionHeld :one
+-- The start of the first partition of the dead jobs that has expired for
+-- retention_ms but holds a job of a queue not given (not the worker's
+-- own) in held_from, held false when none does: that job is kept for its own workers'
+-- retention, which may be longer (another application in the schema), so
+-- DropDeadPartitions drops only the partitions before it, and the
+-- worker's own jobs in it and after it are deleted row by row
+-- (PruneDead) until the other queue's are gone too. Only the expired
+-- partitions are read, each until its first job of another queue. A
+-- statement of its own: a partition this statement reads cannot be
+-- dropped by the same statement. The lateral LIMIT 1 reads one partition
+-- at a time (pruned at run time), each until its first job of another
+-- queue, in order, stopping at the first that holds one: an EXISTS would
+-- be planned as a join that reads every partition whole.
+SELECT (held.lower_at IS NOT NULL)::boolean AS held,
+       coalesce(held.lower_at, now())::timestamptz AS held_from
+FROM (SELECT NULL::timestamptz) AS one
+LEFT JOIN (
+    SELECT e.lower_at
+    FROM hopper_dead_partitions AS e
+    CROSS JOIN LATERAL (SELECT 1 AS found
+                        FROM hopper_dead_jobs AS d
+                        WHERE d.partition_at >= e.lower_at AND d.partition_at < e.upper_at
+                          AND d.queue <> ALL (@queues::text[])
+                        LIMIT 1) AS other
+    WHERE e.upper_at + '1 millisecond'::interval * @retention_ms::bigint <= now()
+    ORDER BY e.lower_at
+    LIMIT 1
+) AS held ON true;
+
 -- name: DropDeadPartitions :one
 -- Drops the dead jobs' partitions whose jobs all died longer than
 -- retention_ms ago and returns how many (hopper_dead_partitions_drop,
--- migration 24).
-SELECT hopper_dead_partitions_drop('1 millisecond'::interval * @retention_ms::bigint)::integer AS dropped;
+-- migration 24), but none from held_from on (DeadPartitionHeld; NULL:
+-- no limit): a retention reaching back to held_from drops exactly the
+-- partitions that end by then (greatest ignores a NULL).
+SELECT hopper_dead_partitions_drop(greatest('1 millisecond'::interval * @retention_ms::bigint,
+                                            now() - sqlc.narg(held_from)::timestamptz))::integer AS dropped;
 
 -- name: DeadPartitions :many
 -- The dead jobs' partitions, oldest first.
