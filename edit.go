@@ -73,9 +73,10 @@ func PayloadOf[T any](k *jobs.Kind[T], payload T) *Payload {
 	if key, derived, err := k.SequenceKey(payload); derived && err == nil {
 		p.sequence = &key
 	}
-	raw, err := json.Marshal(payload)
-	if err != nil { // Check marshalled it already
-		p.err = fmt.Errorf("payload of %s: %w: %v", k.Name(), jobs.ErrMarshal, err)
+	// As stored: encrypted for a kind with jobs.Encrypted.
+	raw, err := k.EncodePayload(payload)
+	if err != nil { // Check encoded it already
+		p.err = fmt.Errorf("payload of %s: %w", k.Name(), err)
 	}
 	p.raw = raw
 	return p
@@ -91,6 +92,9 @@ func PayloadOf[T any](k *jobs.Kind[T], payload T) *Payload {
 // keeps the job's; any other must be from 1 to the job's own
 // (ErrPayloadMismatch), since a build of the kind that runs the job as it
 // is upgrades every older version, and none is known to read a newer one.
+// The JSON is stored as given: for a job of an encrypted kind
+// (jobs.Encrypted), whose worker still runs a payload in the clear, use
+// PayloadOf to keep it encrypted.
 func RawPayload(raw json.RawMessage, version int) *Payload {
 	p := &Payload{version: version, raw: raw}
 	switch {

@@ -85,6 +85,7 @@ func commands() []*command {
 		enqueueCommand(),
 		statsCommand(),
 		keysCommand(),
+		encryptionCommand(),
 		jobsCommand(),
 		queuesCommand(),
 		schedulesCommand(),
