@@ -102,7 +102,8 @@ func validKeyID(id string) bool {
 // key (AES-256-GCM), and decrypts them, with whichever of its keys
 // encrypted them, before the upgrades and the decoding. The results a
 // worker records for the kind's jobs' steps (worker.Step, worker.StepTx)
-// are encrypted the same way.
+// are encrypted the same way. MaxPayloadBytes applies to the JSON in the
+// clear; the stored envelope is about a third larger (base64).
 //
 // What stays in the clear: the kind, queue, priority, times, attempts,
 // errors, metadata (and so what enqueue hooks put there), progress, and

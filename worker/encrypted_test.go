@@ -210,3 +210,32 @@ func TestEncryptedTamperedFailsPermanently(t *testing.T) {
 	require.EqualValues(t, 2, runs.Load())
 	require.Contains(t, d.Reason, "fails authentication")
 }
+
+// TestEncryptedEventToAKindWithoutTheKey: an encrypted event received by
+// a job whose kind has no keyring fails the job for good, at its run,
+// with the decryption's error; its payload never reaches the handler.
+func TestEncryptedEventToAKindWithoutTheKey(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "encrypted_event_clear_kind")
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{N: 1}, jobs.MaxAttempts(5))
+	require.NoError(t, err)
+	got := make(chan string, 1)
+	start(t, b, worker.Config{}, func(w *worker.Worker) {
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			v, err := worker.AwaitEvent[string](ctx, j, fmt.Sprintf("sealed-%d", j.ID), time.Hour)
+			if err != nil {
+				return err
+			}
+			got <- v
+			return nil
+		}))
+	})
+	testdb.WaitFor(t, "the job awaits its event", func() bool { return b.jobState(t, res.ID) == "scheduled" })
+	ring := jobs.MustKeyring("k1", map[string][]byte{"k1": testKey(1)})
+	_, err = hopper.NewClient(b.Pool).EmitEventEncrypted(b.Ctx, ring, fmt.Sprintf("sealed-%d", res.ID), "secret")
+	require.NoError(t, err)
+	testdb.WaitFor(t, "the job is dead", func() bool { _, ok := b.dead(t, res.ID); return ok })
+	d, _ := b.dead(t, res.ID)
+	require.Contains(t, d.Reason, "no keyring is given for it")
+	require.Empty(t, got)
+}
