@@ -203,3 +203,26 @@ func TestEncryptedKeysFromPlaintext(t *testing.T) {
 	require.Zero(t, clear)
 	require.Equal(t, 301, sealed)
 }
+
+// BenchmarkEncodePayload: what encryption adds to encoding a small
+// payload (and decoding it back), beside the same kind in the clear.
+func BenchmarkEncodePayload(b *testing.B) {
+	p := secret{Email: "someone@example.com", Plan: "gold"}
+	for _, k := range []*jobs.Kind[secret]{
+		jobs.MustDefine[secret]("bench_clear"),
+		jobs.MustDefine[secret]("bench_encrypted", jobs.Encrypted(jobs.MustKeyring("k1", map[string][]byte{"k1": key(1)}))),
+	} {
+		b.Run(k.Name(), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				raw, err := k.EncodePayload(p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := k.DecodePayload(1, raw); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
