@@ -19,6 +19,9 @@ import (
 // "data": "…"}}. It is a jsonb object, so the columns' checks hold, and
 // it names itself: SQL finds encrypted payloads with payload ?
 // 'hopper.encrypted' and their key with payload->'hopper.encrypted'->>'key'.
+// Every kind's decoding looks for it, encrypted or not: a kind without a
+// keyring refuses an envelope (ErrDecrypt) rather than decode it into a
+// zero T. So no payload in the clear may be an object of this one key.
 const EnvelopeKey = "hopper.encrypted"
 
 // MaxKeyIDLength bounds a key id, in bytes.
