@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -225,4 +226,36 @@ func BenchmarkEncodePayload(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestEncryptedReplaceAndWorkflow: a waiting job replaced by a later
+// enqueue (ReplaceWaiting) takes the new payload encrypted, and the steps
+// of a workflow are encrypted as single enqueues are.
+func TestEncryptedReplaceAndWorkflow(t *testing.T) {
+	b := setup(t)
+	ring := jobs.MustKeyring("k1", map[string][]byte{"k1": key(1)})
+	k := jobs.MustDefine[secret]("encrypted_replace", jobs.Encrypted(ring))
+	first, err := k.Enqueue(b.Ctx, b.Pool, secret{Email: "old-marker"}, jobs.UniqueKey("u"), jobs.Delay(time.Hour))
+	require.NoError(t, err)
+	again, err := k.Enqueue(b.Ctx, b.Pool, secret{Email: "new-marker"}, jobs.UniqueKey("u"), jobs.Delay(time.Hour), jobs.ReplaceWaiting())
+	require.NoError(t, err)
+	require.True(t, again.Replaced)
+	require.Equal(t, first.ID, again.ID)
+	var raw []byte
+	var version int
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT payload, version FROM hopper_jobs WHERE id = $1`, first.ID).Scan(&raw, &version))
+	require.NotContains(t, string(raw), "marker")
+	got, err := k.DecodePayload(version, raw)
+	require.NoError(t, err)
+	require.Equal(t, "new-marker", got.Email)
+
+	_, err = jobs.EnqueueWorkflow(b.Ctx, b.Pool, jobs.NewWorkflow("enc-wf").
+		Add("a", k.Entry(secret{Email: "wf-marker"})).
+		Add("b", k.Entry(secret{Email: "wf-marker"}), jobs.After("a")))
+	require.NoError(t, err)
+	var clear, sealed int
+	require.NoError(t, b.Pool.QueryRow(b.Ctx, `SELECT count(*) FILTER (WHERE payload::text LIKE '%wf-marker%'),
+		count(*) FILTER (WHERE payload ? 'hopper.encrypted') FROM hopper_jobs WHERE meta ->> 'hopper.workflow' = 'enc-wf'`).Scan(&clear, &sealed))
+	require.Zero(t, clear)
+	require.Equal(t, 2, sealed)
 }
