@@ -181,12 +181,41 @@ func (c *Client) EmitEvent(ctx context.Context, name string, payload any) (int, 
 // emitted when it commits, with the writes that made it true, and not at
 // all when it rolls back.
 func (c *Client) EmitEventTx(ctx context.Context, tx jobs.DBTX, name string, payload any) (int, error) {
+	return c.emitEvent(ctx, tx, nil, name, payload)
+}
+
+// EmitEventEncrypted is EmitEvent with the payload encrypted by keyring's
+// current key (jobs.Encrypted): it is stored so, with the event and in the
+// records of the jobs that receive it, and worker.AwaitEvent decrypts it
+// with the keyring of the awaiting job's kind, which must hold the key.
+// The ciphertext is bound to the event's name. The name stays in the
+// clear, and MaxEventPayload applies to the payload as stored, encrypted:
+// about three quarters of it is left for the JSON in the clear.
+func (c *Client) EmitEventEncrypted(ctx context.Context, keyring *jobs.Keyring, name string, payload any) (int, error) {
+	return c.EmitEventEncryptedTx(ctx, c.db, keyring, name, payload)
+}
+
+// EmitEventEncryptedTx is EmitEventEncrypted in the caller's transaction.
+func (c *Client) EmitEventEncryptedTx(ctx context.Context, tx jobs.DBTX, keyring *jobs.Keyring, name string, payload any) (int, error) {
+	if keyring == nil {
+		return 0, fmt.Errorf("emit event %q: %w: nil keyring", name, ErrInvalidEvent)
+	}
+	return c.emitEvent(ctx, tx, keyring, name, payload)
+}
+
+// emitEvent emits an event, its payload encrypted when keyring is given.
+func (c *Client) emitEvent(ctx context.Context, tx jobs.DBTX, keyring *jobs.Keyring, name string, payload any) (int, error) {
 	if name == "" || utf8.RuneCountInString(name) > MaxEventName || !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
 		return 0, fmt.Errorf("emit event %q: %w: want a name of 1 to %d characters of UTF-8 text", name, ErrInvalidEvent, MaxEventName)
 	}
 	raw, err := json.Marshal(payload)
 	if err != nil {
 		return 0, fmt.Errorf("emit event %q: %w: %w", name, ErrInvalidEvent, err)
+	}
+	if keyring != nil {
+		if raw, err = keyring.SealEvent(name, raw); err != nil {
+			return 0, fmt.Errorf("emit event %q: %w", name, err)
+		}
 	}
 	// Measured as the table measures it: jsonb's text, which jsonbtext
 	// computes (Go's own JSON is shorter or longer).

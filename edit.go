@@ -73,9 +73,10 @@ func PayloadOf[T any](k *jobs.Kind[T], payload T) *Payload {
 	if key, derived, err := k.SequenceKey(payload); derived && err == nil {
 		p.sequence = &key
 	}
-	raw, err := json.Marshal(payload)
-	if err != nil { // Check marshalled it already
-		p.err = fmt.Errorf("payload of %s: %w: %v", k.Name(), jobs.ErrMarshal, err)
+	// As stored: encrypted for a kind with jobs.Encrypted.
+	raw, err := k.EncodePayload(payload)
+	if err != nil { // Check encoded it already
+		p.err = fmt.Errorf("payload of %s: %w", k.Name(), err)
 	}
 	p.raw = raw
 	return p
@@ -91,6 +92,9 @@ func PayloadOf[T any](k *jobs.Kind[T], payload T) *Payload {
 // keeps the job's; any other must be from 1 to the job's own
 // (ErrPayloadMismatch), since a build of the kind that runs the job as it
 // is upgrades every older version, and none is known to read a newer one.
+// A job whose payload is encrypted (jobs.Encrypted) refuses JSON in the
+// clear (ErrPayloadMismatch): PayloadOf, with the kind's definition,
+// encrypts.
 func RawPayload(raw json.RawMessage, version int) *Payload {
 	p := &Payload{version: version, raw: raw}
 	switch {
@@ -232,6 +236,9 @@ func (c *Client) UpdateJobTx(ctx context.Context, tx jobs.DBTX, id int64, u JobU
 		return fail(fmt.Errorf("%w: the payload is for kind %q, the job is of kind %q", ErrPayloadMismatch, *p.Kind, r.JobKind))
 	case "payload_type":
 		return fail(fmt.Errorf("%w: the job's payload is a JSON %s, the new one is not", ErrPayloadMismatch, r.PayloadType))
+	case "encrypted":
+		return fail(fmt.Errorf("%w: the job's payload is encrypted (jobs.Encrypted), the new one is not: "+
+			"replace it with hopper.PayloadOf and the kind's definition, which encrypts", ErrPayloadMismatch))
 	case "version":
 		return fail(fmt.Errorf("%w: payload version %d is newer than the job's, %d (a worker that runs the job may not read it)", ErrPayloadMismatch, *p.Version, r.JobVersion))
 	case "sequence":

@@ -215,6 +215,8 @@ func TestUpdateJobRefused(t *testing.T) {
 		{"raw payload of another JSON type", &testfactory.JobOpts{}, hopper.JobUpdate{Payload: hopper.RawPayload(json.RawMessage(`[1]`), 0)}, hopper.ErrPayloadMismatch, "a JSON object"},
 		{"raw payload too large", &testfactory.JobOpts{},
 			hopper.JobUpdate{Payload: hopper.RawPayload(json.RawMessage(`"`+strings.Repeat("x", jobs.DefaultMaxPayloadBytes)+`"`), 0)}, jobs.ErrPayloadTooLarge, "over the limit"},
+		{"raw payload in the clear over an encrypted one", &testfactory.JobOpts{Payload: json.RawMessage(`{"hopper.encrypted": {"v": 1, "key": "k1", "nonce": "AAAA", "data": "AAAA"}}`)},
+			hopper.JobUpdate{Payload: hopper.RawPayload(json.RawMessage(`{"to": "x"}`), 0)}, hopper.ErrPayloadMismatch, "the job's payload is encrypted"},
 		{"raw payload at a newer version", &testfactory.JobOpts{Version: 2}, hopper.JobUpdate{Payload: hopper.RawPayload(json.RawMessage(`{}`), 3)}, hopper.ErrPayloadMismatch, "newer than the job's, 2"},
 		{"raw payload at a negative version", &testfactory.JobOpts{}, hopper.JobUpdate{Payload: hopper.RawPayload(json.RawMessage(`{}`), -1)}, hopper.ErrPayloadMismatch, "version -1"},
 		{"bad queue", &testfactory.JobOpts{}, hopper.JobUpdate{Queue: ptr("")}, jobs.ErrInvalidQueue, "is empty"},

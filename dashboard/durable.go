@@ -43,7 +43,7 @@ func (d *Dashboard) durableData(r *http.Request, job jobs.Row, data *detailData)
 	data.Wait = hopper.SuspensionOf(job.State, steps, now)
 	data.Steps = make([]stepView, len(steps))
 	for i, s := range steps {
-		v := stepView{Position: s.Position, Kind: s.Kind, Name: s.Name, State: string(s.State), Result: clip(string(s.Result), maxShownRecord)}
+		v := stepView{Position: s.Position, Kind: s.Kind, Name: s.Name, State: string(s.State), Result: clip(shown(s.Result), maxShownRecord)}
 		if !s.Until.IsZero() {
 			until := s.Until
 			v.Until = &until

@@ -393,10 +393,13 @@ func (d *Dashboard) listPage(w http.ResponseWriter, r *http.Request, p hopper.Li
 // detailData is one job in full.
 type detailData struct {
 	Job     jobs.Row
-	Payload string // pretty-printed
+	Payload string // pretty-printed, or "encrypted (key ID)"
 	Result  string
-	Meta    []metaPair
-	Live    bool
+	// Encrypted: the payload is (jobs.Encrypted), so the page offers no
+	// payload edit: it has no key.
+	Encrypted bool
+	Meta      []metaPair
+	Live      bool
 	// Editable: pending, scheduled or waiting, so the page offers the
 	// edit, run now (not to a waiting job, which keeps waiting) and delete
 	// forms.
@@ -439,7 +442,8 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) {
 		d.failErr(w, r, err)
 		return
 	}
-	data := detailData{Job: job, Payload: pretty(job.Payload), Result: pretty(job.Result),
+	_, encrypted := jobs.EncryptedWith(job.Payload)
+	data := detailData{Job: job, Payload: pretty(job.Payload), Result: pretty(job.Result), Encrypted: encrypted,
 		Live:     job.State.Live(),
 		Editable: job.State == jobs.StatePending || job.State == jobs.StateScheduled || job.State == jobs.StateWaiting}
 	for k, v := range job.Meta {
@@ -463,9 +467,22 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, http.StatusOK, "job", fmt.Sprintf("Job %d", id), data)
 }
 
+// shown is a stored JSON value as it is, or, encrypted (jobs.Encrypted),
+// named so with its key: the dashboard has no key, and base64 tells a
+// reader nothing.
+func shown(raw json.RawMessage) string {
+	if key, ok := jobs.EncryptedWith(raw); ok {
+		return "encrypted (key " + key + ")"
+	}
+	return string(raw)
+}
+
 func pretty(raw json.RawMessage) string {
 	if len(raw) == 0 {
 		return ""
+	}
+	if _, ok := jobs.EncryptedWith(raw); ok {
+		return shown(raw)
 	}
 	var b bytes.Buffer
 	if json.Indent(&b, raw, "", "  ") != nil {

@@ -2,7 +2,6 @@ package hoppertest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"runtime/debug"
@@ -49,7 +48,8 @@ func ID(id int64) WorkOption { return func(r *jobs.Row) { r.ID = id } }
 
 // Work runs handler once on payload as a worker would, without a worker or
 // a database: the payload goes through JSON and the kind's decoding, as
-// it does between enqueue and claim; worker.ExtendLease and worker.AckTx
+// it does between enqueue and claim (encrypted and decrypted, for a kind
+// with jobs.Encrypted); worker.ExtendLease and worker.AckTx
 // are recorded instead of run; a panic is recovered; and the result is
 // read with worker.Judge, so Snooze, Cancel, Permanent and RetryAt come
 // back as the outcomes a worker would record. A payload the kind would
@@ -59,7 +59,8 @@ func Work[T any](ctx context.Context, kind *jobs.Kind[T], handler func(context.C
 	if err := entry.Err(); err != nil {
 		return Result{Err: err} // enqueue would refuse it: no outcome
 	}
-	raw, err := json.Marshal(payload)
+	// Stored as a worker would read it: encrypted, for an encrypted kind.
+	raw, err := kind.EncodePayload(payload)
 	if err != nil {
 		return Result{Err: err}
 	}

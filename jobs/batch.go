@@ -35,7 +35,8 @@ func Items[T any](payloads ...T) []Item[T] {
 type Entry struct {
 	kind    string
 	version int
-	raw     json.RawMessage
+	raw     json.RawMessage // as stored
+	plain   json.RawMessage // in the clear, for the hooks: raw unless the kind is Encrypted
 	o       enqueueOptions
 	hooks   []EnqueueHook // the kind's own (OnEnqueue)
 	err     error         // why the payload or options were refused
@@ -72,8 +73,8 @@ func (e Entry) Meta() Meta { return maps.Clone(e.o.meta) }
 // payload and options are checked now; a refusal is reported by
 // EnqueueBatch, with the entry's position.
 func (k *Kind[T]) Entry(payload T, opts ...EnqueueOption) Entry {
-	o, raw, err := k.prepare(payload, opts)
-	return Entry{kind: k.name, version: k.version, raw: raw, o: o, hooks: k.hooks, err: err}
+	o, raw, plain, err := k.prepare(payload, opts)
+	return Entry{kind: k.name, version: k.version, raw: raw, plain: plain, o: o, hooks: k.hooks, err: err}
 }
 
 // BatchResult tells what a batch enqueue did.
@@ -103,11 +104,11 @@ func (k *Kind[T]) EnqueueMany(ctx context.Context, dbtx DBTX, items []Item[T], o
 		if len(item.Options) > 0 {
 			o, err = k.options(append(opts[:len(opts):len(opts)], item.Options...))
 		}
-		var raw json.RawMessage
+		var raw, plain json.RawMessage
 		if err == nil {
-			raw, err = k.derive(item.Payload, &o)
+			raw, plain, err = k.derive(item.Payload, &o)
 		}
-		entries[i] = Entry{kind: k.name, version: k.version, raw: raw, o: o, hooks: k.hooks, err: err}
+		entries[i] = Entry{kind: k.name, version: k.version, raw: raw, plain: plain, o: o, hooks: k.hooks, err: err}
 	}
 	res, err := enqueueEntries(ctx, dbtx, entries, false)
 	if err != nil {
@@ -183,7 +184,7 @@ func enqueueEntries(ctx context.Context, dbtx DBTX, entries []Entry, mixed bool)
 			if !cloned { // the hooks change options: never in the caller's slice
 				entries, cloned = slices.Clone(entries), true
 			}
-			if err := runHooks(ctx, dbtx, e.kind, e.version, e.raw, e.hooks, &entries[i].o); err != nil {
+			if err := runHooks(ctx, dbtx, e.kind, e.version, e.plain, e.hooks, &entries[i].o); err != nil {
 				return BatchResult{}, fmt.Errorf("item %d (%s): %w", i, e.kind, err)
 			}
 		}

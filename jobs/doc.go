@@ -135,6 +135,17 @@
 // each version in your tests, so a change that alters the stored JSON
 // without a new version is caught.
 //
+// # Encrypted payloads
+//
+// A kind defined with Encrypted(keyring) stores its payloads encrypted
+// (AES-256-GCM), and its durable steps' results with them; a worker
+// decrypts them before the upgrades. NewKeyring holds named keys, one
+// current: add a key to rotate, drop the old one once no stored value
+// names it. The keys a kind derives from its payload (UniqueBy,
+// UniqueFields, KeyBy, SequenceBy), its metadata and its errors stay in
+// the clear. A payload that cannot be decrypted wraps ErrDecrypt and is
+// dead at once, as an undecodable one is.
+//
 // # What handlers receive
 //
 // A handler gets a *Job[T]: the decoded Payload and the job's metadata (ID,
@@ -142,6 +153,6 @@
 // the error history of earlier attempts). The worker package runs them.
 //
 // The guide docs/jobs.md covers defining kinds, enqueue options,
-// transactions and batches, unique keys, metadata, payload versions and
-// hooks with runnable programs.
+// transactions and batches, unique keys, metadata, payload versions,
+// encrypted payloads and hooks with runnable programs.
 package jobs

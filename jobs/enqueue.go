@@ -169,30 +169,62 @@ type Result struct {
 	Replaced bool
 }
 
-func (k *Kind[T]) prepare(payload T, opts []EnqueueOption) (enqueueOptions, json.RawMessage, error) {
-	o, err := k.options(opts)
+// prepare checks and encodes one job: stored is the payload as it is
+// stored, plain its JSON in the clear (the same but for an encrypted
+// kind), which enqueue hooks see.
+func (k *Kind[T]) prepare(payload T, opts []EnqueueOption) (o enqueueOptions, stored, plain json.RawMessage, err error) {
+	o, err = k.options(opts)
 	if err != nil {
-		return o, nil, err
+		return o, nil, nil, err
 	}
-	raw, err := k.derive(payload, &o)
-	return o, raw, err
+	stored, plain, err = k.derive(payload, &o)
+	return o, stored, plain, err
 }
 
 // derive sets what the kind derives from the payload (KeyBy, SequenceBy,
 // UniqueBy, UniqueFields) on options already checked, and encodes the
-// payload.
-func (k *Kind[T]) derive(payload T, o *enqueueOptions) (json.RawMessage, error) {
+// payload: every key is derived from the payload in the clear, before it
+// is encrypted (Encrypted).
+func (k *Kind[T]) derive(payload T, o *enqueueOptions) (stored, plain json.RawMessage, err error) {
 	if err := k.deriveKey(payload, o); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := k.deriveSequence(payload, o); err != nil {
+		return nil, nil, err
+	}
+	plain, err = k.encode(payload)
+	if err == nil {
+		err = k.deriveUniqueKey(payload, plain, o)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	stored, err = k.seal(plain)
+	return stored, plain, err
+}
+
+// seal encrypts an encoded payload for storage when the kind is
+// Encrypted; otherwise it is stored as it is.
+func (k *Kind[T]) seal(plain json.RawMessage) (json.RawMessage, error) {
+	if k.keyring == nil {
+		return plain, nil
+	}
+	stored, err := k.keyring.seal(plain, payloadContext(k.name, k.version))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMarshal, err)
+	}
+	return stored, nil
+}
+
+// EncodePayload is payload as a job of the kind stores it, at the kind's
+// current version: its JSON, checked against MaxPayloadBytes, and
+// encrypted when the kind is Encrypted. DecodePayload reads it back.
+func (k *Kind[T]) EncodePayload(payload T) (json.RawMessage, error) {
+	plain, err := k.encode(payload)
+	if err != nil {
 		return nil, err
 	}
-	raw, err := k.encode(payload)
-	if err == nil {
-		err = k.deriveUniqueKey(payload, raw, o)
-	}
-	return raw, err
+	return k.seal(plain)
 }
 
 // deriveKey sets the concurrency key from the payload (KeyBy) when no
@@ -233,7 +265,7 @@ func (k *Kind[T]) encode(payload T) (json.RawMessage, error) {
 // Check validates a payload and options exactly as Enqueue would, without
 // writing anything: the error wraps the same sentinels.
 func (k *Kind[T]) Check(payload T, opts ...EnqueueOption) error {
-	if _, _, err := k.prepare(payload, opts); err != nil {
+	if _, _, _, err := k.prepare(payload, opts); err != nil {
 		return fmt.Errorf("enqueue %s: %w", k.name, err)
 	}
 	return nil
@@ -244,12 +276,12 @@ func (k *Kind[T]) Check(payload T, opts ...EnqueueOption) error {
 // transaction, the job commits or rolls back with it. One statement, one
 // round trip; run_at is computed by the database's clock.
 func (k *Kind[T]) Enqueue(ctx context.Context, dbtx DBTX, payload T, opts ...EnqueueOption) (Result, error) {
-	o, raw, err := k.prepare(payload, opts)
+	o, raw, plain, err := k.prepare(payload, opts)
 	if err == nil {
 		err = migrated.Ensure(ctx, dbtx)
 	}
 	if err == nil {
-		err = runHooks(ctx, dbtx, k.name, k.version, raw, k.hooks, &o)
+		err = runHooks(ctx, dbtx, k.name, k.version, plain, k.hooks, &o)
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("enqueue %s: %w", k.name, err)

@@ -50,6 +50,16 @@ var (
 	// ErrUndecodable: a stored payload could not be upgraded or decoded. A
 	// worker moves such a job to the dead table at once, without retries.
 	ErrUndecodable = errors.New("hopper: payload cannot be decoded")
+	// ErrDecrypt: an encrypted payload, step result or event payload
+	// (Encrypted) could not be decrypted: its key is not in the keyring,
+	// the ciphertext fails authentication (altered, or moved from another
+	// kind, job or event), or there is no keyring for it. A worker moves
+	// a job whose payload fails so to the dead table at once (the error
+	// wraps ErrUndecodable too), and fails a durable call so for good.
+	ErrDecrypt = errors.New("hopper: cannot decrypt")
+	// ErrInvalidKeyring: NewKeyring was given a key of the wrong size, an
+	// invalid key id, or a current key that is not among the keys.
+	ErrInvalidKeyring = errors.New("hopper: invalid keyring")
 )
 
 // ErrInvalidSchema is returned by InSchema for a name PostgreSQL cannot

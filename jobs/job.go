@@ -55,7 +55,9 @@ func (k *Kind[T]) Decode(row Row) (*Job[T], error) {
 }
 
 // DecodePayload upgrades a payload stored at version through the kind's
-// chain to the current version, then unmarshals it into T. It never
+// chain to the current version, then unmarshals it into T; an encrypted
+// payload (Encrypted) is decrypted first, and one that cannot be wraps
+// ErrDecrypt as well. It never
 // panics: a panic in an upgrade function or in T's UnmarshalJSON is
 // returned as an error. Errors wrap ErrUndecodable.
 func (k *Kind[T]) DecodePayload(version int, raw json.RawMessage) (payload T, err error) {
@@ -66,6 +68,13 @@ func (k *Kind[T]) DecodePayload(version int, raw json.RawMessage) (payload T, er
 	}()
 	if version < 1 || version > k.version {
 		return payload, fmt.Errorf("%w: version %d, but this build of %q understands 1 to %d", ErrUndecodable, version, k.name, k.version)
+	}
+	// An encrypted payload is decrypted with the additional data of its
+	// stored version; one in the clear (enqueued before the kind was
+	// encrypted, or without a key) is read as it is.
+	raw, err = k.keyring.open(raw, payloadContext(k.name, version))
+	if err != nil {
+		return payload, fmt.Errorf("%w: %w", ErrUndecodable, err)
 	}
 	for v := version; v < k.version; v++ {
 		next, err := k.upgrades[v-1](raw)

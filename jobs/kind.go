@@ -42,6 +42,7 @@ type Kind[T any] struct {
 	uniqueOf        func(T) (string, error) // UniqueBy's
 	uniqueFields    []string                // UniqueFields'
 	sequenceOf      func(T) (string, error) // SequenceBy's
+	keyring         *Keyring                // Encrypted's; nil: in the clear
 }
 
 // Name is the kind's stable name, stored with every job.
@@ -50,6 +51,10 @@ func (k *Kind[T]) Name() string { return k.name }
 // Version is the kind's current payload version: new jobs are stored with
 // it, and older payloads are upgraded to it before decoding.
 func (k *Kind[T]) Version() int { return k.version }
+
+// Keyring is the kind's keyring (Encrypted), nil when its payloads are
+// stored in the clear.
+func (k *Kind[T]) Keyring() *Keyring { return k.keyring }
 
 // DefineOption configures a kind.
 type DefineOption func(*definition)
@@ -64,6 +69,7 @@ type definition struct {
 	uniqueOf        any // UniqueBy's func(T) string
 	uniqueFields    []string
 	sequenceOf      any // SequenceBy's func(T) string
+	keyring         *Keyring
 	errs            []error
 }
 
@@ -169,7 +175,7 @@ func Define[T any](name string, opts ...DefineOption) (*Kind[T], error) {
 	if d.maxPayloadBytes < 1 {
 		return fail("max payload bytes %d is below 1", d.maxPayloadBytes)
 	}
-	k := &Kind[T]{name: name, version: d.version, maxPayloadBytes: d.maxPayloadBytes, hooks: d.hooks, uniqueFields: d.uniqueFields}
+	k := &Kind[T]{name: name, version: d.version, maxPayloadBytes: d.maxPayloadBytes, hooks: d.hooks, uniqueFields: d.uniqueFields, keyring: d.keyring}
 	if d.uniqueOf != nil {
 		fn, ok := d.uniqueOf.(func(T) string)
 		if !ok {

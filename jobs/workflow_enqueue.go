@@ -113,7 +113,7 @@ func (w *Workflow) prepare(ctx context.Context, dbtx DBTX) (preparedWorkflow, er
 	for k, i := range order {
 		s := w.steps[i]
 		e := s.entry
-		if err := runHooks(ctx, dbtx, e.kind, e.version, e.raw, e.hooks, &e.o); err != nil {
+		if err := runHooks(ctx, dbtx, e.kind, e.version, e.plain, e.hooks, &e.o); err != nil {
 			return preparedWorkflow{}, fmt.Errorf("step %q (%s): %w", s.name, e.kind, err)
 		}
 		if err := w.stamp(s, &e.o); err != nil {

@@ -172,3 +172,34 @@ SELECT coalesce(@id::bigint BETWEEN 1 AND (
                 THEN pg_sequence_last_value(s.seq) END
     FROM (SELECT to_regclass('hopper_jobs_id_seq') AS seq) AS s
 ), false)::boolean AS issued;
+
+-- name: EncryptionKeys :many
+-- The keys that encrypted stored values (jobs.Encrypted: a jsonb object
+-- whose one key is 'hopper.encrypted'), counted by where they are
+-- (payload: a job's payload, live, dead or in the history; step: a
+-- durable step's result or the payload an event brought; event: an
+-- emitted event's payload), the kind of their job ('' for an event) and
+-- the key's id. A key no row names can leave the keyring. Reads every
+-- row of these tables: an operator's query, not a worker's.
+WITH sealed AS (
+    SELECT 'payload'::text AS place, kind, payload -> 'hopper.encrypted' ->> 'key' AS key_id
+    FROM hopper_jobs WHERE payload ? 'hopper.encrypted'
+    UNION ALL
+    SELECT 'payload', kind, payload -> 'hopper.encrypted' ->> 'key'
+    FROM hopper_dead_jobs WHERE payload ? 'hopper.encrypted'
+    UNION ALL
+    SELECT 'payload', kind, payload -> 'hopper.encrypted' ->> 'key'
+    FROM hopper_job_history WHERE payload ? 'hopper.encrypted'
+    UNION ALL
+    SELECT 'step', coalesce(j.kind, ''), s.result -> 'hopper.encrypted' ->> 'key'
+    FROM hopper_job_steps AS s
+    LEFT JOIN hopper_all_jobs AS j ON j.id = s.job_id
+    WHERE s.result ? 'hopper.encrypted'
+    UNION ALL
+    SELECT 'event', '', payload -> 'hopper.encrypted' ->> 'key'
+    FROM hopper_events WHERE payload ? 'hopper.encrypted'
+)
+SELECT place::text AS place, kind::text AS kind, coalesce(key_id, '')::text AS key_id, count(*)::bigint AS values
+FROM sealed
+GROUP BY place, kind, key_id
+ORDER BY key_id, place, kind;

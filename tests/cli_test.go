@@ -101,7 +101,7 @@ func TestCLIHelpAndUsageErrors(t *testing.T) {
 	t.Parallel()
 	r := runHopper(t, "", "", "help")
 	require.Zero(t, r.code)
-	for _, c := range []string{"migrate", "grants", "enqueue", "stats", "keys", "jobs", "queues", "schedules", "workers", "events", "dead", "history", "sql", "ui", "demo", "bench"} {
+	for _, c := range []string{"migrate", "grants", "enqueue", "stats", "keys", "encryption", "jobs", "queues", "schedules", "workers", "events", "patches", "dead", "history", "sql", "ui", "demo", "bench"} {
 		require.Regexp(t, `(?m)^  `+c+` `, r.stdout)
 		h := runHopper(t, "", "", c, "--help")
 		require.Zero(t, h.code, c)

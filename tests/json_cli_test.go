@@ -120,6 +120,10 @@ func TestCLIJSONSnakeCase(t *testing.T) {
 		Add("root", jsonDone.Entry(Beat{}, jobs.Queue("held"))).
 		Add("child", jsonDone.Entry(Beat{}, jobs.Queue("held")), jobs.After("root")))
 	require.NoError(t, err)
+	// An encrypted payload, for encryption's count of keys.
+	_, err = jobs.MustDefine[Beat]("json_secret", jobs.Defaults(jobs.Queue("held")),
+		jobs.Encrypted(jobs.MustKeyring("k1", map[string][]byte{"k1": make([]byte, 32)}))).Enqueue(ctx, d.Pool, Beat{})
+	require.NoError(t, err)
 	testdb.WaitFor(t, "the schedules defined", func() bool { return strings.Contains(run("schedules", "list"), "weekly") })
 	run("schedules", "pause", "weekly")
 	run("schedules", "trigger", "nightly")
@@ -134,6 +138,7 @@ func TestCLIJSONSnakeCase(t *testing.T) {
 	}{
 		{[]string{"stats"}, []string{".queues[].workers", ".queues[].oldest_ready_seconds"}},
 		{[]string{"keys"}, []string{".keys[].key", ".rate_limits[].per_seconds"}},
+		{[]string{"encryption"}, []string{"[].key_id", "[].place", "[].kind", "[].values"}},
 		{[]string{"queues", "list"}, []string{"[].workers", "[].paused_at", "[].oldest_ready_seconds"}},
 		{[]string{"schedules", "list"}, []string{"[].time_zone", "[].next_fire_at", "[].last_fire_at", "[].paused_at", "[].last_reported"}},
 		{[]string{"workers", "list"}, []string{"[].jobs_held", "[].last_beat_at", "[].since_beat_seconds", "[].stale_after_seconds"}},

@@ -259,6 +259,50 @@ func recordContext(ctx context.Context, c *heldJob) (context.Context, context.Ca
 	return context.WithTimeout(context.WithoutCancel(ctx), statementTimeout(c.held.lease))
 }
 
+// encodeStep is encodeRecord for a step's result, encrypted with the
+// kind's keyring (jobs.Encrypted) and checked as stored, envelope and
+// all: an encrypted result takes about a third more room.
+func encodeStep(c *heldJob, name string, v any, what string) (json.RawMessage, error) {
+	if c.keyring == nil {
+		return encodeRecord(v, what)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if b, err = c.keyring.SealStep(c.id, name, b); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := checkStored(b, MaxRecordSize, what+" (encrypted)"); err != nil {
+		return nil, Permanent(err)
+	}
+	return b, nil
+}
+
+// decodeStep decrypts a step's recorded result, when it is encrypted,
+// then decodes it. A result that cannot be decrypted (its key gone from
+// the keyring, or altered) fails the job for good: every run would fail
+// alike.
+func decodeStep[R any](c *heldJob, name string, raw json.RawMessage, what string) (R, error) {
+	plain, err := c.keyring.OpenStep(c.id, name, raw)
+	if err != nil {
+		var zero R
+		return zero, Permanent(fmt.Errorf("%s: %w", what, err))
+	}
+	return decodeRecord[R](plain, what)
+}
+
+// decodeEvent is decodeStep for the payload an event brought, which its
+// emitter may have encrypted (hopper.Client.EmitEventEncrypted).
+func decodeEvent[R any](c *heldJob, name string, raw json.RawMessage, what string) (R, error) {
+	plain, err := c.keyring.OpenEvent(name, raw)
+	if err != nil {
+		var zero R
+		return zero, Permanent(fmt.Errorf("%s: %w", what, err))
+	}
+	return decodeRecord[R](plain, what)
+}
+
 func decodeRecord[R any](raw json.RawMessage, what string) (R, error) {
 	var out R
 	if len(raw) == 0 {
@@ -296,7 +340,7 @@ func Step[R, T any](ctx context.Context, job *jobs.Job[T], name string, fn func(
 		if err != nil {
 			return zero, err
 		}
-		raw, err := encodeRecord(out, what)
+		raw, err := encodeStep(c, name, out, what)
 		if err != nil {
 			return zero, err
 		}
@@ -353,7 +397,7 @@ func replayStep[R any](ctx context.Context, c *heldJob, name, what string, run f
 				return zero, err
 			}
 			d.next++
-			return decodeRecord[R](rec.Result, what)
+			return decodeStep[R](c, name, rec.Result, what)
 		}
 		out, err := run()
 		if errors.Is(err, errRecordTaken) {
@@ -385,7 +429,7 @@ func runStepTx[R any](ctx context.Context, c *heldJob, d *durableCalls, name, wh
 	if out, err = fn(ctx, tx); err != nil {
 		return out, err
 	}
-	raw, err := encodeRecord(out, what)
+	raw, err := encodeStep(c, name, out, what)
 	if err != nil {
 		return out, err
 	}
@@ -550,7 +594,7 @@ func AwaitEvent[R, T any](ctx context.Context, job *jobs.Job[T], name string, ti
 		if rec.State == "timed_out" {
 			return zero, fmt.Errorf("%s: %w", what, ErrEventTimeout)
 		}
-		return decodeRecord[R](rec.Result, what)
+		return decodeEvent[R](c, name, rec.Result, what)
 	}
 }
 

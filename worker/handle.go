@@ -77,6 +77,7 @@ type handler struct {
 	keep       time.Duration // the kind's KeepHistory; 0: its queue's
 	middleware []Middleware  // Use's, inside the worker's
 	keyLimit   int           // KeyLimit's; 0: the queue's
+	keyring    *jobs.Keyring // the kind's (jobs.Encrypted); nil: in the clear
 	prepare    func(row db.HopperJob, keep time.Duration) (call func(ctx context.Context) (json.RawMessage, error), timeout time.Duration, err error)
 }
 
@@ -132,6 +133,7 @@ func HandleWithResult[T, R any](w *Worker, kind *jobs.Kind[T], fn func(context.C
 		keep:       o.keep,
 		middleware: o.middleware,
 		keyLimit:   o.keyLimit,
+		keyring:    kind.Keyring(),
 		prepare: func(r db.HopperJob, keep time.Duration) (func(context.Context) (json.RawMessage, error), time.Duration, error) {
 			row, err := rows.Live(r)
 			if err != nil {

@@ -48,6 +48,7 @@ type heldJob struct {
 	id      int64
 	attempt int32
 	kind    string
+	keyring *jobs.Keyring // the kind's (jobs.Encrypted): its steps' results are encrypted; nil: in the clear
 	queue   *producer
 	held    *heldJobs     // the set it is in while held
 	keep    time.Duration // how long its completion stays in the history; 0: not kept
@@ -313,8 +314,8 @@ func newHeldJobs(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config, dbtx 
 		lease: cfg.LeaseDuration, abandonAfter: cfg.AbandonAfter, dbtx: dbtx, begin: begin}
 }
 
-func (s *heldJobs) add(row db.HopperJob, p *producer, sent time.Time, keep time.Duration) *heldJob {
-	c := &heldJob{id: row.ID, attempt: row.Attempt, kind: row.Kind, queue: p, held: s, keep: keep,
+func (s *heldJobs) add(row db.HopperJob, p *producer, sent time.Time, keep time.Duration, keyring *jobs.Keyring) *heldJob {
+	c := &heldJob{id: row.ID, attempt: row.Attempt, kind: row.Kind, keyring: keyring, queue: p, held: s, keep: keep,
 		keyed: row.ConcurrencyKey != nil && p.flow != nil, place: keyOf(row)}
 	// A job not marked durable has no records: its first durable call
 	// need not read them (a record made meanwhile by another run of the

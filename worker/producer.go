@@ -240,7 +240,7 @@ func (p *producer) fetch(ctx context.Context, n int) (int, error) {
 	for i, row := range rows {
 		h := p.handlers.of(row.Kind)
 		keep := h.keepRow(p.cfg, row)
-		c := p.held.add(row, p, sent, keep)
+		c := p.held.add(row, p, sent, keep, h.keyring)
 		p.metrics.claimed(row.Queue, row.Kind, now.Sub(row.RunAt))
 		// Decoding here, in one busy goroutine, rather than in the handler
 		// goroutine keeps the decoder's deep stack from being grown anew

@@ -86,6 +86,7 @@ func commands() []*command {
 		enqueueCommand(),
 		statsCommand(),
 		keysCommand(),
+		encryptionCommand(),
 		jobsCommand(),
 		queuesCommand(),
 		schedulesCommand(),

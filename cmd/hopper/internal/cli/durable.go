@@ -178,7 +178,7 @@ func (d *durableView) printRecords(w io.Writer) {
 			until = stamp(s.Until)
 		}
 		if len(s.Result) > 0 {
-			result = clip(string(s.Result), maxShownRecord)
+			result = clip(shownJSON(s.Result), maxShownRecord)
 		}
 		return fmt.Sprintf("  %d\t%s\t%s\t%s\t%s\t%s", s.Position, s.Kind, clip(s.Name, maxShownRecord), recordState(s, d.now), until, result)
 	})

@@ -178,9 +178,9 @@ func printJob(w io.Writer, r jobs.Row, d *durableView) {
 		}
 		fmt.Fprintf(w, "meta: %s\n", strings.Join(tags, " "))
 	}
-	fmt.Fprintf(w, "payload: %s\n", r.Payload)
+	fmt.Fprintf(w, "payload: %s\n", shownJSON(r.Payload))
 	if r.Result != nil {
-		fmt.Fprintf(w, "result: %s\n", r.Result)
+		fmt.Fprintf(w, "result: %s\n", shownJSON(r.Result))
 	}
 	if d != nil {
 		d.printRecords(w)
@@ -193,6 +193,16 @@ func printJob(w io.Writer, r jobs.Row, d *durableView) {
 		fmt.Fprintf(w, "  attempt %d at %s by %s:\n    %s\n", h.Attempt, stamp(h.At), h.Owner,
 			strings.ReplaceAll(strings.TrimSpace(h.Error), "\n", "\n    "))
 	}
+}
+
+// shownJSON is a stored JSON value as a person reads it: an encrypted
+// one (jobs.Encrypted) is named so, with its key, rather than printed as
+// the base64 of its ciphertext; the command has no key to decrypt it.
+func shownJSON(raw json.RawMessage) string {
+	if key, ok := jobs.EncryptedWith(raw); ok {
+		return "encrypted (key " + key + ")"
+	}
+	return string(raw)
 }
 
 func endedWord(s jobs.State) string {

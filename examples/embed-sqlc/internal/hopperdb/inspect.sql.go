@@ -24,6 +24,70 @@ func (q *Queries) BackendPID(ctx context.Context) (int32, error) {
 	return pid, err
 }
 
+const encryptionKeys = `-- name: EncryptionKeys :many
+WITH sealed AS (
+    SELECT 'payload'::text AS place, kind, payload -> 'hopper.encrypted' ->> 'key' AS key_id
+    FROM hopper_jobs WHERE payload ? 'hopper.encrypted'
+    UNION ALL
+    SELECT 'payload', kind, payload -> 'hopper.encrypted' ->> 'key'
+    FROM hopper_dead_jobs WHERE payload ? 'hopper.encrypted'
+    UNION ALL
+    SELECT 'payload', kind, payload -> 'hopper.encrypted' ->> 'key'
+    FROM hopper_job_history WHERE payload ? 'hopper.encrypted'
+    UNION ALL
+    SELECT 'step', coalesce(j.kind, ''), s.result -> 'hopper.encrypted' ->> 'key'
+    FROM hopper_job_steps AS s
+    LEFT JOIN hopper_all_jobs AS j ON j.id = s.job_id
+    WHERE s.result ? 'hopper.encrypted'
+    UNION ALL
+    SELECT 'event', '', payload -> 'hopper.encrypted' ->> 'key'
+    FROM hopper_events WHERE payload ? 'hopper.encrypted'
+)
+SELECT place::text AS place, kind::text AS kind, coalesce(key_id, '')::text AS key_id, count(*)::bigint AS values
+FROM sealed
+GROUP BY place, kind, key_id
+ORDER BY key_id, place, kind
+`
+
+type EncryptionKeysRow struct {
+	Place  string
+	Kind   string
+	KeyID  string
+	Values int64
+}
+
+// The keys that encrypted stored values (jobs.Encrypted: a jsonb object
+// whose one key is 'hopper.encrypted'), counted by where they are
+// (payload: a job's payload, live, dead or in the history; step: a
+// durable step's result or the payload an event brought; event: an
+// emitted event's payload), the kind of their job (” for an event) and
+// the key's id. A key no row names can leave the keyring. Reads every
+// row of these tables: an operator's query, not a worker's.
+func (q *Queries) EncryptionKeys(ctx context.Context) ([]EncryptionKeysRow, error) {
+	rows, err := q.db.Query(ctx, encryptionKeys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []EncryptionKeysRow
+	for rows.Next() {
+		var i EncryptionKeysRow
+		if err := rows.Scan(
+			&i.Place,
+			&i.Kind,
+			&i.KeyID,
+			&i.Values,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const findJob = `-- name: FindJob :one
 SELECT id, queue, kind, version, payload, state, priority, run_at, attempt, max_attempts, lease_owner, lease_until, unique_key, errors, created_at, finished_at, reason, result, meta, concurrency_key FROM hopper_all_jobs WHERE id = $1::bigint
 `

@@ -26,7 +26,10 @@
 --    the JSON type the job's payload has (an object stays an object), and
 --    an explicit version may not be above the job's: every build of the
 --    kind that can run the job as stored upgrades an older version, none
---    is known to read a newer one.
+--    is known to read a newer one. Raw JSON in the clear may not replace
+--    an encrypted payload (jobs.Encrypted: an object whose key is
+--    'hopper.encrypted'): an operator without the key would store the
+--    kind's data in the clear; the kind's Go definition encrypts.
 --  * run_at: a time ahead of now() makes the job scheduled at it; any other
 --    (now, the past, -infinity) makes it ready now, keeping its run_at if
 --    it was due already, so that "run now" never sends a ready job back.
@@ -58,14 +61,16 @@
 --
 -- One row: was and locked (see above); refused is '' when the job was
 -- changed or not held, else why a held job was not changed: 'durable',
--- 'kind', 'payload_type', 'version', 'sequence' or 'max_attempts'; job_kind,
+-- 'kind', 'payload_type', 'encrypted', 'version', 'sequence' or
+-- 'max_attempts'; job_kind,
 -- job_version, payload_type, job_sequence and attempt are the held job's,
 -- for the message; the other
 -- columns are the job as changed (NULL when it was not).
 WITH target AS (
     SELECT j.id, j.state, j.kind, j.version, j.attempt, j.queue, j.priority, j.run_at,
            jsonb_typeof(j.payload) AS payload_type, coalesce(j.meta ->> 'hopper.sequence', '') AS sequence_key,
-           coalesce(j.meta ? 'hopper.durable', false) AS durable
+           coalesce(j.meta ? 'hopper.durable', false) AS durable,
+           coalesce(j.payload ? 'hopper.encrypted', false) AS encrypted
     FROM hopper_jobs AS j
     WHERE j.id = @id::bigint AND j.state IN ('pending', 'scheduled', 'waiting')
     FOR UPDATE
@@ -76,6 +81,8 @@ WITH target AS (
                 WHEN sqlc.narg(kind)::text IS NOT NULL AND t.kind <> sqlc.narg(kind)::text THEN 'kind'
                 WHEN sqlc.narg(payload)::jsonb IS NOT NULL AND sqlc.narg(kind)::text IS NULL
                      AND jsonb_typeof(sqlc.narg(payload)::jsonb) <> t.payload_type THEN 'payload_type'
+                WHEN sqlc.narg(payload)::jsonb IS NOT NULL AND sqlc.narg(kind)::text IS NULL AND t.encrypted
+                     AND NOT coalesce(sqlc.narg(payload)::jsonb ? 'hopper.encrypted', false) THEN 'encrypted'
                 WHEN sqlc.narg(version)::integer IS NOT NULL AND sqlc.narg(kind)::text IS NULL
                      AND sqlc.narg(version)::integer > t.version THEN 'version'
                 WHEN sqlc.narg(sequence_key)::text IS NOT NULL AND sqlc.narg(sequence_key)::text <> t.sequence_key THEN 'sequence'
