@@ -458,27 +458,34 @@ func TestAckTxCommittedThenAbandoned(t *testing.T) {
 	start(t, b, worker.Config{ExtendInterval: 20 * time.Millisecond, AbandonAfter: 50 * time.Millisecond, Registerer: reg, Logger: quiet},
 		func(w *worker.Worker) {
 			seen = observe(w)
-			require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
-				tx, err := b.Pool.Begin(context.Background())
-				if err != nil {
-					return err
-				}
-				defer tx.Rollback(context.Background()) //nolint:errcheck
-				if err := worker.AckTx(ctx, tx, j); err != nil {
-					return err
-				}
-				if err := tx.Commit(context.Background()); err != nil {
-					return err
-				}
-				<-unstick // ignores ctx
-				return ctx.Err()
-				// The timeout leaves AckTx room on a busy CI machine: at
-				// 50ms it once expired before the commit.
-			}, worker.Timeout(time.Second)))
+			// The timeout leaves AckTx room on a busy CI machine: at 50ms
+			// it once expired before the commit.
+			require.NoError(t, worker.Handle(w, k, ackThenStick(b.Pool, unstick), worker.Timeout(time.Second)))
 		})
 	testdb.WaitFor(t, "the handler abandoned", func() bool { return metricValue(t, reg, `hopper_job_outcomes_total{outcome="abandoned"}`) == 1 })
 	close(unstick)
 	testdb.WaitFor(t, "the outcome reported", func() bool { return len(seen.of(res.ID, 1)) > 0 })
 	require.Equal(t, []string{string(worker.OutcomeDone)}, seen.of(res.ID, 1))
 	require.Equal(t, 1.0, metricValue(t, reg, `hopper_job_outcomes_total{outcome="done"}`))
+}
+
+// ackThenStick is a handler that commits its AckTx on pool, then ignores
+// its context until unstick is closed (it is abandoned meanwhile), and
+// returns the context's error.
+func ackThenStick(pool *pgxpool.Pool, unstick <-chan struct{}) func(context.Context, *jobs.Job[Task]) error {
+	return func(ctx context.Context, j *jobs.Job[Task]) error {
+		tx, err := pool.Begin(context.Background())
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.Background()) //nolint:errcheck
+		if err := worker.AckTx(ctx, tx, j); err != nil {
+			return err
+		}
+		if err := tx.Commit(context.Background()); err != nil {
+			return err
+		}
+		<-unstick // ignores ctx
+		return ctx.Err()
+	}
 }

@@ -924,21 +924,7 @@ func TestAckTxUnconfirmedWhenItsFateCannotBeRead(t *testing.T) {
 		Registerer: reg, Logger: quiet}))
 	require.NoError(t, err)
 	seen := observe(w)
-	require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
-		tx, err := h.ledger.Begin(context.Background()) // direct: no fault touches it
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback(context.Background()) //nolint:errcheck
-		if err := worker.AckTx(ctx, tx, j); err != nil {
-			return err
-		}
-		if err := tx.Commit(context.Background()); err != nil {
-			return err
-		}
-		<-unstick // ignores ctx
-		return nil
-	}, worker.Timeout(time.Second)))
+	require.NoError(t, worker.Handle(w, k, ackThenStick(h.ledger, unstick), worker.Timeout(time.Second))) // AckTx on a direct pool: no fault touches it
 	ctx, cancel := context.WithCancel(h.b.Ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(ctx) }()
