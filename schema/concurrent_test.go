@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -21,9 +22,13 @@ import (
 func TestUpConcurrently(t *testing.T) {
 	testdb.Slow(t, "eight schemas migrated by four racers each")
 	const racers, trials = 4, 4
-	ctx, _ := setup(t)
+	setup(t)
 	for _, from := range []uint{0, 11} {
 		for trial := range trials {
+			// A deadline per trial, not one for the eight: on a busy
+			// machine a racer may wait minutes for the others' run.
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
 			d := testdb.NewEmpty(t)
 			if from > 0 {
 				mg, err := schema.NewMigrator(ctx, d.Pool)
