@@ -7,11 +7,12 @@ import (
 )
 
 // ackTxFate is what became of the row a handler deleted with AckTx, read
-// once the handler returned (AckTxFates). The row decides, never the
-// transaction's id: a delete undone by rolling back a savepoint leaves the
-// outer transaction committed, and the id of a transaction lost in a
-// failover is, on the new primary, either in its future or given to
-// another transaction since.
+// once the handler returned (AckTxFates). The row decides first: a delete
+// undone by rolling back a savepoint leaves the outer transaction
+// committed. A row gone is told apart by the transaction's id, on the
+// ack's timeline only (the id of a transaction lost in a failover is, on
+// the new primary, either in its future or given to another transaction
+// since): aborted, another run that took the job since ended it.
 type ackTxFate int
 
 // The fates, from 1: the zero value is none of them.
@@ -33,12 +34,18 @@ const (
 )
 
 // fateOfAckTx decides from the job's row (live, dead), the timeline the
-// ack was made on and the server's timeline now.
-func fateOfAckTx(live, dead bool, ackTimeline, nowTimeline int32) ackTxFate {
+// ack was made on, the server's timeline now, and the status of the ack's
+// transaction (pg_xact_status: "committed", "aborted", "in progress", or
+// "" when too old to say).
+func fateOfAckTx(live, dead bool, ackTimeline, nowTimeline int32, xactStatus string) ackTxFate {
 	switch {
 	case live && ackTimeline != nowTimeline:
 		return ackTxLost
 	case live || dead:
+		return ackTxUndone
+	case ackTimeline == nowTimeline && xactStatus == "aborted":
+		// Gone, but not by this ack: its transaction rolled back, and
+		// another run, which took the job meanwhile, ended it.
 		return ackTxUndone
 	default:
 		return ackTxCommitted
@@ -52,15 +59,17 @@ func fateOfAckTx(live, dead bool, ackTimeline, nowTimeline int32) ackTxFate {
 // left as it was; the error says so.
 func readAckTxFates(ctx context.Context, q *db.Queries, claims []*heldJob) error {
 	ids := make([]int64, 0, len(claims))
+	var xacts []int64
 	for _, c := range claims {
 		if c.ackedInTx.Load() && !c.ackCommitted.Load() {
 			ids = append(ids, c.id)
+			xacts = append(xacts, c.ackXact.Load())
 		}
 	}
 	if len(ids) == 0 {
 		return nil
 	}
-	rows, err := q.AckTxFates(ctx, ids)
+	rows, err := q.AckTxFates(ctx, db.AckTxFatesParams{Ids: ids, Xacts: xacts})
 	if err != nil {
 		return err
 	}
@@ -73,7 +82,7 @@ func readAckTxFates(ctx context.Context, q *db.Queries, claims []*heldJob) error
 		if !ok || !c.ackedInTx.Load() || c.ackCommitted.Load() {
 			continue
 		}
-		switch fateOfAckTx(r.Live, r.Dead, c.ackTimeline.Load(), r.Timeline) {
+		switch fateOfAckTx(r.Live, r.Dead, c.ackTimeline.Load(), r.Timeline, r.XactStatus) {
 		case ackTxCommitted:
 			c.ackCommitted.Store(true)
 		case ackTxLost:

@@ -182,3 +182,45 @@ func ackTxLostInAFailover(t *testing.T, commit bool) {
 		mu.Unlock()
 	}
 }
+
+// TestAckTxRolledBackThenEndedByAnotherRun: a handler's AckTx rolls back,
+// and while the handler lingers its job is taken from it (its lease
+// ended, swept) and ended by another run. When the handler returns nil at
+// last, the row is gone, but not by its ack: its transaction aborted. Its
+// run is not reported done (the lease was lost: refused), since done
+// would count the job's end twice and credit it to a run whose effects
+// rolled back.
+func TestAckTxRolledBackThenEndedByAnotherRun(t *testing.T) {
+	b := setup(t)
+	k := kind(t, "acktx_rolled_back_taken")
+	res, err := k.Enqueue(b.Ctx, b.Pool, Task{})
+	require.NoError(t, err)
+	rolledBack, release := make(chan struct{}), make(chan struct{})
+	var seen *outcomes
+	start(t, b, worker.Config{Logger: quiet}, func(w *worker.Worker) {
+		seen = observe(w)
+		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
+			tx, err := b.Pool.Begin(context.Background())
+			if err != nil {
+				return err
+			}
+			if err := worker.AckTx(ctx, tx, j); err != nil {
+				return err
+			}
+			if err := tx.Rollback(context.Background()); err != nil {
+				return err
+			}
+			close(rolledBack)
+			<-release
+			return nil
+		}))
+	})
+	<-rolledBack
+	b.takeAway(t, b.job(t, res.ID))
+	// The other run's end, as an ack deletes the row.
+	_, err = b.Pool.Exec(b.Ctx, "DELETE FROM hopper_jobs WHERE id = $1", res.ID)
+	require.NoError(t, err)
+	close(release)
+	testdb.WaitFor(t, "the run's outcome reported", func() bool { return len(seen.of(res.ID, 1)) > 0 })
+	require.Equal(t, []string{string(worker.OutcomeRefused)}, seen.of(res.ID, 1))
+}

@@ -58,6 +58,7 @@ type heldJob struct {
 	state       atomic.Int32 // a heldState
 	ackedInTx   atomic.Bool  // AckTx deleted the row in the handler's transaction
 	ackTimeline atomic.Int32 // the server's timeline when it did
+	ackXact     atomic.Int64 // and the id of the handler's transaction
 	// ackCommitted: the job's row was found gone after the handler's
 	// AckTx (AckTxFates): the job is done, whatever the handler returned
 	// afterwards.

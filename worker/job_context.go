@@ -103,12 +103,15 @@ func AckTx[T any](ctx context.Context, tx jobs.DBTX, job *jobs.Job[T]) error {
 	}
 	// Once the handler returns, the worker reads whether the row is gone
 	// (AckTxFates); the timeline tells a row left by a rollback from one
-	// left by a failover that lost this transaction.
-	timeline, err := q.AckTxTimeline(ctx)
+	// left by a failover that lost this transaction, and the transaction's
+	// id a row this transaction deleted from one another run deleted after
+	// it rolled back.
+	mark, err := q.AckTxMark(ctx)
 	if err != nil {
 		return fmt.Errorf("ack job %d in transaction: %w", job.ID, err)
 	}
-	c.ackTimeline.Store(timeline)
+	c.ackTimeline.Store(mark.Timeline)
+	c.ackXact.Store(mark.Xact)
 	c.ackedInTx.Store(true)
 	return nil
 }

@@ -159,6 +159,14 @@ func (f *fate) ran(a int, worker string) bool {
 	return slices.ContainsFunc(f.runs[a], func(r poisonRun) bool { return r.worker == worker })
 }
 
+// ackFailed reports whether a run of attempt a called AckTx and AckTx
+// itself failed (its statement outlived the job's timeout while a frozen
+// worker held a lock, say): the handler returned that error, so the step,
+// whatever it asked for, failed.
+func (f *fate) ackFailed(a int) bool {
+	return slices.ContainsFunc(f.runs[a], func(r poisonRun) bool { return strings.HasPrefix(r.ack, "failed: ") })
+}
+
 func clip(s string) string {
 	if len(s) > 80 {
 		return s[:80] + "…"
@@ -297,7 +305,7 @@ func judgeEnd(f *fate, kept bool, decider int, v violations) {
 			v.add(ruleAttempts, "%s dead out of attempts at attempt %d of %d", f, decider, f.dead.maxAttempts)
 		case e == nil:
 			v.add(ruleExplained, "%s dead out of attempts, with no failure recorded for attempt %d", f, decider)
-		case c != classFail && c != classEither:
+		case c != classFail && c != classEither && !f.ackFailed(decider):
 			v.add(ruleExplained, "%s dead out of attempts, but the step of attempt %d, %s, should end %s", f, decider, s.Do, c)
 		}
 	case f.dead.reason == "lease expired on last attempt":
@@ -393,7 +401,7 @@ func judgeOutcomes(f *fate, kept bool, decider int, wedged bool, v violations) {
 				// An AckTx step ends done because its ack commits; one whose
 				// AckTx did not (its timeout came first, on a busy machine)
 				// returned that error, and failed.
-				case c != classFail && c != classEither && !(s.Do == doAckTx && !acked):
+				case c != classFail && c != classEither && !(s.Do == doAckTx && !acked) && !f.ackFailed(a):
 					bad("the step should end %s", c)
 				case last <= a && !f.cancelled:
 					bad("it never ran again: %s", f.end())

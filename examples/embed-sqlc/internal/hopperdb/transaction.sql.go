@@ -13,27 +13,38 @@ const ackTxFates = `-- name: AckTxFates :many
 SELECT c.id::bigint AS id,
        EXISTS (SELECT FROM hopper_jobs AS j WHERE j.id = c.id)::boolean AS live,
        EXISTS (SELECT FROM hopper_dead_jobs AS d WHERE d.id = c.id)::boolean AS dead,
+       coalesce(pg_xact_status(c.xact::text::xid8), '')::text AS xact_status,
        ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer AS timeline
-FROM unnest($1::bigint[]) AS c(id)
+FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::bigint[]) AS xact) AS c
 `
 
+type AckTxFatesParams struct {
+	Ids   []int64
+	Xacts []int64
+}
+
 type AckTxFatesRow struct {
-	ID       int64
-	Live     bool
-	Dead     bool
-	Timeline int32
+	ID         int64
+	Live       bool
+	Dead       bool
+	XactStatus string
+	Timeline   int32
 }
 
 // What became of the rows that handlers deleted with AckTx, once their
 // handlers returned: whether each job (ids) is still live, or in the dead
-// table, and the server's timeline now. The row decides, never the
-// transaction's id: a delete undone by a savepoint's rollback leaves the
-// outer transaction committed, and an id of a transaction lost in a
+// table, the status of the ack's transaction (xacts, parallel to ids:
+// 'committed', 'aborted', 'in progress', or NULL when too old to say), and
+// the server's timeline now. The row decides first: a delete undone by a
+// savepoint's rollback leaves the outer transaction committed, so a row
+// still here was not deleted, whatever the transaction did. A row gone
+// was deleted by the ack, or, when the ack's transaction aborted, by
+// another run that took the job since. An id of a transaction lost in a
 // failover is one the new primary may not have reached yet, or has since
-// given to another transaction. A committed AckTx removed the row for
-// good (ids are never reused), so a row still here was not deleted.
-func (q *Queries) AckTxFates(ctx context.Context, ids []int64) ([]AckTxFatesRow, error) {
-	rows, err := q.db.Query(ctx, ackTxFates, ids)
+// given to another transaction: the caller trusts the status only on the
+// ack's timeline.
+func (q *Queries) AckTxFates(ctx context.Context, arg AckTxFatesParams) ([]AckTxFatesRow, error) {
+	rows, err := q.db.Query(ctx, ackTxFates, arg.Ids, arg.Xacts)
 	if err != nil {
 		return nil, err
 	}
@@ -45,6 +56,7 @@ func (q *Queries) AckTxFates(ctx context.Context, ids []int64) ([]AckTxFatesRow,
 			&i.ID,
 			&i.Live,
 			&i.Dead,
+			&i.XactStatus,
 			&i.Timeline,
 		); err != nil {
 			return nil, err
@@ -57,20 +69,28 @@ func (q *Queries) AckTxFates(ctx context.Context, ids []int64) ([]AckTxFatesRow,
 	return items, nil
 }
 
-const ackTxTimeline = `-- name: AckTxTimeline :one
-SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer AS timeline
+const ackTxMark = `-- name: AckTxMark :one
+SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer AS timeline,
+       pg_current_xact_id()::text::bigint AS xact
 `
 
-// The server's timeline (the first eight hex digits of its current WAL
-// file's name). AckTx runs it in the handler's transaction, after its
-// ack: a promoted standby starts a new timeline, so a job still live
+type AckTxMarkRow struct {
+	Timeline int32
+	Xact     int64
+}
+
+// What AckTx notes, in the handler's transaction after its ack, for
+// AckTxFates to read once the handler returns: the server's timeline (the
+// first eight hex digits of its current WAL file's name; a promoted
+// standby starts a new one) and the transaction's id. A job still live
 // under a timeline other than the ack's was lost in a failover, not
-// rolled back by its handler (AckTxFates).
-func (q *Queries) AckTxTimeline(ctx context.Context) (int32, error) {
-	row := q.db.QueryRow(ctx, ackTxTimeline)
-	var timeline int32
-	err := row.Scan(&timeline)
-	return timeline, err
+// rolled back by its handler; a job gone whose ack transaction aborted
+// was ended by another run (its claim was taken while this one ran).
+func (q *Queries) AckTxMark(ctx context.Context) (AckTxMarkRow, error) {
+	row := q.db.QueryRow(ctx, ackTxMark)
+	var i AckTxMarkRow
+	err := row.Scan(&i.Timeline, &i.Xact)
+	return i, err
 }
 
 const defaultIsolation = `-- name: DefaultIsolation :one
