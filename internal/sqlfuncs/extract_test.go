@@ -1,6 +1,8 @@
 package sqlfuncs
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -58,7 +60,7 @@ $$;
 	}
 	files, err := Extract(fsys)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"f.sql", "g.sql", "renamed.sql", "atomic.sql"}, keys(files))
+	require.ElementsMatch(t, []string{"f.sql", "g.sql", "renamed.sql", "atomic.sql"}, slices.Collect(maps.Keys(files)))
 
 	f := string(files["f.sql"])
 	require.Contains(t, f, "-- f(integer): defined by schema/000002_b.up.sql.\n--\n-- f now doubles.\n")
@@ -95,12 +97,4 @@ func TestExtractRefusesWhatItCannotPlace(t *testing.T) {
 		_, err := Extract(fstest.MapFS{"000001_a.up.sql": {Data: []byte(stmt)}})
 		require.Error(t, err, stmt)
 	}
-}
-
-func keys(m map[string][]byte) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
