@@ -17,8 +17,9 @@ import (
 // TestFunctionSources proves that schema/functions/ is the truth of
 // today: every function of a freshly migrated schema has its file
 // (NAME.sql), each file's bodies are the ones the database holds for that
-// name (pg_proc.prosrc, overloads included), no file names a function the
-// schema lacks, and each trigger (partitions' clones aside) runs the
+// name (pg_proc.prosrc, overloads included) with the settings it gives
+// them (pg_proc.proconfig's names), no file names a function the schema
+// lacks, and each trigger (partitions' clones aside) runs the
 // function whose file defines it. make check-generated proves the other
 // half: that the files are what the migrations define.
 func TestFunctionSources(t *testing.T) {
@@ -27,6 +28,7 @@ func TestFunctionSources(t *testing.T) {
 
 	files := map[string][]string{}
 	definitions := map[string][]string{}
+	settings := map[string][]string{}
 	fileTriggers := map[string]string{}
 	paths, err := filepath.Glob(filepath.Join("functions", "*.sql"))
 	require.NoError(t, err)
@@ -41,6 +43,7 @@ func TestFunctionSources(t *testing.T) {
 		for _, bodies := range sqlfuncs.Bodies(string(src)) {
 			files[name] = sorted(append(files[name], bodies...))
 		}
+		settings[name] = sqlfuncs.Settings(string(src))
 		for _, defs := range sqlfuncs.Definitions(string(src)) {
 			definitions[name] = append(definitions[name], defs...)
 		}
@@ -68,6 +71,21 @@ func TestFunctionSources(t *testing.T) {
 	for name := range files {
 		_, ok := held[name]
 		require.True(t, ok, "schema/functions/%s.sql names a function the schema lacks", name)
+	}
+
+	// The settings each function holds (search_path, jit, plan_cache_mode)
+	// are the ones its file gives it: a CREATE OR REPLACE sets them anew,
+	// so a file shows only those made with or after its latest definition.
+	rows, err = d.Pool.Query(ctx, `SELECT p.proname, coalesce(array_agg(DISTINCT lower(split_part(c, '=', 1)))
+		    FILTER (WHERE c IS NOT NULL), '{}')
+		FROM pg_proc AS p LEFT JOIN LATERAL unnest(p.proconfig) AS c ON true
+		WHERE p.pronamespace = $1::regnamespace GROUP BY p.proname`, d.Schema)
+	require.NoError(t, err)
+	for _, f := range must(pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+		Name     string
+		Settings []string
+	}]))(t) {
+		require.Equal(t, sorted(f.Settings), settings[f.Name], "schema/functions/%s.sql: the settings differ from the function's", f.Name)
 	}
 
 	// A SQL-standard body (BEGIN ATOMIC) is stored parsed, with no source:
@@ -106,7 +124,7 @@ func TestFunctionSources(t *testing.T) {
 }
 
 func sorted(s []string) []string {
-	s = append([]string(nil), s...)
+	s = append([]string{}, s...)
 	sort.Strings(s)
 	return s
 }

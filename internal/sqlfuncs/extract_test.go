@@ -31,7 +31,7 @@ BEGIN
 END;
 $$;
 CREATE FUNCTION g(x text DEFAULT 'a;b') RETURNS trigger LANGUAGE plpgsql AS $body$ BEGIN RETURN NULL; END; $body$;
-CREATE FUNCTION old(x bigint[]) RETURNS integer LANGUAGE sql AS $$ SELECT 1 $$;
+CREATE FUNCTION old(x bigint[]) RETURNS integer LANGUAGE sql SET jit = off AS $$ SELECT 1 $$;
 CREATE FUNCTION gone(x bigint) RETURNS integer LANGUAGE sql AS $$ SELECT 1 $$;
 CREATE FUNCTION atomic(at timestamptz) RETURNS timestamptz LANGUAGE sql
 BEGIN ATOMIC
@@ -43,6 +43,7 @@ CREATE TRIGGER t_g AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION g();
 		"000002_b.up.sql": {Data: []byte(`-- f now doubles.
 CREATE OR REPLACE FUNCTION f(a integer, OUT b integer) LANGUAGE plpgsql AS $$
 BEGIN
+    UPDATE t SET id = 1;
     b := 2 * a;
 END;
 $$;
@@ -67,7 +68,8 @@ $$;
 	require.Contains(t, f, "b := 2 * a;")
 	require.NotContains(t, f, "b := a;", "the replaced body is gone")
 	require.Contains(t, f, "-- Set by schema/000002_b.up.sql:\nALTER FUNCTION f(integer) SET jit = off;\n")
-	require.Equal(t, map[string][]string{"f": {"\nBEGIN\n    b := 2 * a;\nEND;\n"}}, Bodies(f))
+	require.Equal(t, map[string][]string{"f": {"\nBEGIN\n    UPDATE t SET id = 1;\n    b := 2 * a;\nEND;\n"}}, Bodies(f))
+	require.Equal(t, []string{"jit"}, Settings(f), "the ALTER after the definition; the body's assignments are no settings")
 
 	g := string(files["g.sql"])
 	require.Contains(t, g, "$body$ BEGIN RETURN NULL; END; $body$;")
@@ -78,6 +80,7 @@ $$;
 	r := string(files["renamed.sql"])
 	require.Contains(t, r, "-- Then renamed from old to renamed by schema/000002_b.up.sql.")
 	require.Contains(t, r, "-- EXECUTE format('ALTER FUNCTION %1$I.renamed(bigint[])")
+	require.Equal(t, []string{"jit", "search_path"}, Settings(r), "the CREATE's SET clause, and the DO block's")
 
 	a := string(files["atomic.sql"])
 	require.True(t, strings.HasSuffix(a, "BEGIN ATOMIC\n    SELECT at;\nEND;\n"), a)

@@ -2,6 +2,7 @@ package sqlfuncs
 
 import (
 	"regexp"
+	"sort"
 	"strings"
 )
 
@@ -215,5 +216,38 @@ func Triggers(src string) map[string]string {
 			out[m[1]] = runs[1]
 		}
 	}
+	return out
+}
+
+var (
+	headerSet  = regexp.MustCompile(`(?is)\bSET\s+(\w+)\s*(?:=|\bTO\b)`)
+	alterSet   = regexp.MustCompile(`(?m)^(?:-- EXECUTE format\(')?ALTER FUNCTION [^\n]*?\) SET (\w+)`)
+	bodyStarts = regexp.MustCompile(`(?is)\$\w*\$|\bBEGIN\s+ATOMIC\b`)
+)
+
+// Settings returns the names of the settings a function file gives its
+// function (SET clauses of its CREATE statements, and the ALTER FUNCTION
+// ... SET statements after them), sorted, each once.
+func Settings(src string) []string {
+	seen := map[string]bool{}
+	for _, s := range split(src) {
+		if createFunction.MatchString(s.text) {
+			header := s.text
+			if loc := bodyStarts.FindStringIndex(header); loc != nil {
+				header = header[:loc[0]]
+			}
+			for _, m := range headerSet.FindAllStringSubmatch(header, -1) {
+				seen[strings.ToLower(m[1])] = true
+			}
+		}
+	}
+	for _, m := range alterSet.FindAllStringSubmatch(src, -1) {
+		seen[strings.ToLower(m[1])] = true
+	}
+	out := make([]string, 0, len(seen))
+	for k := range seen {
+		out = append(out, k)
+	}
+	sort.Strings(out)
 	return out
 }
