@@ -129,15 +129,16 @@ screenshot: ## retake docs/dashboard.png with the dashboard's browser test
 	cd $(E2E) && HOPPER_UPDATE_SCREENSHOT=1 go test -count=1 -run TestDashboardInABrowser ./...
 
 .PHONY: generate
-generate: ## regenerate db/ from schema/ and queries/ with sqlc, the test factory's factorydb/, schema/current/schema.sql (needs the tests' PostgreSQL), then the embed-sqlc example's code
+generate: ## regenerate db/ from schema/ and queries/ with sqlc, the test factory's factorydb/, schema/functions/ (each SQL function's current source), schema/current/schema.sql (needs the tests' PostgreSQL), then the embed-sqlc example's code
 	rm -f db/*.go internal/testfactory/factorydb/*.go
 	$(SQLC) generate
 	$(SQLC) generate -f internal/testfactory/sqlc.yaml
+	go run ./internal/sqlfuncs/gen schema schema/functions
 	bash .ci/current-schema.sh schema/current/schema.sql
 	$(MAKE) -C $(EXAMPLE) generate
 
 .PHONY: check-generated
-check-generated: ## fail when db/, the test factory's factorydb/ or schema/current/schema.sql differs from what the SQL makes (stale files included)
+check-generated: ## fail when db/, the test factory's factorydb/, schema/functions/ or schema/current/schema.sql differs from what the SQL makes (stale files included)
 	rm -rf $(SCRATCH) && mkdir -p $(SCRATCH)/internal/testfactory
 	cp -R sqlc.yaml schema queries $(SCRATCH)/
 	cp internal/testfactory/sqlc.yaml internal/testfactory/factory.sql $(SCRATCH)/internal/testfactory/
@@ -148,6 +149,10 @@ check-generated: ## fail when db/, the test factory's factorydb/ or schema/curre
 	fi
 	@if ! diff -r internal/testfactory/factorydb $(SCRATCH)/internal/testfactory/factorydb; then \
 		echo "internal/testfactory/factorydb/ is stale: run 'make generate' and commit the result" >&2; exit 1; \
+	fi
+	go run ./internal/sqlfuncs/gen schema $(SCRATCH)/functions
+	@if ! diff -r schema/functions $(SCRATCH)/functions; then \
+		echo "schema/functions/ is stale: run 'make generate' and commit the result" >&2; exit 1; \
 	fi
 	bash .ci/current-schema.sh $(SCRATCH)/current-schema.sql
 	@if ! diff schema/current/schema.sql $(SCRATCH)/current-schema.sql; then \

@@ -23,7 +23,7 @@ type CancelResult struct {
 // to the dead table as cancelled (never dropped: RetryDeadJobs brings it
 // back). A running job's worker is told at once and cancels the handler's
 // context with the cause worker.ErrCancelled (a worker without LISTEN
-// learns it at its next heartbeat); whatever the handler returns after
+// learns it at its next lease extension); whatever the handler returns after
 // that is refused, since the job is no longer its. One result per distinct
 // id, in id order; the error is for the statement as a whole.
 func (c *Client) CancelJobs(ctx context.Context, ids ...int64) ([]CancelResult, error) {

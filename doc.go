@@ -48,7 +48,7 @@
 //
 // CancelJobs (CancelJob for one) takes any live job: pending and scheduled ones are cancelled at
 // once; a running one's worker is told at once (a notification; a worker
-// that polls learns it at its next heartbeat) and cancels the handler's
+// that polls learns it at its next lease extension) and cancels the handler's
 // context with the cause worker.ErrCancelled. Whatever the handler returns
 // afterwards is refused: the job is no longer the worker's. Every cancelled
 // job is kept, as cancelled, with the dead ones: RetryDeadJobs brings it back.

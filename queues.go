@@ -21,7 +21,7 @@ type QueueInfo struct {
 	// worker that only fires schedules claims nothing). A worker counts
 	// from its start until its clean stop; one that ends otherwise
 	// (killed, cut off from the database) counts until it has missed three
-	// heartbeats (worker.Config.BeatInterval, 1s by default: 3s
+	// beats (worker.Config.BeatInterval, 1s by default: 3s
 	// after its last). 0 means no
 	// running worker claims the queue's jobs: they wait, paused or not,
 	// until one starts.

@@ -94,11 +94,11 @@ func (c *Client) GetStatsTx(ctx context.Context, tx jobs.DBTX) (Stats, error) {
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats: %w", err)
 	}
-	activity, err := c.queries(tx).TableActivity(ctx)
+	activity, err := c.activity(ctx, tx)
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats: %w", err)
 	}
-	s := Stats{At: time.Now(), Rows: make([]StatsRow, len(found)), Enqueued: activity.Inserted, Finished: activity.Deleted}
+	s := Stats{At: activity.At, Rows: make([]StatsRow, len(found)), Enqueued: activity.Enqueued, Finished: activity.Finished}
 	for i, r := range found {
 		s.Rows[i] = StatsRow{Queue: r.Queue, Kind: r.Kind, Paused: r.Paused, Counts: countsOf(r)}
 		s.Total.Add(s.Rows[i].Counts)

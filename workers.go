@@ -26,10 +26,10 @@ type WorkerInfo struct {
 	// fires schedules.
 	Queues    []string
 	StartedAt time.Time
-	// LastBeat is its last heartbeat, by the database's clock.
+	// LastBeat is its last beat, by the database's clock.
 	LastBeat time.Time
 	// StaleAfter is how long after LastBeat it is taken to be gone: three
-	// of its heartbeats.
+	// of its beats (worker.Config.BeatInterval).
 	StaleAfter time.Duration
 	// Gone reports that it missed its beats: any live worker hands its
 	// jobs back (ReleasedAt says when one did).

@@ -18,7 +18,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/hopperq/hopper"
-	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -152,16 +151,18 @@ func (d *Dashboard) sample(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	// Not GetStats, which reads the tables whole: the queues' depths, each
-	// count bounded, and the table's activity from PostgreSQL's statistics.
+	// count bounded, and the table's activity from PostgreSQL's statistics,
+	// read from DB: a standby's statistics do not count the primary's
+	// writes.
 	depths, err := d.reads.ListQueueDepths(ctx, sampleDepthLimit)
 	if err != nil {
 		return
 	}
-	activity, err := db.New(d.cfg.DB).TableActivity(ctx)
+	activity, err := d.client.GetActivity(ctx)
 	if err != nil {
 		return
 	}
-	d.samples.add(sampleOf(time.Now(), depths, activity.Deleted))
+	d.samples.add(sampleOf(time.Now(), depths, activity.Finished))
 }
 
 // ServeHTTP serves the dashboard.

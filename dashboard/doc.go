@@ -18,7 +18,7 @@
 // error history with stacks; cancel, retry); dead-letter triage (retry or
 // purge selected jobs, retry a kind); queue pause and resume; schedules
 // (pause, resume, fire now); workers (host, queues, jobs held, last
-// heartbeat, alive or gone), with the release of a gone worker's jobs in
+// beat, alive or gone), with the release of a gone worker's jobs in
 // one click and, from a page that says what it risks (each job may run
 // twice at once), the forced release of a live one's.
 //

@@ -81,7 +81,7 @@ func (d *Dashboard) releaseWorker(r *http.Request) (string, string, error) {
 		return "", "", unknownWorker(id)
 	case errors.Is(err, hopper.ErrWorkerAlive):
 		return "", "", &pageError{http.StatusConflict, fmt.Sprintf("Worker %s is alive: its jobs are its own, and nothing was released. "+
-			"Live workers hand its jobs back by themselves once it misses its heartbeats. If you know its process is dead, "+
+			"Live workers hand its jobs back by themselves once it misses three beats. If you know its process is dead, "+
 			"use Force release on the workers page: each of its jobs may then run twice at once.", id), err}
 	case err != nil:
 		return "", "", err

@@ -23,12 +23,17 @@
 //
 // # Delivery: at least once
 //
-// A job runs again only when its lease expired: its worker crashed, lost
-// the database for longer than a lease, or ran a handler past its lease
-// without the heartbeat. Handlers must therefore be idempotent. Every
-// result a worker records is fenced by the claim (job id and attempt): a
-// worker whose lease expired and whose job was taken over cannot ack, fail
-// or extend it; its result is refused, logged and counted.
+// A job runs again when its worker is gone or its lease expired. A worker
+// that misses three beats (Config.BeatInterval) is gone, crashed or
+// stalled, and the next beat of a live worker hands its jobs back within
+// seconds; a worker restarted under a stable Config.ID hands back its
+// earlier run's jobs as it starts. The lease (Config.LeaseDuration) is the
+// bound otherwise: a worker that lost the database for longer than a
+// lease, or ran a handler past its lease without extending it. Handlers
+// must therefore be idempotent. Every result a worker records is fenced by
+// the claim (job id and attempt): a worker whose job was handed back or
+// taken over cannot ack, fail or extend it; its result is refused, logged
+// and counted.
 //
 // # Flow control
 //

@@ -17,6 +17,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -265,12 +266,7 @@ func (g *GoChecker) CheckBlock(file string, b Block) []Problem {
 // returnProblem reports whether a check failed on return statements: the
 // snippet may be the body of a function that returns an error.
 func returnProblem(ps []Problem) bool {
-	for _, p := range ps {
-		if strings.Contains(p.Msg, "return") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(ps, func(p Problem) bool { return strings.Contains(p.Msg, "return") })
 }
 
 // The ways to read a snippet. Each returns the texts of the candidate

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -21,13 +22,13 @@ import (
 // ends with a flag expecting a value would make that flag swallow --help,
 // so such a line is caught first, by a probe of the flag alone.
 func CheckHopperArgs(bin string, args []string) error {
-	if i := indexOf(args, "--"); i >= 0 {
+	if i := slices.Index(args, "--"); i >= 0 {
 		args = args[:i]
 	}
 	cmdAt := commandIndex(args)
 	if cmdAt < 0 {
 		// Only global flags, or nothing: hopper prints its help.
-		code, _, stderr := runCLI(bin, append(clone(args), "--help"))
+		code, _, stderr := runCLI(bin, append(slices.Clone(args), "--help"))
 		if code != 0 {
 			return errors.New(firstLine(stderr))
 		}
@@ -48,7 +49,7 @@ func CheckHopperArgs(bin string, args []string) error {
 			return fmt.Errorf("flag %s needs a value", last)
 		}
 	}
-	code, stdout, stderr := runCLI(bin, append(clone(args), "--help"))
+	code, stdout, stderr := runCLI(bin, append(slices.Clone(args), "--help"))
 	if code != 0 {
 		return errors.New(firstLine(stderr))
 	}
@@ -72,7 +73,7 @@ func CheckHopperArgs(bin string, args []string) error {
 	for i := 0; i < len(rest); i++ {
 		a := rest[i]
 		if !isFlag(a) {
-			if !contains(actions, a) {
+			if !slices.Contains(actions, a) {
 				return fmt.Errorf("unknown %s action %q (hopper %s takes %s)", cmd, a, cmd, strings.Join(actions, ", "))
 			}
 			return nil
@@ -163,7 +164,7 @@ func usageActions(usage string) []string {
 			}
 			return nil // "[--mode a|b]": a flag's values, not actions
 		}
-		if !contains(actions, w[0]) {
+		if !slices.Contains(actions, w[0]) {
 			actions = append(actions, w[0])
 		}
 	}
@@ -180,16 +181,3 @@ func firstLine(s string) string {
 	}
 	return s
 }
-
-func indexOf(ss []string, s string) int {
-	for i, x := range ss {
-		if x == s {
-			return i
-		}
-	}
-	return -1
-}
-
-func contains(ss []string, s string) bool { return indexOf(ss, s) >= 0 }
-
-func clone(ss []string) []string { return append([]string(nil), ss...) }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -272,7 +273,7 @@ func TestLicenseFiles(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if rel != "." && !contains(subModules, filepath.ToSlash(rel)) {
+		if rel != "." && !slices.Contains(subModules, filepath.ToSlash(rel)) {
 			t.Errorf("%s is a module without a LICENSE check: add it to subModules and copy LICENSE into it", rel)
 		}
 		return nil
@@ -280,15 +281,6 @@ func TestLicenseFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // TestClassify: each allowed licence's usual text is named, and copyleft

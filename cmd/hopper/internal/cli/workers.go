@@ -39,7 +39,7 @@ func workersCommand() *command {
 		name:    "workers",
 		actions: actions,
 		args:    "list [--json] | release ID [--force] [--yes]",
-		summary: "the worker registry: list workers (host, pid, queues, jobs held, last heartbeat, alive or gone); " +
+		summary: "the worker registry: list workers (host, pid, queues, jobs held, last beat, alive or gone); " +
 			"release: hand back every job a gone worker holds (a live one's only with --force, which asks first unless --yes)",
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&asJSON, "json", false, "list: print JSON")
