@@ -24,7 +24,7 @@ type heartbeat struct {
 	held        *heldJobs
 	inFlight    *handlerSet                                         // the executor's running handlers, for the stuck watch
 	beatWorker  func(ctx context.Context, q *db.Queries) beatResult // registry.beat
-	releaseGone func(ctx context.Context, liveFor time.Duration)    // releaser.releaseGone
+	releaseGone func(ctx context.Context, liveFor time.Duration)    // releaser.Releaser.ReleaseGone
 	guard       *readOnlyGuard
 	// pool gives the heartbeat a connection of its own (ownConn); q and
 	// dbtx run on the pool when it has none.
@@ -45,7 +45,7 @@ func newHeartbeat(held *heldJobs, inFlight *handlerSet, beatWorker func(context.
 		beatEvery: cfg.BeatInterval, extendEvery: cfg.ExtendInterval, lease: cfg.LeaseDuration}
 }
 
-func (s *heartbeat) run(ctx context.Context) {
+func (s *heartbeat) Run(ctx context.Context) {
 	tick := s.beatEvery
 	if s.extendEvery > 0 {
 		tick = min(tick, s.extendEvery)

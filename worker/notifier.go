@@ -79,14 +79,14 @@ func newNotifier(q *db.Queries, connConfig *pgx.ConnConfig, log *slog.Logger, ow
 		listening: listening, onCancel: onCancel, onSchedule: onSchedule, timings: timings}
 }
 
-// run keeps a session of its own subscribed to wake-ups, wakes the queue
+// Run keeps a session of its own subscribed to wake-ups, wakes the queue
 // each one names and moves its claim cursor back to the job announced. A
 // lost session is re-established with backoff; after every (re)connect all
 // queues look for work from the start, since wake-ups sent meanwhile were
 // missed. A session silent past a ping is given up like a broken one
 // (listenTimings). Polling goes on regardless, so a broken LISTEN only
 // costs latency; while it is broken, claims scan from the start.
-func (n *notifier) run(ctx context.Context) {
+func (n *notifier) Run(ctx context.Context) {
 	for failures := 0; ctx.Err() == nil; failures++ {
 		if failures > 0 && !sleep(ctx, retryDelay(failures)) {
 			return

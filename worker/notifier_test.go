@@ -18,6 +18,7 @@ import (
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/internal/testdb/wirefault"
+	"github.com/hopperq/hopper/internal/worker/announce"
 )
 
 // The notifier, on a session of its own: once subscribed it rewinds and
@@ -48,7 +49,7 @@ func TestNotifierCarriesWakeups(t *testing.T) {
 
 	listenCtx, stopListening := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); n.run(listenCtx) }()
+	go func() { defer close(done); n.Run(listenCtx) }()
 	testdb.WaitFor(t, "the notifier listening", n.listening.Load)
 	woken := func(what string) {
 		t.Helper()
@@ -65,9 +66,9 @@ func TestNotifierCarriesWakeups(t *testing.T) {
 	p.cursor.pos = far
 	p.cursor.mu.Unlock()
 	at := time.Now().Truncate(time.Microsecond)
-	var wk wakeups
-	wk.add("default", 5, at, 7)
-	announcer{q: q, log: log}.announce(ctx, &wk, "test")
+	var wk announce.Set
+	wk.Add("default", 5, at, 7)
+	announce.NewAnnouncer(q, log).Announce(ctx, &wk, "test")
 	woken("an announcement")
 	require.Equal(t, readyKey{priority: 5, runAt: at, id: 7}.justBefore(), p.cursor.at())
 
@@ -130,7 +131,7 @@ func TestNotifierNoticesASilentSession(t *testing.T) {
 	n := newNotifier(db.New(tdb.Pool), cc, slog.New(slog.NewTextHandler(io.Discard, nil)), "me", tdb.Schema,
 		map[string]*producer{"default": p}, listening, func(int64, int32) {}, func(string) {}, timings)
 	done := make(chan struct{})
-	go func() { defer close(done); n.run(ctx) }()
+	go func() { defer close(done); n.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
 	testdb.WaitFor(t, "the notifier listening", listening.Load)

@@ -22,21 +22,14 @@ import (
 // written at start, refreshed by each heartbeat and deleted at a clean
 // stop. A worker is live while its last beat is younger than
 // workerStaleBeats beats; a gone worker's jobs are handed back by the next
-// beat of any live worker (releaser.releaseGone). The clients list the
+// beat of any live worker (releaser.Releaser.ReleaseGone), and its row is
+// pruned a day later (internal/worker/pruner). The clients list the
 // workers (hopper.Client.ListWorkers) and count the live ones serving each
 // queue (hopper.QueueInfo.Workers).
 const (
 	// workerStaleBeats is how many beats a worker may miss before it is
 	// taken to be gone: one late or failed beat does not make it so.
 	workerStaleBeats = 3
-	// workerRowsKept is how long the row of a worker gone without a clean
-	// stop is kept, past its stale window, before a sweep prunes it.
-	workerRowsKept = 24 * time.Hour
-	// workerPruneEvery spaces the prunes of one worker: rows to prune are
-	// rare (crashed workers), so a sweep looks for them at most this often.
-	workerPruneEvery = time.Minute
-	// workerPruneBatch bounds one PruneWorkers statement.
-	workerPruneBatch = 1000
 	// workerRemoveTimeout bounds the removal of the row at a clean stop:
 	// should it fail, the row goes stale by itself.
 	workerRemoveTimeout = 5 * time.Second

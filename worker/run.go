@@ -13,6 +13,7 @@ import (
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/grants"
 	"github.com/hopperq/hopper/internal/migrated"
+	"github.com/hopperq/hopper/internal/worker/releaser"
 )
 
 // run is one Run of a Worker: the components it works with, each built
@@ -25,7 +26,6 @@ type run struct {
 	hard   context.Context // ends at the shutdown's hard deadline
 
 	registry  *registry // this worker's row in hopper_workers
-	releaser  *releaser
 	held      *heldJobs
 	completer *completer
 	executor  *executor
@@ -46,7 +46,6 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) *run {
 	cfg := &w.cfg
 	r := &run{w: w, schema: schema, hard: hard}
 	r.registry = newRegistry(w.q, w.log, cfg, schema, servedQueues(w.handlers, cfg.Queues))
-	r.releaser = newReleaser(w.q, w.log, w.metrics, cfg, w.announcer.announce)
 	r.held = newHeldJobs(w.q, w.log, w.metrics, cfg, w.dbtx, w.pool.Begin)
 	guard := newReadOnlyGuard(w.pool, w.log, readOnlyResetEvery)
 	guard.refusals = w.metrics.readOnlyC
@@ -59,7 +58,7 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) *run {
 		}
 		return res
 	}
-	r.heartbeat = newHeartbeat(r.held, &r.executor.inFlight, beat, r.releaser.releaseGone, guard, w.pool, w.dbtx, cfg)
+	r.heartbeat = newHeartbeat(r.held, &r.executor.inFlight, beat, w.releaser.ReleaseGone, guard, w.pool, w.dbtx, cfg)
 
 	listening := new(atomic.Bool) // written by the notifier, read by the producers
 	deps := producerDeps{q: w.q, pool: w.pool, scope: w.scope, cfg: cfg, log: w.log, metrics: w.metrics,
@@ -126,15 +125,15 @@ func (r *run) start(ctx context.Context) error {
 	// Our own row is not marked released: this run is live, and nothing of
 	// its own was taken, so its first beat must not report a death.
 	id, started := w.cfg.ID, r.registry.started()
-	gone, err := r.releaser.releaseJobsOf(ctx, db.ReleaseWorkerJobsParams{
-		WorkerID: &id, Force: true, Reason: reasonWorkerRestarted, HolderStartedAt: &started})
+	gone, err := w.releaser.ReleaseJobsOf(ctx, db.ReleaseWorkerJobsParams{
+		WorkerID: &id, Force: true, Reason: releaser.ReasonRestarted, HolderStartedAt: &started})
 	if err != nil {
 		r.registry.remove(context.WithoutCancel(ctx))
 		return fmt.Errorf("worker: start: %w", err)
 	}
 	for _, g := range gone {
-		w.log.Warn("handed back the jobs of a previous run of this worker", "previous_host", g.host, "previous_pid", g.pid,
-			"jobs", g.requeued+g.dead, "requeued", g.requeued, "dead", g.dead)
+		w.log.Warn("handed back the jobs of a previous run of this worker", "previous_host", g.Host, "previous_pid", g.PID,
+			"jobs", g.Requeued+g.Dead, "requeued", g.Requeued, "dead", g.Dead)
 	}
 	return nil
 }
@@ -188,7 +187,7 @@ func (r *run) work(ctx context.Context, endHard context.CancelFunc) {
 	var bgWG sync.WaitGroup
 	for _, s := range r.services() {
 		bgWG.Add(1)
-		go func() { defer bgWG.Done(); s.run(bg) }()
+		go func() { defer bgWG.Done(); s.Run(bg) }()
 	}
 
 	var fetchWG sync.WaitGroup

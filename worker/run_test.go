@@ -72,12 +72,12 @@ func TestNewRunWiresEveryComponent(t *testing.T) {
 	require.Equal(t, []string{"limited", "plain"}, r.registry.queues)
 	require.Equal(t, ctx, r.executor.hard)
 	require.Nil(t, r.scheduler)
-	require.Equal(t, []string{"*worker.heartbeat", "*worker.sweeper", "*worker.promoter", "*worker.pruner", "*worker.notifier"},
+	require.Equal(t, []string{"*worker.heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*worker.notifier"},
 		serviceNames(r))
 
 	r = build(Config{Queues: map[string]int{"default": 1}, PollOnly: true}, true)
 	require.NotNil(t, r.scheduler)
 	require.Equal(t, []string{"nightly"}, r.scheduler.names)
-	require.Equal(t, []string{"*worker.heartbeat", "*worker.sweeper", "*worker.promoter", "*worker.pruner", "*worker.scheduler"},
+	require.Equal(t, []string{"*worker.heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*worker.scheduler"},
 		serviceNames(r), "PollOnly: no notifier")
 }

@@ -16,6 +16,11 @@ import (
 	"github.com/hopperq/hopper/internal/buildinfo"
 	"github.com/hopperq/hopper/internal/migrated"
 	"github.com/hopperq/hopper/internal/schemascope"
+	"github.com/hopperq/hopper/internal/worker/announce"
+	"github.com/hopperq/hopper/internal/worker/promoter"
+	"github.com/hopperq/hopper/internal/worker/pruner"
+	"github.com/hopperq/hopper/internal/worker/releaser"
+	"github.com/hopperq/hopper/internal/worker/sweeper"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -36,8 +41,8 @@ func (w *Worker) checkIsolation(ctx context.Context) error {
 // Handle and schedules with Schedule, then call Run.
 //
 // What New builds serves the worker's whole life: its configuration, its
-// metrics and the maintenance passes anyone may run at any time (sweeper,
-// promoter, pruner). What one Run works with, from the heartbeat to the
+// metrics and the maintenance services anyone may run at any time
+// (sweeper, promoter, pruner, releaser: maintenance.go). What one Run works with, from the heartbeat to the
 // producers, is built when Run knows the schema: see run.go.
 type Worker struct {
 	pool      *pgxpool.Pool
@@ -47,10 +52,11 @@ type Worker struct {
 	log       *slog.Logger // through outageHandler: an outage is told once (outage.go)
 	outage    *outage
 	metrics   *metrics
-	announcer announcer
-	sweeper   *sweeper
-	promoter  *promoter
-	pruner    *pruner
+	announcer announce.Announcer
+	sweeper   *sweeper.Sweeper
+	promoter  *promoter.Promoter
+	pruner    *pruner.Pruner
+	releaser  *releaser.Releaser
 
 	mu         sync.Mutex
 	handlers   *handlerTable
@@ -89,10 +95,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	w := &Worker{pool: pool, scope: scope, cfg: cfg, log: slog.New(&outageHandler{inner: base.Handler(), o: out}), outage: out, metrics: m,
 		handlers: newHandlerTable(), schedules: map[string]*scheduled{}}
 	w.q = db.New(w.dbtx(pool))
-	w.announcer = announcer{q: w.q, log: w.log}
-	w.sweeper = newSweeper(w.q, w.log, m, &w.cfg, w.announcer.announce)
-	w.promoter = newPromoter(w.q, w.log, &w.cfg, w.announcer.announce)
-	w.pruner = newPruner(w.q, w.log, &w.cfg, func() time.Duration { return w.handlers.longestKeep(&w.cfg) })
+	w.announcer = announce.NewAnnouncer(w.q, w.log)
+	if err := w.newMaintenance(); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	return w, nil
 }
 
