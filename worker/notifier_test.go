@@ -42,10 +42,10 @@ func TestNotifierCarriesWakeups(t *testing.T) {
 	}
 	cancels, schedules := make(chan cancelNote, 4), make(chan string, 4)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n := newNotifier(q, tdb.Pool.Config().ConnConfig, log, "me", tdb.Schema,
-		map[string]*producer{"default": p}, new(atomic.Bool),
-		func(id int64, attempt int32) { cancels <- cancelNote{id, attempt} },
-		func(name string) { schedules <- name }, defaultListenTimings)
+	n := newNotifier(notifierConfig{q: q, connConfig: tdb.Pool.Config().ConnConfig, log: log, owner: "me", schema: tdb.Schema,
+		producers: map[string]*producer{"default": p}, listening: new(atomic.Bool),
+		onCancel:   func(id int64, attempt int32) { cancels <- cancelNote{id, attempt} },
+		onSchedule: func(name string) { schedules <- name }, timings: defaultListenTimings})
 
 	listenCtx, stopListening := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -128,8 +128,9 @@ func TestNotifierNoticesASilentSession(t *testing.T) {
 	// A generous timeout: on a loaded machine a live ping must not look
 	// silent.
 	timings := listenTimings{pingAfter: 200 * time.Millisecond, timeout: 5 * time.Second}
-	n := newNotifier(db.New(tdb.Pool), cc, slog.New(slog.NewTextHandler(io.Discard, nil)), "me", tdb.Schema,
-		map[string]*producer{"default": p}, listening, func(int64, int32) {}, func(string) {}, timings)
+	n := newNotifier(notifierConfig{q: db.New(tdb.Pool), connConfig: cc, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		owner: "me", schema: tdb.Schema, producers: map[string]*producer{"default": p}, listening: listening,
+		onCancel: func(int64, int32) {}, onSchedule: func(string) {}, timings: timings})
 	done := make(chan struct{})
 	go func() { defer close(done); n.Run(ctx) }()
 	defer func() { cancel(); <-done }()

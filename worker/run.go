@@ -47,8 +47,7 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) *run {
 	r := &run{w: w, schema: schema, hard: hard}
 	r.registry = newRegistry(w.q, w.log, cfg, schema, servedQueues(w.handlers, cfg.Queues))
 	r.held = newHeldJobs(w.q, w.log, w.metrics, cfg, w.dbtx, w.pool.Begin)
-	guard := newReadOnlyGuard(w.pool, w.log, readOnlyResetEvery)
-	guard.refusals = w.metrics.readOnlyC
+	guard := newReadOnlyGuard(w.pool, w.log, readOnlyResetEvery, w.metrics.readOnlyC)
 	r.completer = newCompleter(w.q, w.log, cfg, r.report, guard, hard)
 	r.executor = newExecutor(w.q, w.log, w.metrics, cfg, r.completer, r.report, handlerBase, hard)
 	beat := func(ctx context.Context, q *db.Queries) beatResult {
@@ -74,9 +73,9 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) *run {
 		r.scheduler = newScheduler(w.q, w.pool, w.dbtx, w.log, w.metrics, cfg, w.schedules)
 		onSchedule = r.scheduler.triggered
 	}
-	r.notifier = newNotifier(w.q, w.pool.Config().ConnConfig, w.log, cfg.ID, schema, r.producers, listening,
-		r.held.cancelNotice, onSchedule, defaultListenTimings)
-	r.notifier.up = w.metrics.listenerG
+	r.notifier = newNotifier(notifierConfig{q: w.q, connConfig: w.pool.Config().ConnConfig, log: w.log, owner: cfg.ID,
+		schema: schema, producers: r.producers, listening: listening, onCancel: r.held.cancelNotice,
+		onSchedule: onSchedule, timings: defaultListenTimings, up: w.metrics.listenerG})
 	return r
 }
 
