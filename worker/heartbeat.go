@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/worker/registry"
 )
 
 // extendBatch bounds one Extend statement.
@@ -22,9 +23,9 @@ const extendBatch = 5000
 // ExtendInterval negative (tests of lease expiry) it only beats.
 type heartbeat struct {
 	held        *heldJobs
-	inFlight    *handlerSet                                         // the executor's running handlers, for the stuck watch
-	beatWorker  func(ctx context.Context, q *db.Queries) beatResult // registry.beat
-	releaseGone func(ctx context.Context, liveFor time.Duration)    // releaser.Releaser.ReleaseGone
+	inFlight    *handlerSet                                                  // the executor's running handlers, for the stuck watch
+	beatWorker  func(ctx context.Context, q *db.Queries) registry.BeatResult // registry.Registry.Beat
+	releaseGone func(ctx context.Context, liveFor time.Duration)             // releaser.Releaser.ReleaseGone
 	guard       *readOnlyGuard
 	// pool gives the heartbeat a connection of its own (ownConn); q and
 	// dbtx run on the pool when it has none.
@@ -38,7 +39,7 @@ type heartbeat struct {
 	beats       atomic.Int64  // heartbeats done, for tests that must see one pass
 }
 
-func newHeartbeat(held *heldJobs, inFlight *handlerSet, beatWorker func(context.Context, *db.Queries) beatResult,
+func newHeartbeat(held *heldJobs, inFlight *handlerSet, beatWorker func(context.Context, *db.Queries) registry.BeatResult,
 	releaseGone func(context.Context, time.Duration), guard *readOnlyGuard, pool *pgxpool.Pool, dbtx func(db.DBTX) db.DBTX, cfg *Config) *heartbeat {
 	return &heartbeat{held: held, inFlight: inFlight, beatWorker: beatWorker, releaseGone: releaseGone, guard: guard,
 		pool: pool, q: held.q, dbtx: dbtx, log: held.log,
@@ -64,22 +65,22 @@ func (h *heartbeat) Run(ctx context.Context) {
 		case <-t.C:
 		}
 		q := own.queries(ctx, h)
-		var beat beatResult
+		var beat registry.BeatResult
 		if due(lastBeat, h.beatEvery) {
 			lastBeat = time.Now()
 			// First, and bounded (beatTimeout): one row, so that the
 			// worker's liveness does not wait on a large extension.
 			beat = h.beatWorker(ctx, q)
-			if h.guard.check(beat.err) {
+			if h.guard.check(beat.Err) {
 				own.release() // the pool's reset closes it only once released
 			}
-			if beat.goneWaiting {
-				h.releaseGone(ctx, beat.liveFor)
+			if beat.GoneWaiting {
+				h.releaseGone(ctx, beat.LiveFor)
 			}
 		}
 		// A worker taken to be gone checks its claims at once: their
 		// handlers are cancelled, their results would be refused.
-		if beat.released || h.extendEvery > 0 && due(lastExtend, h.extendEvery) {
+		if beat.Released || h.extendEvery > 0 && due(lastExtend, h.extendEvery) {
 			lastExtend = time.Now()
 			h.abandonStuck(lastExtend)
 			// With extension off, a released worker's check moves no lease

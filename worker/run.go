@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/grants"
 	"github.com/hopperq/hopper/internal/migrated"
+	"github.com/hopperq/hopper/internal/worker/registry"
 	"github.com/hopperq/hopper/internal/worker/releaser"
 )
 
@@ -25,7 +27,7 @@ type run struct {
 	schema string          // where hopper_jobs lives
 	hard   context.Context // ends at the shutdown's hard deadline
 
-	registry  *registry // this worker's row in hopper_workers
+	registry  *registry.Registry // this worker's row in hopper_workers
 	held      *heldJobs
 	completer *completer
 	executor  *executor
@@ -41,18 +43,25 @@ type run struct {
 
 // newRun builds the components of a run on schema: handlers run under
 // handlerBase (never cancelled: shutdown cancels each job's own context),
-// the shutdown path's statements under hard.
-func (w *Worker) newRun(schema string, handlerBase, hard context.Context) *run {
+// the shutdown path's statements under hard. Its error is a component's
+// Config refused by its New.
+func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run, error) {
 	cfg := &w.cfg
 	r := &run{w: w, schema: schema, hard: hard}
-	r.registry = newRegistry(w.q, w.log, cfg, schema, servedQueues(w.handlers, cfg.Queues))
+	var err error
+	r.registry, err = registry.New(registry.Config{Queries: w.q, Log: w.log, ID: cfg.ID, Schema: schema,
+		Queues: servedQueues(w.handlers, cfg.Queues), BeatInterval: cfg.BeatInterval, LeaseDuration: cfg.LeaseDuration,
+		MigrateUp: w.migrateUp(), IDInUse: ErrWorkerIDInUse, Identity: processIdentity})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	r.held = newHeldJobs(w.q, w.log, w.metrics, cfg, w.dbtx, w.pool.Begin)
 	guard := newReadOnlyGuard(w.pool, w.log, readOnlyResetEvery, w.metrics.readOnlyC)
 	r.completer = newCompleter(w.q, w.log, cfg, r.report, guard, hard)
 	r.executor = newExecutor(w.q, w.log, w.metrics, cfg, r.completer, r.report, handlerBase, hard)
-	beat := func(ctx context.Context, q *db.Queries) beatResult {
-		res := r.registry.beat(ctx, q)
-		if res.err == nil {
+	beat := func(ctx context.Context, q *db.Queries) registry.BeatResult {
+		res := r.registry.Beat(ctx, q)
+		if res.Err == nil {
 			w.outage.reached()
 		}
 		return res
@@ -76,8 +85,26 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) *run {
 	r.notifier = newNotifier(notifierConfig{q: w.q, connConfig: w.pool.Config().ConnConfig, log: w.log, owner: cfg.ID,
 		schema: schema, producers: r.producers, listening: listening, onCancel: r.held.cancelNotice,
 		onSchedule: onSchedule, timings: defaultListenTimings, up: w.metrics.listenerG})
-	return r
+	return r, nil
 }
+
+// servedQueues lists the queues a worker claims from, sorted; none when
+// it only fires schedules.
+func servedQueues(handlers *handlerTable, queues map[string]int) []string {
+	names := []string{}
+	if handlers.empty() {
+		return names
+	}
+	for name := range queues {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// processIdentity, when set (tests: LookAlike), is the host name and pid
+// the workers of this process record in their rows; nil: their own.
+var processIdentity func() (host string, pid int)
 
 // start registers the queues, their flow control and the schedules, then
 // the worker itself, and gives back the jobs an earlier run of its ID
@@ -111,10 +138,10 @@ func (r *run) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := r.registry.claimID(); err != nil {
+	if err := r.registry.ClaimID(); err != nil {
 		return err
 	}
-	tookOver, err := r.registry.register(ctx)
+	tookOver, err := r.registry.Register(ctx)
 	if err != nil || !tookOver && !w.cfg.stableID { // a made-up ID has no predecessor
 		return err
 	}
@@ -123,11 +150,11 @@ func (r *run) start(ctx context.Context) error {
 	// than wait for the release of gone workers, which skips a live row.
 	// Our own row is not marked released: this run is live, and nothing of
 	// its own was taken, so its first beat must not report a death.
-	id, started := w.cfg.ID, r.registry.started()
+	id, started := w.cfg.ID, r.registry.Started()
 	gone, err := w.releaser.ReleaseJobsOf(ctx, db.ReleaseWorkerJobsParams{
 		WorkerID: &id, Force: true, Reason: releaser.ReasonRestarted, HolderStartedAt: &started})
 	if err != nil {
-		r.registry.remove(context.WithoutCancel(ctx))
+		r.registry.Remove(context.WithoutCancel(ctx))
 		return fmt.Errorf("worker: start: %w", err)
 	}
 	for _, g := range gone {
@@ -212,7 +239,7 @@ func (r *run) work(ctx context.Context, endHard context.CancelFunc) {
 	stopBG()
 	bgWG.Wait()
 	if settled {
-		r.registry.remove(r.hard) // after the last beat, which could write it again
+		r.registry.Remove(r.hard) // after the last beat, which could write it again
 	} else {
 		// Jobs may still be held in this worker's name: its row goes
 		// stale, and the next live worker hands them back.

@@ -21,7 +21,8 @@ func newTestRun(t *testing.T, ctx context.Context, w *Worker) *run {
 	t.Helper()
 	schema, err := w.q.HopperSchema(ctx)
 	require.NoError(t, err)
-	r := w.newRun(schema, context.Background(), ctx)
+	r, err := w.newRun(schema, context.Background(), ctx)
+	require.NoError(t, err)
 	w.active.Store(r)
 	return r
 }
@@ -71,8 +72,8 @@ func TestNewRunWiresEveryComponent(t *testing.T) {
 	require.Equal(t, tdb.Schema, r.notifier.schema)
 	require.Equal(t, r.w.metrics.listenerG, r.notifier.up, "the listener's gauge, given to its constructor")
 	require.Equal(t, r.w.metrics.readOnlyC, r.completer.guard.refusals, "the refusals' counter, given to the guard's constructor")
-	require.Equal(t, tdb.Schema, r.registry.schema)
-	require.Equal(t, []string{"limited", "plain"}, r.registry.queues)
+	require.Equal(t, tdb.Schema, r.registry.Schema())
+	require.Equal(t, []string{"limited", "plain"}, r.registry.Queues())
 	require.Equal(t, ctx, r.executor.hard)
 	require.Nil(t, r.scheduler)
 	require.Equal(t, []string{"*worker.heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*worker.notifier"},

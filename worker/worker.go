@@ -162,7 +162,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer endHard()
 	r, err := w.begin(ctx, hard)
 	if r != nil {
-		defer r.registry.freeID()
+		defer r.registry.FreeID()
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -174,7 +174,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	w.checkPoolSize()
-	r.registry.checkBeat()
+	r.registry.CheckBeat()
 	// The build, so that the log of a rollout tells the old pods from the
 	// new: Hopper's version, and the program's package and commit.
 	build := buildinfo.Read()
@@ -195,7 +195,10 @@ func (w *Worker) begin(ctx context.Context, hard context.Context) (*run, error) 
 	if err != nil {
 		return nil, err
 	}
-	r := w.newRun(schemaName, context.WithoutCancel(ctx), hard)
+	r, err := w.newRun(schemaName, context.WithoutCancel(ctx), hard)
+	if err != nil {
+		return nil, err
+	}
 	w.active.Store(r)
 	if err := r.start(ctx); err != nil {
 		return r, err
@@ -203,7 +206,7 @@ func (w *Worker) begin(ctx context.Context, hard context.Context) (*run, error) 
 	if w.cfg.MetricsAddr != "" {
 		ms, err := newMetricsServer(w.metricsQueries(), w.log, w.metrics, &w.cfg)
 		if err != nil {
-			r.registry.remove(context.WithoutCancel(ctx))
+			r.registry.Remove(context.WithoutCancel(ctx))
 			return r, err
 		}
 		w.mu.Lock()
