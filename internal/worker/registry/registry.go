@@ -75,7 +75,7 @@ const (
 
 // Registry keeps this worker's row in hopper_workers: it writes it at
 // start (Register), refreshes it on every heartbeat (Beat) and deletes it
-// at a clean stop (remove).
+// at a clean stop (Remove).
 //
 // Invariant: startedAt, under mu, is zero until the row was first written,
 // then the start the database recorded, which every rewrite keeps: it,
