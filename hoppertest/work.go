@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"maps"
 	"runtime/debug"
+	"slices"
+	"sync"
 	"time"
 
-	"github.com/hopperq/hopper/internal/testrun"
+	"github.com/hopperq/hopper/internal/worker/detached"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
@@ -77,8 +79,8 @@ func Work[T any](ctx context.Context, kind *jobs.Kind[T], handler func(context.C
 	if err != nil { // as a worker records an undecodable payload
 		return Result{Err: err, Verdict: worker.Verdict{Outcome: worker.OutcomeDead, Message: err.Error(), Reason: "undecodable payload: " + err.Error()}}
 	}
-	run := &testrun.Run{}
-	err = call(testrun.With(ctx, run), handler, job)
+	run := &detachedRun{}
+	err = call(detached.With(ctx, run), handler, job)
 	res := judged(err, row.Attempt, row.MaxAttempts, run)
 	return res
 }
@@ -95,11 +97,39 @@ func call[T any](ctx context.Context, handler func(context.Context, *jobs.Job[T]
 	return handler(ctx, job)
 }
 
-func judged(err error, attempt, maxAttempts int, run *testrun.Run) Result {
+func judged(err error, attempt, maxAttempts int, run *detachedRun) Result {
 	res := Result{Verdict: worker.Judge(err, attempt, maxAttempts), Err: err}
 	if run != nil {
-		res.Extensions = run.Extensions()
-		res.AckedInTx, _ = run.AckedInTx().(jobs.DBTX)
+		res.Extensions, res.AckedInTx = run.recorded()
 	}
 	return res
+}
+
+// detachedRun records the calls a handler made during one run of Work:
+// the runtime tells it of them (detached.Run) instead of running
+// statements.
+type detachedRun struct {
+	mu         sync.Mutex
+	extensions []time.Duration
+	ackedInTx  jobs.DBTX // the transaction given to AckTx; nil: none
+}
+
+func (r *detachedRun) ExtendLease(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.extensions = append(r.extensions, d)
+}
+
+func (r *detachedRun) AckTx(tx jobs.DBTX) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ackedInTx = tx
+}
+
+// recorded are the durations ExtendLease was called with, in order, and
+// the transaction AckTx was given (nil: not called).
+func (r *detachedRun) recorded() ([]time.Duration, jobs.DBTX) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.extensions), r.ackedInTx
 }

@@ -46,7 +46,7 @@ func newCompleterBedUntil(t *testing.T, batch int, hard context.Context) *comple
 		_, twice := b.settled[c.job.id]
 		require.False(t, twice, "job %d settled twice", c.job.id)
 		b.settled[c.job.id] = o
-	}, newReadOnlyGuard(tdb.Pool, log, readOnlyResetEvery), hard)
+	}, newReadOnlyGuard(tdb.Pool, log, readOnlyResetEvery, nil), hard)
 	return b
 }
 

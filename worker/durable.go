@@ -16,7 +16,7 @@ import (
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/jsonbtext"
-	"github.com/hopperq/hopper/internal/testrun"
+	"github.com/hopperq/hopper/internal/worker/detached"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -325,7 +325,7 @@ func decodeRecord[R any](raw json.RawMessage, what string) (R, error) {
 // happen exactly once. The result must marshal to JSON of at most
 // MaxRecordSize bytes; a failed fn records nothing and returns its error.
 func Step[R, T any](ctx context.Context, job *jobs.Job[T], name string, fn func(context.Context) (R, error)) (R, error) {
-	if r := testrun.From(ctx); r != nil { // hoppertest.Work: nothing to record
+	if detached.From(ctx) != nil { // hoppertest.Work: nothing to record
 		return fn(ctx)
 	}
 	c, err := durableJob(ctx, job.ID, "step", name)
@@ -362,7 +362,7 @@ func Step[R, T any](ctx context.Context, job *jobs.Job[T], name string, fn func(
 // transaction. fn must not commit or roll back tx.
 func StepTx[R, T any](ctx context.Context, job *jobs.Job[T], name string, fn func(context.Context, pgx.Tx) (R, error)) (R, error) {
 	var zero R
-	if r := testrun.From(ctx); r != nil {
+	if detached.From(ctx) != nil {
 		return zero, fmt.Errorf("step %q of job %d: %w: StepTx needs a worker's database", name, job.ID, ErrInvalidDurableCall)
 	}
 	c, err := durableJob(ctx, job.ID, "step", name)
@@ -481,7 +481,7 @@ func SleepUntil[T any](ctx context.Context, job *jobs.Job[T], name string, t tim
 // sleepUntil sleeps until the deadline that wake gives: a wait from the
 // server's now (WaitMs), or an absolute time (Until).
 func sleepUntil(ctx context.Context, id int64, name string, wake db.RecordStepParams) error {
-	if r := testrun.From(ctx); r != nil {
+	if detached.From(ctx) != nil {
 		return nil
 	}
 	c, err := durableJob(ctx, id, "sleep", name)
@@ -543,7 +543,7 @@ func AwaitEvent[R, T any](ctx context.Context, job *jobs.Job[T], name string, ti
 		return zero, invalidCall(fmt.Sprintf("await event %q", name), job.ID,
 			fmt.Sprintf("timeout %v: want a positive one of at most %v", timeout, MaxSnooze), nameProblem(name))
 	}
-	if r := testrun.From(ctx); r != nil {
+	if detached.From(ctx) != nil {
 		return zero, fmt.Errorf("await event %q in job %d: %w", name, job.ID, ErrEventTimeout)
 	}
 	c, err := durableJob(ctx, job.ID, "await event", name)
@@ -612,7 +612,7 @@ func SetProgress[T any](ctx context.Context, job *jobs.Job[T], v any) error {
 	if err := checkStored(raw, MaxProgressSize, fmt.Sprintf("progress of job %d", job.ID)); err != nil {
 		return err
 	}
-	if r := testrun.From(ctx); r != nil {
+	if detached.From(ctx) != nil {
 		return nil
 	}
 	c, err := heldJobFrom(ctx, job.ID)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/worker/registry"
 )
 
 // extendBatch bounds one Extend statement.
@@ -22,9 +23,9 @@ const extendBatch = 5000
 // ExtendInterval negative (tests of lease expiry) it only beats.
 type heartbeat struct {
 	held        *heldJobs
-	inFlight    *handlerSet                                         // the executor's running handlers, for the stuck watch
-	beatWorker  func(ctx context.Context, q *db.Queries) beatResult // registry.beat
-	releaseGone func(ctx context.Context, liveFor time.Duration)    // releaser.releaseGone
+	inFlight    *handlerSet                                                  // the executor's running handlers, for the stuck watch
+	beatWorker  func(ctx context.Context, q *db.Queries) registry.BeatResult // registry.Registry.Beat
+	releaseGone func(ctx context.Context, liveFor time.Duration)             // releaser.Releaser.ReleaseGone
 	guard       *readOnlyGuard
 	// pool gives the heartbeat a connection of its own (ownConn); q and
 	// dbtx run on the pool when it has none.
@@ -38,17 +39,17 @@ type heartbeat struct {
 	beats       atomic.Int64  // heartbeats done, for tests that must see one pass
 }
 
-func newHeartbeat(held *heldJobs, inFlight *handlerSet, beatWorker func(context.Context, *db.Queries) beatResult,
+func newHeartbeat(held *heldJobs, inFlight *handlerSet, beatWorker func(context.Context, *db.Queries) registry.BeatResult,
 	releaseGone func(context.Context, time.Duration), guard *readOnlyGuard, pool *pgxpool.Pool, dbtx func(db.DBTX) db.DBTX, cfg *Config) *heartbeat {
 	return &heartbeat{held: held, inFlight: inFlight, beatWorker: beatWorker, releaseGone: releaseGone, guard: guard,
 		pool: pool, q: held.q, dbtx: dbtx, log: held.log,
 		beatEvery: cfg.BeatInterval, extendEvery: cfg.ExtendInterval, lease: cfg.LeaseDuration}
 }
 
-func (s *heartbeat) run(ctx context.Context) {
-	tick := s.beatEvery
-	if s.extendEvery > 0 {
-		tick = min(tick, s.extendEvery)
+func (h *heartbeat) Run(ctx context.Context) {
+	tick := h.beatEvery
+	if h.extendEvery > 0 {
+		tick = min(tick, h.extendEvery)
 	}
 	t := time.NewTicker(tick)
 	defer t.Stop()
@@ -63,35 +64,35 @@ func (s *heartbeat) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		q := own.queries(ctx, s)
-		var beat beatResult
-		if due(lastBeat, s.beatEvery) {
+		q := own.queries(ctx, h)
+		var beat registry.BeatResult
+		if due(lastBeat, h.beatEvery) {
 			lastBeat = time.Now()
 			// First, and bounded (beatTimeout): one row, so that the
 			// worker's liveness does not wait on a large extension.
-			beat = s.beatWorker(ctx, q)
-			if s.guard.check(beat.err) {
+			beat = h.beatWorker(ctx, q)
+			if h.guard.check(beat.Err) {
 				own.release() // the pool's reset closes it only once released
 			}
-			if beat.goneWaiting {
-				s.releaseGone(ctx, beat.liveFor)
+			if beat.GoneWaiting {
+				h.releaseGone(ctx, beat.LiveFor)
 			}
 		}
 		// A worker taken to be gone checks its claims at once: their
 		// handlers are cancelled, their results would be refused.
-		if beat.released || s.extendEvery > 0 && due(lastExtend, s.extendEvery) {
+		if beat.Released || h.extendEvery > 0 && due(lastExtend, h.extendEvery) {
 			lastExtend = time.Now()
-			s.abandonStuck(lastExtend)
+			h.abandonStuck(lastExtend)
 			// With extension off, a released worker's check moves no lease
 			// (an extension to now() leaves every live lease as it is).
-			lease := s.lease
-			if s.extendEvery <= 0 {
+			lease := h.lease
+			if h.extendEvery <= 0 {
 				lease = 0
 			}
-			if err := s.extendAll(ctx, q, lease); s.guard.check(err) {
+			if err := h.extendAll(ctx, q, lease); h.guard.check(err) {
 				own.release()
 			}
-			s.beats.Add(1)
+			h.beats.Add(1)
 		}
 		own.check()
 	}
@@ -107,16 +108,16 @@ type ownConn struct {
 }
 
 // queries runs on the heartbeat's connection, acquiring it if needed.
-func (o *ownConn) queries(ctx context.Context, s *heartbeat) *db.Queries {
-	if o.conn == nil && s.pool != nil {
-		actx, cancel := context.WithTimeout(ctx, s.beatEvery)
-		o.conn, _ = s.pool.Acquire(actx)
+func (o *ownConn) queries(ctx context.Context, h *heartbeat) *db.Queries {
+	if o.conn == nil && h.pool != nil {
+		actx, cancel := context.WithTimeout(ctx, h.beatEvery)
+		o.conn, _ = h.pool.Acquire(actx)
 		cancel()
 	}
 	if o.conn == nil {
-		return s.q
+		return h.q
 	}
-	return db.New(s.dbtx(o.conn))
+	return db.New(h.dbtx(o.conn))
 }
 
 // check drops a connection that broke, for the next tick to replace.
@@ -136,13 +137,13 @@ func (o *ownConn) release() {
 // extendAll extends the lease of every claim held to at least lease from
 // now, in bounded batches, and settles the claims found lost. It returns
 // the error that stopped it, logged.
-func (s *heartbeat) extendAll(ctx context.Context, q *db.Queries, lease time.Duration) error {
-	held := s.held.snapshot()
+func (h *heartbeat) extendAll(ctx context.Context, q *db.Queries, lease time.Duration) error {
+	held := h.held.snapshot()
 	for start := 0; start < len(held); start += extendBatch {
 		chunk := held[start:min(start+extendBatch, len(held))]
-		if _, err := s.held.extendOn(ctx, q, chunk, lease); err != nil {
+		if _, err := h.held.extendOn(ctx, q, chunk, lease); err != nil {
 			if ctx.Err() == nil {
-				s.log.Warn("heartbeat failed; retrying at the next beat", "error", err)
+				h.log.Warn("heartbeat failed; retrying at the next beat", "error", err)
 			}
 			return err
 		}
@@ -155,8 +156,8 @@ func (s *heartbeat) extendAll(ctx context.Context, q *db.Queries, lease time.Dur
 // stop (lease lost, job cancelled). They ignore their cancelled context.
 // A held job is no longer extended (it runs again elsewhere after the
 // lease); every such handler's slot goes back to the queue.
-func (s *heartbeat) abandonStuck(now time.Time) {
-	for _, c := range s.inFlight.snapshot() {
+func (h *heartbeat) abandonStuck(now time.Time) {
+	for _, c := range h.inFlight.snapshot() {
 		due, ranFor := c.overdue(now)
 		if !due {
 			continue
@@ -164,9 +165,9 @@ func (s *heartbeat) abandonStuck(now time.Time) {
 		attrs := []any{"job_id", c.id, "kind", c.kind, "queue", c.queue.name, "attempt", c.attempt, "running_for", ranFor.Round(time.Millisecond)}
 		switch {
 		case c.abandon():
-			s.log.Error("handler ignores its cancelled context past its timeout: abandoned; its job runs again after the lease expires", attrs...)
+			h.log.Error("handler ignores its cancelled context past its timeout: abandoned; its job runs again after the lease expires", attrs...)
 		case c.giveUp():
-			s.log.Error("handler ignores its cancelled context after its job was taken from it: abandoned, its slot freed", attrs...)
+			h.log.Error("handler ignores its cancelled context after its job was taken from it: abandoned, its slot freed", attrs...)
 		}
 	}
 }

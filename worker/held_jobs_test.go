@@ -49,7 +49,7 @@ func TestHeldJobsExtendAndLose(t *testing.T) {
 	require.Equal(t, 2, held.len())
 
 	time.Sleep(20 * time.Millisecond) // the second lease expires
-	requeued, _ := w.sweeper.sweepOnce(ctx)
+	requeued, _ := w.sweeper.SweepOnce(ctx)
 	require.Equal(t, 1, requeued)
 
 	extended, err := held.extend(ctx, held.snapshot(), time.Minute)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/migrated"
-	"github.com/hopperq/hopper/internal/testrun"
+	"github.com/hopperq/hopper/internal/worker/detached"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -33,8 +33,8 @@ func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) 
 	if d <= 0 {
 		return fmt.Errorf("extend lease of job %d: %w: non-positive duration %v", job.ID, ErrInvalidConfig, d)
 	}
-	if r := testrun.From(ctx); r != nil { // hoppertest.Work: no lease to extend
-		r.Extend(d)
+	if r := detached.From(ctx); r != nil { // hoppertest.Work: no lease to extend
+		r.ExtendLease(d)
 		return nil
 	}
 	c, err := heldJobFrom(ctx, job.ID)
@@ -78,7 +78,7 @@ func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) 
 // nothing. Roll back then, or do the work under READ COMMITTED; a handler
 // that returns nil without AckTx lets the worker acknowledge the job.
 func AckTx[T any](ctx context.Context, tx jobs.DBTX, job *jobs.Job[T]) error {
-	if r := testrun.From(ctx); r != nil { // hoppertest.Work: no row to delete
+	if r := detached.From(ctx); r != nil { // hoppertest.Work: no row to delete
 		if tx == nil {
 			return fmt.Errorf("ack job %d in transaction: nil transaction", job.ID)
 		}

@@ -144,8 +144,15 @@ func (m *metrics) outcome(queue, kind string, o Outcome) {
 	}
 	m.outcomesC.WithLabelValues(queue, kind, string(o)).Inc()
 }
-func (m *metrics) leaseLost(queue, kind string)  { m.leaseLostC.WithLabelValues(queue, kind).Inc() }
-func (m *metrics) released(queue, reason string) { m.releasedC.WithLabelValues(queue, reason).Inc() }
+func (m *metrics) leaseLost(queue, kind string) { m.leaseLostC.WithLabelValues(queue, kind).Inc() }
+
+// JobDead counts a job of queue gone dead outside a handler's run (a sweep,
+// a release), its kind unknown: the sweeper's and the releaser's Metrics.
+func (m *metrics) JobDead(queue string) { m.outcome(queue, "", OutcomeDead) }
+
+// JobReleased counts a job of queue handed back for reason: the releaser's
+// Metrics.
+func (m *metrics) JobReleased(queue, reason string) { m.releasedC.WithLabelValues(queue, reason).Inc() }
 func (m *metrics) scheduleFired(name string, jobs int) {
 	m.scheduleFiresC.WithLabelValues(name, fireEnqueued).Add(float64(jobs))
 }

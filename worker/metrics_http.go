@@ -204,9 +204,9 @@ func (w *Worker) MetricsAddr() string {
 	return w.metricsSrv.listener.Addr().String()
 }
 
-// run serves the endpoint and refreshes the queue gauges until ctx
+// Run serves the endpoint and refreshes the queue gauges until ctx
 // ends.
-func (ms *metricsServer) run(ctx context.Context) {
+func (ms *metricsServer) Run(ctx context.Context) {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

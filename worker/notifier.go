@@ -61,10 +61,24 @@ type listenTimings struct {
 // defaultListenTimings notice a silent session within 15 s.
 var defaultListenTimings = listenTimings{pingAfter: 10 * time.Second, timeout: 5 * time.Second}
 
-func newNotifier(q *db.Queries, connConfig *pgx.ConnConfig, log *slog.Logger, owner, schema string,
-	producers map[string]*producer, listening *atomic.Bool, onCancel func(int64, int32), onSchedule func(string),
-	timings listenTimings) *notifier {
-	cc := connConfig.Copy()
+// notifierConfig is what a notifier works with: each field as the
+// notifier's own of the same name, connConfig copied and adjusted.
+type notifierConfig struct {
+	q          *db.Queries
+	connConfig *pgx.ConnConfig
+	log        *slog.Logger
+	owner      string
+	schema     string
+	producers  map[string]*producer
+	listening  *atomic.Bool
+	onCancel   func(id int64, attempt int32)
+	onSchedule func(name string)
+	timings    listenTimings
+	up         prometheus.Gauge // nil: not exported (tests)
+}
+
+func newNotifier(c notifierConfig) *notifier {
+	cc := c.connConfig.Copy()
 	// A dead server is noticed by TCP (keepalives, user timeout) within
 	// silentpeer.Bound, a silent one by the ping.
 	silentpeer.Apply(&cc.Config)
@@ -75,18 +89,18 @@ func newNotifier(q *db.Queries, connConfig *pgx.ConnConfig, log *slog.Logger, ow
 	cc.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
 	}
-	return &notifier{q: q, connConfig: cc, log: log, owner: owner, schema: schema, producers: producers,
-		listening: listening, onCancel: onCancel, onSchedule: onSchedule, timings: timings}
+	return &notifier{q: c.q, connConfig: cc, log: c.log, owner: c.owner, schema: c.schema, producers: c.producers,
+		listening: c.listening, onCancel: c.onCancel, onSchedule: c.onSchedule, timings: c.timings, up: c.up}
 }
 
-// run keeps a session of its own subscribed to wake-ups, wakes the queue
+// Run keeps a session of its own subscribed to wake-ups, wakes the queue
 // each one names and moves its claim cursor back to the job announced. A
 // lost session is re-established with backoff; after every (re)connect all
 // queues look for work from the start, since wake-ups sent meanwhile were
 // missed. A session silent past a ping is given up like a broken one
 // (listenTimings). Polling goes on regardless, so a broken LISTEN only
 // costs latency; while it is broken, claims scan from the start.
-func (n *notifier) run(ctx context.Context) {
+func (n *notifier) Run(ctx context.Context) {
 	for failures := 0; ctx.Err() == nil; failures++ {
 		if failures > 0 && !sleep(ctx, retryDelay(failures)) {
 			return

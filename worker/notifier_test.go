@@ -18,6 +18,7 @@ import (
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/testdb"
 	"github.com/hopperq/hopper/internal/testdb/wirefault"
+	"github.com/hopperq/hopper/internal/worker/announce"
 )
 
 // The notifier, on a session of its own: once subscribed it rewinds and
@@ -41,14 +42,14 @@ func TestNotifierCarriesWakeups(t *testing.T) {
 	}
 	cancels, schedules := make(chan cancelNote, 4), make(chan string, 4)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n := newNotifier(q, tdb.Pool.Config().ConnConfig, log, "me", tdb.Schema,
-		map[string]*producer{"default": p}, new(atomic.Bool),
-		func(id int64, attempt int32) { cancels <- cancelNote{id, attempt} },
-		func(name string) { schedules <- name }, defaultListenTimings)
+	n := newNotifier(notifierConfig{q: q, connConfig: tdb.Pool.Config().ConnConfig, log: log, owner: "me", schema: tdb.Schema,
+		producers: map[string]*producer{"default": p}, listening: new(atomic.Bool),
+		onCancel:   func(id int64, attempt int32) { cancels <- cancelNote{id, attempt} },
+		onSchedule: func(name string) { schedules <- name }, timings: defaultListenTimings})
 
 	listenCtx, stopListening := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); n.run(listenCtx) }()
+	go func() { defer close(done); n.Run(listenCtx) }()
 	testdb.WaitFor(t, "the notifier listening", n.listening.Load)
 	woken := func(what string) {
 		t.Helper()
@@ -65,9 +66,9 @@ func TestNotifierCarriesWakeups(t *testing.T) {
 	p.cursor.pos = far
 	p.cursor.mu.Unlock()
 	at := time.Now().Truncate(time.Microsecond)
-	var wk wakeups
-	wk.add("default", 5, at, 7)
-	announcer{q: q, log: log}.announce(ctx, &wk, "test")
+	var wk announce.Set
+	wk.Add("default", 5, at, 7)
+	announce.NewAnnouncer(q, log).Announce(ctx, &wk, "test")
 	woken("an announcement")
 	require.Equal(t, readyKey{priority: 5, runAt: at, id: 7}.justBefore(), p.cursor.at())
 
@@ -127,10 +128,11 @@ func TestNotifierNoticesASilentSession(t *testing.T) {
 	// A generous timeout: on a loaded machine a live ping must not look
 	// silent.
 	timings := listenTimings{pingAfter: 200 * time.Millisecond, timeout: 5 * time.Second}
-	n := newNotifier(db.New(tdb.Pool), cc, slog.New(slog.NewTextHandler(io.Discard, nil)), "me", tdb.Schema,
-		map[string]*producer{"default": p}, listening, func(int64, int32) {}, func(string) {}, timings)
+	n := newNotifier(notifierConfig{q: db.New(tdb.Pool), connConfig: cc, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		owner: "me", schema: tdb.Schema, producers: map[string]*producer{"default": p}, listening: listening,
+		onCancel: func(int64, int32) {}, onSchedule: func(string) {}, timings: timings})
 	done := make(chan struct{})
-	go func() { defer close(done); n.run(ctx) }()
+	go func() { defer close(done); n.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
 	testdb.WaitFor(t, "the notifier listening", listening.Load)

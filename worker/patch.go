@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hopperq/hopper/db"
-	"github.com/hopperq/hopper/internal/testrun"
+	"github.com/hopperq/hopper/internal/worker/detached"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -53,7 +53,7 @@ const UnknownPatchDelay = time.Minute
 // rolling deploy) gives the job back for UnknownPatchDelay, uncharged,
 // for a newer worker to take. Under hoppertest.Work it returns true.
 func Patched[T any](ctx context.Context, job *jobs.Job[T], name string) (bool, error) {
-	if r := testrun.From(ctx); r != nil {
+	if detached.From(ctx) != nil {
 		return true, nil
 	}
 	c, err := patchJob(ctx, job.ID, "patched", name)
@@ -103,7 +103,7 @@ func Patched[T any](ctx context.Context, job *jobs.Job[T], name string) (bool, e
 // records nothing. Remove it once no live job holds the marker
 // (hopper.Client.GetPatchUse). Under hoppertest.Work it does nothing.
 func DeprecatePatch[T any](ctx context.Context, job *jobs.Job[T], name string) error {
-	if r := testrun.From(ctx); r != nil {
+	if detached.From(ctx) != nil {
 		return nil
 	}
 	c, err := patchJob(ctx, job.ID, "deprecate patch", name)

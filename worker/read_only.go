@@ -47,8 +47,10 @@ type readOnlyGuard struct {
 // readOnlyResetEvery spaces the resets of one worker's pool.
 const readOnlyResetEvery = time.Second
 
-func newReadOnlyGuard(pool *pgxpool.Pool, log *slog.Logger, every time.Duration) *readOnlyGuard {
-	return &readOnlyGuard{pool: pool, log: log, every: every}
+// newReadOnlyGuard resets pool at most once per every, counting each
+// refusal on refusals (nil: not counted, in tests).
+func newReadOnlyGuard(pool *pgxpool.Pool, log *slog.Logger, every time.Duration, refusals prometheus.Counter) *readOnlyGuard {
+	return &readOnlyGuard{pool: pool, log: log, every: every, refusals: refusals}
 }
 
 // check reports whether err is a read-only server's refusal, and then

@@ -61,7 +61,7 @@ func TestReadOnlyGuardResetsThePool(t *testing.T) {
 	var logs lockedBuffer
 	// An hour between resets: the burst below is one, however slow the
 	// machine.
-	g := newReadOnlyGuard(pool, slog.New(slog.NewTextHandler(&logs, nil)), time.Hour)
+	g := newReadOnlyGuard(pool, slog.New(slog.NewTextHandler(&logs, nil)), time.Hour, nil)
 	backend := func() uint32 {
 		t.Helper()
 		c, err := pool.Acquire(ctx)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/grants"
 	"github.com/hopperq/hopper/internal/migrated"
+	"github.com/hopperq/hopper/internal/worker/registry"
+	"github.com/hopperq/hopper/internal/worker/releaser"
 )
 
 // run is one Run of a Worker: the components it works with, each built
@@ -24,8 +27,7 @@ type run struct {
 	schema string          // where hopper_jobs lives
 	hard   context.Context // ends at the shutdown's hard deadline
 
-	registry  *registry // this worker's row in hopper_workers
-	releaser  *releaser
+	registry  *registry.Registry // this worker's row in hopper_workers
 	held      *heldJobs
 	completer *completer
 	executor  *executor
@@ -41,25 +43,30 @@ type run struct {
 
 // newRun builds the components of a run on schema: handlers run under
 // handlerBase (never cancelled: shutdown cancels each job's own context),
-// the shutdown path's statements under hard.
-func (w *Worker) newRun(schema string, handlerBase, hard context.Context) *run {
+// the shutdown path's statements under hard. Its error is a component's
+// Config refused by its New.
+func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run, error) {
 	cfg := &w.cfg
 	r := &run{w: w, schema: schema, hard: hard}
-	r.registry = newRegistry(w.q, w.log, cfg, schema, servedQueues(w.handlers, cfg.Queues))
-	r.releaser = newReleaser(w.q, w.log, w.metrics, cfg, w.announcer.announce)
+	var err error
+	r.registry, err = registry.New(registry.Config{Queries: w.q, Log: w.log, ID: cfg.ID, Schema: schema,
+		Queues: servedQueues(w.handlers, cfg.Queues), BeatInterval: cfg.BeatInterval, LeaseDuration: cfg.LeaseDuration,
+		MigrateUp: w.migrateUp(), IDInUse: ErrWorkerIDInUse, Identity: processIdentity})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	r.held = newHeldJobs(w.q, w.log, w.metrics, cfg, w.dbtx, w.pool.Begin)
-	guard := newReadOnlyGuard(w.pool, w.log, readOnlyResetEvery)
-	guard.refusals = w.metrics.readOnlyC
+	guard := newReadOnlyGuard(w.pool, w.log, readOnlyResetEvery, w.metrics.readOnlyC)
 	r.completer = newCompleter(w.q, w.log, cfg, r.report, guard, hard)
 	r.executor = newExecutor(w.q, w.log, w.metrics, cfg, r.completer, r.report, handlerBase, hard)
-	beat := func(ctx context.Context, q *db.Queries) beatResult {
-		res := r.registry.beat(ctx, q)
-		if res.err == nil {
+	beat := func(ctx context.Context, q *db.Queries) registry.BeatResult {
+		res := r.registry.Beat(ctx, q)
+		if res.Err == nil {
 			w.outage.reached()
 		}
 		return res
 	}
-	r.heartbeat = newHeartbeat(r.held, &r.executor.inFlight, beat, r.releaser.releaseGone, guard, w.pool, w.dbtx, cfg)
+	r.heartbeat = newHeartbeat(r.held, &r.executor.inFlight, beat, w.releaser.ReleaseGone, guard, w.pool, w.dbtx, cfg)
 
 	listening := new(atomic.Bool) // written by the notifier, read by the producers
 	deps := producerDeps{q: w.q, pool: w.pool, scope: w.scope, cfg: cfg, log: w.log, metrics: w.metrics,
@@ -75,11 +82,29 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) *run {
 		r.scheduler = newScheduler(w.q, w.pool, w.dbtx, w.log, w.metrics, cfg, w.schedules)
 		onSchedule = r.scheduler.triggered
 	}
-	r.notifier = newNotifier(w.q, w.pool.Config().ConnConfig, w.log, cfg.ID, schema, r.producers, listening,
-		r.held.cancelNotice, onSchedule, defaultListenTimings)
-	r.notifier.up = w.metrics.listenerG
-	return r
+	r.notifier = newNotifier(notifierConfig{q: w.q, connConfig: w.pool.Config().ConnConfig, log: w.log, owner: cfg.ID,
+		schema: schema, producers: r.producers, listening: listening, onCancel: r.held.cancelNotice,
+		onSchedule: onSchedule, timings: defaultListenTimings, up: w.metrics.listenerG})
+	return r, nil
 }
+
+// servedQueues lists the queues a worker claims from, sorted; none when
+// it only fires schedules.
+func servedQueues(handlers *handlerTable, queues map[string]int) []string {
+	names := []string{}
+	if handlers.empty() {
+		return names
+	}
+	for name := range queues {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// processIdentity, when set (tests: LookAlike), is the host name and pid
+// the workers of this process record in their rows; nil: their own.
+var processIdentity func() (host string, pid int)
 
 // start registers the queues, their flow control and the schedules, then
 // the worker itself, and gives back the jobs an earlier run of its ID
@@ -113,10 +138,10 @@ func (r *run) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := r.registry.claimID(); err != nil {
+	if err := r.registry.ClaimID(); err != nil {
 		return err
 	}
-	tookOver, err := r.registry.register(ctx)
+	tookOver, err := r.registry.Register(ctx)
 	if err != nil || !tookOver && !w.cfg.stableID { // a made-up ID has no predecessor
 		return err
 	}
@@ -125,16 +150,16 @@ func (r *run) start(ctx context.Context) error {
 	// than wait for the release of gone workers, which skips a live row.
 	// Our own row is not marked released: this run is live, and nothing of
 	// its own was taken, so its first beat must not report a death.
-	id, started := w.cfg.ID, r.registry.started()
-	gone, err := r.releaser.releaseJobsOf(ctx, db.ReleaseWorkerJobsParams{
-		WorkerID: &id, Force: true, Reason: reasonWorkerRestarted, HolderStartedAt: &started})
+	id, started := w.cfg.ID, r.registry.Started()
+	gone, err := w.releaser.ReleaseJobsOf(ctx, db.ReleaseWorkerJobsParams{
+		WorkerID: &id, Force: true, Reason: releaser.ReasonRestarted, HolderStartedAt: &started})
 	if err != nil {
-		r.registry.remove(context.WithoutCancel(ctx))
+		r.registry.Remove(context.WithoutCancel(ctx))
 		return fmt.Errorf("worker: start: %w", err)
 	}
 	for _, g := range gone {
-		w.log.Warn("handed back the jobs of a previous run of this worker", "previous_host", g.host, "previous_pid", g.pid,
-			"jobs", g.requeued+g.dead, "requeued", g.requeued, "dead", g.dead)
+		w.log.Warn("handed back the jobs of a previous run of this worker", "previous_host", g.Host, "previous_pid", g.PID,
+			"jobs", g.Requeued+g.Dead, "requeued", g.Requeued, "dead", g.Dead)
 	}
 	return nil
 }
@@ -188,7 +213,7 @@ func (r *run) work(ctx context.Context, endHard context.CancelFunc) {
 	var bgWG sync.WaitGroup
 	for _, s := range r.services() {
 		bgWG.Add(1)
-		go func() { defer bgWG.Done(); s.run(bg) }()
+		go func() { defer bgWG.Done(); s.Run(bg) }()
 	}
 
 	var fetchWG sync.WaitGroup
@@ -214,7 +239,7 @@ func (r *run) work(ctx context.Context, endHard context.CancelFunc) {
 	stopBG()
 	bgWG.Wait()
 	if settled {
-		r.registry.remove(r.hard) // after the last beat, which could write it again
+		r.registry.Remove(r.hard) // after the last beat, which could write it again
 	} else {
 		// Jobs may still be held in this worker's name: its row goes
 		// stale, and the next live worker hands them back.

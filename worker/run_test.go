@@ -21,14 +21,16 @@ func newTestRun(t *testing.T, ctx context.Context, w *Worker) *run {
 	t.Helper()
 	schema, err := w.q.HopperSchema(ctx)
 	require.NoError(t, err)
-	r := w.newRun(schema, context.Background(), ctx)
+	r, err := w.newRun(schema, context.Background(), ctx)
+	require.NoError(t, err)
 	w.active.Store(r)
 	return r
 }
 
 // newRun wires every component whole: each producer has its queue's flow
 // control (none for a plain queue) and the run's hard deadline; the
-// notifier and registry know the schema; the scheduler exists only with
+// notifier and registry know the schema; the notifier's gauge and the
+// read-only guard's counter are the worker's; the scheduler exists only with
 // schedules; and the services list starts the loops the configuration asks
 // for, in order.
 func TestNewRunWiresEveryComponent(t *testing.T) {
@@ -68,16 +70,18 @@ func TestNewRunWiresEveryComponent(t *testing.T) {
 		require.Same(t, r.notifier.listening, p.listening, "the notifier's word reaches the cursor")
 	}
 	require.Equal(t, tdb.Schema, r.notifier.schema)
-	require.Equal(t, tdb.Schema, r.registry.schema)
-	require.Equal(t, []string{"limited", "plain"}, r.registry.queues)
+	require.Equal(t, r.w.metrics.listenerG, r.notifier.up, "the listener's gauge, given to its constructor")
+	require.Equal(t, r.w.metrics.readOnlyC, r.completer.guard.refusals, "the refusals' counter, given to the guard's constructor")
+	require.Equal(t, tdb.Schema, r.registry.Schema())
+	require.Equal(t, []string{"limited", "plain"}, r.registry.Queues())
 	require.Equal(t, ctx, r.executor.hard)
 	require.Nil(t, r.scheduler)
-	require.Equal(t, []string{"*worker.heartbeat", "*worker.sweeper", "*worker.promoter", "*worker.pruner", "*worker.notifier"},
+	require.Equal(t, []string{"*worker.heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*worker.notifier"},
 		serviceNames(r))
 
 	r = build(Config{Queues: map[string]int{"default": 1}, PollOnly: true}, true)
 	require.NotNil(t, r.scheduler)
 	require.Equal(t, []string{"nightly"}, r.scheduler.names)
-	require.Equal(t, []string{"*worker.heartbeat", "*worker.sweeper", "*worker.promoter", "*worker.pruner", "*worker.scheduler"},
+	require.Equal(t, []string{"*worker.heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*worker.scheduler"},
 		serviceNames(r), "PollOnly: no notifier")
 }

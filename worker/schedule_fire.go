@@ -124,11 +124,11 @@ func (m *scheduler) reportStaleSchedules(ctx context.Context) {
 	}
 }
 
-// run fires this worker's schedules as they fall due, until ctx ends: it sleeps until the first is due (at most PollInterval, to notice
+// Run fires this worker's schedules as they fall due, until ctx ends: it sleeps until the first is due (at most PollInterval, to notice
 // changes made elsewhere; a trigger or resume wakes it at once), fires what
 // is due, and reports its definitions now and then. A schedule whose fire
 // fails waits out a backoff of its own; the others fire on time.
-func (m *scheduler) run(ctx context.Context) {
+func (m *scheduler) Run(ctx context.Context) {
 	names := m.names
 	heartbeat := max(m.staleAfter/5, time.Second)
 	lastSeen := time.Now()

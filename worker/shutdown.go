@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/worker/announce"
 )
 
 // shutdownReserve is the part of the shutdown kept, at the end, for
@@ -65,11 +66,11 @@ func (r *run) releaseUnfinished() bool {
 		w.log.Error("could not give back unfinished jobs; they run again once this worker is taken to be gone", "jobs", len(claims), "error", err)
 		return false
 	}
-	var wk wakeups
+	var wk announce.Set
 	for _, r := range rows {
-		wk.add(r.Queue, r.Priority, r.RunAt, r.ID)
+		wk.Add(r.Queue, r.Priority, r.RunAt, r.ID)
 	}
-	w.announcer.announce(ctx, &wk, "release")
+	w.announcer.Announce(ctx, &wk, "release")
 	w.log.Info("gave back unfinished jobs", "jobs", len(rows))
 	return true
 }

@@ -16,6 +16,11 @@ import (
 	"github.com/hopperq/hopper/internal/buildinfo"
 	"github.com/hopperq/hopper/internal/migrated"
 	"github.com/hopperq/hopper/internal/schemascope"
+	"github.com/hopperq/hopper/internal/worker/announce"
+	"github.com/hopperq/hopper/internal/worker/promoter"
+	"github.com/hopperq/hopper/internal/worker/pruner"
+	"github.com/hopperq/hopper/internal/worker/releaser"
+	"github.com/hopperq/hopper/internal/worker/sweeper"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -36,8 +41,8 @@ func (w *Worker) checkIsolation(ctx context.Context) error {
 // Handle and schedules with Schedule, then call Run.
 //
 // What New builds serves the worker's whole life: its configuration, its
-// metrics and the maintenance passes anyone may run at any time (sweeper,
-// promoter, pruner). What one Run works with, from the heartbeat to the
+// metrics and the maintenance services anyone may run at any time
+// (sweeper, promoter, pruner, releaser: maintenance.go). What one Run works with, from the heartbeat to the
 // producers, is built when Run knows the schema: see run.go.
 type Worker struct {
 	pool      *pgxpool.Pool
@@ -47,10 +52,11 @@ type Worker struct {
 	log       *slog.Logger // through outageHandler: an outage is told once (outage.go)
 	outage    *outage
 	metrics   *metrics
-	announcer announcer
-	sweeper   *sweeper
-	promoter  *promoter
-	pruner    *pruner
+	announcer announce.Announcer
+	sweeper   *sweeper.Sweeper
+	promoter  *promoter.Promoter
+	pruner    *pruner.Pruner
+	releaser  *releaser.Releaser
 
 	mu         sync.Mutex
 	handlers   *handlerTable
@@ -89,10 +95,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	w := &Worker{pool: pool, scope: scope, cfg: cfg, log: slog.New(&outageHandler{inner: base.Handler(), o: out}), outage: out, metrics: m,
 		handlers: newHandlerTable(), schedules: map[string]*scheduled{}}
 	w.q = db.New(w.dbtx(pool))
-	w.announcer = announcer{q: w.q, log: w.log}
-	w.sweeper = newSweeper(w.q, w.log, m, &w.cfg, w.announcer.announce)
-	w.promoter = newPromoter(w.q, w.log, &w.cfg, w.announcer.announce)
-	w.pruner = newPruner(w.q, w.log, &w.cfg, func() time.Duration { return w.handlers.longestKeep(&w.cfg) })
+	w.announcer = announce.NewAnnouncer(w.q, w.log)
+	if err := w.newMaintenance(); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	return w, nil
 }
 
@@ -156,7 +162,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer endHard()
 	r, err := w.begin(ctx, hard)
 	if r != nil {
-		defer r.registry.freeID()
+		defer r.registry.FreeID()
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -168,7 +174,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	w.checkPoolSize()
-	r.registry.checkBeat()
+	r.registry.CheckBeat()
 	// The build, so that the log of a rollout tells the old pods from the
 	// new: Hopper's version, and the program's package and commit.
 	build := buildinfo.Read()
@@ -189,7 +195,10 @@ func (w *Worker) begin(ctx context.Context, hard context.Context) (*run, error) 
 	if err != nil {
 		return nil, err
 	}
-	r := w.newRun(schemaName, context.WithoutCancel(ctx), hard)
+	r, err := w.newRun(schemaName, context.WithoutCancel(ctx), hard)
+	if err != nil {
+		return nil, err
+	}
 	w.active.Store(r)
 	if err := r.start(ctx); err != nil {
 		return r, err
@@ -197,7 +206,7 @@ func (w *Worker) begin(ctx context.Context, hard context.Context) (*run, error) 
 	if w.cfg.MetricsAddr != "" {
 		ms, err := newMetricsServer(w.metricsQueries(), w.log, w.metrics, &w.cfg)
 		if err != nil {
-			r.registry.remove(context.WithoutCancel(ctx))
+			r.registry.Remove(context.WithoutCancel(ctx))
 			return r, err
 		}
 		w.mu.Lock()

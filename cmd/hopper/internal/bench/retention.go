@@ -50,8 +50,8 @@ type RetentionCase struct {
 	BytesAfter    int64   `json:"bytes_after"`
 }
 
-// retentionBatch is the pruner's batch (worker's pruneBatch): the delete
-// case deletes as a worker does.
+// retentionBatch is the pruner's batch (internal/worker/pruner): the
+// delete case deletes as a worker does.
 const retentionBatch = 1000
 
 func runRetention(ctx context.Context, cfg Config, logf func(string, ...any)) (*RetentionResult, error) {

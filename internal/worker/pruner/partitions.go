@@ -1,4 +1,4 @@
-package worker
+package pruner
 
 import (
 	"context"
@@ -8,12 +8,9 @@ import (
 )
 
 // MaxHistoryPartitionsAhead bounds how many partitions of the history a
-// worker keeps created ahead of now (Config.HistoryPartitionWidth): every
+// worker keeps created ahead of now (Config.PartitionWidth): every
 // lookup of a completed job by id reads each partition's primary key.
 const MaxHistoryPartitionsAhead = 24
-
-// DefaultHistoryPartitionWidth is Config.HistoryPartitionWidth's default.
-const DefaultHistoryPartitionWidth = time.Hour
 
 // deadPartitionsPerRetention is how many partitions of the dead jobs one
 // DeadRetention spans: a partition is DeadRetention/8 wide, so a dead job
@@ -31,39 +28,39 @@ const minPartitionWidth = time.Minute
 // granted within the functions' lock_timeout, say) is logged and tried
 // again at the next pass: meanwhile rows go to the partitions that exist,
 // or to the default ones.
-func (m *pruner) partitions(ctx context.Context) {
-	m.historyPartitions(ctx)
-	m.deadPartitions(ctx)
+func (p *Pruner) partitions(ctx context.Context) {
+	p.historyPartitions(ctx)
+	p.deadPartitions(ctx)
 }
 
 // historyPartitions drops the history's partitions whose range has passed
 // and creates those this worker's keeps need ahead, once the history is
 // used.
-func (m *pruner) historyPartitions(ctx context.Context) {
-	dropped, err := m.q.DropHistoryPartitions(ctx)
+func (p *Pruner) historyPartitions(ctx context.Context) {
+	dropped, err := p.cfg.Queries.DropHistoryPartitions(ctx)
 	if err != nil && ctx.Err() == nil {
-		m.log.Warn("dropping the history's expired partitions failed; retrying at the next interval", "error", err)
+		p.cfg.Log.Warn("dropping the history's expired partitions failed; retrying at the next interval", "error", err)
 	}
 	var created int32
-	if keep := m.longestKeep(); m.partitionWidth > 0 && keep > 0 && m.historyUsed(ctx) {
-		ahead := min(keep+m.partitionWidth, MaxHistoryPartitionsAhead*m.partitionWidth)
-		created, err = m.q.EnsureHistoryPartitions(ctx, db.EnsureHistoryPartitionsParams{
-			WidthMs: m.partitionWidth.Milliseconds(), AheadMs: ahead.Milliseconds()})
+	if keep := p.cfg.LongestKeep(); p.cfg.PartitionWidth > 0 && keep > 0 && p.historyUsed(ctx) {
+		ahead := min(keep+p.cfg.PartitionWidth, MaxHistoryPartitionsAhead*p.cfg.PartitionWidth)
+		created, err = p.cfg.Queries.EnsureHistoryPartitions(ctx, db.EnsureHistoryPartitionsParams{
+			WidthMs: p.cfg.PartitionWidth.Milliseconds(), AheadMs: ahead.Milliseconds()})
 		if err != nil && ctx.Err() == nil {
-			m.log.Warn("creating the history's partitions failed; retrying at the next interval", "error", err)
+			p.cfg.Log.Warn("creating the history's partitions failed; retrying at the next interval", "error", err)
 		}
 	}
 	if dropped+created > 0 {
-		m.log.Info("history partitions", "dropped", dropped, "created", created)
+		p.cfg.Log.Info("history partitions", "dropped", dropped, "created", created)
 	}
 }
 
 // historyUsed reports whether the history holds any row: until one is
 // kept, no partition is made (the first rows go to the default partition).
-func (m *pruner) historyUsed(ctx context.Context) bool {
-	used, err := m.q.HistoryHasRows(ctx)
+func (p *Pruner) historyUsed(ctx context.Context) bool {
+	used, err := p.cfg.Queries.HistoryHasRows(ctx)
 	if err != nil && ctx.Err() == nil {
-		m.log.Warn("reading whether the history is used failed; retrying at the next interval", "error", err)
+		p.cfg.Log.Warn("reading whether the history is used failed; retrying at the next interval", "error", err)
 	}
 	return used
 }
@@ -86,39 +83,39 @@ const maxPartitionWidth = 31 * 24 * time.Hour
 // queue this worker does not serve (kept for its own workers' retention),
 // and, when the retention is long enough, creates the next two
 // partitions ahead (a job dies now, not later).
-func (m *pruner) deadPartitions(ctx context.Context) {
-	if m.deadRetention < minPartitionWidth {
+func (p *Pruner) deadPartitions(ctx context.Context) {
+	if p.cfg.DeadRetention < minPartitionWidth {
 		return
 	}
-	dropped, err := m.dropDeadPartitions(ctx)
+	dropped, err := p.dropDeadPartitions(ctx)
 	if err != nil && ctx.Err() == nil {
-		m.log.Warn("dropping the dead jobs' expired partitions failed; retrying at the next interval", "error", err)
+		p.cfg.Log.Warn("dropping the dead jobs' expired partitions failed; retrying at the next interval", "error", err)
 	}
 	var created int32
-	if width := deadPartitionWidth(m.deadRetention); width > 0 {
-		created, err = m.q.EnsureDeadPartitions(ctx, db.EnsureDeadPartitionsParams{
+	if width := deadPartitionWidth(p.cfg.DeadRetention); width > 0 {
+		created, err = p.cfg.Queries.EnsureDeadPartitions(ctx, db.EnsureDeadPartitionsParams{
 			WidthMs: width.Milliseconds(), AheadMs: (2 * width).Milliseconds()})
 		if err != nil && ctx.Err() == nil {
-			m.log.Warn("creating the dead jobs' partitions failed; retrying at the next interval", "error", err)
+			p.cfg.Log.Warn("creating the dead jobs' partitions failed; retrying at the next interval", "error", err)
 		}
 	}
 	if dropped+created > 0 {
-		m.log.Info("dead job partitions", "dropped", dropped, "created", created)
+		p.cfg.Log.Info("dead job partitions", "dropped", dropped, "created", created)
 	}
 }
 
 // dropDeadPartitions drops the dead jobs' partitions expired for this
 // worker's retention that end before the first one holding a job of a
 // queue it does not serve: that job is its own workers' to prune.
-func (m *pruner) dropDeadPartitions(ctx context.Context) (int32, error) {
-	retention := m.deadRetention.Milliseconds()
-	held, err := m.q.DeadPartitionHeld(ctx, db.DeadPartitionHeldParams{RetentionMs: retention, Queues: m.queues})
+func (p *Pruner) dropDeadPartitions(ctx context.Context) (int32, error) {
+	retention := p.cfg.DeadRetention.Milliseconds()
+	held, err := p.cfg.Queries.DeadPartitionHeld(ctx, db.DeadPartitionHeldParams{RetentionMs: retention, Queues: p.queues})
 	if err != nil {
 		return 0, err
 	}
-	p := db.DropDeadPartitionsParams{RetentionMs: retention}
+	drop := db.DropDeadPartitionsParams{RetentionMs: retention}
 	if held.Held {
-		p.HeldFrom = &held.HeldFrom
+		drop.HeldFrom = &held.HeldFrom
 	}
-	return m.q.DropDeadPartitions(ctx, p)
+	return p.cfg.Queries.DropDeadPartitions(ctx, drop)
 }

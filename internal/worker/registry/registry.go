@@ -1,4 +1,6 @@
-package worker
+// Package registry keeps a worker's row in hopper_workers: written at
+// start, refreshed by each beat, deleted at a clean stop.
+package registry
 
 import (
 	"context"
@@ -6,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sort"
 	"sync"
 	"time"
 
@@ -16,48 +17,72 @@ import (
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/buildinfo"
 	"github.com/hopperq/hopper/internal/migrated"
+	"github.com/hopperq/hopper/internal/worker/loop"
 )
+
+// Config is what a Registry works with.
+type Config struct {
+	Queries *db.Queries
+	// Log is the worker's logger: a failed beat warns on it with the
+	// error as "error".
+	Log *slog.Logger
+	// ID is the worker's (Config.ID); Schema where hopper_jobs lives;
+	// Queues the queues it serves, sorted (none when it only fires
+	// schedules).
+	ID     string
+	Schema string
+	Queues []string
+	// BeatInterval and LeaseDuration are the worker's.
+	BeatInterval, LeaseDuration time.Duration
+	// MigrateUp is what to run to migrate the schema, for errors.
+	MigrateUp string
+	// IDInUse is the sentinel a start refused for an ID held by another
+	// live worker wraps (worker.ErrWorkerIDInUse).
+	IDInUse error
+	// Identity is the host name and pid recorded in the row (nil: the
+	// process's own); tests make two processes look alike with it.
+	Identity func() (host string, pid int)
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Queries == nil, c.Log == nil, c.IDInUse == nil:
+		return errors.New("registry: Queries, Log and IDInUse are required")
+	case c.ID == "" || c.Schema == "":
+		return errors.New("registry: ID and Schema are required")
+	case c.BeatInterval <= 0 || c.LeaseDuration <= 0:
+		return fmt.Errorf("registry: BeatInterval (%v) and LeaseDuration (%v) must be positive", c.BeatInterval, c.LeaseDuration)
+	}
+	return nil
+}
 
 // The worker registry (hopper_workers): every running worker is a row,
 // written at start, refreshed by each heartbeat and deleted at a clean
 // stop. A worker is live while its last beat is younger than
-// workerStaleBeats beats; a gone worker's jobs are handed back by the next
-// beat of any live worker (releaser.releaseGone). The clients list the
+// staleBeats beats; a gone worker's jobs are handed back by the next
+// beat of any live worker (internal/worker/releaser), and its row is
+// pruned a day later (internal/worker/pruner). The clients list the
 // workers (hopper.Client.ListWorkers) and count the live ones serving each
 // queue (hopper.QueueInfo.Workers).
 const (
-	// workerStaleBeats is how many beats a worker may miss before it is
+	// staleBeats is how many beats a worker may miss before it is
 	// taken to be gone: one late or failed beat does not make it so.
-	workerStaleBeats = 3
-	// workerRowsKept is how long the row of a worker gone without a clean
-	// stop is kept, past its stale window, before a sweep prunes it.
-	workerRowsKept = 24 * time.Hour
-	// workerPruneEvery spaces the prunes of one worker: rows to prune are
-	// rare (crashed workers), so a sweep looks for them at most this often.
-	workerPruneEvery = time.Minute
-	// workerPruneBatch bounds one PruneWorkers statement.
-	workerPruneBatch = 1000
-	// workerRemoveTimeout bounds the removal of the row at a clean stop:
+	staleBeats = 3
+	// removeTimeout bounds the removal of the row at a clean stop:
 	// should it fail, the row goes stale by itself.
-	workerRemoveTimeout = 5 * time.Second
+	removeTimeout = 5 * time.Second
 )
 
-// registry keeps this worker's row in hopper_workers: it writes it at
-// start (register), refreshes it on every heartbeat (beat) and deletes it
-// at a clean stop (remove).
+// Registry keeps this worker's row in hopper_workers: it writes it at
+// start (Register), refreshes it on every heartbeat (Beat) and deletes it
+// at a clean stop (Remove).
 //
 // Invariant: startedAt, under mu, is zero until the row was first written,
 // then the start the database recorded, which every rewrite keeps: it,
 // not the host and pid, tells this run's row from another's.
-type registry struct {
-	q   *db.Queries
-	log *slog.Logger
-	cfg *Config // ID, Schema, BeatInterval, LeaseDuration
-	// queues: the queues the worker serves; schema: where hopper_jobs
-	// lives (errors).
-	queues []string
-	schema string
-	// claimed: this worker holds its ID in idsInUse (claimID, Run's
+type Registry struct {
+	cfg Config
+	// claimed: this worker holds its ID in idsInUse (ClaimID, Run's
 	// goroutine only).
 	claimed bool
 
@@ -67,45 +92,43 @@ type registry struct {
 	// liveSince is when the current run of beats that went through on
 	// time began (zero after a failed beat): the worker judges others gone
 	// only once it has been live for their whole stale window. Written by
-	// register, then by beat only (the heartbeat's goroutine, started
-	// after register).
+	// Register, then by Beat only (the heartbeat's goroutine, started
+	// after Register).
 	liveSince time.Time
+}
+
+// New returns a Registry working with cfg.
+func New(cfg Config) (*Registry, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Identity == nil {
+		cfg.Identity = processIdentity
+	}
+	return &Registry{cfg: cfg}, nil
 }
 
 // processIdentity is the host name and pid a worker records in its row,
 // for operators only: containers run as pid 1 and may share a host name,
-// so they tell no process from another. Tests make two processes look
-// alike with it.
-var processIdentity = func() (host string, pid int) {
+// so they tell no process from another.
+func processIdentity() (host string, pid int) {
 	host, _ = os.Hostname()
 	return host, os.Getpid()
 }
 
-func newRegistry(q *db.Queries, log *slog.Logger, cfg *Config, schema string, queues []string) *registry {
-	return &registry{q: q, log: log, cfg: cfg, schema: schema, queues: queues}
-}
+// Schema is where hopper_jobs lives, as the Registry was given it.
+func (r *Registry) Schema() string { return r.cfg.Schema }
+
+// Queues are the queues the worker serves, as the Registry was given them.
+func (r *Registry) Queues() []string { return r.cfg.Queues }
 
 // beatInterval is how often the worker refreshes its row: every
 // BeatInterval.
-func (r *registry) beatInterval() time.Duration { return r.cfg.BeatInterval }
+func (r *Registry) beatInterval() time.Duration { return r.cfg.BeatInterval }
 
 // staleAfter is how long after its last beat the worker is taken to be
 // gone.
-func (r *registry) staleAfter() time.Duration { return workerStaleBeats * r.beatInterval() }
-
-// servedQueues lists the queues a worker claims from, sorted; none when
-// it only fires schedules.
-func servedQueues(handlers *handlerTable, queues map[string]int) []string {
-	names := []string{}
-	if handlers.empty() {
-		return names
-	}
-	for name := range queues {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	return names
-}
+func (r *Registry) staleAfter() time.Duration { return staleBeats * r.beatInterval() }
 
 // idsInUse are the (schema, ID) pairs of the Workers running in this
 // process: a second Worker with one of them is refused at once, rather
@@ -115,36 +138,36 @@ var idsInUse = struct {
 	m map[[2]string]bool
 }{m: map[[2]string]bool{}}
 
-// claimID takes the worker's ID for this process, or refuses it.
-func (r *registry) claimID() error {
+// ClaimID takes the worker's ID for this process, or refuses it.
+func (r *Registry) ClaimID() error {
 	idsInUse.Lock()
 	defer idsInUse.Unlock()
-	key := [2]string{r.schema, r.cfg.ID}
+	key := [2]string{r.cfg.Schema, r.cfg.ID}
 	if idsInUse.m[key] {
 		return fmt.Errorf("worker: start: %w: %s is held by another Worker running in this process; give each worker its own ID, or leave ID empty",
-			ErrWorkerIDInUse, r.cfg.ID)
+			r.cfg.IDInUse, r.cfg.ID)
 	}
 	idsInUse.m[key] = true
 	r.claimed = true
 	return nil
 }
 
-// freeID gives the worker's ID back at the end of Run.
-func (r *registry) freeID() {
+// FreeID gives the worker's ID back at the end of Run.
+func (r *Registry) FreeID() {
 	if !r.claimed {
 		return
 	}
 	idsInUse.Lock()
-	delete(idsInUse.m, [2]string{r.schema, r.cfg.ID})
+	delete(idsInUse.m, [2]string{r.cfg.Schema, r.cfg.ID})
 	idsInUse.Unlock()
 }
 
-// register writes the worker's row at start. An ID held by a worker that
+// Register writes the worker's row at start. An ID held by a worker that
 // still beats is waited for: a crashed predecessor's row goes stale within
 // its stale window, and a live holder beats meanwhile, which refuses the
-// start with ErrWorkerIDInUse. It reports whether an earlier holder's row
+// start with r.cfg.IDInUse. It reports whether an earlier holder's row
 // was taken over, whose jobs the caller hands back.
-func (r *registry) register(ctx context.Context) (tookOver bool, err error) {
+func (r *Registry) Register(ctx context.Context) (tookOver bool, err error) {
 	var seen time.Time // the holder's last beat when first found live
 	for {
 		took, taken, err := r.write(ctx)
@@ -154,7 +177,7 @@ func (r *registry) register(ctx context.Context) (tookOver bool, err error) {
 			}
 			return took, err
 		}
-		holders, err := r.q.ListWorkers(ctx, &r.cfg.ID)
+		holders, err := r.cfg.Queries.ListWorkers(ctx, &r.cfg.ID)
 		if err != nil {
 			return false, fmt.Errorf("worker: start: read the worker holding ID %s: %w", r.cfg.ID, err)
 		}
@@ -164,17 +187,17 @@ func (r *registry) register(ctx context.Context) (tookOver bool, err error) {
 		h := holders[0]
 		if !seen.IsZero() && h.LastSeenAt.After(seen) {
 			return false, fmt.Errorf("worker: start: %w: %s is held by the worker on host %s with pid %d, which beat %v ago; give each worker its own ID, or leave ID empty",
-				ErrWorkerIDInUse, r.cfg.ID, h.Host, h.Pid, h.ReadAt.Sub(h.LastSeenAt).Round(time.Millisecond))
+				r.cfg.IDInUse, r.cfg.ID, h.Host, h.Pid, h.ReadAt.Sub(h.LastSeenAt).Round(time.Millisecond))
 		}
 		if seen.IsZero() {
 			seen = h.LastSeenAt
-			r.log.Info("worker ID held by another worker: waiting to see whether it still beats",
+			r.cfg.Log.Info("worker ID held by another worker: waiting to see whether it still beats",
 				"holder_host", h.Host, "holder_pid", h.Pid, "last_beat", h.LastSeenAt)
 		}
 		// Until the holder's stale window ends, and at least one of its
 		// beats: a live holder shows a new beat by then.
 		wait := max(h.LastSeenAt.Add(time.Duration(h.StaleAfterMs)*time.Millisecond).Sub(h.ReadAt), 0) + 10*time.Millisecond
-		if !sleep(ctx, min(wait, time.Duration(h.StaleAfterMs)*time.Millisecond)) {
+		if !loop.Sleep(ctx, min(wait, time.Duration(h.StaleAfterMs)*time.Millisecond)) {
 			return false, ctx.Err()
 		}
 	}
@@ -183,18 +206,18 @@ func (r *registry) register(ctx context.Context) (tookOver bool, err error) {
 // write writes the worker's row: at start (startedAt zero: now), and again
 // should its row be gone while it runs (its own startedAt kept). taken is
 // false when a live worker holds the ID.
-func (r *registry) write(ctx context.Context) (tookOver, taken bool, err error) {
-	host, pid := processIdentity()
+func (r *Registry) write(ctx context.Context) (tookOver, taken bool, err error) {
+	host, pid := r.cfg.Identity()
 	p := db.RegisterWorkerParams{
 		ID: r.cfg.ID, Host: host, Pid: int32(pid), HopperVersion: buildinfo.Version(),
-		Queues: r.queues, StaleAfterMs: r.staleAfter().Milliseconds(),
+		Queues: r.cfg.Queues, StaleAfterMs: r.staleAfter().Milliseconds(),
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.startedAt.IsZero() {
 		p.StartedAt = &r.startedAt
 	}
-	row, err := r.q.RegisterWorker(ctx, p)
+	row, err := r.cfg.Queries.RegisterWorker(ctx, p)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, false, nil
 	}
@@ -202,9 +225,9 @@ func (r *registry) write(ctx context.Context) (tookOver, taken bool, err error) 
 		var pgErr *pgconn.PgError
 		switch {
 		case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
-			return false, false, migrated.Errorf(migrated.Run(r.cfg.Schema), "schema %s lacks hopper_workers, which migration %s adds", r.schema, migrated.Migration(10))
+			return false, false, migrated.Errorf(r.cfg.MigrateUp, "schema %s lacks hopper_workers, which migration %s adds", r.cfg.Schema, migrated.Migration(10))
 		case errors.As(err, &pgErr) && pgErr.Code == "42703": // undefined_column
-			return false, false, migrated.Errorf(migrated.Run(r.cfg.Schema), "schema %s lacks hopper_workers.released_at, which migration %s adds", r.schema, migrated.Migration(11))
+			return false, false, migrated.Errorf(r.cfg.MigrateUp, "schema %s lacks hopper_workers.released_at, which migration %s adds", r.cfg.Schema, migrated.Migration(11))
 		case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
 			return false, false, fmt.Errorf("worker: start: register the worker in hopper_workers: %w (grant SELECT, INSERT, UPDATE, DELETE ON hopper_workers to the role workers connect as)", err)
 		}
@@ -217,35 +240,35 @@ func (r *registry) write(ctx context.Context) (tookOver, taken bool, err error) 
 // beatTimeout bounds a beat: half a beat, at least a second (one row, but
 // on a busy server), and at most a quarter of the lease, since the lease
 // extensions of the same heartbeat wait for it.
-func (r *registry) beatTimeout() time.Duration {
+func (r *Registry) beatTimeout() time.Duration {
 	return min(max(r.beatInterval()/2, time.Second), r.cfg.LeaseDuration/4)
 }
 
-// beatResult is what one beat learnt.
-type beatResult struct {
-	// released: this worker had been taken to be gone, and its jobs were
+// BeatResult is what one beat learnt.
+type BeatResult struct {
+	// Released: this worker had been taken to be gone, and its jobs were
 	// handed to others; the heartbeat checks its claims at once.
-	released bool
-	// goneWaiting: another worker is gone and still holds jobs.
-	goneWaiting bool
-	// liveFor is how long this worker had been live when it sent the beat:
+	Released bool
+	// GoneWaiting: another worker is gone and still holds jobs.
+	GoneWaiting bool
+	// LiveFor is how long this worker had been live when it sent the beat:
 	// it releases only the gone workers whose stale window that covers.
-	liveFor time.Duration
-	// err is why the beat failed, if it did.
-	err error
+	LiveFor time.Duration
+	// Err is why the beat failed, if it did.
+	Err error
 }
 
-// started is the start the database recorded for this run; zero until the
+// Started is the start the database recorded for this run; zero until the
 // row was first written.
-func (r *registry) started() time.Time {
+func (r *Registry) Started() time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.startedAt
 }
 
-// beat refreshes the worker's row, and writes it again if it is gone.
+// Beat refreshes the worker's row, and writes it again if it is gone.
 // Failures are logged; the next beat tries again.
-func (r *registry) beat(ctx context.Context, q *db.Queries) beatResult {
+func (r *Registry) Beat(ctx context.Context, q *db.Queries) BeatResult {
 	bctx, cancel := context.WithTimeout(ctx, r.beatTimeout())
 	defer cancel()
 	r.mu.Lock()
@@ -273,51 +296,51 @@ func (r *registry) beat(ctx context.Context, q *db.Queries) beatResult {
 	if err == nil && !row.Found {
 		var taken bool
 		if _, taken, err = r.write(bctx); err == nil && !taken {
-			r.log.Error("another worker now holds this worker's ID: two live workers share it; give each its own ID", "id", r.cfg.ID)
+			r.cfg.Log.Error("another worker now holds this worker's ID: two live workers share it; give each its own ID", "id", r.cfg.ID)
 		} else if err == nil {
-			r.log.Info("this worker's row in hopper_workers was gone; wrote it again")
+			r.cfg.Log.Info("this worker's row in hopper_workers was gone; wrote it again")
 		}
 	}
 	if err != nil {
 		if ctx.Err() == nil {
-			r.log.Warn("refreshing this worker's row in hopper_workers failed; retrying at the next beat", "error", err)
+			r.cfg.Log.Warn("refreshing this worker's row in hopper_workers failed; retrying at the next beat", "error", err)
 		}
-		return beatResult{err: err}
+		return BeatResult{Err: err}
 	}
 	if row.Released {
-		r.log.Error("this worker missed its beats and was taken to be gone: the jobs it held were handed to other workers, and its results for them will be refused",
+		r.cfg.Log.Error("this worker missed its beats and was taken to be gone: the jobs it held were handed to other workers, and its results for them will be refused",
 			"stale_after", r.staleAfter())
 	}
-	return beatResult{released: row.Released, goneWaiting: row.GoneWaiting, liveFor: liveFor}
+	return BeatResult{Released: row.Released, GoneWaiting: row.GoneWaiting, LiveFor: liveFor}
 }
 
-// remove deletes the worker's own row at a clean stop (ctx: the
+// Remove deletes the worker's own row at a clean stop (ctx: the
 // shutdown's hard deadline), or when Run fails after start.
-func (r *registry) remove(ctx context.Context) {
+func (r *Registry) Remove(ctx context.Context) {
 	r.mu.Lock()
 	started := r.startedAt
 	r.mu.Unlock()
 	if started.IsZero() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, workerRemoveTimeout)
+	ctx, cancel := context.WithTimeout(ctx, removeTimeout)
 	defer cancel()
-	if _, err := r.q.RemoveWorker(ctx, db.RemoveWorkerParams{ID: r.cfg.ID, StartedAt: started}); err != nil {
-		r.log.Warn("removing this worker's row from hopper_workers failed; it goes stale by itself", "error", err)
+	if _, err := r.cfg.Queries.RemoveWorker(ctx, db.RemoveWorkerParams{ID: r.cfg.ID, StartedAt: started}); err != nil {
+		r.cfg.Log.Warn("removing this worker's row from hopper_workers failed; it goes stale by itself", "error", err)
 	}
 }
 
-// checkBeat warns when the stale window (three beats) reaches the lease:
+// CheckBeat warns when the stale window (three beats) reaches the lease:
 // a crashed worker's jobs are then handed back by their leases' expiry,
 // not by the registry, and recovery is as slow as the lease. A program
 // that kept the old HeartbeatInterval (then the lease extension, a third
 // of the lease) as BeatInterval does exactly that.
-func (r *registry) checkBeat() {
+func (r *Registry) CheckBeat() {
 	stale := r.staleAfter()
 	if stale < r.cfg.LeaseDuration {
 		return
 	}
-	r.log.Warn("BeatInterval makes crash recovery as slow as the lease: a crashed worker is taken to be gone after three missed beats",
+	r.cfg.Log.Warn("BeatInterval makes crash recovery as slow as the lease: a crashed worker is taken to be gone after three missed beats",
 		"beat_interval", r.cfg.BeatInterval, "gone_after", stale, "lease_duration", r.cfg.LeaseDuration,
 		"hint", "BeatInterval is the registry's beat (default 1s); leases are extended every ExtendInterval (the old HeartbeatInterval)")
 }

@@ -1,4 +1,4 @@
-package worker
+package pruner
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/testfactory"
+	"github.com/hopperq/hopper/internal/worker/passbed"
 )
 
 // With a DeadRetention of 8 minutes or more the pruner keeps the dead
@@ -20,20 +21,20 @@ import (
 // retention creates no partition.
 func TestPrunerDropsDeadPartitions(t *testing.T) {
 	t.Parallel()
-	b := newPassBed(t)
-	short := newPruner(b.q, b.log, &Config{Queues: map[string]int{"default": 1}, SweepInterval: time.Hour, DeadRetention: 5 * time.Minute}, func() time.Duration { return 0 })
-	short.pruneOnce(b.ctx)
-	parts, err := b.q.DeadPartitions(b.ctx)
+	b := passbed.New(t)
+	short := mustNew(t, Config{Queries: b.Q, Log: b.Log, Queues: []string{"default"}, Every: time.Hour, DeadRetention: 5 * time.Minute, LongestKeep: func() time.Duration { return 0 }})
+	short.PruneOnce(b.Ctx)
+	parts, err := b.Q.DeadPartitions(b.Ctx)
 	require.NoError(t, err)
 	require.Empty(t, parts, "5 minutes of retention: no partition")
 
 	longAgo, hourAgo := time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour)
-	expired := testfactory.Job(b.ctx, t, b.tdb.Pool, &testfactory.JobOpts{State: testfactory.Dead, FinishedAt: &longAgo})
-	recent := testfactory.Job(b.ctx, t, b.tdb.Pool, &testfactory.JobOpts{State: testfactory.Dead, FinishedAt: &hourAgo})
-	m := newPruner(b.q, b.log, &Config{Queues: map[string]int{"default": 1}, SweepInterval: time.Hour, DeadRetention: 80 * time.Minute}, func() time.Duration { return 0 })
-	_, dead := m.pruneOnce(b.ctx)
+	expired := testfactory.Job(b.Ctx, t, b.DB.Pool, &testfactory.JobOpts{State: testfactory.Dead, FinishedAt: &longAgo})
+	recent := testfactory.Job(b.Ctx, t, b.DB.Pool, &testfactory.JobOpts{State: testfactory.Dead, FinishedAt: &hourAgo})
+	m := mustNew(t, Config{Queries: b.Q, Log: b.Log, Queues: []string{"default"}, Every: time.Hour, DeadRetention: 80 * time.Minute, LongestKeep: func() time.Duration { return 0 }})
+	_, dead := m.PruneOnce(b.Ctx)
 	require.Equal(t, int64(1), dead, "the job that died 2 hours ago, in the default partition, is deleted")
-	parts, err = b.q.DeadPartitions(b.ctx)
+	parts, err = b.Q.DeadPartitions(b.Ctx)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(parts), 3, "10-minute partitions, two ahead of the current one")
 	for _, p := range parts {
@@ -41,42 +42,42 @@ func TestPrunerDropsDeadPartitions(t *testing.T) {
 	}
 
 	for range 2 {
-		b.enqueue(time.Now().Add(-time.Second))
+		b.Enqueue(time.Now().Add(-time.Second))
 	}
-	rows := b.claim("w", 60_000)
+	rows := b.Claim("w", 60_000)
 	require.Len(t, rows, 2)
-	_, err = b.q.NackBatch(b.ctx, db.NackBatchParams{Ids: []int64{rows[0].ID, rows[1].ID}, Attempts: []int32{rows[0].Attempt, rows[1].Attempt},
+	_, err = b.Q.NackBatch(b.Ctx, db.NackBatchParams{Ids: []int64{rows[0].ID, rows[1].ID}, Attempts: []int32{rows[0].Attempt, rows[1].Attempt},
 		Actions: []string{"dead", "dead"}, Messages: []string{"bad", "bad"}, BackoffsMs: []int64{0, 0}, Reasons: []string{"permanent", "permanent"}})
 	require.NoError(t, err)
 	where := func(id int64) string {
 		var table string
-		require.NoError(t, b.tdb.Pool.QueryRow(b.ctx, "SELECT tableoid::regclass::text FROM hopper_dead_jobs WHERE id = $1", id).Scan(&table))
+		require.NoError(t, b.DB.Pool.QueryRow(b.Ctx, "SELECT tableoid::regclass::text FROM hopper_dead_jobs WHERE id = $1", id).Scan(&table))
 		return table
 	}
 	inPart := where(rows[0].ID)
 	require.NotEqual(t, "hopper_dead_jobs_default", inPart, "a job that died now: a time partition")
 	require.Equal(t, inPart, where(rows[1].ID))
 	require.Equal(t, "hopper_dead_jobs_default", where(recent.ID), "died before any partition: the default one")
-	_, err = b.q.GetDead(b.ctx, expired.ID)
+	_, err = b.Q.GetDead(b.Ctx, expired.ID)
 	require.Error(t, err)
 
 	// The partition holding the two jobs ends 81 minutes ago (the list is
 	// what the drop reads), and those before it earlier still.
-	_, err = b.tdb.Pool.Exec(b.ctx, `UPDATE hopper_dead_partitions SET upper_at = now() - interval '81 minutes' - (u.nth * interval '1 hour'),
+	_, err = b.DB.Pool.Exec(b.Ctx, `UPDATE hopper_dead_partitions SET upper_at = now() - interval '81 minutes' - (u.nth * interval '1 hour'),
 		lower_at = now() - interval '82 minutes' - (u.nth * interval '1 hour')
 		FROM (SELECT name, row_number() OVER (ORDER BY lower_at DESC) - 1 AS nth FROM hopper_dead_partitions
 		      WHERE lower_at <= (SELECT lower_at FROM hopper_dead_partitions WHERE name = $1)) AS u
 		WHERE hopper_dead_partitions.name = u.name`, inPart)
 	require.NoError(t, err)
-	_, dead = m.pruneOnce(b.ctx)
+	_, dead = m.PruneOnce(b.Ctx)
 	require.Zero(t, dead, "nothing deleted row by row")
 	for _, id := range []int64{rows[0].ID, rows[1].ID} {
-		_, err = b.q.GetDead(b.ctx, id)
+		_, err = b.Q.GetDead(b.Ctx, id)
 		require.Error(t, err, "the partition went with its jobs")
 	}
-	_, err = b.q.GetDead(b.ctx, recent.ID)
+	_, err = b.Q.GetDead(b.Ctx, recent.ID)
 	require.NoError(t, err, "died an hour ago: within the retention")
-	after, err := b.q.DeadPartitions(b.ctx)
+	after, err := b.Q.DeadPartitions(b.Ctx)
 	require.NoError(t, err)
 	for _, p := range after {
 		require.NotEqual(t, inPart, p.Name)
@@ -89,10 +90,10 @@ func TestPrunerDropsDeadPartitions(t *testing.T) {
 // partition's range.
 func TestDeadPartitionsUnderFailures(t *testing.T) {
 	t.Parallel()
-	b := newPassBed(t)
+	b := passbed.New(t)
 	const failers, rounds, per = 6, 10, 10
 	for range failers * rounds * per {
-		b.enqueue(time.Now().Add(-time.Second))
+		b.Enqueue(time.Now().Add(-time.Second))
 	}
 	var failersDone sync.WaitGroup
 	errs := make(chan error, failers+1)
@@ -101,7 +102,7 @@ func TestDeadPartitionsUnderFailures(t *testing.T) {
 		go func() {
 			defer failersDone.Done()
 			for range rounds {
-				rows, err := b.q.Dequeue(b.ctx, db.DequeueParams{Owner: fmt.Sprint("failer-", f), LeaseMs: 60_000, Queue: "default",
+				rows, err := b.Q.Dequeue(b.Ctx, db.DequeueParams{Owner: fmt.Sprint("failer-", f), LeaseMs: 60_000, Queue: "default",
 					AfterPriority: -1, Kinds: []string{"k"}, MaxVersions: []int32{1}, MaxJobs: per})
 				if err != nil {
 					errs <- err
@@ -116,7 +117,7 @@ func TestDeadPartitionsUnderFailures(t *testing.T) {
 					p.BackoffsMs = append(p.BackoffsMs, 0)
 					p.Reasons = append(p.Reasons, "permanent")
 				}
-				if _, err := b.q.NackBatch(b.ctx, p); err != nil {
+				if _, err := b.Q.NackBatch(b.Ctx, p); err != nil {
 					errs <- fmt.Errorf("a failure beside the partitions' DDL: %w", err)
 					return
 				}
@@ -134,10 +135,10 @@ func TestDeadPartitionsUnderFailures(t *testing.T) {
 				return
 			default:
 			}
-			n, err := b.q.EnsureDeadPartitions(b.ctx, db.EnsureDeadPartitionsParams{WidthMs: time.Minute.Milliseconds(),
+			n, err := b.Q.EnsureDeadPartitions(b.Ctx, db.EnsureDeadPartitionsParams{WidthMs: time.Minute.Milliseconds(),
 				AheadMs: (time.Duration(i%120+1) * time.Minute).Milliseconds()})
 			if err == nil {
-				_, err = b.q.DropDeadPartitions(b.ctx, db.DropDeadPartitionsParams{RetentionMs: time.Minute.Milliseconds()})
+				_, err = b.Q.DropDeadPartitions(b.Ctx, db.DropDeadPartitionsParams{RetentionMs: time.Minute.Milliseconds()})
 			}
 			if err != nil {
 				errs <- fmt.Errorf("partitions beside failures: %w", err)
@@ -157,7 +158,7 @@ func TestDeadPartitionsUnderFailures(t *testing.T) {
 	require.Positive(t, made, "partitions were attached while jobs died")
 
 	var rows, distinct, inParts, wrong int64
-	require.NoError(t, b.tdb.Pool.QueryRow(b.ctx, `
+	require.NoError(t, b.DB.Pool.QueryRow(b.Ctx, `
 		SELECT count(*), count(DISTINCT d.id), count(*) FILTER (WHERE d.partition_at IS NOT NULL),
 		       count(*) FILTER (WHERE (d.partition_at IS NULL) <> (d.tableoid = 'hopper_dead_jobs_default'::regclass)
 		           OR (d.partition_at IS NOT NULL AND NOT EXISTS (
