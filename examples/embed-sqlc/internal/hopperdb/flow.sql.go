@@ -60,6 +60,10 @@ WITH clock AS MATERIALIZED (
 ), paused AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM hopper_queues AS q
                    WHERE q.name = $3::text AND q.paused_at IS NOT NULL) AS yes
+), tiered AS MATERIALIZED (
+    -- whether some key of the queue has a limit of its own: only then is
+    -- the table read per job
+    SELECT EXISTS (SELECT 1 FROM hopper_key_limits AS l WHERE l.queue = $3::text) AS yes
 ), running AS MATERIALIZED (
     -- how many of the queue's jobs run under each key: a row per key,
     -- ranked first within its key before the jobs a claim considers, so
@@ -68,34 +72,50 @@ WITH clock AS MATERIALIZED (
     -- are read without a limit
     SELECT r.concurrency_key, count(1) AS jobs
     FROM hopper_jobs AS r
-    WHERE ($4::integer > 0 OR 0 < ANY ($5::integer[]))
+    WHERE ($4::integer > 0 OR 0 < ANY ($5::integer[]) OR (SELECT yes FROM tiered))
       AND r.queue = $3::text AND r.state = 'running' AND r.concurrency_key IS NOT NULL
     GROUP BY r.concurrency_key
+), shared_running AS MATERIALIZED (
+    -- how many jobs run under each of the claim's shared limits, of every
+    -- kind recorded under the name and of the claim's own kinds under it
+    SELECT g.name, count(1)::integer AS jobs
+    FROM (SELECT s.kind, s.name
+          FROM hopper_shared_limits AS s
+          WHERE s.name = ANY ($6::text[]) AND s.name <> ''
+          UNION
+          SELECT u.kind, ($6::text[])[u.i]
+          FROM unnest($7::text[]) WITH ORDINALITY AS u(kind, i)
+          WHERE ($6::text[])[u.i] <> '') AS g
+    JOIN hopper_jobs AS r ON r.kind = g.kind AND r.state = 'running'
+    GROUP BY g.name
 ), used AS MATERIALIZED (
     -- a claim whose handlers may still be starting (ExactStarts, not yet
     -- moved to its last start) counts until it is moved, or for a grace of
     -- five seconds past its window if its worker never moves it
     SELECT c.rate_group, sum(c.jobs)::integer AS jobs
     FROM hopper_rate_claims AS c, clock
-    WHERE $6::integer > 0
+    WHERE $8::integer > 0
       AND c.queue = $3::text
-      AND (c.claimed_at > clock.at - '1 millisecond'::interval * $7::bigint
+      AND (c.claimed_at > clock.at - '1 millisecond'::interval * $9::bigint
            OR (c.awaiting_starts
-               AND c.claimed_at > clock.at - '5 seconds'::interval - '1 millisecond'::interval * $7::bigint))
+               AND c.claimed_at > clock.at - '5 seconds'::interval - '1 millisecond'::interval * $9::bigint))
     GROUP BY c.rate_group
 ), head AS MATERIALIZED (
     -- the first scan ready jobs after the claim cursor, in Dequeue's order
     SELECT j.id, j.kind, j.concurrency_key, j.priority, j.run_at,
-           coalesce(nullif(($5::integer[])[array_position($8::text[], j.kind)], 0), nullif($4::integer, 0)) AS key_limit
+           coalesce(CASE WHEN (SELECT yes FROM tiered) AND j.concurrency_key IS NOT NULL
+                         THEN (SELECT l.max_running FROM hopper_key_limits AS l
+                               WHERE l.queue = $3::text AND l.key = j.concurrency_key) END,
+                    nullif(($5::integer[])[array_position($7::text[], j.kind)], 0), nullif($4::integer, 0)) AS key_limit
     FROM hopper_jobs AS j
     WHERE NOT (SELECT yes FROM paused)
       AND j.state = 'pending'
       AND j.queue = $3::text
-      AND (j.priority, j.run_at, j.id) > ($9::smallint, $10::timestamptz, $11::bigint)
+      AND (j.priority, j.run_at, j.id) > ($10::smallint, $11::timestamptz, $12::bigint)
       AND j.run_at <= now()
-      AND j.version <= ($12::integer[])[array_position($8::text[], j.kind)]
+      AND j.version <= ($13::integer[])[array_position($7::text[], j.kind)]
     ORDER BY j.priority, j.run_at, j.id
-    LIMIT $13::integer
+    LIMIT $14::integer
 ), head_end AS MATERIALIZED (
     -- the last job of the head, which a strict claim's cursor may not
     -- pass: a round of keys may take jobs far beyond it, past ready jobs
@@ -118,9 +138,9 @@ WITH clock AS MATERIALIZED (
                 UNION ALL
                 SELECT 0, '', r.concurrency_key, 0, 'epoch', NULL::integer, false, r.jobs
                 FROM running AS r
-                WHERE NOT $14::boolean) AS u) AS h
+                WHERE NOT $15::boolean) AS u) AS h
     WHERE h.considered
-      AND CASE WHEN $14::boolean THEN h.concurrency_key IS NULL
+      AND CASE WHEN $15::boolean THEN h.concurrency_key IS NULL
                ELSE h.concurrency_key IS NULL OR h.key_limit IS NULL OR h.key_rank <= h.key_limit
           END
 ), round_keys AS MATERIALIZED (
@@ -130,16 +150,18 @@ WITH clock AS MATERIALIZED (
     -- a little short is cheaper, and the worker claims again when a keyed
     -- job of its own ends)
     SELECT k::text AS key
-    FROM hopper_ready_keys($3::text, $15::text, $16::integer, $4::integer) AS k
+    FROM hopper_ready_keys($3::text, $16::text, $17::integer, $4::integer) AS k
     WHERE NOT (SELECT yes FROM paused)
-      AND ($14::boolean
-           OR ((SELECT count(1) FROM head) >= $13::integer AND (SELECT count(1) FROM open_head) * 2 < $16::integer))
+      AND ($15::boolean
+           OR ((SELECT count(1) FROM head) >= $14::integer AND (SELECT count(1) FROM open_head) * 2 < $17::integer))
 ), simple AS MATERIALIZED (
     -- the usual strict claim (no rate limit, no round of keys): the open
     -- head, in order, is the answer, and the second pass below is skipped
-    SELECT NOT $14::boolean AND $6::integer <= 0 AND NOT EXISTS (SELECT 1 FROM round_keys) AS yes
+    SELECT NOT $15::boolean AND $8::integer <= 0
+           AND NOT coalesce('' < ANY ($6::text[]), false)
+           AND NOT EXISTS (SELECT 1 FROM round_keys) AS yes
 ), key_share AS MATERIALIZED (
-    SELECT (greatest($16::integer, 1) - 1) / greatest(count(1)::integer, 1) + 1 AS jobs
+    SELECT (greatest($17::integer, 1) - 1) / greatest(count(1)::integer, 1) + 1 AS jobs
     FROM round_keys
 ), candidates AS (
     SELECT o.id, o.kind, o.concurrency_key, o.priority, o.run_at
@@ -155,7 +177,7 @@ WITH clock AS MATERIALIZED (
           AND j.state = 'pending'
           AND j.concurrency_key = rk.key
           AND j.run_at <= now()
-          AND j.version <= ($12::integer[])[array_position($8::text[], j.kind)]
+          AND j.version <= ($13::integer[])[array_position($7::text[], j.kind)]
         ORDER BY j.priority, j.run_at, j.id
         LIMIT (SELECT key_share.jobs FROM key_share)
     ) AS r
@@ -164,8 +186,11 @@ WITH clock AS MATERIALIZED (
     SELECT c.id, c.kind, c.concurrency_key, c.priority, c.run_at, c.considered,
            sum(c.jobs) OVER (PARTITION BY c.concurrency_key COLLATE "C" ORDER BY c.considered, c.priority, c.run_at, c.id
                              ROWS UNBOUNDED PRECEDING) AS key_rank,
-           coalesce(nullif(($5::integer[])[array_position($8::text[], c.kind)], 0), nullif($4::integer, 0)) AS key_limit,
-           CASE $17::text WHEN 'kind' THEN c.kind WHEN 'key' THEN coalesce(c.concurrency_key, '') ELSE '' END AS rate_group
+           coalesce(CASE WHEN (SELECT yes FROM tiered) AND c.concurrency_key IS NOT NULL
+                         THEN (SELECT l.max_running FROM hopper_key_limits AS l
+                               WHERE l.queue = $3::text AND l.key = c.concurrency_key) END,
+                    nullif(($5::integer[])[array_position($7::text[], c.kind)], 0), nullif($4::integer, 0)) AS key_limit,
+           CASE $18::text WHEN 'kind' THEN c.kind WHEN 'key' THEN coalesce(c.concurrency_key, '') ELSE '' END AS rate_group
     FROM (SELECT cd.id, cd.kind, cd.concurrency_key, cd.priority, cd.run_at, true AS considered, 1::bigint AS jobs
           FROM candidates AS cd
           UNION ALL
@@ -174,25 +199,38 @@ WITH clock AS MATERIALIZED (
     WHERE NOT (SELECT yes FROM simple)
 ), within_key AS (
     SELECT k.id, k.concurrency_key, k.priority, k.run_at, k.key_rank, k.rate_group,
-           row_number() OVER (PARTITION BY k.rate_group COLLATE "C"
-                              ORDER BY CASE WHEN $14::boolean THEN k.key_rank ELSE 0 END, k.priority, k.run_at, k.id) AS rate_rank
+           nullif(($6::text[])[array_position($7::text[], k.kind)], '') AS shared_name,
+           ($19::integer[])[array_position($7::text[], k.kind)] AS shared_max
     FROM keyed AS k
     WHERE k.considered
       AND (k.concurrency_key IS NULL OR k.key_limit IS NULL OR k.key_rank <= k.key_limit)
+), within_shared AS (
+    -- ranked within their shared limit after its running jobs
+    SELECT w.id, w.concurrency_key, w.priority, w.run_at, w.key_rank, w.rate_group, w.shared_name, w.shared_max,
+           row_number() OVER (PARTITION BY w.shared_name COLLATE "C"
+                              ORDER BY CASE WHEN $15::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id)
+             + coalesce((SELECT sr.jobs FROM shared_running AS sr WHERE sr.name = w.shared_name), 0) AS shared_rank
+    FROM within_key AS w
+), within_rate AS (
+    SELECT s.id, s.concurrency_key, s.priority, s.run_at, s.key_rank, s.rate_group,
+           row_number() OVER (PARTITION BY s.rate_group COLLATE "C"
+                              ORDER BY CASE WHEN $15::boolean THEN s.key_rank ELSE 0 END, s.priority, s.run_at, s.id) AS rate_rank
+    FROM within_shared AS s
+    WHERE s.shared_name IS NULL OR s.shared_rank <= s.shared_max
 ), allowed AS (
     (SELECT o.id, ''::text AS rate_group
      FROM open_head AS o
      WHERE (SELECT yes FROM simple)
      ORDER BY o.priority, o.run_at, o.id
-     LIMIT $16::integer)
+     LIMIT $17::integer)
     UNION ALL
     (SELECT w.id, w.rate_group
-     FROM within_key AS w
+     FROM within_rate AS w
      LEFT JOIN used ON used.rate_group = w.rate_group
-     WHERE $6::integer <= 0
-        OR w.rate_rank + coalesce(used.jobs, 0) <= $6::integer
-     ORDER BY CASE WHEN $14::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id
-     LIMIT $16::integer)
+     WHERE $8::integer <= 0
+        OR w.rate_rank + coalesce(used.jobs, 0) <= $8::integer
+     ORDER BY CASE WHEN $15::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id
+     LIMIT $17::integer)
 ), picked AS (
     -- by primary key, an array lookup: a join here lets the planner hash
     -- the whole table when it guesses many rows
@@ -206,20 +244,20 @@ WITH clock AS MATERIALIZED (
     FOR UPDATE OF j SKIP LOCKED
 ), logged AS (
     INSERT INTO hopper_rate_claims (queue, rate_group, claimed_at, jobs, rate_limit, window_ms, awaiting_starts)
-    SELECT $3::text, allowed.rate_group, clock.at, count(1), $6::integer, $7::bigint, $18::boolean
+    SELECT $3::text, allowed.rate_group, clock.at, count(1), $8::integer, $9::bigint, $20::boolean
     FROM picked
     JOIN allowed ON allowed.id = picked.id
     CROSS JOIN clock
-    WHERE $6::integer > 0
+    WHERE $8::integer > 0
     GROUP BY allowed.rate_group, clock.at
 ), pruned AS (
     DELETE FROM hopper_rate_claims AS c
     USING clock
-    WHERE $6::integer > 0
+    WHERE $8::integer > 0
       AND c.queue = $3::text
-      AND c.claimed_at <= clock.at - '1 millisecond'::interval * $7::bigint
+      AND c.claimed_at <= clock.at - '1 millisecond'::interval * $9::bigint
       AND (NOT c.awaiting_starts
-           OR c.claimed_at <= clock.at - '5 seconds'::interval - '1 millisecond'::interval * $7::bigint)
+           OR c.claimed_at <= clock.at - '5 seconds'::interval - '1 millisecond'::interval * $9::bigint)
 )
 UPDATE hopper_jobs AS j
 SET state       = 'running',
@@ -242,9 +280,10 @@ type DequeueLimitedParams struct {
 	Queue         string
 	KeyLimit      int32
 	KeyLimits     []int32
+	SharedNames   []string
+	Kinds         []string
 	RateLimit     int32
 	RateWindowMs  int64
-	Kinds         []string
 	AfterPriority int16
 	AfterRunAt    time.Time
 	AfterID       int64
@@ -254,6 +293,7 @@ type DequeueLimitedParams struct {
 	AfterKey      string
 	MaxJobs       int32
 	RateBy        string
+	SharedMax     []int32
 	ExactStarts   bool
 }
 
@@ -273,6 +313,13 @@ type DequeueLimitedRow struct {
 //     while fewer than the limit of that key's jobs are running in the
 //     queue. Running means state running, so a crashed worker's job holds
 //     its slot until the sweep takes it back, and a lost lease frees it.
+//   - Limits by key. A key's row in hopper_key_limits (queue, key) sets
+//     its limit, over the kind's and the queue's, read at every claim.
+//   - Shared limits. A kind under a shared limit (shared_names[i] for
+//     kinds[i], ” none; shared_max[i] its most running jobs) is claimed
+//     only while fewer than the limit of the jobs of every kind under that
+//     name (hopper_shared_limits, and the claim's own kinds) run, in any
+//     queue: LockClaims took the name's lock.
 //   - A rate limit. With rate_limit > 0, no more than rate_limit jobs of a
 //     group (rate_by: 'queue', 'kind' or 'key') are claimed in any window of
 //     rate_window_ms: every claim logs what it took in hopper_rate_claims,
@@ -303,9 +350,10 @@ func (q *Queries) DequeueLimited(ctx context.Context, arg DequeueLimitedParams) 
 		arg.Queue,
 		arg.KeyLimit,
 		arg.KeyLimits,
+		arg.SharedNames,
+		arg.Kinds,
 		arg.RateLimit,
 		arg.RateWindowMs,
-		arg.Kinds,
 		arg.AfterPriority,
 		arg.AfterRunAt,
 		arg.AfterID,
@@ -315,6 +363,7 @@ func (q *Queries) DequeueLimited(ctx context.Context, arg DequeueLimitedParams) 
 		arg.AfterKey,
 		arg.MaxJobs,
 		arg.RateBy,
+		arg.SharedMax,
 		arg.ExactStarts,
 	)
 	if err != nil {
@@ -411,8 +460,19 @@ func (q *Queries) KeyStats(ctx context.Context, arg KeyStatsParams) ([]KeyStatsR
 }
 
 const lockClaims = `-- name: LockClaims :exec
-SELECT pg_advisory_xact_lock(to_regclass('hopper_jobs')::oid::integer, hashtext($1::text))
+SELECT pg_advisory_xact_lock(l.k1, l.k2)
+FROM (SELECT 0 AS step, to_regclass('hopper_jobs')::oid::integer AS k1, hashtext($1::text) AS k2
+      UNION
+      SELECT 1, -(to_regclass('hopper_jobs')::oid::integer), hashtext(s.name)
+      FROM unnest($2::text[]) AS s(name)
+      WHERE s.name <> ''
+      ORDER BY 1, 3) AS l
 `
+
+type LockClaimsParams struct {
+	Queue       string
+	SharedNames []string
+}
 
 // Serializes the claims of one queue under flow control: a claim that
 // counts running jobs per key, or jobs claimed in a rate window, must see
@@ -422,8 +482,15 @@ SELECT pg_advisory_xact_lock(to_regclass('hopper_jobs')::oid::integer, hashtext(
 // oid and the queue, so schemas sharing a database do not wait on each
 // other (a hash collision can only make two queues wait, never break a
 // limit).
-func (q *Queries) LockClaims(ctx context.Context, queue string) error {
-	_, err := q.db.Exec(ctx, lockClaims, queue)
+//
+// It also takes a lock per shared limit (shared_names, parallel to the
+// claim's kinds; ” none), after the queue's and in the order of the
+// locks' numbers, so that claims of different queues under one shared
+// limit take turns too. Every claim takes its queue's lock first and
+// then shared limits' in one order, on locks of their own first number,
+// so no two claims wait on each other in a cycle.
+func (q *Queries) LockClaims(ctx context.Context, arg LockClaimsParams) error {
+	_, err := q.db.Exec(ctx, lockClaims, arg.Queue, arg.SharedNames)
 	return err
 }
 
@@ -617,4 +684,36 @@ func (q *Queries) RecordFlowControl(ctx context.Context, arg RecordFlowControlPa
 		return nil, err
 	}
 	return items, nil
+}
+
+const recordSharedLimits = `-- name: RecordSharedLimits :exec
+WITH given AS (
+    SELECT g.kind, ($1::text[])[g.i] AS name, ($2::integer[])[g.i] AS max_running
+    FROM unnest($3::text[]) WITH ORDINALITY AS g(kind, i)
+), removed AS (
+    DELETE FROM hopper_shared_limits AS s
+    USING given
+    WHERE s.kind = given.kind AND given.name = ''
+)
+INSERT INTO hopper_shared_limits (kind, name, max_running)
+SELECT given.kind, given.name, given.max_running
+FROM given
+WHERE given.name <> ''
+ORDER BY given.kind
+ON CONFLICT (kind) DO UPDATE SET name = excluded.name, max_running = excluded.max_running, recorded_at = now()
+`
+
+type RecordSharedLimitsParams struct {
+	Names      []string
+	MaxRunning []int32
+	Kinds      []string
+}
+
+// Records the shared limit of each of a starting worker's kinds
+// (names[i], max_running[i] for kinds[i]; ” none): kinds under one are
+// written, the others' records removed, so that every worker's claims
+// count the running jobs of each kind of a limit.
+func (q *Queries) RecordSharedLimits(ctx context.Context, arg RecordSharedLimitsParams) error {
+	_, err := q.db.Exec(ctx, recordSharedLimits, arg.Names, arg.MaxRunning, arg.Kinds)
+	return err
 }
