@@ -54,6 +54,26 @@ func (q *Queries) AgePriorities(ctx context.Context, arg AgePrioritiesParams) (i
 	return result.RowsAffected(), nil
 }
 
+const deleteKeyLimit = `-- name: DeleteKeyLimit :execrows
+DELETE FROM hopper_key_limits AS l
+WHERE l.queue = $1::text AND l.key = $2::text
+`
+
+type DeleteKeyLimitParams struct {
+	Queue string `json:"queue"`
+	Key   string `json:"key"`
+}
+
+// Removes one key's limit: the key is limited by its kind's or queue's
+// KeyLimit again from the next claim.
+func (q *Queries) DeleteKeyLimit(ctx context.Context, arg DeleteKeyLimitParams) (int64, error) {
+	result, err := q.db.Exec(ctx, deleteKeyLimit, arg.Queue, arg.Key)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const dequeueLimited = `-- name: DequeueLimited :many
 WITH clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
@@ -459,6 +479,57 @@ func (q *Queries) KeyStats(ctx context.Context, arg KeyStatsParams) ([]KeyStatsR
 	return items, nil
 }
 
+const listKeyLimits = `-- name: ListKeyLimits :many
+SELECT l.queue, l.key::text AS key, l.max_running, l.updated_at,
+       (SELECT count(*) FROM hopper_jobs AS j
+        WHERE j.queue = l.queue AND j.state = 'running' AND j.concurrency_key = l.key)::bigint AS running
+FROM hopper_key_limits AS l
+WHERE $1::text = '' OR l.queue = $1::text
+ORDER BY l.queue, l.key
+LIMIT $2::integer
+`
+
+type ListKeyLimitsParams struct {
+	Queue   string `json:"queue"`
+	MaxRows int32  `json:"max_rows"`
+}
+
+type ListKeyLimitsRow struct {
+	Queue      string    `json:"queue"`
+	Key        string    `json:"key"`
+	MaxRunning int32     `json:"max_running"`
+	UpdatedAt  time.Time `json:"updated_at"`
+	Running    int64     `json:"running"`
+}
+
+// The keys' own limits, of one queue (an empty queue: every queue), with how many of
+// each key's jobs run now.
+func (q *Queries) ListKeyLimits(ctx context.Context, arg ListKeyLimitsParams) ([]ListKeyLimitsRow, error) {
+	rows, err := q.db.Query(ctx, listKeyLimits, arg.Queue, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListKeyLimitsRow{}
+	for rows.Next() {
+		var i ListKeyLimitsRow
+		if err := rows.Scan(
+			&i.Queue,
+			&i.Key,
+			&i.MaxRunning,
+			&i.UpdatedAt,
+			&i.Running,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const lockClaims = `-- name: LockClaims :exec
 SELECT pg_advisory_xact_lock(l.k1, l.k2)
 FROM (SELECT 0 AS step, to_regclass('hopper_jobs')::oid::integer AS k1, hashtext($1::text) AS k2
@@ -715,5 +786,24 @@ type RecordSharedLimitsParams struct {
 // count the running jobs of each kind of a limit.
 func (q *Queries) RecordSharedLimits(ctx context.Context, arg RecordSharedLimitsParams) error {
 	_, err := q.db.Exec(ctx, recordSharedLimits, arg.Names, arg.MaxRunning, arg.Kinds)
+	return err
+}
+
+const setKeyLimit = `-- name: SetKeyLimit :exec
+INSERT INTO hopper_key_limits (queue, key, max_running)
+VALUES ($1::text, $2::text, $3::integer)
+ON CONFLICT (queue, key) DO UPDATE SET max_running = excluded.max_running, updated_at = now()
+`
+
+type SetKeyLimitParams struct {
+	Queue      string `json:"queue"`
+	Key        string `json:"key"`
+	MaxRunning int32  `json:"max_running"`
+}
+
+// Sets one key's limit in a queue (hopper_key_limits): the next claim of
+// the queue under flow control holds the key to it.
+func (q *Queries) SetKeyLimit(ctx context.Context, arg SetKeyLimitParams) error {
+	_, err := q.db.Exec(ctx, setKeyLimit, arg.Queue, arg.Key, arg.MaxRunning)
 	return err
 }

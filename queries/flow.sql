@@ -430,3 +430,27 @@ FROM given
 WHERE given.name <> ''
 ORDER BY given.kind
 ON CONFLICT (kind) DO UPDATE SET name = excluded.name, max_running = excluded.max_running, recorded_at = now();
+
+-- name: SetKeyLimit :exec
+-- Sets one key's limit in a queue (hopper_key_limits): the next claim of
+-- the queue under flow control holds the key to it.
+INSERT INTO hopper_key_limits (queue, key, max_running)
+VALUES (@queue::text, @key::text, @max_running::integer)
+ON CONFLICT (queue, key) DO UPDATE SET max_running = excluded.max_running, updated_at = now();
+
+-- name: DeleteKeyLimit :execrows
+-- Removes one key's limit: the key is limited by its kind's or queue's
+-- KeyLimit again from the next claim.
+DELETE FROM hopper_key_limits AS l
+WHERE l.queue = @queue::text AND l.key = @key::text;
+
+-- name: ListKeyLimits :many
+-- The keys' own limits, of one queue (an empty queue: every queue), with how many of
+-- each key's jobs run now.
+SELECT l.queue, l.key::text AS key, l.max_running, l.updated_at,
+       (SELECT count(*) FROM hopper_jobs AS j
+        WHERE j.queue = l.queue AND j.state = 'running' AND j.concurrency_key = l.key)::bigint AS running
+FROM hopper_key_limits AS l
+WHERE @queue::text = '' OR l.queue = @queue::text
+ORDER BY l.queue, l.key
+LIMIT @max_rows::integer;

@@ -16,7 +16,9 @@
 -- limit: it now reads the key's row too, or a premium key would be
 -- skipped at the queue's limit.
 --
--- A new table and a function replaced: no lock on a table the queue uses.
+-- New tables and a function replaced: replacing the function reads
+-- hopper_jobs's definition (AccessShareLock, which waits only behind a
+-- migration's ACCESS EXCLUSIVE), no lock that blocks the queue.
 --
 -- Guarded by: worker/TestKeyLimitTable, worker/TestKeyLimitTableAcrossProcesses,
 -- worker/TestSharedLimitAcrossProcesses, hopper/TestKeyLimitsAPI.
