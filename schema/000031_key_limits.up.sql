@@ -20,8 +20,8 @@
 -- hopper_jobs's definition (AccessShareLock, which waits only behind a
 -- migration's ACCESS EXCLUSIVE), no lock that blocks the queue.
 --
--- Guarded by: worker/TestKeyLimitTable, worker/TestKeyLimitTableAcrossProcesses,
--- worker/TestSharedLimitAcrossProcesses, hopper/TestKeyLimitsAPI.
+-- Guarded by: worker/TestKeyLimitTable, worker/TestKeyLimitChangesAtRunTime,
+-- worker/TestSharedLimitAcrossWorkers, hopper/TestKeyLimitsAPI.
 CREATE TABLE hopper_key_limits (
     queue       text              NOT NULL,
     -- compared with hopper_jobs.concurrency_key, byte for byte

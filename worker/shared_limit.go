@@ -72,3 +72,10 @@ func (t *handlerTable) anyShared() bool {
 	}
 	return false
 }
+
+// sharedOf reports whether kind runs under a shared limit: its end may
+// let a job held back by the limit run, so the claim loop looks again.
+func (t *handlerTable) sharedOf(kind string) bool {
+	h := t.of(kind)
+	return h != nil && h.shared.name != ""
+}
