@@ -23,7 +23,7 @@ import (
 // schema runs claim in a transaction begun on the scope, the lock first.
 //
 // The lock covers the shared limits of the worker's kinds too (shared:
-// parallel to its kinds, '' none), so that claims of different queues
+// parallel to its kinds, ” none), so that claims of different queues
 // under one shared limit take turns.
 func (p *producer) underClaimLock(ctx context.Context, queue string, claim func(q *db.Queries) error) error {
 	lock := db.LockClaimsParams{Queue: queue, SharedNames: p.handlers.sharedNames}

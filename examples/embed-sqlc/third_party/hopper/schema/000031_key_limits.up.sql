@@ -16,10 +16,12 @@
 -- limit: it now reads the key's row too, or a premium key would be
 -- skipped at the queue's limit.
 --
--- A new table and a function replaced: no lock on a table the queue uses.
+-- New tables and a function replaced: replacing the function reads
+-- hopper_jobs's definition (AccessShareLock, which waits only behind a
+-- migration's ACCESS EXCLUSIVE), no lock that blocks the queue.
 --
--- Guarded by: worker/TestKeyLimitTable, worker/TestKeyLimitTableAcrossProcesses,
--- worker/TestSharedLimitAcrossProcesses, hopper/TestKeyLimitsAPI.
+-- Guarded by: worker/TestKeyLimitTable, worker/TestKeyLimitChangesAtRunTime,
+-- worker/TestSharedLimitAcrossWorkers, hopper/TestKeyLimitsAPI.
 CREATE TABLE hopper_key_limits (
     queue       text              NOT NULL,
     -- compared with hopper_jobs.concurrency_key, byte for byte
