@@ -97,28 +97,34 @@ WITH clock AS MATERIALIZED (
     GROUP BY r.concurrency_key
 ), shared_running AS MATERIALIZED (
     -- how many jobs run under each of the claim's shared limits, of every
-    -- kind recorded under the name and of the claim's own kinds under it
-    SELECT g.name, count(1)::integer AS jobs
-    FROM (SELECT s.kind, s.name
-          FROM hopper_shared_limits AS s
-          WHERE s.name = ANY ($6::text[]) AND s.name <> ''
-          UNION
-          SELECT u.kind, ($6::text[])[u.i]
-          FROM unnest($7::text[]) WITH ORDINALITY AS u(kind, i)
-          WHERE ($6::text[])[u.i] <> '') AS g
-    JOIN hopper_jobs AS r ON r.kind = g.kind AND r.state = 'running'
-    GROUP BY g.name
+    -- kind recorded under the name and of the claim's own kinds under it,
+    -- counted up to the limit only: a limit reached is reached, and the
+    -- count stops there whatever the number of running jobs
+    SELECT n.name,
+           (SELECT count(1)::integer
+            FROM (SELECT 1
+                  FROM hopper_jobs AS r
+                  WHERE r.state = 'running'
+                    AND r.kind IN (SELECT s.kind FROM hopper_shared_limits AS s WHERE s.name = n.name
+                                   UNION
+                                   SELECT u.kind FROM unnest($6::text[]) WITH ORDINALITY AS u(kind, i)
+                                   WHERE ($7::text[])[u.i] = n.name)
+                  LIMIT n.most) AS r) AS jobs
+    FROM (SELECT ($7::text[])[u.i] AS name, max(($8::integer[])[u.i]) AS most
+          FROM unnest($6::text[]) WITH ORDINALITY AS u(kind, i)
+          WHERE ($7::text[])[u.i] <> ''
+          GROUP BY 1) AS n
 ), used AS MATERIALIZED (
     -- a claim whose handlers may still be starting (ExactStarts, not yet
     -- moved to its last start) counts until it is moved, or for a grace of
     -- five seconds past its window if its worker never moves it
     SELECT c.rate_group, sum(c.jobs)::integer AS jobs
     FROM hopper_rate_claims AS c, clock
-    WHERE $8::integer > 0
+    WHERE $9::integer > 0
       AND c.queue = $3::text
-      AND (c.claimed_at > clock.at - '1 millisecond'::interval * $9::bigint
+      AND (c.claimed_at > clock.at - '1 millisecond'::interval * $10::bigint
            OR (c.awaiting_starts
-               AND c.claimed_at > clock.at - '5 seconds'::interval - '1 millisecond'::interval * $9::bigint))
+               AND c.claimed_at > clock.at - '5 seconds'::interval - '1 millisecond'::interval * $10::bigint))
     GROUP BY c.rate_group
 ), head AS MATERIALIZED (
     -- the first scan ready jobs after the claim cursor, in Dequeue's order
@@ -126,16 +132,16 @@ WITH clock AS MATERIALIZED (
            coalesce(CASE WHEN (SELECT yes FROM tiered) AND j.concurrency_key IS NOT NULL
                          THEN (SELECT l.max_running FROM hopper_key_limits AS l
                                WHERE l.queue = $3::text AND l.key = j.concurrency_key) END,
-                    nullif(($5::integer[])[array_position($7::text[], j.kind)], 0), nullif($4::integer, 0)) AS key_limit
+                    nullif(($5::integer[])[array_position($6::text[], j.kind)], 0), nullif($4::integer, 0)) AS key_limit
     FROM hopper_jobs AS j
     WHERE NOT (SELECT yes FROM paused)
       AND j.state = 'pending'
       AND j.queue = $3::text
-      AND (j.priority, j.run_at, j.id) > ($10::smallint, $11::timestamptz, $12::bigint)
+      AND (j.priority, j.run_at, j.id) > ($11::smallint, $12::timestamptz, $13::bigint)
       AND j.run_at <= now()
-      AND j.version <= ($13::integer[])[array_position($7::text[], j.kind)]
+      AND j.version <= ($14::integer[])[array_position($6::text[], j.kind)]
     ORDER BY j.priority, j.run_at, j.id
-    LIMIT $14::integer
+    LIMIT $15::integer
 ), head_end AS MATERIALIZED (
     -- the last job of the head, which a strict claim's cursor may not
     -- pass: a round of keys may take jobs far beyond it, past ready jobs
@@ -158,9 +164,9 @@ WITH clock AS MATERIALIZED (
                 UNION ALL
                 SELECT 0, '', r.concurrency_key, 0, 'epoch', NULL::integer, false, r.jobs
                 FROM running AS r
-                WHERE NOT $15::boolean) AS u) AS h
+                WHERE NOT $16::boolean) AS u) AS h
     WHERE h.considered
-      AND CASE WHEN $15::boolean THEN h.concurrency_key IS NULL
+      AND CASE WHEN $16::boolean THEN h.concurrency_key IS NULL
                ELSE h.concurrency_key IS NULL OR h.key_limit IS NULL OR h.key_rank <= h.key_limit
           END
 ), round_keys AS MATERIALIZED (
@@ -170,18 +176,18 @@ WITH clock AS MATERIALIZED (
     -- a little short is cheaper, and the worker claims again when a keyed
     -- job of its own ends)
     SELECT k::text AS key
-    FROM hopper_ready_keys($3::text, $16::text, $17::integer, $4::integer) AS k
+    FROM hopper_ready_keys($3::text, $17::text, $18::integer, $4::integer) AS k
     WHERE NOT (SELECT yes FROM paused)
-      AND ($15::boolean
-           OR ((SELECT count(1) FROM head) >= $14::integer AND (SELECT count(1) FROM open_head) * 2 < $17::integer))
+      AND ($16::boolean
+           OR ((SELECT count(1) FROM head) >= $15::integer AND (SELECT count(1) FROM open_head) * 2 < $18::integer))
 ), simple AS MATERIALIZED (
     -- the usual strict claim (no rate limit, no round of keys): the open
     -- head, in order, is the answer, and the second pass below is skipped
-    SELECT NOT $15::boolean AND $8::integer <= 0
-           AND NOT coalesce('' < ANY ($6::text[]), false)
+    SELECT NOT $16::boolean AND $9::integer <= 0
+           AND NOT coalesce('' < ANY ($7::text[]), false)
            AND NOT EXISTS (SELECT 1 FROM round_keys) AS yes
 ), key_share AS MATERIALIZED (
-    SELECT (greatest($17::integer, 1) - 1) / greatest(count(1)::integer, 1) + 1 AS jobs
+    SELECT (greatest($18::integer, 1) - 1) / greatest(count(1)::integer, 1) + 1 AS jobs
     FROM round_keys
 ), candidates AS (
     SELECT o.id, o.kind, o.concurrency_key, o.priority, o.run_at
@@ -197,7 +203,7 @@ WITH clock AS MATERIALIZED (
           AND j.state = 'pending'
           AND j.concurrency_key = rk.key
           AND j.run_at <= now()
-          AND j.version <= ($13::integer[])[array_position($7::text[], j.kind)]
+          AND j.version <= ($14::integer[])[array_position($6::text[], j.kind)]
         ORDER BY j.priority, j.run_at, j.id
         LIMIT (SELECT key_share.jobs FROM key_share)
     ) AS r
@@ -209,8 +215,8 @@ WITH clock AS MATERIALIZED (
            coalesce(CASE WHEN (SELECT yes FROM tiered) AND c.concurrency_key IS NOT NULL
                          THEN (SELECT l.max_running FROM hopper_key_limits AS l
                                WHERE l.queue = $3::text AND l.key = c.concurrency_key) END,
-                    nullif(($5::integer[])[array_position($7::text[], c.kind)], 0), nullif($4::integer, 0)) AS key_limit,
-           CASE $18::text WHEN 'kind' THEN c.kind WHEN 'key' THEN coalesce(c.concurrency_key, '') ELSE '' END AS rate_group
+                    nullif(($5::integer[])[array_position($6::text[], c.kind)], 0), nullif($4::integer, 0)) AS key_limit,
+           CASE $19::text WHEN 'kind' THEN c.kind WHEN 'key' THEN coalesce(c.concurrency_key, '') ELSE '' END AS rate_group
     FROM (SELECT cd.id, cd.kind, cd.concurrency_key, cd.priority, cd.run_at, true AS considered, 1::bigint AS jobs
           FROM candidates AS cd
           UNION ALL
@@ -219,8 +225,8 @@ WITH clock AS MATERIALIZED (
     WHERE NOT (SELECT yes FROM simple)
 ), within_key AS (
     SELECT k.id, k.concurrency_key, k.priority, k.run_at, k.key_rank, k.rate_group,
-           nullif(($6::text[])[array_position($7::text[], k.kind)], '') AS shared_name,
-           ($19::integer[])[array_position($7::text[], k.kind)] AS shared_max
+           nullif(($7::text[])[array_position($6::text[], k.kind)], '') AS shared_name,
+           ($8::integer[])[array_position($6::text[], k.kind)] AS shared_max
     FROM keyed AS k
     WHERE k.considered
       AND (k.concurrency_key IS NULL OR k.key_limit IS NULL OR k.key_rank <= k.key_limit)
@@ -228,13 +234,13 @@ WITH clock AS MATERIALIZED (
     -- ranked within their shared limit after its running jobs
     SELECT w.id, w.concurrency_key, w.priority, w.run_at, w.key_rank, w.rate_group, w.shared_name, w.shared_max,
            row_number() OVER (PARTITION BY w.shared_name COLLATE "C"
-                              ORDER BY CASE WHEN $15::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id)
+                              ORDER BY CASE WHEN $16::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id)
              + coalesce((SELECT sr.jobs FROM shared_running AS sr WHERE sr.name = w.shared_name), 0) AS shared_rank
     FROM within_key AS w
 ), within_rate AS (
     SELECT s.id, s.concurrency_key, s.priority, s.run_at, s.key_rank, s.rate_group,
            row_number() OVER (PARTITION BY s.rate_group COLLATE "C"
-                              ORDER BY CASE WHEN $15::boolean THEN s.key_rank ELSE 0 END, s.priority, s.run_at, s.id) AS rate_rank
+                              ORDER BY CASE WHEN $16::boolean THEN s.key_rank ELSE 0 END, s.priority, s.run_at, s.id) AS rate_rank
     FROM within_shared AS s
     WHERE s.shared_name IS NULL OR s.shared_rank <= s.shared_max
 ), allowed AS (
@@ -242,15 +248,15 @@ WITH clock AS MATERIALIZED (
      FROM open_head AS o
      WHERE (SELECT yes FROM simple)
      ORDER BY o.priority, o.run_at, o.id
-     LIMIT $17::integer)
+     LIMIT $18::integer)
     UNION ALL
     (SELECT w.id, w.rate_group
      FROM within_rate AS w
      LEFT JOIN used ON used.rate_group = w.rate_group
-     WHERE $8::integer <= 0
-        OR w.rate_rank + coalesce(used.jobs, 0) <= $8::integer
-     ORDER BY CASE WHEN $15::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id
-     LIMIT $17::integer)
+     WHERE $9::integer <= 0
+        OR w.rate_rank + coalesce(used.jobs, 0) <= $9::integer
+     ORDER BY CASE WHEN $16::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id
+     LIMIT $18::integer)
 ), picked AS (
     -- by primary key, an array lookup: a join here lets the planner hash
     -- the whole table when it guesses many rows
@@ -264,20 +270,20 @@ WITH clock AS MATERIALIZED (
     FOR UPDATE OF j SKIP LOCKED
 ), logged AS (
     INSERT INTO hopper_rate_claims (queue, rate_group, claimed_at, jobs, rate_limit, window_ms, awaiting_starts)
-    SELECT $3::text, allowed.rate_group, clock.at, count(1), $8::integer, $9::bigint, $20::boolean
+    SELECT $3::text, allowed.rate_group, clock.at, count(1), $9::integer, $10::bigint, $20::boolean
     FROM picked
     JOIN allowed ON allowed.id = picked.id
     CROSS JOIN clock
-    WHERE $8::integer > 0
+    WHERE $9::integer > 0
     GROUP BY allowed.rate_group, clock.at
 ), pruned AS (
     DELETE FROM hopper_rate_claims AS c
     USING clock
-    WHERE $8::integer > 0
+    WHERE $9::integer > 0
       AND c.queue = $3::text
-      AND c.claimed_at <= clock.at - '1 millisecond'::interval * $9::bigint
+      AND c.claimed_at <= clock.at - '1 millisecond'::interval * $10::bigint
       AND (NOT c.awaiting_starts
-           OR c.claimed_at <= clock.at - '5 seconds'::interval - '1 millisecond'::interval * $9::bigint)
+           OR c.claimed_at <= clock.at - '5 seconds'::interval - '1 millisecond'::interval * $10::bigint)
 )
 UPDATE hopper_jobs AS j
 SET state       = 'running',
@@ -300,8 +306,9 @@ type DequeueLimitedParams struct {
 	Queue         string    `json:"queue"`
 	KeyLimit      int32     `json:"key_limit"`
 	KeyLimits     []int32   `json:"key_limits"`
-	SharedNames   []string  `json:"shared_names"`
 	Kinds         []string  `json:"kinds"`
+	SharedNames   []string  `json:"shared_names"`
+	SharedMax     []int32   `json:"shared_max"`
 	RateLimit     int32     `json:"rate_limit"`
 	RateWindowMs  int64     `json:"rate_window_ms"`
 	AfterPriority int16     `json:"after_priority"`
@@ -313,7 +320,6 @@ type DequeueLimitedParams struct {
 	AfterKey      string    `json:"after_key"`
 	MaxJobs       int32     `json:"max_jobs"`
 	RateBy        string    `json:"rate_by"`
-	SharedMax     []int32   `json:"shared_max"`
 	ExactStarts   bool      `json:"exact_starts"`
 }
 
@@ -370,8 +376,9 @@ func (q *Queries) DequeueLimited(ctx context.Context, arg DequeueLimitedParams) 
 		arg.Queue,
 		arg.KeyLimit,
 		arg.KeyLimits,
-		arg.SharedNames,
 		arg.Kinds,
+		arg.SharedNames,
+		arg.SharedMax,
 		arg.RateLimit,
 		arg.RateWindowMs,
 		arg.AfterPriority,
@@ -383,7 +390,6 @@ func (q *Queries) DequeueLimited(ctx context.Context, arg DequeueLimitedParams) 
 		arg.AfterKey,
 		arg.MaxJobs,
 		arg.RateBy,
-		arg.SharedMax,
 		arg.ExactStarts,
 	)
 	if err != nil {

@@ -84,17 +84,23 @@ WITH clock AS MATERIALIZED (
     GROUP BY r.concurrency_key
 ), shared_running AS MATERIALIZED (
     -- how many jobs run under each of the claim's shared limits, of every
-    -- kind recorded under the name and of the claim's own kinds under it
-    SELECT g.name, count(1)::integer AS jobs
-    FROM (SELECT s.kind, s.name
-          FROM hopper_shared_limits AS s
-          WHERE s.name = ANY (@shared_names::text[]) AND s.name <> ''
-          UNION
-          SELECT u.kind, (@shared_names::text[])[u.i]
+    -- kind recorded under the name and of the claim's own kinds under it,
+    -- counted up to the limit only: a limit reached is reached, and the
+    -- count stops there whatever the number of running jobs
+    SELECT n.name,
+           (SELECT count(1)::integer
+            FROM (SELECT 1
+                  FROM hopper_jobs AS r
+                  WHERE r.state = 'running'
+                    AND r.kind IN (SELECT s.kind FROM hopper_shared_limits AS s WHERE s.name = n.name
+                                   UNION
+                                   SELECT u.kind FROM unnest(@kinds::text[]) WITH ORDINALITY AS u(kind, i)
+                                   WHERE (@shared_names::text[])[u.i] = n.name)
+                  LIMIT n.most) AS r) AS jobs
+    FROM (SELECT (@shared_names::text[])[u.i] AS name, max((@shared_max::integer[])[u.i]) AS most
           FROM unnest(@kinds::text[]) WITH ORDINALITY AS u(kind, i)
-          WHERE (@shared_names::text[])[u.i] <> '') AS g
-    JOIN hopper_jobs AS r ON r.kind = g.kind AND r.state = 'running'
-    GROUP BY g.name
+          WHERE (@shared_names::text[])[u.i] <> ''
+          GROUP BY 1) AS n
 ), used AS MATERIALIZED (
     -- a claim whose handlers may still be starting (ExactStarts, not yet
     -- moved to its last start) counts until it is moved, or for a grace of
