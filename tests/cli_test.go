@@ -669,6 +669,32 @@ func TestCLIKeys(t *testing.T) {
 	requireFailure(t, runHopper(t, d.URL, "", "enqueue", "--kind", "sync", "--concurrency-key", strings.Repeat("k", 256)), 2, "invalid concurrency key")
 }
 
+// TestCLIKeyLimits: hopper keys limit sets a key's own limit, keys limits
+// lists it with the key's running jobs, keys unlimit removes it, and bad
+// arguments are usage errors.
+func TestCLIKeyLimits(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	r := runHopper(t, d.URL, "", "keys", "limit", "default", "customer:42", "10")
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, "key customer:42 of queue default: at most 10 running, from the next claim\n", r.stdout)
+	r = runHopper(t, d.URL, "", "keys", "limits", "--json")
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"queue":"default","key":"customer:42","max_running":10,"running":0`)
+	r = runHopper(t, d.URL, "", "keys", "limits")
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, `default\s+customer:42\s+10\s+0\s+`, r.stdout)
+	r = runHopper(t, d.URL, "", "keys", "unlimit", "default", "customer:42")
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "its queue's or kind's limit again")
+	r = runHopper(t, d.URL, "", "keys", "unlimit", "default", "customer:42")
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "had no limit of its own")
+	requireFailure(t, runHopper(t, d.URL, "", "keys", "limit", "default", "customer:42", "0"), 2, "not a number of jobs from 1 to 1000000")
+	requireFailure(t, runHopper(t, d.URL, "", "keys", "limit", "default"), 2, "takes a queue, a key and a number of jobs")
+	requireFailure(t, runHopper(t, d.URL, "", "keys", "limt"), 2, "unknown keys action")
+}
+
 // TestCLIVersion: hopper version says which Hopper the binary is and
 // which commit it was built from, as Go recorded them in the binary (a
 // build of this tree has Go's version of the checkout, or "devel" with the

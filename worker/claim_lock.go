@@ -21,15 +21,20 @@ import (
 // and answers: on a loaded machine a worker waiting for a core would keep
 // every other claim of the queue waiting with it. A worker scoped to a
 // schema runs claim in a transaction begun on the scope, the lock first.
+//
+// The lock covers the shared limits of the worker's kinds too (shared:
+// parallel to its kinds, ” none), so that claims of different queues
+// under one shared limit take turns.
 func (p *producer) underClaimLock(ctx context.Context, queue string, claim func(q *db.Queries) error) error {
+	lock := db.LockClaimsParams{Queue: queue, SharedNames: p.handlers.sharedNames}
 	if p.scope == nil {
 		return claim(db.New(&lockedBatch{sender: p.pool, lock: sqlbatch.Record(func(q *db.Queries) error {
-			return q.LockClaims(ctx, queue)
+			return q.LockClaims(ctx, lock)
 		})}))
 	}
 	return pgx.BeginFunc(ctx, p.scope, func(tx pgx.Tx) error {
 		q := db.New(tx)
-		if err := q.LockClaims(ctx, queue); err != nil {
+		if err := q.LockClaims(ctx, lock); err != nil {
 			return err
 		}
 		return claim(q)

@@ -22,6 +22,7 @@ type handleOptions struct {
 	keep       time.Duration
 	middleware []Middleware
 	keyLimit   int
+	shared     sharedLimit
 }
 
 // Timeout cancels the handler's context when a run of this kind takes
@@ -77,6 +78,7 @@ type handler struct {
 	keep       time.Duration // the kind's KeepHistory; 0: its queue's
 	middleware []Middleware  // Use's, inside the worker's
 	keyLimit   int           // KeyLimit's; 0: the queue's
+	shared     sharedLimit   // SharedLimit's; zero: none
 	keyring    *jobs.Keyring // the kind's (jobs.Encrypted); nil: in the clear
 	prepare    func(row db.HopperJob, keep time.Duration) (call func(ctx context.Context) (json.RawMessage, error), timeout time.Duration, err error)
 }
@@ -121,6 +123,9 @@ func HandleWithResult[T, R any](w *Worker, kind *jobs.Kind[T], fn func(context.C
 	if err := validateKeyLimit(o.keyLimit); err != nil {
 		return fmt.Errorf("handle %s: %w: %w", kind.Name(), ErrInvalidConfig, err)
 	}
+	if err := o.shared.validate(); err != nil {
+		return fmt.Errorf("handle %s: %w: %w", kind.Name(), ErrInvalidConfig, err)
+	}
 	if o.backoff != (Backoff{}) {
 		if err := o.backoff.validate(); err != nil {
 			return fmt.Errorf("handle %s: %w", kind.Name(), err)
@@ -133,6 +138,7 @@ func HandleWithResult[T, R any](w *Worker, kind *jobs.Kind[T], fn func(context.C
 		keep:       o.keep,
 		middleware: o.middleware,
 		keyLimit:   o.keyLimit,
+		shared:     o.shared,
 		keyring:    kind.Keyring(),
 		prepare: func(r db.HopperJob, keep time.Duration) (func(context.Context) (json.RawMessage, error), time.Duration, error) {
 			row, err := rows.Live(r)

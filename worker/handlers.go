@@ -16,9 +16,13 @@ import (
 // runs) and only read from then on, so its readers need no lock.
 type handlerTable struct {
 	byKind    map[string]*handler
-	kinds     []string // parallel to versions and keyLimits, as Dequeue takes them
+	kinds     []string // parallel to versions, keyLimits, sharedNames and sharedMax, as Dequeue takes them
 	versions  []int32
 	keyLimits []int32
+	// the kinds' shared limits (SharedLimit): the name ('' none) and the
+	// most running jobs
+	sharedNames []string
+	sharedMax   []int32
 }
 
 func newHandlerTable() *handlerTable {
@@ -30,8 +34,15 @@ func (t *handlerTable) add(h *handler) error {
 	if t.byKind[h.kind] != nil {
 		return fmt.Errorf("handle %s: %w", h.kind, jobs.ErrDuplicateKind)
 	}
+	for _, o := range t.byKind {
+		if h.shared.name != "" && o.shared.name == h.shared.name && o.shared.max != h.shared.max {
+			return fmt.Errorf("handle %s: %w: shared limit %q is %d for %s, not %d", h.kind, ErrInvalidConfig,
+				h.shared.name, o.shared.max, o.kind, h.shared.max)
+		}
+	}
 	t.byKind[h.kind] = h
 	t.kinds, t.versions, t.keyLimits = t.kinds[:0], t.versions[:0], t.keyLimits[:0]
+	t.sharedNames, t.sharedMax = t.sharedNames[:0], t.sharedMax[:0]
 	names := make([]string, 0, len(t.byKind))
 	for name := range t.byKind {
 		names = append(names, name)
@@ -41,6 +52,8 @@ func (t *handlerTable) add(h *handler) error {
 		t.kinds = append(t.kinds, name)
 		t.versions = append(t.versions, int32(t.byKind[name].maxVersion))
 		t.keyLimits = append(t.keyLimits, int32(t.byKind[name].keyLimit))
+		t.sharedNames = append(t.sharedNames, t.byKind[name].shared.name)
+		t.sharedMax = append(t.sharedMax, int32(t.byKind[name].shared.max))
 	}
 	return nil
 }
@@ -66,11 +79,11 @@ func (t *handlerTable) of(kind string) *handler { return t.byKind[kind] }
 // fires schedules.
 func (t *handlerTable) empty() bool { return len(t.byKind) == 0 }
 
-// kindKeyLimits reports whether any kind sets its own key limit: then
-// every queue is claimed under flow control.
+// kindKeyLimits reports whether any kind sets its own key limit, or runs
+// under a shared limit: then every queue is claimed under flow control.
 func (t *handlerTable) kindKeyLimits() bool {
-	for _, n := range t.keyLimits {
-		if n > 0 {
+	for i, n := range t.keyLimits {
+		if n > 0 || t.sharedNames[i] != "" {
 			return true
 		}
 	}

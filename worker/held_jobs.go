@@ -52,7 +52,7 @@ type heldJob struct {
 	queue   *producer
 	held    *heldJobs     // the set it is in while held
 	keep    time.Duration // how long its completion stays in the history; 0: not kept
-	keyed   bool          // a keyed job of a queue under flow control
+	keyed   bool          // a keyed job, or one under a shared limit, of a queue under flow control
 	place   readyKey      // where it stood in the ready order when claimed
 
 	state       atomic.Int32 // a heldState
@@ -317,7 +317,7 @@ func newHeldJobs(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config, dbtx 
 
 func (s *heldJobs) add(row db.HopperJob, p *producer, sent time.Time, keep time.Duration, keyring *jobs.Keyring) *heldJob {
 	c := &heldJob{id: row.ID, attempt: row.Attempt, kind: row.Kind, keyring: keyring, queue: p, held: s, keep: keep,
-		keyed: row.ConcurrencyKey != nil && p.flow != nil, place: keyOf(row)}
+		keyed: p.flow != nil && (row.ConcurrencyKey != nil || p.handlers.sharedOf(row.Kind)), place: keyOf(row)}
 	// A job not marked durable has no records: its first durable call
 	// need not read them (a record made meanwhile by another run of the
 	// job is found when this run's record at its position is refused).

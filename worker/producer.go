@@ -301,6 +301,8 @@ func (p *producer) dequeueLimited(ctx context.Context, n int) ([]db.HopperJob, t
 		Kinds:         p.handlers.kinds,
 		MaxVersions:   p.handlers.versions,
 		KeyLimits:     p.handlers.keyLimits,
+		SharedNames:   p.handlers.sharedNames,
+		SharedMax:     p.handlers.sharedMax,
 		KeyLimit:      int32(f.KeyLimit),
 		Fair:          f.Fair,
 		AfterKey:      f.afterKey,

@@ -130,6 +130,9 @@ func (r *run) start(ctx context.Context) error {
 	if err := r.recordFlow(ctx); err != nil {
 		return err
 	}
+	if err := r.recordShared(ctx); err != nil {
+		return err
+	}
 	if err := r.checkRateSchema(ctx); err != nil {
 		return err
 	}

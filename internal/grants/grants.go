@@ -75,7 +75,8 @@ var (
 	readWrite = []string{"hopper_jobs", "hopper_dead_jobs", "hopper_queues",
 		"hopper_job_history", "hopper_schedules", "hopper_schedule_versions", "hopper_workers",
 		"hopper_sequence_blocks", "hopper_workflow_deps", "hopper_workflow_waits",
-		"hopper_unique_periods", "hopper_job_steps", "hopper_events", "hopper_job_progress"}
+		"hopper_unique_periods", "hopper_job_steps", "hopper_events", "hopper_job_progress",
+		"hopper_key_limits", "hopper_shared_limits"}
 	// readOnly are the views and lists a worker only reads.
 	readOnly = []string{"hopper_all_jobs", "hopper_history_partitions", "hopper_dead_partitions"}
 	// partitionFunctions are the SECURITY DEFINER functions that create

@@ -829,25 +829,31 @@ CREATE FUNCTION hopper.hopper_ready_keys(in_queue text, after_key text, max_keys
     WITH RECURSIVE keys AS (
         SELECT first.key, first.open, first.open::integer AS found, 1 AS steps
         FROM (SELECT k.key,
-                     key_limit <= 0 OR (SELECT count(*) FROM (SELECT FROM hopper_jobs AS r
-                                                             WHERE r.queue = in_queue AND r.state = 'running'
-                                                               AND r.concurrency_key = k.key
-                                                             LIMIT key_limit) AS busy) < key_limit AS open
+                     lim.n <= 0 OR (SELECT count(*) FROM (SELECT FROM hopper_jobs AS r
+                                                         WHERE r.queue = in_queue AND r.state = 'running'
+                                                           AND r.concurrency_key = k.key
+                                                         LIMIT lim.n) AS busy) < lim.n AS open
               FROM (SELECT min(j.concurrency_key) AS key
                     FROM hopper_jobs AS j
-                    WHERE j.queue = in_queue AND j.state = 'pending' AND j.concurrency_key > after_key) AS k) AS first
+                    WHERE j.queue = in_queue AND j.state = 'pending' AND j.concurrency_key > after_key) AS k
+              CROSS JOIN LATERAL (
+                  SELECT coalesce((SELECT l.max_running FROM hopper_key_limits AS l
+                                   WHERE l.queue = in_queue AND l.key = k.key), key_limit) AS n) AS lim) AS first
         UNION ALL
         SELECT nxt.key, nxt.open, keys.found + nxt.open::integer, keys.steps + 1
         FROM keys
         CROSS JOIN LATERAL (
             SELECT k.key,
-                   key_limit <= 0 OR (SELECT count(*) FROM (SELECT FROM hopper_jobs AS r
-                                                           WHERE r.queue = in_queue AND r.state = 'running'
-                                                             AND r.concurrency_key = k.key
-                                                           LIMIT key_limit) AS busy) < key_limit AS open
+                   lim.n <= 0 OR (SELECT count(*) FROM (SELECT FROM hopper_jobs AS r
+                                                       WHERE r.queue = in_queue AND r.state = 'running'
+                                                         AND r.concurrency_key = k.key
+                                                       LIMIT lim.n) AS busy) < lim.n AS open
             FROM (SELECT min(j.concurrency_key) AS key
                   FROM hopper_jobs AS j
                   WHERE j.queue = in_queue AND j.state = 'pending' AND j.concurrency_key > keys.key) AS k
+            CROSS JOIN LATERAL (
+                SELECT coalesce((SELECT l.max_running FROM hopper_key_limits AS l
+                                 WHERE l.queue = in_queue AND l.key = k.key), key_limit) AS n) AS lim
         ) AS nxt
         WHERE keys.key IS NOT NULL AND keys.found < max_keys AND keys.steps < 20 * max_keys
     )
@@ -1973,6 +1979,18 @@ ALTER TABLE hopper.hopper_jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY 
 );
 
 --
+-- Name: hopper_key_limits; Type: TABLE; Schema: hopper; Owner: -
+--
+
+CREATE TABLE hopper.hopper_key_limits (
+    queue text NOT NULL,
+    key text NOT NULL COLLATE pg_catalog."C",
+    max_running integer NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT hopper_key_limits_max_running_check CHECK (((max_running >= 1) AND (max_running <= 1000000)))
+);
+
+--
 -- Name: hopper_migration_builds; Type: TABLE; Schema: hopper; Owner: -
 --
 
@@ -2077,6 +2095,18 @@ CREATE TABLE hopper.hopper_sequence_blocks (
     state text NOT NULL,
     reason text NOT NULL,
     blocked_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: hopper_shared_limits; Type: TABLE; Schema: hopper; Owner: -
+--
+
+CREATE TABLE hopper.hopper_shared_limits (
+    kind text NOT NULL,
+    name text NOT NULL,
+    max_running integer NOT NULL,
+    recorded_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT hopper_shared_limits_max_running_check CHECK (((max_running >= 1) AND (max_running <= 1000000)))
 );
 
 --
@@ -2227,6 +2257,13 @@ ALTER TABLE ONLY hopper.hopper_jobs
     ADD CONSTRAINT hopper_jobs_pkey PRIMARY KEY (id);
 
 --
+-- Name: hopper_key_limits hopper_key_limits_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
+--
+
+ALTER TABLE ONLY hopper.hopper_key_limits
+    ADD CONSTRAINT hopper_key_limits_pkey PRIMARY KEY (queue, key);
+
+--
 -- Name: hopper_migration_builds hopper_migration_builds_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
 --
 
@@ -2267,6 +2304,13 @@ ALTER TABLE ONLY hopper.hopper_schema_migrations
 
 ALTER TABLE ONLY hopper.hopper_sequence_blocks
     ADD CONSTRAINT hopper_sequence_blocks_pkey PRIMARY KEY (sequence_key);
+
+--
+-- Name: hopper_shared_limits hopper_shared_limits_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
+--
+
+ALTER TABLE ONLY hopper.hopper_shared_limits
+    ADD CONSTRAINT hopper_shared_limits_pkey PRIMARY KEY (kind);
 
 --
 -- Name: hopper_unique_periods hopper_unique_periods_pkey; Type: CONSTRAINT; Schema: hopper; Owner: -
@@ -2439,6 +2483,12 @@ CREATE INDEX hopper_jobs_workflow_idx ON hopper.hopper_jobs USING btree (((meta 
 --
 
 CREATE INDEX hopper_rate_claims_idx ON hopper.hopper_rate_claims USING btree (queue, claimed_at);
+
+--
+-- Name: hopper_shared_limits_name_idx; Type: INDEX; Schema: hopper; Owner: -
+--
+
+CREATE INDEX hopper_shared_limits_name_idx ON hopper.hopper_shared_limits USING btree (name);
 
 --
 -- Name: hopper_unique_periods_expires_idx; Type: INDEX; Schema: hopper; Owner: -

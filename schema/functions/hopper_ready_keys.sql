@@ -5,39 +5,40 @@
 -- redefines the function copies this body, edited, and its review
 -- reads this file's diff (CONTRIBUTING.md, The PL/pgSQL).
 
--- hopper_ready_keys(text, text, integer, integer): defined by schema/000006_flow_control.up.sql.
+-- hopper_ready_keys(text, text, integer, integer): defined by schema/000031_key_limits.up.sql.
 --
--- The first max_keys keys with ready jobs in a queue after after_key, in
--- order, skipping keys with key_limit or more running jobs (0: none
--- skipped): a skip scan of hopper_jobs_key_idx, one index descent per key
--- however many jobs each key has (and one more per key to count its
--- running jobs, when key_limit is set). It looks at 20 times max_keys keys
--- at most. Claims go round the keys with it.
-CREATE FUNCTION hopper_ready_keys(in_queue text, after_key text, max_keys integer, key_limit integer)
+
+CREATE OR REPLACE FUNCTION hopper_ready_keys(in_queue text, after_key text, max_keys integer, key_limit integer)
 RETURNS SETOF text
 LANGUAGE sql STABLE AS $$
     WITH RECURSIVE keys AS (
         SELECT first.key, first.open, first.open::integer AS found, 1 AS steps
         FROM (SELECT k.key,
-                     key_limit <= 0 OR (SELECT count(*) FROM (SELECT FROM hopper_jobs AS r
-                                                             WHERE r.queue = in_queue AND r.state = 'running'
-                                                               AND r.concurrency_key = k.key
-                                                             LIMIT key_limit) AS busy) < key_limit AS open
+                     lim.n <= 0 OR (SELECT count(*) FROM (SELECT FROM hopper_jobs AS r
+                                                         WHERE r.queue = in_queue AND r.state = 'running'
+                                                           AND r.concurrency_key = k.key
+                                                         LIMIT lim.n) AS busy) < lim.n AS open
               FROM (SELECT min(j.concurrency_key) AS key
                     FROM hopper_jobs AS j
-                    WHERE j.queue = in_queue AND j.state = 'pending' AND j.concurrency_key > after_key) AS k) AS first
+                    WHERE j.queue = in_queue AND j.state = 'pending' AND j.concurrency_key > after_key) AS k
+              CROSS JOIN LATERAL (
+                  SELECT coalesce((SELECT l.max_running FROM hopper_key_limits AS l
+                                   WHERE l.queue = in_queue AND l.key = k.key), key_limit) AS n) AS lim) AS first
         UNION ALL
         SELECT nxt.key, nxt.open, keys.found + nxt.open::integer, keys.steps + 1
         FROM keys
         CROSS JOIN LATERAL (
             SELECT k.key,
-                   key_limit <= 0 OR (SELECT count(*) FROM (SELECT FROM hopper_jobs AS r
-                                                           WHERE r.queue = in_queue AND r.state = 'running'
-                                                             AND r.concurrency_key = k.key
-                                                           LIMIT key_limit) AS busy) < key_limit AS open
+                   lim.n <= 0 OR (SELECT count(*) FROM (SELECT FROM hopper_jobs AS r
+                                                       WHERE r.queue = in_queue AND r.state = 'running'
+                                                         AND r.concurrency_key = k.key
+                                                       LIMIT lim.n) AS busy) < lim.n AS open
             FROM (SELECT min(j.concurrency_key) AS key
                   FROM hopper_jobs AS j
                   WHERE j.queue = in_queue AND j.state = 'pending' AND j.concurrency_key > keys.key) AS k
+            CROSS JOIN LATERAL (
+                SELECT coalesce((SELECT l.max_running FROM hopper_key_limits AS l
+                                 WHERE l.queue = in_queue AND l.key = k.key), key_limit) AS n) AS lim
         ) AS nxt
         WHERE keys.key IS NOT NULL AND keys.found < max_keys AND keys.steps < 20 * max_keys
     )

@@ -172,6 +172,13 @@ type HopperJobStep struct {
 	CreatedAt time.Time       `json:"created_at"`
 }
 
+type HopperKeyLimit struct {
+	Queue      string    `json:"queue"`
+	Key        string    `json:"key"`
+	MaxRunning int32     `json:"max_running"`
+	UpdatedAt  time.Time `json:"updated_at"`
+}
+
 type HopperMigrationBuild struct {
 	Version       int64      `json:"version"`
 	HopperVersion string     `json:"hopper_version"`
@@ -239,6 +246,13 @@ type HopperSequenceBlock struct {
 	State       string    `json:"state"`
 	Reason      string    `json:"reason"`
 	BlockedAt   time.Time `json:"blocked_at"`
+}
+
+type HopperSharedLimit struct {
+	Kind       string    `json:"kind"`
+	Name       string    `json:"name"`
+	MaxRunning int32     `json:"max_running"`
+	RecordedAt time.Time `json:"recorded_at"`
 }
 
 type HopperUniquePeriod struct {

@@ -138,6 +138,9 @@ type Config struct {
 	// keys (0: none); flow is the worker process's flow control.
 	keyed int
 	flow  workerFlow
+	// tiers: the first tiers of the keys (key-0 …) get a limit of their
+	// own, tierLimit, in hopper_key_limits (the keys mode's tiered runs).
+	tiers, tierLimit int
 	// sequenced: the producers spread their jobs over this many sequence
 	// keys (0: none).
 	sequenced int

@@ -97,6 +97,9 @@ func continuousOnce(ctx context.Context, cfg Config, scheduled int) (*Continuous
 	if err := addScheduled(ctx, s.pool, scheduled); err != nil {
 		return nil, err
 	}
+	if err := addTiers(ctx, s.pool, cfg.tiers, cfg.tierLimit); err != nil {
+		return nil, err
+	}
 	p, err := startWorkers(cfg, s.url, cfg.workerLabel("continuous"))
 	if err != nil {
 		return nil, err

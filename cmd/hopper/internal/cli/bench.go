@@ -390,18 +390,23 @@ func printFlow(w io.Writer, r *bench.Report) {
 		}
 	}
 	if k := r.Keys; k != nil {
-		// in the order they ran: without, with, with, without
-		for i, c := range []*bench.ContinuousResult{at(k.Without, 0), at(k.With, 0), at(k.With, 1), at(k.Without, 1)} {
-			if c == nil {
-				continue
+		// in the order they ran: without, with, (tiered, tiered,) with, without
+		without := "keys: continuous without keys"
+		with := "keys: continuous with " + bench.KeysLabel(k.Keys, k.KeyLimit)
+		tiers := "keys: continuous with " + bench.TiersLabel(k.Keys, k.KeyLimit, k.TierKeys, k.TierLimit)
+		for _, run := range []struct {
+			label string
+			c     *bench.ContinuousResult
+		}{{without, at(k.Without, 0)}, {with, at(k.With, 0)}, {tiers, at(k.Tiered, 0)}, {tiers, at(k.Tiered, 1)},
+			{with, at(k.With, 1)}, {without, at(k.Without, 1)}} {
+			if run.c != nil {
+				printContinuous(w, run.label, run.c)
 			}
-			label := "keys: continuous without keys"
-			if i == 1 || i == 2 {
-				label = "keys: continuous with " + bench.KeysLabel(k.Keys, k.KeyLimit)
-			}
-			printContinuous(w, label, c)
 		}
 		fmt.Fprintf(w, "keys: mean steady state with keys is %.0f%% of without\n", 100*k.Ratio)
+		if len(k.Tiered) > 0 {
+			fmt.Fprintf(w, "keys: mean steady state with tiers is %.0f%% of the fixed limit's\n", 100*k.TierRatio)
+		}
 	}
 	for _, rt := range []*bench.RateResult{r.Rate, r.RateExactStarts} {
 		if rt == nil {

@@ -54,12 +54,36 @@ func (q *Queries) AgePriorities(ctx context.Context, arg AgePrioritiesParams) (i
 	return result.RowsAffected(), nil
 }
 
+const deleteKeyLimit = `-- name: DeleteKeyLimit :execrows
+DELETE FROM hopper_key_limits AS l
+WHERE l.queue = $1::text AND l.key = $2::text
+`
+
+type DeleteKeyLimitParams struct {
+	Queue string
+	Key   string
+}
+
+// Removes one key's limit: the key is limited by its kind's or queue's
+// KeyLimit again from the next claim.
+func (q *Queries) DeleteKeyLimit(ctx context.Context, arg DeleteKeyLimitParams) (int64, error) {
+	result, err := q.db.Exec(ctx, deleteKeyLimit, arg.Queue, arg.Key)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const dequeueLimited = `-- name: DequeueLimited :many
 WITH clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
 ), paused AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM hopper_queues AS q
                    WHERE q.name = $3::text AND q.paused_at IS NOT NULL) AS yes
+), tiered AS MATERIALIZED (
+    -- whether some key of the queue has a limit of its own: only then is
+    -- the table read per job
+    SELECT EXISTS (SELECT 1 FROM hopper_key_limits AS l WHERE l.queue = $3::text) AS yes
 ), running AS MATERIALIZED (
     -- how many of the queue's jobs run under each key: a row per key,
     -- ranked first within its key before the jobs a claim considers, so
@@ -68,34 +92,56 @@ WITH clock AS MATERIALIZED (
     -- are read without a limit
     SELECT r.concurrency_key, count(1) AS jobs
     FROM hopper_jobs AS r
-    WHERE ($4::integer > 0 OR 0 < ANY ($5::integer[]))
+    WHERE ($4::integer > 0 OR 0 < ANY ($5::integer[]) OR (SELECT yes FROM tiered))
       AND r.queue = $3::text AND r.state = 'running' AND r.concurrency_key IS NOT NULL
     GROUP BY r.concurrency_key
+), shared_running AS MATERIALIZED (
+    -- how many jobs run under each of the claim's shared limits, of every
+    -- kind recorded under the name and of the claim's own kinds under it,
+    -- counted up to the limit only: a limit reached is reached, and the
+    -- count stops there whatever the number of running jobs
+    SELECT n.name,
+           (SELECT count(1)::integer
+            FROM (SELECT 1
+                  FROM hopper_jobs AS r
+                  WHERE r.state = 'running'
+                    AND r.kind IN (SELECT s.kind FROM hopper_shared_limits AS s WHERE s.name = n.name
+                                   UNION
+                                   SELECT u.kind FROM unnest($6::text[]) WITH ORDINALITY AS u(kind, i)
+                                   WHERE ($7::text[])[u.i] = n.name)
+                  LIMIT n.most) AS r) AS jobs
+    FROM (SELECT ($7::text[])[u.i] AS name, max(($8::integer[])[u.i]) AS most
+          FROM unnest($6::text[]) WITH ORDINALITY AS u(kind, i)
+          WHERE ($7::text[])[u.i] <> ''
+          GROUP BY 1) AS n
 ), used AS MATERIALIZED (
     -- a claim whose handlers may still be starting (ExactStarts, not yet
     -- moved to its last start) counts until it is moved, or for a grace of
     -- five seconds past its window if its worker never moves it
     SELECT c.rate_group, sum(c.jobs)::integer AS jobs
     FROM hopper_rate_claims AS c, clock
-    WHERE $6::integer > 0
+    WHERE $9::integer > 0
       AND c.queue = $3::text
-      AND (c.claimed_at > clock.at - '1 millisecond'::interval * $7::bigint
+      AND (c.claimed_at > clock.at - '1 millisecond'::interval * $10::bigint
            OR (c.awaiting_starts
-               AND c.claimed_at > clock.at - '5 seconds'::interval - '1 millisecond'::interval * $7::bigint))
+               AND c.claimed_at > clock.at - '5 seconds'::interval - '1 millisecond'::interval * $10::bigint))
     GROUP BY c.rate_group
 ), head AS MATERIALIZED (
     -- the first scan ready jobs after the claim cursor, in Dequeue's order
     SELECT j.id, j.kind, j.concurrency_key, j.priority, j.run_at,
-           coalesce(nullif(($5::integer[])[array_position($8::text[], j.kind)], 0), nullif($4::integer, 0)) AS key_limit
+           coalesce(CASE WHEN (SELECT yes FROM tiered) AND j.concurrency_key IS NOT NULL
+                         THEN (SELECT l.max_running FROM hopper_key_limits AS l
+                               WHERE l.queue = $3::text AND l.key = j.concurrency_key) END,
+                    nullif(($5::integer[])[array_position($6::text[], j.kind)], 0), nullif($4::integer, 0)) AS key_limit
     FROM hopper_jobs AS j
     WHERE NOT (SELECT yes FROM paused)
       AND j.state = 'pending'
       AND j.queue = $3::text
-      AND (j.priority, j.run_at, j.id) > ($9::smallint, $10::timestamptz, $11::bigint)
+      AND (j.priority, j.run_at, j.id) > ($11::smallint, $12::timestamptz, $13::bigint)
       AND j.run_at <= now()
-      AND j.version <= ($12::integer[])[array_position($8::text[], j.kind)]
+      AND j.version <= ($14::integer[])[array_position($6::text[], j.kind)]
     ORDER BY j.priority, j.run_at, j.id
-    LIMIT $13::integer
+    LIMIT $15::integer
 ), head_end AS MATERIALIZED (
     -- the last job of the head, which a strict claim's cursor may not
     -- pass: a round of keys may take jobs far beyond it, past ready jobs
@@ -118,9 +164,9 @@ WITH clock AS MATERIALIZED (
                 UNION ALL
                 SELECT 0, '', r.concurrency_key, 0, 'epoch', NULL::integer, false, r.jobs
                 FROM running AS r
-                WHERE NOT $14::boolean) AS u) AS h
+                WHERE NOT $16::boolean) AS u) AS h
     WHERE h.considered
-      AND CASE WHEN $14::boolean THEN h.concurrency_key IS NULL
+      AND CASE WHEN $16::boolean THEN h.concurrency_key IS NULL
                ELSE h.concurrency_key IS NULL OR h.key_limit IS NULL OR h.key_rank <= h.key_limit
           END
 ), round_keys AS MATERIALIZED (
@@ -130,16 +176,18 @@ WITH clock AS MATERIALIZED (
     -- a little short is cheaper, and the worker claims again when a keyed
     -- job of its own ends)
     SELECT k::text AS key
-    FROM hopper_ready_keys($3::text, $15::text, $16::integer, $4::integer) AS k
+    FROM hopper_ready_keys($3::text, $17::text, $18::integer, $4::integer) AS k
     WHERE NOT (SELECT yes FROM paused)
-      AND ($14::boolean
-           OR ((SELECT count(1) FROM head) >= $13::integer AND (SELECT count(1) FROM open_head) * 2 < $16::integer))
+      AND ($16::boolean
+           OR ((SELECT count(1) FROM head) >= $15::integer AND (SELECT count(1) FROM open_head) * 2 < $18::integer))
 ), simple AS MATERIALIZED (
     -- the usual strict claim (no rate limit, no round of keys): the open
     -- head, in order, is the answer, and the second pass below is skipped
-    SELECT NOT $14::boolean AND $6::integer <= 0 AND NOT EXISTS (SELECT 1 FROM round_keys) AS yes
+    SELECT NOT $16::boolean AND $9::integer <= 0
+           AND NOT coalesce('' < ANY ($7::text[]), false)
+           AND NOT EXISTS (SELECT 1 FROM round_keys) AS yes
 ), key_share AS MATERIALIZED (
-    SELECT (greatest($16::integer, 1) - 1) / greatest(count(1)::integer, 1) + 1 AS jobs
+    SELECT (greatest($18::integer, 1) - 1) / greatest(count(1)::integer, 1) + 1 AS jobs
     FROM round_keys
 ), candidates AS (
     SELECT o.id, o.kind, o.concurrency_key, o.priority, o.run_at
@@ -155,7 +203,7 @@ WITH clock AS MATERIALIZED (
           AND j.state = 'pending'
           AND j.concurrency_key = rk.key
           AND j.run_at <= now()
-          AND j.version <= ($12::integer[])[array_position($8::text[], j.kind)]
+          AND j.version <= ($14::integer[])[array_position($6::text[], j.kind)]
         ORDER BY j.priority, j.run_at, j.id
         LIMIT (SELECT key_share.jobs FROM key_share)
     ) AS r
@@ -164,8 +212,11 @@ WITH clock AS MATERIALIZED (
     SELECT c.id, c.kind, c.concurrency_key, c.priority, c.run_at, c.considered,
            sum(c.jobs) OVER (PARTITION BY c.concurrency_key COLLATE "C" ORDER BY c.considered, c.priority, c.run_at, c.id
                              ROWS UNBOUNDED PRECEDING) AS key_rank,
-           coalesce(nullif(($5::integer[])[array_position($8::text[], c.kind)], 0), nullif($4::integer, 0)) AS key_limit,
-           CASE $17::text WHEN 'kind' THEN c.kind WHEN 'key' THEN coalesce(c.concurrency_key, '') ELSE '' END AS rate_group
+           coalesce(CASE WHEN (SELECT yes FROM tiered) AND c.concurrency_key IS NOT NULL
+                         THEN (SELECT l.max_running FROM hopper_key_limits AS l
+                               WHERE l.queue = $3::text AND l.key = c.concurrency_key) END,
+                    nullif(($5::integer[])[array_position($6::text[], c.kind)], 0), nullif($4::integer, 0)) AS key_limit,
+           CASE $19::text WHEN 'kind' THEN c.kind WHEN 'key' THEN coalesce(c.concurrency_key, '') ELSE '' END AS rate_group
     FROM (SELECT cd.id, cd.kind, cd.concurrency_key, cd.priority, cd.run_at, true AS considered, 1::bigint AS jobs
           FROM candidates AS cd
           UNION ALL
@@ -174,25 +225,38 @@ WITH clock AS MATERIALIZED (
     WHERE NOT (SELECT yes FROM simple)
 ), within_key AS (
     SELECT k.id, k.concurrency_key, k.priority, k.run_at, k.key_rank, k.rate_group,
-           row_number() OVER (PARTITION BY k.rate_group COLLATE "C"
-                              ORDER BY CASE WHEN $14::boolean THEN k.key_rank ELSE 0 END, k.priority, k.run_at, k.id) AS rate_rank
+           nullif(($7::text[])[array_position($6::text[], k.kind)], '') AS shared_name,
+           ($8::integer[])[array_position($6::text[], k.kind)] AS shared_max
     FROM keyed AS k
     WHERE k.considered
       AND (k.concurrency_key IS NULL OR k.key_limit IS NULL OR k.key_rank <= k.key_limit)
+), within_shared AS (
+    -- ranked within their shared limit after its running jobs
+    SELECT w.id, w.concurrency_key, w.priority, w.run_at, w.key_rank, w.rate_group, w.shared_name, w.shared_max,
+           row_number() OVER (PARTITION BY w.shared_name COLLATE "C"
+                              ORDER BY CASE WHEN $16::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id)
+             + coalesce((SELECT sr.jobs FROM shared_running AS sr WHERE sr.name = w.shared_name), 0) AS shared_rank
+    FROM within_key AS w
+), within_rate AS (
+    SELECT s.id, s.concurrency_key, s.priority, s.run_at, s.key_rank, s.rate_group,
+           row_number() OVER (PARTITION BY s.rate_group COLLATE "C"
+                              ORDER BY CASE WHEN $16::boolean THEN s.key_rank ELSE 0 END, s.priority, s.run_at, s.id) AS rate_rank
+    FROM within_shared AS s
+    WHERE s.shared_name IS NULL OR s.shared_rank <= s.shared_max
 ), allowed AS (
     (SELECT o.id, ''::text AS rate_group
      FROM open_head AS o
      WHERE (SELECT yes FROM simple)
      ORDER BY o.priority, o.run_at, o.id
-     LIMIT $16::integer)
+     LIMIT $18::integer)
     UNION ALL
     (SELECT w.id, w.rate_group
-     FROM within_key AS w
+     FROM within_rate AS w
      LEFT JOIN used ON used.rate_group = w.rate_group
-     WHERE $6::integer <= 0
-        OR w.rate_rank + coalesce(used.jobs, 0) <= $6::integer
-     ORDER BY CASE WHEN $14::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id
-     LIMIT $16::integer)
+     WHERE $9::integer <= 0
+        OR w.rate_rank + coalesce(used.jobs, 0) <= $9::integer
+     ORDER BY CASE WHEN $16::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id
+     LIMIT $18::integer)
 ), picked AS (
     -- by primary key, an array lookup: a join here lets the planner hash
     -- the whole table when it guesses many rows
@@ -206,20 +270,20 @@ WITH clock AS MATERIALIZED (
     FOR UPDATE OF j SKIP LOCKED
 ), logged AS (
     INSERT INTO hopper_rate_claims (queue, rate_group, claimed_at, jobs, rate_limit, window_ms, awaiting_starts)
-    SELECT $3::text, allowed.rate_group, clock.at, count(1), $6::integer, $7::bigint, $18::boolean
+    SELECT $3::text, allowed.rate_group, clock.at, count(1), $9::integer, $10::bigint, $20::boolean
     FROM picked
     JOIN allowed ON allowed.id = picked.id
     CROSS JOIN clock
-    WHERE $6::integer > 0
+    WHERE $9::integer > 0
     GROUP BY allowed.rate_group, clock.at
 ), pruned AS (
     DELETE FROM hopper_rate_claims AS c
     USING clock
-    WHERE $6::integer > 0
+    WHERE $9::integer > 0
       AND c.queue = $3::text
-      AND c.claimed_at <= clock.at - '1 millisecond'::interval * $7::bigint
+      AND c.claimed_at <= clock.at - '1 millisecond'::interval * $10::bigint
       AND (NOT c.awaiting_starts
-           OR c.claimed_at <= clock.at - '5 seconds'::interval - '1 millisecond'::interval * $7::bigint)
+           OR c.claimed_at <= clock.at - '5 seconds'::interval - '1 millisecond'::interval * $10::bigint)
 )
 UPDATE hopper_jobs AS j
 SET state       = 'running',
@@ -242,9 +306,11 @@ type DequeueLimitedParams struct {
 	Queue         string
 	KeyLimit      int32
 	KeyLimits     []int32
+	Kinds         []string
+	SharedNames   []string
+	SharedMax     []int32
 	RateLimit     int32
 	RateWindowMs  int64
-	Kinds         []string
 	AfterPriority int16
 	AfterRunAt    time.Time
 	AfterID       int64
@@ -273,6 +339,13 @@ type DequeueLimitedRow struct {
 //     while fewer than the limit of that key's jobs are running in the
 //     queue. Running means state running, so a crashed worker's job holds
 //     its slot until the sweep takes it back, and a lost lease frees it.
+//   - Limits by key. A key's row in hopper_key_limits (queue, key) sets
+//     its limit, over the kind's and the queue's, read at every claim.
+//   - Shared limits. A kind under a shared limit (shared_names[i] for
+//     kinds[i], ” none; shared_max[i] its most running jobs) is claimed
+//     only while fewer than the limit of the jobs of every kind under that
+//     name (hopper_shared_limits, and the claim's own kinds) run, in any
+//     queue: LockClaims took the name's lock.
 //   - A rate limit. With rate_limit > 0, no more than rate_limit jobs of a
 //     group (rate_by: 'queue', 'kind' or 'key') are claimed in any window of
 //     rate_window_ms: every claim logs what it took in hopper_rate_claims,
@@ -303,9 +376,11 @@ func (q *Queries) DequeueLimited(ctx context.Context, arg DequeueLimitedParams) 
 		arg.Queue,
 		arg.KeyLimit,
 		arg.KeyLimits,
+		arg.Kinds,
+		arg.SharedNames,
+		arg.SharedMax,
 		arg.RateLimit,
 		arg.RateWindowMs,
-		arg.Kinds,
 		arg.AfterPriority,
 		arg.AfterRunAt,
 		arg.AfterID,
@@ -410,9 +485,71 @@ func (q *Queries) KeyStats(ctx context.Context, arg KeyStatsParams) ([]KeyStatsR
 	return items, nil
 }
 
-const lockClaims = `-- name: LockClaims :exec
-SELECT pg_advisory_xact_lock(to_regclass('hopper_jobs')::oid::integer, hashtext($1::text))
+const listKeyLimits = `-- name: ListKeyLimits :many
+SELECT l.queue, l.key::text AS key, l.max_running, l.updated_at,
+       (SELECT count(*) FROM hopper_jobs AS j
+        WHERE j.queue = l.queue AND j.state = 'running' AND j.concurrency_key = l.key)::bigint AS running
+FROM hopper_key_limits AS l
+WHERE $1::text = '' OR l.queue = $1::text
+ORDER BY l.queue, l.key
+LIMIT $2::integer
 `
+
+type ListKeyLimitsParams struct {
+	Queue   string
+	MaxRows int32
+}
+
+type ListKeyLimitsRow struct {
+	Queue      string
+	Key        string
+	MaxRunning int32
+	UpdatedAt  time.Time
+	Running    int64
+}
+
+// The keys' own limits, of one queue (an empty queue: every queue), with how many of
+// each key's jobs run now.
+func (q *Queries) ListKeyLimits(ctx context.Context, arg ListKeyLimitsParams) ([]ListKeyLimitsRow, error) {
+	rows, err := q.db.Query(ctx, listKeyLimits, arg.Queue, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListKeyLimitsRow
+	for rows.Next() {
+		var i ListKeyLimitsRow
+		if err := rows.Scan(
+			&i.Queue,
+			&i.Key,
+			&i.MaxRunning,
+			&i.UpdatedAt,
+			&i.Running,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const lockClaims = `-- name: LockClaims :exec
+SELECT pg_advisory_xact_lock(l.k1, l.k2)
+FROM (SELECT 0 AS step, to_regclass('hopper_jobs')::oid::integer AS k1, hashtext($1::text) AS k2
+      UNION
+      SELECT 1, -(to_regclass('hopper_jobs')::oid::integer), hashtext(s.name)
+      FROM unnest($2::text[]) AS s(name)
+      WHERE s.name <> ''
+      ORDER BY 1, 3) AS l
+`
+
+type LockClaimsParams struct {
+	Queue       string
+	SharedNames []string
+}
 
 // Serializes the claims of one queue under flow control: a claim that
 // counts running jobs per key, or jobs claimed in a rate window, must see
@@ -422,8 +559,15 @@ SELECT pg_advisory_xact_lock(to_regclass('hopper_jobs')::oid::integer, hashtext(
 // oid and the queue, so schemas sharing a database do not wait on each
 // other (a hash collision can only make two queues wait, never break a
 // limit).
-func (q *Queries) LockClaims(ctx context.Context, queue string) error {
-	_, err := q.db.Exec(ctx, lockClaims, queue)
+//
+// It also takes a lock per shared limit (shared_names, parallel to the
+// claim's kinds; ” none), after the queue's and in the order of the
+// locks' numbers, so that claims of different queues under one shared
+// limit take turns too. Every claim takes its queue's lock first and
+// then shared limits' in one order, on locks of their own first number,
+// so no two claims wait on each other in a cycle.
+func (q *Queries) LockClaims(ctx context.Context, arg LockClaimsParams) error {
+	_, err := q.db.Exec(ctx, lockClaims, arg.Queue, arg.SharedNames)
 	return err
 }
 
@@ -617,4 +761,55 @@ func (q *Queries) RecordFlowControl(ctx context.Context, arg RecordFlowControlPa
 		return nil, err
 	}
 	return items, nil
+}
+
+const recordSharedLimits = `-- name: RecordSharedLimits :exec
+WITH given AS (
+    SELECT g.kind, ($1::text[])[g.i] AS name, ($2::integer[])[g.i] AS max_running
+    FROM unnest($3::text[]) WITH ORDINALITY AS g(kind, i)
+), removed AS (
+    DELETE FROM hopper_shared_limits AS s
+    USING given
+    WHERE s.kind = given.kind AND given.name = ''
+)
+INSERT INTO hopper_shared_limits (kind, name, max_running)
+SELECT given.kind, given.name, given.max_running
+FROM given
+WHERE given.name <> ''
+ORDER BY given.kind
+ON CONFLICT (kind) DO UPDATE SET name = excluded.name, max_running = excluded.max_running, recorded_at = now()
+`
+
+type RecordSharedLimitsParams struct {
+	Names      []string
+	MaxRunning []int32
+	Kinds      []string
+}
+
+// Records the shared limit of each of a starting worker's kinds
+// (names[i], max_running[i] for kinds[i]; ” none): kinds under one are
+// written, the others' records removed, so that every worker's claims
+// count the running jobs of each kind of a limit.
+func (q *Queries) RecordSharedLimits(ctx context.Context, arg RecordSharedLimitsParams) error {
+	_, err := q.db.Exec(ctx, recordSharedLimits, arg.Names, arg.MaxRunning, arg.Kinds)
+	return err
+}
+
+const setKeyLimit = `-- name: SetKeyLimit :exec
+INSERT INTO hopper_key_limits (queue, key, max_running)
+VALUES ($1::text, $2::text, $3::integer)
+ON CONFLICT (queue, key) DO UPDATE SET max_running = excluded.max_running, updated_at = now()
+`
+
+type SetKeyLimitParams struct {
+	Queue      string
+	Key        string
+	MaxRunning int32
+}
+
+// Sets one key's limit in a queue (hopper_key_limits): the next claim of
+// the queue under flow control holds the key to it.
+func (q *Queries) SetKeyLimit(ctx context.Context, arg SetKeyLimitParams) error {
+	_, err := q.db.Exec(ctx, setKeyLimit, arg.Queue, arg.Key, arg.MaxRunning)
+	return err
 }

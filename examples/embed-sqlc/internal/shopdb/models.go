@@ -172,6 +172,13 @@ type HopperJobStep struct {
 	CreatedAt time.Time
 }
 
+type HopperKeyLimit struct {
+	Queue      string
+	Key        string
+	MaxRunning int32
+	UpdatedAt  time.Time
+}
+
 type HopperMigrationBuild struct {
 	Version       int64
 	HopperVersion string
@@ -239,6 +246,13 @@ type HopperSequenceBlock struct {
 	State       string
 	Reason      string
 	BlockedAt   time.Time
+}
+
+type HopperSharedLimit struct {
+	Kind       string
+	Name       string
+	MaxRunning int32
+	RecordedAt time.Time
 }
 
 type HopperUniquePeriod struct {

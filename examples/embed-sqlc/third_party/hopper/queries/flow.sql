@@ -7,7 +7,20 @@
 -- oid and the queue, so schemas sharing a database do not wait on each
 -- other (a hash collision can only make two queues wait, never break a
 -- limit).
-SELECT pg_advisory_xact_lock(to_regclass('hopper_jobs')::oid::integer, hashtext(@queue::text));
+--
+-- It also takes a lock per shared limit (shared_names, parallel to the
+-- claim's kinds; '' none), after the queue's and in the order of the
+-- locks' numbers, so that claims of different queues under one shared
+-- limit take turns too. Every claim takes its queue's lock first and
+-- then shared limits' in one order, on locks of their own first number,
+-- so no two claims wait on each other in a cycle.
+SELECT pg_advisory_xact_lock(l.k1, l.k2)
+FROM (SELECT 0 AS step, to_regclass('hopper_jobs')::oid::integer AS k1, hashtext(@queue::text) AS k2
+      UNION
+      SELECT 1, -(to_regclass('hopper_jobs')::oid::integer), hashtext(s.name)
+      FROM unnest(@shared_names::text[]) AS s(name)
+      WHERE s.name <> ''
+      ORDER BY 1, 3) AS l;
 
 -- name: DequeueLimited :many
 -- Dequeue for a queue under flow control; run in a transaction after
@@ -19,6 +32,13 @@ SELECT pg_advisory_xact_lock(to_regclass('hopper_jobs')::oid::integer, hashtext(
 --    while fewer than the limit of that key's jobs are running in the
 --    queue. Running means state running, so a crashed worker's job holds
 --    its slot until the sweep takes it back, and a lost lease frees it.
+--  * Limits by key. A key's row in hopper_key_limits (queue, key) sets
+--    its limit, over the kind's and the queue's, read at every claim.
+--  * Shared limits. A kind under a shared limit (shared_names[i] for
+--    kinds[i], '' none; shared_max[i] its most running jobs) is claimed
+--    only while fewer than the limit of the jobs of every kind under that
+--    name (hopper_shared_limits, and the claim's own kinds) run, in any
+--    queue: LockClaims took the name's lock.
 --  * A rate limit. With rate_limit > 0, no more than rate_limit jobs of a
 --    group (rate_by: 'queue', 'kind' or 'key') are claimed in any window of
 --    rate_window_ms: every claim logs what it took in hopper_rate_claims,
@@ -47,6 +67,10 @@ WITH clock AS MATERIALIZED (
 ), paused AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM hopper_queues AS q
                    WHERE q.name = @queue::text AND q.paused_at IS NOT NULL) AS yes
+), tiered AS MATERIALIZED (
+    -- whether some key of the queue has a limit of its own: only then is
+    -- the table read per job
+    SELECT EXISTS (SELECT 1 FROM hopper_key_limits AS l WHERE l.queue = @queue::text) AS yes
 ), running AS MATERIALIZED (
     -- how many of the queue's jobs run under each key: a row per key,
     -- ranked first within its key before the jobs a claim considers, so
@@ -55,9 +79,28 @@ WITH clock AS MATERIALIZED (
     -- are read without a limit
     SELECT r.concurrency_key, count(1) AS jobs
     FROM hopper_jobs AS r
-    WHERE (@key_limit::integer > 0 OR 0 < ANY (@key_limits::integer[]))
+    WHERE (@key_limit::integer > 0 OR 0 < ANY (@key_limits::integer[]) OR (SELECT yes FROM tiered))
       AND r.queue = @queue::text AND r.state = 'running' AND r.concurrency_key IS NOT NULL
     GROUP BY r.concurrency_key
+), shared_running AS MATERIALIZED (
+    -- how many jobs run under each of the claim's shared limits, of every
+    -- kind recorded under the name and of the claim's own kinds under it,
+    -- counted up to the limit only: a limit reached is reached, and the
+    -- count stops there whatever the number of running jobs
+    SELECT n.name,
+           (SELECT count(1)::integer
+            FROM (SELECT 1
+                  FROM hopper_jobs AS r
+                  WHERE r.state = 'running'
+                    AND r.kind IN (SELECT s.kind FROM hopper_shared_limits AS s WHERE s.name = n.name
+                                   UNION
+                                   SELECT u.kind FROM unnest(@kinds::text[]) WITH ORDINALITY AS u(kind, i)
+                                   WHERE (@shared_names::text[])[u.i] = n.name)
+                  LIMIT n.most) AS r) AS jobs
+    FROM (SELECT (@shared_names::text[])[u.i] AS name, max((@shared_max::integer[])[u.i]) AS most
+          FROM unnest(@kinds::text[]) WITH ORDINALITY AS u(kind, i)
+          WHERE (@shared_names::text[])[u.i] <> ''
+          GROUP BY 1) AS n
 ), used AS MATERIALIZED (
     -- a claim whose handlers may still be starting (ExactStarts, not yet
     -- moved to its last start) counts until it is moved, or for a grace of
@@ -73,7 +116,10 @@ WITH clock AS MATERIALIZED (
 ), head AS MATERIALIZED (
     -- the first scan ready jobs after the claim cursor, in Dequeue's order
     SELECT j.id, j.kind, j.concurrency_key, j.priority, j.run_at,
-           coalesce(nullif((@key_limits::integer[])[array_position(@kinds::text[], j.kind)], 0), nullif(@key_limit::integer, 0)) AS key_limit
+           coalesce(CASE WHEN (SELECT yes FROM tiered) AND j.concurrency_key IS NOT NULL
+                         THEN (SELECT l.max_running FROM hopper_key_limits AS l
+                               WHERE l.queue = @queue::text AND l.key = j.concurrency_key) END,
+                    nullif((@key_limits::integer[])[array_position(@kinds::text[], j.kind)], 0), nullif(@key_limit::integer, 0)) AS key_limit
     FROM hopper_jobs AS j
     WHERE NOT (SELECT yes FROM paused)
       AND j.state = 'pending'
@@ -124,7 +170,9 @@ WITH clock AS MATERIALIZED (
 ), simple AS MATERIALIZED (
     -- the usual strict claim (no rate limit, no round of keys): the open
     -- head, in order, is the answer, and the second pass below is skipped
-    SELECT NOT @fair::boolean AND @rate_limit::integer <= 0 AND NOT EXISTS (SELECT 1 FROM round_keys) AS yes
+    SELECT NOT @fair::boolean AND @rate_limit::integer <= 0
+           AND NOT coalesce('' < ANY (@shared_names::text[]), false)
+           AND NOT EXISTS (SELECT 1 FROM round_keys) AS yes
 ), key_share AS MATERIALIZED (
     SELECT (greatest(@max_jobs::integer, 1) - 1) / greatest(count(1)::integer, 1) + 1 AS jobs
     FROM round_keys
@@ -151,7 +199,10 @@ WITH clock AS MATERIALIZED (
     SELECT c.id, c.kind, c.concurrency_key, c.priority, c.run_at, c.considered,
            sum(c.jobs) OVER (PARTITION BY c.concurrency_key COLLATE "C" ORDER BY c.considered, c.priority, c.run_at, c.id
                              ROWS UNBOUNDED PRECEDING) AS key_rank,
-           coalesce(nullif((@key_limits::integer[])[array_position(@kinds::text[], c.kind)], 0), nullif(@key_limit::integer, 0)) AS key_limit,
+           coalesce(CASE WHEN (SELECT yes FROM tiered) AND c.concurrency_key IS NOT NULL
+                         THEN (SELECT l.max_running FROM hopper_key_limits AS l
+                               WHERE l.queue = @queue::text AND l.key = c.concurrency_key) END,
+                    nullif((@key_limits::integer[])[array_position(@kinds::text[], c.kind)], 0), nullif(@key_limit::integer, 0)) AS key_limit,
            CASE @rate_by::text WHEN 'kind' THEN c.kind WHEN 'key' THEN coalesce(c.concurrency_key, '') ELSE '' END AS rate_group
     FROM (SELECT cd.id, cd.kind, cd.concurrency_key, cd.priority, cd.run_at, true AS considered, 1::bigint AS jobs
           FROM candidates AS cd
@@ -161,11 +212,24 @@ WITH clock AS MATERIALIZED (
     WHERE NOT (SELECT yes FROM simple)
 ), within_key AS (
     SELECT k.id, k.concurrency_key, k.priority, k.run_at, k.key_rank, k.rate_group,
-           row_number() OVER (PARTITION BY k.rate_group COLLATE "C"
-                              ORDER BY CASE WHEN @fair::boolean THEN k.key_rank ELSE 0 END, k.priority, k.run_at, k.id) AS rate_rank
+           nullif((@shared_names::text[])[array_position(@kinds::text[], k.kind)], '') AS shared_name,
+           (@shared_max::integer[])[array_position(@kinds::text[], k.kind)] AS shared_max
     FROM keyed AS k
     WHERE k.considered
       AND (k.concurrency_key IS NULL OR k.key_limit IS NULL OR k.key_rank <= k.key_limit)
+), within_shared AS (
+    -- ranked within their shared limit after its running jobs
+    SELECT w.id, w.concurrency_key, w.priority, w.run_at, w.key_rank, w.rate_group, w.shared_name, w.shared_max,
+           row_number() OVER (PARTITION BY w.shared_name COLLATE "C"
+                              ORDER BY CASE WHEN @fair::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id)
+             + coalesce((SELECT sr.jobs FROM shared_running AS sr WHERE sr.name = w.shared_name), 0) AS shared_rank
+    FROM within_key AS w
+), within_rate AS (
+    SELECT s.id, s.concurrency_key, s.priority, s.run_at, s.key_rank, s.rate_group,
+           row_number() OVER (PARTITION BY s.rate_group COLLATE "C"
+                              ORDER BY CASE WHEN @fair::boolean THEN s.key_rank ELSE 0 END, s.priority, s.run_at, s.id) AS rate_rank
+    FROM within_shared AS s
+    WHERE s.shared_name IS NULL OR s.shared_rank <= s.shared_max
 ), allowed AS (
     (SELECT o.id, ''::text AS rate_group
      FROM open_head AS o
@@ -174,7 +238,7 @@ WITH clock AS MATERIALIZED (
      LIMIT @max_jobs::integer)
     UNION ALL
     (SELECT w.id, w.rate_group
-     FROM within_key AS w
+     FROM within_rate AS w
      LEFT JOIN used ON used.rate_group = w.rate_group
      WHERE @rate_limit::integer <= 0
         OR w.rate_rank + coalesce(used.jobs, 0) <= @rate_limit::integer
@@ -352,3 +416,47 @@ WHERE earlier.flow_control IS NOT NULL
   AND earlier.flow_control <> given.flow
   AND earlier.flow_control_by IS DISTINCT FROM @worker::text
 ORDER BY earlier.name;
+
+-- name: RecordSharedLimits :exec
+-- Records the shared limit of each of a starting worker's kinds
+-- (names[i], max_running[i] for kinds[i]; '' none): kinds under one are
+-- written, the others' records removed, so that every worker's claims
+-- count the running jobs of each kind of a limit.
+WITH given AS (
+    SELECT g.kind, (@names::text[])[g.i] AS name, (@max_running::integer[])[g.i] AS max_running
+    FROM unnest(@kinds::text[]) WITH ORDINALITY AS g(kind, i)
+), removed AS (
+    DELETE FROM hopper_shared_limits AS s
+    USING given
+    WHERE s.kind = given.kind AND given.name = ''
+)
+INSERT INTO hopper_shared_limits (kind, name, max_running)
+SELECT given.kind, given.name, given.max_running
+FROM given
+WHERE given.name <> ''
+ORDER BY given.kind
+ON CONFLICT (kind) DO UPDATE SET name = excluded.name, max_running = excluded.max_running, recorded_at = now();
+
+-- name: SetKeyLimit :exec
+-- Sets one key's limit in a queue (hopper_key_limits): the next claim of
+-- the queue under flow control holds the key to it.
+INSERT INTO hopper_key_limits (queue, key, max_running)
+VALUES (@queue::text, @key::text, @max_running::integer)
+ON CONFLICT (queue, key) DO UPDATE SET max_running = excluded.max_running, updated_at = now();
+
+-- name: DeleteKeyLimit :execrows
+-- Removes one key's limit: the key is limited by its kind's or queue's
+-- KeyLimit again from the next claim.
+DELETE FROM hopper_key_limits AS l
+WHERE l.queue = @queue::text AND l.key = @key::text;
+
+-- name: ListKeyLimits :many
+-- The keys' own limits, of one queue (an empty queue: every queue), with how many of
+-- each key's jobs run now.
+SELECT l.queue, l.key::text AS key, l.max_running, l.updated_at,
+       (SELECT count(*) FROM hopper_jobs AS j
+        WHERE j.queue = l.queue AND j.state = 'running' AND j.concurrency_key = l.key)::bigint AS running
+FROM hopper_key_limits AS l
+WHERE @queue::text = '' OR l.queue = @queue::text
+ORDER BY l.queue, l.key
+LIMIT @max_rows::integer;
