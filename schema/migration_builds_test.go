@@ -2,6 +2,7 @@ package schema_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -81,10 +82,10 @@ func TestMigrationBuildsFollowDown(t *testing.T) {
 	require.NoError(t, mg.Up(ctx))
 	builds, err := mg.Builds(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []uint{28, 29, 30}, versionsOf(builds), "only what this run applied")
+	applied := slices.DeleteFunc(schema.Versions(), func(v uint) bool { return v < 28 })
+	require.Equal(t, applied, versionsOf(builds), "only what this run applied")
 
-	// Down to 30 from a later latest would forget the later ones; here,
-	// down below 30 drops the table, and up records 28 to 30 again.
+	// Down below 30 drops the table, and up records 28 on again.
 	downTo(ctx, t, mg, 29)
 	builds, err = mg.Builds(ctx)
 	require.NoError(t, err)

@@ -35,6 +35,8 @@ var addedBy = map[uint][]string{
 	28: nil, // meta_room: a check on hopper_jobs replaced
 	29: nil, // meta_room_valid: the check validated
 	30: {"relation hopper_migration_builds", "relation hopper_migration_builds_pkey"},
+	31: {"relation hopper_key_limits", "relation hopper_key_limits_pkey", // key_limits; hopper_ready_keys replaced
+		"relation hopper_shared_limits", "relation hopper_shared_limits_name_idx", "relation hopper_shared_limits_pkey"},
 }
 
 // deadPartitionObjects are what migration 24 (dead_partitions) adds: the
