@@ -15,6 +15,7 @@ import (
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/jsonbtext"
 	"github.com/hopperq/hopper/internal/schemascope"
+	"github.com/hopperq/hopper/internal/worker/loop"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -443,7 +444,7 @@ func (c *Client) waitEnded(ctx context.Context, what string, remark bool,
 				every = unmarkedCheckEvery
 			}
 			if conn == nil { // through a pooler: no notification comes
-				if !sleepCtx(ctx, every) {
+				if !loop.Sleep(ctx, every) {
 					return fmt.Errorf("%s: %w", what, ctx.Err())
 				}
 				break
@@ -481,18 +482,6 @@ func (c *Client) waitEnded(ctx context.Context, what string, remark bool,
 				return nil
 			}
 		}
-	}
-}
-
-// sleepCtx waits d, or until ctx ends: it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
