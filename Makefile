@@ -118,7 +118,7 @@ api-check: ## fail when the exported API differs from api/ in any way, compatibl
 
 .PHONY: docs-check
 docs-check: ## check the code blocks and links of README.md, CONTRIBUTING.md and docs/ (make test runs it too)
-	go test -count=1 -run 'TestDocs' ./internal/doccheck
+	go test -count=1 -run 'TestDocs' ./internal/tools/doccheck
 
 .PHONY: check-alerts
 check-alerts: ## promtool check and test the alert rules in monitoring/ and check the dashboard's queries (installs Debian's prometheus package if promtool is missing)
@@ -130,27 +130,27 @@ screenshot: ## retake docs/dashboard.png with the dashboard's browser test
 
 .PHONY: generate
 generate: ## regenerate db/ from schema/ and queries/ with sqlc, the test factory's factorydb/, schema/functions/ (each SQL function's current source), schema/current/schema.sql (needs the tests' PostgreSQL), then the embed-sqlc example's code
-	rm -f db/*.go internal/testfactory/factorydb/*.go
+	rm -f db/*.go internal/testbed/testfactory/factorydb/*.go
 	$(SQLC) generate
-	$(SQLC) generate -f internal/testfactory/sqlc.yaml
-	go run ./internal/sqlfuncs/gen schema schema/functions
+	$(SQLC) generate -f internal/testbed/testfactory/sqlc.yaml
+	go run ./internal/tools/sqlfuncs/gen schema schema/functions
 	bash .ci/current-schema.sh schema/current/schema.sql
 	$(MAKE) -C $(EXAMPLE) generate
 
 .PHONY: check-generated
 check-generated: ## fail when db/, the test factory's factorydb/, schema/functions/ or schema/current/schema.sql differs from what the SQL makes (stale files included)
-	rm -rf $(SCRATCH) && mkdir -p $(SCRATCH)/internal/testfactory
+	rm -rf $(SCRATCH) && mkdir -p $(SCRATCH)/internal/testbed/testfactory
 	cp -R sqlc.yaml schema queries $(SCRATCH)/
-	cp internal/testfactory/sqlc.yaml internal/testfactory/factory.sql $(SCRATCH)/internal/testfactory/
+	cp internal/testbed/testfactory/sqlc.yaml internal/testbed/testfactory/factory.sql $(SCRATCH)/internal/testbed/testfactory/
 	$(SQLC) generate -f $(SCRATCH)/sqlc.yaml
-	$(SQLC) generate -f $(SCRATCH)/internal/testfactory/sqlc.yaml
+	$(SQLC) generate -f $(SCRATCH)/internal/testbed/testfactory/sqlc.yaml
 	@if ! diff -r db $(SCRATCH)/db; then \
 		echo "db/ is stale: run 'make generate' and commit the result" >&2; exit 1; \
 	fi
-	@if ! diff -r internal/testfactory/factorydb $(SCRATCH)/internal/testfactory/factorydb; then \
-		echo "internal/testfactory/factorydb/ is stale: run 'make generate' and commit the result" >&2; exit 1; \
+	@if ! diff -r internal/testbed/testfactory/factorydb $(SCRATCH)/internal/testbed/testfactory/factorydb; then \
+		echo "internal/testbed/testfactory/factorydb/ is stale: run 'make generate' and commit the result" >&2; exit 1; \
 	fi
-	go run ./internal/sqlfuncs/gen schema $(SCRATCH)/functions
+	go run ./internal/tools/sqlfuncs/gen schema $(SCRATCH)/functions
 	@if ! diff -r schema/functions $(SCRATCH)/functions; then \
 		echo "schema/functions/ is stale: run 'make generate' and commit the result" >&2; exit 1; \
 	fi
@@ -164,7 +164,7 @@ check-generated: ## fail when db/, the test factory's factorydb/, schema/functio
 .PHONY: vet
 vet: ## go vet and gofmt
 	go vet ./...
-	go -C internal/testdb/dockerpg vet ./...
+	go -C internal/testbed/testdb/dockerpg vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1; }
 
 .PHONY: lint
@@ -173,7 +173,7 @@ lint: ## staticcheck, pinned in tools/go.mod, on Hopper, the embed-sqlc example,
 	cd $(EXAMPLE) && go tool -modfile=../../tools/go.mod staticcheck ./...
 	cd $(OTEL) && go tool -modfile=../tools/go.mod staticcheck ./...
 	cd $(E2E) && go tool -modfile=../../tools/go.mod staticcheck ./...
-	cd internal/testdb/dockerpg && go tool -modfile=../../../tools/go.mod staticcheck ./...
+	cd internal/testbed/testdb/dockerpg && go tool -modfile=../../../../tools/go.mod staticcheck ./...
 
 .PHONY: ci
 ci: ## what .ci/run runs once PostgreSQL is up: check-generated, vet, api-check, lint, check-alerts, test, the restart scenario, a short fuzz

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/schema"
 	"github.com/hopperq/hopper/worker"

@@ -40,7 +40,7 @@ case $mode in write | check) ;; *) usage ;; esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-go build -o "$tmp/apilist" ./internal/doccheck/apilist
+go build -o "$tmp/apilist" ./internal/tools/doccheck/apilist
 go build -modfile=tools/go.mod -o "$tmp/apidiff" golang.org/x/exp/cmd/apidiff
 
 name_of() { if [ "$1" = . ]; then echo hopper; else basename "$1"; fi; }

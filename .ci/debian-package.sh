@@ -7,7 +7,7 @@
 # (tests/sqlapi_test.go enqueues through the SQL API from Python; PROGRAM is
 # then the module's directory) and postgresql-15-plpgsql-check
 # (schema/plpgsql_check_test.go; PROGRAM is then its library) and
-# postgresql-15-auto-failover (internal/hacluster: a pg_auto_failover
+# postgresql-15-auto-failover (internal/testbed/hacluster: a pg_auto_failover
 # formation for the failover scenarios; PROGRAM is its pg_autoctl). Idempotent;
 # without root it can only say what is missing, and the test skips (or,
 # with CI set, fails).

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/dashboard"
-	"github.com/hopperq/hopper/internal/testfactory"
+	"github.com/hopperq/hopper/internal/testbed/testfactory"
 	"github.com/hopperq/hopper/jobs"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/hopperq/hopper/dashboard"
 	"github.com/hopperq/hopper/internal/buildinfo"
-	"github.com/hopperq/hopper/internal/testfactory"
+	"github.com/hopperq/hopper/internal/testbed/testfactory"
 	"github.com/hopperq/hopper/jobs"
 )
 

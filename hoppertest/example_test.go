@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/hopperq/hopper/hoppertest"
-	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )

@@ -3,7 +3,7 @@ package hoppertest_test
 import (
 	"testing"
 
-	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/hopperq/hopper/internal/freshschema"
+	"github.com/hopperq/hopper/internal/testbed/freshschema"
 )
 
 // Schema gives a test a schema of its own with Hopper's tables migrated,

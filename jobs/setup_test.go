@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
 )
 
 // TestMain skips the package without a database and fails it on leaked

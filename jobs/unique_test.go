@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hopperq/hopper/internal/testfactory"
+	"github.com/hopperq/hopper/internal/testbed/testfactory"
 	"github.com/hopperq/hopper/jobs"
 )
 

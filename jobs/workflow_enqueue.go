@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hopperq/hopper/db"
@@ -177,7 +178,7 @@ func writeWorkflows(ctx context.Context, dbtx DBTX, ps []preparedWorkflow) ([]Wo
 		return err
 	})
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "22023" && strings.HasPrefix(pgErr.Message, "hopper: unknown step") {
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InvalidParameterValue && strings.HasPrefix(pgErr.Message, "hopper: unknown step") {
 		// A parent given by id that is no step of this workflow, or is
 		// gone (completed and not kept).
 		return nil, fmt.Errorf("%w: %w", ErrInvalidWorkflow, err)

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
-	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
 )
 
 // TestHotPlansHoldWhateverTheStatistics runs every hot statement — the

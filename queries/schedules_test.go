@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
-	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
 )
 
 func define(t *testing.T, b *bundle, q *db.Queries, hash, expr string, staleAfter time.Duration) (db.DefineScheduleRow, error) {

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
-	"github.com/hopperq/hopper/internal/testfactory"
+	"github.com/hopperq/hopper/internal/testbed/testfactory"
 )
 
 func TestSweep(t *testing.T) {

@@ -13,9 +13,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/hopperq/hopper"
-	"github.com/hopperq/hopper/internal/doccheck"
-	"github.com/hopperq/hopper/internal/testdb"
-	"github.com/hopperq/hopper/internal/testfactory"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testfactory"
+	"github.com/hopperq/hopper/internal/tools/doccheck"
 )
 
 // autoscaleQuery is the query of the KEDA PostgreSQL trigger in

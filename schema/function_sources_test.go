@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hopperq/hopper/internal/sqlfuncs"
-	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
+	"github.com/hopperq/hopper/internal/tools/sqlfuncs"
 )
 
 // TestFunctionSources proves that schema/functions/ is the truth of

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
-	"github.com/hopperq/hopper/internal/doccheck"
-	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
+	"github.com/hopperq/hopper/internal/tools/doccheck"
 	"github.com/hopperq/hopper/schema"
 )
 

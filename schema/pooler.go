@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -12,7 +13,7 @@ import (
 // (SQLSTATE 08P01, "unsupported startup parameter: lock_timeout"), and
 // names the parameter. PostgreSQL itself takes any setting there.
 func refusedStartupParameter(err error) (pgErr *pgconn.PgError, param string, ok bool) {
-	if !errors.As(err, &pgErr) || pgErr.Code != "08P01" {
+	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.ProtocolViolation {
 		return nil, "", false
 	}
 	param, ok = strings.CutPrefix(pgErr.Message, "unsupported startup parameter: ")

@@ -25,7 +25,7 @@ import (
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/buildinfo"
 	"github.com/hopperq/hopper/internal/pgurl"
-	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
 	"github.com/hopperq/hopper/queries"
 	"github.com/hopperq/hopper/schema"
 	"github.com/hopperq/hopper/tests/internal/bed"

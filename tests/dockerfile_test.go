@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/internal/buildinfo"
-	"github.com/hopperq/hopper/internal/doccheck"
-	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
+	"github.com/hopperq/hopper/internal/tools/doccheck"
 )
 
 // kubernetesGuide is the guide whose Dockerfile TestDockerfileRecipe runs.

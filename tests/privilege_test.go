@@ -18,8 +18,8 @@ import (
 
 	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/db"
-	"github.com/hopperq/hopper/internal/doccheck"
-	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
+	"github.com/hopperq/hopper/internal/tools/doccheck"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/schema"
 	"github.com/hopperq/hopper/worker"

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
-	"github.com/hopperq/hopper/internal/testdb"
-	"github.com/hopperq/hopper/internal/testfactory"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testfactory"
 	"github.com/hopperq/hopper/jobs"
 )
 

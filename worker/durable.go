@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -171,7 +172,7 @@ func (d *durableCalls) record(ctx context.Context, q *db.Queries, c *heldJob, p 
 	r, err := q.RecordStep(ctx, p)
 	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "23505":
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation:
 		return errRecordTaken
 	case jsonbtext.Refused(err):
 		return Permanent(fmt.Errorf("record %s %q of job %d: %w: %w", p.Kind, p.Name, c.id, ErrInvalidRecord, err))

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hopperq/hopper/db"
@@ -62,7 +63,7 @@ func (r *run) recordFlow(ctx context.Context) error {
 	}
 	differ, err := w.q.RecordFlowControl(ctx, db.RecordFlowControlParams{Worker: w.cfg.ID, Names: names, Flows: flows})
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42703" { // undefined_column
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedColumn { // undefined_column
 		return migrated.Errorf(w.migrateUp(), "schema %s lacks hopper_queues.flow_control, which migration %s adds", r.schema, migrated.Migration(7))
 	}
 	if err != nil {

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
-	"github.com/hopperq/hopper/internal/testdb"
-	"github.com/hopperq/hopper/internal/testdb/wirefault"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
+	"github.com/hopperq/hopper/internal/testbed/wirefault"
 	"github.com/hopperq/hopper/internal/worker/announce"
 )
 

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -122,7 +123,7 @@ func connectionLost(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
-		case pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03",
+		case pgErr.Code == pgerrcode.AdminShutdown, pgErr.Code == pgerrcode.CrashShutdown, pgErr.Code == pgerrcode.CannotConnectNow,
 			pgErr.Code == sqlstateReadOnly, strings.HasPrefix(pgErr.Code, "08"):
 			return true
 		}

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
-	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
 )
 
 // Which refusals are the statement's own (split, degraded) and which the

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hopperq/hopper/db"
@@ -120,7 +121,7 @@ func (r *run) start(ctx context.Context) error {
 	}
 	if err := w.q.RegisterQueues(ctx, names); err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable { // undefined_table
 			return migrated.Errorf(w.migrateUp(), "schema %s lacks hopper_queues, which migration %s adds", r.schema, migrated.Migration(3))
 		}
 		// The first write: on a standby it is the one refused, and the

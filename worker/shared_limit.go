@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hopperq/hopper/db"
@@ -54,7 +55,7 @@ func (r *run) recordShared(ctx context.Context) error {
 	}
 	err := r.w.q.RecordSharedLimits(ctx, db.RecordSharedLimitsParams{Kinds: t.kinds, Names: t.sharedNames, MaxRunning: t.sharedMax})
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable { // undefined_table
 		return migrated.Errorf(r.w.migrateUp(), "schema %s lacks hopper_shared_limits, which migration %s adds", r.schema, migrated.Migration(31))
 	}
 	if err != nil {

@@ -8,5 +8,5 @@ import (
 
 // TestMain fails the package when its tests pass but leave goroutines
 // running (a pool or worker not stopped). The example cannot import
-// Hopper's internal/testdb, so it calls goleak directly.
+// Hopper's internal/testbed/testdb, so it calls goleak directly.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,7 +1,7 @@
 // Package grants is the one list of the privileges each kind of role
 // needs on Hopper's schema: what hopper grants prints and applies, what a
 // worker checks at its start and schema.Check checks when asked, and what
-// the guides' grant blocks must say (a test of internal/doccheck compares
+// the guides' grant blocks must say (a test of internal/tools/doccheck compares
 // them), so that the four cannot drift apart.
 package grants
 

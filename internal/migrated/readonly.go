@@ -3,6 +3,7 @@ package migrated
 import (
 	"errors"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -12,9 +13,6 @@ import (
 // only (default_transaction_read_only, BEGIN READ ONLY). Package jobs
 // exports it as jobs.ErrReadOnly, package worker as worker.ErrReadOnly.
 var ErrReadOnly = errors.New("hopper: read-only database")
-
-// sqlstateReadOnly is read_only_sql_transaction.
-const sqlstateReadOnly = "25006"
 
 // readOnlyFix is what to do, as every ErrReadOnly says it: the usual cause
 // is a connection string that names one node of a highly available
@@ -37,7 +35,7 @@ func (e *readOnlyError) Unwrap() []error { return []error{ErrReadOnly, e.cause} 
 // ErrReadOnly already, and nil, are returned as they are.
 func ExplainReadOnly(err error) error {
 	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) || pgErr.Code != sqlstateReadOnly || errors.Is(err, ErrReadOnly) {
+	if err == nil || !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.ReadOnlySQLTransaction || errors.Is(err, ErrReadOnly) {
 		return err
 	}
 	return &readOnlyError{msg: ErrReadOnly.Error() + ": " + err.Error() + ": " + readOnlyFix, cause: err}

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/internal/silentpeer"
-	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

@@ -55,7 +55,7 @@ func TestComponentsImportNoOtherComponent(t *testing.T) {
 func TestWorkerImportsNoTestKit(t *testing.T) {
 	t.Parallel()
 	for _, imp := range imports(t, "../../worker") {
-		for _, kit := range []string{"hoppertest", "internal/testdb", "internal/testfactory", "internal/worker/passbed", "internal/testrun"} {
+		for _, kit := range []string{"hoppertest", "internal/testbed/testdb", "internal/testbed/testfactory", "internal/testbed/passbed", "internal/testrun"} {
 			require.False(t, imp == module+kit || strings.HasPrefix(imp, module+kit+"/"), "worker/ imports the test kit %s", imp)
 		}
 	}

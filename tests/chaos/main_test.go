@@ -10,7 +10,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
 	"github.com/hopperq/hopper/tests/internal/bed"
 )
 

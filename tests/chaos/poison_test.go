@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
-	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
 )
 
 // TestPoison throws poison at the runtime (issue 30): three worker

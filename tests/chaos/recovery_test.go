@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )

@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hopperq/hopper/internal/doccheck"
-	"github.com/hopperq/hopper/internal/hacluster"
+	"github.com/hopperq/hopper/internal/testbed/hacluster"
+	"github.com/hopperq/hopper/internal/tools/doccheck"
 )
 
 // TestDocsPgAutoctlCommands keeps the guides' pg_autoctl commands true,

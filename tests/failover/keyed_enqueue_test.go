@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper"
-	"github.com/hopperq/hopper/internal/hacluster"
-	"github.com/hopperq/hopper/internal/testdb/wirefault"
+	"github.com/hopperq/hopper/internal/testbed/hacluster"
+	"github.com/hopperq/hopper/internal/testbed/wirefault"
 	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )

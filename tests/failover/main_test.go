@@ -1,5 +1,5 @@
 // Package failover runs Hopper across the failures of a highly available
-// PostgreSQL: a pg_auto_failover formation (internal/hacluster) under load
+// PostgreSQL: a pg_auto_failover formation (internal/testbed/hacluster) under load
 // from producers that enqueue in transactions with business rows and three
 // worker processes (this test binary run again), through a planned
 // switchover, a node killed, a postmaster killed under its keeper, and a

@@ -22,7 +22,7 @@ import (
 
 	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/dashboard"
-	"github.com/hopperq/hopper/internal/hacluster"
+	"github.com/hopperq/hopper/internal/testbed/hacluster"
 	"github.com/hopperq/hopper/jobs"
 	clibed "github.com/hopperq/hopper/tests/internal/bed"
 	"github.com/hopperq/hopper/worker"

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hopperq/hopper/internal/hacluster"
+	"github.com/hopperq/hopper/internal/testbed/hacluster"
 )
 
 // syncOff is a span in which a node's commits did not wait for its

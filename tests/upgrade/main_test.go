@@ -6,7 +6,7 @@ package upgrade
 import (
 	"testing"
 
-	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
-	"github.com/hopperq/hopper/internal/testdb"
+	"github.com/hopperq/hopper/internal/testbed/passbed"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
 	"github.com/hopperq/hopper/internal/worker/announce"
-	"github.com/hopperq/hopper/internal/worker/passbed"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

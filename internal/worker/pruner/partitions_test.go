@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
-	"github.com/hopperq/hopper/internal/testfactory"
-	"github.com/hopperq/hopper/internal/worker/passbed"
+	"github.com/hopperq/hopper/internal/testbed/passbed"
+	"github.com/hopperq/hopper/internal/testbed/testfactory"
 )
 
 // With a DeadRetention of 8 minutes or more the pruner keeps the dead

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
-	"github.com/hopperq/hopper/internal/testdb"
-	"github.com/hopperq/hopper/internal/testfactory"
-	"github.com/hopperq/hopper/internal/worker/passbed"
+	"github.com/hopperq/hopper/internal/testbed/passbed"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testfactory"
 )
 
 // The pruner deletes a completed job once its keep has passed and, with a

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
-	"github.com/hopperq/hopper/internal/testdb"
-	"github.com/hopperq/hopper/internal/worker/passbed"
+	"github.com/hopperq/hopper/internal/testbed/passbed"
+	"github.com/hopperq/hopper/internal/testbed/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

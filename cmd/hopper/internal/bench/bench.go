@@ -13,7 +13,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/hopperq/hopper/internal/pgcluster"
+	"github.com/hopperq/hopper/internal/testbed/pgcluster"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"

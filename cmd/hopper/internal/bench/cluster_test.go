@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hopperq/hopper/internal/pgcluster"
+	"github.com/hopperq/hopper/internal/testbed/pgcluster"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"

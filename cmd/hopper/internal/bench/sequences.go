@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -244,7 +245,7 @@ func (r *SequencesResult) Print(w io.Writer) {
 // commit (it waits); commit the first: the second fails.
 func headRace(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "hopper_jobs_sequence_head_idx"
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation && pgErr.ConstraintName == "hopper_jobs_sequence_head_idx"
 }
 
 // meanDrain is the mean rate of drains.

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -498,7 +499,7 @@ func connectError(cfg *pgx.ConnConfig, err error) error {
 // names the parameter. PostgreSQL itself takes any setting there.
 func refusedStartupParameter(err error) (string, bool) {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "08P01" {
+	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.ProtocolViolation {
 		return "", false
 	}
 	return strings.CutPrefix(pgErr.Message, "unsupported startup parameter: ")
