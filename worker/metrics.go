@@ -153,10 +153,16 @@ func (m *metrics) JobDead(queue string) { m.outcome(queue, "", OutcomeDead) }
 // JobReleased counts a job of queue handed back for reason: the releaser's
 // Metrics.
 func (m *metrics) JobReleased(queue, reason string) { m.releasedC.WithLabelValues(queue, reason).Inc() }
-func (m *metrics) scheduleFired(name string, jobs int) {
+
+// ScheduleFired counts the jobs a fire of the schedule name enqueued: the
+// scheduler's Metrics.
+func (m *metrics) ScheduleFired(name string, jobs int) {
 	m.scheduleFiresC.WithLabelValues(name, fireEnqueued).Add(float64(jobs))
 }
-func (m *metrics) scheduleFailed(name string) {
+
+// ScheduleFailed counts a failed fire of the schedule name: the
+// scheduler's Metrics.
+func (m *metrics) ScheduleFailed(name string) {
 	m.scheduleFiresC.WithLabelValues(name, fireFailed).Inc()
 }
 func (m *metrics) abandoned(queue, kind string) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -17,6 +19,7 @@ import (
 	"github.com/hopperq/hopper/internal/migrated"
 	"github.com/hopperq/hopper/internal/worker/registry"
 	"github.com/hopperq/hopper/internal/worker/releaser"
+	"github.com/hopperq/hopper/internal/worker/scheduler"
 )
 
 // run is one Run of a Worker: the components it works with, each built
@@ -34,7 +37,7 @@ type run struct {
 	executor  *executor
 	heartbeat *heartbeat
 	producers map[string]*producer
-	scheduler *scheduler // nil: the worker defines no schedules
+	scheduler *scheduler.Scheduler // nil: the worker defines no schedules
 	notifier  *notifier
 
 	// unrecorded counts results not recorded (OutcomeUnrecorded): their
@@ -80,8 +83,13 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 
 	onSchedule := func(string) {}
 	if len(w.schedules) > 0 {
-		r.scheduler = newScheduler(w.q, w.pool, w.dbtx, w.log, w.metrics, cfg, w.schedules)
-		onSchedule = r.scheduler.triggered
+		r.scheduler, err = scheduler.New(scheduler.Config{Queries: w.q, Begin: w.pool.Begin, DBTX: w.dbtx, Log: w.log,
+			Metrics: w.metrics, PollEvery: cfg.PollInterval, StaleAfter: cfg.ScheduleStaleAfter,
+			Schedules: slices.Collect(maps.Values(w.schedules))})
+		if err != nil {
+			return nil, fmt.Errorf("worker: %w", err)
+		}
+		onSchedule = r.scheduler.Trigger
 	}
 	r.notifier = newNotifier(notifierConfig{q: w.q, connConfig: w.pool.Config().ConnConfig, log: w.log, owner: cfg.ID,
 		schema: schema, producers: r.producers, listening: listening, onCancel: r.held.cancelNotice,
@@ -138,7 +146,7 @@ func (r *run) start(ctx context.Context) error {
 		return err
 	}
 	if r.scheduler != nil {
-		if err := r.scheduler.define(ctx); err != nil {
+		if err := r.scheduler.Define(ctx); err != nil {
 			return err
 		}
 	}

@@ -81,7 +81,7 @@ func TestNewRunWiresEveryComponent(t *testing.T) {
 
 	r = build(Config{Queues: map[string]int{"default": 1}, PollOnly: true}, true)
 	require.NotNil(t, r.scheduler)
-	require.Equal(t, []string{"nightly"}, r.scheduler.names)
-	require.Equal(t, []string{"*worker.heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*worker.scheduler"},
+	require.Equal(t, []string{"nightly"}, r.scheduler.Names())
+	require.Equal(t, []string{"*worker.heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*scheduler.Scheduler"},
 		serviceNames(r), "PollOnly: no notifier")
 }

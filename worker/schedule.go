@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hopperq/hopper/internal/schedule"
+	"github.com/hopperq/hopper/internal/worker/scheduler"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -59,18 +60,6 @@ func EnqueueOptions(opts ...jobs.EnqueueOption) ScheduleOption {
 	return func(o *scheduleOptions) { o.enqueue = append(o.enqueue, opts...) }
 }
 
-// scheduled is a schedule this worker defines.
-type scheduled struct {
-	name   string
-	kind   string
-	spec   *schedule.Spec
-	policy schedule.Policy
-	queue  string
-	hash   string
-	// entries makes the jobs of the slots given.
-	entries func(slots []time.Time) ([]jobs.Entry, error)
-}
-
 // Schedule defines a periodic job: at every slot of expr (standard five
 // fields, an optional leading seconds field, or a descriptor such as
 // @every 10m, @hourly or @daily) a job of kind is enqueued, with the
@@ -113,15 +102,16 @@ func Schedule[T any](w *Worker, name string, kind *jobs.Kind[T], expr string, pa
 	if sample.UniqueKey() != "" {
 		return fail("EnqueueOptions(UniqueKey(…)): a scheduled job's unique key names its schedule and slot")
 	}
-	s := &scheduled{
-		name:   name,
-		kind:   kind.Name(),
-		spec:   spec,
-		policy: o.missed.p,
-		queue:  sample.Queue(),
+	// The definition is what internal/worker/scheduler fires.
+	s := &scheduler.Definition{
+		Name:   name,
+		Kind:   kind.Name(),
+		Spec:   spec,
+		Policy: o.missed.p,
+		Queue:  sample.Queue(),
 	}
-	s.hash = definitionHash(s)
-	s.entries = func(slots []time.Time) (out []jobs.Entry, err error) {
+	s.Hash = definitionHash(s)
+	s.Entries = func(slots []time.Time) (out []jobs.Entry, err error) {
 		defer func() {
 			if r := recover(); r != nil {
 				out, err = nil, fmt.Errorf("the payload function panicked: %v\n%s", r, debug.Stack())
@@ -160,21 +150,21 @@ func checkScheduleName(name string) error {
 // definitionHash names a definition by what its row holds: which kind
 // fires when, into which queue. (A job's payload, priority and attempts
 // come from the code of the worker that fires it.)
-func definitionHash(s *scheduled) string {
+func definitionHash(s *scheduler.Definition) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%d\x00%s", s.kind, s.spec.Expression(), s.spec.Zone(), s.policy.Kind, s.policy.CatchUp, s.queue)
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%d\x00%s", s.Kind, s.Spec.Expression(), s.Spec.Zone(), s.Policy.Kind, s.Policy.CatchUp, s.Queue)
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-func (w *Worker) defineSchedule(s *scheduled) error {
+func (w *Worker) defineSchedule(s *scheduler.Definition) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.running {
-		return fmt.Errorf("schedule %q: %w: the worker is already running", s.name, ErrInvalidSchedule)
+		return fmt.Errorf("schedule %q: %w: the worker is already running", s.Name, ErrInvalidSchedule)
 	}
-	if w.schedules[s.name] != nil {
-		return fmt.Errorf("schedule %q: %w: defined twice", s.name, ErrInvalidSchedule)
+	if w.schedules[s.Name] != nil {
+		return fmt.Errorf("schedule %q: %w: defined twice", s.Name, ErrInvalidSchedule)
 	}
-	w.schedules[s.name] = s
+	w.schedules[s.Name] = s
 	return nil
 }

@@ -17,9 +17,11 @@ import (
 	"github.com/hopperq/hopper/internal/migrated"
 	"github.com/hopperq/hopper/internal/schemascope"
 	"github.com/hopperq/hopper/internal/worker/announce"
+	"github.com/hopperq/hopper/internal/worker/loop"
 	"github.com/hopperq/hopper/internal/worker/promoter"
 	"github.com/hopperq/hopper/internal/worker/pruner"
 	"github.com/hopperq/hopper/internal/worker/releaser"
+	"github.com/hopperq/hopper/internal/worker/scheduler"
 	"github.com/hopperq/hopper/internal/worker/sweeper"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -60,7 +62,7 @@ type Worker struct {
 
 	mu         sync.Mutex
 	handlers   *handlerTable
-	schedules  map[string]*scheduled // Schedule's definitions; read-only once running
+	schedules  map[string]*scheduler.Definition // Schedule's definitions; read-only once running
 	running    bool
 	metricsSrv *metricsServer
 
@@ -93,7 +95,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	base := cfg.Logger.With("worker", cfg.ID)
 	out := newOutage(base, time.Now)
 	w := &Worker{pool: pool, scope: scope, cfg: cfg, log: slog.New(&outageHandler{inner: base.Handler(), o: out}), outage: out, metrics: m,
-		handlers: newHandlerTable(), schedules: map[string]*scheduled{}}
+		handlers: newHandlerTable(), schedules: map[string]*scheduler.Definition{}}
 	w.q = db.New(w.dbtx(pool))
 	w.announcer = announce.NewAnnouncer(w.q, w.log)
 	if err := w.newMaintenance(); err != nil {
@@ -245,7 +247,6 @@ func (w *Worker) checkSchema(ctx context.Context) (string, error) {
 	return schemaName, nil
 }
 
-func retryDelay(failures int) time.Duration {
-	d := 100 * time.Millisecond << min(failures, 6)
-	return min(d, 5*time.Second)
-}
+// retryDelay is the wait of a loop that failed failures times in a row:
+// the one every runtime loop shares, internal/worker/scheduler's too.
+func retryDelay(failures int) time.Duration { return loop.RetryDelay(failures) }

@@ -91,6 +91,8 @@ type Metrics struct {
 	mu       sync.Mutex
 	dead     map[string]int
 	released map[[2]string]int
+	fired    map[string]int // jobs enqueued, by schedule
+	failed   map[string]int // fires failed, by schedule
 }
 
 // JobDead counts a job of queue gone dead.
@@ -125,4 +127,38 @@ func (m *Metrics) Released(queue, reason string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.released[[2]string{queue, reason}]
+}
+
+// ScheduleFired counts the jobs a fire of the schedule name enqueued.
+func (m *Metrics) ScheduleFired(name string, jobs int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fired == nil {
+		m.fired = map[string]int{}
+	}
+	m.fired[name] += jobs
+}
+
+// ScheduleFailed counts a failed fire of the schedule name.
+func (m *Metrics) ScheduleFailed(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failed == nil {
+		m.failed = map[string]int{}
+	}
+	m.failed[name]++
+}
+
+// Fired is how many jobs the fires of the schedule name enqueued.
+func (m *Metrics) Fired(name string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.fired[name]
+}
+
+// Failed is how many fires of the schedule name failed.
+func (m *Metrics) Failed(name string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.failed[name]
 }

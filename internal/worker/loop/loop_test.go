@@ -36,3 +36,18 @@ func TestEvery(t *testing.T) {
 	Every(ctx, time.Millisecond, func(context.Context) { t.Fatal("a pass after the context ended") })
 	require.Equal(t, stopped, len(passes))
 }
+
+// A failing loop waits longer after each failure in a row, up to 5s.
+func TestRetryDelay(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 200*time.Millisecond, RetryDelay(1))
+	require.Equal(t, 400*time.Millisecond, RetryDelay(2))
+	prev := time.Duration(0)
+	for n := 1; n < 100; n++ {
+		d := RetryDelay(n)
+		require.GreaterOrEqual(t, d, prev)
+		require.LessOrEqual(t, d, 5*time.Second)
+		prev = d
+	}
+	require.Equal(t, 5*time.Second, RetryDelay(99))
+}

@@ -1,4 +1,4 @@
-package worker
+package scheduler
 
 import "time"
 
@@ -8,7 +8,7 @@ import "time"
 // schedule the earliest due: without this, every pass would take it first,
 // fail again and stop, and no other schedule would ever fire. Each worker
 // keeps its own: a failure is usually the code's, which every worker runs.
-// Owned by the fireSchedules goroutine.
+// Owned by the goroutine of Scheduler.Run.
 type scheduleBackoff map[string]scheduleFailing
 
 type scheduleFailing struct {
