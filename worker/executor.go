@@ -100,7 +100,7 @@ func (e *executor) execute(d dispatched) {
 			e.told(c, OutcomeRefused)
 		case claimReleased:
 			log().Info("job given back at shutdown: its result is discarded", "handler_error", err)
-			e.metrics.outcome(c.queue.name, c.kind, OutcomeReleased)
+			e.metrics.outcome(c.queue.Name(), c.kind, OutcomeReleased)
 			e.told(c, OutcomeReleased)
 		case claimCancelled:
 			log().Info("job cancelled while it ran: its result is discarded", "handler_error", err)

@@ -42,8 +42,8 @@ func CursorAt(w *Worker, queue string) (priority int16, runAt time.Time, id int6
 	if r == nil {
 		return -1, time.Time{}, 0
 	}
-	k := r.producers[queue].cursor.at()
-	return k.priority, k.runAt, k.id
+	k := r.producers[queue].Cursor()
+	return k.Priority, k.RunAt, k.ID
 }
 
 // ClaimFinished reports whether the claim (id, attempt) is held with its

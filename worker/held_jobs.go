@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/worker/producer"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -49,11 +50,11 @@ type heldJob struct {
 	attempt int32
 	kind    string
 	keyring *jobs.Keyring // the kind's (jobs.Encrypted): its steps' results are encrypted; nil: in the clear
-	queue   *producer
+	queue   *producer.Producer
 	held    *heldJobs     // the set it is in while held
 	keep    time.Duration // how long its completion stays in the history; 0: not kept
 	keyed   bool          // a keyed job, or one under a shared limit, of a queue under flow control
-	place   readyKey      // where it stood in the ready order when claimed
+	place   producer.Key  // where it stood in the ready order when claimed
 
 	state       atomic.Int32 // a heldState
 	ackedInTx   atomic.Bool  // AckTx deleted the row in the handler's transaction
@@ -154,7 +155,7 @@ func (c *heldJob) giveUp() bool {
 	c.givenUp = true
 	c.mu.Unlock()
 	c.freeSlot()
-	c.held.metrics.abandoned(c.queue.name, c.kind)
+	c.held.metrics.abandoned(c.queue.Name(), c.kind)
 	return true
 }
 
@@ -166,7 +167,7 @@ func (c *heldJob) returned() (wasGivenUp bool) {
 	wasGivenUp = c.givenUp
 	c.mu.Unlock()
 	if wasGivenUp {
-		c.held.metrics.stuckReturned(c.queue.name, c.kind)
+		c.held.metrics.stuckReturned(c.queue.Name(), c.kind)
 	}
 	return wasGivenUp
 }
@@ -193,8 +194,7 @@ func (c *heldJob) leaseHeldAt(t time.Time) bool {
 // freeSlot gives the claim's queue slot back, once.
 func (c *heldJob) freeSlot() {
 	if c.slotFree.CompareAndSwap(false, true) {
-		c.queue.running.Add(-1)
-		signal(c.queue.slotFreed)
+		c.queue.FreeSlot()
 	}
 }
 
@@ -224,8 +224,8 @@ func (c *heldJob) freeKey() {
 // readyAgain moves the queue's cursor back to the claim's place and wakes
 // the claim loop: a job at or after that place became ready unannounced.
 func (c *heldJob) readyAgain() {
-	c.queue.cursor.rewind(c.place)
-	signal(c.queue.wake)
+	c.queue.Rewind(c.place)
+	c.queue.Wake()
 }
 
 // lose: running → lost; the claim leaves the set (the heartbeat stops
@@ -235,7 +235,7 @@ func (c *heldJob) lose() bool {
 		return false
 	}
 	c.held.remove(c)
-	c.held.metrics.leaseLost(c.queue.name, c.kind)
+	c.held.metrics.leaseLost(c.queue.Name(), c.kind)
 	c.cancelWith(ErrLeaseLost)
 	c.freeKey()
 	return true
@@ -249,7 +249,7 @@ func (c *heldJob) cancelled() bool {
 		return false
 	}
 	c.held.remove(c)
-	c.held.metrics.outcome(c.queue.name, c.kind, OutcomeCancelled)
+	c.held.metrics.outcome(c.queue.Name(), c.kind, OutcomeCancelled)
 	c.cancelWith(ErrCancelled)
 	c.freeKey()
 	return true
@@ -315,9 +315,11 @@ func newHeldJobs(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config, dbtx 
 		lease: cfg.LeaseDuration, abandonAfter: cfg.AbandonAfter, dbtx: dbtx, begin: begin}
 }
 
-func (s *heldJobs) add(row db.HopperJob, p *producer, sent time.Time, keep time.Duration, keyring *jobs.Keyring) *heldJob {
+// add holds row, claimed by p at sent; keyed: it takes its key's slot (see
+// heldJob.keyed).
+func (s *heldJobs) add(row db.HopperJob, p *producer.Producer, keyed bool, sent time.Time, keep time.Duration, keyring *jobs.Keyring) *heldJob {
 	c := &heldJob{id: row.ID, attempt: row.Attempt, kind: row.Kind, keyring: keyring, queue: p, held: s, keep: keep,
-		keyed: p.flow != nil && (row.ConcurrencyKey != nil || p.handlers.sharedOf(row.Kind)), place: keyOf(row)}
+		keyed: keyed, place: producer.KeyOf(row)}
 	// A job not marked durable has no records: its first durable call
 	// need not read them (a record made meanwhile by another run of the
 	// job is found when this run's record at its position is refused).

@@ -152,7 +152,7 @@ const sweptError = "lease expired"
 // report counts and logs a settled result, and retires its claim.
 func (r *run) report(c completion, o outcome) {
 	w := r.w
-	q, k := c.job.queue.name, c.job.kind
+	q, k := c.job.queue.Name(), c.job.kind
 	switch o {
 	case outcomeDone:
 		w.metrics.outcome(q, k, OutcomeDone)

@@ -17,6 +17,7 @@ import (
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/grants"
 	"github.com/hopperq/hopper/internal/migrated"
+	"github.com/hopperq/hopper/internal/worker/producer"
 	"github.com/hopperq/hopper/internal/worker/registry"
 	"github.com/hopperq/hopper/internal/worker/releaser"
 	"github.com/hopperq/hopper/internal/worker/scheduler"
@@ -36,7 +37,11 @@ type run struct {
 	completer *completer
 	executor  *executor
 	heartbeat *heartbeat
-	producers map[string]*producer
+	producers map[string]*producer.Producer
+	// runners runs each queue's jobs on goroutines started as needed that
+	// live until Run ends, so a burst of short jobs is served by a few
+	// goroutines rather than one new goroutine per job.
+	runners   map[string]*handlerPool
 	scheduler *scheduler.Scheduler // nil: the worker defines no schedules
 	notifier  *notifier
 
@@ -73,12 +78,23 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 	r.heartbeat = newHeartbeat(r.held, &r.executor.inFlight, beat, w.releaser.ReleaseGone, guard, w.pool, w.dbtx, cfg)
 
 	listening := new(atomic.Bool) // written by the notifier, read by the producers
-	deps := producerDeps{q: w.q, pool: w.pool, scope: w.scope, cfg: cfg, log: w.log, metrics: w.metrics,
-		handlers: w.handlers, held: r.held, executor: r.executor, listening: listening, claims: newClaimBatch(w.q), guard: guard, reached: w.outage.reached, hard: hard}
+	claims := producer.NewClaimBatch(w.q)
+	kinds := producer.Kinds{Names: w.handlers.kinds, MaxVersions: w.handlers.versions, KeyLimits: w.handlers.keyLimits,
+		SharedNames: w.handlers.sharedNames, SharedMax: w.handlers.sharedMax}
 	byKind := w.handlers.kindKeyLimits()
-	r.producers = make(map[string]*producer, len(cfg.Queues))
+	r.producers = make(map[string]*producer.Producer, len(cfg.Queues))
+	r.runners = make(map[string]*handlerPool, len(cfg.Queues))
+	queues := make(map[string]queueWaker, len(cfg.Queues))
 	for name, n := range cfg.Queues {
-		r.producers[name] = newProducer(deps, name, n, flowOf(cfg, name, byKind))
+		runners := newHandlerPool(r.executor.execute, &r.executor.poolWG)
+		p, err := producer.New(producer.Config{Queries: w.q, Pool: w.pool, Scope: w.scope, Claims: claims, Log: w.log, Metrics: w.metrics,
+			Name: name, Slots: n, Flow: flowOf(cfg, name, byKind), Kinds: kinds, Owner: cfg.ID, Lease: cfg.LeaseDuration,
+			PollInterval: cfg.PollInterval, FullScanInterval: cfg.FullScanInterval,
+			Listening: listening.Load, ReadOnly: guard.check, Reached: w.outage.reached, Hand: r.hand(runners)})
+		if err != nil {
+			return nil, fmt.Errorf("worker: %w", err)
+		}
+		r.producers[name], r.runners[name], queues[name] = p, runners, p
 	}
 
 	onSchedule := func(string) {}
@@ -92,7 +108,7 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 		onSchedule = r.scheduler.Trigger
 	}
 	r.notifier = newNotifier(notifierConfig{q: w.q, connConfig: w.pool.Config().ConnConfig, log: w.log, owner: cfg.ID,
-		schema: schema, producers: r.producers, listening: listening, onCancel: r.held.cancelNotice,
+		schema: schema, queues: queues, listening: listening, onCancel: r.held.cancelNotice,
 		onSchedule: onSchedule, timings: defaultListenTimings, up: w.metrics.listenerG})
 	return r, nil
 }
@@ -184,7 +200,7 @@ func (r *run) start(ctx context.Context) error {
 func (r *run) checkGrants(ctx context.Context) error {
 	var needs []grants.Need
 	for _, p := range r.producers {
-		if p.flow != nil {
+		if p.Limited() {
 			needs = []grants.Need{grants.FlowControl}
 		}
 	}
@@ -232,7 +248,7 @@ func (r *run) work(ctx context.Context, endHard context.CancelFunc) {
 	if !w.handlers.empty() { // a worker that only fires schedules claims nothing
 		for _, p := range r.producers {
 			fetchWG.Add(1)
-			go func() { defer fetchWG.Done(); p.fetchLoop(ctx) }()
+			go func() { defer fetchWG.Done(); p.Run(ctx, r.hard) }()
 		}
 	}
 	<-ctx.Done()
@@ -241,8 +257,8 @@ func (r *run) work(ctx context.Context, endHard context.CancelFunc) {
 	defer stopHard.Stop()
 
 	fetchWG.Wait()
-	for _, p := range r.producers {
-		p.runners.close() // nothing more is claimed
+	for _, runners := range r.runners {
+		runners.close() // nothing more is claimed
 	}
 	r.shutdown(hardDeadline)
 	close(stopCompleter)
