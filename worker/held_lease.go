@@ -46,7 +46,7 @@ func (s *heldJobs) extendOn(ctx context.Context, q *db.Queries, claims []*heldJo
 			// Gone after the handler's own AckTx: its transaction may
 			// have committed, or an operator cancelled the job. The
 			// handler is not cancelled; its result settles which, from
-			// the transaction's status (settleAckedInTx).
+			// the transaction's status (the completer's settleAckedInTx).
 		case c.is(claimRunning):
 			// Only a running handler loses its job: a finished claim
 			// missing from the answer was acked meanwhile, and its
