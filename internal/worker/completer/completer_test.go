@@ -205,3 +205,44 @@ func TestCompleterGivesUpAfterTheHardDeadline(t *testing.T) {
 		require.Equal(t, "running", j.State, "nothing was sent")
 	}
 }
+
+// An ack that matches no row settles from what the row became: done when
+// an earlier try may have deleted it while the lease held (its reply
+// lost), refused when this was the only try ever sent.
+func TestCompleterResolvesAnEarlierTry(t *testing.T) {
+	t.Parallel()
+	b := newCompleterBed(t, 10)
+	held := b.claim(t, 2)
+	// The earlier try: both rows deleted by the worker's own claims.
+	_, err := b.Q.AckBatch(b.Ctx, db.AckBatchParams{Ids: []int64{held[0].id, held[1].id},
+		Attempts: []int32{held[0].attempt, held[1].attempt}})
+	require.NoError(t, err)
+	b.cp.flush([]Completion{{Job: held[0], Action: ActionAck, ambiguous: true}, {Job: held[1], Action: ActionAck}})
+	got := b.outcomes()
+	require.Equal(t, OutcomeDone, got[held[0].id], "an earlier try took effect")
+	require.Equal(t, OutcomeRefused, got[held[1].id], "the only try matched nothing: it had no effect")
+}
+
+// A batch the server refuses for what one result carries is split: the
+// others are recorded as they are, and the bad one's message is stored as
+// plain ASCII.
+func TestCompleterSplitsARefusedBatch(t *testing.T) {
+	t.Parallel()
+	b := newCompleterBed(t, 10)
+	held := b.claim(t, 3)
+	b.cp.flush([]Completion{
+		{Job: held[0], Action: ActionRetry, Message: "fine", Backoff: time.Hour},
+		{Job: held[1], Action: ActionRetry, Message: "bad\x00byte", Backoff: time.Hour}, // text cannot hold a NUL
+		{Job: held[2], Action: ActionRetry, Message: "fine too", Backoff: time.Hour},
+	})
+	got := b.outcomes()
+	for i, c := range held {
+		require.Equal(t, OutcomeFailed, got[c.id], "result %d", i)
+		j, err := b.Q.GetJob(b.Ctx, c.id)
+		require.NoError(t, err)
+		require.Equal(t, "scheduled", j.State)
+	}
+	bad, err := b.Q.GetJob(b.Ctx, held[1].id)
+	require.NoError(t, err)
+	require.Contains(t, string(bad.Errors), "bad?byte")
+}
