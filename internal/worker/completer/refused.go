@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -14,10 +15,6 @@ import (
 // the bad result stands alone and the rest are recorded; the bad one is
 // then made plainer step by step (degrade) until the server takes it.
 
-// sqlstateReadOnly is read_only_sql_transaction: the server takes no
-// writes (a standby, a demoted primary). It says nothing of the statement.
-const sqlstateReadOnly = "25006"
-
 // refusedForItsData reports whether err is the server refusing a
 // statement for what it carries, and its SQLSTATE. Refusals that say
 // nothing about the statement (a lost connection, a read-only server, a
@@ -26,7 +23,7 @@ const sqlstateReadOnly = "25006"
 // after a pause, as when the database is unreachable.
 func refusedForItsData(err error) (code string, ok bool) {
 	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) || len(pgErr.Code) < 2 || pgErr.Code == sqlstateReadOnly {
+	if err == nil || !errors.As(err, &pgErr) || len(pgErr.Code) < 2 || pgErr.Code == pgerrcode.ReadOnlySQLTransaction {
 		return "", false // read-only: the server's fault (Config.ReadOnly)
 	}
 	switch pgErr.Code[:2] {
