@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/worker/completer"
 	"github.com/hopperq/hopper/internal/worker/producer"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -56,19 +57,9 @@ type heldJob struct {
 	keyed   bool          // a keyed job, or one under a shared limit, of a queue under flow control
 	place   producer.Key  // where it stood in the ready order when claimed
 
-	state       atomic.Int32 // a heldState
-	ackedInTx   atomic.Bool  // AckTx deleted the row in the handler's transaction
-	ackTimeline atomic.Int32 // the server's timeline when it did
-	ackXact     atomic.Int64 // and the id of the handler's transaction
-	// ackCommitted: the job's row was found gone after the handler's
-	// AckTx (AckTxFates): the job is done, whatever the handler returned
-	// afterwards.
-	ackCommitted atomic.Bool
-	// ackLost: the row was found still live on a new timeline: the
-	// handler's AckTx transaction was lost in a failover, and the job
-	// runs again, uncharged.
-	ackLost  atomic.Bool
-	slotFree atomic.Bool // the queue's slot was given back
+	state    atomic.Int32    // a heldState
+	txAck    completer.TxAck // what the handler's AckTx left on the claim
+	slotFree atomic.Bool     // the queue's slot was given back
 
 	// view is the job as middleware and hooks see it, nil when none is
 	// registered; runErr is what its run returned, for the outcome hooks
@@ -92,6 +83,13 @@ type heldJob struct {
 	handlerDone bool
 	givenUp     bool
 }
+
+// ID, Attempt, Kind and TxAck are the claim as the completer records its
+// result (completer.Job).
+func (c *heldJob) ID() int64               { return c.id }
+func (c *heldJob) Attempt() int32          { return c.attempt }
+func (c *heldJob) Kind() string            { return c.kind }
+func (c *heldJob) TxAck() *completer.TxAck { return &c.txAck }
 
 func (c *heldJob) is(s heldState) bool { return heldState(c.state.Load()) == s }
 
@@ -183,9 +181,9 @@ func (c *heldJob) leaseHeldUntil(sent time.Time, lease time.Duration) {
 	c.mu.Unlock()
 }
 
-// leaseHeldAt reports whether no one else could have taken the job before t
+// LeaseHeldAt reports whether no one else could have taken the job before t
 // (a moment on this process's monotonic clock).
-func (c *heldJob) leaseHeldAt(t time.Time) bool {
+func (c *heldJob) LeaseHeldAt(t time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return t.Before(c.leaseFloor)
@@ -217,13 +215,13 @@ func (c *heldJob) recorded() {
 // next full scan.
 func (c *heldJob) freeKey() {
 	if c.keyed {
-		c.readyAgain()
+		c.ReadyAgain()
 	}
 }
 
-// readyAgain moves the queue's cursor back to the claim's place and wakes
+// ReadyAgain moves the queue's cursor back to the claim's place and wakes
 // the claim loop: a job at or after that place became ready unannounced.
-func (c *heldJob) readyAgain() {
+func (c *heldJob) ReadyAgain() {
 	c.queue.Rewind(c.place)
 	c.queue.Wake()
 }

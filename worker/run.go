@@ -17,6 +17,7 @@ import (
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/grants"
 	"github.com/hopperq/hopper/internal/migrated"
+	"github.com/hopperq/hopper/internal/worker/completer"
 	"github.com/hopperq/hopper/internal/worker/producer"
 	"github.com/hopperq/hopper/internal/worker/registry"
 	"github.com/hopperq/hopper/internal/worker/releaser"
@@ -34,7 +35,7 @@ type run struct {
 
 	registry  *registry.Registry // this worker's row in hopper_workers
 	held      *heldJobs
-	completer *completer
+	completer *completer.Completer
 	executor  *executor
 	heartbeat *heartbeat
 	producers map[string]*producer.Producer
@@ -66,7 +67,12 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 	}
 	r.held = newHeldJobs(w.q, w.log, w.metrics, cfg, w.dbtx, w.pool.Begin)
 	guard := newReadOnlyGuard(w.pool, w.log, readOnlyResetEvery, w.metrics.readOnlyC)
-	r.completer = newCompleter(w.q, w.log, cfg, r.report, guard, hard)
+	r.completer, err = completer.New(completer.Config{Queries: w.q, Log: w.log, BatchSize: cfg.AckBatchSize,
+		FlushEvery: cfg.AckFlushInterval, StatementTimeout: statementTimeout(cfg.LeaseDuration),
+		Report: r.report, ReadOnly: guard.check, Hard: hard})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	r.executor = newExecutor(w.q, w.log, w.metrics, cfg, r.completer, r.report, handlerBase, hard)
 	beat := func(ctx context.Context, q *db.Queries) registry.BeatResult {
 		res := r.registry.Beat(ctx, q)
@@ -236,7 +242,7 @@ func (r *run) services() []service {
 func (r *run) work(ctx context.Context, endHard context.CancelFunc) {
 	w := r.w
 	stopCompleter, completerDone := make(chan struct{}), make(chan struct{})
-	go func() { defer close(completerDone); r.completer.run(stopCompleter) }()
+	go func() { defer close(completerDone); r.completer.Run(stopCompleter) }()
 	bg, stopBG := context.WithCancel(r.hard)
 	var bgWG sync.WaitGroup
 	for _, s := range r.services() {

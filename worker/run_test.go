@@ -71,7 +71,7 @@ func TestNewRunWiresEveryComponent(t *testing.T) {
 	}
 	require.Equal(t, tdb.Schema, r.notifier.schema)
 	require.Equal(t, r.w.metrics.listenerG, r.notifier.up, "the listener's gauge, given to its constructor")
-	require.Equal(t, r.w.metrics.readOnlyC, r.completer.guard.refusals, "the refusals' counter, given to the guard's constructor")
+	require.Equal(t, r.w.metrics.readOnlyC, r.heartbeat.guard.refusals, "the refusals' counter, given to the guard's constructor")
 	require.Equal(t, tdb.Schema, r.registry.Schema())
 	require.Equal(t, []string{"limited", "plain"}, r.registry.Queues())
 	require.Equal(t, ctx, r.executor.hard)
