@@ -59,9 +59,9 @@ func TestEndToEnd(t *testing.T) {
 	cfg := worker.Config{Queues: map[string]int{"q1": 20, "q2": 10, "q3": 5}}
 	start(t, b, cfg, register)
 	start(t, b, cfg, register)
-	testdb.WaitFor(t, "every job handled and acked", func() bool {
+	testdb.WaitDrained(t, "every job handled and acked", func() int64 {
 		live, _ := b.Totals(t)
-		return live == 0
+		return live
 	})
 	require.EqualValues(t, total, count.Load())
 	_, dead := b.Totals(t)

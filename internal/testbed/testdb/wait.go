@@ -23,3 +23,22 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// WaitDrained polls left (how much work remains: jobs live, say) until it
+// is zero, and fails the test only when it has not fallen for WaitLimit:
+// a big run on a loaded machine may take longer than WaitLimit as a whole,
+// and is stuck only when it stops making progress.
+func WaitDrained(t testing.TB, what string, left func() int64) {
+	t.Helper()
+	least := left()
+	deadline := time.Now().Add(WaitLimit)
+	for least > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v without progress for: %s (%d left)", WaitLimit, what, least)
+		}
+		time.Sleep(10 * time.Millisecond)
+		if n := left(); n < least {
+			least, deadline = n, time.Now().Add(WaitLimit)
+		}
+	}
+}
