@@ -11,6 +11,7 @@ import (
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/testbed/passbed"
 	"github.com/hopperq/hopper/internal/testbed/testdb"
+	"github.com/hopperq/hopper/internal/testbed/testfactory"
 	"github.com/hopperq/hopper/internal/worker/announce"
 )
 
@@ -24,10 +25,15 @@ func TestPromoterPromotesDueJobs(t *testing.T) {
 	p, err := New(Config{Queries: b.Q, Log: b.Log, Every: time.Hour, Announce: b.Announce})
 	require.NoError(t, err)
 
-	soon := b.Enqueue(time.Now().Add(100 * time.Millisecond))
+	// A scheduled job already due, written as such: enqueued with a due
+	// time a little ahead, it could be pending by the time a loaded
+	// machine inserts it.
+	soon := testfactory.Job(b.Ctx, t, b.DB.Pool, &testfactory.JobOpts{State: testfactory.Scheduled,
+		RunAt: testfactory.Ptr(time.Now().Add(-time.Second))}).ID
 	later := b.Enqueue(time.Now().Add(time.Hour))
 	require.Equal(t, "scheduled", b.State(soon))
-	testdb.WaitFor(t, "the first job due and promoted", func() bool { return p.PromoteOnce(b.Ctx) == 1 })
+	require.Equal(t, "scheduled", b.State(later))
+	require.EqualValues(t, 1, p.PromoteOnce(b.Ctx), "the job due")
 	require.Equal(t, "pending", b.State(soon))
 	require.Equal(t, []int64{soon}, b.Announced("promotion"))
 	require.Equal(t, "scheduled", b.State(later))
