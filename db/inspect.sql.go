@@ -24,6 +24,20 @@ func (q *Queries) BackendPID(ctx context.Context) (int32, error) {
 	return pid, err
 }
 
+const citusVersion = `-- name: CitusVersion :one
+SELECT coalesce((SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'citus'), '')::text AS version
+`
+
+// The version of the citus extension in this database, ” when it is not
+// installed: where it is, the migrator sends each migration the way Citus
+// takes it (schema/citus.go).
+func (q *Queries) CitusVersion(ctx context.Context) (string, error) {
+	row := q.db.QueryRow(ctx, citusVersion)
+	var version string
+	err := row.Scan(&version)
+	return version, err
+}
+
 const encryptionKeys = `-- name: EncryptionKeys :many
 WITH sealed AS (
     SELECT 'payload'::text AS place, kind, payload -> 'hopper.encrypted' ->> 'key' AS key_id

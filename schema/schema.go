@@ -63,6 +63,7 @@ type options struct {
 	lockAttempts int
 	lockSet      bool // LockTimeout was given (0 then means the server's setting)
 	role         Role // Check's Grants: "" checks none
+	citus        string // the citus extension's version, "" without it (see citus.go)
 }
 
 // The lock waits of a migration, unless LockTimeout says otherwise.
@@ -120,6 +121,7 @@ func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migr
 		return nil, fmt.Errorf("migrate: negative lock timeout %v", o.lockTimeout)
 	}
 	connCfg := pool.Config().ConnConfig
+	var err error
 	if o.lockTimeout > 0 {
 		// Every lock wait of the migrator's sessions: the migrations'
 		// statements, and golang-migrate's advisory lock too (a wait for
@@ -136,6 +138,19 @@ func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migr
 				pgx.Identifier{o.schema}.Sanitize(), createName(o.schema))
 		}
 		connCfg.RuntimeParams["search_path"] = pgx.Identifier{o.schema}.Sanitize()
+	}
+	if o.citus == "" {
+		if o.citus, err = hopperdb.New(pool).CitusVersion(ctx); err != nil {
+			return nil, fmt.Errorf("migrate: %w", err)
+		}
+	}
+	if o.citus != "" {
+		for name, value := range citusSettings {
+			connCfg.RuntimeParams[name] = value
+		}
+		if o.logf != nil {
+			o.logf("migrate: Citus %s: each migration is sent statement by statement, in one transaction", o.citus)
+		}
 	}
 	driver, schemaName, err := openDriverRetrying(ctx, *connCfg, o)
 	if err != nil {
@@ -221,6 +236,9 @@ func openDriver(ctx context.Context, connCfg pgx.ConnConfig, o options) (databas
 			_ = c.Close(context.WithoutCancel(ctx))
 		}
 		return nil, "", fmt.Errorf("migrate: open driver: %w", err)
+	}
+	if o.citus != "" {
+		driver = &citusDriver{Driver: driver, db: sqlDB}
 	}
 	return driver, schemaName, nil
 }
