@@ -61,8 +61,8 @@ type options struct {
 	logf         func(format string, args ...any)
 	lockTimeout  time.Duration
 	lockAttempts int
-	lockSet      bool // LockTimeout was given (0 then means the server's setting)
-	role         Role // Check's Grants: "" checks none
+	lockSet      bool   // LockTimeout was given (0 then means the server's setting)
+	role         Role   // Check's Grants: "" checks none
 	citus        string // the citus extension's version, "" without it (see citus.go)
 }
 
