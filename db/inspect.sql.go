@@ -24,6 +24,18 @@ func (q *Queries) BackendPID(ctx context.Context) (int32, error) {
 	return pid, err
 }
 
+const citusMigrationSettings = `-- name: CitusMigrationSettings :exec
+SELECT set_config('citus.enable_unsafe_triggers', 'on', true)
+`
+
+// The settings of a migration's transaction on Citus (schema/citus.go):
+// Hopper's triggers are refused on Citus tables without
+// citus.enable_unsafe_triggers. Local to the transaction.
+func (q *Queries) CitusMigrationSettings(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, citusMigrationSettings)
+	return err
+}
+
 const citusVersion = `-- name: CitusVersion :one
 SELECT coalesce((SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'citus'), '')::text AS version
 `

@@ -95,6 +95,12 @@ SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = @name::text) 
 -- takes it (schema/citus.go).
 SELECT coalesce((SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'citus'), '')::text AS version;
 
+-- name: CitusMigrationSettings :exec
+-- The settings of a migration's transaction on Citus (schema/citus.go):
+-- Hopper's triggers are refused on Citus tables without
+-- citus.enable_unsafe_triggers. Local to the transaction.
+SELECT set_config('citus.enable_unsafe_triggers', 'on', true);
+
 -- name: MigrationsTableAccess :one
 -- Whether the schema's migrations table exists (in_schema names the schema,
 -- '' for this session's current one), whether this session's role may

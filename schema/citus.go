@@ -11,12 +11,15 @@ import (
 
 	"github.com/golang-migrate/migrate/v4/database"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	hopperdb "github.com/hopperq/hopper/db"
 )
 
-// On Citus (the citus extension installed in the database, found by
-// NewMigrator), a migration is sent the way Citus takes it, and the
-// migration files stay as they were released (their text is part of every
-// upgrade):
+// On Citus (the citus extension installed in the database, which
+// openDriver asks on the migrator's own session), a migration is sent the
+// way Citus takes it, and the migration files stay as they were released
+// (their text is part of every upgrade):
 //
 //   - statement by statement, in one transaction: golang-migrate sends a
 //     file as one multi-statement string, which Citus refuses when it
@@ -25,19 +28,34 @@ import (
 //   - an ALTER TABLE with several subcommands as one ALTER TABLE per
 //     subcommand: Citus refuses an ADD CONSTRAINT among others ("cannot
 //     execute ADD CONSTRAINT command with other subcommands");
-//   - with citusSettings on the migrator's sessions;
+//   - with the transaction's settings of CitusMigrationSettings
+//     (queries/inspect.sql): citus.enable_unsafe_triggers, without which
+//     Citus refuses Hopper's triggers on its tables. They are safe in a
+//     distributed schema, where every table a trigger touches is in the
+//     same schema, and so on the same node;
 //   - migration 24 with its state check added to the partitioned dead jobs
 //     after the old table is attached, not before (citusReorder).
 //
 // Plain PostgreSQL runs each file as one string, as before.
 
-// citusSettings are the settings of the migrator's sessions on Citus.
-// Hopper's triggers (the enqueue's wake-up, sequences, workflows) are
-// refused on Citus tables without citus.enable_unsafe_triggers: they are
-// safe in a distributed schema, where every table a trigger touches is in
-// the same schema, and so on the same node.
-var citusSettings = map[string]string{
-	"citus.enable_unsafe_triggers": "on",
+// citusVersion is the citus extension's version in the database behind
+// sqlDB, "" when it is not installed.
+func citusVersion(ctx context.Context, sqlDB *sql.DB) (string, error) {
+	conn, err := sqlDB.Conn(ctx)
+	if err != nil {
+		return "", fmt.Errorf("migrate: %w", err)
+	}
+	defer conn.Close()
+	var version string
+	err = conn.Raw(func(driverConn any) error {
+		var err error
+		version, err = hopperdb.New(driverConn.(*stdlib.Conn).Conn()).CitusVersion(ctx)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("migrate: is the citus extension installed: %w", err)
+	}
+	return version, nil
 }
 
 // citusDriver is golang-migrate's driver with Run replaced: it sends a
@@ -45,7 +63,8 @@ var citusSettings = map[string]string{
 // of db (the driver's own holds the migrations' advisory lock meanwhile).
 type citusDriver struct {
 	database.Driver
-	db *sql.DB
+	db      *sql.DB
+	version string // the citus extension's
 }
 
 func (d *citusDriver) Run(migration io.Reader) error {
@@ -64,20 +83,27 @@ func (d *citusDriver) Run(migration io.Reader) error {
 		return database.Error{OrigErr: err, Err: "migration failed: connect"}
 	}
 	defer conn.Close()
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return database.Error{OrigErr: err, Err: "migration failed: begin"}
-	}
-	for _, stmt := range stmts {
-		if _, err := tx.ExecContext(ctx, stmt); err != nil {
-			_ = tx.Rollback()
-			return statementError(err, stmt)
+	return conn.Raw(func(driverConn any) error {
+		tx, err := driverConn.(*stdlib.Conn).Conn().Begin(ctx)
+		if err != nil {
+			return database.Error{OrigErr: err, Err: "migration failed: begin"}
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return database.Error{OrigErr: err, Err: "migration failed: commit"}
-	}
-	return nil
+		defer func() { _ = tx.Rollback(ctx) }() // a no-op once committed
+		if err := hopperdb.New(tx).CitusMigrationSettings(ctx); err != nil {
+			return database.Error{OrigErr: err, Err: "migration failed: Citus's settings"}
+		}
+		for _, stmt := range stmts {
+			// No arguments: pgx sends it by the simple protocol, as
+			// golang-migrate sends a whole file.
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return statementError(err, stmt)
+			}
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return database.Error{OrigErr: err, Err: "migration failed: commit"}
+		}
+		return nil
+	})
 }
 
 // statementError is golang-migrate's error for a failed statement, with

@@ -62,14 +62,17 @@ func TestStatementSplitter(t *testing.T) {
 // file, up and down, sent as the statements the migrator sends Citus (one
 // at a time, ALTER TABLEs split, migration 24's check moved) leaves the
 // same catalog as the file sent whole, as golang-migrate sends it: the
-// two schemas are compared after each file (tables, columns, defaults,
+// two schemas are compared after each file whose statements are split or
+// moved, at the latest version and after the last down (tables, columns, defaults,
 // constraints with their inheritance, indexes, partitions, triggers,
-// functions with their bodies and settings, views, grants, sequences,
-// comments), and with pg_dump at the latest version.
+// functions with their bodies and settings, views, grants, sequences),
+// and with pg_dump at the latest version.
 func TestCitusStatementsAreEquivalent(t *testing.T) {
 	testdb.Slow(t, "every migration applied twice, up and down, the catalog compared after each")
-	ctx, whole := setup(t)
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	_, whole := setup(t)
+	// setup's context gives a minute; two schemas' 62 files, compared
+	// after each, take longer on a loaded machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	split := testdb.NewEmpty(t)
 
@@ -87,6 +90,7 @@ func TestCitusStatementsAreEquivalent(t *testing.T) {
 	slices.Reverse(downs)
 	require.Len(t, ups, len(schema.Versions()))
 
+	var compared []string
 	apply := func(name string) {
 		text, err := fs.ReadFile(schema.Files, name)
 		require.NoError(t, err)
@@ -101,12 +105,21 @@ func TestCitusStatementsAreEquivalent(t *testing.T) {
 			require.NoError(t, err, "%s, statement by statement: %s", name, s)
 		}
 		require.NoError(t, tx.Commit(ctx))
-		require.Equal(t, catalog(t, ctx, whole, whole.Schema), catalog(t, ctx, split, split.Schema),
-			"%s: the catalog differs between the file sent whole and statement by statement", name)
+		// The file's own statements one by one in a transaction are the
+		// file; the catalogs are compared after each file whose
+		// statements Citus is sent split or moved (and at the ends).
+		own, err := schema.SplitStatements(string(text))
+		require.NoError(t, err)
+		if !slices.Equal(own, stmts) {
+			compared = append(compared, name)
+			require.Equal(t, catalog(t, ctx, whole, whole.Schema), catalog(t, ctx, split, split.Schema),
+				"%s: the catalog differs between the file sent whole and statement by statement", name)
+		}
 	}
 	for _, name := range ups {
 		apply(name)
 	}
+	require.Equal(t, catalog(t, ctx, whole, whole.Schema), catalog(t, ctx, split, split.Schema), "at the latest version")
 	if _, err := osexec.LookPath("pg_dump"); err == nil {
 		require.Equal(t, dump(t, whole), dump(t, split), "pg_dump at the latest version")
 	} else if os.Getenv("CI") != "" {
@@ -116,6 +129,8 @@ func TestCitusStatementsAreEquivalent(t *testing.T) {
 		apply(name)
 	}
 	require.Empty(t, catalog(t, ctx, split, split.Schema), "every down applied")
+	t.Logf("compared after %s", strings.Join(compared, ", "))
+	require.Subset(t, compared, []string{"000003_operate.up.sql", "000024_dead_partitions.up.sql", "000028_meta_room.down.sql"})
 }
 
 // TestCitusPathMigratesPlainPostgreSQL: the migrator's Citus path (the
@@ -155,13 +170,13 @@ func catalog(t *testing.T, ctx context.Context, d *testdb.DB, name string) []str
 		WITH ns AS (SELECT oid FROM pg_namespace WHERE nspname = $1)
 		SELECT replace(line, $1, '$schema') FROM (
 			SELECT concat_ws(' ', 'relation', c.relname, c.relkind, c.relpersistence, c.relispartition, c.relacl::text, c.reloptions::text,
-			                 pg_get_expr(c.relpartbound, c.oid), pg_get_partkeydef(c.oid), obj_description(c.oid, 'pg_class'),
+			                 pg_get_expr(c.relpartbound, c.oid), pg_get_partkeydef(c.oid),
 			                 c.relhastriggers, c.relrowsecurity, c.relreplident) AS line
 			FROM pg_class c WHERE c.relnamespace = (SELECT oid FROM ns) AND c.relkind <> 'i' AND c.relkind <> 'I'
 			UNION ALL
 			SELECT concat_ws(' ', 'column', c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
 			                 pg_get_expr(ad.adbin, ad.adrelid), a.attcollation::regcollation::text, a.attidentity, a.attgenerated,
-			                 a.attislocal, a.attinhcount, a.attisdropped, col_description(c.oid, a.attnum))
+			                 a.attislocal, a.attinhcount)
 			FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
 			LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
 			WHERE c.relnamespace = (SELECT oid FROM ns) AND a.attnum > 0 AND NOT a.attisdropped
@@ -178,7 +193,7 @@ func catalog(t *testing.T, ctx context.Context, d *testdb.DB, name string) []str
 			SELECT concat_ws(' ', 'trigger', pg_get_triggerdef(tg.oid), tg.tgenabled)
 			FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid WHERE c.relnamespace = (SELECT oid FROM ns) AND NOT tg.tgisinternal
 			UNION ALL
-			SELECT concat_ws(' ', 'function', pg_get_functiondef(p.oid), p.proacl::text, obj_description(p.oid, 'pg_proc'))
+			SELECT concat_ws(' ', 'function', pg_get_functiondef(p.oid), p.proacl::text)
 			FROM pg_proc p WHERE p.pronamespace = (SELECT oid FROM ns)
 			UNION ALL
 			SELECT concat_ws(' ', 'view', c.relname, pg_get_viewdef(c.oid))

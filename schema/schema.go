@@ -121,7 +121,6 @@ func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migr
 		return nil, fmt.Errorf("migrate: negative lock timeout %v", o.lockTimeout)
 	}
 	connCfg := pool.Config().ConnConfig
-	var err error
 	if o.lockTimeout > 0 {
 		// Every lock wait of the migrator's sessions: the migrations'
 		// statements, and golang-migrate's advisory lock too (a wait for
@@ -139,22 +138,12 @@ func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migr
 		}
 		connCfg.RuntimeParams["search_path"] = pgx.Identifier{o.schema}.Sanitize()
 	}
-	if o.citus == "" {
-		if o.citus, err = hopperdb.New(pool).CitusVersion(ctx); err != nil {
-			return nil, fmt.Errorf("migrate: %w", err)
-		}
-	}
-	if o.citus != "" {
-		for name, value := range citusSettings {
-			connCfg.RuntimeParams[name] = value
-		}
-		if o.logf != nil {
-			o.logf("migrate: Citus %s: each migration is sent statement by statement, in one transaction", o.citus)
-		}
-	}
 	driver, schemaName, err := openDriverRetrying(ctx, *connCfg, o)
 	if err != nil {
 		return nil, throughPooler(err)
+	}
+	if cd, ok := driver.(*citusDriver); ok && o.logf != nil {
+		o.logf("migrate: Citus %s: each migration is sent statement by statement, in one transaction", cd.version)
 	}
 	src, err := iofs.New(Files, ".")
 	if err != nil {
@@ -220,6 +209,13 @@ func openDriver(ctx context.Context, connCfg pgx.ConnConfig, o options) (databas
 		_ = sqlDB.Close()
 		return nil, "", err
 	}
+	// On Citus, migrations are sent the way it takes them (citus.go).
+	if o.citus == "" {
+		if o.citus, err = citusVersion(ctx, sqlDB); err != nil {
+			_ = sqlDB.Close()
+			return nil, "", err
+		}
+	}
 	driver, err := migratepgx.WithInstance(sqlDB, &migratepgx.Config{
 		MigrationsTable: MigrationsTable,
 		SchemaName:      o.schema,
@@ -238,7 +234,7 @@ func openDriver(ctx context.Context, connCfg pgx.ConnConfig, o options) (databas
 		return nil, "", fmt.Errorf("migrate: open driver: %w", err)
 	}
 	if o.citus != "" {
-		driver = &citusDriver{Driver: driver, db: sqlDB}
+		driver = &citusDriver{Driver: driver, db: sqlDB, version: o.citus}
 	}
 	return driver, schemaName, nil
 }
