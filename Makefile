@@ -37,6 +37,10 @@ failover: ## the failover scenarios at full size on a pg_auto_failover formation
 	bash .ci/debian-package.sh postgresql-15-auto-failover /usr/bin/pg_autoctl
 	HOPPER_FAILOVER=full go test -count=1 -v -run 'TestFailover$$' -timeout 40m ./tests/failover 2>&1 | grep -vE 'level=(WARN|INFO)'
 
+.PHONY: citus
+citus: ## Hopper on a Citus formation (a coordinator and two worker nodes on local ports; Citus installed from ../shared/citus/install.sh when missing): distributed schemas migrated by schema.Up and hopper migrate, a job worked through the coordinator, figures printed, everything torn down (about a minute)
+	go test -count=1 -v -run 'TestCitus' -timeout 20m ./tests/citus
+
 FUZZTIME ?= 10s
 
 .PHONY: fuzz

@@ -89,6 +89,18 @@ LIMIT @max_jobs::integer;
 -- Whether a schema of that name exists (checked before migrating into it).
 SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = @name::text) AS exists;
 
+-- name: CitusVersion :one
+-- The version of the citus extension in this database, '' when it is not
+-- installed: where it is, the migrator sends each migration the way Citus
+-- takes it (schema/citus.go).
+SELECT coalesce((SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'citus'), '')::text AS version;
+
+-- name: CitusMigrationSettings :exec
+-- The settings of a migration's transaction on Citus (schema/citus.go):
+-- Hopper's triggers are refused on Citus tables without
+-- citus.enable_unsafe_triggers. Local to the transaction.
+SELECT set_config('citus.enable_unsafe_triggers', 'on', true);
+
 -- name: MigrationsTableAccess :one
 -- Whether the schema's migrations table exists (in_schema names the schema,
 -- '' for this session's current one), whether this session's role may

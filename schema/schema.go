@@ -61,8 +61,9 @@ type options struct {
 	logf         func(format string, args ...any)
 	lockTimeout  time.Duration
 	lockAttempts int
-	lockSet      bool // LockTimeout was given (0 then means the server's setting)
-	role         Role // Check's Grants: "" checks none
+	lockSet      bool   // LockTimeout was given (0 then means the server's setting)
+	role         Role   // Check's Grants: "" checks none
+	citus        string // the citus extension's version, "" without it (see citus.go)
 }
 
 // The lock waits of a migration, unless LockTimeout says otherwise.
@@ -141,6 +142,9 @@ func NewMigrator(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Migr
 	if err != nil {
 		return nil, throughPooler(err)
 	}
+	if cd, ok := driver.(*citusDriver); ok && o.logf != nil {
+		o.logf("migrate: Citus %s: each migration is sent statement by statement, in one transaction", cd.version)
+	}
 	src, err := iofs.New(Files, ".")
 	if err != nil {
 		_ = driver.Close()
@@ -205,6 +209,13 @@ func openDriver(ctx context.Context, connCfg pgx.ConnConfig, o options) (databas
 		_ = sqlDB.Close()
 		return nil, "", err
 	}
+	// On Citus, migrations are sent the way it takes them (citus.go).
+	if o.citus == "" {
+		if o.citus, err = citusVersion(ctx, sqlDB); err != nil {
+			_ = sqlDB.Close()
+			return nil, "", err
+		}
+	}
 	driver, err := migratepgx.WithInstance(sqlDB, &migratepgx.Config{
 		MigrationsTable: MigrationsTable,
 		SchemaName:      o.schema,
@@ -221,6 +232,9 @@ func openDriver(ctx context.Context, connCfg pgx.ConnConfig, o options) (databas
 			_ = c.Close(context.WithoutCancel(ctx))
 		}
 		return nil, "", fmt.Errorf("migrate: open driver: %w", err)
+	}
+	if o.citus != "" {
+		driver = &citusDriver{Driver: driver, db: sqlDB, version: o.citus}
 	}
 	return driver, schemaName, nil
 }

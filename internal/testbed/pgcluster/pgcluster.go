@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,9 +43,29 @@ type Cluster struct {
 	once      sync.Once
 }
 
+// Options shape a cluster beyond initdb's defaults, for the test beds
+// that need a server of another kind (internal/testbed/citusbed's Citus
+// nodes).
+type Options struct {
+	// Log receives the cluster's start and stop (nil: discarded).
+	Log io.Writer
+	// Preload are libraries loaded at start (shared_preload_libraries),
+	// first, before pg_stat_statements: Citus must be loaded first.
+	Preload []string
+	// Settings are more lines of postgresql.conf, "name = value" each.
+	Settings []string
+}
+
 // Start creates and starts a cluster, saying so (and later that it
 // stopped) on log; Stop removes it. On an error nothing is left behind.
-func Start(ctx context.Context, log io.Writer) (_ *Cluster, err error) {
+func Start(ctx context.Context, log io.Writer) (*Cluster, error) {
+	return StartWith(ctx, Options{Log: log})
+}
+
+// StartWith is Start with more than initdb's defaults: opts' libraries
+// loaded and settings written.
+func StartWith(ctx context.Context, opts Options) (_ *Cluster, err error) {
+	log := opts.Log
 	if log == nil {
 		log = io.Discard
 	}
@@ -80,8 +101,15 @@ func Start(ctx context.Context, log io.Writer) (_ *Cluster, err error) {
 	// reports buffers per claim from it), and only if it is installed.
 	conf := fmt.Sprintf("\n# hopper scratch cluster\nport = %d\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\n",
 		c.port, strings.ReplaceAll(c.dir, "'", "''"))
+	preload := slices.Clone(opts.Preload)
 	if c.Statements = c.hasStatements(); c.Statements {
-		conf += "shared_preload_libraries = 'pg_stat_statements'\n"
+		preload = append(preload, "pg_stat_statements")
+	}
+	if len(preload) > 0 {
+		conf += "shared_preload_libraries = '" + strings.Join(preload, ",") + "'\n"
+	}
+	for _, line := range opts.Settings {
+		conf += line + "\n"
 	}
 	if err := appendFile(filepath.Join(c.data, "postgresql.conf"), conf); err != nil {
 		return nil, fmt.Errorf("scratch cluster: %w", err)
@@ -107,9 +135,15 @@ func Start(ctx context.Context, log io.Writer) (_ *Cluster, err error) {
 	if c.Statements {
 		extra = " (plus pg_stat_statements, for measurement)"
 	}
+	if len(opts.Preload) > 0 || len(opts.Settings) > 0 {
+		extra += fmt.Sprintf(" (plus %s)", strings.Join(append(slices.Clone(opts.Preload), opts.Settings...), ", "))
+	}
 	fmt.Fprintf(c.log, "scratch cluster: PostgreSQL %s in %s, port %d, production defaults%s\n", c.Version, c.dir, c.port, extra)
 	return c, nil
 }
+
+// Port is the cluster's port on 127.0.0.1.
+func (c *Cluster) Port() int { return c.port }
 
 // URL is the cluster's connection string (role and database postgres).
 func (c *Cluster) URL() string {

@@ -24,6 +24,32 @@ func (q *Queries) BackendPID(ctx context.Context) (int32, error) {
 	return pid, err
 }
 
+const citusMigrationSettings = `-- name: CitusMigrationSettings :exec
+SELECT set_config('citus.enable_unsafe_triggers', 'on', true)
+`
+
+// The settings of a migration's transaction on Citus (schema/citus.go):
+// Hopper's triggers are refused on Citus tables without
+// citus.enable_unsafe_triggers. Local to the transaction.
+func (q *Queries) CitusMigrationSettings(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, citusMigrationSettings)
+	return err
+}
+
+const citusVersion = `-- name: CitusVersion :one
+SELECT coalesce((SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'citus'), '')::text AS version
+`
+
+// The version of the citus extension in this database, ” when it is not
+// installed: where it is, the migrator sends each migration the way Citus
+// takes it (schema/citus.go).
+func (q *Queries) CitusVersion(ctx context.Context) (string, error) {
+	row := q.db.QueryRow(ctx, citusVersion)
+	var version string
+	err := row.Scan(&version)
+	return version, err
+}
+
 const countLiveAndDead = `-- name: CountLiveAndDead :one
 SELECT (SELECT count(*) FROM hopper_jobs)::bigint AS live,
        (SELECT count(*) FROM hopper_dead_jobs)::bigint AS dead
