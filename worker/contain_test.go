@@ -146,7 +146,7 @@ func TestAckTxOutcomeIsTheTransactions(t *testing.T) {
 					if tc.cancel {
 						<-cancelled
 					}
-					if err := waitBeats(ctx, w, 3); err != nil { // the heartbeat sees the row as it is now
+					if err := waitExtensions(ctx, w, 3); err != nil { // the heartbeat sees the row as it is now
 						return err
 					}
 					if tc.fail {

@@ -17,6 +17,7 @@ import (
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/grants"
 	"github.com/hopperq/hopper/internal/migrated"
+	"github.com/hopperq/hopper/internal/worker/heartbeat"
 	"github.com/hopperq/hopper/internal/worker/registry"
 	"github.com/hopperq/hopper/internal/worker/releaser"
 	"github.com/hopperq/hopper/internal/worker/scheduler"
@@ -35,7 +36,7 @@ type run struct {
 	held      *heldJobs
 	completer *completer
 	executor  *executor
-	heartbeat *heartbeat
+	heartbeat *heartbeat.Heartbeat // the worker's beat and its claims' lease extension
 	producers map[string]*producer
 	scheduler *scheduler.Scheduler // nil: the worker defines no schedules
 	notifier  *notifier
@@ -63,14 +64,20 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 	guard := newReadOnlyGuard(w.pool, w.log, readOnlyResetEvery, w.metrics.readOnlyC)
 	r.completer = newCompleter(w.q, w.log, cfg, r.report, guard, hard)
 	r.executor = newExecutor(w.q, w.log, w.metrics, cfg, r.completer, r.report, handlerBase, hard)
-	beat := func(ctx context.Context, q *db.Queries) registry.BeatResult {
+	beat := func(ctx context.Context, q *db.Queries) heartbeat.BeatResult {
 		res := r.registry.Beat(ctx, q)
 		if res.Err == nil {
 			w.outage.reached()
 		}
-		return res
+		return heartbeat.BeatResult(res)
 	}
-	r.heartbeat = newHeartbeat(r.held, &r.executor.inFlight, beat, w.releaser.ReleaseGone, guard, w.pool, w.dbtx, cfg)
+	r.heartbeat, err = heartbeat.New(heartbeat.Config{Pool: w.pool, DBTX: w.dbtx, Queries: w.q, Log: w.log,
+		Beat: beat, ReleaseGone: w.releaser.ReleaseGone, ReadOnly: guard.check,
+		Extend: heartbeat.InBatches(r.held.snapshot, r.held.extendOn), Running: r.executor.inFlight.running,
+		BeatInterval: cfg.BeatInterval, ExtendInterval: cfg.ExtendInterval, LeaseDuration: cfg.LeaseDuration})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 
 	listening := new(atomic.Bool) // written by the notifier, read by the producers
 	deps := producerDeps{q: w.q, pool: w.pool, scope: w.scope, cfg: cfg, log: w.log, metrics: w.metrics,

@@ -76,12 +76,12 @@ func TestNewRunWiresEveryComponent(t *testing.T) {
 	require.Equal(t, []string{"limited", "plain"}, r.registry.Queues())
 	require.Equal(t, ctx, r.executor.hard)
 	require.Nil(t, r.scheduler)
-	require.Equal(t, []string{"*worker.heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*worker.notifier"},
+	require.Equal(t, []string{"*heartbeat.Heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*worker.notifier"},
 		serviceNames(r))
 
 	r = build(Config{Queues: map[string]int{"default": 1}, PollOnly: true}, true)
 	require.NotNil(t, r.scheduler)
 	require.Equal(t, []string{"nightly"}, r.scheduler.Names())
-	require.Equal(t, []string{"*worker.heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*scheduler.Scheduler"},
+	require.Equal(t, []string{"*heartbeat.Heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*scheduler.Scheduler"},
 		serviceNames(r), "PollOnly: no notifier")
 }

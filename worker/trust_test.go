@@ -39,10 +39,11 @@ func (o *outcomes) of(id int64, attempt int32) []string {
 	return append([]string(nil), o.got[[2]int64{id, int64(attempt)}]...)
 }
 
-// waitBeats blocks until the worker has done n more heartbeats, or ctx ends.
-func waitBeats(ctx context.Context, w *worker.Worker, n int64) error {
-	target := worker.Beats(w) + n
-	for worker.Beats(w) < target {
+// waitExtensions blocks until the worker's heartbeat has done n more lease
+// extensions, or ctx ends.
+func waitExtensions(ctx context.Context, w *worker.Worker, n int64) error {
+	target := worker.Extensions(w) + n
+	for worker.Extensions(w) < target {
 		select {
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -67,7 +68,7 @@ func TestExtendLeaseSurvivesHeartbeats(t *testing.T) {
 		SweepInterval: time.Hour}, func(w *worker.Worker) {
 		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 			extended <- worker.ExtendLease(ctx, j, 2*time.Hour)
-			beaten <- waitBeats(ctx, w, 3)
+			beaten <- waitExtensions(ctx, w, 3)
 			<-ctx.Done() // until the test ends
 			return nil
 		}))
@@ -220,7 +221,7 @@ func TestAckTxCommittedThenKeepsWorking(t *testing.T) {
 				// Work on for longer than a lease (3s at 50ms a beat): the
 				// heartbeat finds the row gone, which must neither cancel
 				// the handler nor leave the outcome in doubt.
-				err = waitBeats(ctx, w, 80)
+				err = waitExtensions(ctx, w, 80)
 				if err == nil {
 					err = worker.ExtendLease(ctx, j, time.Minute) // nothing left to keep: no error
 				}
