@@ -293,11 +293,11 @@ type heldKey struct {
 }
 
 // heldJobs holds the jobs this worker has claimed, whose leases the
-// heartbeat extends (internal/worker/heartbeat, every ExtendInterval):
-// running and finished ones, and released ones until they are given back.
-// A lease extended (by the heartbeat or a
-// handler's Extend) that the database no longer holds for this worker is
-// lost: its handler is cancelled.
+// heartbeat extends (internal/worker/heartbeat's lease extension, every
+// ExtendInterval): running and finished ones, and released ones until they
+// are given back. A lease extended (by the lease extension or a handler's
+// ExtendLease) that the database no longer holds for this worker is lost:
+// its handler is cancelled.
 //
 // Invariants: a job is in jobs from its claim until its outcome is
 // recorded, it is lost or cancelled, or it is given back; only jobs in it
