@@ -15,6 +15,7 @@ import (
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/silentpeer"
+	"github.com/hopperq/hopper/internal/worker/producer"
 )
 
 // notifier carries wake-ups between workers: it LISTENs on a session of its
@@ -31,7 +32,7 @@ type notifier struct {
 	log        *slog.Logger
 	owner      string // Config.ID: cancel notices for this worker's claims
 	schema     string // where hopper_jobs lives: wake-ups for others are ignored
-	producers  map[string]*producer
+	queues     map[string]queueWaker
 	// onCancel: an operator cancelled the held job (id, attempt).
 	onCancel func(id int64, attempt int32)
 	// onSchedule: the named schedule was triggered or resumed.
@@ -44,6 +45,14 @@ type notifier struct {
 	// up mirrors listening for Prometheus (hopper_listener_up); nil in
 	// tests.
 	up prometheus.Gauge
+}
+
+// queueWaker is a queue's claim loop as the notifier sees it: its producer
+// (internal/worker/producer), whose cursor a wake-up moves back to the job
+// announced before waking it.
+type queueWaker interface {
+	Rewind(producer.Key)
+	Wake()
 }
 
 // listenTimings bound how long the listener takes to notice a session that
@@ -69,7 +78,7 @@ type notifierConfig struct {
 	log        *slog.Logger
 	owner      string
 	schema     string
-	producers  map[string]*producer
+	queues     map[string]queueWaker
 	listening  *atomic.Bool
 	onCancel   func(id int64, attempt int32)
 	onSchedule func(name string)
@@ -89,7 +98,7 @@ func newNotifier(c notifierConfig) *notifier {
 	cc.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
 	}
-	return &notifier{q: c.q, connConfig: cc, log: c.log, owner: c.owner, schema: c.schema, producers: c.producers,
+	return &notifier{q: c.q, connConfig: cc, log: c.log, owner: c.owner, schema: c.schema, queues: c.queues,
 		listening: c.listening, onCancel: c.onCancel, onSchedule: c.onSchedule, timings: c.timings, up: c.up}
 }
 
@@ -181,9 +190,9 @@ func (n *notifier) deliver(payload string) {
 			n.onCancel(*wake.Cancel, *wake.Attempt)
 		}
 	default:
-		if p := n.producers[wake.Queue]; p != nil {
-			p.cursor.rewind(wake.key())
-			signal(p.wake)
+		if p := n.queues[wake.Queue]; p != nil {
+			p.Rewind(wake.key())
+			p.Wake()
 		}
 	}
 }
@@ -201,14 +210,14 @@ func (n *notifier) setListening(on bool) {
 
 // rewindAll makes every queue's next claim scan from the start.
 func (n *notifier) rewindAll() {
-	for _, p := range n.producers {
-		p.cursor.rewind(fromStart)
+	for _, p := range n.queues {
+		p.Rewind(producer.FromStart)
 	}
 }
 
 func (n *notifier) wakeAll() {
-	for _, p := range n.producers {
-		signal(p.wake)
+	for _, p := range n.queues {
+		p.Wake()
 	}
 }
 

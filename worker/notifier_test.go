@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/hopperq/hopper/internal/testbed/testdb"
 	"github.com/hopperq/hopper/internal/testbed/wirefault"
 	"github.com/hopperq/hopper/internal/worker/announce"
+	"github.com/hopperq/hopper/internal/worker/producer"
 )
 
 // The notifier, on a session of its own: once subscribed it rewinds and
@@ -32,9 +34,7 @@ func TestNotifierCarriesWakeups(t *testing.T) {
 	defer cancel()
 	tdb := testdb.New(t)
 	q := db.New(tdb.Pool)
-	p := &producer{name: "default", wake: make(chan struct{}, 1), cursor: newScanCursor(time.Hour)}
-	far := readyKey{priority: 100, runAt: time.Now(), id: 1 << 40}
-	p.cursor.pos = far
+	p := newFakeQueue()
 
 	type cancelNote struct {
 		id      int64
@@ -43,7 +43,7 @@ func TestNotifierCarriesWakeups(t *testing.T) {
 	cancels, schedules := make(chan cancelNote, 4), make(chan string, 4)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	n := newNotifier(notifierConfig{q: q, connConfig: tdb.Pool.Config().ConnConfig, log: log, owner: "me", schema: tdb.Schema,
-		producers: map[string]*producer{"default": p}, listening: new(atomic.Bool),
+		queues: map[string]queueWaker{"default": p}, listening: new(atomic.Bool),
 		onCancel:   func(id int64, attempt int32) { cancels <- cancelNote{id, attempt} },
 		onSchedule: func(name string) { schedules <- name }, timings: defaultListenTimings})
 
@@ -60,17 +60,14 @@ func TestNotifierCarriesWakeups(t *testing.T) {
 		}
 	}
 	woken("subscribing wakes every queue")
-	require.Equal(t, fromStart, p.cursor.at(), "and rewinds its cursor")
+	require.Equal(t, producer.FromStart, p.rewoundTo(), "and rewinds its cursor")
 
-	p.cursor.mu.Lock()
-	p.cursor.pos = far
-	p.cursor.mu.Unlock()
 	at := time.Now().Truncate(time.Microsecond)
 	var wk announce.Set
 	wk.Add("default", 5, at, 7)
 	announce.NewAnnouncer(q, log).Announce(ctx, &wk, "test")
 	woken("an announcement")
-	require.Equal(t, readyKey{priority: 5, runAt: at, id: 7}.justBefore(), p.cursor.at())
+	require.Equal(t, producer.Key{Priority: 5, RunAt: at, ID: 7}, p.rewoundTo(), "back to the job announced")
 
 	notify := func(payload map[string]any) {
 		t.Helper()
@@ -123,13 +120,13 @@ func TestNotifierNoticesASilentSession(t *testing.T) {
 	proxy := wirefault.Start(t, upstream)
 	cc, err := pgx.ParseConfig(proxy.URL(tdb.URL))
 	require.NoError(t, err)
-	p := &producer{name: "default", wake: make(chan struct{}, 1), cursor: newScanCursor(time.Hour)}
+	p := newFakeQueue()
 	listening := new(atomic.Bool)
 	// A generous timeout: on a loaded machine a live ping must not look
 	// silent.
 	timings := listenTimings{pingAfter: 200 * time.Millisecond, timeout: 5 * time.Second}
 	n := newNotifier(notifierConfig{q: db.New(tdb.Pool), connConfig: cc, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		owner: "me", schema: tdb.Schema, producers: map[string]*producer{"default": p}, listening: listening,
+		owner: "me", schema: tdb.Schema, queues: map[string]queueWaker{"default": p}, listening: listening,
 		onCancel: func(int64, int32) {}, onSchedule: func(string) {}, timings: timings})
 	done := make(chan struct{})
 	go func() { defer close(done); n.Run(ctx) }()
@@ -154,4 +151,30 @@ func TestNotifierNoticesASilentSession(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no wake-up after the session was replaced")
 	}
+}
+
+// fakeQueue is a queue's producer as the notifier sees it: it records
+// where it was last rewound to, and its wake-ups.
+type fakeQueue struct {
+	wake chan struct{}
+	mu   sync.Mutex
+	at   producer.Key
+}
+
+func newFakeQueue() *fakeQueue {
+	return &fakeQueue{wake: make(chan struct{}, 1), at: producer.Key{Priority: 100, RunAt: time.Now(), ID: 1 << 40}}
+}
+
+func (f *fakeQueue) Rewind(k producer.Key) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.at = k
+}
+
+func (f *fakeQueue) Wake() { signal(f.wake) }
+
+func (f *fakeQueue) rewoundTo() producer.Key {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.at
 }

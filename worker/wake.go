@@ -3,6 +3,8 @@ package worker
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/hopperq/hopper/internal/worker/producer"
 )
 
 // wakeup is a notification's payload: the trigger on hopper_jobs and Notify
@@ -31,9 +33,9 @@ func parseWakeup(payload string) (wakeup, bool) {
 }
 
 // key is where the wake-up moves cursors back to.
-func (wake wakeup) key() readyKey {
+func (wake wakeup) key() producer.Key {
 	if wake.Priority == nil || wake.RunAt == nil || wake.ID == nil {
-		return fromStart
+		return producer.FromStart
 	}
-	return readyKey{priority: *wake.Priority, runAt: *wake.RunAt, id: *wake.ID}
+	return producer.Key{Priority: *wake.Priority, RunAt: *wake.RunAt, ID: *wake.ID}
 }
