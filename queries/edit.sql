@@ -6,7 +6,7 @@
 -- claim that comes later skips the locked row (SKIP LOCKED) and takes the
 -- job as edited once the edit commits. No edit ever touches a running job,
 -- nor locks one: a refused edit inside a long transaction never holds up
--- a worker's acknowledgement or heartbeat.
+-- a worker's acknowledgement, beat or lease extension.
 --
 -- locked says whether the statement held the job. When it did not, was
 -- is the job's state as the statement's snapshot saw it: running, a

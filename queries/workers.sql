@@ -33,7 +33,8 @@ WHERE w.last_seen_at + '1 millisecond'::interval * w.stale_after_ms < now()
 RETURNING w.started_at, (w.xmax <> 0)::boolean AS took_over;
 
 -- name: BeatWorker :one
--- Says the worker is still running: its heartbeat runs it on every beat.
+-- Says the worker is still running: its heartbeat runs it on every beat
+-- (BeatInterval).
 -- One row, by primary key, plus a look at the (small) table:
 --   found: false when the worker's row is gone (pruned while the worker
 --     could not reach the database for long), or taken over by another

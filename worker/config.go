@@ -32,7 +32,7 @@ type Config struct {
 	// registry (hopper_workers). Default: host name, process id and a
 	// random suffix, unique to this Worker. Neither is needed for fast
 	// crash recovery: any live worker hands a gone worker's jobs back a few
-	// heartbeats after its last beat, whatever its ID. A stable ID (a
+	// beats after its last one, whatever its ID. A stable ID (a
 	// StatefulSet's pod name) makes a restarted worker hand back its
 	// previous run's jobs at start, and keeps its row in the registry under
 	// one name. An ID is held by one live worker at a time, whatever their
@@ -60,8 +60,9 @@ type Config struct {
 	// extended, which is ExtendInterval now; it was renamed so that a
 	// program written for it stops compiling instead of slowing recovery.
 	BeatInterval time.Duration
-	// ExtendInterval is how often the heartbeat extends the leases of the
-	// running jobs. Default a third of LeaseDuration; negative never
+	// ExtendInterval is how often the worker extends the leases of the
+	// jobs it holds, in batches (the lease extension, apart from the beat:
+	// BeatInterval). Default a third of LeaseDuration; negative never
 	// extends them (only for tests of lease expiry).
 	ExtendInterval time.Duration
 
@@ -123,8 +124,8 @@ type Config struct {
 	// timeout, ignoring its cancelled context, before the worker abandons
 	// it: its lease is no longer extended (the job runs again elsewhere once
 	// the lease expires), its slot goes back to the queue, and it is logged
-	// and counted (hopper_handlers_stuck) until it returns. Checked on every
-	// heartbeat. Default 10s.
+	// and counted (hopper_handlers_stuck) until it returns. Checked at every
+	// lease extension (ExtendInterval). Default 10s.
 	AbandonAfter time.Duration
 
 	// RetryBackoff is the default retry delay for failed jobs. Default

@@ -116,7 +116,7 @@ func TestAckTxOutcomeIsTheTransactions(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			var seen *outcomes
 			start(t, b, worker.Config{
-				// No notice of the cancel: the heartbeat finds the row gone
+				// No notice of the cancel: the lease extension finds the row gone
 				// while the lease holds, as a worker behind PgBouncer does.
 				PollOnly: true, ExtendInterval: 20 * time.Millisecond, Registerer: reg, Logger: quiet,
 				KeepHistoryByQueue: map[string]time.Duration{jobs.DefaultQueue: time.Hour},
@@ -146,7 +146,7 @@ func TestAckTxOutcomeIsTheTransactions(t *testing.T) {
 					if tc.cancel {
 						<-cancelled
 					}
-					if err := waitBeats(ctx, w, 3); err != nil { // the heartbeat sees the row as it is now
+					if err := waitExtensions(ctx, w, 3); err != nil { // the lease extension sees the row as it is now
 						return err
 					}
 					if tc.fail {

@@ -78,8 +78,11 @@
 //     rate per kind or key, no PriorityAging) keeps a cursor too, moving
 //     past jobs held back by their keys' limits: recording a keyed job's
 //     result moves it back to that job, before the rest of its key.
-//   - Leases: one heartbeat extends every held claim in batches, at a third
-//     of the lease by default. A claim the database no longer holds for us
+//   - Leases: the worker's heartbeat, a loop on a connection of its own,
+//     keeps two rhythms, named apart here: the beat (its row in the
+//     registry, every BeatInterval: see Crashes below) and the lease
+//     extension, which extends every held claim in batches every
+//     ExtendInterval, a third of the lease by default. A claim the database no longer holds for us
 //     cancels its handler's context with cause ErrLeaseLost, and the result
 //     is discarded. ExtendLease pushes one job's lease further by hand.
 //   - Results: successes are acked in batches (one statement per flush,
@@ -101,9 +104,9 @@
 //     retried, not counted as failed.
 //   - Cancelled by an operator (hopper.Client.CancelJobs, `hopper jobs cancel`): the
 //     worker running the job hears of it at once (a notification on its
-//     LISTEN session; with PollOnly at its next heartbeat) and cancels the
-//     handler's context with the cause ErrCancelled; whatever the handler
-//     returns afterwards is discarded, and an AckTx is refused.
+//     LISTEN session; with PollOnly at its next lease extension) and
+//     cancels the handler's context with the cause ErrCancelled; whatever
+//     the handler returns afterwards is discarded, and an AckTx is refused.
 //   - Paused queues (hopper.Client.PauseQueue): the claim statement itself
 //     checks the pause, so a paused queue's claims take nothing, in every
 //     worker, from the moment the pause commits; a resume wakes the queue.
@@ -162,9 +165,9 @@
 //     returns by ShutdownTimeout, inside Kubernetes' default 30s grace.
 //   - Isolation: Run refuses (ErrIsolation) a pool whose sessions default
 //     to repeatable read or serializable.
-//   - Faults: claim, heartbeat, flush, sweep and listen errors are logged
-//     and retried with backoff; a restarted database is reconnected to by
-//     the pool.
+//   - Faults: claim, beat, lease extension, flush, sweep and listen errors
+//     are logged and retried with backoff; a restarted database is
+//     reconnected to by the pool.
 //   - Observability: log/slog with job id, kind, queue and attempt;
 //     Prometheus counters and histograms when Config.Registerer is set
 //     (hopper_job_outcomes_total counts every run by its Outcome), and the

@@ -13,7 +13,8 @@ func ObserveOutcomes(w *Worker, fn func(id int64, attempt int32, outcome string)
 	w.observe = func(id int64, attempt int32, o completer.Outcome) { fn(id, attempt, o.String()) }
 }
 
-// HeldClaims is how many claims the worker's heartbeat keeps extending.
+// HeldClaims is how many claims the worker holds, whose leases its
+// heartbeat extends.
 func HeldClaims(w *Worker) int {
 	if r := w.active.Load(); r != nil {
 		return r.held.len()
@@ -21,10 +22,11 @@ func HeldClaims(w *Worker) int {
 	return 0
 }
 
-// Beats is how many heartbeats the worker has done.
-func Beats(w *Worker) int64 {
+// Extensions is how many lease extensions the worker's heartbeat has done
+// (its passes over the claims held, every ExtendInterval; not its beats).
+func Extensions(w *Worker) int64 {
 	if r := w.active.Load(); r != nil {
-		return r.heartbeat.beats.Load()
+		return r.heartbeat.Extensions()
 	}
 	return 0
 }

@@ -26,7 +26,7 @@ import (
 const flowHelperEnv = "HOPPER_FLOW_HELPER"
 
 // The modes: keys (a per-key limit of 1, 20ms runs), lossy (the same limit,
-// but no heartbeat, a 1s lease and 1.5s runs: every run loses its lease
+// but no lease extension, a 1s lease and 1.5s runs: every run loses its lease
 // and its result is refused), victim (the same limit, runs that last until
 // the process is killed), rate (20 jobs per 500ms across processes).
 func runFlowHelper(mode string) int {
@@ -67,7 +67,7 @@ func runFlowHelper(mode string) int {
 		work = time.Hour
 	case "rate":
 		// The claim time is read back as lease_until less the lease: no
-		// heartbeat may move the lease meanwhile.
+		// lease extension may move the lease meanwhile.
 		cfg.LeaseDuration, cfg.ExtendInterval = 30*time.Second, -1
 		// Not a test of crash recovery: a process starved for a few
 		// beats on a loaded machine must not be taken to be gone, its
@@ -152,7 +152,7 @@ func (b *bundle) count(t *testing.T, sql string, args ...any) int {
 }
 
 // TestKeyLimitAcrossProcesses: four worker processes share a per-key limit
-// of 1; one of them loses every lease (no heartbeat, runs longer than the
+// of 1; one of them loses every lease (no lease extension, runs longer than the
 // lease), and one is SIGKILLed mid-run and replaced. Every job completes,
 // and the ledger shows no two runs of one key ever overlapping, except
 // runs whose lease was lost: their results were refused by the fence.

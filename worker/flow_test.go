@@ -178,7 +178,7 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 					ID:            fmt.Sprintf("w%d", i),
 					LeaseDuration: lease,
 					// The claim time is read back as lease_until less the
-					// lease: no heartbeat may move the lease meanwhile.
+					// lease: no lease extension may move the lease meanwhile.
 					ExtendInterval: -1,
 					Queues:         map[string]int{"default": 20},
 					FlowControl: map[string]worker.FlowControl{"default": {

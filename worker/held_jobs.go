@@ -11,6 +11,7 @@ import (
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/worker/completer"
+	"github.com/hopperq/hopper/internal/worker/heartbeat"
 	"github.com/hopperq/hopper/internal/worker/producer"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -21,10 +22,10 @@ import (
 type heldState int32
 
 const (
-	// claimRunning: the handler runs; the heartbeat extends the lease.
+	// claimRunning: the handler runs; the lease extension keeps its lease.
 	claimRunning heldState = iota
 	// claimFinished: the handler returned; its result waits to be recorded
-	// and the heartbeat still extends the lease until it is.
+	// and the lease extension still keeps its lease until it is.
 	claimFinished
 	// claimRecorded: the result's outcome is known (terminal).
 	claimRecorded
@@ -120,7 +121,7 @@ func (c *heldJob) begin(cancel context.CancelCauseFunc, started time.Time, timeo
 
 // cancelWith cancels the handler's context. A handler that was told to
 // stop gets AbandonAfter to do so, whatever its timeout: past that the
-// heartbeat gives up on it and frees its slot (abandonStuck), whether or
+// heartbeat's stuck watch gives up on it and frees its slot, whether or
 // not the worker still holds its job.
 func (c *heldJob) cancelWith(cause error) {
 	c.mu.Lock()
@@ -134,17 +135,23 @@ func (c *heldJob) cancelWith(cause error) {
 	}
 }
 
-// overdue reports whether the handler should have returned by now.
-func (c *heldJob) overdue(now time.Time) (due bool, ranFor time.Duration) {
+// Overdue reports whether the handler should have returned by now
+// (heartbeat.Handler).
+func (c *heldJob) Overdue(now time.Time) (due bool, ranFor time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return !c.handlerDone && !c.hardStop.IsZero() && now.After(c.hardStop), now.Sub(c.started)
 }
 
-// giveUp stops waiting for the handler: its slot goes back to the queue and
+// LogAttrs names the job in the log (heartbeat.Handler).
+func (c *heldJob) LogAttrs() []any {
+	return []any{"job_id", c.id, "kind", c.kind, "queue", c.queue.Name(), "attempt", c.attempt}
+}
+
+// GiveUp stops waiting for the handler: its slot goes back to the queue and
 // it is counted stuck until it returns. It reports false when the handler
-// returned already or was given up on before.
-func (c *heldJob) giveUp() bool {
+// returned already or was given up on before (heartbeat.Handler).
+func (c *heldJob) GiveUp() bool {
 	c.mu.Lock()
 	if c.handlerDone || c.givenUp {
 		c.mu.Unlock()
@@ -226,8 +233,8 @@ func (c *heldJob) ReadyAgain() {
 	c.queue.Wake()
 }
 
-// lose: running → lost; the claim leaves the set (the heartbeat stops
-// extending it at once) and its handler is cancelled.
+// lose: running → lost; the claim leaves the set (its lease is no longer
+// extended) and its handler is cancelled.
 func (c *heldJob) lose() bool {
 	if !c.move(claimRunning, claimLost) {
 		return false
@@ -263,17 +270,17 @@ func (c *heldJob) release() bool {
 	return true
 }
 
-// abandon: running → abandoned, for a handler past its hard deadline. The
+// Abandon: running → abandoned, for a handler past its hard deadline. The
 // claim leaves the set (no more lease extension), its slot is freed so the
 // worker keeps its capacity, and the stuck handler is counted until it
-// returns (giveUp).
-func (c *heldJob) abandon() bool {
+// returns (GiveUp); heartbeat.Handler.
+func (c *heldJob) Abandon() bool {
 	if !c.move(claimRunning, claimAbandoned) {
 		return false
 	}
 	c.held.remove(c)
 	c.cancelWith(errAbandoned)
-	c.giveUp()
+	c.GiveUp()
 	return true
 }
 
@@ -284,10 +291,11 @@ type heldKey struct {
 }
 
 // heldJobs holds the jobs this worker has claimed, whose leases the
-// heartbeat keeps (heartbeat.go): running and finished ones, and released
-// ones until they are given back. A lease extended (by the heartbeat or a
-// handler's Extend) that the database no longer holds for this worker is
-// lost: its handler is cancelled.
+// heartbeat extends (internal/worker/heartbeat's lease extension, every
+// ExtendInterval): running and finished ones, and released ones until they
+// are given back. A lease extended (by the lease extension or a handler's
+// ExtendLease) that the database no longer holds for this worker is lost:
+// its handler is cancelled.
 //
 // Invariants: a job is in jobs from its claim until its outcome is
 // recorded, it is lost or cancelled, or it is given back; only jobs in it
@@ -387,8 +395,8 @@ func (s *heldJobs) len() int {
 
 // handlerSet holds the claims whose handlers are running, whatever became
 // of the claims themselves: a lost or cancelled claim leaves heldJobs at
-// once, but its handler may go on ignoring its context, and the heartbeat
-// must still see it to give up on it.
+// once, but its handler may go on ignoring its context, and the heartbeat's
+// stuck watch must still see it to give up on it.
 type handlerSet struct {
 	mu sync.Mutex
 	m  map[*heldJob]struct{}
@@ -415,6 +423,16 @@ func (s *handlerSet) snapshot() []*heldJob {
 	out := make([]*heldJob, 0, len(s.m))
 	for c := range s.m {
 		out = append(out, c)
+	}
+	return out
+}
+
+// running is the handlers running, for the heartbeat's stuck watch.
+func (s *handlerSet) running() []heartbeat.Handler {
+	claims := s.snapshot()
+	out := make([]heartbeat.Handler, len(claims))
+	for i, c := range claims {
+		out[i] = c
 	}
 	return out
 }

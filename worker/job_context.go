@@ -26,8 +26,9 @@ func heldJobFrom(ctx context.Context, id int64) (*heldJob, error) {
 
 // ExtendLease makes the lease of the job the handler is running last at
 // least d from now, for a step the handler knows will be long. The
-// heartbeat never shortens it: the extension holds until the handler
-// finishes or d has passed, whichever is first. It returns ErrLeaseLost,
+// worker's own lease extension (every ExtendInterval) never shortens it:
+// the lease holds until the handler finishes or d has passed, whichever is
+// first. It returns ErrLeaseLost,
 // and cancels the handler's context, when the job is no longer this
 // worker's.
 func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) error {
@@ -45,7 +46,7 @@ func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) 
 	if c.txAck.Made() {
 		return nil // its row is the handler's own (AckTx): locked by its transaction, or gone with it
 	}
-	// The row may be locked for a moment by the heartbeat's own Extend or
+	// The row may be locked for a moment by the lease extension's Extend or
 	// an ack in flight (Extend skips locked rows rather than wait): try
 	// again a few times before calling it busy.
 	for try := 0; ; try++ {

@@ -236,7 +236,7 @@ func TestHooksSeeEveryOutcome(t *testing.T) {
 	hooks := worker.Config{OnOutcome: []worker.OutcomeHook{j.outcome}, OnError: []worker.ErrorHook{j.failed}}
 	steady, lossy := hooks, hooks
 	steady.Queues = map[string]int{jobs.DefaultQueue: len(modes)}
-	// The lossy worker has no heartbeat: its lease runs out while the
+	// The lossy worker has no lease extension: its lease runs out while the
 	// handler waits, and the sweep takes the job back.
 	lossy.Queues, lossy.LeaseDuration, lossy.ExtendInterval = map[string]int{"lossy": 1}, time.Second, -1
 	for _, cfg := range []worker.Config{steady, lossy} {

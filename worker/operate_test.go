@@ -105,7 +105,7 @@ func TestHandlerCancelsItsOwnJob(t *testing.T) {
 }
 
 // TestOperatorCancelsRunningJob: the owning worker learns of the cancel at
-// once through LISTEN, or at its next heartbeat without it (PollOnly), and
+// once through LISTEN, or at its next lease extension without it (PollOnly), and
 // cancels the handler's context with the cause ErrCancelled; the job is
 // kept as cancelled and whatever the handler returns afterwards is
 // discarded, never recorded.
@@ -114,8 +114,8 @@ func TestOperatorCancelsRunningJob(t *testing.T) {
 		name string
 		cfg  worker.Config
 	}{
-		{"notified", worker.Config{LeaseDuration: time.Hour}}, // no heartbeat will come: only the notice can tell
-		{"heartbeat", worker.Config{PollOnly: true, LeaseDuration: 3 * time.Second, ExtendInterval: 50 * time.Millisecond}},
+		{"notified", worker.Config{LeaseDuration: time.Hour}}, // no lease extension will come: only the notice can tell
+		{"extension", worker.Config{PollOnly: true, LeaseDuration: 3 * time.Second, ExtendInterval: 50 * time.Millisecond}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
@@ -138,7 +138,7 @@ func TestOperatorCancelsRunningJob(t *testing.T) {
 			<-started
 			if !tc.cfg.PollOnly {
 				// A notice sent before the listener subscribes is lost (the
-				// next heartbeat finds the cancel instead): this case is
+				// next lease extension finds the cancel instead): this case is
 				// about the notice, so it waits for the subscription.
 				testdb.WaitFor(t, "the wake-up listener subscribed", func() bool { return worker.Listening(r.w) })
 			}

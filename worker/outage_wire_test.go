@@ -49,15 +49,15 @@ func TestOutageLoggedOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(h.b.Ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	testdb.WaitFor(t, "the worker beats", func() bool { return worker.Beats(w) > 0 })
+	testdb.WaitFor(t, "the heartbeat runs", func() bool { return worker.Extensions(w) > 0 })
 
 	p.Refuse(true)
 	p.CutAll()
 	testdb.WaitFor(t, "a reminder of the outage", func() bool { return logs.count(reminderMsg) > 0 })
 	p.Refuse(false)
 	testdb.WaitFor(t, "the worker back", func() bool { return logs.count(backMsg) > 0 })
-	beats := worker.Beats(w)
-	testdb.WaitFor(t, "three beats after it is back", func() bool { return worker.Beats(w) >= beats+3 })
+	beats := worker.Extensions(w)
+	testdb.WaitFor(t, "three lease extensions after it is back", func() bool { return worker.Extensions(w) >= beats+3 })
 	cancel()
 	require.NoError(t, <-done)
 

@@ -83,7 +83,7 @@ func TestRegistryCountsLiveWorkers(t *testing.T) {
 
 // TestRegistryKilledWorkerGoesStale: a worker process killed with SIGKILL
 // leaves its row, which stops counting once the worker has missed three
-// heartbeats (the helper's lease is 1s: a beat every 333ms); a sweep prunes
+// beats (the helper's lease is 1s: a beat every 333ms); a sweep prunes
 // the row once it has been gone for long.
 func TestRegistryKilledWorkerGoesStale(t *testing.T) {
 	b := setup(t)

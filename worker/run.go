@@ -18,6 +18,7 @@ import (
 	"github.com/hopperq/hopper/internal/grants"
 	"github.com/hopperq/hopper/internal/migrated"
 	"github.com/hopperq/hopper/internal/worker/completer"
+	"github.com/hopperq/hopper/internal/worker/heartbeat"
 	"github.com/hopperq/hopper/internal/worker/producer"
 	"github.com/hopperq/hopper/internal/worker/registry"
 	"github.com/hopperq/hopper/internal/worker/releaser"
@@ -35,9 +36,10 @@ type run struct {
 
 	registry  *registry.Registry // this worker's row in hopper_workers
 	held      *heldJobs
+	guard     *readOnlyGuard // what the components' ReadOnly funcs check
 	completer *completer.Completer
 	executor  *executor
-	heartbeat *heartbeat
+	heartbeat *heartbeat.Heartbeat // the worker's beat and its claims' lease extension
 	producers map[string]*producer.Producer
 	// runners runs each queue's jobs on goroutines started as needed that
 	// live until Run ends, so a burst of short jobs is served by a few
@@ -66,22 +68,28 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	r.held = newHeldJobs(w.q, w.log, w.metrics, cfg, w.dbtx, w.pool.Begin)
-	guard := newReadOnlyGuard(w.pool, w.log, readOnlyResetEvery, w.metrics.readOnlyC)
+	r.guard = newReadOnlyGuard(w.pool, w.log, readOnlyResetEvery, w.metrics.readOnlyC)
 	r.completer, err = completer.New(completer.Config{Queries: w.q, Log: w.log, BatchSize: cfg.AckBatchSize,
 		FlushEvery: cfg.AckFlushInterval, StatementTimeout: statementTimeout(cfg.LeaseDuration),
-		Report: r.report, ReadOnly: guard.check, Hard: hard})
+		Report: r.report, ReadOnly: r.guard.check, Hard: hard})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	r.executor = newExecutor(w.q, w.log, w.metrics, cfg, r.completer, r.report, handlerBase, hard)
-	beat := func(ctx context.Context, q *db.Queries) registry.BeatResult {
+	beat := func(ctx context.Context, q *db.Queries) heartbeat.BeatResult {
 		res := r.registry.Beat(ctx, q)
 		if res.Err == nil {
 			w.outage.reached()
 		}
-		return res
+		return heartbeat.BeatResult(res)
 	}
-	r.heartbeat = newHeartbeat(r.held, &r.executor.inFlight, beat, w.releaser.ReleaseGone, guard, w.pool, w.dbtx, cfg)
+	r.heartbeat, err = heartbeat.New(heartbeat.Config{Pool: w.pool, DBTX: w.dbtx, Queries: w.q, Log: w.log,
+		Beat: beat, ReleaseGone: w.releaser.ReleaseGone, ReadOnly: r.guard.check,
+		Extend: heartbeat.InBatches(r.held.snapshot, r.held.extendOn), Running: r.executor.inFlight.running,
+		BeatInterval: cfg.BeatInterval, ExtendInterval: cfg.ExtendInterval, LeaseDuration: cfg.LeaseDuration})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 
 	listening := new(atomic.Bool) // written by the notifier, read by the producers
 	claims := producer.NewClaimBatch(w.q)
@@ -96,7 +104,7 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 		p, err := producer.New(producer.Config{Queries: w.q, Pool: w.pool, Scope: w.scope, Claims: claims, Log: w.log, Metrics: w.metrics,
 			Name: name, Slots: n, Flow: flowOf(cfg, name, byKind), Kinds: kinds, Owner: cfg.ID, Lease: cfg.LeaseDuration,
 			PollInterval: cfg.PollInterval, FullScanInterval: cfg.FullScanInterval,
-			Listening: listening.Load, ReadOnly: guard.check, Reached: w.outage.reached, Hand: r.hand(runners)})
+			Listening: listening.Load, ReadOnly: r.guard.check, Reached: w.outage.reached, Hand: r.hand(runners)})
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
 		}

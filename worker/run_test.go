@@ -71,17 +71,17 @@ func TestNewRunWiresEveryComponent(t *testing.T) {
 	}
 	require.Equal(t, tdb.Schema, r.notifier.schema)
 	require.Equal(t, r.w.metrics.listenerG, r.notifier.up, "the listener's gauge, given to its constructor")
-	require.Equal(t, r.w.metrics.readOnlyC, r.heartbeat.guard.refusals, "the refusals' counter, given to the guard's constructor")
+	require.Equal(t, r.w.metrics.readOnlyC, r.guard.refusals, "the refusals' counter, given to the guard's constructor")
 	require.Equal(t, tdb.Schema, r.registry.Schema())
 	require.Equal(t, []string{"limited", "plain"}, r.registry.Queues())
 	require.Equal(t, ctx, r.executor.hard)
 	require.Nil(t, r.scheduler)
-	require.Equal(t, []string{"*worker.heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*worker.notifier"},
+	require.Equal(t, []string{"*heartbeat.Heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*worker.notifier"},
 		serviceNames(r))
 
 	r = build(Config{Queues: map[string]int{"default": 1}, PollOnly: true}, true)
 	require.NotNil(t, r.scheduler)
 	require.Equal(t, []string{"nightly"}, r.scheduler.Names())
-	require.Equal(t, []string{"*worker.heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*scheduler.Scheduler"},
+	require.Equal(t, []string{"*heartbeat.Heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*scheduler.Scheduler"},
 		serviceNames(r), "PollOnly: no notifier")
 }

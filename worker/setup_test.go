@@ -125,7 +125,7 @@ func (b *bundle) dead(t *testing.T, id int64) (db.HopperDeadJob, bool) {
 }
 
 // takeAway makes a running job's lease expire and sweeps it back to
-// pending, in one transaction: the worker's heartbeat cannot slip in
+// pending, in one transaction: the worker's lease extension cannot slip in
 // between and renew the lease.
 func (b *bundle) takeAway(t *testing.T, j db.HopperJob) {
 	t.Helper()

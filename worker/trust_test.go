@@ -39,10 +39,11 @@ func (o *outcomes) of(id int64, attempt int32) []string {
 	return append([]string(nil), o.got[[2]int64{id, int64(attempt)}]...)
 }
 
-// waitBeats blocks until the worker has done n more heartbeats, or ctx ends.
-func waitBeats(ctx context.Context, w *worker.Worker, n int64) error {
-	target := worker.Beats(w) + n
-	for worker.Beats(w) < target {
+// waitExtensions blocks until the worker's heartbeat has done n more lease
+// extensions, or ctx ends.
+func waitExtensions(ctx context.Context, w *worker.Worker, n int64) error {
+	target := worker.Extensions(w) + n
+	for worker.Extensions(w) < target {
 		select {
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -53,7 +54,7 @@ func waitBeats(ctx context.Context, w *worker.Worker, n int64) error {
 }
 
 // TestExtendLeaseSurvivesHeartbeats: a handler's long ExtendLease is not
-// undone by the heartbeat, whose own extension is much shorter.
+// undone by the worker's lease extension, which is much shorter.
 func TestExtendLeaseSurvivesHeartbeats(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "long_step")
@@ -61,13 +62,13 @@ func TestExtendLeaseSurvivesHeartbeats(t *testing.T) {
 	require.NoError(t, err)
 	extended := make(chan error, 1)
 	beaten := make(chan error, 1)
-	// Nobody sweeps: the test is about the heartbeat and ExtendLease, and a
+	// Nobody sweeps: the test is about the lease extension and ExtendLease, and a
 	// sweep could take the job before its handler extends the lease.
 	start(t, b, worker.Config{LeaseDuration: time.Second, ExtendInterval: 50 * time.Millisecond, ShutdownTimeout: 100 * time.Millisecond,
 		SweepInterval: time.Hour}, func(w *worker.Worker) {
 		require.NoError(t, worker.Handle(w, k, func(ctx context.Context, j *jobs.Job[Task]) error {
 			extended <- worker.ExtendLease(ctx, j, 2*time.Hour)
-			beaten <- waitBeats(ctx, w, 3)
+			beaten <- waitExtensions(ctx, w, 3)
 			<-ctx.Done() // until the test ends
 			return nil
 		}))
@@ -75,11 +76,12 @@ func TestExtendLeaseSurvivesHeartbeats(t *testing.T) {
 	require.NoError(t, <-extended)
 	require.NoError(t, <-beaten)
 	require.WithinDuration(t, time.Now().Add(2*time.Hour), *b.job(t, res.ID).LeaseUntil, time.Minute,
-		"three heartbeats later the lease is still the handler's two hours")
+		"three lease extensions later the lease is still the handler's two hours")
 }
 
-// TestLostClaimLeavesHeartbeat: a claim found lost is dropped from the set
-// the heartbeat extends at once, not re-sent for the life of the process.
+// TestLostClaimLeavesHeartbeat: a claim found lost leaves at once the set
+// whose leases the heartbeat extends, not re-sent for the life of the
+// process.
 func TestLostClaimLeavesHeartbeat(t *testing.T) {
 	b := setup(t)
 	k := kind(t, "vanishing")
@@ -100,7 +102,7 @@ func TestLostClaimLeavesHeartbeat(t *testing.T) {
 	_, err = b.Pool.Exec(b.Ctx, "DELETE FROM hopper_jobs WHERE id = $1", res.ID) // cancelled by an operator, say
 	require.NoError(t, err)
 	require.ErrorIs(t, <-cause, worker.ErrLeaseLost)
-	testdb.WaitFor(t, "the lost claim left the heartbeat's set", func() bool { return worker.HeldClaims(r.w) == 0 })
+	testdb.WaitFor(t, "the lost claim left the extension's set", func() bool { return worker.HeldClaims(r.w) == 0 })
 }
 
 // TestAckTxRolledBack: a handler that acks in its transaction, rolls it
@@ -218,9 +220,9 @@ func TestAckTxCommittedThenKeepsWorking(t *testing.T) {
 					return err
 				}
 				// Work on for longer than a lease (3s at 50ms a beat): the
-				// heartbeat finds the row gone, which must neither cancel
+				// lease extension finds the row gone, which must neither cancel
 				// the handler nor leave the outcome in doubt.
-				err = waitBeats(ctx, w, 80)
+				err = waitExtensions(ctx, w, 80)
 				if err == nil {
 					err = worker.ExtendLease(ctx, j, time.Minute) // nothing left to keep: no error
 				}
@@ -236,7 +238,7 @@ func TestAckTxCommittedThenKeepsWorking(t *testing.T) {
 }
 
 // TestStuckHandlerIsAbandoned: a handler that ignores its cancelled context
-// past its timeout plus AbandonAfter stops being heartbeated, so its job
+// past its timeout plus AbandonAfter no longer has its lease extended, so its job
 // runs again after the lease; its slot goes back to the queue (the only
 // slot here, so other jobs run meanwhile), and it is counted as stuck
 // until it returns.

@@ -37,7 +37,7 @@ const (
 
 // TestWireFaults cuts and stalls the connection between a worker and
 // PostgreSQL at the worst moments (a statement committed, its reply lost;
-// a heartbeat hanging after its commit; a partition during shutdown) and
+// a lease extension hanging after its commit; a partition during shutdown) and
 // checks the outcomes the worker reports against a ledger.
 //
 // The faulty worker's pool goes through a wirefault proxy. Every handler
@@ -192,8 +192,8 @@ func wfClaimAnswerLate(t *testing.T) {
 	require.Equal(t, total, led.byWorker["faulty"][string(worker.OutcomeDone)], "every job run once, by the worker that claimed it")
 }
 
-// wfExtendStalledAndCut: heartbeats that hang after their commit (the
-// reply held back until Release), heartbeats cut after their commit, and
+// wfExtendStalledAndCut: lease extensions that hang after their commit (the
+// reply held back until Release), extensions cut after their commit, and
 // acks cut after their commit, with a 1s lease and handlers that run longer
 // than it. Then a partition: the faulty worker's leases run out, the clean
 // worker sweeps its jobs and runs them again, and only then does the
@@ -361,7 +361,7 @@ func wfFlaky(_ context.Context, j *jobs.Job[Task]) error {
 
 func wfDoomed(context.Context, *jobs.Job[Task]) error { return errBoom }
 
-// wfSlow works for d (longer than a lease, so it needs the heartbeat),
+// wfSlow works for d (longer than a lease, so it needs the lease extension),
 // unless its context ends first.
 func wfSlow(d time.Duration) func(context.Context, *jobs.Job[Task]) error {
 	return func(ctx context.Context, _ *jobs.Job[Task]) error {

@@ -222,8 +222,8 @@ func TestVersionGate(t *testing.T) {
 }
 
 // TestHeartbeatKeepsLongJob: a job three times longer than its lease keeps
-// the lease and runs once, though another worker sweeps all along. The
-// heartbeat beats twenty times a lease: only a stall of the whole lease
+// the lease and runs once, though another worker sweeps all along. Its
+// lease is extended twenty times a lease: only a stall of the whole lease
 // (not a slow beat or two on a loaded machine) would let the sweep in.
 func TestHeartbeatKeepsLongJob(t *testing.T) {
 	b := setup(t)

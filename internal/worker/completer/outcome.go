@@ -130,7 +130,7 @@ func fateOfNack(f db.ClaimFatesRow, act Action, ackedInTx, heldThen bool) Outcom
 // CancelledByOperator reports whether a claim's fate shows an operator's
 // Cancel: the job went to the dead table as cancelled under the claim's
 // attempt with no history entry for it (a handler's own Cancel records
-// an entry, a sweep too). The heartbeat tells a lost job's cause with it.
+// an entry, a sweep too). The lease extension tells a lost job's cause with it.
 func CancelledByOperator(f db.ClaimFatesRow) bool {
 	return f.DeadAttempt != nil && *f.DeadAttempt == f.Attempt && f.DeadState != nil &&
 		*f.DeadState == string(jobs.StateCancelled) && !f.AttemptRecorded

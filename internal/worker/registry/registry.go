@@ -57,7 +57,7 @@ func (c *Config) validate() error {
 }
 
 // The worker registry (hopper_workers): every running worker is a row,
-// written at start, refreshed by each heartbeat and deleted at a clean
+// written at start, refreshed by each beat and deleted at a clean
 // stop. A worker is live while its last beat is younger than
 // staleBeats beats; a gone worker's jobs are handed back by the next
 // beat of any live worker (internal/worker/releaser), and its row is
@@ -74,7 +74,7 @@ const (
 )
 
 // Registry keeps this worker's row in hopper_workers: it writes it at
-// start (Register), refreshes it on every heartbeat (Beat) and deletes it
+// start (Register), refreshes it on every beat (Beat) and deletes it
 // at a clean stop (Remove).
 //
 // Invariant: startedAt, under mu, is zero until the row was first written,
@@ -239,7 +239,7 @@ func (r *Registry) write(ctx context.Context) (tookOver, taken bool, err error) 
 
 // beatTimeout bounds a beat: half a beat, at least a second (one row, but
 // on a busy server), and at most a quarter of the lease, since the lease
-// extensions of the same heartbeat wait for it.
+// extensions of the same heartbeat (internal/worker/heartbeat) wait for it.
 func (r *Registry) beatTimeout() time.Duration {
 	return min(max(r.beatInterval()/2, time.Second), r.cfg.LeaseDuration/4)
 }

@@ -211,7 +211,7 @@ func (s *Scheduler) reportStaleSchedules(ctx context.Context) {
 // fails waits out a backoff of its own; the others fire on time.
 func (s *Scheduler) Run(ctx context.Context) {
 	names := s.names
-	heartbeat := max(s.cfg.StaleAfter/5, time.Second)
+	reportEvery := max(s.cfg.StaleAfter/5, time.Second) // within a fifth of the stale window
 	lastSeen := time.Now()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -224,7 +224,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 		case <-timer.C:
 		case <-s.wake:
 		}
-		if time.Since(lastSeen) >= heartbeat {
+		if time.Since(lastSeen) >= reportEvery {
 			if err := s.seeSchedules(ctx); err != nil && ctx.Err() == nil {
 				s.cfg.Log.Warn("reporting schedules failed; retrying", "error", err)
 			} else {

@@ -49,7 +49,7 @@ type ClaimFatesRow struct {
 }
 
 // What became of claims whose ack or nack may or may not have committed
-// (the reply was lost), or that the heartbeat found gone: for each claim
+// (the reply was lost), or that the lease extension found gone: for each claim
 // (ids[i], attempts[i]), the job's live attempt and state if it is still
 // live, its attempt and state (dead or cancelled) if it is in the dead
 // table, its attempt if it completed into the history, and whether an
@@ -93,7 +93,7 @@ const extend = `-- name: Extend :many
 WITH held AS (
     SELECT unnest($1::bigint[]) AS id, unnest($2::integer[]) AS attempt
 ), locked AS (
-    -- in any order: a heartbeat skips locked rows, it never waits
+    -- in any order: an extension skips locked rows, it never waits
     SELECT l.id
     FROM held
     CROSS JOIN LATERAL (
@@ -139,18 +139,19 @@ type ExtendRow struct {
 
 // Pushes the lease of each still-held claim (ids[i], attempts[i]) to at
 // least now() + lease_ms — never shortens it, so a longer extension asked
-// for by a handler (ExtendLease) survives the heartbeat — and reports every
-// claim still held. extended is false for a claim whose row another
-// transaction holds locked right now (an ack in flight, a handler's own
-// AckTx transaction): SKIP LOCKED means the heartbeat never waits on, and
-// so never deadlocks with, any other statement; it tries again next beat.
+// for by a handler (ExtendLease) survives the worker's lease extension —
+// and reports every claim still held. extended is false for a claim whose
+// row another transaction holds locked right now (an ack in flight, a
+// handler's own AckTx transaction): SKIP LOCKED means the lease extension never waits
+// on, and so never deadlocks with, any other statement; it tries again at
+// the next extension.
 // A claim missing from the answer has been lost (swept, claimed again or
 // acknowledged): a running handler must stop.
 //
 // The claims not extended are found with EXCEPT ALL, which PostgreSQL
 // always hashes or sorts: a join of the update's answer back to the claims
 // was planned, once the plan was generic, as a nested loop over both
-// (1.5 s for a heartbeat of 5000 claims).
+// (1.5 s for an extension of 5000 claims).
 //
 // Every row is found by primary key, whatever the statistics say: the
 // claims are looked up and locked one by one in a LATERAL subquery (see

@@ -50,7 +50,8 @@ type BeatWorkerRow struct {
 	GoneWaiting bool
 }
 
-// Says the worker is still running: its heartbeat runs it on every beat.
+// Says the worker is still running: its heartbeat runs it on every beat
+// (BeatInterval).
 // One row, by primary key, plus a look at the (small) table:
 //
 //	found: false when the worker's row is gone (pruned while the worker
