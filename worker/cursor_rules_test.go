@@ -120,29 +120,3 @@ func TestClaimCursorRules(t *testing.T) {
 		})
 	}
 }
-
-// TestWakeupPlaces: a wake-up's place in claim order, as the trigger and
-// Notify send it; without one (sent by hand, or by the trigger of schema
-// version 1) it rewinds to the start.
-func TestWakeupPlaces(t *testing.T) {
-	t.Parallel()
-	at := time.Date(2026, 11, 22, 10, 0, 0, 123456000, time.UTC)
-	for _, tc := range []struct {
-		payload string
-		want    readyKey
-		ok      bool
-	}{
-		{`{"schema":"s","queue":"q","priority":3,"run_at":"2026-11-22T10:00:00.123456+00:00","id":42}`, readyKey{priority: 3, runAt: at, id: 42}, true},
-		{`{"schema":"s","queue":"q","priority":3,"run_at":"2026-11-22T11:00:00.123456+01:00","id":42}`, readyKey{priority: 3, runAt: at, id: 42}, true},
-		{`{"schema":"s","queue":"q"}`, fromStart, true},
-		{`{"schema":"s","queue":"q","priority":3}`, fromStart, true},
-		{`not json`, fromStart, false},
-	} {
-		wake, ok := parseWakeup(tc.payload)
-		require.Equal(t, tc.ok, ok, tc.payload)
-		got := wake.key()
-		require.Equal(t, tc.want.priority, got.priority, tc.payload)
-		require.True(t, tc.want.runAt.Equal(got.runAt), tc.payload)
-		require.Equal(t, tc.want.id, got.id, tc.payload)
-	}
-}

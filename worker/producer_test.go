@@ -35,7 +35,7 @@ func TestProducerFetch(t *testing.T) {
 		return nil
 	}))
 	r := newTestRun(t, ctx, w)
-	r.notifier.listening.Store(true) // wake-ups would reach the cursor: it may be used
+	r.listening.Store(true) // wake-ups would reach the cursor: it may be used
 
 	var ids []int64
 	base := time.Now().Add(-time.Minute)

@@ -17,6 +17,7 @@ import (
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/grants"
 	"github.com/hopperq/hopper/internal/migrated"
+	"github.com/hopperq/hopper/internal/worker/notifier"
 	"github.com/hopperq/hopper/internal/worker/registry"
 	"github.com/hopperq/hopper/internal/worker/releaser"
 	"github.com/hopperq/hopper/internal/worker/scheduler"
@@ -38,7 +39,8 @@ type run struct {
 	heartbeat *heartbeat
 	producers map[string]*producer
 	scheduler *scheduler.Scheduler // nil: the worker defines no schedules
-	notifier  *notifier
+	notifier  *notifier.Notifier
+	listening *atomic.Bool // written by the notifier, read by the producers
 
 	// unrecorded counts results not recorded (OutcomeUnrecorded): their
 	// jobs may still be held in this worker's name at its stop.
@@ -72,9 +74,9 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 	}
 	r.heartbeat = newHeartbeat(r.held, &r.executor.inFlight, beat, w.releaser.ReleaseGone, guard, w.pool, w.dbtx, cfg)
 
-	listening := new(atomic.Bool) // written by the notifier, read by the producers
+	r.listening = new(atomic.Bool)
 	deps := producerDeps{q: w.q, pool: w.pool, scope: w.scope, cfg: cfg, log: w.log, metrics: w.metrics,
-		handlers: w.handlers, held: r.held, executor: r.executor, listening: listening, claims: newClaimBatch(w.q), guard: guard, reached: w.outage.reached, hard: hard}
+		handlers: w.handlers, held: r.held, executor: r.executor, listening: r.listening, claims: newClaimBatch(w.q), guard: guard, reached: w.outage.reached, hard: hard}
 	byKind := w.handlers.kindKeyLimits()
 	r.producers = make(map[string]*producer, len(cfg.Queues))
 	for name, n := range cfg.Queues {
@@ -91,9 +93,16 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 		}
 		onSchedule = r.scheduler.Trigger
 	}
-	r.notifier = newNotifier(notifierConfig{q: w.q, connConfig: w.pool.Config().ConnConfig, log: w.log, owner: cfg.ID,
-		schema: schema, producers: r.producers, listening: listening, onCancel: r.held.cancelNotice,
-		onSchedule: onSchedule, timings: defaultListenTimings, up: w.metrics.listenerG})
+	wakers := make(map[string]notifier.Waker, len(r.producers))
+	for name, p := range r.producers {
+		wakers[name] = p
+	}
+	r.notifier, err = notifier.New(notifier.Config{ConnConfig: w.pool.Config().ConnConfig, Log: w.log, Owner: cfg.ID,
+		Schema: schema, Wakers: wakers, Listening: r.listening, OnCancel: r.held.cancelNotice,
+		OnSchedule: onSchedule, Timings: notifier.DefaultTimings, Metrics: w.metrics})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	return r, nil
 }
 

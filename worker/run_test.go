@@ -29,8 +29,9 @@ func newTestRun(t *testing.T, ctx context.Context, w *Worker) *run {
 
 // newRun wires every component whole: each producer has its queue's flow
 // control (none for a plain queue) and the run's hard deadline; the
-// notifier and registry know the schema; the notifier's gauge and the
-// read-only guard's counter are the worker's; the scheduler exists only with
+// notifier and registry know the schema, and the notifier's word on
+// whether it listens reaches the producers; the read-only guard's counter
+// is the worker's; the scheduler exists only with
 // schedules; and the services list starts the loops the configuration asks
 // for, in order.
 func TestNewRunWiresEveryComponent(t *testing.T) {
@@ -67,16 +68,15 @@ func TestNewRunWiresEveryComponent(t *testing.T) {
 		require.Equal(t, ctx, p.hard, "queue %s", p.name)
 		require.Same(t, r.held, p.held)
 		require.Same(t, r.executor, p.executor)
-		require.Same(t, r.notifier.listening, p.listening, "the notifier's word reaches the cursor")
+		require.Same(t, r.listening, p.listening, "the notifier's word reaches the cursor")
 	}
-	require.Equal(t, tdb.Schema, r.notifier.schema)
-	require.Equal(t, r.w.metrics.listenerG, r.notifier.up, "the listener's gauge, given to its constructor")
+	require.Equal(t, tdb.Schema, r.notifier.Schema())
 	require.Equal(t, r.w.metrics.readOnlyC, r.completer.guard.refusals, "the refusals' counter, given to the guard's constructor")
 	require.Equal(t, tdb.Schema, r.registry.Schema())
 	require.Equal(t, []string{"limited", "plain"}, r.registry.Queues())
 	require.Equal(t, ctx, r.executor.hard)
 	require.Nil(t, r.scheduler)
-	require.Equal(t, []string{"*worker.heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*worker.notifier"},
+	require.Equal(t, []string{"*worker.heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*notifier.Notifier"},
 		serviceNames(r))
 
 	r = build(Config{Queues: map[string]int{"default": 1}, PollOnly: true}, true)

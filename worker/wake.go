@@ -1,39 +1,19 @@
 package worker
 
-import (
-	"encoding/json"
-	"time"
-)
+import "time"
 
-// wakeup is a notification's payload: the trigger on hopper_jobs and Notify
-// send it. Priority, RunAt and ID place the earliest job announced in claim
-// order; a payload without them (sent by hand, by an older schema, or by
-// ResumeQueue) rewinds the queue's cursor to the start. The Cancel
-// statement sends a notice instead: Cancel and Attempt name a running
-// claim an operator cancelled, Owner the worker holding it.
-type wakeup struct {
-	Schema   string     `json:"schema"`
-	Queue    string     `json:"queue"`
-	Priority *int16     `json:"priority"`
-	RunAt    *time.Time `json:"run_at"`
-	ID       *int64     `json:"id"`
-	Cancel   *int64     `json:"cancel"`
-	Attempt  *int32     `json:"attempt"`
-	Owner    string     `json:"owner"`
-	// Schedule names a schedule triggered or resumed (TriggerSchedule,
-	// ResumeSchedule): the firing loop looks at once.
-	Schedule string `json:"schedule"`
+// WakeAt is how the notifier (internal/worker/notifier) wakes the queue: a
+// job became ready at (priority, runAt, id), behind the cursor maybe, so
+// the cursor moves back to it before the claim loop looks.
+func (p *producer) WakeAt(priority int16, runAt time.Time, id int64) {
+	p.cursor.rewind(readyKey{priority: priority, runAt: runAt, id: id})
+	signal(p.wake)
 }
 
-func parseWakeup(payload string) (wakeup, bool) {
-	var wake wakeup
-	return wake, json.Unmarshal([]byte(payload), &wake) == nil
-}
-
-// key is where the wake-up moves cursors back to.
-func (wake wakeup) key() readyKey {
-	if wake.Priority == nil || wake.RunAt == nil || wake.ID == nil {
-		return fromStart
-	}
-	return readyKey{priority: *wake.Priority, runAt: *wake.RunAt, id: *wake.ID}
+// WakeFromStart is the notifier's wake-up that names no place, and the one
+// after it (re)subscribed, when wake-ups may have been missed: the next
+// claim scans from the start.
+func (p *producer) WakeFromStart() {
+	p.cursor.rewind(fromStart)
+	signal(p.wake)
 }
