@@ -40,7 +40,7 @@ type run struct {
 	producers map[string]*producer
 	scheduler *scheduler.Scheduler // nil: the worker defines no schedules
 	notifier  *notifier.Notifier
-	listening *atomic.Bool // written by the notifier, read by the producers
+	listening *atomic.Bool // the notifier's word to the producers: wake-ups reach their cursors
 
 	// unrecorded counts results not recorded (OutcomeUnrecorded): their
 	// jobs may still be held in this worker's name at its stop.
@@ -74,9 +74,9 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 	}
 	r.heartbeat = newHeartbeat(r.held, &r.executor.inFlight, beat, w.releaser.ReleaseGone, guard, w.pool, w.dbtx, cfg)
 
-	r.listening = new(atomic.Bool)
+	listening := new(atomic.Bool) // written by the notifier, read by the producers
 	deps := producerDeps{q: w.q, pool: w.pool, scope: w.scope, cfg: cfg, log: w.log, metrics: w.metrics,
-		handlers: w.handlers, held: r.held, executor: r.executor, listening: r.listening, claims: newClaimBatch(w.q), guard: guard, reached: w.outage.reached, hard: hard}
+		handlers: w.handlers, held: r.held, executor: r.executor, listening: listening, claims: newClaimBatch(w.q), guard: guard, reached: w.outage.reached, hard: hard}
 	byKind := w.handlers.kindKeyLimits()
 	r.producers = make(map[string]*producer, len(cfg.Queues))
 	for name, n := range cfg.Queues {
@@ -93,6 +93,7 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 		}
 		onSchedule = r.scheduler.Trigger
 	}
+	r.listening = listening
 	wakers := make(map[string]notifier.Waker, len(r.producers))
 	for name, p := range r.producers {
 		wakers[name] = p
