@@ -38,3 +38,30 @@ func (q *Queries) LeaveSchema(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, leaveSchema)
 	return err
 }
+
+const locateHopper = `-- name: LocateHopper :one
+SELECT coalesce(current_schema()::text, '')::text AS current_schema,
+       current_setting('search_path') AS search_path,
+       coalesce((SELECT n.nspname::text
+                   FROM pg_catalog.pg_class AS c
+                   JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+                  WHERE c.oid = to_regclass('hopper_jobs')), '')::text AS hopper_schema
+`
+
+type LocateHopperRow struct {
+	CurrentSchema string `json:"current_schema"`
+	SearchPath    string `json:"search_path"`
+	HopperSchema  string `json:"hopper_schema"`
+}
+
+// Where the session's search_path leads: its first existing schema, the
+// search_path itself (for the error that says none exists), and the schema
+// holding the hopper_jobs the search_path resolves to; ” when there is no
+// such schema, or no Hopper tables there. The CLI reads it before a command so that an unmigrated
+// schema is named as such rather than as a missing relation.
+func (q *Queries) LocateHopper(ctx context.Context) (LocateHopperRow, error) {
+	row := q.db.QueryRow(ctx, locateHopper)
+	var i LocateHopperRow
+	err := row.Scan(&i.CurrentSchema, &i.SearchPath, &i.HopperSchema)
+	return i, err
+}

@@ -123,7 +123,7 @@ func TestWakeUps(t *testing.T) {
 
 // TestWakeUpsPlaceTheirJobs: a wake-up names a place in claim order at or
 // before every job it announces, so that a worker whose claim cursor has
-// moved past them moves it back there (worker/cursor.go).
+// moved past them moves it back there (internal/worker/producer/cursor.go).
 func TestWakeUpsPlaceTheirJobs(t *testing.T) {
 	b := setup(t)
 	conn := listen(t, b)

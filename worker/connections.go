@@ -79,7 +79,7 @@ func ConnectionsFor(cfg Config) (Connections, error) {
 func connectionsOf(cfg *Config, queues []string, byKind, schedules bool) Connections {
 	c := Connections{Completer: 1, Heartbeat: 1, Maintenance: 1}
 	// A queue under flow control claims on its own; the plain ones share
-	// one claim in flight at a time (claimBatch).
+	// one claim in flight at a time (producer.ClaimBatch).
 	plain := false
 	for _, name := range queues {
 		if _, limited := cfg.FlowControl[name]; limited || byKind {

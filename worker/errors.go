@@ -136,6 +136,3 @@ var ErrInvalidDurableCall = errors.New("hopper: invalid durable call")
 
 // errAbandoned is the cause of the context of a handler given up on.
 var errAbandoned = errors.New("hopper: handler abandoned past its timeout")
-
-// errNotAClaim: lockedBatch runs statements that return rows.
-var errNotAClaim = errors.New("hopper: only a claim's rows run after the claim lock")

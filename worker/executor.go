@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/worker/completer"
 )
 
 // executor runs handlers: each job on a handler goroutine of
@@ -26,10 +27,10 @@ type executor struct {
 	log     *slog.Logger
 	metrics *metrics
 	cfg     *Config // middleware, hooks, the default backoff and timeout
-	// completer records results; report settles one at once (a result the
+	// results records results; report settles one at once (a result the
 	// completer no longer takes, a job acked in the handler's transaction).
-	completer *completer
-	report    func(completion, outcome)
+	results *completer.Completer
+	report  func(completer.Completion, completer.Outcome)
 
 	// handlerBase is the parent of every handler's context. It is never
 	// cancelled, so a job's context does not register with it (one shared
@@ -46,9 +47,9 @@ type executor struct {
 
 // newExecutor runs handlers under handlerBase, and the statements of the
 // shutdown path under hard (Run's contexts).
-func newExecutor(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config, cp *completer, report func(completion, outcome),
-	handlerBase, hard context.Context) *executor {
-	return &executor{q: q, log: log, metrics: m, cfg: cfg, completer: cp, report: report,
+func newExecutor(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config, results *completer.Completer,
+	report func(completer.Completion, completer.Outcome), handlerBase, hard context.Context) *executor {
+	return &executor{q: q, log: log, metrics: m, cfg: cfg, results: results, report: report,
 		handlerBase: handlerBase, hard: hard}
 }
 
@@ -81,7 +82,7 @@ func (e *executor) execute(d dispatched) {
 			// The handler's AckTx committed before its job was taken from
 			// it (abandoned as stuck, given back at shutdown): the job is
 			// done, whatever happened to the claim since.
-			e.report(completion{job: c, act: actAck}, outcomeDone)
+			e.report(completer.Completion{Job: c, Action: completer.ActionAck}, completer.OutcomeDone)
 			c.freeSlot()
 			return
 		case !known:
@@ -90,7 +91,7 @@ func (e *executor) execute(d dispatched) {
 			// its claim is gone. Not abandoned, released or lost: those
 			// say it runs again.
 			log().Warn("whether the handler's AckTx committed could not be read: its outcome is unconfirmed", "handler_error", err)
-			e.report(completion{job: c, act: actAck}, outcomeUnconfirmed)
+			e.report(completer.Completion{Job: c, Action: completer.ActionAck}, completer.OutcomeUnconfirmed)
 			c.freeSlot()
 			return
 		}
@@ -100,7 +101,7 @@ func (e *executor) execute(d dispatched) {
 			e.told(c, OutcomeRefused)
 		case claimReleased:
 			log().Info("job given back at shutdown: its result is discarded", "handler_error", err)
-			e.metrics.outcome(c.queue.name, c.kind, OutcomeReleased)
+			e.metrics.outcome(c.queue.Name(), c.kind, OutcomeReleased)
 			e.told(c, OutcomeReleased)
 		case claimCancelled:
 			log().Info("job cancelled while it ran: its result is discarded", "handler_error", err)
@@ -117,17 +118,17 @@ func (e *executor) execute(d dispatched) {
 	c.freeSlot()
 	e.metrics.ran(row.Queue, row.Kind, elapsed)
 	comp := e.completion(d.h, row, c, err)
-	switch comp.act {
-	case actAck:
-		comp.keep = d.keep
+	switch comp.Action {
+	case completer.ActionAck:
+		comp.Keep = d.keep
 		if d.keep > 0 {
-			comp.result = storableJSON(result)
+			comp.Result = storableJSON(result)
 		}
-	case actRetry, actDead:
+	case completer.ActionRetry, completer.ActionDead:
 		log().Warn("job failed", failureAttrs(err, comp, row)...)
 	}
-	if !e.completer.push(comp) {
-		e.report(comp, outcomeUnrecorded)
+	if !e.results.Push(comp) {
+		e.report(comp, completer.OutcomeUnrecorded)
 	}
 }
 
@@ -135,14 +136,14 @@ func (e *executor) execute(d dispatched) {
 // only when the job is retried, dead_reason only when it goes dead. A
 // retry on the last attempt goes dead, as the finish statement records
 // it ('out of attempts') and Judge says.
-func failureAttrs(err error, comp completion, row db.HopperJob) []any {
+func failureAttrs(err error, comp completer.Completion, row db.HopperJob) []any {
 	attrs := []any{"error", err}
-	reason := comp.deadReason
+	reason := comp.DeadReason
 	switch {
-	case comp.act == actRetry && row.Attempt >= row.MaxAttempts:
+	case comp.Action == completer.ActionRetry && row.Attempt >= row.MaxAttempts:
 		reason = "out of attempts"
-	case comp.act == actRetry:
-		attrs = append(attrs, "retry_in", comp.backoff)
+	case comp.Action == completer.ActionRetry:
+		attrs = append(attrs, "retry_in", comp.Backoff)
 	}
 	if reason != "" {
 		attrs = append(attrs, "dead_reason", reason)
@@ -182,7 +183,7 @@ func (e *executor) run(d dispatched) (elapsed time.Duration, result json.RawMess
 }
 
 // completion turns a handler's result into what the completer records.
-func (e *executor) completion(h *handler, row db.HopperJob, c *heldJob, err error) completion {
+func (e *executor) completion(h *handler, row db.HopperJob, c *heldJob, err error) completer.Completion {
 	if err == nil {
 		// A durable wait the handler did not return still suspends it:
 		// its record is written, and acking the job would end it.
@@ -191,20 +192,20 @@ func (e *executor) completion(h *handler, row db.HopperJob, c *heldJob, err erro
 		}
 	}
 	v := judge(err)
-	comp := completion{job: c, act: v.act, message: v.message, deadReason: v.deadReason, event: v.event}
+	comp := completer.Completion{Job: c, Action: v.act, Message: v.message, DeadReason: v.deadReason, Event: v.event}
 	switch {
-	case v.act == actSnooze:
-		comp.backoff = max(time.Until(v.until), time.Millisecond) // a snoozed job waits, scheduled
-	case v.act == actRetry && v.retryAt:
-		comp.backoff = time.Until(v.until)
-	case v.act == actRetry:
+	case v.act == completer.ActionSnooze:
+		comp.Backoff = max(time.Until(v.until), time.Millisecond) // a snoozed job waits, scheduled
+	case v.act == completer.ActionRetry && v.retryAt:
+		comp.Backoff = time.Until(v.until)
+	case v.act == completer.ActionRetry:
 		b := h.backoff
 		if b == (Backoff{}) {
 			b = e.cfg.RetryBackoff
 		}
-		comp.backoff = b.Delay(int(row.Attempt))
+		comp.Backoff = b.Delay(int(row.Attempt))
 	}
-	comp.backoff = max(comp.backoff, 0)
+	comp.Backoff = max(comp.Backoff, 0)
 	return comp
 }
 
@@ -213,14 +214,14 @@ func (e *executor) completion(h *handler, row db.HopperJob, c *heldJob, err erro
 // whether that is known: false when the handler's AckTx could not be
 // read.
 func (e *executor) ackedInCommittedTx(c *heldJob) (committed, known bool) {
-	if !c.ackedInTx.Load() {
-		return c.ackCommitted.Load(), true
+	if !c.txAck.Made() {
+		return c.txAck.Committed(), true
 	}
 	ctx, cancel := context.WithTimeout(e.hard, statementTimeout(e.cfg.LeaseDuration))
 	defer cancel()
-	if err := readAckTxFates(ctx, e.q, []*heldJob{c}); err != nil {
+	if err := completer.ReadTxAcks(ctx, e.q, []completer.Job{c}); err != nil {
 		e.log.Warn("reading whether a handler's AckTx committed failed", "job_id", c.id, "error", err)
 		return false, false
 	}
-	return c.ackCommitted.Load(), true
+	return c.txAck.Committed(), true
 }

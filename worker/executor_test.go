@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/worker/completer"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -73,23 +74,23 @@ func TestExecutorVerdicts(t *testing.T) {
 	h := &handler{}
 	boom := errors.New("boom")
 
-	require.Equal(t, actAck, e.completion(h, row, c, nil).act)
+	require.Equal(t, completer.ActionAck, e.completion(h, row, c, nil).Action)
 
 	r := e.completion(h, row, c, boom)
-	require.Equal(t, actRetry, r.act)
-	require.Equal(t, "boom", r.message)
-	require.Equal(t, time.Minute, r.backoff)
+	require.Equal(t, completer.ActionRetry, r.Action)
+	require.Equal(t, "boom", r.Message)
+	require.Equal(t, time.Minute, r.Backoff)
 
 	r = e.completion(h, row, c, RetryAfter(time.Hour, boom))
-	require.Equal(t, actRetry, r.act)
-	require.InDelta(t, time.Hour, r.backoff, float64(time.Minute))
+	require.Equal(t, completer.ActionRetry, r.Action)
+	require.InDelta(t, time.Hour, r.Backoff, float64(time.Minute))
 
-	require.Equal(t, actDead, e.completion(h, row, c, Permanent(boom)).act)
-	require.Equal(t, actCancel, e.completion(h, row, c, Cancel(boom)).act)
+	require.Equal(t, completer.ActionDead, e.completion(h, row, c, Permanent(boom)).Action)
+	require.Equal(t, completer.ActionCancel, e.completion(h, row, c, Cancel(boom)).Action)
 
 	r = e.completion(h, row, c, Snooze(time.Hour))
-	require.Equal(t, actSnooze, r.act)
-	require.InDelta(t, time.Hour, r.backoff, float64(time.Minute))
+	require.Equal(t, completer.ActionSnooze, r.Action)
+	require.InDelta(t, time.Hour, r.Backoff, float64(time.Minute))
 }
 
 // A failed run's log line says retry_in only for a job that is retried,

@@ -3,12 +3,14 @@ package worker
 import (
 	"context"
 	"time"
+
+	"github.com/hopperq/hopper/internal/worker/completer"
 )
 
 // ObserveOutcomes makes fn see every result the worker settles, with its
 // outcome's name. Set it before Run.
 func ObserveOutcomes(w *Worker, fn func(id int64, attempt int32, outcome string)) {
-	w.observe = func(id int64, attempt int32, o outcome) { fn(id, attempt, o.String()) }
+	w.observe = func(id int64, attempt int32, o completer.Outcome) { fn(id, attempt, o.String()) }
 }
 
 // HeldClaims is how many claims the worker's heartbeat keeps extending.
@@ -42,8 +44,8 @@ func CursorAt(w *Worker, queue string) (priority int16, runAt time.Time, id int6
 	if r == nil {
 		return -1, time.Time{}, 0
 	}
-	k := r.producers[queue].cursor.at()
-	return k.priority, k.runAt, k.id
+	k := r.producers[queue].Cursor()
+	return k.Priority, k.RunAt, k.ID
 }
 
 // ClaimFinished reports whether the claim (id, attempt) is held with its
@@ -79,7 +81,7 @@ func MoveAckTxTimeline(ctx context.Context, jobID int64) error {
 	if err != nil {
 		return err
 	}
-	c.ackTimeline.Add(1000)
+	c.txAck.MoveTimeline(1000)
 	return nil
 }
 

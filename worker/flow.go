@@ -3,6 +3,8 @@ package worker
 import (
 	"fmt"
 	"time"
+
+	"github.com/hopperq/hopper/internal/worker/producer"
 )
 
 // FlowControl shapes how a queue's jobs are claimed: at most KeyLimit jobs
@@ -153,39 +155,14 @@ func KeyLimit(n int) HandleOption {
 	return func(o *handleOptions) { o.keyLimit = n }
 }
 
-// queueFlow is a queue's flow control as its claim loop uses it.
-type queueFlow struct {
-	FlowControl
-	local     *localRate // Rate.Local's window; nil: none
-	afterKey  string     // the next round of keys starts after this one
-	nextAging time.Time  // when this worker next tries to age priorities
-}
-
-func newQueueFlow(f FlowControl) *queueFlow {
-	qf := &queueFlow{FlowControl: f}
-	if f.Rate.Local {
-		qf.local = newLocalRate(f.Rate.Limit, f.Rate.Per)
-	}
-	return qf
-}
-
-// global reports whether the rate is kept in the database.
-func (f *queueFlow) global() bool { return f.Rate.set() && !f.Rate.Local }
-
-func (f *queueFlow) rateBy() string {
-	if f.Rate.By == "" {
-		return string(RateByQueue)
-	}
-	return string(f.Rate.By)
-}
-
 // flowOf is the flow control the queue name is claimed under: its
 // Config.FlowControl, an empty one when some kind sets a key limit of its
 // own (byKind), or none (nil).
-func flowOf(cfg *Config, name string, byKind bool) *queueFlow {
+func flowOf(cfg *Config, name string, byKind bool) *producer.Flow {
 	f, ok := cfg.FlowControl[name]
 	if !ok && !byKind {
 		return nil
 	}
-	return newQueueFlow(f)
+	return &producer.Flow{KeyLimit: f.KeyLimit, Fair: f.Fair, PriorityAging: f.PriorityAging,
+		Rate: producer.Rate{Limit: f.Rate.Limit, Per: f.Rate.Per, By: string(f.Rate.By), Local: f.Rate.Local, ExactStarts: f.Rate.ExactStarts}}
 }

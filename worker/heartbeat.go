@@ -162,7 +162,7 @@ func (h *heartbeat) abandonStuck(now time.Time) {
 		if !due {
 			continue
 		}
-		attrs := []any{"job_id", c.id, "kind", c.kind, "queue", c.queue.name, "attempt", c.attempt, "running_for", ranFor.Round(time.Millisecond)}
+		attrs := []any{"job_id", c.id, "kind", c.kind, "queue", c.queue.Name(), "attempt", c.attempt, "running_for", ranFor.Round(time.Millisecond)}
 		switch {
 		case c.abandon():
 			h.log.Error("handler ignores its cancelled context past its timeout: abandoned; its job runs again after the lease expires", attrs...)

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/worker/completer"
+	"github.com/hopperq/hopper/internal/worker/producer"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -49,25 +51,15 @@ type heldJob struct {
 	attempt int32
 	kind    string
 	keyring *jobs.Keyring // the kind's (jobs.Encrypted): its steps' results are encrypted; nil: in the clear
-	queue   *producer
+	queue   *producer.Producer
 	held    *heldJobs     // the set it is in while held
 	keep    time.Duration // how long its completion stays in the history; 0: not kept
 	keyed   bool          // a keyed job, or one under a shared limit, of a queue under flow control
-	place   readyKey      // where it stood in the ready order when claimed
+	place   producer.Key  // where it stood in the ready order when claimed
 
-	state       atomic.Int32 // a heldState
-	ackedInTx   atomic.Bool  // AckTx deleted the row in the handler's transaction
-	ackTimeline atomic.Int32 // the server's timeline when it did
-	ackXact     atomic.Int64 // and the id of the handler's transaction
-	// ackCommitted: the job's row was found gone after the handler's
-	// AckTx (AckTxFates): the job is done, whatever the handler returned
-	// afterwards.
-	ackCommitted atomic.Bool
-	// ackLost: the row was found still live on a new timeline: the
-	// handler's AckTx transaction was lost in a failover, and the job
-	// runs again, uncharged.
-	ackLost  atomic.Bool
-	slotFree atomic.Bool // the queue's slot was given back
+	state    atomic.Int32    // a heldState
+	txAck    completer.TxAck // what the handler's AckTx left on the claim
+	slotFree atomic.Bool     // the queue's slot was given back
 
 	// view is the job as middleware and hooks see it, nil when none is
 	// registered; runErr is what its run returned, for the outcome hooks
@@ -91,6 +83,13 @@ type heldJob struct {
 	handlerDone bool
 	givenUp     bool
 }
+
+// ID, Attempt, Kind and TxAck are the claim as the completer records its
+// result (completer.Job).
+func (c *heldJob) ID() int64               { return c.id }
+func (c *heldJob) Attempt() int32          { return c.attempt }
+func (c *heldJob) Kind() string            { return c.kind }
+func (c *heldJob) TxAck() *completer.TxAck { return &c.txAck }
 
 func (c *heldJob) is(s heldState) bool { return heldState(c.state.Load()) == s }
 
@@ -154,7 +153,7 @@ func (c *heldJob) giveUp() bool {
 	c.givenUp = true
 	c.mu.Unlock()
 	c.freeSlot()
-	c.held.metrics.abandoned(c.queue.name, c.kind)
+	c.held.metrics.abandoned(c.queue.Name(), c.kind)
 	return true
 }
 
@@ -166,7 +165,7 @@ func (c *heldJob) returned() (wasGivenUp bool) {
 	wasGivenUp = c.givenUp
 	c.mu.Unlock()
 	if wasGivenUp {
-		c.held.metrics.stuckReturned(c.queue.name, c.kind)
+		c.held.metrics.stuckReturned(c.queue.Name(), c.kind)
 	}
 	return wasGivenUp
 }
@@ -182,9 +181,9 @@ func (c *heldJob) leaseHeldUntil(sent time.Time, lease time.Duration) {
 	c.mu.Unlock()
 }
 
-// leaseHeldAt reports whether no one else could have taken the job before t
+// LeaseHeldAt reports whether no one else could have taken the job before t
 // (a moment on this process's monotonic clock).
-func (c *heldJob) leaseHeldAt(t time.Time) bool {
+func (c *heldJob) LeaseHeldAt(t time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return t.Before(c.leaseFloor)
@@ -193,8 +192,7 @@ func (c *heldJob) leaseHeldAt(t time.Time) bool {
 // freeSlot gives the claim's queue slot back, once.
 func (c *heldJob) freeSlot() {
 	if c.slotFree.CompareAndSwap(false, true) {
-		c.queue.running.Add(-1)
-		signal(c.queue.slotFreed)
+		c.queue.FreeSlot()
 	}
 }
 
@@ -217,15 +215,15 @@ func (c *heldJob) recorded() {
 // next full scan.
 func (c *heldJob) freeKey() {
 	if c.keyed {
-		c.readyAgain()
+		c.ReadyAgain()
 	}
 }
 
-// readyAgain moves the queue's cursor back to the claim's place and wakes
+// ReadyAgain moves the queue's cursor back to the claim's place and wakes
 // the claim loop: a job at or after that place became ready unannounced.
-func (c *heldJob) readyAgain() {
-	c.queue.cursor.rewind(c.place)
-	signal(c.queue.wake)
+func (c *heldJob) ReadyAgain() {
+	c.queue.Rewind(c.place)
+	c.queue.Wake()
 }
 
 // lose: running → lost; the claim leaves the set (the heartbeat stops
@@ -235,7 +233,7 @@ func (c *heldJob) lose() bool {
 		return false
 	}
 	c.held.remove(c)
-	c.held.metrics.leaseLost(c.queue.name, c.kind)
+	c.held.metrics.leaseLost(c.queue.Name(), c.kind)
 	c.cancelWith(ErrLeaseLost)
 	c.freeKey()
 	return true
@@ -249,7 +247,7 @@ func (c *heldJob) cancelled() bool {
 		return false
 	}
 	c.held.remove(c)
-	c.held.metrics.outcome(c.queue.name, c.kind, OutcomeCancelled)
+	c.held.metrics.outcome(c.queue.Name(), c.kind, OutcomeCancelled)
 	c.cancelWith(ErrCancelled)
 	c.freeKey()
 	return true
@@ -315,9 +313,11 @@ func newHeldJobs(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config, dbtx 
 		lease: cfg.LeaseDuration, abandonAfter: cfg.AbandonAfter, dbtx: dbtx, begin: begin}
 }
 
-func (s *heldJobs) add(row db.HopperJob, p *producer, sent time.Time, keep time.Duration, keyring *jobs.Keyring) *heldJob {
+// add holds row, claimed by p at sent; keyed: it takes its key's slot (see
+// heldJob.keyed).
+func (s *heldJobs) add(row db.HopperJob, p *producer.Producer, keyed bool, sent time.Time, keep time.Duration, keyring *jobs.Keyring) *heldJob {
 	c := &heldJob{id: row.ID, attempt: row.Attempt, kind: row.Kind, keyring: keyring, queue: p, held: s, keep: keep,
-		keyed: p.flow != nil && (row.ConcurrencyKey != nil || p.handlers.sharedOf(row.Kind)), place: keyOf(row)}
+		keyed: keyed, place: producer.KeyOf(row)}
 	// A job not marked durable has no records: its first durable call
 	// need not read them (a record made meanwhile by another run of the
 	// job is found when this run's record at its position is refused).

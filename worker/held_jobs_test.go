@@ -38,7 +38,7 @@ func TestHeldJobsExtendAndLose(t *testing.T) {
 			AfterPriority: -1, Kinds: []string{"k"}, MaxVersions: []int32{1}, MaxJobs: 1})
 		require.NoError(t, err)
 		require.Len(t, rows, 1)
-		c := held.add(rows[0], p, sent, 0, nil)
+		c := held.add(rows[0], p, false, sent, 0, nil)
 		hctx, hcancel := context.WithCancelCause(context.Background())
 		t.Cleanup(func() { hcancel(nil) })
 		c.begin(hcancel, time.Now(), 0)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/worker/completer"
 )
 
 // extend pushes the leases of claims forward (never back) and marks those
@@ -41,11 +42,11 @@ func (s *heldJobs) extendOn(ctx context.Context, q *db.Queries, claims []*heldJo
 			c.leaseHeldUntil(sent, lease)
 			extended++
 		case ok: // locked by another transaction right now: next beat
-		case c.ackedInTx.Load():
+		case c.txAck.Made():
 			// Gone after the handler's own AckTx: its transaction may
 			// have committed, or an operator cancelled the job. The
 			// handler is not cancelled; its result settles which, from
-			// the transaction's status (settleAckedInTx).
+			// the transaction's status (the completer's settleAckedInTx).
 		case c.is(claimRunning):
 			// Only a running handler loses its job: a finished claim
 			// missing from the answer was acked meanwhile, and its
@@ -79,7 +80,7 @@ func (s *heldJobs) settleGone(ctx context.Context, gone []*heldJob) {
 	for _, f := range fates {
 		// An operator's cancel moves the job to the dead table under the
 		// same attempt, with no entry for it (a sweep would add one).
-		if cancelledByOperator(f) {
+		if completer.CancelledByOperator(f) {
 			cancelled[heldKey{f.ID, f.Attempt}] = true
 		}
 	}

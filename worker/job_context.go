@@ -7,6 +7,7 @@ import (
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/migrated"
+	"github.com/hopperq/hopper/internal/worker/completer"
 	"github.com/hopperq/hopper/internal/worker/detached"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -41,7 +42,7 @@ func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) 
 	if err != nil {
 		return err
 	}
-	if c.ackedInTx.Load() {
+	if c.txAck.Made() {
 		return nil // its row is the handler's own (AckTx): locked by its transaction, or gone with it
 	}
 	// The row may be locked for a moment by the heartbeat's own Extend or
@@ -90,11 +91,11 @@ func AckTx[T any](ctx context.Context, tx jobs.DBTX, job *jobs.Job[T]) error {
 		return err
 	}
 	q := db.New(c.held.dbtx(tx))
-	deleted, err := ackBatch(ctx, q, []completion{{job: c, keep: c.keep}})
+	matched, err := completer.AckInTx(ctx, q, c, c.keep)
 	if err != nil {
 		return fmt.Errorf("ack job %d in transaction: %w", job.ID, migrated.Explain(err, tx))
 	}
-	if len(deleted) == 0 {
+	if !matched {
 		cause := ErrLeaseLost
 		if c.is(claimCancelled) {
 			cause = ErrCancelled
@@ -110,8 +111,6 @@ func AckTx[T any](ctx context.Context, tx jobs.DBTX, job *jobs.Job[T]) error {
 	if err != nil {
 		return fmt.Errorf("ack job %d in transaction: %w", job.ID, err)
 	}
-	c.ackTimeline.Store(mark.Timeline)
-	c.ackXact.Store(mark.Xact)
-	c.ackedInTx.Store(true)
+	c.txAck.Mark(mark.Timeline, mark.Xact)
 	return nil
 }

@@ -125,7 +125,11 @@ func (m *metrics) collectors() []prometheus.Collector {
 		m.readOnlyC, m.listenerG, m.buildG}
 }
 
-func (m *metrics) fetched(queue string, n int) { m.batchH.WithLabelValues(queue).Observe(float64(n)) }
+// BatchClaimed observes the jobs one claim of queue took.
+func (m *metrics) BatchClaimed(queue string, n int) {
+	m.batchH.WithLabelValues(queue).Observe(float64(n))
+}
+
 func (m *metrics) claimed(queue, kind string, wait time.Duration) {
 	km := m.forKind(queue, kind)
 	km.claimed.Inc()

@@ -4,52 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/migrated"
+	"github.com/hopperq/hopper/internal/worker/producer"
 )
-
-// rateClaim is one claim under a global rate limit with ExactStarts, whose
-// jobs are on their way to their handlers. The claim logged itself at its
-// own time, awaiting its starts; once the last of its handlers has started,
-// the log entry moves to then (RateClaimStarted), so that the budget it
-// took returns a window after the last start. Without that, one claim's handlers that start late (the
-// claim's own duration, dispatch) and the next claim's that start early
-// fall in one window: up to twice the limit by handler start.
-type rateClaim struct {
-	queue     string
-	claimedAt time.Time // the claim's time, as logged
-	left      atomic.Int32
-}
-
-// rateClaimsOf gives each claimed job of a queue under a global rate limit
-// with ExactStarts the claim it came in (nil for other queues). A claim's
-// jobs carry its time as lease_until less the lease; a worker's claim may
-// be two statements (a fair one goes round twice), each logged apart.
-func (p *producer) rateClaimsOf(rows []db.HopperJob) []*rateClaim {
-	if p.flow == nil || !p.flow.global() || !p.flow.Rate.ExactStarts || len(rows) == 0 {
-		return nil
-	}
-	lease := time.Duration(p.cfg.LeaseDuration.Milliseconds()) * time.Millisecond
-	out := make([]*rateClaim, len(rows))
-	var cur *rateClaim
-	for i, row := range rows {
-		if row.LeaseUntil == nil {
-			continue // not from a claim: nothing to move
-		}
-		at := row.LeaseUntil.Add(-lease)
-		if cur == nil || !cur.claimedAt.Equal(at) {
-			cur = &rateClaim{queue: p.name, claimedAt: at}
-		}
-		cur.left.Add(1)
-		out[i] = cur
-	}
-	return out
-}
 
 // rateClaimTimeout bounds the statement that moves a claim's log entry. A
 // claim not moved counts against the limit until five seconds past its
@@ -60,8 +22,8 @@ const rateClaimTimeout = 5 * time.Second
 // handlerStarting counts a job of the claim as started; the last one
 // moves the claim's log entry, in a goroutine of its own so that its
 // handler does not wait for the statement.
-func (e *executor) handlerStarting(rc *rateClaim) {
-	if rc == nil || rc.left.Add(-1) != 0 {
+func (e *executor) handlerStarting(rc *producer.RateClaim) {
+	if rc == nil || !rc.Started() {
 		return
 	}
 	// The caller is a handler goroutine, counted in poolWG, so this Add
@@ -71,9 +33,9 @@ func (e *executor) handlerStarting(rc *rateClaim) {
 		defer e.poolWG.Done()
 		ctx, cancel := context.WithTimeout(e.hard, rateClaimTimeout)
 		defer cancel()
-		err := e.q.RateClaimStarted(ctx, db.RateClaimStartedParams{Queue: rc.queue, ClaimedAt: rc.claimedAt})
+		err := e.q.RateClaimStarted(ctx, db.RateClaimStartedParams{Queue: rc.Queue(), ClaimedAt: rc.ClaimedAt()})
 		if err != nil && e.hard.Err() == nil {
-			e.log.Warn("could not move a rate-limited claim to its last handler start; its budget stays taken until five seconds past its window", "queue", rc.queue, "error", err)
+			e.log.Warn("could not move a rate-limited claim to its last handler start; its budget stays taken until five seconds past its window", "queue", rc.Queue(), "error", err)
 		}
 	}()
 }
@@ -84,7 +46,7 @@ func (r *run) checkRateSchema(ctx context.Context) error {
 	w := r.w
 	global := false
 	for _, p := range r.producers {
-		global = global || (p.flow != nil && p.flow.global())
+		global = global || p.GlobalRate()
 	}
 	if !global {
 		return nil

@@ -17,7 +17,9 @@ import (
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/grants"
 	"github.com/hopperq/hopper/internal/migrated"
+	"github.com/hopperq/hopper/internal/worker/completer"
 	"github.com/hopperq/hopper/internal/worker/notifier"
+	"github.com/hopperq/hopper/internal/worker/producer"
 	"github.com/hopperq/hopper/internal/worker/registry"
 	"github.com/hopperq/hopper/internal/worker/releaser"
 	"github.com/hopperq/hopper/internal/worker/scheduler"
@@ -34,13 +36,16 @@ type run struct {
 
 	registry  *registry.Registry // this worker's row in hopper_workers
 	held      *heldJobs
-	completer *completer
+	completer *completer.Completer
 	executor  *executor
 	heartbeat *heartbeat
-	producers map[string]*producer
+	producers map[string]*producer.Producer
+	// runners runs each queue's jobs on goroutines started as needed that
+	// live until Run ends, so a burst of short jobs is served by a few
+	// goroutines rather than one new goroutine per job.
+	runners   map[string]*handlerPool
 	scheduler *scheduler.Scheduler // nil: the worker defines no schedules
 	notifier  *notifier.Notifier
-	listening *atomic.Bool // the notifier's word to the producers: wake-ups reach their cursors
 
 	// unrecorded counts results not recorded (OutcomeUnrecorded): their
 	// jobs may still be held in this worker's name at its stop.
@@ -63,7 +68,12 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 	}
 	r.held = newHeldJobs(w.q, w.log, w.metrics, cfg, w.dbtx, w.pool.Begin)
 	guard := newReadOnlyGuard(w.pool, w.log, readOnlyResetEvery, w.metrics.readOnlyC)
-	r.completer = newCompleter(w.q, w.log, cfg, r.report, guard, hard)
+	r.completer, err = completer.New(completer.Config{Queries: w.q, Log: w.log, BatchSize: cfg.AckBatchSize,
+		FlushEvery: cfg.AckFlushInterval, StatementTimeout: statementTimeout(cfg.LeaseDuration),
+		Report: r.report, ReadOnly: guard.check, Hard: hard})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	r.executor = newExecutor(w.q, w.log, w.metrics, cfg, r.completer, r.report, handlerBase, hard)
 	beat := func(ctx context.Context, q *db.Queries) registry.BeatResult {
 		res := r.registry.Beat(ctx, q)
@@ -75,12 +85,23 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 	r.heartbeat = newHeartbeat(r.held, &r.executor.inFlight, beat, w.releaser.ReleaseGone, guard, w.pool, w.dbtx, cfg)
 
 	listening := new(atomic.Bool) // written by the notifier, read by the producers
-	deps := producerDeps{q: w.q, pool: w.pool, scope: w.scope, cfg: cfg, log: w.log, metrics: w.metrics,
-		handlers: w.handlers, held: r.held, executor: r.executor, listening: listening, claims: newClaimBatch(w.q), guard: guard, reached: w.outage.reached, hard: hard}
+	claims := producer.NewClaimBatch(w.q)
+	kinds := producer.Kinds{Names: w.handlers.kinds, MaxVersions: w.handlers.versions, KeyLimits: w.handlers.keyLimits,
+		SharedNames: w.handlers.sharedNames, SharedMax: w.handlers.sharedMax}
 	byKind := w.handlers.kindKeyLimits()
-	r.producers = make(map[string]*producer, len(cfg.Queues))
+	r.producers = make(map[string]*producer.Producer, len(cfg.Queues))
+	r.runners = make(map[string]*handlerPool, len(cfg.Queues))
+	wakers := make(map[string]notifier.Waker, len(cfg.Queues))
 	for name, n := range cfg.Queues {
-		r.producers[name] = newProducer(deps, name, n, flowOf(cfg, name, byKind))
+		runners := newHandlerPool(r.executor.execute, &r.executor.poolWG)
+		p, err := producer.New(producer.Config{Queries: w.q, Pool: w.pool, Scope: w.scope, Claims: claims, Log: w.log, Metrics: w.metrics,
+			Name: name, Slots: n, Flow: flowOf(cfg, name, byKind), Kinds: kinds, Owner: cfg.ID, Lease: cfg.LeaseDuration,
+			PollInterval: cfg.PollInterval, FullScanInterval: cfg.FullScanInterval,
+			Listening: listening.Load, ReadOnly: guard.check, Reached: w.outage.reached, Hand: r.hand(runners)})
+		if err != nil {
+			return nil, fmt.Errorf("worker: %w", err)
+		}
+		r.producers[name], r.runners[name], wakers[name] = p, runners, waker{p}
 	}
 
 	onSchedule := func(string) {}
@@ -93,13 +114,8 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 		}
 		onSchedule = r.scheduler.Trigger
 	}
-	r.listening = listening
-	wakers := make(map[string]notifier.Waker, len(r.producers))
-	for name, p := range r.producers {
-		wakers[name] = p
-	}
 	r.notifier, err = notifier.New(notifier.Config{ConnConfig: w.pool.Config().ConnConfig, Log: w.log, Owner: cfg.ID,
-		Schema: schema, Wakers: wakers, Listening: r.listening, OnCancel: r.held.cancelNotice,
+		Schema: schema, Wakers: wakers, Listening: listening, OnCancel: r.held.cancelNotice,
 		OnSchedule: onSchedule, Timings: notifier.DefaultTimings, Metrics: w.metrics})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
@@ -194,7 +210,7 @@ func (r *run) start(ctx context.Context) error {
 func (r *run) checkGrants(ctx context.Context) error {
 	var needs []grants.Need
 	for _, p := range r.producers {
-		if p.flow != nil {
+		if p.Limited() {
 			needs = []grants.Need{grants.FlowControl}
 		}
 	}
@@ -230,7 +246,7 @@ func (r *run) services() []service {
 func (r *run) work(ctx context.Context, endHard context.CancelFunc) {
 	w := r.w
 	stopCompleter, completerDone := make(chan struct{}), make(chan struct{})
-	go func() { defer close(completerDone); r.completer.run(stopCompleter) }()
+	go func() { defer close(completerDone); r.completer.Run(stopCompleter) }()
 	bg, stopBG := context.WithCancel(r.hard)
 	var bgWG sync.WaitGroup
 	for _, s := range r.services() {
@@ -242,7 +258,7 @@ func (r *run) work(ctx context.Context, endHard context.CancelFunc) {
 	if !w.handlers.empty() { // a worker that only fires schedules claims nothing
 		for _, p := range r.producers {
 			fetchWG.Add(1)
-			go func() { defer fetchWG.Done(); p.fetchLoop(ctx) }()
+			go func() { defer fetchWG.Done(); p.Run(ctx, r.hard) }()
 		}
 	}
 	<-ctx.Done()
@@ -251,8 +267,8 @@ func (r *run) work(ctx context.Context, endHard context.CancelFunc) {
 	defer stopHard.Stop()
 
 	fetchWG.Wait()
-	for _, p := range r.producers {
-		p.runners.close() // nothing more is claimed
+	for _, runners := range r.runners {
+		runners.close() // nothing more is claimed
 	}
 	r.shutdown(hardDeadline)
 	close(stopCompleter)

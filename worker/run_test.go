@@ -28,10 +28,9 @@ func newTestRun(t *testing.T, ctx context.Context, w *Worker) *run {
 }
 
 // newRun wires every component whole: each producer has its queue's flow
-// control (none for a plain queue) and the run's hard deadline; the
-// notifier and registry know the schema, and the notifier's word on
-// whether it listens reaches the producers; the read-only guard's counter
-// is the worker's; the scheduler exists only with
+// control (none for a plain queue) and handler goroutines of its own; the
+// notifier and registry know the schema; the read-only guard's counter is
+// the worker's; the scheduler exists only with
 // schedules; and the services list starts the loops the configuration asks
 // for, in order.
 func TestNewRunWiresEveryComponent(t *testing.T) {
@@ -62,16 +61,15 @@ func TestNewRunWiresEveryComponent(t *testing.T) {
 
 	r := build(Config{Queues: map[string]int{"plain": 2, "limited": 3},
 		FlowControl: map[string]FlowControl{"limited": {KeyLimit: 1}}}, false)
-	require.Nil(t, r.producers["plain"].flow)
-	require.NotNil(t, r.producers["limited"].flow)
-	for _, p := range r.producers {
-		require.Equal(t, ctx, p.hard, "queue %s", p.name)
-		require.Same(t, r.held, p.held)
-		require.Same(t, r.executor, p.executor)
-		require.Same(t, r.listening, p.listening, "the notifier's word reaches the cursor")
+	require.False(t, r.producers["plain"].Limited())
+	require.True(t, r.producers["limited"].Limited())
+	require.Len(t, r.runners, 2)
+	for name, p := range r.producers {
+		require.Equal(t, name, p.Name())
+		require.NotNil(t, r.runners[name], "queue %s", name)
 	}
 	require.Equal(t, tdb.Schema, r.notifier.Schema())
-	require.Equal(t, r.w.metrics.readOnlyC, r.completer.guard.refusals, "the refusals' counter, given to the guard's constructor")
+	require.Equal(t, r.w.metrics.readOnlyC, r.heartbeat.guard.refusals, "the refusals' counter, given to the guard's constructor")
 	require.Equal(t, tdb.Schema, r.registry.Schema())
 	require.Equal(t, []string{"limited", "plain"}, r.registry.Queues())
 	require.Equal(t, ctx, r.executor.hard)

@@ -37,18 +37,6 @@ func storableText(s string) string {
 	return s[:cut] + fmt.Sprintf(" … [cut by hopper: %d more bytes]", len(s)-cut)
 }
 
-// asciiText is the last resort for a message the server still refused
-// once storable (a database whose encoding cannot hold some character):
-// every byte outside printable ASCII becomes '?'.
-func asciiText(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 && r != '\n' && r != '\t' || r > 0x7e {
-			return '?'
-		}
-		return r
-	}, s)
-}
-
 // nulEscape is how JSON spells a NUL character, which jsonb refuses.
 var nulEscape = []byte(`\u0000`)
 

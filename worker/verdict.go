@@ -4,13 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/hopperq/hopper/internal/worker/completer"
 )
 
 // verdict is what a run's result asks the worker to record.
 type verdict struct {
-	act        action
+	act        completer.Action
 	message    string    // the history entry (retry, dead, cancel)
-	deadReason string    // actDead's reason
+	deadReason string    // completer.ActionDead's reason
 	until      time.Time // a snooze's end, or RetryAt's time
 	retryAt    bool      // RetryAt chose the time (a zero one: now)
 	event      string    // a snooze that waits for this event (AwaitEvent)
@@ -59,16 +61,16 @@ func (e *unreadableError) Unwrap() error { return e.err }
 // verdict. An Unwrap or As method that panics makes a plain failure.
 func judge(err error) (v verdict) {
 	if err == nil {
-		return verdict{act: actAck}
+		return verdict{act: completer.ActionAck}
 	}
 	text := func(e error) string { t, _ := errorText(e); return t }
 	defer func() {
 		if r := recover(); r != nil {
-			v = verdict{act: actRetry, message: fmt.Sprintf("hopper: an error of type %T that panics when unwrapped: %v", err, r)}
+			v = verdict{act: completer.ActionRetry, message: fmt.Sprintf("hopper: an error of type %T that panics when unwrapped: %v", err, r)}
 		}
 		v.message, v.deadReason = storableText(v.message), storableText(v.deadReason)
 	}()
-	v = verdict{act: actRetry, message: text(err)}
+	v = verdict{act: completer.ActionRetry, message: text(err)}
 	if v.message == "" {
 		v.message = fmt.Sprintf("%T with an empty message", err)
 	}
@@ -79,13 +81,13 @@ func judge(err error) (v verdict) {
 	var retryAt *retryAtError
 	switch {
 	case errors.As(err, &undecodable):
-		v.act, v.deadReason = actDead, "undecodable payload: "+text(undecodable)
+		v.act, v.deadReason = completer.ActionDead, "undecodable payload: "+text(undecodable)
 	case errors.As(err, &cancelled):
-		v.act, v.message = actCancel, "cancelled: "+text(cancelled.err) // as its Error, read safely
+		v.act, v.message = completer.ActionCancel, "cancelled: "+text(cancelled.err) // as its Error, read safely
 	case errors.As(err, &snoozed):
-		v.act, v.message, v.until, v.event = actSnooze, "", snoozed.until, snoozed.event
+		v.act, v.message, v.until, v.event = completer.ActionSnooze, "", snoozed.until, snoozed.event
 	case errors.As(err, &permanent):
-		v.act, v.deadReason = actDead, "permanent failure: "+text(permanent.err) // as its Error, read safely
+		v.act, v.deadReason = completer.ActionDead, "permanent failure: "+text(permanent.err) // as its Error, read safely
 	case errors.As(err, &retryAt):
 		v.until, v.retryAt = retryAt.at, true
 	}
@@ -115,13 +117,13 @@ func Judge(err error, attempt, maxAttempts int) Verdict {
 	v := judge(err)
 	out := Verdict{Until: v.until, Message: v.message, Reason: v.deadReason}
 	switch v.act {
-	case actAck:
+	case completer.ActionAck:
 		out.Outcome = OutcomeDone
-	case actSnooze:
+	case completer.ActionSnooze:
 		out.Outcome = OutcomeSnoozed
-	case actCancel:
+	case completer.ActionCancel:
 		out.Outcome = OutcomeCancelled
-	case actDead:
+	case completer.ActionDead:
 		out.Outcome = OutcomeDead
 	default:
 		out.Outcome = OutcomeFailed

@@ -9,34 +9,31 @@ import (
 
 	"github.com/hopperq/hopper/internal/metricsum"
 	"github.com/hopperq/hopper/internal/worker/notifier"
+	"github.com/hopperq/hopper/internal/worker/producer"
 )
 
-var _ notifier.Waker = (*producer)(nil)
+var (
+	_ queue          = (*producer.Producer)(nil)
+	_ notifier.Waker = waker{}
+)
 
-// A producer is the notifier's Waker: a wake-up with a place moves its
-// cursor back to just before the job announced, one without a place back
-// to the start, and both signal its claim loop.
-func TestProducerWakes(t *testing.T) {
+// fakeQueue records what a waker did to it, in order: the keys it was
+// rewound to, and "wake".
+type fakeQueue struct{ calls []any }
+
+func (f *fakeQueue) Rewind(k producer.Key) { f.calls = append(f.calls, k) }
+
+func (f *fakeQueue) Wake() { f.calls = append(f.calls, "wake") }
+
+// A wake-up with a place rewinds the queue to the job announced, one
+// without a place to the start, each before it wakes the queue.
+func TestWakerRewindsThenWakes(t *testing.T) {
 	t.Parallel()
-	p := &producer{name: "default", wake: make(chan struct{}, 1), cursor: newScanCursor(time.Hour)}
-	far := readyKey{priority: 100, runAt: time.Now(), id: 1 << 40}
-	p.cursor.pos = far
-	woken := func(what string) {
-		t.Helper()
-		select {
-		case <-p.wake:
-		default:
-			t.Fatalf("not signalled: %s", what)
-		}
-	}
-
-	at := time.Now()
-	p.WakeAt(5, at, 7)
-	woken("a wake-up with a place")
-	require.Equal(t, readyKey{priority: 5, runAt: at, id: 7}.justBefore(), p.cursor.at())
-	p.WakeFromStart()
-	woken("a wake-up from the start")
-	require.Equal(t, fromStart, p.cursor.at())
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	f := &fakeQueue{}
+	waker{f}.WakeAt(5, at, 7)
+	waker{f}.WakeFromStart()
+	require.Equal(t, []any{producer.Key{Priority: 5, RunAt: at, ID: 7}, "wake", producer.FromStart, "wake"}, f.calls)
 }
 
 // The notifier's Metrics are the worker's: ListenerUp sets

@@ -17,6 +17,7 @@ import (
 	"github.com/hopperq/hopper/internal/migrated"
 	"github.com/hopperq/hopper/internal/schemascope"
 	"github.com/hopperq/hopper/internal/worker/announce"
+	"github.com/hopperq/hopper/internal/worker/completer"
 	"github.com/hopperq/hopper/internal/worker/loop"
 	"github.com/hopperq/hopper/internal/worker/promoter"
 	"github.com/hopperq/hopper/internal/worker/pruner"
@@ -71,7 +72,7 @@ type Worker struct {
 	active atomic.Pointer[run]
 
 	// observe, when set (tests), sees every settled result.
-	observe func(id int64, attempt int32, o outcome)
+	observe func(id int64, attempt int32, o completer.Outcome)
 }
 
 // New prepares a worker on pool with cfg; the pool's search_path decides
@@ -250,3 +251,9 @@ func (w *Worker) checkSchema(ctx context.Context) (string, error) {
 // retryDelay is the wait of a loop that failed failures times in a row:
 // the one every runtime loop shares, internal/worker/scheduler's too.
 func retryDelay(failures int) time.Duration { return loop.RetryDelay(failures) }
+
+// statementTimeout bounds one statement of the worker's recording and
+// shutdown paths. It is never a fraction of a short lease: a statement cut
+// off by the client may still commit, and then only a second look at the
+// database can tell what happened.
+func statementTimeout(lease time.Duration) time.Duration { return max(lease, 10*time.Second) }

@@ -1,7 +1,7 @@
-// Package passbed is a test schema for one maintenance service driven
-// directly, for the tests of the services' packages only: its statements,
-// an announcer that records what each pass announced, metrics that record
-// what the pass counted, and helpers that enqueue and claim.
+// Package passbed is a test schema for one component driven directly, for
+// the tests of the components' packages only: its statements, an announcer
+// that records what each pass announced, metrics that record what the pass
+// counted, and helpers that enqueue and claim.
 package passbed
 
 import (

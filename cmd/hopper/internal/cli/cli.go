@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hopperq/hopper"
+	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/migrated"
 	"github.com/hopperq/hopper/internal/pgurl"
 )
@@ -558,29 +559,24 @@ func (e *env) connectHopperSized(maxConns int32) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	var current, hopperSchema *string
-	var searchPath string
-	err = pool.QueryRow(e.ctx, `SELECT current_schema(), current_setting('search_path'),
-		(SELECT n.nspname::text FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-		 WHERE c.oid = to_regclass('hopper_jobs'))`).
-		Scan(&current, &searchPath, &hopperSchema)
+	found, err := db.New(pool).LocateHopper(e.ctx)
 	run := "hopper migrate up (with the same --database-url / search_path)"
 	if e.schema != "" {
 		run = "hopper --schema " + shellQuote(e.schema) + " migrate up (with the same --database-url)"
 	}
 	switch {
 	case err != nil:
-	case current == nil && e.schema != "":
+	case found.CurrentSchema == "" && e.schema != "":
 		err = fmt.Errorf("schema %s does not exist in this database (check --schema, or create it and run hopper migrate up)", e.schema)
-	case current == nil:
-		err = fmt.Errorf("no schema of the search_path (%s) exists in this database (check the connection string's search_path, or pass --schema)", searchPath)
-	case hopperSchema == nil:
-		err = migrated.Errorf(run, "schema %s has no Hopper tables (version 0)", *current)
+	case found.CurrentSchema == "":
+		err = fmt.Errorf("no schema of the search_path (%s) exists in this database (check the connection string's search_path, or pass --schema)", found.SearchPath)
+	case found.HopperSchema == "":
+		err = migrated.Errorf(run, "schema %s has no Hopper tables (version 0)", found.CurrentSchema)
 	default:
 		// Read with a plain SELECT, not schema.Migrator: golang-migrate
 		// takes its advisory lock (waiting behind a migration under way)
 		// and creates the migrations table when this role cannot see it.
-		err = migrated.Check(e.ctx, pool, *hopperSchema, run)
+		err = migrated.Check(e.ctx, pool, found.HopperSchema, run)
 	}
 	if err != nil {
 		pool.Close()

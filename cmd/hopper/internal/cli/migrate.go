@@ -8,10 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/buildinfo"
+	"github.com/hopperq/hopper/internal/schemascope"
 	"github.com/hopperq/hopper/schema"
 )
 
@@ -168,11 +169,15 @@ func migrateDown(e *env, pool *pgxpool.Pool, mg *schema.Migrator, from uint, ste
 
 // countJobs counts the live and dead jobs in the schema's Hopper tables.
 func countJobs(e *env, pool *pgxpool.Pool, schemaName string) (live, dead int64, err error) {
-	q := "SELECT (SELECT count(*) FROM " + pgx.Identifier{schemaName, "hopper_jobs"}.Sanitize() +
-		"), (SELECT count(*) FROM " + pgx.Identifier{schemaName, "hopper_dead_jobs"}.Sanitize() + ")"
-	if err := pool.QueryRow(e.ctx, q).Scan(&live, &dead); err != nil {
+	scoped, err := schemascope.New(pool, schemaName)
+	if err != nil {
+		return 0, 0, err
+	}
+	n, err := db.New(scoped).CountLiveAndDead(e.ctx)
+	if err != nil {
 		return 0, 0, fmt.Errorf("count the jobs in schema %s: %w", schemaName, err)
 	}
+	live, dead = n.Live, n.Dead
 	return live, dead, nil
 }
 

@@ -24,6 +24,25 @@ func (q *Queries) BackendPID(ctx context.Context) (int32, error) {
 	return pid, err
 }
 
+const countLiveAndDead = `-- name: CountLiveAndDead :one
+SELECT (SELECT count(*) FROM hopper_jobs)::bigint AS live,
+       (SELECT count(*) FROM hopper_dead_jobs)::bigint AS dead
+`
+
+type CountLiveAndDeadRow struct {
+	Live int64
+	Dead int64
+}
+
+// How many jobs live and dead a schema holds: what `hopper migrate down`
+// says it would drop before asking to go on.
+func (q *Queries) CountLiveAndDead(ctx context.Context) (CountLiveAndDeadRow, error) {
+	row := q.db.QueryRow(ctx, countLiveAndDead)
+	var i CountLiveAndDeadRow
+	err := row.Scan(&i.Live, &i.Dead)
+	return i, err
+}
+
 const encryptionKeys = `-- name: EncryptionKeys :many
 WITH sealed AS (
     SELECT 'payload'::text AS place, kind, payload -> 'hopper.encrypted' ->> 'key' AS key_id

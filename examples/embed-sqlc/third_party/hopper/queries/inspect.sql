@@ -203,3 +203,9 @@ SELECT place::text AS place, kind::text AS kind, coalesce(key_id, '')::text AS k
 FROM sealed
 GROUP BY place, kind, key_id
 ORDER BY key_id, place, kind;
+
+-- name: CountLiveAndDead :one
+-- How many jobs live and dead a schema holds: what `hopper migrate down`
+-- says it would drop before asking to go on.
+SELECT (SELECT count(*) FROM hopper_jobs)::bigint AS live,
+       (SELECT count(*) FROM hopper_dead_jobs)::bigint AS dead;

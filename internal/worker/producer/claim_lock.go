@@ -1,7 +1,8 @@
-package worker
+package producer
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,14 +26,14 @@ import (
 // The lock covers the shared limits of the worker's kinds too (shared:
 // parallel to its kinds, ” none), so that claims of different queues
 // under one shared limit take turns.
-func (p *producer) underClaimLock(ctx context.Context, queue string, claim func(q *db.Queries) error) error {
-	lock := db.LockClaimsParams{Queue: queue, SharedNames: p.handlers.sharedNames}
-	if p.scope == nil {
-		return claim(db.New(&lockedBatch{sender: p.pool, lock: sqlbatch.Record(func(q *db.Queries) error {
+func (p *Producer) underClaimLock(ctx context.Context, queue string, claim func(q *db.Queries) error) error {
+	lock := db.LockClaimsParams{Queue: queue, SharedNames: p.cfg.Kinds.SharedNames}
+	if p.cfg.Scope == nil {
+		return claim(db.New(&lockedBatch{sender: p.cfg.Pool, lock: sqlbatch.Record(func(q *db.Queries) error {
 			return q.LockClaims(ctx, lock)
 		})}))
 	}
-	return pgx.BeginFunc(ctx, p.scope, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, p.cfg.Scope, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		if err := q.LockClaims(ctx, lock); err != nil {
 			return err
@@ -66,6 +67,9 @@ func (l *lockedBatch) CopyFrom(context.Context, pgx.Identifier, []string, pgx.Co
 func (l *lockedBatch) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	return sqlbatch.Around(ctx, l.sender, l.lock, sql, args)
 }
+
+// errNotAClaim: lockedBatch runs statements that return rows.
+var errNotAClaim = errors.New("hopper: only a claim's rows run after the claim lock")
 
 type errRow struct{}
 

@@ -1,4 +1,4 @@
-package worker
+package producer
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func (c *countingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.
 }
 
 // TestClaimBatch: 40 queues claim at once, again and again, through one
-// claimBatch: every ask gets its own queue's jobs and no other's, up to its
+// ClaimBatch: every ask gets its own queue's jobs and no other's, up to its
 // count; every job is claimed once; and the asks share statements (fewer
 // statements than asks), while a lone ask is one Dequeue.
 func TestClaimBatch(t *testing.T) {
@@ -52,7 +52,7 @@ func TestClaimBatch(t *testing.T) {
 		}
 	}
 	counted := &countingDB{DBTX: tdb.Pool}
-	b := newClaimBatch(db.New(counted))
+	b := NewClaimBatch(db.New(counted))
 	ask := func(queue string, n int32) db.DequeueParams {
 		return db.DequeueParams{Owner: "w", LeaseMs: 60_000, Queue: queue, AfterPriority: -1,
 			Kinds: []string{"k"}, MaxVersions: []int32{1}, MaxJobs: n}

@@ -1,4 +1,4 @@
-package worker
+package producer
 
 import (
 	"sync"
@@ -7,38 +7,41 @@ import (
 	"github.com/hopperq/hopper/db"
 )
 
-// readyKey is a job's place in the order claims take ready jobs: the ready index's (priority,
-// run_at, id).
-type readyKey struct {
-	priority int16
-	runAt    time.Time
-	id       int64
+// Key is a job's place in the order claims take ready jobs: the ready
+// index's (priority, run_at, id). A wake-up carries one, and a held job
+// its own, to move the cursor back (Producer.Wake).
+type Key struct {
+	Priority int16
+	RunAt    time.Time
+	ID       int64
 }
 
-// fromStart is before every job (priorities start at 0).
-var fromStart = readyKey{priority: -1}
+// FromStart is before every job (priorities start at 0): a cursor there
+// scans the whole ready index.
+var FromStart = Key{Priority: -1}
 
-func (k readyKey) less(o readyKey) bool {
-	if k.priority != o.priority {
-		return k.priority < o.priority
+func (k Key) less(o Key) bool {
+	if k.Priority != o.Priority {
+		return k.Priority < o.Priority
 	}
-	if !k.runAt.Equal(o.runAt) {
-		return k.runAt.Before(o.runAt)
+	if !k.RunAt.Equal(o.RunAt) {
+		return k.RunAt.Before(o.RunAt)
 	}
-	return k.id < o.id
+	return k.ID < o.ID
 }
 
 // justBefore is the cursor from which k itself is claimed again.
-func (k readyKey) justBefore() readyKey {
-	if k.priority < 0 {
-		return fromStart
+func (k Key) justBefore() Key {
+	if k.Priority < 0 {
+		return FromStart
 	}
-	k.id--
+	k.ID--
 	return k
 }
 
-func keyOf(row db.HopperJob) readyKey {
-	return readyKey{priority: row.Priority, runAt: row.RunAt, id: row.ID}
+// KeyOf is row's place in the ready order.
+func KeyOf(row db.HopperJob) Key {
+	return Key{Priority: row.Priority, RunAt: row.RunAt, ID: row.ID}
 }
 
 // scanCursor is where a queue's next claim starts scanning the ready
@@ -60,29 +63,29 @@ func keyOf(row db.HopperJob) readyKey {
 // and win over its answer.
 type scanCursor struct {
 	mu       sync.Mutex
-	pos      readyKey
+	pos      Key
 	claiming bool
 	// rewound: a rewind arrived during the claim in flight, back to rewindTo.
 	rewound  bool
-	rewindTo readyKey
+	rewindTo Key
 	fullScan time.Duration
 	lastFull time.Time
 }
 
 func newScanCursor(fullScan time.Duration) *scanCursor {
-	return &scanCursor{pos: fromStart, fullScan: fullScan}
+	return &scanCursor{pos: FromStart, fullScan: fullScan}
 }
 
 // begin starts a claim and returns where it scans from: the cursor, or the
 // start when wake-ups cannot reach it (usable false) or a full scan is due.
-func (c *scanCursor) begin(now time.Time, usable bool) readyKey {
+func (c *scanCursor) begin(now time.Time, usable bool) Key {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.claiming, c.rewound = true, false
 	if !usable || now.Sub(c.lastFull) >= c.fullScan {
-		c.pos = fromStart
+		c.pos = FromStart
 	}
-	if c.pos.priority < 0 {
+	if c.pos.Priority < 0 {
 		c.lastFull = now
 	}
 	return c.pos
@@ -95,7 +98,7 @@ func (c *scanCursor) claimed(rows []db.HopperJob) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, row := range rows {
-		if k := keyOf(row); c.pos.less(k) {
+		if k := KeyOf(row); c.pos.less(k) {
 			c.pos = k
 		}
 	}
@@ -106,12 +109,12 @@ func (c *scanCursor) claimed(rows []db.HopperJob) {
 // cursor does not pass headEnd, the last job the claim's head considered
 // (priority -1: none), since a round of keys may have taken jobs far
 // beyond it, past ready jobs no one considered.
-func (c *scanCursor) claimedWithin(rows []db.HopperJob, headEnd readyKey) {
+func (c *scanCursor) claimedWithin(rows []db.HopperJob, headEnd Key) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, row := range rows {
-		k := keyOf(row)
-		if headEnd.priority >= 0 && headEnd.less(k) {
+		k := KeyOf(row)
+		if headEnd.Priority >= 0 && headEnd.less(k) {
 			k = headEnd
 		}
 		if c.pos.less(k) {
@@ -126,7 +129,7 @@ func (c *scanCursor) claimedWithin(rows []db.HopperJob, headEnd readyKey) {
 func (c *scanCursor) failed() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.pos = fromStart
+	c.pos = FromStart
 	c.end()
 }
 
@@ -138,7 +141,7 @@ func (c *scanCursor) end() {
 }
 
 // rewind moves the cursor back so that the job at k is claimed again.
-func (c *scanCursor) rewind(k readyKey) {
+func (c *scanCursor) rewind(k Key) {
 	back := k.justBefore()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -151,7 +154,7 @@ func (c *scanCursor) rewind(k readyKey) {
 }
 
 // at reports the cursor (tests).
-func (c *scanCursor) at() readyKey {
+func (c *scanCursor) at() Key {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.pos

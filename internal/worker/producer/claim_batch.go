@@ -1,4 +1,4 @@
-package worker
+package producer
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"github.com/hopperq/hopper/db"
 )
 
-// claimBatch lets a worker's plain queues (those without flow control)
+// ClaimBatch lets a worker's plain queues (those without flow control)
 // claim together: while one claim statement is in flight, the claims that
 // other queues ask for meanwhile wait, and go out as one DequeueQueues
 // statement for all of them — a group commit of claims. A worker with one
@@ -25,7 +25,7 @@ import (
 // Invariants (under mu): leading is true from the moment a claim takes the
 // lead until a leader finds the queue empty; every queued claim is either
 // answered by a batch that took it or woken to lead.
-type claimBatch struct {
+type ClaimBatch struct {
 	q *db.Queries
 
 	mu      sync.Mutex
@@ -44,7 +44,9 @@ type claimAsk struct {
 	err      error
 }
 
-func newClaimBatch(q *db.Queries) *claimBatch { return &claimBatch{q: q} }
+// NewClaimBatch batches the claims of the producers given it (their
+// Config.Claims) into statements on q.
+func NewClaimBatch(q *db.Queries) *ClaimBatch { return &ClaimBatch{q: q} }
 
 // dequeue claims as Dequeue with p does, batched with the claims other
 // queues of the worker ask for at the same moment. It waits for its answer
@@ -52,7 +54,7 @@ func newClaimBatch(q *db.Queries) *claimBatch { return &claimBatch{q: q} }
 // have committed, and its jobs must reach their producer (see
 // claimAnswerWait); the statement itself runs under the leader's ctx,
 // which every producer of a worker derives the same way.
-func (b *claimBatch) dequeue(ctx context.Context, p db.DequeueParams) ([]db.HopperJob, error) {
+func (b *ClaimBatch) dequeue(ctx context.Context, p db.DequeueParams) ([]db.HopperJob, error) {
 	ask := &claimAsk{params: p, wake: make(chan struct{}, 1)}
 	b.mu.Lock()
 	b.queued = append(b.queued, ask)
@@ -82,7 +84,7 @@ func (b *claimBatch) dequeue(ctx context.Context, p db.DequeueParams) ([]db.Hopp
 }
 
 // run claims for every ask of batch and answers them all.
-func (b *claimBatch) run(ctx context.Context, batch []*claimAsk) {
+func (b *ClaimBatch) run(ctx context.Context, batch []*claimAsk) {
 	defer func() {
 		for _, a := range batch {
 			a.answered = true

@@ -1,0 +1,52 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/worker/producer"
+)
+
+// dispatched is a claimed, decoded job on its way to a handler goroutine.
+type dispatched struct {
+	h       *handler
+	row     db.HopperJob
+	job     *heldJob
+	call    func(context.Context) (json.RawMessage, error) // nil when decoding failed
+	timeout time.Duration                                  // the run's timeout; 0: none
+	keep    time.Duration                                  // how long its completion is kept; 0: not
+	err     error                                          // why decoding failed
+	rate    *producer.RateClaim                            // the claim it came in, under a global rate limit; nil: none
+}
+
+// hand is what a queue's producer hands its claimed jobs to: each is held
+// (its slot given back through the producer once it no longer runs), its
+// payload decoded, and it goes to the queue's handler goroutines, runners.
+func (r *run) hand(runners *handlerPool) producer.Hand {
+	w := r.w
+	cfg := &w.cfg
+	return func(p *producer.Producer, job producer.Claimed) {
+		row := job.Row
+		h := w.handlers.of(row.Kind)
+		keep := h.keepRow(cfg, row)
+		// A keyed job, or one under a shared limit, of a queue under flow
+		// control: its result frees its key's slot (heldJob.freeKey).
+		keyed := p.Limited() && (row.ConcurrencyKey != nil || w.handlers.sharedOf(row.Kind))
+		c := r.held.add(row, p, keyed, job.Sent, keep, h.keyring)
+		w.metrics.claimed(row.Queue, row.Kind, job.Answered.Sub(row.RunAt))
+		// Decoding here, in the producer's one busy goroutine, rather than
+		// in the handler goroutine keeps the decoder's deep stack from
+		// being grown anew for every job.
+		call, timeout, err := h.prepare(row, keep)
+		if r.executor.hooked(h) {
+			c.view = view(row)
+		}
+		if timeout == 0 {
+			timeout = cfg.Timeout
+		}
+		r.executor.handlerWG.Add(1)
+		runners.dispatch(dispatched{h: h, row: row, job: c, call: call, timeout: timeout, keep: keep, err: err, rate: job.Rate})
+	}
+}
