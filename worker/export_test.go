@@ -35,7 +35,7 @@ func Extensions(w *Worker) int64 {
 // (its claim cursors are in use only then).
 func Listening(w *Worker) bool {
 	r := w.active.Load()
-	return r != nil && r.notifier.listening.Load()
+	return r != nil && r.notifier.Listening()
 }
 
 // CursorAt is where queue's next claim starts: the (priority, run_at, id)

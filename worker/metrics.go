@@ -169,6 +169,15 @@ func (m *metrics) ScheduleFired(name string, jobs int) {
 func (m *metrics) ScheduleFailed(name string) {
 	m.scheduleFiresC.WithLabelValues(name, fireFailed).Inc()
 }
+
+// ListenerUp sets hopper_listener_up: the notifier's Metrics.
+func (m *metrics) ListenerUp(up bool) {
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.listenerG.Set(v)
+}
 func (m *metrics) abandoned(queue, kind string) {
 	m.outcome(queue, kind, OutcomeAbandoned)
 	m.stuckG.WithLabelValues(queue, kind).Inc()

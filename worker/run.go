@@ -19,6 +19,7 @@ import (
 	"github.com/hopperq/hopper/internal/migrated"
 	"github.com/hopperq/hopper/internal/worker/completer"
 	"github.com/hopperq/hopper/internal/worker/heartbeat"
+	"github.com/hopperq/hopper/internal/worker/notifier"
 	"github.com/hopperq/hopper/internal/worker/producer"
 	"github.com/hopperq/hopper/internal/worker/registry"
 	"github.com/hopperq/hopper/internal/worker/releaser"
@@ -46,7 +47,7 @@ type run struct {
 	// goroutines rather than one new goroutine per job.
 	runners   map[string]*handlerPool
 	scheduler *scheduler.Scheduler // nil: the worker defines no schedules
-	notifier  *notifier
+	notifier  *notifier.Notifier
 
 	// unrecorded counts results not recorded (OutcomeUnrecorded): their
 	// jobs may still be held in this worker's name at its stop.
@@ -98,7 +99,7 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 	byKind := w.handlers.kindKeyLimits()
 	r.producers = make(map[string]*producer.Producer, len(cfg.Queues))
 	r.runners = make(map[string]*handlerPool, len(cfg.Queues))
-	queues := make(map[string]queueWaker, len(cfg.Queues))
+	wakers := make(map[string]notifier.Waker, len(cfg.Queues))
 	for name, n := range cfg.Queues {
 		runners := newHandlerPool(r.executor.execute, &r.executor.poolWG)
 		p, err := producer.New(producer.Config{Queries: w.q, Pool: w.pool, Scope: w.scope, Claims: claims, Log: w.log, Metrics: w.metrics,
@@ -108,7 +109,7 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
 		}
-		r.producers[name], r.runners[name], queues[name] = p, runners, p
+		r.producers[name], r.runners[name], wakers[name] = p, runners, waker{p}
 	}
 
 	onSchedule := func(string) {}
@@ -121,9 +122,12 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 		}
 		onSchedule = r.scheduler.Trigger
 	}
-	r.notifier = newNotifier(notifierConfig{q: w.q, connConfig: w.pool.Config().ConnConfig, log: w.log, owner: cfg.ID,
-		schema: schema, queues: queues, listening: listening, onCancel: r.held.cancelNotice,
-		onSchedule: onSchedule, timings: defaultListenTimings, up: w.metrics.listenerG})
+	r.notifier, err = notifier.New(notifier.Config{ConnConfig: w.pool.Config().ConnConfig, Log: w.log, Owner: cfg.ID,
+		Schema: schema, Wakers: wakers, Listening: listening, OnCancel: r.held.cancelNotice,
+		OnSchedule: onSchedule, Timings: notifier.DefaultTimings, Metrics: w.metrics})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	return r, nil
 }
 

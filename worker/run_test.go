@@ -29,8 +29,8 @@ func newTestRun(t *testing.T, ctx context.Context, w *Worker) *run {
 
 // newRun wires every component whole: each producer has its queue's flow
 // control (none for a plain queue) and handler goroutines of its own; the
-// notifier and registry know the schema; the notifier's gauge and the
-// read-only guard's counter are the worker's; the scheduler exists only with
+// notifier and registry know the schema; the read-only guard's counter is
+// the worker's; the scheduler exists only with
 // schedules; and the services list starts the loops the configuration asks
 // for, in order.
 func TestNewRunWiresEveryComponent(t *testing.T) {
@@ -67,16 +67,14 @@ func TestNewRunWiresEveryComponent(t *testing.T) {
 	for name, p := range r.producers {
 		require.Equal(t, name, p.Name())
 		require.NotNil(t, r.runners[name], "queue %s", name)
-		require.Same(t, p, r.notifier.queues[name], "the notifier wakes queue %s", name)
 	}
-	require.Equal(t, tdb.Schema, r.notifier.schema)
-	require.Equal(t, r.w.metrics.listenerG, r.notifier.up, "the listener's gauge, given to its constructor")
+	require.Equal(t, tdb.Schema, r.notifier.Schema())
 	require.Equal(t, r.w.metrics.readOnlyC, r.guard.refusals, "the refusals' counter, given to the guard's constructor")
 	require.Equal(t, tdb.Schema, r.registry.Schema())
 	require.Equal(t, []string{"limited", "plain"}, r.registry.Queues())
 	require.Equal(t, ctx, r.executor.hard)
 	require.Nil(t, r.scheduler)
-	require.Equal(t, []string{"*heartbeat.Heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*worker.notifier"},
+	require.Equal(t, []string{"*heartbeat.Heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*notifier.Notifier"},
 		serviceNames(r))
 
 	r = build(Config{Queues: map[string]int{"default": 1}, PollOnly: true}, true)

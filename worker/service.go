@@ -18,13 +18,5 @@ type service interface {
 	Run(ctx context.Context)
 }
 
-// signal wakes whoever waits on ch, unless a wake-up is pending already.
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
 // sleep waits d and reports true, or false as soon as ctx ends.
 func sleep(ctx context.Context, d time.Duration) bool { return loop.Sleep(ctx, d) }

@@ -1,41 +1,35 @@
 package worker
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/hopperq/hopper/internal/worker/producer"
 )
 
-// wakeup is a notification's payload: the trigger on hopper_jobs and Notify
-// send it. Priority, RunAt and ID place the earliest job announced in claim
-// order; a payload without them (sent by hand, by an older schema, or by
-// ResumeQueue) rewinds the queue's cursor to the start. The Cancel
-// statement sends a notice instead: Cancel and Attempt name a running
-// claim an operator cancelled, Owner the worker holding it.
-type wakeup struct {
-	Schema   string     `json:"schema"`
-	Queue    string     `json:"queue"`
-	Priority *int16     `json:"priority"`
-	RunAt    *time.Time `json:"run_at"`
-	ID       *int64     `json:"id"`
-	Cancel   *int64     `json:"cancel"`
-	Attempt  *int32     `json:"attempt"`
-	Owner    string     `json:"owner"`
-	// Schedule names a schedule triggered or resumed (TriggerSchedule,
-	// ResumeSchedule): the firing loop looks at once.
-	Schedule string `json:"schedule"`
+// queue is a queue's producer as a wake-up moves it: Rewind moves its scan
+// cursor back so that the job at a key is claimed again, Wake has its claim
+// loop look for work now.
+type queue interface {
+	Rewind(producer.Key)
+	Wake()
 }
 
-func parseWakeup(payload string) (wakeup, bool) {
-	var wake wakeup
-	return wake, json.Unmarshal([]byte(payload), &wake) == nil
+// waker is a queue as the notifier (internal/worker/notifier) wakes it:
+// the two packages know nothing of each other, and the wake-up's place
+// becomes the producer's Key here.
+type waker struct{ q queue }
+
+// WakeAt: a job became ready at (priority, runAt, id), behind the cursor
+// maybe, so the cursor moves back to it before the claim loop looks.
+func (w waker) WakeAt(priority int16, runAt time.Time, id int64) {
+	w.q.Rewind(producer.Key{Priority: priority, RunAt: runAt, ID: id})
+	w.q.Wake()
 }
 
-// key is where the wake-up moves cursors back to.
-func (wake wakeup) key() producer.Key {
-	if wake.Priority == nil || wake.RunAt == nil || wake.ID == nil {
-		return producer.FromStart
-	}
-	return producer.Key{Priority: *wake.Priority, RunAt: *wake.RunAt, ID: *wake.ID}
+// WakeFromStart: a wake-up that names no place, or the notifier
+// (re)subscribed and wake-ups may have been missed: the next claim scans
+// from the start.
+func (w waker) WakeFromStart() {
+	w.q.Rewind(producer.FromStart)
+	w.q.Wake()
 }

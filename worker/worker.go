@@ -18,7 +18,6 @@ import (
 	"github.com/hopperq/hopper/internal/schemascope"
 	"github.com/hopperq/hopper/internal/worker/announce"
 	"github.com/hopperq/hopper/internal/worker/completer"
-	"github.com/hopperq/hopper/internal/worker/loop"
 	"github.com/hopperq/hopper/internal/worker/promoter"
 	"github.com/hopperq/hopper/internal/worker/pruner"
 	"github.com/hopperq/hopper/internal/worker/releaser"
@@ -247,10 +246,6 @@ func (w *Worker) checkSchema(ctx context.Context) (string, error) {
 	w.warnIfPooled(ctx)
 	return schemaName, nil
 }
-
-// retryDelay is the wait of a loop that failed failures times in a row:
-// the one every runtime loop shares, internal/worker/scheduler's too.
-func retryDelay(failures int) time.Duration { return loop.RetryDelay(failures) }
 
 // statementTimeout bounds one statement of the worker's recording and
 // shutdown paths. It is never a fraction of a short lease: a statement cut

@@ -127,7 +127,7 @@ func (s *Scheduler) Names() []string { return s.names }
 
 // Trigger wakes the firing loop when name is one of the worker's
 // schedules (a notification said it was triggered or resumed): the
-// notifier's onSchedule.
+// notifier's OnSchedule.
 func (s *Scheduler) Trigger(name string) {
 	if s.schedules[name] == nil {
 		return
