@@ -23,7 +23,7 @@ const extendBatch = 5000
 // ExtendInterval negative (tests of lease expiry) it only beats.
 type heartbeat struct {
 	held        *heldJobs
-	inFlight    *handlerSet                                                  // the executor's running handlers, for the stuck watch
+	inFlight    interface{ Running() []*heldJob }                            // the executor's running handlers, for the stuck watch
 	beatWorker  func(ctx context.Context, q *db.Queries) registry.BeatResult // registry.Registry.Beat
 	releaseGone func(ctx context.Context, liveFor time.Duration)             // releaser.Releaser.ReleaseGone
 	guard       *readOnlyGuard
@@ -39,7 +39,7 @@ type heartbeat struct {
 	beats       atomic.Int64  // heartbeats done, for tests that must see one pass
 }
 
-func newHeartbeat(held *heldJobs, inFlight *handlerSet, beatWorker func(context.Context, *db.Queries) registry.BeatResult,
+func newHeartbeat(held *heldJobs, inFlight interface{ Running() []*heldJob }, beatWorker func(context.Context, *db.Queries) registry.BeatResult,
 	releaseGone func(context.Context, time.Duration), guard *readOnlyGuard, pool *pgxpool.Pool, dbtx func(db.DBTX) db.DBTX, cfg *Config) *heartbeat {
 	return &heartbeat{held: held, inFlight: inFlight, beatWorker: beatWorker, releaseGone: releaseGone, guard: guard,
 		pool: pool, q: held.q, dbtx: dbtx, log: held.log,
@@ -157,7 +157,7 @@ func (h *heartbeat) extendAll(ctx context.Context, q *db.Queries, lease time.Dur
 // A held job is no longer extended (it runs again elsewhere after the
 // lease); every such handler's slot goes back to the queue.
 func (h *heartbeat) abandonStuck(now time.Time) {
-	for _, c := range h.inFlight.snapshot() {
+	for _, c := range h.inFlight.Running() {
 		due, ranFor := c.overdue(now)
 		if !due {
 			continue

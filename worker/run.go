@@ -36,13 +36,9 @@ type run struct {
 	registry  *registry.Registry // this worker's row in hopper_workers
 	held      *heldJobs
 	completer *completer.Completer
-	executor  *executor
+	executor  *runExecutor // runs the handlers: a queue of goroutines for each queue
 	heartbeat *heartbeat
 	producers map[string]*producer.Producer
-	// runners runs each queue's jobs on goroutines started as needed that
-	// live until Run ends, so a burst of short jobs is served by a few
-	// goroutines rather than one new goroutine per job.
-	runners   map[string]*handlerPool
 	scheduler *scheduler.Scheduler // nil: the worker defines no schedules
 	notifier  *notifier
 
@@ -73,7 +69,10 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	r.executor = newExecutor(w.q, w.log, w.metrics, cfg, r.completer, r.report, handlerBase, hard)
+	r.executor, err = r.newExecutor(handlerBase)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	beat := func(ctx context.Context, q *db.Queries) registry.BeatResult {
 		res := r.registry.Beat(ctx, q)
 		if res.Err == nil {
@@ -81,7 +80,7 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 		}
 		return res
 	}
-	r.heartbeat = newHeartbeat(r.held, &r.executor.inFlight, beat, w.releaser.ReleaseGone, guard, w.pool, w.dbtx, cfg)
+	r.heartbeat = newHeartbeat(r.held, r.executor, beat, w.releaser.ReleaseGone, guard, w.pool, w.dbtx, cfg)
 
 	listening := new(atomic.Bool) // written by the notifier, read by the producers
 	claims := producer.NewClaimBatch(w.q)
@@ -89,18 +88,16 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 		SharedNames: w.handlers.sharedNames, SharedMax: w.handlers.sharedMax}
 	byKind := w.handlers.kindKeyLimits()
 	r.producers = make(map[string]*producer.Producer, len(cfg.Queues))
-	r.runners = make(map[string]*handlerPool, len(cfg.Queues))
 	queues := make(map[string]queueWaker, len(cfg.Queues))
 	for name, n := range cfg.Queues {
-		runners := newHandlerPool(r.executor.execute, &r.executor.poolWG)
 		p, err := producer.New(producer.Config{Queries: w.q, Pool: w.pool, Scope: w.scope, Claims: claims, Log: w.log, Metrics: w.metrics,
 			Name: name, Slots: n, Flow: flowOf(cfg, name, byKind), Kinds: kinds, Owner: cfg.ID, Lease: cfg.LeaseDuration,
 			PollInterval: cfg.PollInterval, FullScanInterval: cfg.FullScanInterval,
-			Listening: listening.Load, ReadOnly: guard.check, Reached: w.outage.reached, Hand: r.hand(runners)})
+			Listening: listening.Load, ReadOnly: guard.check, Reached: w.outage.reached, Hand: r.hand(r.executor.Queue(name))})
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
 		}
-		r.producers[name], r.runners[name], queues[name] = p, runners, p
+		r.producers[name], queues[name] = p, p
 	}
 
 	onSchedule := func(string) {}
@@ -263,9 +260,7 @@ func (r *run) work(ctx context.Context, endHard context.CancelFunc) {
 	defer stopHard.Stop()
 
 	fetchWG.Wait()
-	for _, runners := range r.runners {
-		runners.close() // nothing more is claimed
-	}
+	r.executor.Close() // nothing more is claimed
 	r.shutdown(hardDeadline)
 	close(stopCompleter)
 	<-completerDone
@@ -279,7 +274,7 @@ func (r *run) work(ctx context.Context, endHard context.CancelFunc) {
 		// stale, and the next live worker hands them back.
 		w.log.Warn("keeping this worker's row in hopper_workers: jobs it could not settle are handed back once it goes stale")
 	}
-	if !waitUntil(&r.executor.poolWG, hardDeadline) {
+	if !r.executor.WaitGoroutines(hardDeadline) {
 		w.log.Error("handlers ignore cancellation; leaving them behind")
 	}
 }

@@ -32,7 +32,7 @@ func (r *run) report(res completer.Completion, o completer.Outcome) {
 	if w.observe != nil {
 		w.observe(c.id, c.attempt, o)
 	}
-	r.executor.told(c, public)
+	r.told(c, public)
 	c.recorded()
 }
 
