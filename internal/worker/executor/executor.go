@@ -86,30 +86,28 @@ type Executor[T Task[J], J comparable] struct {
 // New validates cfg and builds the executor, with a Queue for each of
 // cfg.Queues.
 func New[T Task[J], J comparable](cfg Config[T, J]) (*Executor[T, J], error) {
-	var errs []error
-	if cfg.Base == nil {
-		errs = append(errs, errors.New("Base is nil"))
-	}
-	if cfg.Begin == nil {
-		errs = append(errs, errors.New("Begin is nil"))
-	}
-	if cfg.Call == nil {
-		errs = append(errs, errors.New("Call is nil"))
-	}
-	if cfg.Finish == nil {
-		errs = append(errs, errors.New("Finish is nil"))
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	e := &Executor[T, J]{cfg: cfg, queues: make(map[string]*Queue[T], len(cfg.Queues))}
 	for _, name := range cfg.Queues {
-		if _, dup := e.queues[name]; dup {
-			errs = append(errs, fmt.Errorf("queue %q is listed twice", name))
-		}
 		e.queues[name] = newQueue(e.execute, &e.goroutines, &e.runs)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("executor: %w", err)
-	}
 	return e, nil
+}
+
+func (c *Config[T, J]) validate() error {
+	if c.Base == nil || c.Begin == nil || c.Call == nil || c.Finish == nil {
+		return errors.New("executor: Base, Begin, Call and Finish are required")
+	}
+	seen := make(map[string]bool, len(c.Queues))
+	for _, name := range c.Queues {
+		if seen[name] {
+			return fmt.Errorf("executor: queue %q is listed twice in Queues", name)
+		}
+		seen[name] = true
+	}
+	return nil
 }
 
 // Queue is the named queue's handler goroutines; nil for a queue not in

@@ -74,12 +74,26 @@ func newBed(t *testing.T, call func(context.Context, task) (json.RawMessage, err
 
 func TestNewRefusesAnIncompleteConfig(t *testing.T) {
 	t.Parallel()
-	_, err := New(Config[task, *claim]{Queues: []string{"a", "a"}})
-	require.EqualError(t, err, "executor: Base is nil\nBegin is nil\nCall is nil\nFinish is nil\nqueue \"a\" is listed twice")
-
-	e, err := New(Config[task, *claim]{Queues: []string{"a", "b"}, Base: context.Background(), Begin: (*claim).begin,
+	whole := Config[task, *claim]{Queues: []string{"a", "b"}, Base: context.Background(), Begin: (*claim).begin,
 		Call:   func(context.Context, task) (json.RawMessage, error) { return nil, nil },
-		Finish: func(task, Result) {}})
+		Finish: func(task, Result) {}}
+	for name, broken := range map[string]func(*Config[task, *claim]){
+		"Base":   func(c *Config[task, *claim]) { c.Base = nil },
+		"Begin":  func(c *Config[task, *claim]) { c.Begin = nil },
+		"Call":   func(c *Config[task, *claim]) { c.Call = nil },
+		"Finish": func(c *Config[task, *claim]) { c.Finish = nil },
+	} {
+		cfg := whole
+		broken(&cfg)
+		_, err := New(cfg)
+		require.EqualError(t, err, "executor: Base, Begin, Call and Finish are required", name)
+	}
+	twice := whole
+	twice.Queues = []string{"a", "b", "a"}
+	_, err := New(twice)
+	require.EqualError(t, err, `executor: queue "a" is listed twice in Queues`)
+
+	e, err := New(whole)
 	require.NoError(t, err)
 	require.NotNil(t, e.Queue("a"))
 	require.NotNil(t, e.Queue("b"))
