@@ -121,7 +121,7 @@ func (r *run) wrap(h *handler, job *jobs.Row, call func(context.Context) error) 
 }
 
 // callHooked runs a job whose runs middleware or hooks see: through the
-// middleware, when there is any. Kept out of run, so that a worker without
+// middleware, when there is any. Kept out of call, so that a worker without
 // hooks pays nothing for them.
 func (r *run) callHooked(ctx context.Context, d dispatched) (json.RawMessage, error) {
 	if len(r.w.cfg.Middleware) == 0 && len(d.h.middleware) == 0 {
