@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/worker/executor"
 	"github.com/hopperq/hopper/internal/worker/producer"
 )
 
@@ -21,10 +22,16 @@ type dispatched struct {
 	rate    *producer.RateClaim                            // the claim it came in, under a global rate limit; nil: none
 }
 
+// Claim, Timeout and Runs are the job as the executor runs it
+// (executor.Task).
+func (d dispatched) Claim() *heldJob        { return d.job }
+func (d dispatched) Timeout() time.Duration { return d.timeout }
+func (d dispatched) Runs() bool             { return d.call != nil }
+
 // hand is what a queue's producer hands its claimed jobs to: each is held
 // (its slot given back through the producer once it no longer runs), its
 // payload decoded, and it goes to the queue's handler goroutines, runners.
-func (r *run) hand(runners *handlerPool) producer.Hand {
+func (r *run) hand(runners *executor.Queue[dispatched]) producer.Hand {
 	w := r.w
 	cfg := &w.cfg
 	return func(p *producer.Producer, job producer.Claimed) {
@@ -40,13 +47,12 @@ func (r *run) hand(runners *handlerPool) producer.Hand {
 		// in the handler goroutine keeps the decoder's deep stack from
 		// being grown anew for every job.
 		call, timeout, err := h.prepare(row, keep)
-		if r.executor.hooked(h) {
+		if r.hooked(h) {
 			c.view = view(row)
 		}
 		if timeout == 0 {
 			timeout = cfg.Timeout
 		}
-		r.executor.handlerWG.Add(1)
-		runners.dispatch(dispatched{h: h, row: row, job: c, call: call, timeout: timeout, keep: keep, err: err, rate: job.Rate})
+		runners.Dispatch(dispatched{h: h, row: row, job: c, call: call, timeout: timeout, keep: keep, err: err, rate: job.Rate})
 	}
 }

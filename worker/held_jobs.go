@@ -11,7 +11,6 @@ import (
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/worker/completer"
-	"github.com/hopperq/hopper/internal/worker/heartbeat"
 	"github.com/hopperq/hopper/internal/worker/producer"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -391,48 +390,4 @@ func (s *heldJobs) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.jobs)
-}
-
-// handlerSet holds the claims whose handlers are running, whatever became
-// of the claims themselves: a lost or cancelled claim leaves heldJobs at
-// once, but its handler may go on ignoring its context, and the heartbeat's
-// stuck watch must still see it to give up on it.
-type handlerSet struct {
-	mu sync.Mutex
-	m  map[*heldJob]struct{}
-}
-
-func (s *handlerSet) add(c *heldJob) {
-	s.mu.Lock()
-	if s.m == nil {
-		s.m = map[*heldJob]struct{}{}
-	}
-	s.m[c] = struct{}{}
-	s.mu.Unlock()
-}
-
-func (s *handlerSet) remove(c *heldJob) {
-	s.mu.Lock()
-	delete(s.m, c)
-	s.mu.Unlock()
-}
-
-func (s *handlerSet) snapshot() []*heldJob {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]*heldJob, 0, len(s.m))
-	for c := range s.m {
-		out = append(out, c)
-	}
-	return out
-}
-
-// running is the handlers running, for the heartbeat's stuck watch.
-func (s *handlerSet) running() []heartbeat.Handler {
-	claims := s.snapshot()
-	out := make([]heartbeat.Handler, len(claims))
-	for i, c := range claims {
-		out[i] = c
-	}
-	return out
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // heldJobKey is the context key under which a handler's context carries
-// its *heldJob (executor.run), for the job's own calls (ExtendLease, AckTx).
+// its *heldJob (run.call), for the job's own calls (ExtendLease, AckTx).
 type heldJobKey struct{}
 
 func heldJobFrom(ctx context.Context, id int64) (*heldJob, error) {

@@ -89,8 +89,9 @@ func recovered(r any) error { return &PanicError{Value: r, Stack: debug.Stack()}
 
 // hooked reports whether runs of h need the job's view: a middleware or a
 // hook would see it.
-func (e *executor) hooked(h *handler) bool {
-	return len(e.cfg.Middleware) > 0 || len(h.middleware) > 0 || len(e.cfg.OnOutcome) > 0 || len(e.cfg.OnError) > 0
+func (r *run) hooked(h *handler) bool {
+	cfg := &r.w.cfg
+	return len(cfg.Middleware) > 0 || len(h.middleware) > 0 || len(cfg.OnOutcome) > 0 || len(cfg.OnError) > 0
 }
 
 // view is the job as middleware and hooks see it.
@@ -100,17 +101,17 @@ func view(row db.HopperJob) *jobs.Row {
 }
 
 // wrap puts the worker's and the kind's middleware around call.
-func (e *executor) wrap(h *handler, job *jobs.Row, call func(context.Context) error) func(context.Context) error {
+func (r *run) wrap(h *handler, job *jobs.Row, call func(context.Context) error) func(context.Context) error {
 	mws := h.middleware
-	if len(e.cfg.Middleware) > 0 {
-		mws = append(append(make([]Middleware, 0, len(e.cfg.Middleware)+len(h.middleware)), e.cfg.Middleware...), h.middleware...)
+	if all := r.w.cfg.Middleware; len(all) > 0 {
+		mws = append(append(make([]Middleware, 0, len(all)+len(h.middleware)), all...), h.middleware...)
 	}
 	for i := len(mws) - 1; i >= 0; i-- {
 		mw, next := mws[i], call
 		call = func(ctx context.Context) (err error) {
 			defer func() {
-				if r := recover(); r != nil {
-					err = recovered(r)
+				if p := recover(); p != nil {
+					err = recovered(p)
 				}
 			}()
 			return mw(ctx, job, next)
@@ -120,16 +121,16 @@ func (e *executor) wrap(h *handler, job *jobs.Row, call func(context.Context) er
 }
 
 // callHooked runs a job whose runs middleware or hooks see: through the
-// middleware, when there is any. Kept out of run, so that a worker without
+// middleware, when there is any. Kept out of call, so that a worker without
 // hooks pays nothing for them.
-func (e *executor) callHooked(ctx context.Context, d dispatched) (json.RawMessage, error) {
-	if len(e.cfg.Middleware) == 0 && len(d.h.middleware) == 0 {
+func (r *run) callHooked(ctx context.Context, d dispatched) (json.RawMessage, error) {
+	if len(r.w.cfg.Middleware) == 0 && len(d.h.middleware) == 0 {
 		return d.call(ctx)
 	}
 	var out json.RawMessage
-	err := e.wrap(d.h, d.job.view, func(ctx context.Context) error {
-		r, err := d.call(ctx)
-		out = r
+	err := r.wrap(d.h, d.job.view, func(ctx context.Context) error {
+		res, err := d.call(ctx)
+		out = res
 		return err
 	})(ctx)
 	if err != nil {
@@ -139,28 +140,28 @@ func (e *executor) callHooked(ctx context.Context, d dispatched) (json.RawMessag
 }
 
 // tellError calls the error hooks.
-func (e *executor) tellError(ctx context.Context, job *jobs.Row, err error) {
-	for _, h := range e.cfg.OnError {
-		e.safely("error", job, func() { h(ctx, job, err) })
+func (r *run) tellError(ctx context.Context, job *jobs.Row, err error) {
+	for _, h := range r.w.cfg.OnError {
+		r.safely("error", job, func() { h(ctx, job, err) })
 	}
 }
 
 // safely runs a hook; a panic in it is logged, never the worker's end.
-func (e *executor) safely(what string, job *jobs.Row, hook func()) {
+func (r *run) safely(what string, job *jobs.Row, hook func()) {
 	defer func() {
-		if r := recover(); r != nil {
-			e.log.Error("a "+what+" hook panicked", "job_id", job.ID, "kind", job.Kind, "panic", r)
+		if p := recover(); p != nil {
+			r.w.log.Error("a "+what+" hook panicked", "job_id", job.ID, "kind", job.Kind, "panic", p)
 		}
 	}()
 	hook()
 }
 
 // told calls the outcome hooks for a run that had a view.
-func (e *executor) told(c *heldJob, o Outcome) {
+func (r *run) told(c *heldJob, o Outcome) {
 	if c.view == nil {
 		return
 	}
-	for _, h := range e.cfg.OnOutcome {
-		e.safely("outcome", c.view, func() { h(c.view, o, c.runErr) })
+	for _, h := range r.w.cfg.OnOutcome {
+		r.safely("outcome", c.view, func() { h(c.view, o, c.runErr) })
 	}
 }

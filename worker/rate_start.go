@@ -10,7 +10,6 @@ import (
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/migrated"
-	"github.com/hopperq/hopper/internal/worker/producer"
 )
 
 // rateClaimTimeout bounds the statement that moves a claim's log entry. A
@@ -19,25 +18,23 @@ import (
 // take budget whose handlers may still be starting.
 const rateClaimTimeout = 5 * time.Second
 
-// handlerStarting counts a job of the claim as started; the last one
+// handlerStarting counts d as a started job of its rate-limited claim; the last one
 // moves the claim's log entry, in a goroutine of its own so that its
 // handler does not wait for the statement.
-func (e *executor) handlerStarting(rc *producer.RateClaim) {
+func (r *run) handlerStarting(d dispatched) {
+	rc := d.rate
 	if rc == nil || !rc.Started() {
 		return
 	}
-	// The caller is a handler goroutine, counted in poolWG, so this Add
-	// can never race Run's Wait at zero.
-	e.poolWG.Add(1)
-	go func() {
-		defer e.poolWG.Done()
-		ctx, cancel := context.WithTimeout(e.hard, rateClaimTimeout)
+	// On a goroutine the executor counts, which Run waits for.
+	r.executor.Go(func() {
+		ctx, cancel := context.WithTimeout(r.hard, rateClaimTimeout)
 		defer cancel()
-		err := e.q.RateClaimStarted(ctx, db.RateClaimStartedParams{Queue: rc.Queue(), ClaimedAt: rc.ClaimedAt()})
-		if err != nil && e.hard.Err() == nil {
-			e.log.Warn("could not move a rate-limited claim to its last handler start; its budget stays taken until five seconds past its window", "queue", rc.Queue(), "error", err)
+		err := r.w.q.RateClaimStarted(ctx, db.RateClaimStartedParams{Queue: rc.Queue(), ClaimedAt: rc.ClaimedAt()})
+		if err != nil && r.hard.Err() == nil {
+			r.w.log.Warn("could not move a rate-limited claim to its last handler start; its budget stays taken until five seconds past its window", "queue", rc.Queue(), "error", err)
 		}
-	}()
+	})
 }
 
 // checkRateSchema refuses to start a worker with a global rate limit on a

@@ -39,13 +39,9 @@ type run struct {
 	held      *heldJobs
 	guard     *readOnlyGuard // what the components' ReadOnly funcs check
 	completer *completer.Completer
-	executor  *executor
+	executor  *runExecutor         // runs the handlers: a queue of goroutines for each queue
 	heartbeat *heartbeat.Heartbeat // the worker's beat and its claims' lease extension
 	producers map[string]*producer.Producer
-	// runners runs each queue's jobs on goroutines started as needed that
-	// live until Run ends, so a burst of short jobs is served by a few
-	// goroutines rather than one new goroutine per job.
-	runners   map[string]*handlerPool
 	scheduler *scheduler.Scheduler // nil: the worker defines no schedules
 	notifier  *notifier.Notifier
 
@@ -76,7 +72,10 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	r.executor = newExecutor(w.q, w.log, w.metrics, cfg, r.completer, r.report, handlerBase, hard)
+	r.executor, err = r.newExecutor(handlerBase)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	beat := func(ctx context.Context, q *db.Queries) heartbeat.BeatResult {
 		res := r.registry.Beat(ctx, q)
 		if res.Err == nil {
@@ -86,7 +85,7 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 	}
 	r.heartbeat, err = heartbeat.New(heartbeat.Config{Pool: w.pool, DBTX: w.dbtx, Queries: w.q, Log: w.log,
 		Beat: beat, ReleaseGone: w.releaser.ReleaseGone, ReadOnly: r.guard.check,
-		Extend: heartbeat.InBatches(r.held.snapshot, r.held.extendOn), Running: r.executor.inFlight.running,
+		Extend: heartbeat.InBatches(r.held.snapshot, r.held.extendOn), Running: r.runningHandlers,
 		BeatInterval: cfg.BeatInterval, ExtendInterval: cfg.ExtendInterval, LeaseDuration: cfg.LeaseDuration})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
@@ -98,18 +97,16 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 		SharedNames: w.handlers.sharedNames, SharedMax: w.handlers.sharedMax}
 	byKind := w.handlers.kindKeyLimits()
 	r.producers = make(map[string]*producer.Producer, len(cfg.Queues))
-	r.runners = make(map[string]*handlerPool, len(cfg.Queues))
 	wakers := make(map[string]notifier.Waker, len(cfg.Queues))
 	for name, n := range cfg.Queues {
-		runners := newHandlerPool(r.executor.execute, &r.executor.poolWG)
 		p, err := producer.New(producer.Config{Queries: w.q, Pool: w.pool, Scope: w.scope, Claims: claims, Log: w.log, Metrics: w.metrics,
 			Name: name, Slots: n, Flow: flowOf(cfg, name, byKind), Kinds: kinds, Owner: cfg.ID, Lease: cfg.LeaseDuration,
 			PollInterval: cfg.PollInterval, FullScanInterval: cfg.FullScanInterval,
-			Listening: listening.Load, ReadOnly: r.guard.check, Reached: w.outage.reached, Hand: r.hand(runners)})
+			Listening: listening.Load, ReadOnly: r.guard.check, Reached: w.outage.reached, Hand: r.hand(r.executor.Queue(name))})
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
 		}
-		r.producers[name], r.runners[name], wakers[name] = p, runners, waker{p}
+		r.producers[name], wakers[name] = p, waker{p}
 	}
 
 	onSchedule := func(string) {}
@@ -275,9 +272,7 @@ func (r *run) work(ctx context.Context, endHard context.CancelFunc) {
 	defer stopHard.Stop()
 
 	fetchWG.Wait()
-	for _, runners := range r.runners {
-		runners.close() // nothing more is claimed
-	}
+	r.executor.Close() // nothing more is claimed
 	r.shutdown(hardDeadline)
 	close(stopCompleter)
 	<-completerDone
@@ -291,7 +286,18 @@ func (r *run) work(ctx context.Context, endHard context.CancelFunc) {
 		// stale, and the next live worker hands them back.
 		w.log.Warn("keeping this worker's row in hopper_workers: jobs it could not settle are handed back once it goes stale")
 	}
-	if !waitUntil(&r.executor.poolWG, hardDeadline) {
+	if !r.executor.WaitGoroutines(hardDeadline) {
 		w.log.Error("handlers ignore cancellation; leaving them behind")
 	}
+}
+
+// runningHandlers is the claims whose handlers run now, as the
+// heartbeat's stuck watch sees them.
+func (r *run) runningHandlers() []heartbeat.Handler {
+	claims := r.executor.Running()
+	out := make([]heartbeat.Handler, len(claims))
+	for i, c := range claims {
+		out[i] = c
+	}
+	return out
 }

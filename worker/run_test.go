@@ -63,16 +63,15 @@ func TestNewRunWiresEveryComponent(t *testing.T) {
 		FlowControl: map[string]FlowControl{"limited": {KeyLimit: 1}}}, false)
 	require.False(t, r.producers["plain"].Limited())
 	require.True(t, r.producers["limited"].Limited())
-	require.Len(t, r.runners, 2)
 	for name, p := range r.producers {
 		require.Equal(t, name, p.Name())
-		require.NotNil(t, r.runners[name], "queue %s", name)
+		require.NotNil(t, r.executor.Queue(name), "queue %s has its handler goroutines", name)
 	}
 	require.Equal(t, tdb.Schema, r.notifier.Schema())
 	require.Equal(t, r.w.metrics.readOnlyC, r.guard.refusals, "the refusals' counter, given to the guard's constructor")
 	require.Equal(t, tdb.Schema, r.registry.Schema())
 	require.Equal(t, []string{"limited", "plain"}, r.registry.Queues())
-	require.Equal(t, ctx, r.executor.hard)
+	require.Equal(t, ctx, r.hard)
 	require.Nil(t, r.scheduler)
 	require.Equal(t, []string{"*heartbeat.Heartbeat", "*sweeper.Sweeper", "*promoter.Promoter", "*pruner.Pruner", "*notifier.Notifier"},
 		serviceNames(r))

@@ -5,7 +5,7 @@ import "github.com/hopperq/hopper/internal/worker/completer"
 // The held job is what the completer records results of.
 var _ completer.Job = (*heldJob)(nil)
 
-// report settles a result the completer (or the executor, at once) gave
+// report settles a result the completer (or finish, at once) gave
 // an outcome: it counts and logs it, tells the hooks, and retires its
 // claim.
 func (r *run) report(res completer.Completion, o completer.Outcome) {
@@ -32,7 +32,7 @@ func (r *run) report(res completer.Completion, o completer.Outcome) {
 	if w.observe != nil {
 		w.observe(c.id, c.attempt, o)
 	}
-	r.executor.told(c, public)
+	r.told(c, public)
 	c.recorded()
 }
 

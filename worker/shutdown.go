@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/hopperq/hopper/db"
@@ -18,7 +17,7 @@ func shutdownReserve(timeout time.Duration) time.Duration { return min(timeout/4
 // their jobs back (their results will be discarded) and cancels them.
 func (r *run) shutdown(hardDeadline time.Time) {
 	reserve := shutdownReserve(r.w.cfg.ShutdownTimeout)
-	if waitUntil(&r.executor.handlerWG, hardDeadline.Add(-reserve)) {
+	if r.executor.WaitRuns(hardDeadline.Add(-reserve)) {
 		return
 	}
 	released := r.held.releaseRunning()
@@ -26,23 +25,8 @@ func (r *run) shutdown(hardDeadline time.Time) {
 	// Handlers that honour their context return at once; wait a little for
 	// them, keeping the rest of the reserve for recording results and
 	// giving jobs back.
-	if !waitUntil(&r.executor.handlerWG, time.Now().Add(reserve/2)) {
+	if !r.executor.WaitRuns(time.Now().Add(reserve / 2)) {
 		r.w.log.Error("handlers ignore cancellation; going on without them")
-	}
-}
-
-// waitUntil waits for wg until deadline and reports whether it finished.
-// A group already done says so even when the deadline has passed.
-func waitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
-	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
-	t := time.NewTimer(max(time.Until(deadline), 10*time.Millisecond))
-	defer t.Stop()
-	select {
-	case <-finished:
-		return true
-	case <-t.C:
-		return false
 	}
 }
 

@@ -1,9 +1,9 @@
-package worker
+package executor
 
 import "sync"
 
-// handlerPool runs a queue's claimed jobs on its handler goroutines, in
-// the order they were claimed. Jobs wait in a queue; a goroutine that
+// Queue runs a queue's claimed jobs on its handler goroutines, in the
+// order they were claimed. Jobs wait in a queue; a goroutine that
 // takes one first wakes another (the most recently idle, or a new one)
 // when more are waiting, so a handler that blocks never holds up the jobs
 // behind it, and a goroutine that finishes its job takes the next itself.
@@ -16,94 +16,98 @@ import "sync"
 // one job between two garbage collections, grew back the stack the
 // collector had shrunk (a fifth of the worker's CPU in copystack), and was
 // one more stack for each collection to scan.
-type handlerPool struct {
-	execute func(dispatched) // the executor's
-	wg      *sync.WaitGroup  // counts the pool's goroutines (executor.poolWG)
+type Queue[T any] struct {
+	execute func(T)         // the executor's
+	wg      *sync.WaitGroup // counts the queue's goroutines (Executor.goroutines)
+	runs    *sync.WaitGroup // counts the jobs dispatched not yet executed to the end (Executor.runs)
 
 	mu      sync.Mutex
-	waiting []dispatched    // jobs dispatched, taken from head on
+	waiting []T             // jobs dispatched, taken from head on
 	head    int             // the oldest job no goroutine has taken yet
 	idle    []chan struct{} // each parked goroutine's wake-up, the most recent last
 	waking  bool            // a goroutine was woken or started and has not looked yet
 	closed  bool
 }
 
-func newHandlerPool(execute func(dispatched), wg *sync.WaitGroup) *handlerPool {
-	return &handlerPool{execute: execute, wg: wg}
+func newQueue[T any](execute func(T), wg, runs *sync.WaitGroup) *Queue[T] {
+	return &Queue[T]{execute: execute, wg: wg, runs: runs}
 }
 
-// dispatch queues d for a handler goroutine. It never blocks.
-func (hp *handlerPool) dispatch(d dispatched) {
-	hp.mu.Lock()
-	hp.waiting = append(hp.waiting, d)
-	hp.wakeLocked()
-	hp.mu.Unlock()
+// Dispatch queues t for a handler goroutine. It never blocks. Nothing is
+// dispatched after the executor's Close.
+func (q *Queue[T]) Dispatch(t T) {
+	q.runs.Add(1)
+	q.mu.Lock()
+	q.waiting = append(q.waiting, t)
+	q.wakeLocked()
+	q.mu.Unlock()
 }
 
 // wakeLocked wakes a goroutine for the waiting jobs, unless none waits or
 // one is on its way.
-func (hp *handlerPool) wakeLocked() {
-	if hp.waking || hp.head == len(hp.waiting) {
+func (q *Queue[T]) wakeLocked() {
+	if q.waking || q.head == len(q.waiting) {
 		return
 	}
-	hp.waking = true
-	if n := len(hp.idle); n > 0 {
-		wake := hp.idle[n-1]
-		hp.idle = hp.idle[:n-1]
+	q.waking = true
+	if n := len(q.idle); n > 0 {
+		wake := q.idle[n-1]
+		q.idle = q.idle[:n-1]
 		wake <- struct{}{} // its buffer of one is empty while it is parked
 		return
 	}
-	hp.wg.Add(1)
-	go hp.loop()
+	q.wg.Add(1)
+	go q.loop()
 }
 
-// loop takes waiting jobs and runs them until the pool closes.
-func (hp *handlerPool) loop() {
-	defer hp.wg.Done()
+// loop takes waiting jobs and runs them until the queue closes.
+func (q *Queue[T]) loop() {
+	defer q.wg.Done()
 	wake := make(chan struct{}, 1)
-	hp.mu.Lock()
-	hp.waking = false // started to be the one woken
+	q.mu.Lock()
+	q.waking = false // started to be the one woken
 	for {
-		if hp.head < len(hp.waiting) {
-			d := hp.waiting[hp.head]
-			hp.waiting[hp.head] = dispatched{}
-			hp.head++
-			if hp.head*2 >= len(hp.waiting) {
+		if q.head < len(q.waiting) {
+			d := q.waiting[q.head]
+			var zero T
+			q.waiting[q.head] = zero
+			q.head++
+			if q.head*2 >= len(q.waiting) {
 				// Half taken or more: the rest moves to the front, so
 				// the array is reused rather than grown while jobs keep
 				// coming.
-				n := copy(hp.waiting, hp.waiting[hp.head:])
-				clear(hp.waiting[n:])
-				hp.waiting, hp.head = hp.waiting[:n], 0
+				n := copy(q.waiting, q.waiting[q.head:])
+				clear(q.waiting[n:])
+				q.waiting, q.head = q.waiting[:n], 0
 			}
-			hp.wakeLocked() // the next job may not wait for this one
-			hp.mu.Unlock()
-			hp.execute(d)
-			hp.mu.Lock()
+			q.wakeLocked() // the next job may not wait for this one
+			q.mu.Unlock()
+			q.execute(d)
+			q.mu.Lock()
 			continue
 		}
-		if hp.closed {
-			hp.mu.Unlock()
+		if q.closed {
+			q.mu.Unlock()
 			return
 		}
-		hp.idle = append(hp.idle, wake)
-		hp.mu.Unlock()
+		q.idle = append(q.idle, wake)
+		q.mu.Unlock()
 		if !parkWarm(wake) {
 			return
 		}
-		hp.mu.Lock()
-		hp.waking = false
+		q.mu.Lock()
+		q.waking = false
 	}
 }
 
-// close ends the goroutines once the jobs already dispatched have been
+// close ends the queue's goroutines once the jobs already dispatched have been
 // taken. Nothing is dispatched after it.
-func (hp *handlerPool) close() {
-	hp.mu.Lock()
-	hp.closed = true
-	idle := hp.idle
-	hp.idle = nil
-	hp.mu.Unlock()
+func (q *Queue[T]) close() {
+	q.mu.Lock()
+	q.closed = true
+	idle := q.idle
+	q.idle = nil
+	q.mu.Unlock()
 	for _, wake := range idle {
 		close(wake)
 	}
@@ -116,7 +120,7 @@ func (hp *handlerPool) close() {
 const warmStack = 2 << 10
 
 // parkWarm waits for a wake-up in a frame of warmStack bytes; false when
-// the pool closed.
+// the queue closed.
 //
 //go:noinline
 func parkWarm(wake chan struct{}) bool {

@@ -1,4 +1,4 @@
-package worker
+package executor
 
 import (
 	"runtime"
@@ -9,10 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// poolBed is a handler pool whose jobs run until the test lets them go.
+// job is a task of the queue tests: its id.
+type job struct{ id int64 }
+
+// poolBed is a queue whose jobs run until the test lets them go.
 type poolBed struct {
-	hp      *handlerPool
+	hp      *Queue[job]
 	wg      sync.WaitGroup
+	runs    sync.WaitGroup
 	started chan int64    // a job's id as its handler starts
 	release chan struct{} // each receive lets one blocked job return
 	running atomic.Int64
@@ -20,20 +24,17 @@ type poolBed struct {
 
 func newPoolBed() *poolBed {
 	b := &poolBed{started: make(chan int64, 100), release: make(chan struct{})}
-	b.hp = newHandlerPool(func(d dispatched) {
+	b.hp = newQueue(func(d job) {
+		defer b.runs.Done()
 		b.running.Add(1)
 		defer b.running.Add(-1)
-		b.started <- d.row.ID
+		b.started <- d.id
 		<-b.release
-	}, &b.wg)
+	}, &b.wg, &b.runs)
 	return b
 }
 
-func (b *poolBed) job(id int64) dispatched {
-	d := dispatched{}
-	d.row.ID = id
-	return d
-}
+func (b *poolBed) job(id int64) job { return job{id} }
 
 func (b *poolBed) idle() int {
 	b.hp.mu.Lock()
@@ -48,11 +49,11 @@ func (b *poolBed) waitIdle(t *testing.T, n int) {
 	}
 }
 
-func TestHandlerPoolStartsEveryJobBehindBlockedOnes(t *testing.T) {
+func TestQueueStartsEveryJobBehindBlockedOnes(t *testing.T) {
 	t.Parallel()
 	b := newPoolBed()
 	for id := range int64(5) {
-		b.hp.dispatch(b.job(id))
+		b.hp.Dispatch(b.job(id))
 	}
 	// Each job starts though every job before it blocks.
 	got := map[int64]bool{}
@@ -69,11 +70,11 @@ func TestHandlerPoolStartsEveryJobBehindBlockedOnes(t *testing.T) {
 	b.wg.Wait()
 }
 
-func TestHandlerPoolReusesIdleGoroutines(t *testing.T) {
+func TestQueueReusesIdleGoroutines(t *testing.T) {
 	t.Parallel()
 	b := newPoolBed()
-	b.hp.dispatch(b.job(1))
-	b.hp.dispatch(b.job(2))
+	b.hp.Dispatch(b.job(1))
+	b.hp.Dispatch(b.job(2))
 	<-b.started
 	<-b.started
 	b.release <- struct{}{}
@@ -83,7 +84,7 @@ func TestHandlerPoolReusesIdleGoroutines(t *testing.T) {
 	// Jobs run one after another reuse the idle goroutines: the pool
 	// grows only when no goroutine is parked.
 	for id := range int64(20) {
-		b.hp.dispatch(b.job(id))
+		b.hp.Dispatch(b.job(id))
 		require.Equal(t, id, <-b.started)
 		require.Equal(t, 1, b.idle(), "the other stays parked")
 		b.release <- struct{}{}
@@ -92,8 +93,8 @@ func TestHandlerPoolReusesIdleGoroutines(t *testing.T) {
 
 	// Close ends the parked goroutines, and a busy one once its job and
 	// the jobs still waiting have run.
-	b.hp.dispatch(b.job(100))
-	b.hp.dispatch(b.job(101))
+	b.hp.Dispatch(b.job(100))
+	b.hp.Dispatch(b.job(101))
 	require.EqualValues(t, 100, <-b.started)
 	b.hp.close()
 	require.EqualValues(t, 101, <-b.started)
@@ -105,31 +106,30 @@ func TestHandlerPoolReusesIdleGoroutines(t *testing.T) {
 
 // Many producers' worth of jobs from several goroutines, some blocking:
 // every job runs exactly once and the pool ends.
-func TestHandlerPoolRunsEveryJobOnce(t *testing.T) {
+func TestQueueRunsEveryJobOnce(t *testing.T) {
 	t.Parallel()
-	var wg sync.WaitGroup
+	var wg, runs sync.WaitGroup
 	var ran sync.Map
 	var count atomic.Int64
 	block := make(chan struct{})
-	hp := newHandlerPool(func(d dispatched) {
-		if d.row.ID%97 == 0 {
+	hp := newQueue(func(d job) {
+		defer runs.Done()
+		if d.id%97 == 0 {
 			<-block // a few handlers hold their goroutine until the end
 		}
-		_, dup := ran.LoadOrStore(d.row.ID, true)
+		_, dup := ran.LoadOrStore(d.id, true)
 		if dup {
 			panic("a job ran twice")
 		}
 		count.Add(1)
-	}, &wg)
+	}, &wg, &runs)
 	var senders sync.WaitGroup
 	for s := range int64(4) {
 		senders.Add(1)
 		go func() {
 			defer senders.Done()
 			for i := range int64(5000) {
-				d := dispatched{}
-				d.row.ID = s*5000 + i + 1
-				hp.dispatch(d)
+				hp.Dispatch(job{s*5000 + i + 1})
 			}
 		}()
 	}
@@ -140,5 +140,6 @@ func TestHandlerPoolRunsEveryJobOnce(t *testing.T) {
 	close(block)
 	hp.close()
 	wg.Wait()
+	runs.Wait()
 	require.EqualValues(t, 20000, count.Load())
 }
