@@ -86,35 +86,35 @@ type heldJob struct {
 
 // ID, Attempt, Kind and TxAck are the claim as the completer records its
 // result (completer.Job).
-func (c *heldJob) ID() int64               { return c.id }
-func (c *heldJob) Attempt() int32          { return c.attempt }
-func (c *heldJob) Kind() string            { return c.kind }
-func (c *heldJob) TxAck() *completer.TxAck { return &c.txAck }
+func (h *heldJob) ID() int64               { return h.id }
+func (h *heldJob) Attempt() int32          { return h.attempt }
+func (h *heldJob) Kind() string            { return h.kind }
+func (h *heldJob) TxAck() *completer.TxAck { return &h.txAck }
 
-func (c *heldJob) is(s heldState) bool { return heldState(c.state.Load()) == s }
+func (h *heldJob) is(s heldState) bool { return heldState(h.state.Load()) == s }
 
-func (c *heldJob) move(from, to heldState) bool {
-	return c.state.CompareAndSwap(int32(from), int32(to))
+func (h *heldJob) move(from, to heldState) bool {
+	return h.state.CompareAndSwap(int32(from), int32(to))
 }
 
 // begin records the start of the handler and its context's cancel; the
 // claim may have been lost or released before its handler got here, in
 // which case the context is cancelled at once.
-func (c *heldJob) begin(cancel context.CancelCauseFunc, started time.Time, timeout time.Duration) {
-	c.mu.Lock()
-	c.cancel = cancel
-	c.started = started
+func (h *heldJob) begin(cancel context.CancelCauseFunc, started time.Time, timeout time.Duration) {
+	h.mu.Lock()
+	h.cancel = cancel
+	h.started = started
 	if timeout > 0 {
-		c.hardStop = started.Add(timeout + c.held.abandonAfter)
+		h.hardStop = started.Add(timeout + h.held.abandonAfter)
 	}
-	c.mu.Unlock()
-	switch heldState(c.state.Load()) {
+	h.mu.Unlock()
+	switch heldState(h.state.Load()) {
 	case claimLost:
-		c.cancelWith(ErrLeaseLost)
+		h.cancelWith(ErrLeaseLost)
 	case claimReleased:
-		c.cancelWith(ErrShutdown)
+		h.cancelWith(ErrShutdown)
 	case claimCancelled:
-		c.cancelWith(ErrCancelled)
+		h.cancelWith(ErrCancelled)
 	}
 }
 
@@ -122,56 +122,56 @@ func (c *heldJob) begin(cancel context.CancelCauseFunc, started time.Time, timeo
 // stop gets AbandonAfter to do so, whatever its timeout: past that the
 // heartbeat's stuck watch gives up on it and frees its slot, whether or
 // not the worker still holds its job.
-func (c *heldJob) cancelWith(cause error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cancel == nil {
+func (h *heldJob) cancelWith(cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cancel == nil {
 		return // not started yet: begin cancels it
 	}
-	c.cancel(cause)
-	if stop := time.Now().Add(c.held.abandonAfter); c.hardStop.IsZero() || stop.Before(c.hardStop) {
-		c.hardStop = stop
+	h.cancel(cause)
+	if stop := time.Now().Add(h.held.abandonAfter); h.hardStop.IsZero() || stop.Before(h.hardStop) {
+		h.hardStop = stop
 	}
 }
 
 // Overdue reports whether the handler should have returned by now
 // (heartbeat.Handler).
-func (c *heldJob) Overdue(now time.Time) (due bool, ranFor time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return !c.handlerDone && !c.hardStop.IsZero() && now.After(c.hardStop), now.Sub(c.started)
+func (h *heldJob) Overdue(now time.Time) (due bool, ranFor time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.handlerDone && !h.hardStop.IsZero() && now.After(h.hardStop), now.Sub(h.started)
 }
 
 // LogAttrs names the job in the log (heartbeat.Handler).
-func (c *heldJob) LogAttrs() []any {
-	return []any{"job_id", c.id, "kind", c.kind, "queue", c.queue.Name(), "attempt", c.attempt}
+func (h *heldJob) LogAttrs() []any {
+	return []any{"job_id", h.id, "kind", h.kind, "queue", h.queue.Name(), "attempt", h.attempt}
 }
 
 // GiveUp stops waiting for the handler: its slot goes back to the queue and
 // it is counted stuck until it returns. It reports false when the handler
 // returned already or was given up on before (heartbeat.Handler).
-func (c *heldJob) GiveUp() bool {
-	c.mu.Lock()
-	if c.handlerDone || c.givenUp {
-		c.mu.Unlock()
+func (h *heldJob) GiveUp() bool {
+	h.mu.Lock()
+	if h.handlerDone || h.givenUp {
+		h.mu.Unlock()
 		return false
 	}
-	c.givenUp = true
-	c.mu.Unlock()
-	c.freeSlot()
-	c.held.metrics.abandoned(c.queue.Name(), c.kind)
+	h.givenUp = true
+	h.mu.Unlock()
+	h.freeSlot()
+	h.held.metrics.abandoned(h.queue.Name(), h.kind)
 	return true
 }
 
 // returned marks the handler returned and reports whether it had been given
 // up on (its stuck count is then taken back).
-func (c *heldJob) returned() (wasGivenUp bool) {
-	c.mu.Lock()
-	c.handlerDone = true
-	wasGivenUp = c.givenUp
-	c.mu.Unlock()
+func (h *heldJob) returned() (wasGivenUp bool) {
+	h.mu.Lock()
+	h.handlerDone = true
+	wasGivenUp = h.givenUp
+	h.mu.Unlock()
 	if wasGivenUp {
-		c.held.metrics.stuckReturned(c.queue.Name(), c.kind)
+		h.held.metrics.stuckReturned(h.queue.Name(), h.kind)
 	}
 	return wasGivenUp
 }
@@ -179,37 +179,37 @@ func (c *heldJob) returned() (wasGivenUp bool) {
 // leaseHeldUntil raises the time until which the lease certainly holds:
 // the database set lease_until to at least its now() + lease, and its now()
 // came after sent.
-func (c *heldJob) leaseHeldUntil(sent time.Time, lease time.Duration) {
-	c.mu.Lock()
-	if t := sent.Add(lease); t.After(c.leaseFloor) {
-		c.leaseFloor = t
+func (h *heldJob) leaseHeldUntil(sent time.Time, lease time.Duration) {
+	h.mu.Lock()
+	if t := sent.Add(lease); t.After(h.leaseFloor) {
+		h.leaseFloor = t
 	}
-	c.mu.Unlock()
+	h.mu.Unlock()
 }
 
 // LeaseHeldAt reports whether no one else could have taken the job before t
 // (a moment on this process's monotonic clock).
-func (c *heldJob) LeaseHeldAt(t time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return t.Before(c.leaseFloor)
+func (h *heldJob) LeaseHeldAt(t time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return t.Before(h.leaseFloor)
 }
 
 // freeSlot gives the claim's queue slot back, once.
-func (c *heldJob) freeSlot() {
-	if c.slotFree.CompareAndSwap(false, true) {
-		c.queue.FreeSlot()
+func (h *heldJob) freeSlot() {
+	if h.slotFree.CompareAndSwap(false, true) {
+		h.queue.FreeSlot()
 	}
 }
 
 // finish: running → finished, when the handler returned in time.
-func (c *heldJob) finish() bool { return c.move(claimRunning, claimFinished) }
+func (h *heldJob) finish() bool { return h.move(claimRunning, claimFinished) }
 
 // recorded: finished → recorded; the claim leaves the set.
-func (c *heldJob) recorded() {
-	if c.move(claimFinished, claimRecorded) {
-		c.held.remove(c)
-		c.freeKey()
+func (h *heldJob) recorded() {
+	if h.move(claimFinished, claimRecorded) {
+		h.held.remove(h)
+		h.freeKey()
 	}
 }
 
@@ -219,53 +219,53 @@ func (c *heldJob) recorded() {
 // cursor may have passed them: it goes back to here. No wake-up announces
 // them (nothing was inserted), so without this they would wait for the
 // next full scan.
-func (c *heldJob) freeKey() {
-	if c.keyed {
-		c.ReadyAgain()
+func (h *heldJob) freeKey() {
+	if h.keyed {
+		h.ReadyAgain()
 	}
 }
 
 // ReadyAgain moves the queue's cursor back to the claim's place and wakes
 // the claim loop: a job at or after that place became ready unannounced.
-func (c *heldJob) ReadyAgain() {
-	c.queue.Rewind(c.place)
-	c.queue.Wake()
+func (h *heldJob) ReadyAgain() {
+	h.queue.Rewind(h.place)
+	h.queue.Wake()
 }
 
 // lose: running → lost; the claim leaves the set (its lease is no longer
 // extended) and its handler is cancelled.
-func (c *heldJob) lose() bool {
-	if !c.move(claimRunning, claimLost) {
+func (h *heldJob) lose() bool {
+	if !h.move(claimRunning, claimLost) {
 		return false
 	}
-	c.held.remove(c)
-	c.held.metrics.leaseLost(c.queue.Name(), c.kind)
-	c.cancelWith(ErrLeaseLost)
-	c.freeKey()
+	h.held.remove(h)
+	h.held.metrics.leaseLost(h.queue.Name(), h.kind)
+	h.cancelWith(ErrLeaseLost)
+	h.freeKey()
 	return true
 }
 
 // cancelled: running → cancelled, when the worker learns that an operator
 // cancelled the job; the claim leaves the set (there is no lease left to
 // extend) and its handler is cancelled with ErrCancelled.
-func (c *heldJob) cancelled() bool {
-	if !c.move(claimRunning, claimCancelled) {
+func (h *heldJob) cancelled() bool {
+	if !h.move(claimRunning, claimCancelled) {
 		return false
 	}
-	c.held.remove(c)
-	c.held.metrics.outcome(c.queue.Name(), c.kind, OutcomeCancelled)
-	c.cancelWith(ErrCancelled)
-	c.freeKey()
+	h.held.remove(h)
+	h.held.metrics.outcome(h.queue.Name(), h.kind, OutcomeCancelled)
+	h.cancelWith(ErrCancelled)
+	h.freeKey()
 	return true
 }
 
 // release: running → released, at the shutdown deadline; the handler is
 // cancelled. The claim stays in the set until Release gave it back.
-func (c *heldJob) release() bool {
-	if !c.move(claimRunning, claimReleased) {
+func (h *heldJob) release() bool {
+	if !h.move(claimRunning, claimReleased) {
 		return false
 	}
-	c.cancelWith(ErrShutdown)
+	h.cancelWith(ErrShutdown)
 	return true
 }
 
@@ -273,13 +273,13 @@ func (c *heldJob) release() bool {
 // claim leaves the set (no more lease extension), its slot is freed so the
 // worker keeps its capacity, and the stuck handler is counted until it
 // returns (GiveUp); heartbeat.Handler.
-func (c *heldJob) Abandon() bool {
-	if !c.move(claimRunning, claimAbandoned) {
+func (h *heldJob) Abandon() bool {
+	if !h.move(claimRunning, claimAbandoned) {
 		return false
 	}
-	c.held.remove(c)
-	c.cancelWith(errAbandoned)
-	c.GiveUp()
+	h.held.remove(h)
+	h.cancelWith(errAbandoned)
+	h.GiveUp()
 	return true
 }
 
@@ -322,38 +322,38 @@ func newHeldJobs(q *db.Queries, log *slog.Logger, m *metrics, cfg *Config, dbtx 
 
 // add holds row, claimed by p at sent; keyed: it takes its key's slot (see
 // heldJob.keyed).
-func (s *heldJobs) add(row db.HopperJob, p *producer.Producer, keyed bool, sent time.Time, keep time.Duration, keyring *jobs.Keyring) *heldJob {
-	c := &heldJob{id: row.ID, attempt: row.Attempt, kind: row.Kind, keyring: keyring, queue: p, held: s, keep: keep,
+func (h *heldJobs) add(row db.HopperJob, p *producer.Producer, keyed bool, sent time.Time, keep time.Duration, keyring *jobs.Keyring) *heldJob {
+	c := &heldJob{id: row.ID, attempt: row.Attempt, kind: row.Kind, keyring: keyring, queue: p, held: h, keep: keep,
 		keyed: keyed, place: producer.KeyOf(row)}
 	// A job not marked durable has no records: its first durable call
 	// need not read them (a record made meanwhile by another run of the
 	// job is found when this run's record at its position is refused).
 	c.durable.loaded = !markedDurable(row.Meta)
-	c.leaseHeldUntil(sent, s.lease)
-	s.mu.Lock()
-	s.jobs[heldKey{row.ID, row.Attempt}] = c
-	s.mu.Unlock()
+	c.leaseHeldUntil(sent, h.lease)
+	h.mu.Lock()
+	h.jobs[heldKey{row.ID, row.Attempt}] = c
+	h.mu.Unlock()
 	return c
 }
 
 // get returns the claim (id, attempt), or nil.
-func (s *heldJobs) get(id int64, attempt int32) *heldJob {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.jobs[heldKey{id, attempt}]
+func (h *heldJobs) get(id int64, attempt int32) *heldJob {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.jobs[heldKey{id, attempt}]
 }
 
-func (s *heldJobs) remove(c *heldJob) {
-	s.mu.Lock()
-	delete(s.jobs, heldKey{c.id, c.attempt})
-	s.mu.Unlock()
+func (h *heldJobs) remove(c *heldJob) {
+	h.mu.Lock()
+	delete(h.jobs, heldKey{c.id, c.attempt})
+	h.mu.Unlock()
 }
 
-func (s *heldJobs) snapshot() []*heldJob {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]*heldJob, 0, len(s.jobs))
-	for _, c := range s.jobs {
+func (h *heldJobs) snapshot() []*heldJob {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*heldJob, 0, len(h.jobs))
+	for _, c := range h.jobs {
 		out = append(out, c)
 	}
 	return out
@@ -361,9 +361,9 @@ func (s *heldJobs) snapshot() []*heldJob {
 
 // releaseRunning moves every running claim to released, so that a handler
 // finishing later cannot queue a result, and returns the claims it moved.
-func (s *heldJobs) releaseRunning() []*heldJob {
+func (h *heldJobs) releaseRunning() []*heldJob {
 	var moved []*heldJob
-	for _, c := range s.snapshot() {
+	for _, c := range h.snapshot() {
 		if c.release() {
 			moved = append(moved, c)
 		}
@@ -372,22 +372,22 @@ func (s *heldJobs) releaseRunning() []*heldJob {
 }
 
 // takeReleased removes and returns the released claims.
-func (s *heldJobs) takeReleased() []*heldJob {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (h *heldJobs) takeReleased() []*heldJob {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	var out []*heldJob
-	for key, c := range s.jobs {
+	for key, c := range h.jobs {
 		if c.is(claimReleased) {
 			out = append(out, c)
-			delete(s.jobs, key)
+			delete(h.jobs, key)
 		}
 	}
 	return out
 }
 
 // len is the number of claims held.
-func (s *heldJobs) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.jobs)
+func (h *heldJobs) len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.jobs)
 }

@@ -12,17 +12,17 @@ import (
 // the database no longer holds for us as lost. It returns how many it
 // extended; a claim whose row another transaction has locked is skipped
 // this time (see queries/lease.sql).
-func (s *heldJobs) extend(ctx context.Context, claims []*heldJob, lease time.Duration) (int, error) {
-	return s.extendOn(ctx, s.q, claims, lease)
+func (h *heldJobs) extend(ctx context.Context, claims []*heldJob, lease time.Duration) (int, error) {
+	return h.extendOn(ctx, h.q, claims, lease)
 }
 
 // extendOn is extend on q.
-func (s *heldJobs) extendOn(ctx context.Context, q *db.Queries, claims []*heldJob, lease time.Duration) (int, error) {
+func (h *heldJobs) extendOn(ctx context.Context, q *db.Queries, claims []*heldJob, lease time.Duration) (int, error) {
 	p := db.ExtendParams{LeaseMs: lease.Milliseconds(), Ids: make([]int64, len(claims)), Attempts: make([]int32, len(claims))}
 	for i, c := range claims {
 		p.Ids[i], p.Attempts[i] = c.id, c.attempt
 	}
-	ectx, cancel := context.WithTimeout(ctx, s.lease/2)
+	ectx, cancel := context.WithTimeout(ctx, h.lease/2)
 	defer cancel()
 	sent := time.Now()
 	rows, err := q.Extend(ectx, p)
@@ -54,7 +54,7 @@ func (s *heldJobs) extendOn(ctx context.Context, q *db.Queries, claims []*heldJo
 			gone = append(gone, c)
 		}
 	}
-	s.settleGone(ctx, gone)
+	h.settleGone(ctx, gone)
 	return extended, nil
 }
 
@@ -62,7 +62,7 @@ func (s *heldJobs) extendOn(ctx context.Context, q *db.Queries, claims []*heldJo
 // holds for this worker: with ErrCancelled when an operator cancelled the
 // job (a worker that missed the notification, or has none: PollOnly),
 // with ErrLeaseLost otherwise (swept, claimed again).
-func (s *heldJobs) settleGone(ctx context.Context, gone []*heldJob) {
+func (h *heldJobs) settleGone(ctx context.Context, gone []*heldJob) {
 	if len(gone) == 0 {
 		return
 	}
@@ -71,11 +71,11 @@ func (s *heldJobs) settleGone(ctx context.Context, gone []*heldJob) {
 	for i, c := range gone {
 		p.Ids[i], p.Attempts[i] = c.id, c.attempt
 	}
-	fctx, cancel := context.WithTimeout(ctx, s.lease/2)
-	fates, err := s.q.ClaimFates(fctx, p)
+	fctx, cancel := context.WithTimeout(ctx, h.lease/2)
+	fates, err := h.q.ClaimFates(fctx, p)
 	cancel()
 	if err != nil && ctx.Err() == nil {
-		s.log.Warn("reading what became of lost jobs failed; taking them as lost leases", "jobs", len(gone), "error", err)
+		h.log.Warn("reading what became of lost jobs failed; taking them as lost leases", "jobs", len(gone), "error", err)
 	}
 	for _, f := range fates {
 		// An operator's cancel moves the job to the dead table under the
@@ -88,10 +88,10 @@ func (s *heldJobs) settleGone(ctx context.Context, gone []*heldJob) {
 		switch {
 		case cancelled[heldKey{c.id, c.attempt}]:
 			if c.cancelled() {
-				s.log.Info("job cancelled while it ran: cancelling the handler", "job_id", c.id, "kind", c.kind, "attempt", c.attempt)
+				h.log.Info("job cancelled while it ran: cancelling the handler", "job_id", c.id, "kind", c.kind, "attempt", c.attempt)
 			}
 		case c.lose():
-			s.log.Warn("lease lost: cancelling the handler", "job_id", c.id, "kind", c.kind, "attempt", c.attempt)
+			h.log.Warn("lease lost: cancelling the handler", "job_id", c.id, "kind", c.kind, "attempt", c.attempt)
 		}
 	}
 }
@@ -99,8 +99,8 @@ func (s *heldJobs) settleGone(ctx context.Context, gone []*heldJob) {
 // cancelNotice handles an operator's cancel of a running job, announced
 // by the Cancel statement: the claim it names, if this worker holds it,
 // has its handler cancelled.
-func (s *heldJobs) cancelNotice(id int64, attempt int32) {
-	if c := s.get(id, attempt); c != nil && c.cancelled() {
-		s.log.Info("job cancelled while it ran: cancelling the handler", "job_id", c.id, "kind", c.kind, "attempt", c.attempt)
+func (h *heldJobs) cancelNotice(id int64, attempt int32) {
+	if c := h.get(id, attempt); c != nil && c.cancelled() {
+		h.log.Info("job cancelled while it ran: cancelling the handler", "job_id", c.id, "kind", c.kind, "attempt", c.attempt)
 	}
 }

@@ -124,7 +124,7 @@ func connectionLost(err error) bool {
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgErr.Code == pgerrcode.AdminShutdown, pgErr.Code == pgerrcode.CrashShutdown, pgErr.Code == pgerrcode.CannotConnectNow,
-			pgErr.Code == sqlstateReadOnly, strings.HasPrefix(pgErr.Code, "08"):
+			pgErr.Code == pgerrcode.ReadOnlySQLTransaction, strings.HasPrefix(pgErr.Code, "08"):
 			return true
 		}
 		return false // the server answered about the statement

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hopperq/hopper/db"
@@ -50,7 +51,7 @@ func (r *run) checkRateSchema(ctx context.Context) error {
 	}
 	err := w.q.ProbeRateStarts(ctx)
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42703" { // undefined_column
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedColumn {
 		return migrated.Errorf(w.migrateUp(), "schema %s lacks hopper_rate_claims.awaiting_starts, which rate limits need and migration %s adds", r.schema, migrated.Migration(8))
 	}
 	if err != nil {

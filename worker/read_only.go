@@ -6,21 +6,20 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// sqlstateReadOnly is read_only_sql_transaction: the server takes no
-// writes. A standby answers every write, and LISTEN, with it; so does a
-// primary demoted by a failover, to the sessions still open on it.
-const sqlstateReadOnly = "25006"
-
 // readOnlyError reports whether err is a server refusing to write because
-// it is read-only: a fault of the session's server, never of the statement.
+// it is read-only (read_only_sql_transaction): a fault of the session's
+// server, never of the statement. A standby answers every write, and
+// LISTEN, with it; so does a primary demoted by a failover, to the
+// sessions still open on it.
 func readOnlyError(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == sqlstateReadOnly
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ReadOnlySQLTransaction
 }
 
 // readOnlyGuard replaces the pool's sessions when a statement meets a

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -132,7 +133,7 @@ func Explain(err error, on db.DBTX) error {
 		return err
 	}
 	switch pgErr.Code {
-	case "42P01", "42703", "42883", "42704": // undefined_table, _column, _function, _object
+	case pgerrcode.UndefinedTable, pgerrcode.UndefinedColumn, pgerrcode.UndefinedFunction, pgerrcode.UndefinedObject:
 		return &notMigrated{msg: message(pgErr.Message, Run(SchemaOf(on))), cause: err}
 	}
 	if explained := explainIsolation(err, pgErr); explained != nil {

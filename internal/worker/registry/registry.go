@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -224,9 +225,9 @@ func (r *Registry) write(ctx context.Context) (tookOver, taken bool, err error) 
 	if err != nil {
 		var pgErr *pgconn.PgError
 		switch {
-		case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
+		case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable:
 			return false, false, migrated.Errorf(r.cfg.MigrateUp, "schema %s lacks hopper_workers, which migration %s adds", r.cfg.Schema, migrated.Migration(10))
-		case errors.As(err, &pgErr) && pgErr.Code == "42703": // undefined_column
+		case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedColumn:
 			return false, false, migrated.Errorf(r.cfg.MigrateUp, "schema %s lacks hopper_workers.released_at, which migration %s adds", r.cfg.Schema, migrated.Migration(11))
 		case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
 			return false, false, fmt.Errorf("worker: start: register the worker in hopper_workers: %w (grant SELECT, INSERT, UPDATE, DELETE ON hopper_workers to the role workers connect as)", err)
