@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -28,7 +29,7 @@ func (e *isolationError) Unwrap() []error { return []error{ErrIsolation, e.cause
 // explainIsolation returns err as ErrIsolation when it is the schema's
 // refusal of an isolation level, and nil otherwise.
 func explainIsolation(err error, pgErr *pgconn.PgError) error {
-	if pgErr.Code == "0A000" && strings.HasPrefix(pgErr.Message, isolationPrefix) {
+	if pgErr.Code == pgerrcode.FeatureNotSupported && strings.HasPrefix(pgErr.Message, isolationPrefix) {
 		return &isolationError{cause: err}
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -125,7 +126,7 @@ func SQLRunner(pool *pgxpool.Pool) func(text string) (int, error) {
 				_, err = tx.Exec(ctx, st.Text, pgx.QueryExecModeSimpleProtocol)
 			}
 			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "25001" { // active_sql_transaction: parsed, cannot run here
+			if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ActiveSQLTransaction { // parsed, cannot run here
 				if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+sp); err != nil {
 					return st.Line, err
 				}

@@ -229,7 +229,7 @@ func (r *Registry) write(ctx context.Context) (tookOver, taken bool, err error) 
 			return false, false, migrated.Errorf(r.cfg.MigrateUp, "schema %s lacks hopper_workers, which migration %s adds", r.cfg.Schema, migrated.Migration(10))
 		case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedColumn:
 			return false, false, migrated.Errorf(r.cfg.MigrateUp, "schema %s lacks hopper_workers.released_at, which migration %s adds", r.cfg.Schema, migrated.Migration(11))
-		case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
+		case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege:
 			return false, false, fmt.Errorf("worker: start: register the worker in hopper_workers: %w (grant SELECT, INSERT, UPDATE, DELETE ON hopper_workers to the role workers connect as)", err)
 		}
 		return false, false, fmt.Errorf("worker: start: register the worker: %w", err)

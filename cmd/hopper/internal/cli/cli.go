@@ -467,13 +467,13 @@ func connectError(cfg *pgx.ConnConfig, err error) error {
 	if errors.As(err, &pgErr) {
 		var hint string
 		switch pgErr.Code {
-		case "28P01": // invalid_password
+		case pgerrcode.InvalidPassword:
 			hint = fmt.Sprintf("check the password of role %s", cfg.User)
-		case "28000": // invalid_authorization_specification: no such role, or pg_hba.conf rejects it
+		case pgerrcode.InvalidAuthorizationSpecification: // no such role, or pg_hba.conf rejects it
 			hint = "check the user name in the connection string, or the server's pg_hba.conf"
-		case "3D000": // invalid_catalog_name
+		case pgerrcode.InvalidCatalogName:
 			hint = fmt.Sprintf("check the database name in the connection string, or create it: createdb %s", cfg.Database)
-		case "53300": // too_many_connections
+		case pgerrcode.TooManyConnections:
 			hint = "the server has no connection slot free"
 		default:
 			hint = "check the role, database and password in the connection string"
