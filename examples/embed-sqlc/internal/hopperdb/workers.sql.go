@@ -200,9 +200,9 @@ SET host           = excluded.host,
     queues         = excluded.queues,
     stale_after_ms = excluded.stale_after_ms,
     started_at     = excluded.started_at,
-    last_seen_at   = now(),
+    last_seen_at   = excluded.last_seen_at,
     released_at    = NULL
-WHERE w.last_seen_at + '1 millisecond'::interval * w.stale_after_ms < now()
+WHERE w.last_seen_at + '1 millisecond'::interval * w.stale_after_ms < excluded.last_seen_at
    OR w.started_at = $7::timestamptz
 RETURNING w.started_at, (w.xmax <> 0)::boolean AS took_over
 `
@@ -236,7 +236,9 @@ type RegisterWorkerRow struct {
 // waits out its stale window and refuses to start if it still beats.
 // took_over says an earlier holder's row was replaced, whose jobs the
 // caller hands back (ReleaseWorkerJobs). started_at is kept by the worker
-// to find its own row (BeatWorker, RemoveWorker).
+// to find its own row (BeatWorker, RemoveWorker). The update reads the
+// statement's now() as excluded.last_seen_at: Citus refuses a function in
+// DO UPDATE SET on a distributed table (docs/scaling-out.md).
 // xmax is zero for a row just inserted, the locking transaction's id for
 // one updated on conflict: the documented way to tell the two apart.
 func (q *Queries) RegisterWorker(ctx context.Context, arg RegisterWorkerParams) (RegisterWorkerRow, error) {
