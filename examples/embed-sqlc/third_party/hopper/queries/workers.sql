@@ -14,8 +14,10 @@
 -- took_over says an earlier holder's row was replaced, whose jobs the
 -- caller hands back (ReleaseWorkerJobs). started_at is kept by the worker
 -- to find its own row (BeatWorker, RemoveWorker). The update reads the
--- statement's now() as excluded.last_seen_at: Citus refuses a function in
--- DO UPDATE SET on a distributed table (docs/scaling-out.md).
+-- statement's now() as excluded.last_seen_at, and its condition uses only
+-- immutable operators (a timestamp difference against an interval): Citus
+-- refuses other functions in ON CONFLICT on a distributed table
+-- (docs/scaling-out.md).
 INSERT INTO hopper_workers AS w (id, host, pid, hopper_version, queues, stale_after_ms, started_at, last_seen_at)
 VALUES (@id::text, @host::text, @pid::integer, @hopper_version::text, @queues::text[], @stale_after_ms::bigint,
         coalesce(sqlc.narg(started_at)::timestamptz, now()), now())
@@ -28,7 +30,7 @@ SET host           = excluded.host,
     started_at     = excluded.started_at,
     last_seen_at   = excluded.last_seen_at,
     released_at    = NULL
-WHERE w.last_seen_at + '1 millisecond'::interval * w.stale_after_ms < excluded.last_seen_at
+WHERE excluded.last_seen_at - w.last_seen_at > '1 millisecond'::interval * w.stale_after_ms
    OR w.started_at = sqlc.narg(started_at)::timestamptz
 -- xmax is zero for a row just inserted, the locking transaction's id for
 -- one updated on conflict: the documented way to tell the two apart.
