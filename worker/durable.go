@@ -41,8 +41,6 @@ const (
 	// a value set sooner after the last write is written when the interval
 	// is over (the newest one only).
 	ProgressEvery = time.Second
-	// DefaultEventRetention is Config.EventRetention's default.
-	DefaultEventRetention = 7 * 24 * time.Hour
 )
 
 // The kinds of record a durable handler writes (hopper_job_steps.kind).

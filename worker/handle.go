@@ -83,12 +83,6 @@ type handler struct {
 	prepare    func(row db.HopperJob, keep time.Duration) (call func(ctx context.Context) (json.RawMessage, error), timeout time.Duration, err error)
 }
 
-// undecodableError marks a payload the handler never saw.
-type undecodableError struct{ err error }
-
-func (e *undecodableError) Error() string { return e.err.Error() }
-func (e *undecodableError) Unwrap() error { return e.err }
-
 // Handle registers fn as the handler of kind. The worker then claims jobs
 // of that kind up to the kind's payload version. Register every handler
 // before Run; a kind name registered twice is an error (ErrDuplicateKind).
@@ -213,4 +207,13 @@ func (h *handler) keepRow(cfg *Config, row db.HopperJob) time.Duration {
 		keep = max(keep, cfg.KeepWorkflowSteps)
 	}
 	return keep
+}
+
+// KeyLimit caps how many jobs of this kind with one concurrency key run at
+// once, across all workers, overriding the queue's FlowControl.KeyLimit.
+// The count is of the key's running jobs in the queue, of any kind. A
+// worker with a kind under a KeyLimit claims all its queues under flow
+// control.
+func KeyLimit(n int) HandleOption {
+	return func(o *handleOptions) { o.keyLimit = n }
 }

@@ -246,9 +246,3 @@ func (w *Worker) checkSchema(ctx context.Context) (string, error) {
 	w.warnIfPooled(ctx)
 	return schemaName, nil
 }
-
-// statementTimeout bounds one statement of the worker's recording and
-// shutdown paths. It is never a fraction of a short lease: a statement cut
-// off by the client may still commit, and then only a second look at the
-// database can tell what happened.
-func statementTimeout(lease time.Duration) time.Duration { return max(lease, 10*time.Second) }
