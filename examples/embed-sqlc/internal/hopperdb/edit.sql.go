@@ -90,7 +90,9 @@ func (q *Queries) DeleteJob(ctx context.Context, id int64) (DeleteJobRow, error)
 
 const updateJob = `-- name: UpdateJob :one
 
-WITH target AS (
+WITH clock AS MATERIALIZED (
+    SELECT now() AS now
+), target AS (
     SELECT j.id, j.state, j.kind, j.version, j.attempt, j.queue, j.priority, j.run_at,
            jsonb_typeof(j.payload) AS payload_type, coalesce(j.meta ->> 'hopper.sequence', '') AS sequence_key,
            coalesce(j.meta ? 'hopper.durable', false) AS durable,
@@ -115,10 +117,11 @@ WITH target AS (
                 ELSE ''
            END AS refused,
            CASE WHEN $7::timestamptz IS NULL THEN t.run_at
-                WHEN $7::timestamptz > now() THEN $7::timestamptz
-                ELSE least(t.run_at, now())
-           END AS run_at
-    FROM target AS t
+                WHEN $7::timestamptz > clock.now THEN $7::timestamptz
+                ELSE least(t.run_at, clock.now)
+           END AS run_at,
+           clock.now
+    FROM target AS t, clock
 ), updated AS (
     UPDATE hopper_jobs AS j
     SET payload      = coalesce($2::jsonb, j.payload),
@@ -129,7 +132,7 @@ WITH target AS (
         max_attempts = coalesce($6::integer, j.max_attempts),
         run_at       = verdict.run_at,
         state        = CASE WHEN j.state = 'waiting' THEN 'waiting' -- its sequence's turn makes it ready
-                            WHEN verdict.run_at > now() THEN 'scheduled' ELSE 'pending' END
+                            WHEN verdict.run_at > verdict.now THEN 'scheduled' ELSE 'pending' END
     FROM verdict -- read from the row locked: what the UPDATE sees
     WHERE j.id = verdict.id AND verdict.refused = ''
     RETURNING j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, j.lease_owner, j.lease_until, j.unique_key, j.errors, j.created_at, j.meta, j.concurrency_key
@@ -271,6 +274,8 @@ type UpdateJobRow struct {
 // job_version, payload_type, job_sequence and attempt are the held job's,
 // for the message; the other
 // columns are the job as changed (NULL when it was not).
+// The clock is read once, in clock, and only compared in the CASEs: see
+// EnqueueUnique (Citus).
 func (q *Queries) UpdateJob(ctx context.Context, arg UpdateJobParams) (UpdateJobRow, error) {
 	row := q.db.QueryRow(ctx, updateJob,
 		arg.ID,

@@ -66,7 +66,11 @@
 -- job_version, payload_type, job_sequence and attempt are the held job's,
 -- for the message; the other
 -- columns are the job as changed (NULL when it was not).
-WITH target AS (
+-- The clock is read once, in clock, and only compared in the CASEs: see
+-- EnqueueUnique (Citus).
+WITH clock AS MATERIALIZED (
+    SELECT now() AS now
+), target AS (
     SELECT j.id, j.state, j.kind, j.version, j.attempt, j.queue, j.priority, j.run_at,
            jsonb_typeof(j.payload) AS payload_type, coalesce(j.meta ->> 'hopper.sequence', '') AS sequence_key,
            coalesce(j.meta ? 'hopper.durable', false) AS durable,
@@ -91,10 +95,11 @@ WITH target AS (
                 ELSE ''
            END AS refused,
            CASE WHEN sqlc.narg(run_at)::timestamptz IS NULL THEN t.run_at
-                WHEN sqlc.narg(run_at)::timestamptz > now() THEN sqlc.narg(run_at)::timestamptz
-                ELSE least(t.run_at, now())
-           END AS run_at
-    FROM target AS t
+                WHEN sqlc.narg(run_at)::timestamptz > clock.now THEN sqlc.narg(run_at)::timestamptz
+                ELSE least(t.run_at, clock.now)
+           END AS run_at,
+           clock.now
+    FROM target AS t, clock
 ), updated AS (
     UPDATE hopper_jobs AS j
     SET payload      = coalesce(sqlc.narg(payload)::jsonb, j.payload),
@@ -105,7 +110,7 @@ WITH target AS (
         max_attempts = coalesce(sqlc.narg(max_attempts)::integer, j.max_attempts),
         run_at       = verdict.run_at,
         state        = CASE WHEN j.state = 'waiting' THEN 'waiting' -- its sequence's turn makes it ready
-                            WHEN verdict.run_at > now() THEN 'scheduled' ELSE 'pending' END
+                            WHEN verdict.run_at > verdict.now THEN 'scheduled' ELSE 'pending' END
     FROM verdict -- read from the row locked: what the UPDATE sees
     WHERE j.id = verdict.id AND verdict.refused = ''
     RETURNING j.*
