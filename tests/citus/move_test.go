@@ -278,12 +278,6 @@ func newLoad(t *testing.T, ctx context.Context, producer *pgxpool.Pool) *load {
 	return l
 }
 
-func (l *load) enqueuedCount() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.ids)
-}
-
 func (l *load) workerAlive(t *testing.T) {
 	t.Helper()
 	select {
@@ -323,7 +317,9 @@ func (l *load) finish(t *testing.T, ctx context.Context) {
 	began := time.Now()
 	l.stop()
 	<-l.done
-	defer func() { t.Logf("the producer stopped, the jobs left drained and the worker stopped in %v", time.Since(began).Round(time.Millisecond)) }()
+	defer func() {
+		t.Logf("the producer stopped, the jobs left drained and the worker stopped in %v", time.Since(began).Round(time.Millisecond))
+	}()
 	testdb.WaitDrained(t, "every job enqueued worked", func() int64 {
 		l.workerAlive(t)
 		var live int64
