@@ -78,11 +78,13 @@ func TestCitusShardMove(t *testing.T) {
 	t.Run("move", func(t *testing.T) {
 		l := newLoad(t, ctx, pool)
 		l.waitCompleted(t, 200, "the worker works the schema before the move")
+		rl := startRateLog(ctx, pool)
 		began := time.Now()
 		require.NoError(t, move(ctx), "citus_schema_move with the default transfer mode")
 		ended := time.Now()
 		require.Equal(t, to, schemaNode(t, ctx, pool, name), "the schema is on the other node")
 		l.waitCompletedAfter(t, ended, 200, "claims resume after the move")
+		rl.check(t, ctx, pool)
 		l.finish(t, ctx)
 		l.account(t, ctx)
 		t.Logf("figure: schema moved from port %d to %d by citus_schema_move (logical replication) in %v under load",
@@ -114,6 +116,90 @@ func TestCitusShardMove(t *testing.T) {
 		t.Logf("figure: after the restart, the first completion came %v after the node was up; the longest gap between two completions around it %v",
 			l.firstAfter(ended).Round(time.Millisecond), l.longestGap(began, ended).Round(time.Millisecond))
 	})
+}
+
+// rateLog writes hopper_rate_claims while the schema moves, as the
+// rate-limited claims would (they are refused through the coordinator
+// today): rows of one group inserted in equal pairs, as the log may hold
+// them, half the pairs updated and a third deleted, each a statement of
+// its own. Logical replication finds the rows to update and delete by the
+// whole row (migration 32's REPLICA IDENTITY FULL), equal rows included;
+// check compares the log after the move with what was written.
+type rateLog struct {
+	stop context.CancelFunc
+	done chan struct{}
+	n    int   // groups written whole
+	err  error // the statement that failed, if one did
+}
+
+func startRateLog(ctx context.Context, pool *pgxpool.Pool) *rateLog {
+	ctx, stop := context.WithCancel(ctx)
+	r := &rateLog{stop: stop, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		at := time.Now().UTC().Truncate(time.Second)
+		for i := 0; ; i++ {
+			group := fmt.Sprint(i)
+			steps := []string{`INSERT INTO hopper_rate_claims (queue, rate_group, claimed_at, jobs, rate_limit, window_ms)
+				VALUES ('moved-log', $1, $2, 1, 10, 1000), ('moved-log', $1, $2, 1, 10, 1000)`}
+			if i%2 == 0 {
+				steps = append(steps, `UPDATE hopper_rate_claims SET jobs = 2 WHERE queue = 'moved-log' AND rate_group = $1 AND claimed_at = $2`)
+			}
+			if i%3 == 0 {
+				steps = append(steps, `DELETE FROM hopper_rate_claims WHERE queue = 'moved-log' AND rate_group = $1 AND claimed_at = $2`)
+			}
+			for _, step := range steps {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				if _, err := pool.Exec(ctx, step, group, at); err != nil {
+					if ctx.Err() == nil {
+						r.err = fmt.Errorf("group %d: %w", i, err)
+					}
+					return
+				}
+			}
+			r.n = i + 1
+		}
+	}()
+	return r
+}
+
+// check stops the writes and compares the log with them: each group
+// written whole is there as written, a pair of rows of 1 or 2 jobs or
+// none.
+func (r *rateLog) check(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
+	t.Helper()
+	r.stop()
+	<-r.done
+	require.NoError(t, r.err, "a write to the rate log failed during the move")
+	rows, err := pool.Query(ctx, `SELECT rate_group::integer, count(*)::integer, min(jobs), max(jobs)
+		FROM hopper_rate_claims WHERE queue = 'moved-log' GROUP BY 1`)
+	require.NoError(t, err)
+	got := map[int][3]int32{}
+	for rows.Next() {
+		var group int
+		var n, least, most int32
+		require.NoError(t, rows.Scan(&group, &n, &least, &most))
+		got[group] = [3]int32{n, least, most}
+	}
+	require.NoError(t, rows.Err())
+	for i := range r.n {
+		want, ok := [3]int32{2, 1, 1}, i%3 != 0
+		if i%2 == 0 {
+			want = [3]int32{2, 2, 2}
+		}
+		if !ok {
+			require.NotContains(t, got, i, "group %d was deleted", i)
+			continue
+		}
+		require.Equal(t, want, got[i], "group %d: rows, least and most jobs", i)
+	}
+	t.Logf("figure: %d groups of the rate log written across the move (inserts of equal pairs, updates, deletes), each as written after it", r.n)
 }
 
 // pgCtl runs pg_ctl on a node's data directory (waiting for it), as the
