@@ -416,28 +416,42 @@ func (l *load) finish(t *testing.T, ctx context.Context) {
 	require.NoError(t, <-l.werr)
 }
 
-// account: every job enqueued completed (a done outcome, its row gone
-// from the live and the dead tables), none ran more often than it was
-// claimed, and a job ran again only after a run whose result did not
-// count (docs/guarantees.md: delivery is at least once, a job runs again
-// when its lease was lost or its worker gone).
+// account: every job enqueued completed: it ran, and its row is gone
+// from the live and the dead tables (the only other ways out of the live
+// table; completed jobs are not kept, above), so its own acknowledgement
+// took it. None completed twice, none ran more often than the runs whose
+// results did not count allow (docs/guarantees.md: delivery is at least
+// once, a job runs again when its lease was lost or its worker gone).
+//
+// A job that completed but whose run was reported otherwise (refused)
+// is counted and logged, not failed: through the coordinator, an
+// acknowledgement's commit can fail with an error after the node
+// committed it (the node stopped between the two), and the worker takes
+// an error the server sent for a statement that had no effect.
 func (l *load) account(t *testing.T, ctx context.Context) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var live, dead int64
-	require.NoError(t, l.pool.QueryRow(ctx, "SELECT count(*) FROM hopper_jobs WHERE id = ANY ($1)", l.ids).Scan(&live))
-	require.NoError(t, l.pool.QueryRow(ctx, "SELECT count(*) FROM hopper_dead_jobs WHERE id = ANY ($1)", l.ids).Scan(&dead))
-	lost, duplicates, doneTwice := 0, 0, 0
+	var left []int64
+	rows, err := l.pool.Query(ctx, `SELECT id FROM hopper_jobs WHERE id = ANY ($1)
+		UNION ALL SELECT id FROM hopper_dead_jobs WHERE id = ANY ($1)`, l.ids)
+	require.NoError(t, err)
+	left, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	lost, duplicates, doneTwice, misreported := len(left), 0, 0, 0
 	for _, id := range l.ids {
-		if l.done1[id] == 0 {
-			lost++
+		switch {
+		case slices.Contains(left, id):
+		case l.runs[id] == 0:
+			lost++ // gone without running
+		case l.done1[id] == 0:
+			misreported++
 		}
 		doneTwice += max(l.done1[id]-1, 0)
 		duplicates += max(l.runs[id]-1, 0)
 	}
-	t.Logf("figure: %d jobs enqueued (%d enqueues refused), %d lost, %d live, %d dead, %d duplicate runs, %d jobs done twice, %d done on a later attempt; outcomes %v",
-		len(l.ids), len(l.failed), lost, live, dead, duplicates, doneTwice, l.later, l.outs)
+	t.Logf("figure: %d jobs enqueued (%d enqueues refused), %d lost (%d left live or dead), %d duplicate runs, %d jobs done twice, %d done on a later attempt, %d completed but reported otherwise; outcomes %v",
+		len(l.ids), len(l.failed), lost, len(left), duplicates, doneTwice, l.later, misreported, l.outs)
 	for i, err := range l.failed {
 		if i == 5 {
 			break
@@ -445,7 +459,6 @@ func (l *load) account(t *testing.T, ctx context.Context) {
 		t.Logf("an enqueue refused: %v", err)
 	}
 	require.Zero(t, lost, "every job enqueued completed")
-	require.Zero(t, live+dead, "no job left live or dead")
 	require.Zero(t, doneTwice, "a job's completion counts once")
 	require.LessOrEqual(t, duplicates, l.redo, "a job runs again only after a run whose result did not count (docs/guarantees.md)")
 }
