@@ -68,6 +68,11 @@ bench-durable: ## hopper bench's durable handlers: 5,000 jobs of 10 worker.Step 
 	go build -o bin/hopper ./cmd/hopper
 	bin/hopper bench --scratch-cluster --mode durable
 
+.PHONY: bench-citus
+bench-citus: ## hopper bench on Citus: drains of 20,000 jobs on plain PostgreSQL and on a formation of its own (one shard; two shards on one node and on two; the same with each node pinned to a core), twice in turn, CPU per server (about 5 minutes; Citus installed from ../shared when missing)
+	go build -o bin/hopper ./cmd/hopper
+	bin/hopper bench --scratch-cluster --mode citus
+
 .PHONY: soak
 soak: ## hopper bench's soak: an hour of 2,000 jobs/s (plain, sequences, workflows, failures, a schedule) with history and dead jobs kept 5 minutes, sampled every minute, its chart in docs/soak.svg, on a throwaway cluster (about 65 minutes)
 	go build -o bin/hopper ./cmd/hopper

@@ -235,7 +235,13 @@ FROM (
 -- count of taken keys first, so that the key is off the running holder
 -- before the insert checks the unique index. A job without a key is simply
 -- inserted.
-WITH holder AS MATERIALIZED (
+-- The job's time and the statement's clock are read once, in clock, and
+-- only compared inside the CASEs: Citus refuses a statement on a
+-- distributed table that calls a function that is not immutable (now(),
+-- or timestamptz + interval) inside CASE or COALESCE (docs/scaling-out.md).
+WITH clock AS MATERIALIZED (
+    SELECT now() AS now, greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint) AS run_at
+), holder AS MATERIALIZED (
     SELECT c.id, c.state, c.kind, c.sequence_key
     FROM (
         -- A job whose durable handler recorded anything has begun: it
@@ -281,13 +287,11 @@ WITH holder AS MATERIALIZED (
     UPDATE hopper_jobs AS j
     SET payload = coalesce(@payload::jsonb, '{}'),
         version = coalesce(nullif(@version::integer, 0), 1),
-        run_at = CASE WHEN @push_run_at::boolean
-                      THEN greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint)
-                      ELSE j.run_at END,
+        run_at = CASE WHEN @push_run_at::boolean THEN clock.run_at ELSE j.run_at END,
         state = CASE WHEN NOT @push_run_at::boolean OR j.state = 'waiting' THEN j.state
-                     WHEN greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint) > now() THEN 'scheduled'
+                     WHEN clock.run_at > clock.now THEN 'scheduled'
                      ELSE 'pending' END
-    FROM blocking
+    FROM blocking, clock
     WHERE @replace::boolean AND blocking.replaceable
       AND j.id = blocking.id AND j.state IN ('pending', 'scheduled', 'waiting') AND j.kind = @kind::text
       AND NOT coalesce(j.meta ? 'hopper.durable', false) -- began under the lock: raced
@@ -307,12 +311,13 @@ WITH holder AS MATERIALIZED (
     INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)
     SELECT coalesce(nullif(@queue::text, ''), 'default'), @kind::text, coalesce(nullif(@version::integer, 0), 1),
            coalesce(@payload::jsonb, '{}'), @priority::smallint,
-           greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint),
+           clock.run_at,
            CASE WHEN sqlc.narg(meta)::jsonb ? 'hopper.sequence' THEN 'waiting'
-                WHEN greatest(@run_at::timestamptz, now() + '1 millisecond'::interval * @delay_ms::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
+                WHEN clock.run_at > clock.now THEN 'scheduled' ELSE 'pending' END,
            coalesce(nullif(@max_attempts::integer, 0), 25), sqlc.narg(unique_key)::text,
            sqlc.narg(meta)::jsonb, sqlc.narg(concurrency_key)::text
     FROM (SELECT count(*) AS n FROM taken) AS t
+    CROSS JOIN clock
     WHERE NOT EXISTS (SELECT FROM blocking)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
@@ -355,7 +360,10 @@ HAVING sqlc.narg(unique_key)::text IS NOT NULL
 WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     SELECT pg_get_serial_sequence('hopper_jobs', 'id')::regclass AS id
 ), batch AS MATERIALIZED (
-    SELECT b.*, nextval(seq.id) AS new_id
+    -- each job's time (due) and the statement's clock (now) read here and
+    -- only compared in the CASEs below, as in EnqueueUnique (Citus)
+    SELECT b.*, nextval(seq.id) AS new_id,
+           greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) AS due, now() AS now
     FROM seq, (
         SELECT unnest(@queues::text[]) AS queue,
                unnest(@kinds::text[]) AS kind,
@@ -421,11 +429,9 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     UPDATE hopper_jobs AS j
     SET payload = coalesce(b.payload, '{}'),
         version = coalesce(nullif(b.version, 0), 1),
-        run_at = CASE WHEN b.push_run_at
-                      THEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms)
-                      ELSE j.run_at END,
+        run_at = CASE WHEN b.push_run_at THEN b.due ELSE j.run_at END,
         state = CASE WHEN NOT b.push_run_at OR j.state = 'waiting' THEN j.state
-                     WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled'
+                     WHEN b.due > b.now THEN 'scheduled'
                      ELSE 'pending' END
     FROM blocking AS k
     JOIN batch AS b ON b.new_id = k.for_id
@@ -448,9 +454,9 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     OVERRIDING SYSTEM VALUE
     SELECT b.new_id, coalesce(nullif(b.queue, ''), 'default'), b.kind, coalesce(nullif(b.version, 0), 1),
            coalesce(b.payload, '{}'), b.priority,
-           greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms),
+           b.due,
            CASE WHEN b.meta ? 'hopper.sequence' THEN 'waiting'
-                WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled' ELSE 'pending' END,
+                WHEN b.due > b.now THEN 'scheduled' ELSE 'pending' END,
            coalesce(nullif(b.max_attempts, 0), 25), nullif(b.unique_key, ''), b.meta,
            nullif(b.concurrency_key, '')
     FROM batch AS b

@@ -224,6 +224,20 @@ type Config struct {
 	stableID bool // ID was given, not made up
 }
 
+// Defaults of Config's durations that others name.
+const (
+	// DefaultEventRetention is Config.EventRetention's default.
+	DefaultEventRetention = 7 * 24 * time.Hour
+	// DefaultHistoryPartitionWidth is Config.HistoryPartitionWidth's default.
+	DefaultHistoryPartitionWidth = time.Hour
+)
+
+// statementTimeout bounds one statement of the worker's recording and
+// shutdown paths, given Config.LeaseDuration. It is never a fraction of a
+// short lease: a statement cut off by the client may still commit, and
+// then only a second look at the database can tell what happened.
+func statementTimeout(lease time.Duration) time.Duration { return max(lease, 10*time.Second) }
+
 func (c Config) withDefaults() (Config, error) {
 	if len(c.Queues) == 0 {
 		c.Queues = map[string]int{jobs.DefaultQueue: 10}

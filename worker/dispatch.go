@@ -1,32 +1,9 @@
 package worker
 
 import (
-	"context"
-	"encoding/json"
-	"time"
-
-	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/worker/executor"
 	"github.com/hopperq/hopper/internal/worker/producer"
 )
-
-// dispatched is a claimed, decoded job on its way to a handler goroutine.
-type dispatched struct {
-	h       *handler
-	row     db.HopperJob
-	job     *heldJob
-	call    func(context.Context) (json.RawMessage, error) // nil when decoding failed
-	timeout time.Duration                                  // the run's timeout; 0: none
-	keep    time.Duration                                  // how long its completion is kept; 0: not
-	err     error                                          // why decoding failed
-	rate    *producer.RateClaim                            // the claim it came in, under a global rate limit; nil: none
-}
-
-// Claim, Timeout and Runs are the job as the executor runs it
-// (executor.Task).
-func (d dispatched) Claim() *heldJob        { return d.job }
-func (d dispatched) Timeout() time.Duration { return d.timeout }
-func (d dispatched) Runs() bool             { return d.call != nil }
 
 // hand is what a queue's producer hands its claimed jobs to: each is held
 // (its slot given back through the producer once it no longer runs), its

@@ -18,7 +18,6 @@ import (
 // (call: the job's context value, the middleware and hooks, middleware.go)
 // and what becomes of its return (finish: a verdict, verdict.go, handed
 // to the completer) are the worker's, given to the executor as funcs.
-type runExecutor = executor.Executor[dispatched, *heldJob]
 
 // newExecutor builds the run's executor: a queue of handler goroutines
 // for each queue served, every handler's context under handlerBase.

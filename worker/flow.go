@@ -3,8 +3,6 @@ package worker
 import (
 	"fmt"
 	"time"
-
-	"github.com/hopperq/hopper/internal/worker/producer"
 )
 
 // FlowControl shapes how a queue's jobs are claimed: at most KeyLimit jobs
@@ -144,25 +142,4 @@ func validateFlow(flow map[string]FlowControl, queues map[string]int) error {
 		}
 	}
 	return nil
-}
-
-// KeyLimit caps how many jobs of this kind with one concurrency key run at
-// once, across all workers, overriding the queue's FlowControl.KeyLimit.
-// The count is of the key's running jobs in the queue, of any kind. A
-// worker with a kind under a KeyLimit claims all its queues under flow
-// control.
-func KeyLimit(n int) HandleOption {
-	return func(o *handleOptions) { o.keyLimit = n }
-}
-
-// flowOf is the flow control the queue name is claimed under: its
-// Config.FlowControl, an empty one when some kind sets a key limit of its
-// own (byKind), or none (nil).
-func flowOf(cfg *Config, name string, byKind bool) *producer.Flow {
-	f, ok := cfg.FlowControl[name]
-	if !ok && !byKind {
-		return nil
-	}
-	return &producer.Flow{KeyLimit: f.KeyLimit, Fair: f.Fair, PriorityAging: f.PriorityAging,
-		Rate: producer.Rate{Limit: f.Rate.Limit, Per: f.Rate.Per, By: string(f.Rate.By), Local: f.Rate.Local, ExactStarts: f.Rate.ExactStarts}}
 }

@@ -12,7 +12,20 @@ import (
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/migrated"
+	"github.com/hopperq/hopper/internal/worker/producer"
 )
+
+// flowOf is the flow control the queue name is claimed under: its
+// Config.FlowControl, an empty one when some kind sets a key limit of its
+// own (byKind), or none (nil).
+func flowOf(cfg *Config, name string, byKind bool) *producer.Flow {
+	f, ok := cfg.FlowControl[name]
+	if !ok && !byKind {
+		return nil
+	}
+	return &producer.Flow{KeyLimit: f.KeyLimit, Fair: f.Fair, PriorityAging: f.PriorityAging,
+		Rate: producer.Rate{Limit: f.Rate.Limit, Per: f.Rate.Per, By: string(f.Rate.By), Local: f.Rate.Local, ExactStarts: f.Rate.ExactStarts}}
+}
 
 // describeFlow is a queue's FlowControl as this worker records it in
 // hopper_queues: its settings in a fixed order, "" for none. A kind's own

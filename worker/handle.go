@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,19 +10,6 @@ import (
 	"github.com/hopperq/hopper/internal/rows"
 	"github.com/hopperq/hopper/jobs"
 )
-
-// HandleOption configures how one kind is run.
-type HandleOption func(*handleOptions)
-
-type handleOptions struct {
-	timeout    time.Duration
-	jobTimeout func(job any) (time.Duration, bool)
-	backoff    Backoff
-	keep       time.Duration
-	middleware []Middleware
-	keyLimit   int
-	shared     sharedLimit
-}
 
 // Timeout cancels the handler's context when a run of this kind takes
 // longer than d, instead of after the worker's Config.Timeout. A negative d
@@ -64,30 +50,6 @@ func RetryBackoff(b Backoff) HandleOption {
 func KeepHistory(d time.Duration) HandleOption {
 	return func(o *handleOptions) { o.keep = d }
 }
-
-// handler is a registered kind with its type erased: prepare decodes a
-// claimed row (in the claiming goroutine) and returns the call that runs
-// the typed handler on it (in a handler goroutine) and the run's timeout
-// (0: the worker's Config.Timeout; negative: none). The call returns the
-// handler's result as JSON when keep is positive (the job's completion is
-// kept in the history), nil otherwise.
-type handler struct {
-	kind       string
-	maxVersion int
-	backoff    Backoff
-	keep       time.Duration // the kind's KeepHistory; 0: its queue's
-	middleware []Middleware  // Use's, inside the worker's
-	keyLimit   int           // KeyLimit's; 0: the queue's
-	shared     sharedLimit   // SharedLimit's; zero: none
-	keyring    *jobs.Keyring // the kind's (jobs.Encrypted); nil: in the clear
-	prepare    func(row db.HopperJob, keep time.Duration) (call func(ctx context.Context) (json.RawMessage, error), timeout time.Duration, err error)
-}
-
-// undecodableError marks a payload the handler never saw.
-type undecodableError struct{ err error }
-
-func (e *undecodableError) Error() string { return e.err.Error() }
-func (e *undecodableError) Unwrap() error { return e.err }
 
 // Handle registers fn as the handler of kind. The worker then claims jobs
 // of that kind up to the kind's payload version. Register every handler
@@ -191,26 +153,11 @@ func encodeResult[R any](out R) (json.RawMessage, error) {
 	return raw, nil
 }
 
-// keepFor is how long a completed job of this kind in queue is kept: the
-// kind's KeepHistory, else the queue's.
-func (h *handler) keepFor(cfg *Config, queue string) time.Duration {
-	if h.keep != 0 {
-		return max(h.keep, 0)
-	}
-	return cfg.KeepHistoryByQueue[queue]
-}
-
-// workflowStepKey is the key that names a workflow step's workflow in its
-// stored metadata. Searching the JSON's text for it is cheap, and a false
-// match (the text inside some value) only keeps a job longer.
-var workflowStepKey = []byte(`"` + jobs.MetaWorkflow + `"`)
-
-// keepRow is keepFor for one claimed row: a workflow's step is kept at
-// least KeepWorkflowSteps, for its children and for ListWorkflow.
-func (h *handler) keepRow(cfg *Config, row db.HopperJob) time.Duration {
-	keep := h.keepFor(cfg, row.Queue)
-	if cfg.KeepWorkflowSteps > 0 && bytes.Contains(row.Meta, workflowStepKey) {
-		keep = max(keep, cfg.KeepWorkflowSteps)
-	}
-	return keep
+// KeyLimit caps how many jobs of this kind with one concurrency key run at
+// once, across all workers, overriding the queue's FlowControl.KeyLimit.
+// The count is of the key's running jobs in the queue, of any kind. A
+// worker with a kind under a KeyLimit claims all its queues under flow
+// control.
+func KeyLimit(n int) HandleOption {
+	return func(o *handleOptions) { o.keyLimit = n }
 }

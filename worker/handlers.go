@@ -1,12 +1,99 @@
 package worker
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
 
+	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/jobs"
 )
+
+// The kinds registered with the worker: each one's handler, with its type
+// erased, and the options it was registered with (HandleOption; the
+// options themselves are given in handle.go, middleware.go and
+// shared_limit.go), and the table the claims read them from.
+
+// HandleOption configures how one kind is run.
+type HandleOption func(*handleOptions)
+
+type handleOptions struct {
+	timeout    time.Duration
+	jobTimeout func(job any) (time.Duration, bool)
+	backoff    Backoff
+	keep       time.Duration
+	middleware []Middleware
+	keyLimit   int
+	shared     sharedLimit
+}
+
+// handler is a registered kind with its type erased: prepare decodes a
+// claimed row (in the claiming goroutine) and returns the call that runs
+// the typed handler on it (in a handler goroutine) and the run's timeout
+// (0: the worker's Config.Timeout; negative: none). The call returns the
+// handler's result as JSON when keep is positive (the job's completion is
+// kept in the history), nil otherwise.
+type handler struct {
+	kind       string
+	maxVersion int
+	backoff    Backoff
+	keep       time.Duration // the kind's KeepHistory; 0: its queue's
+	middleware []Middleware  // Use's, inside the worker's
+	keyLimit   int           // KeyLimit's; 0: the queue's
+	shared     sharedLimit   // SharedLimit's; zero: none
+	keyring    *jobs.Keyring // the kind's (jobs.Encrypted); nil: in the clear
+	prepare    func(row db.HopperJob, keep time.Duration) (call func(ctx context.Context) (json.RawMessage, error), timeout time.Duration, err error)
+}
+
+// keepFor is how long a completed job of this kind in queue is kept: the
+// kind's KeepHistory, else the queue's.
+func (h *handler) keepFor(cfg *Config, queue string) time.Duration {
+	if h.keep != 0 {
+		return max(h.keep, 0)
+	}
+	return cfg.KeepHistoryByQueue[queue]
+}
+
+// workflowStepKey is the key that names a workflow step's workflow in its
+// stored metadata. Searching the JSON's text for it is cheap, and a false
+// match (the text inside some value) only keeps a job longer.
+var workflowStepKey = []byte(`"` + jobs.MetaWorkflow + `"`)
+
+// keepRow is keepFor for one claimed row: a workflow's step is kept at
+// least KeepWorkflowSteps, for its children and for ListWorkflow.
+func (h *handler) keepRow(cfg *Config, row db.HopperJob) time.Duration {
+	keep := h.keepFor(cfg, row.Queue)
+	if cfg.KeepWorkflowSteps > 0 && bytes.Contains(row.Meta, workflowStepKey) {
+		keep = max(keep, cfg.KeepWorkflowSteps)
+	}
+	return keep
+}
+
+// MaxSharedLimit bounds a SharedLimit's most running jobs.
+const MaxSharedLimit = 1_000_000
+
+// sharedLimit is a kind's SharedLimit (shared_limit.go): its name, and
+// the most running jobs of every kind of the name.
+type sharedLimit struct {
+	name string
+	max  int
+}
+
+func (s sharedLimit) validate() error {
+	if s == (sharedLimit{}) {
+		return nil
+	}
+	if s.name == "" || len(s.name) > 255 {
+		return fmt.Errorf("shared limit name %q is not 1 to 255 bytes", s.name)
+	}
+	if s.max < 1 || s.max > MaxSharedLimit {
+		return fmt.Errorf("shared limit %q of %d jobs is outside 1 to %d", s.name, s.max, MaxSharedLimit)
+	}
+	return nil
+}
 
 // handlerTable is the handlers registered with the worker, by kind, and
 // the same as the claim statements take them: kinds sorted, with each

@@ -21,9 +21,6 @@ import (
 // lookup of a completed job by id reads each partition's primary key.
 const MaxHistoryPartitionsAhead = pruner.MaxHistoryPartitionsAhead
 
-// DefaultHistoryPartitionWidth is Config.HistoryPartitionWidth's default.
-const DefaultHistoryPartitionWidth = time.Hour
-
 // newMaintenance builds the sweeper, the promoter, the pruner and the
 // releaser from the worker's configuration.
 func (w *Worker) newMaintenance() error {

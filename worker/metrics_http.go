@@ -193,17 +193,6 @@ func readyStaleAfter(interval time.Duration) time.Duration {
 	return max(3*interval, 30*time.Second)
 }
 
-// MetricsAddr is the address the metrics endpoint listens on (useful with
-// port 0), or "" when it is off or not started yet.
-func (w *Worker) MetricsAddr() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.metricsSrv == nil {
-		return ""
-	}
-	return w.metricsSrv.listener.Addr().String()
-}
-
 // Run serves the endpoint and refreshes the queue gauges until ctx
 // ends.
 func (ms *metricsServer) Run(ctx context.Context) {

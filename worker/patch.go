@@ -4,29 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
-	"time"
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/worker/detached"
 	"github.com/hopperq/hopper/jobs"
 )
 
-// PatchMarkerPrefix begins the name of the record Patched writes (a step
-// named "hopper.patch:NAME" whose result is true): the name no Step,
-// Sleep or AwaitEvent may take, and the one hopper.Client.ListPatches
-// counts.
-const PatchMarkerPrefix = "hopper.patch:"
-
 // MaxPatchName is the longest a patch's name may be, in characters: the
 // marker's name, prefix included, is at most MaxStepName.
 const MaxPatchName = MaxStepName - len(PatchMarkerPrefix)
-
-// UnknownPatchDelay is how long a run waits, uncharged, when this build
-// meets a patch marker its handler does not call Patched for: the run
-// was started by a newer build (a rolling deploy), and a worker of that
-// build should take it.
-const UnknownPatchDelay = time.Minute
 
 // Patched reports whether the job's run takes the patched path of a
 // handler that changed while runs were in flight: true for a run that
@@ -136,26 +122,4 @@ func patchJob(ctx context.Context, id int64, what, name string) (*heldJob, error
 		return nil, invalidCall(what, id, fmt.Sprintf("name %q: want at most %d characters for a patch", name, MaxPatchName))
 	}
 	return heldJobFrom(ctx, id)
-}
-
-// isPatchMarker reports whether a record is a patch's marker.
-func isPatchMarker(r *durableRecord) bool {
-	return r.Kind == recordStep && strings.HasPrefix(r.Name, PatchMarkerPrefix)
-}
-
-// unknownPatch is the answer of a call that finds a patch marker at its
-// place, of a patch this build's handler does not call Patched for: a
-// newer build started the run. The run is given back for
-// UnknownPatchDelay, uncharged, whether the handler returns the error
-// or not (as a durable wait is). Under d.mu.
-func (d *durableCalls) unknownPatch(c *heldJob, r *durableRecord, kind, name string) error {
-	d.suspend = &snoozeError{until: time.Now().Add(UnknownPatchDelay)}
-	patch := strings.TrimPrefix(r.Name, PatchMarkerPrefix)
-	// One line a run: a fleet rolled back past a patch keeps giving such
-	// runs back, and this says why.
-	c.held.log.Warn("a newer build started this run (its records hold a patch this build does not know): given back",
-		"job_id", c.id, "patch", patch, "delay", UnknownPatchDelay)
-	return fmt.Errorf("%w: call %d is %s %q, but the job's record of it is patch %q, which this build does not know "+
-		"(a newer build started the run): given back for %v, for a worker of that build: %w",
-		ErrUnknownPatch, d.next+1, kind, name, patch, UnknownPatchDelay, d.suspend)
 }

@@ -26,30 +26,6 @@ import (
 	"github.com/hopperq/hopper/internal/worker/scheduler"
 )
 
-// run is one Run of a Worker: the components it works with, each built
-// whole by its constructor once the schema is known (newRun), started up
-// in order (start), their loops started from one list (services), and
-// stopped in the order the shutdown needs (work).
-type run struct {
-	w      *Worker
-	schema string          // where hopper_jobs lives
-	hard   context.Context // ends at the shutdown's hard deadline
-
-	registry  *registry.Registry // this worker's row in hopper_workers
-	held      *heldJobs
-	guard     *readOnlyGuard // what the components' ReadOnly funcs check
-	completer *completer.Completer
-	executor  *runExecutor         // runs the handlers: a queue of goroutines for each queue
-	heartbeat *heartbeat.Heartbeat // the worker's beat and its claims' lease extension
-	producers map[string]*producer.Producer
-	scheduler *scheduler.Scheduler // nil: the worker defines no schedules
-	notifier  *notifier.Notifier
-
-	// unrecorded counts results not recorded (OutcomeUnrecorded): their
-	// jobs may still be held in this worker's name at its stop.
-	unrecorded atomic.Int64
-}
-
 // newRun builds the components of a run on schema: handlers run under
 // handlerBase (never cancelled: shutdown cancels each job's own context),
 // the shutdown path's statements under hard. Its error is a component's

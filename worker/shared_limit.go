@@ -12,9 +12,6 @@ import (
 	"github.com/hopperq/hopper/internal/migrated"
 )
 
-// MaxSharedLimit bounds a SharedLimit's most running jobs.
-const MaxSharedLimit = 1_000_000
-
 // SharedLimit lets at most max jobs of every kind given the same name
 // run at once, in any queue, across all workers: "smtp" for every kind
 // that sends mail through one relay. Each worker records, as it starts,
@@ -24,24 +21,6 @@ const MaxSharedLimit = 1_000_000
 // kind under a shared limit claims all its queues under flow control.
 func SharedLimit(name string, max int) HandleOption {
 	return func(o *handleOptions) { o.shared = sharedLimit{name: name, max: max} }
-}
-
-type sharedLimit struct {
-	name string
-	max  int
-}
-
-func (s sharedLimit) validate() error {
-	if s == (sharedLimit{}) {
-		return nil
-	}
-	if s.name == "" || len(s.name) > 255 {
-		return fmt.Errorf("shared limit name %q is not 1 to 255 bytes", s.name)
-	}
-	if s.max < 1 || s.max > MaxSharedLimit {
-		return fmt.Errorf("shared limit %q of %d jobs is outside 1 to %d", s.name, s.max, MaxSharedLimit)
-	}
-	return nil
 }
 
 // recordShared records the shared limit of each kind this worker runs

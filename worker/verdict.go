@@ -133,3 +133,10 @@ func Judge(err error, attempt, maxAttempts int) Verdict {
 	}
 	return out
 }
+
+// undecodableError marks a payload the handler never saw.
+type undecodableError struct{ err error }
+
+func (e *undecodableError) Error() string { return e.err.Error() }
+
+func (e *undecodableError) Unwrap() error { return e.err }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,14 +15,12 @@ import (
 	"github.com/hopperq/hopper/internal/migrated"
 	"github.com/hopperq/hopper/internal/schemascope"
 	"github.com/hopperq/hopper/internal/worker/announce"
-	"github.com/hopperq/hopper/internal/worker/completer"
-	"github.com/hopperq/hopper/internal/worker/promoter"
-	"github.com/hopperq/hopper/internal/worker/pruner"
-	"github.com/hopperq/hopper/internal/worker/releaser"
 	"github.com/hopperq/hopper/internal/worker/scheduler"
-	"github.com/hopperq/hopper/internal/worker/sweeper"
 	"github.com/hopperq/hopper/jobs"
 )
+
+// The top of worker/'s files: New builds a Worker (declared in state.go)
+// for the worker's life, Run builds one run (run.go) and works it.
 
 // checkIsolation refuses a pool whose sessions default to repeatable read
 // or serializable (see queries/transaction.sql, DefaultIsolation).
@@ -37,41 +33,6 @@ func (w *Worker) checkIsolation(ctx context.Context) error {
 		return fmt.Errorf("%w: this pool's sessions default to %s (set default_transaction_isolation to read committed in the pool's RuntimeParams, or for the role Hopper connects as)", ErrIsolation, level)
 	}
 	return nil
-}
-
-// Worker claims and runs jobs. Create it with New, register handlers with
-// Handle and schedules with Schedule, then call Run.
-//
-// What New builds serves the worker's whole life: its configuration, its
-// metrics and the maintenance services anyone may run at any time
-// (sweeper, promoter, pruner, releaser: maintenance.go). What one Run works with, from the heartbeat to the
-// producers, is built when Run knows the schema: see run.go.
-type Worker struct {
-	pool      *pgxpool.Pool
-	q         *db.Queries
-	scope     *schemascope.DB // Config.Schema's scope; nil: the pool's search_path
-	cfg       Config
-	log       *slog.Logger // through outageHandler: an outage is told once (outage.go)
-	outage    *outage
-	metrics   *metrics
-	announcer announce.Announcer
-	sweeper   *sweeper.Sweeper
-	promoter  *promoter.Promoter
-	pruner    *pruner.Pruner
-	releaser  *releaser.Releaser
-
-	mu         sync.Mutex
-	handlers   *handlerTable
-	schedules  map[string]*scheduler.Definition // Schedule's definitions; read-only once running
-	running    bool
-	metricsSrv *metricsServer
-
-	// active is the Run under way, for the test helpers (export_test.go);
-	// nil before it is built.
-	active atomic.Pointer[run]
-
-	// observe, when set (tests), sees every settled result.
-	observe func(id int64, attempt int32, o completer.Outcome)
 }
 
 // New prepares a worker on pool with cfg; the pool's search_path decides
@@ -104,15 +65,6 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	return w, nil
 }
 
-// dbtx is what the worker runs statements on, given a pool or a
-// transaction: scoped to Config.Schema when one is set.
-func (w *Worker) dbtx(d db.DBTX) db.DBTX {
-	if w.scope == nil {
-		return d
-	}
-	return w.scope.On(d)
-}
-
 // metricsQueries is where the database gauges read: MetricsReadPool,
 // else the worker's pool.
 func (w *Worker) metricsQueries() *db.Queries {
@@ -124,6 +76,17 @@ func (w *Worker) metricsQueries() *db.Queries {
 
 // ID is the worker's identity in leases and error histories.
 func (w *Worker) ID() string { return w.cfg.ID }
+
+// MetricsAddr is the address the metrics endpoint listens on (useful with
+// port 0), or "" when it is off or not started yet.
+func (w *Worker) MetricsAddr() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.metricsSrv == nil {
+		return ""
+	}
+	return w.metricsSrv.listener.Addr().String()
+}
 
 func (w *Worker) register(h *handler) error {
 	w.mu.Lock()
@@ -187,9 +150,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// migrateUp is what to run to migrate the worker's schema, for errors.
-func (w *Worker) migrateUp() string { return migrated.Run(w.cfg.Schema) }
-
 // begin checks the schema, builds the run's components and starts it up
 // (run.start); it returns the run once built, even when its start failed.
 func (w *Worker) begin(ctx context.Context, hard context.Context) (*run, error) {
@@ -246,9 +206,3 @@ func (w *Worker) checkSchema(ctx context.Context) (string, error) {
 	w.warnIfPooled(ctx)
 	return schemaName, nil
 }
-
-// statementTimeout bounds one statement of the worker's recording and
-// shutdown paths. It is never a fraction of a short lease: a statement cut
-// off by the client may still commit, and then only a second look at the
-// database can tell what happened.
-func statementTimeout(lease time.Duration) time.Duration { return max(lease, 10*time.Second) }

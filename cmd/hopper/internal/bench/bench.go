@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"time"
 
 	"github.com/hopperq/hopper/internal/testbed/pgcluster"
@@ -24,7 +25,7 @@ import (
 
 // Config is what a run measures and how.
 type Config struct {
-	Mode        string        // continuous, drain, enqueue, latency, all; noisy, keys, rate, flow (those three); queues; sequences; workflows; durable; soak
+	Mode        string        // continuous, drain, enqueue, latency, all; noisy, keys, rate, flow (those three); queues; sequences; workflows; durable; soak; retention; citus
 	Duration    time.Duration // continuous and baseline
 	Jobs        int           // drain: backlog size; enqueue: COPY total
 	Workers     int           // worker instances in the worker process
@@ -113,6 +114,9 @@ type Config struct {
 	Soak SoakOptions
 	// retention: expired history deleted against dropped (retention.go).
 	Retention RetentionOptions
+	// citus: drains on plain PostgreSQL and on a Citus formation, in
+	// turn (citus.go).
+	Citus CitusOptions
 
 	// ProfileDir: each worker process writes its CPU and allocation
 	// profiles here (profile.go).
@@ -165,6 +169,7 @@ type Report struct {
 	Durable    *DurableResult    `json:"durable,omitempty"`
 	Soak       *SoakResult       `json:"soak,omitempty"`
 	Retention  *RetentionResult  `json:"retention,omitempty"`
+	Citus      *CitusResult      `json:"citus,omitempty"`
 	// RateExactStarts is the rate run again with Rate.ExactStarts.
 	RateExactStarts *RateResult `json:"rate_exact_starts,omitempty"`
 	// Drains is one drain per Config.DrainSizes.
@@ -189,10 +194,22 @@ type scratch struct {
 }
 
 func newScratch(ctx context.Context, baseURL string) (*scratch, error) {
+	return createScratch(ctx, baseURL, nil)
+}
+
+// createScratch creates and migrates a scratch schema from a session with
+// the given settings: on Citus, citus.enable_schema_based_sharding makes
+// it a distributed schema (citus.go).
+func createScratch(ctx context.Context, baseURL string, settings map[string]string) (*scratch, error) {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	s := &scratch{name: "hopper_bench_" + hex.EncodeToString(b), base: baseURL}
-	conn, err := pgx.Connect(ctx, baseURL)
+	connCfg, err := pgx.ParseConfig(baseURL)
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(connCfg.RuntimeParams, settings)
+	conn, err := pgx.ConnectConfig(ctx, connCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -362,6 +379,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		r.Ratios["retention_delete_to_drop"] = r.Retention.DeleteToDrop
 	}
+	if modes["citus"] {
+		if r.Citus, err = runCitus(ctx, cfg, logf); err != nil {
+			return r, fmt.Errorf("citus: %w", err)
+		}
+		r.Ratios["citus_one_shard_to_plain"] = r.Citus.OneShardToPlain
+		r.Ratios["citus_node_cpu_two_nodes_to_one"] = r.Citus.NodeCPUTwoToOne
+		r.Ratios["citus_pinned_two_nodes_to_one"] = r.Citus.PinnedTwoToOne
+	}
 	if modes["rate"] {
 		logf("rate: %d jobs per %v across %d worker processes for %v", cfg.Rate, cfg.RatePer, cfg.RateProcesses, cfg.RateDuration)
 		if r.Rate, err = runRate(ctx, cfg, false); err != nil {
@@ -415,6 +440,7 @@ func (cfg Config) summary() map[string]any {
 		"rate_duration":     cfg.RateDuration.String(),
 		"sequence_duration": cfg.SequenceDuration.String(), "explain": cfg.Explain, "explain_jobs": cfg.ExplainJobs,
 		"workflows": cfg.Workflows, "durable": cfg.Durable, "soak": cfg.Soak.summary(), "retention": cfg.Retention,
+		"citus": cfg.Citus,
 	}
 }
 

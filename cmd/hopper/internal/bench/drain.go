@@ -45,31 +45,9 @@ func runDrain(ctx context.Context, cfg Config) (*DrainResult, error) {
 		return nil, err
 	}
 	began := time.Now()
-	// Drained when every job's ack was sent; an unconfirmed one may not
-	// have committed (the job runs again once its lease expires), so the
-	// table has the last word.
-	for drained := false; !drained; {
-		select {
-		case <-ctx.Done():
-			_, _ = p.stop()
-			return nil, ctx.Err()
-		case <-p.exited:
-			_ = p.cmd.Wait()
-			return nil, fmt.Errorf("worker process died")
-		case <-time.After(5 * time.Millisecond):
-		}
-		if p.finished() < int64(cfg.Jobs) {
-			continue
-		}
-		if p.unconfirmed.Load() == 0 {
-			break
-		}
-		live, _, err := TableCounts(ctx, s.pool)
-		if err != nil {
-			_, _ = p.stop()
-			return nil, err
-		}
-		drained = live == int64(cfg.Scheduled)
+	if err := waitWorked(ctx, p, s.pool, int64(cfg.Jobs), int64(cfg.Scheduled)); err != nil {
+		_, _ = p.stop()
+		return nil, err
 	}
 	secs := time.Since(began).Seconds()
 	peak, err := p.stop()

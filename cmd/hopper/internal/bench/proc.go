@@ -71,23 +71,61 @@ func postgresProcs() map[int]float64 {
 	return out
 }
 
+// clusterProcs lists the CPU time of one cluster's processes: its
+// postmaster (pid) and the postmaster's children (backends, the WAL
+// writer, autovacuum …), by pid, when several clusters run on this machine.
+func clusterProcs(postmaster int) func() map[int]float64 {
+	return func() map[int]float64 {
+		out := map[int]float64{}
+		for pid, s := range postgresProcs() {
+			if pid == postmaster || parentPID(pid) == postmaster {
+				out[pid] = s
+			}
+		}
+		return out
+	}
+}
+
+// parentPID reads a process's parent's pid from /proc (0 when it is gone).
+func parentPID(pid int) int {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 {
+		return 0
+	}
+	fields := strings.Fields(string(raw[i+1:]))
+	if len(fields) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	return ppid
+}
+
 // pgMeter measures PostgreSQL's CPU over a span, sampling often so that
 // backends which exit before the end (pgbench closes its connections) still
 // count.
 type pgMeter struct {
+	procs       func() map[int]float64
 	start, last map[int]float64
 	stop        chan struct{}
 	done        chan struct{}
 }
 
-func startPGMeter() *pgMeter {
-	m := &pgMeter{start: postgresProcs(), last: map[int]float64{}, stop: make(chan struct{}), done: make(chan struct{})}
+func startPGMeter() *pgMeter { return startMeterOf(postgresProcs) }
+
+// startMeterOf measures the CPU of the processes procs lists (by pid, with
+// their CPU seconds so far), as startPGMeter does of all of PostgreSQL's.
+func startMeterOf(procs func() map[int]float64) *pgMeter {
+	m := &pgMeter{procs: procs, start: procs(), last: map[int]float64{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
-			for pid, s := range postgresProcs() {
+			for pid, s := range m.procs() {
 				m.last[pid] = s
 			}
 			select {
@@ -105,7 +143,7 @@ func startPGMeter() *pgMeter {
 func (m *pgMeter) seconds() (float64, bool) {
 	close(m.stop)
 	<-m.done
-	for pid, s := range postgresProcs() {
+	for pid, s := range m.procs() {
 		m.last[pid] = s
 	}
 	total := 0.0

@@ -25,10 +25,10 @@ func benchCommand() *command {
 	var queueCount int
 	return &command{
 		name:    "bench",
-		args:    "[--mode continuous|drain|enqueue|latency|all|noisy|keys|rate|flow|queues|sequences|workflows|durable|soak|retention] [--drain-sizes N,N,…] [--queues N,N,…] [--baseline] [--json] [flags]",
+		args:    "[--mode continuous|drain|enqueue|latency|all|noisy|keys|rate|flow|queues|sequences|workflows|durable|soak|retention|citus] [--drain-sizes N,N,…] [--queues N,N,…] [--baseline] [--json] [flags]",
 		summary: "measure throughput, latency, memory and PostgreSQL CPU on a scratch schema, with a pgbench raw-SQL baseline",
 		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all (those four); noisy, keys, rate or flow (those three); queues; sequences; workflows; durable; soak; retention")
+			fs.StringVar(&cfg.Mode, "mode", "all", "continuous, drain, enqueue, latency or all (those four); noisy, keys, rate or flow (those three); queues; sequences; workflows; durable; soak; retention; citus (a Citus formation of its own, plain PostgreSQL beside it)")
 			durationVar(fs, &cfg.Duration, "duration", time.Minute, "continuous and baseline: how long to measure (the steady state is the last half)")
 			durationVar(fs, &cfg.Window, "window", 10*time.Second, "continuous and baseline: the length of one reported window")
 			fs.BoolVar(&cfg.HoldSnapshot, "hold-snapshot", false, "continuous: hold a REPEATABLE READ snapshot open for the whole run (a long report, an idle-in-transaction session)")
@@ -77,6 +77,8 @@ func benchCommand() *command {
 			durationVar(fs, &cfg.Soak.Keep, "soak-keep", 5*time.Minute, "soak: how long completed jobs (workflow steps too) and dead jobs are kept")
 			fs.StringVar(&cfg.Soak.Chart, "soak-chart", "", "soak: write an SVG chart of the samples to this file")
 			fs.Int64Var(&cfg.Retention.Kept, "retention-kept", 10_000_000, "retention: completed jobs kept in the history; a 24th of them expired, removed by DELETE batches and by dropping their partition")
+			fs.IntVar(&cfg.Citus.Jobs, "citus-jobs", 20_000, "citus: each drain's jobs, split evenly over its shards")
+			fs.IntVar(&cfg.Citus.Rounds, "citus-rounds", 2, "citus: every setup's drain, repeated in turn")
 			fs.IntVar(&cfg.Rate, "rate", 500, "rate: jobs allowed per --rate-per, across the worker processes")
 			durationVar(fs, &cfg.RatePer, "rate-per", time.Second, "rate: the limit's interval")
 			fs.IntVar(&cfg.RateProcesses, "rate-processes", 3, "rate: worker processes sharing the limit")
@@ -96,10 +98,10 @@ func benchCommand() *command {
 					HandlerTime: cfg.HandlerTime, Keep: keep, DeadRetention: deadRetention, Ticks: ticks, Fair: fair, KeyLimit: cfg.KeyLimit, Rate: cfg.Rate, RatePer: cfg.RatePer, RateExactStarts: exactStarts}, e.stdout)
 			}
 			switch cfg.Mode {
-			case "continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences", "workflows", "durable", "soak", "retention":
+			case "continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences", "workflows", "durable", "soak", "retention", "citus":
 			default:
 				return fmt.Errorf("%w: unknown mode %q%s", errUsage, cfg.Mode,
-					didYouMean(cfg.Mode, "", []string{"continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences", "workflows", "durable", "soak", "retention"}))
+					didYouMean(cfg.Mode, "", []string{"continuous", "drain", "enqueue", "latency", "all", "noisy", "keys", "rate", "flow", "queues", "sequences", "workflows", "durable", "soak", "retention", "citus"}))
 			}
 			if cfg.ProfileDir != "" {
 				if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
@@ -139,6 +141,9 @@ func benchCommand() *command {
 			}
 			if cfg.Mode == "retention" && cfg.Retention.Kept < 24_000 {
 				return fmt.Errorf("%w: --mode retention needs --retention-kept at least 24000", errUsage)
+			}
+			if cfg.Mode == "citus" && (cfg.Citus.Jobs < 2 || cfg.Citus.Rounds < 1) {
+				return fmt.Errorf("%w: --mode citus needs --citus-jobs at least 2 and --citus-rounds at least 1", errUsage)
 			}
 			if cfg.Mode == "durable" && (cfg.Durable.Jobs < 1 || cfg.Durable.Calls < 1) {
 				return fmt.Errorf("%w: --mode durable needs --durable-jobs and --durable-calls positive", errUsage)
@@ -249,6 +254,9 @@ func printBench(w io.Writer, r *bench.Report) {
 	}
 	if r.Retention != nil {
 		r.Retention.Print(w)
+	}
+	if r.Citus != nil {
+		r.Citus.Print(w)
 	}
 	if b := r.Baseline; b != nil {
 		fmt.Fprintf(w, "baseline (pgbench, %d clients, batch %d): %.0f jobs/s; CPU per 1000 jobs: pgbench %.3fs, PostgreSQL %.3fs\n",

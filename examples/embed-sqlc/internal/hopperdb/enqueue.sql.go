@@ -294,7 +294,9 @@ func (q *Queries) EnqueueBatchUnique(ctx context.Context, arg EnqueueBatchUnique
 }
 
 const enqueueUnique = `-- name: EnqueueUnique :one
-WITH holder AS MATERIALIZED (
+WITH clock AS MATERIALIZED (
+    SELECT now() AS now, greatest($1::timestamptz, now() + '1 millisecond'::interval * $2::bigint) AS run_at
+), holder AS MATERIALIZED (
     SELECT c.id, c.state, c.kind, c.sequence_key
     FROM (
         -- A job whose durable handler recorded anything has begun: it
@@ -303,27 +305,27 @@ WITH holder AS MATERIALIZED (
         SELECT j.id, CASE WHEN j.meta ? 'hopper.durable' THEN 'running' ELSE j.state END AS state,
                j.kind, j.meta ->> 'hopper.sequence' AS sequence_key, 0 AS rank
         FROM hopper_jobs AS j
-        WHERE j.unique_key = $1::text
+        WHERE j.unique_key = $3::text
         UNION ALL
         SELECT h.id, 'completed', h.kind, NULL, 1
         FROM hopper_job_history AS h
-        WHERE h.unique_key = $1::text
-          AND 'completed' = ANY ($2::text[])
-          AND ($3::bigint = 0 OR h.created_at > now() - '1 millisecond'::interval * $3::bigint)
+        WHERE h.unique_key = $3::text
+          AND 'completed' = ANY ($4::text[])
+          AND ($5::bigint = 0 OR h.created_at > now() - '1 millisecond'::interval * $5::bigint)
         UNION ALL
         SELECT d.id, d.state, d.kind, NULL, 1
         FROM hopper_dead_jobs AS d
-        WHERE d.unique_key = $1::text
-          AND d.state = ANY ($2::text[])
-          AND ($3::bigint = 0 OR d.created_at > now() - '1 millisecond'::interval * $3::bigint)
+        WHERE d.unique_key = $3::text
+          AND d.state = ANY ($4::text[])
+          AND ($5::bigint = 0 OR d.created_at > now() - '1 millisecond'::interval * $5::bigint)
         UNION ALL
         -- a job enqueued within the period that completed without a
         -- history row (hopper_unique_periods)
         SELECT r.job_id, 'completed', r.kind, NULL, 1
         FROM hopper_unique_periods AS r
-        WHERE r.unique_key = $1::text
-          AND $3::bigint > 0 AND 'completed' = ANY ($2::text[])
-          AND r.created_at > now() - '1 millisecond'::interval * $3::bigint
+        WHERE r.unique_key = $3::text
+          AND $5::bigint > 0 AND 'completed' = ANY ($4::text[])
+          AND r.created_at > now() - '1 millisecond'::interval * $5::bigint
           AND NOT EXISTS (SELECT FROM hopper_jobs AS l WHERE l.id = r.job_id)
           AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x WHERE x.id = r.job_id)
     ) AS c
@@ -332,31 +334,29 @@ WITH holder AS MATERIALIZED (
 ), blocking AS MATERIALIZED (
     -- the holder, unless it is a running job that gives up its key
     SELECT holder.id, holder.state, holder.kind,
-           holder.kind = $4::text AND holder.state IN ('pending', 'scheduled', 'waiting')
-           AND holder.sequence_key IS NOT DISTINCT FROM ($5::jsonb ->> 'hopper.sequence') AS replaceable
+           holder.kind = $6::text AND holder.state IN ('pending', 'scheduled', 'waiting')
+           AND holder.sequence_key IS NOT DISTINCT FROM ($7::jsonb ->> 'hopper.sequence') AS replaceable
     FROM holder
-    WHERE NOT ($6::boolean AND holder.state = 'running' AND holder.kind = $4::text)
+    WHERE NOT ($8::boolean AND holder.state = 'running' AND holder.kind = $6::text)
 ), replaced AS (
     UPDATE hopper_jobs AS j
-    SET payload = coalesce($7::jsonb, '{}'),
-        version = coalesce(nullif($8::integer, 0), 1),
-        run_at = CASE WHEN $9::boolean
-                      THEN greatest($10::timestamptz, now() + '1 millisecond'::interval * $11::bigint)
-                      ELSE j.run_at END,
-        state = CASE WHEN NOT $9::boolean OR j.state = 'waiting' THEN j.state
-                     WHEN greatest($10::timestamptz, now() + '1 millisecond'::interval * $11::bigint) > now() THEN 'scheduled'
+    SET payload = coalesce($9::jsonb, '{}'),
+        version = coalesce(nullif($10::integer, 0), 1),
+        run_at = CASE WHEN $11::boolean THEN clock.run_at ELSE j.run_at END,
+        state = CASE WHEN NOT $11::boolean OR j.state = 'waiting' THEN j.state
+                     WHEN clock.run_at > clock.now THEN 'scheduled'
                      ELSE 'pending' END
-    FROM blocking
+    FROM blocking, clock
     WHERE $12::boolean AND blocking.replaceable
-      AND j.id = blocking.id AND j.state IN ('pending', 'scheduled', 'waiting') AND j.kind = $4::text
+      AND j.id = blocking.id AND j.state IN ('pending', 'scheduled', 'waiting') AND j.kind = $6::text
       AND NOT coalesce(j.meta ? 'hopper.durable', false) -- began under the lock: raced
-      AND (j.meta ->> 'hopper.sequence') IS NOT DISTINCT FROM ($5::jsonb ->> 'hopper.sequence')
+      AND (j.meta ->> 'hopper.sequence') IS NOT DISTINCT FROM ($7::jsonb ->> 'hopper.sequence')
     RETURNING j.id
 ), taken AS (
     UPDATE hopper_jobs AS j
     SET unique_key = NULL
     FROM holder
-    WHERE $6::boolean AND holder.state = 'running' AND holder.kind = $4::text
+    WHERE $8::boolean AND holder.state = 'running' AND holder.kind = $6::text
       AND j.id = holder.id
       -- running (as in AckBatch, no partial index's predicate, so a lookup
       -- by id), or begun (durable)
@@ -364,14 +364,15 @@ WITH holder AS MATERIALIZED (
     RETURNING j.id
 ), inserted AS (
     INSERT INTO hopper_jobs (queue, kind, version, payload, priority, run_at, state, max_attempts, unique_key, meta, concurrency_key)
-    SELECT coalesce(nullif($13::text, ''), 'default'), $4::text, coalesce(nullif($8::integer, 0), 1),
-           coalesce($7::jsonb, '{}'), $14::smallint,
-           greatest($10::timestamptz, now() + '1 millisecond'::interval * $11::bigint),
-           CASE WHEN $5::jsonb ? 'hopper.sequence' THEN 'waiting'
-                WHEN greatest($10::timestamptz, now() + '1 millisecond'::interval * $11::bigint) > now() THEN 'scheduled' ELSE 'pending' END,
-           coalesce(nullif($15::integer, 0), 25), $1::text,
-           $5::jsonb, $16::text
+    SELECT coalesce(nullif($13::text, ''), 'default'), $6::text, coalesce(nullif($10::integer, 0), 1),
+           coalesce($9::jsonb, '{}'), $14::smallint,
+           clock.run_at,
+           CASE WHEN $7::jsonb ? 'hopper.sequence' THEN 'waiting'
+                WHEN clock.run_at > clock.now THEN 'scheduled' ELSE 'pending' END,
+           coalesce(nullif($15::integer, 0), 25), $3::text,
+           $7::jsonb, $16::text
     FROM (SELECT count(*) AS n FROM taken) AS t
+    CROSS JOIN clock
     WHERE NOT EXISTS (SELECT FROM blocking)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
@@ -379,10 +380,10 @@ WITH holder AS MATERIALIZED (
     -- With a period, the key's record outlives the job: it holds the key
     -- until the period ends even when no history row is kept.
     INSERT INTO hopper_unique_periods (unique_key, job_id, kind, created_at, expires_at)
-    SELECT $1::text, i.id, $4::text, i.created_at,
-           i.created_at + '1 millisecond'::interval * $3::bigint
+    SELECT $3::text, i.id, $6::text, i.created_at,
+           i.created_at + '1 millisecond'::interval * $5::bigint
     FROM inserted AS i
-    WHERE $3::bigint > 0 AND 'completed' = ANY ($2::text[])
+    WHERE $5::bigint > 0 AND 'completed' = ANY ($4::text[])
     ON CONFLICT (unique_key) DO UPDATE
     SET job_id = excluded.job_id, kind = excluded.kind, created_at = excluded.created_at, expires_at = excluded.expires_at
 )
@@ -391,18 +392,20 @@ UNION ALL
 SELECT r.id, 'replaced'::text FROM replaced AS r
 UNION ALL
 SELECT blocking.id,
-       CASE WHEN $6::boolean AND blocking.replaceable THEN 'raced' ELSE 'kept' END
+       CASE WHEN $8::boolean AND blocking.replaceable THEN 'raced' ELSE 'kept' END
 FROM blocking
 WHERE NOT EXISTS (SELECT FROM replaced)
 UNION ALL
-SELECT coalesce(max(live.id), 0), CASE WHEN $6::boolean THEN 'raced' ELSE 'kept' END
+SELECT coalesce(max(live.id), 0), CASE WHEN $8::boolean THEN 'raced' ELSE 'kept' END
 FROM hopper_jobs AS live
-WHERE live.unique_key = $1::text
-HAVING $1::text IS NOT NULL
+WHERE live.unique_key = $3::text
+HAVING $3::text IS NOT NULL
    AND NOT EXISTS (SELECT FROM blocking) AND NOT EXISTS (SELECT FROM inserted)
 `
 
 type EnqueueUniqueParams struct {
+	RunAt           time.Time
+	DelayMs         int64
 	UniqueKey       *string
 	States          []string
 	PeriodMs        int64
@@ -412,8 +415,6 @@ type EnqueueUniqueParams struct {
 	Payload         json.RawMessage
 	Version         int32
 	PushRunAt       bool
-	RunAt           time.Time
-	DelayMs         int64
 	Replace         bool
 	Queue           string
 	Priority        int16
@@ -457,8 +458,14 @@ type EnqueueUniqueRow struct {
 // count of taken keys first, so that the key is off the running holder
 // before the insert checks the unique index. A job without a key is simply
 // inserted.
+// The job's time and the statement's clock are read once, in clock, and
+// only compared inside the CASEs: Citus refuses a statement on a
+// distributed table that calls a function that is not immutable (now(),
+// or timestamptz + interval) inside CASE or COALESCE (docs/scaling-out.md).
 func (q *Queries) EnqueueUnique(ctx context.Context, arg EnqueueUniqueParams) (EnqueueUniqueRow, error) {
 	row := q.db.QueryRow(ctx, enqueueUnique,
+		arg.RunAt,
+		arg.DelayMs,
 		arg.UniqueKey,
 		arg.States,
 		arg.PeriodMs,
@@ -468,8 +475,6 @@ func (q *Queries) EnqueueUnique(ctx context.Context, arg EnqueueUniqueParams) (E
 		arg.Payload,
 		arg.Version,
 		arg.PushRunAt,
-		arg.RunAt,
-		arg.DelayMs,
 		arg.Replace,
 		arg.Queue,
 		arg.Priority,
@@ -485,7 +490,10 @@ const enqueueUniqueBatch = `-- name: EnqueueUniqueBatch :many
 WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     SELECT pg_get_serial_sequence('hopper_jobs', 'id')::regclass AS id
 ), batch AS MATERIALIZED (
-    SELECT b.queue, b.kind, b.version, b.payload, b.priority, b.run_at, b.delay_ms, b.max_attempts, b.unique_key, b.meta, b.concurrency_key, b.finished, b.period_ms, b.replace, b.push_run_at, b.take_from_running, nextval(seq.id) AS new_id
+    -- each job's time (due) and the statement's clock (now) read here and
+    -- only compared in the CASEs below, as in EnqueueUnique (Citus)
+    SELECT b.queue, b.kind, b.version, b.payload, b.priority, b.run_at, b.delay_ms, b.max_attempts, b.unique_key, b.meta, b.concurrency_key, b.finished, b.period_ms, b.replace, b.push_run_at, b.take_from_running, nextval(seq.id) AS new_id,
+           greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) AS due, now() AS now
     FROM seq, (
         SELECT unnest($1::text[]) AS queue,
                unnest($2::text[]) AS kind,
@@ -551,11 +559,9 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     UPDATE hopper_jobs AS j
     SET payload = coalesce(b.payload, '{}'),
         version = coalesce(nullif(b.version, 0), 1),
-        run_at = CASE WHEN b.push_run_at
-                      THEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms)
-                      ELSE j.run_at END,
+        run_at = CASE WHEN b.push_run_at THEN b.due ELSE j.run_at END,
         state = CASE WHEN NOT b.push_run_at OR j.state = 'waiting' THEN j.state
-                     WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled'
+                     WHEN b.due > b.now THEN 'scheduled'
                      ELSE 'pending' END
     FROM blocking AS k
     JOIN batch AS b ON b.new_id = k.for_id
@@ -578,9 +584,9 @@ WITH seq AS MATERIALIZED ( -- looked up once: see ReserveJobIDs
     OVERRIDING SYSTEM VALUE
     SELECT b.new_id, coalesce(nullif(b.queue, ''), 'default'), b.kind, coalesce(nullif(b.version, 0), 1),
            coalesce(b.payload, '{}'), b.priority,
-           greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms),
+           b.due,
            CASE WHEN b.meta ? 'hopper.sequence' THEN 'waiting'
-                WHEN greatest(b.run_at, now() + '1 millisecond'::interval * b.delay_ms) > now() THEN 'scheduled' ELSE 'pending' END,
+                WHEN b.due > b.now THEN 'scheduled' ELSE 'pending' END,
            coalesce(nullif(b.max_attempts, 0), 25), nullif(b.unique_key, ''), b.meta,
            nullif(b.concurrency_key, '')
     FROM batch AS b
