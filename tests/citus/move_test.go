@@ -78,7 +78,7 @@ func TestCitusShardMove(t *testing.T) {
 	t.Run("move", func(t *testing.T) {
 		l := newLoad(t, ctx, pool)
 		l.waitCompleted(t, 200, "the worker works the schema before the move")
-		rl := startRateLog(ctx, pool)
+		rl := startRateLog(t, ctx, pool)
 		began := time.Now()
 		require.NoError(t, move(ctx), "citus_schema_move with the default transfer mode")
 		ended := time.Now()
@@ -132,9 +132,10 @@ type rateLog struct {
 	err  error // the statement that failed, if one did
 }
 
-func startRateLog(ctx context.Context, pool *pgxpool.Pool) *rateLog {
+func startRateLog(t *testing.T, ctx context.Context, pool *pgxpool.Pool) *rateLog {
 	ctx, stop := context.WithCancel(ctx)
 	r := &rateLog{stop: stop, done: make(chan struct{})}
+	t.Cleanup(func() { stop(); <-r.done })
 	go func() {
 		defer close(r.done)
 		tick := time.NewTicker(5 * time.Millisecond)
@@ -271,20 +272,21 @@ func schemaNode(t *testing.T, ctx context.Context, pool *pgxpool.Pool, name stri
 // load is a producer enqueueing one job per statement and a worker
 // working them through the coordinator, with what each did recorded.
 type load struct {
-	pool   *pgxpool.Pool // the producer's: search_path is the schema
-	stop   context.CancelFunc
-	done   chan struct{}
-	werr   chan error
-	wstop  context.CancelFunc
-	mu     sync.Mutex
-	ids    []int64       // enqueued, acknowledged by the server
-	failed []error       // enqueues that returned an error
-	runs   map[int64]int // handler runs per job
-	done1  map[int64]int // done outcomes per job
-	later  int           // jobs done on a later attempt than their first
-	redo   int           // outcomes after which a job runs again
-	times  []time.Time   // each done outcome's time, in order
-	outs   map[worker.Outcome]int
+	pool    *pgxpool.Pool // the producer's: search_path is the schema
+	stop    context.CancelFunc
+	done    chan struct{}
+	werr    chan error
+	wstop   context.CancelFunc
+	stopped bool // finish read the worker's return
+	mu      sync.Mutex
+	ids     []int64       // enqueued, acknowledged by the server
+	failed  []error       // enqueues that returned an error
+	runs    map[int64]int // handler runs per job
+	done1   map[int64]int // done outcomes per job
+	later   int           // jobs done on a later attempt than their first
+	redo    int           // outcomes after which a job runs again
+	times   []time.Time   // each done outcome's time, in order
+	outs    map[worker.Outcome]int
 }
 
 func newLoad(t *testing.T, ctx context.Context, producer *pgxpool.Pool) *load {
@@ -360,7 +362,14 @@ func newLoad(t *testing.T, ctx context.Context, producer *pgxpool.Pool) *load {
 			l.mu.Unlock()
 		}
 	}()
-	t.Cleanup(func() { l.stop(); <-l.done; l.wstop() })
+	t.Cleanup(func() {
+		l.stop()
+		<-l.done
+		if !l.stopped {
+			l.wstop()
+			<-l.werr
+		}
+	})
 	return l
 }
 
@@ -368,6 +377,7 @@ func (l *load) workerAlive(t *testing.T) {
 	t.Helper()
 	select {
 	case err := <-l.werr:
+		l.stopped = true
 		require.FailNow(t, "the worker stopped", "%v", err)
 	default:
 	}
@@ -413,6 +423,7 @@ func (l *load) finish(t *testing.T, ctx context.Context) {
 		return live
 	})
 	l.wstop()
+	l.stopped = true
 	require.NoError(t, <-l.werr)
 }
 
