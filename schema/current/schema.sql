@@ -2037,6 +2037,8 @@ CREATE TABLE hopper.hopper_rate_claims (
     awaiting_starts boolean DEFAULT false NOT NULL
 );
 
+ALTER TABLE ONLY hopper.hopper_rate_claims REPLICA IDENTITY FULL;
+
 --
 -- Name: hopper_schedule_versions; Type: TABLE; Schema: hopper; Owner: -
 --

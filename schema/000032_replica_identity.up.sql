@@ -1,0 +1,39 @@
+-- A replica identity for the one table that had none (issue 64), so that
+-- logical replication can carry every change of a Hopper schema: Citus
+-- moves a distributed schema to another node online that way
+-- (citus_schema_move, the rebalancer, by default), and refuses to while a
+-- table of the schema has neither a primary key nor a replica identity.
+-- On plain PostgreSQL too, a publication that carries updates and deletes
+-- (a logical replica, an upgrade by logical replication) makes the server
+-- refuse UPDATE and DELETE on such a table: rate-limited claims, which
+-- prune the log, would fail.
+--
+-- Every other table has a primary key, which is its replica identity, and
+-- the partitions that hopper_history_partitions_ensure and
+-- hopper_dead_partitions_ensure create are given PRIMARY KEY (id) by them
+-- (the partitioned parents hold no rows: replication carries their
+-- partitions); schema/TestEveryTableHasAReplicaIdentity checks all of
+-- them, new partitions included.
+--
+-- hopper_rate_claims, the log of rate-limited claims, gets REPLICA
+-- IDENTITY FULL rather than a primary key: its rows have no key. The
+-- nearest, (queue, rate_group, claimed_at), may legitimately repeat:
+-- claimed_at is clock_timestamp(), and RateClaimStarted moves a claim's
+-- rows to its own clock_timestamp() outside the per-queue claim lock, so a
+-- claim on another session can log the same microsecond for the same
+-- group (as can two claims after the clock is stepped back). A unique key
+-- would fail those claims, and this migration on a log holding such rows.
+-- A column of our own (an identity) would rewrite the table and change
+-- what every build inserts, for a table that stays as small as one
+-- window's claims. With FULL, an UPDATE or DELETE logs the old row whole
+-- and a subscriber finds it by comparing every column: cheap for rows of
+-- seven small columns in a table of one window's claims, and two equal
+-- rows are interchangeable, so either may be the one changed.
+--
+-- Locks: hopper_rate_claims in ACCESS EXCLUSIVE mode for a catalog change
+-- (no rewrite, no scan): milliseconds, during which only rate-limited
+-- claims (worker.Rate) wait.
+--
+-- Guarded by: schema/TestEveryTableHasAReplicaIdentity,
+-- tests/citus/TestCitusShardMove.
+ALTER TABLE hopper_rate_claims REPLICA IDENTITY FULL;
