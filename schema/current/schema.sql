@@ -1065,12 +1065,14 @@ CREATE FUNCTION hopper.hopper_sequence_promote(sequence_key text) RETURNS bigint
     AS $$
 #variable_conflict use_variable
 DECLARE
+    -- now(), read once: see the migration's note
+    clock timestamptz := now();
     next record;
 BEGIN
     FOR round IN 1..100 LOOP
         UPDATE hopper_jobs AS j
-        SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'pending' END,
-            run_at = greatest(j.run_at, now())
+        SET state = CASE WHEN j.run_at > clock THEN 'scheduled' ELSE 'pending' END,
+            run_at = greatest(j.run_at, clock)
         WHERE j.id = (SELECT w.id FROM hopper_jobs AS w
                       WHERE (w.meta ->> 'hopper.sequence') = sequence_key AND w.state = 'waiting'
                       ORDER BY w.id
@@ -1105,13 +1107,15 @@ CREATE FUNCTION hopper.hopper_sequence_promote_keys(keys text[]) RETURNS void
     SET search_path TO 'hopper', 'pg_temp'
     AS $$
 DECLARE
+    -- now(), read once: see the migration's note
+    clock timestamptz := now();
     done text[];
     missed text;
 BEGIN
     WITH promoted AS (
         UPDATE hopper_jobs AS j
-        SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'pending' END,
-            run_at = greatest(j.run_at, now())
+        SET state = CASE WHEN j.run_at > clock THEN 'scheduled' ELSE 'pending' END,
+            run_at = greatest(j.run_at, clock)
         FROM (SELECT f.id
               FROM unnest(keys) AS k(key)
               CROSS JOIN LATERAL (SELECT w.id FROM hopper_jobs AS w
@@ -1323,11 +1327,12 @@ $$;
 
 CREATE FUNCTION hopper.hopper_workflow_decide(ready bigint[]) RETURNS bigint[]
     LANGUAGE plpgsql
-    SET jit TO 'off'
-    SET plan_cache_mode TO 'force_generic_plan'
     SET search_path TO 'hopper', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
+    -- now(), read once: see the migration's note
+    clock timestamptz := now();
     go bigint[];
     doomed bigint[];
     held bigint[];
@@ -1356,8 +1361,8 @@ BEGIN
     IF go IS NOT NULL THEN
         WITH promoted AS (
             UPDATE hopper_jobs AS j
-            SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'pending' END,
-                run_at = greatest(j.run_at, now())
+            SET state = CASE WHEN j.run_at > clock THEN 'scheduled' ELSE 'pending' END,
+                run_at = greatest(j.run_at, clock)
             WHERE j.id = ANY (go) AND j.state = 'waiting'
             RETURNING j.id, j.queue, j.state, j.priority, j.run_at
         )

@@ -5,27 +5,38 @@
 -- redefines the function copies this body, edited, and its review
 -- reads this file's diff (CONTRIBUTING.md, The PL/pgSQL).
 
--- hopper_sequence_promote(text): defined by schema/000013_sequences.up.sql.
+-- hopper_sequence_promote(text): defined by schema/000033_citus_clock.up.sql.
 --
--- Makes the first waiting job of the key its head (pending, or scheduled
--- when it is due later) and wakes its queue. A job whose turn comes is due
--- from then: its run_at moves up to now when it was earlier, so it queues
--- behind the jobs already ready (keys take turns, and a busy key's next
--- job does not jump the backlog), and it lands ahead of its workers' claim
--- cursors rather than making them scan again from behind. Returns its id, or NULL when
--- none waits. Each statement of a PL/pgSQL function takes a fresh snapshot
--- (READ COMMITTED), so a waiting job deleted or cancelled while this ran
--- is passed over on the next round.
-CREATE FUNCTION hopper_sequence_promote(sequence_key text) RETURNS bigint
+-- The sequence and workflow functions that make a job's turn come read
+-- the clock once, into a variable, instead of calling now() inside a CASE.
+--
+-- On Citus (docs/scaling-out.md) every node holds the metadata of every
+-- distributed table, so a statement in a trigger function on the node of a
+-- shard's schema is planned by Citus like one sent to the coordinator, and
+-- Citus refuses an UPDATE or INSERT of a distributed table whose SET list
+-- calls a function that is not immutable inside a CASE or COALESCE
+-- ("non-IMMUTABLE functions are not allowed in CASE or COALESCE
+-- statements"): it evaluates such functions before it sends the statement
+-- to the shard, and cannot tell whether a CASE's branch would run. Every
+-- enqueue of a sequence job, and every acknowledgement that passes a
+-- sequence's or a workflow's turn, failed so on a distributed schema.
+--
+-- A PL/pgSQL variable is a parameter of the statement, which Citus takes
+-- as a constant. now() is the transaction's start in both places, so
+-- nothing changes on plain PostgreSQL: the same jobs become pending or
+-- scheduled, with the same run_at.
+CREATE OR REPLACE FUNCTION hopper_sequence_promote(sequence_key text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_variable
 DECLARE
+    -- now(), read once: see the migration's note
+    clock timestamptz := now();
     next record;
 BEGIN
     FOR round IN 1..100 LOOP
         UPDATE hopper_jobs AS j
-        SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'pending' END,
-            run_at = greatest(j.run_at, now())
+        SET state = CASE WHEN j.run_at > clock THEN 'scheduled' ELSE 'pending' END,
+            run_at = greatest(j.run_at, clock)
         WHERE j.id = (SELECT w.id FROM hopper_jobs AS w
                       WHERE (w.meta ->> 'hopper.sequence') = sequence_key AND w.state = 'waiting'
                       ORDER BY w.id
@@ -51,5 +62,5 @@ BEGIN
 END;
 $$;
 
--- Set by schema/000013_sequences.up.sql:
+-- Set by schema/000033_citus_clock.up.sql:
 -- EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_promote(text) SET search_path = %1$I, pg_temp', current_schema());

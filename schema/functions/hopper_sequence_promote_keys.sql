@@ -5,27 +5,21 @@
 -- redefines the function copies this body, edited, and its review
 -- reads this file's diff (CONTRIBUTING.md, The PL/pgSQL).
 
--- hopper_sequence_promote_keys(text[]): defined by schema/000013_sequences.up.sql.
+-- hopper_sequence_promote_keys(text[]): defined by schema/000033_citus_clock.up.sql.
 --
--- hopper_sequence_promote for many keys at once, none of which has a head
--- or a block: one statement for all (an acknowledgement batch's keys, a
--- commit's), then hopper_sequence_promote for any key whose first waiting
--- job changed under it. The promoted jobs are updated in id order (a loop
--- over them sorted, each looked up by primary key), so they are locked in
--- the order every statement that waits for job rows locks them, without a
--- separate lock of each (a write of its own); their queues are woken once
--- each, with the place in claim order of their first promoted job
--- (as Notify does).
-CREATE FUNCTION hopper_sequence_promote_keys(keys text[]) RETURNS void
+
+CREATE OR REPLACE FUNCTION hopper_sequence_promote_keys(keys text[]) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
+    -- now(), read once: see the migration's note
+    clock timestamptz := now();
     done text[];
     missed text;
 BEGIN
     WITH promoted AS (
         UPDATE hopper_jobs AS j
-        SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'pending' END,
-            run_at = greatest(j.run_at, now())
+        SET state = CASE WHEN j.run_at > clock THEN 'scheduled' ELSE 'pending' END,
+            run_at = greatest(j.run_at, clock)
         FROM (SELECT f.id
               FROM unnest(keys) AS k(key)
               CROSS JOIN LATERAL (SELECT w.id FROM hopper_jobs AS w
@@ -59,5 +53,5 @@ BEGIN
 END;
 $$;
 
--- Set by schema/000013_sequences.up.sql:
+-- Set by schema/000033_citus_clock.up.sql:
 -- EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_promote_keys(text[]) SET search_path = %1$I, pg_temp', current_schema());

@@ -5,21 +5,14 @@
 -- redefines the function copies this body, edited, and its review
 -- reads this file's diff (CONTRIBUTING.md, The PL/pgSQL).
 
--- hopper_workflow_decide(bigint[]): defined by schema/000015_workflow_edges.up.sql.
+-- hopper_workflow_decide(bigint[]): defined by schema/000033_citus_clock.up.sql.
 --
--- Promotes, cancels or leaves the given waiting steps, whose parents have
--- all ended (the caller holds their rows' locks): a step none of whose
--- parents failed, or whose policy is run, becomes pending (scheduled when
--- its run_at is later; its run_at moves up to now, as a sequence's turn
--- does); a step with a failed parent under cancel moves to the dead table
--- as cancelled (its own children are the caller's to count down: returns
--- their ids); under wait it stays, unless a failed parent is gone for good
--- (purged: no retry can bring it back), and then it is cancelled too.
--- The failures are read from the edges, never from the dead rows. Wakes
--- each queue once.
+
 CREATE OR REPLACE FUNCTION hopper_workflow_decide(ready bigint[]) RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
+    -- now(), read once: see the migration's note
+    clock timestamptz := now();
     go bigint[];
     doomed bigint[];
     held bigint[];
@@ -48,8 +41,8 @@ BEGIN
     IF go IS NOT NULL THEN
         WITH promoted AS (
             UPDATE hopper_jobs AS j
-            SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'pending' END,
-                run_at = greatest(j.run_at, now())
+            SET state = CASE WHEN j.run_at > clock THEN 'scheduled' ELSE 'pending' END,
+                run_at = greatest(j.run_at, clock)
             WHERE j.id = ANY (go) AND j.state = 'waiting'
             RETURNING j.id, j.queue, j.state, j.priority, j.run_at
         )
@@ -98,11 +91,8 @@ BEGIN
 END;
 $$;
 
--- Set by schema/000015_workflow_edges.up.sql:
-ALTER FUNCTION hopper_workflow_decide(bigint[]) SET jit = off;
-
--- Set by schema/000024_dead_partitions.up.sql:
-ALTER FUNCTION hopper_workflow_decide(bigint[]) SET plan_cache_mode = force_generic_plan;
-
--- Set by schema/000025_workflow_lookups.up.sql:
+-- Set by schema/000033_citus_clock.up.sql:
 -- EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_decide(bigint[]) SET search_path = %1$I, pg_temp', current_schema());
+
+-- Set by schema/000033_citus_clock.up.sql:
+ALTER FUNCTION hopper_workflow_decide(bigint[]) SET plan_cache_mode = force_generic_plan;
