@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -40,58 +38,6 @@ func (s *Set) GetJobTx(ctx context.Context, tx jobs.DBTX, id int64) (jobs.Row, e
 		return jobs.Row{}, fmt.Errorf("job %d: %w", id, hopper.ErrNotFound)
 	}
 	return c.GetJobTx(ctx, tx, id)
-}
-
-// CancelJob is hopper.Client.CancelJob on the shard the id names.
-func (s *Set) CancelJob(ctx context.Context, id int64) error {
-	return s.CancelJobTx(ctx, s.pool, id)
-}
-
-// CancelJobTx is CancelJob on the caller's transaction.
-func (s *Set) CancelJobTx(ctx context.Context, tx jobs.DBTX, id int64) error {
-	c, ok := s.client(id)
-	if !ok {
-		return fmt.Errorf("cancel job %d: %w", id, hopper.ErrNotFound)
-	}
-	return c.CancelJobTx(ctx, tx, id)
-}
-
-// CancelJobs is hopper.Client.CancelJobs across shards: one statement per
-// shard the ids name, in one transaction (its own, committed in two
-// phases by Citus when the shards are on two nodes). One result per
-// distinct id, in id order.
-func (s *Set) CancelJobs(ctx context.Context, ids ...int64) ([]hopper.CancelResult, error) {
-	return s.CancelJobsTx(ctx, s.pool, ids...)
-}
-
-// CancelJobsTx is CancelJobs on the caller's transaction.
-func (s *Set) CancelJobsTx(ctx context.Context, tx jobs.DBTX, ids ...int64) ([]hopper.CancelResult, error) {
-	groups := make(map[int][]int64)
-	var out []hopper.CancelResult
-	for _, id := range ids {
-		if id < 1 {
-			out = append(out, hopper.CancelResult{ID: id, Err: fmt.Errorf("cancel job %d: %w", id, hopper.ErrNotFound)})
-			continue
-		}
-		k := int(id % int64(len(s.names)))
-		groups[k] = append(groups[k], id)
-	}
-	err := s.inTx(ctx, tx, func(tx pgx.Tx) error {
-		for _, k := range sortedKeys(groups) {
-			res, err := s.clients[k].CancelJobsTx(ctx, tx, groups[k]...)
-			if err != nil {
-				return fmt.Errorf("shard %s: %w", s.names[k], err)
-			}
-			out = append(out, res...)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	slices.SortFunc(out, func(a, b hopper.CancelResult) int { return cmp.Compare(a.ID, b.ID) })
-	out = slices.CompactFunc(out, func(a, b hopper.CancelResult) bool { return a.ID == b.ID })
-	return out, nil
 }
 
 // DeleteJob is hopper.Client.DeleteJob on the shard the id names.
@@ -241,13 +187,4 @@ func (s *Set) GetStats(ctx context.Context) (hopper.Stats, error) {
 		out.At = time.Now()
 	}
 	return out, nil
-}
-
-func sortedKeys(m map[int][]int64) []int {
-	keys := make([]int, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -1,9 +1,9 @@
 package shard
 
 import (
+	"context"
 	"crypto/md5"
 	"encoding/binary"
-	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"

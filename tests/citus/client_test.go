@@ -254,38 +254,84 @@ func TestCitusShardedClient(t *testing.T) {
 		_, err = set.GetJob(ctx, ids[1])
 		require.ErrorIs(t, err, hopper.ErrNotFound)
 
-		// CancelJob is routed to the id's shard as well; Citus 13.2.2
-		// refuses the Cancel statement through the coordinator (its
-		// DELETE … RETURNING feeding the dead jobs' INSERT is planned as
-		// intermediate results, one read back in the wrong format), and
-		// the job is then left as it was: nothing lost.
-		if err := set.CancelJob(ctx, ids[0]); err != nil {
-			t.Logf("known: Citus refuses CancelJob through the coordinator: %v", err)
-			row, err = set.GetJob(ctx, ids[0])
-			require.NoError(t, err)
-			require.Equal(t, jobs.StatePending, row.State, "a refused cancel leaves the job as it was")
-			res, err := set.CancelJobs(ctx, ids[2:]...)
-			require.Error(t, err)
-			require.Nil(t, res)
-			for _, id := range ids[2:] {
-				row, err := set.GetJob(ctx, id)
-				require.NoError(t, err)
-				require.Equal(t, jobs.StatePending, row.State)
-			}
-			return
-		}
+		// CancelJob: the job moves to its shard's dead jobs as cancelled,
+		// what it carried intact (payload, metadata, keys; none stays none).
+		require.NoError(t, set.CancelJob(ctx, ids[0]))
 		require.ErrorIs(t, set.CancelJob(ctx, ids[0]), hopper.ErrFinished)
 		row, err = set.GetJob(ctx, ids[0])
 		require.NoError(t, err)
 		require.Equal(t, jobs.StateCancelled, row.State)
-
-		// Several ids across shards on both nodes, in one transaction.
-		res, err := set.CancelJobs(ctx, ids[2:]...)
+		require.Equal(t, "byid", row.Queue)
+		require.JSONEq(t, `{"n":100}`, string(row.Payload))
+		var metaIsNull, keyIsNull bool
+		require.NoError(t, pool.QueryRow(ctx, fmt.Sprintf("SELECT meta IS NULL, concurrency_key IS NULL FROM %s.hopper_dead_jobs WHERE id = $1",
+			pgx.Identifier{set.ShardOfID(ids[0])}.Sanitize()), ids[0]).Scan(&metaIsNull, &keyIsNull))
+		require.True(t, metaIsNull)
+		require.True(t, keyIsNull)
+		keyed, err := shard.Enqueue(ctx, set, pool, chore, bed.Chore{N: 7}, jobs.Queue("byid"),
+			jobs.ConcurrencyKey("acct-7"), jobs.UniqueKey("u-7"), jobs.Metadata(jobs.Meta{"tenant": "acme"}))
 		require.NoError(t, err)
-		require.Len(t, res, len(ids)-2)
-		for _, r := range res {
-			require.NoError(t, r.Err, "job %d", r.ID)
+		require.NoError(t, set.CancelJob(ctx, keyed.ID))
+		row, err = set.GetJob(ctx, keyed.ID)
+		require.NoError(t, err)
+		require.Equal(t, jobs.StateCancelled, row.State)
+		require.Equal(t, "acme", row.Meta["tenant"])
+		require.Equal(t, "acct-7", row.ConcurrencyKey)
+		require.Equal(t, "u-7", row.UniqueKey)
+
+		// A running job: its worker is told on the coordinator, where the
+		// shards' workers listen, naming the shard, the job and its attempt.
+		listener, err := pgx.Connect(ctx, f.URL())
+		require.NoError(t, err)
+		defer listener.Close(context.WithoutCancel(ctx))
+		_, err = listener.Exec(ctx, "LISTEN hopper_jobs")
+		require.NoError(t, err)
+		running := ids[2]
+		home := shardPool(t, ctx, f, set.ShardOfID(running))
+		_, err = home.Exec(ctx, "UPDATE hopper_jobs SET state = 'running', attempt = 1, lease_owner = 'w-1', lease_until = now() + interval '1 minute' WHERE id = $1", running)
+		require.NoError(t, err)
+		require.NoError(t, set.CancelJob(ctx, running))
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		note, err := listener.WaitForNotification(wctx)
+		cancel()
+		require.NoError(t, err)
+		var told struct {
+			Schema  string
+			Cancel  int64
+			Attempt int
+			Owner   string
 		}
+		require.NoError(t, json.Unmarshal([]byte(note.Payload), &told))
+		require.Equal(t, set.ShardOfID(running), told.Schema)
+		require.Equal(t, running, told.Cancel)
+		require.Equal(t, 1, told.Attempt)
+		require.Equal(t, "w-1", told.Owner)
+
+		// Several ids across shards on both nodes, in one transaction: the
+		// live ones cancelled, the others said to be finished or missing.
+		res, err := set.CancelJobs(ctx, append(ids[3:], ids[0], ids[1], 0)...)
+		require.NoError(t, err)
+		require.Len(t, res, len(ids)-3+3)
+		for _, r := range res {
+			switch r.ID {
+			case 0, ids[1]:
+				require.ErrorIs(t, r.Err, hopper.ErrNotFound, "job %d", r.ID)
+			case ids[0]:
+				require.ErrorIs(t, r.Err, hopper.ErrFinished)
+				require.Equal(t, jobs.StateCancelled, r.Was)
+			default:
+				require.NoError(t, r.Err, "job %d", r.ID)
+				require.Equal(t, jobs.StatePending, r.Was)
+			}
+		}
+		shards := map[string]bool{}
+		for _, id := range ids[3:] {
+			shards[set.ShardOfID(id)] = true
+			row, err := set.GetJob(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, jobs.StateCancelled, row.State)
+		}
+		require.Len(t, shards, 4, "the ids cancelled together span every shard")
 	})
 
 	t.Run("ReadsAcrossShards", func(t *testing.T) {

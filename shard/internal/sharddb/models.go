@@ -8,9 +8,286 @@ import (
 	"time"
 )
 
+type HopperAllJob struct {
+	ID             int64
+	Queue          string
+	Kind           string
+	Version        int32
+	Payload        []byte
+	State          string
+	Priority       int16
+	RunAt          time.Time
+	Attempt        int32
+	MaxAttempts    int32
+	LeaseOwner     *string
+	LeaseUntil     *time.Time
+	UniqueKey      *string
+	Errors         []byte
+	CreatedAt      time.Time
+	FinishedAt     *time.Time
+	Reason         *string
+	Result         []byte
+	Meta           []byte
+	ConcurrencyKey *string
+}
+
+type HopperDeadJob struct {
+	ID             int64
+	Queue          string
+	Kind           string
+	Version        int32
+	Payload        []byte
+	Priority       int16
+	Attempt        int32
+	MaxAttempts    int32
+	UniqueKey      *string
+	Errors         []byte
+	Reason         string
+	CreatedAt      time.Time
+	DiedAt         time.Time
+	State          string
+	RunAt          time.Time
+	Meta           []byte
+	ConcurrencyKey *string
+	PartitionAt    *time.Time
+}
+
+type HopperDeadJobsDefault struct {
+	ID             int64
+	Queue          string
+	Kind           string
+	Version        int32
+	Payload        []byte
+	Priority       int16
+	Attempt        int32
+	MaxAttempts    int32
+	UniqueKey      *string
+	Errors         []byte
+	Reason         string
+	CreatedAt      time.Time
+	DiedAt         time.Time
+	State          string
+	RunAt          time.Time
+	Meta           []byte
+	ConcurrencyKey *string
+	PartitionAt    *time.Time
+}
+
+type HopperDeadPartition struct {
+	Name    string
+	LowerAt time.Time
+	UpperAt time.Time
+}
+
 type HopperDirectoryHopperShard struct {
 	Position   int32
 	Name       string
 	ShardCount int32
 	CreatedAt  time.Time
+}
+
+type HopperEvent struct {
+	Name      string
+	Payload   []byte
+	EmittedAt *time.Time
+	CreatedAt time.Time
+}
+
+type HopperHistoryPartition struct {
+	Name    string
+	LowerAt time.Time
+	UpperAt time.Time
+}
+
+type HopperJob struct {
+	ID             int64
+	Queue          string
+	Kind           string
+	Version        int32
+	Payload        []byte
+	State          string
+	Priority       int16
+	RunAt          time.Time
+	Attempt        int32
+	MaxAttempts    int32
+	LeaseOwner     *string
+	LeaseUntil     *time.Time
+	UniqueKey      *string
+	Errors         []byte
+	CreatedAt      time.Time
+	Meta           []byte
+	ConcurrencyKey *string
+}
+
+type HopperJobHistory struct {
+	ID             int64
+	Queue          string
+	Kind           string
+	Version        int32
+	Payload        []byte
+	Priority       int16
+	Attempt        int32
+	MaxAttempts    int32
+	UniqueKey      *string
+	Errors         []byte
+	RunAt          time.Time
+	Result         []byte
+	CreatedAt      time.Time
+	FinishedAt     time.Time
+	KeepUntil      time.Time
+	Meta           []byte
+	ConcurrencyKey *string
+	DropAfter      *time.Time
+}
+
+type HopperJobHistoryDefault struct {
+	ID             int64
+	Queue          string
+	Kind           string
+	Version        int32
+	Payload        []byte
+	Priority       int16
+	Attempt        int32
+	MaxAttempts    int32
+	UniqueKey      *string
+	Errors         []byte
+	RunAt          time.Time
+	Result         []byte
+	CreatedAt      time.Time
+	FinishedAt     time.Time
+	KeepUntil      time.Time
+	Meta           []byte
+	ConcurrencyKey *string
+	DropAfter      *time.Time
+}
+
+type HopperJobProgress struct {
+	JobID     int64
+	Progress  []byte
+	UpdatedAt time.Time
+}
+
+type HopperJobStep struct {
+	JobID     int64
+	Position  int32
+	Name      string
+	Kind      string
+	State     string
+	Result    []byte
+	Until     *time.Time
+	CreatedAt time.Time
+}
+
+type HopperKeyLimit struct {
+	Queue      string
+	Key        string
+	MaxRunning int32
+	UpdatedAt  time.Time
+}
+
+type HopperMigrationBuild struct {
+	Version       int64
+	HopperVersion string
+	Program       string
+	Revision      string
+	VcsModified   bool
+	VcsTime       *time.Time
+	GoVersion     string
+	AppliedBy     string
+	AppliedAt     time.Time
+}
+
+type HopperQueue struct {
+	Name          string
+	PausedAt      *time.Time
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	AgedAt        *time.Time
+	FlowControl   *string
+	FlowControlBy *string
+	FlowControlAt *time.Time
+}
+
+type HopperRateClaim struct {
+	Queue          string
+	RateGroup      string
+	ClaimedAt      time.Time
+	Jobs           int32
+	RateLimit      int32
+	WindowMs       int64
+	AwaitingStarts bool
+}
+
+type HopperSchedule struct {
+	Name           string
+	Kind           string
+	Expression     string
+	TimeZone       string
+	Policy         string
+	CatchUp        int32
+	Queue          string
+	DefinitionHash string
+	NextFireAt     time.Time
+	LastFireAt     *time.Time
+	LastSlot       *time.Time
+	PausedAt       *time.Time
+	TriggeredAt    *time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+type HopperScheduleVersion struct {
+	Name         string
+	Hash         string
+	FirstSeenAt  time.Time
+	LastSeenAt   time.Time
+	StaleAfterMs int64
+}
+
+type HopperSequenceBlock struct {
+	SequenceKey string
+	JobID       int64
+	Queue       string
+	Kind        string
+	State       string
+	Reason      string
+	BlockedAt   time.Time
+}
+
+type HopperSharedLimit struct {
+	Kind       string
+	Name       string
+	MaxRunning int32
+	RecordedAt time.Time
+}
+
+type HopperUniquePeriod struct {
+	UniqueKey string
+	JobID     int64
+	Kind      string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
+type HopperWorker struct {
+	ID            string
+	Host          string
+	Pid           int32
+	HopperVersion string
+	Queues        []string
+	StartedAt     time.Time
+	LastSeenAt    time.Time
+	StaleAfterMs  int64
+	ReleasedAt    *time.Time
+}
+
+type HopperWorkflowDep struct {
+	ParentID     int64
+	ChildID      int64
+	ParentFailed *string
+}
+
+type HopperWorkflowWait struct {
+	ChildID     int64
+	ParentsLeft int32
 }
