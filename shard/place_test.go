@@ -43,12 +43,16 @@ func TestNamePadsThePosition(t *testing.T) {
 	require.NoError(t, Options{Count: 4, Prefix: DefaultPrefix}.check())
 }
 
-// TestPlacementOrder: the unique key places a job first, then the
+// TestPlacementOrder: a sequence key given as metadata places a job
+// first, then the unique key, then the
 // concurrency key, then the routing key, else the shards take turns.
 func TestPlacementOrder(t *testing.T) {
 	kind := jobs.MustDefine[struct{}]("shard_placement_order")
 	s := &Set{names: []string{"a", "b", "c", "d", "e", "f", "g"}}
-	e := kind.Entry(struct{}{}, jobs.UniqueKey("u1"), jobs.ConcurrencyKey("c1"))
+	e := kind.Entry(struct{}{}, jobs.Metadata(jobs.Meta{jobs.MetaSequence: "s1"}), jobs.UniqueKey("u1"), jobs.ConcurrencyKey("c1"))
+	require.NoError(t, e.Err())
+	require.Equal(t, Position("s1", 7), s.place(e, "r1"))
+	e = kind.Entry(struct{}{}, jobs.UniqueKey("u1"), jobs.ConcurrencyKey("c1"))
 	require.Equal(t, Position("u1", 7), s.place(e, "r1"))
 	e = kind.Entry(struct{}{}, jobs.ConcurrencyKey("c1"))
 	require.Equal(t, Position("c1", 7), s.place(e, "r1"))
