@@ -38,7 +38,7 @@ failover: ## the failover scenarios at full size on a pg_auto_failover formation
 	HOPPER_FAILOVER=full go test -count=1 -v -run 'TestFailover$$' -timeout 40m ./tests/failover 2>&1 | grep -vE 'level=(WARN|INFO)'
 
 .PHONY: citus
-citus: ## Hopper on a Citus formation (a coordinator and two worker nodes on local ports; Citus installed from ../shared/citus/install.sh when missing): distributed schemas migrated by schema.Up and hopper migrate, a job worked through the coordinator, figures printed, everything torn down (about a minute)
+citus: ## Hopper on a Citus formation (a coordinator and two worker nodes on local ports; Citus installed from ../shared/citus/install.sh when missing): distributed schemas migrated by schema.Up and hopper migrate, a job worked through the coordinator, a sharded Hopper (shard.Create, the sharded Client, hopper shards), figures printed, everything torn down (about a minute)
 	go test -count=1 -v -run 'TestCitus' -timeout 20m ./tests/citus
 
 FUZZTIME ?= 10s
@@ -139,25 +139,31 @@ screenshot: ## retake docs/dashboard.png with the dashboard's browser test
 
 .PHONY: generate
 generate: ## regenerate db/ from schema/ and queries/ with sqlc, the test factory's factorydb/, schema/functions/ (each SQL function's current source), schema/current/schema.sql (needs the tests' PostgreSQL), then the embed-sqlc example's code
-	rm -f db/*.go internal/testbed/testfactory/factorydb/*.go
+	rm -f db/*.go internal/testbed/testfactory/factorydb/*.go shard/internal/sharddb/*.go
 	$(SQLC) generate
 	$(SQLC) generate -f internal/testbed/testfactory/sqlc.yaml
+	$(SQLC) generate -f shard/sqlc.yaml
 	go run ./internal/tools/sqlfuncs/gen schema schema/functions
 	bash .ci/current-schema.sh schema/current/schema.sql
 	$(MAKE) -C $(EXAMPLE) generate
 
 .PHONY: check-generated
 check-generated: ## fail when db/, the test factory's factorydb/, schema/functions/ or schema/current/schema.sql differs from what the SQL makes (stale files included)
-	rm -rf $(SCRATCH) && mkdir -p $(SCRATCH)/internal/testbed/testfactory
+	rm -rf $(SCRATCH) && mkdir -p $(SCRATCH)/internal/testbed/testfactory $(SCRATCH)/shard
 	cp -R sqlc.yaml schema queries $(SCRATCH)/
 	cp internal/testbed/testfactory/sqlc.yaml internal/testbed/testfactory/factory.sql $(SCRATCH)/internal/testbed/testfactory/
+	cp -R shard/sqlc.yaml shard/sql $(SCRATCH)/shard/
 	$(SQLC) generate -f $(SCRATCH)/sqlc.yaml
 	$(SQLC) generate -f $(SCRATCH)/internal/testbed/testfactory/sqlc.yaml
+	$(SQLC) generate -f $(SCRATCH)/shard/sqlc.yaml
 	@if ! diff -r db $(SCRATCH)/db; then \
 		echo "db/ is stale: run 'make generate' and commit the result" >&2; exit 1; \
 	fi
 	@if ! diff -r internal/testbed/testfactory/factorydb $(SCRATCH)/internal/testbed/testfactory/factorydb; then \
 		echo "internal/testbed/testfactory/factorydb/ is stale: run 'make generate' and commit the result" >&2; exit 1; \
+	fi
+	@if ! diff -r shard/internal/sharddb $(SCRATCH)/shard/internal/sharddb; then \
+		echo "shard/internal/sharddb/ is stale: run 'make generate' and commit the result" >&2; exit 1; \
 	fi
 	go run ./internal/tools/sqlfuncs/gen schema $(SCRATCH)/functions
 	@if ! diff -r schema/functions $(SCRATCH)/functions; then \

@@ -29,7 +29,7 @@ var layers = [][]string{
 	{"internal/"}, // the library's internals, below what they serve
 	{"jobs", "schema", "queries"},
 	{"internal/rows", "internal/worker/"},
-	{"", "worker"},
+	{"", "worker", "shard"},
 	{"internal/testbed/", "internal/tools/"},
 	{"hoppertest", "dashboard", "examples/"},
 	{"cmd/"},

@@ -93,6 +93,7 @@ func commands() []*command {
 		queuesCommand(),
 		schedulesCommand(),
 		workersCommand(),
+		shardsCommand(),
 		sequencesCommand(),
 		workflowsCommand(),
 		eventsCommand(),
