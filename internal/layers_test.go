@@ -30,6 +30,7 @@ var layers = [][]string{
 	{"jobs", "schema", "queries"},
 	{"internal/rows", "internal/worker/"},
 	{"", "worker"},
+	{"shard"}, // a sharded Hopper on Citus: the Client and the worker over many schemas
 	{"internal/testbed/", "internal/tools/"},
 	{"hoppertest", "dashboard", "examples/"},
 	{"cmd/"},
