@@ -2,7 +2,12 @@ package citus
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -68,6 +73,7 @@ func TestCitusShardedWorker(t *testing.T) {
 	t.Run("two workers share the shards", func(t *testing.T) { b.twoWorkers(t, ctx) })
 	t.Run("a late shard is not starved", func(t *testing.T) { b.lateShard(t, ctx) })
 	t.Run("a coordinator notify wakes the shard", func(t *testing.T) { b.coordinatorWakeUp(t, ctx) })
+	t.Run("a killed worker's jobs taken over in every shard", func(t *testing.T) { b.takeover(t, ctx) })
 	t.Run("figures", func(t *testing.T) { b.figures(t, ctx) })
 }
 
@@ -247,6 +253,13 @@ func (b *shardedBed) everyJobOnce(t *testing.T, ctx context.Context) {
 		var id string
 		require.NoError(t, b.pools[s].QueryRow(ctx, "SELECT id FROM hopper_workers WHERE released_at IS NULL").Scan(&id))
 		require.Equal(t, "solo/"+s, id, "the runtime of %s registered there under its suffixed ID", s)
+		// And beats there: its heartbeat's statements, on a connection it
+		// holds from the pool, are scoped to the shard too.
+		testdb.WaitFor(t, "the runtime of "+s+" beating", func() bool {
+			var beaten bool
+			require.NoError(t, b.pools[s].QueryRow(ctx, "SELECT last_seen_at > started_at FROM hopper_workers WHERE id = $1", id).Scan(&beaten))
+			return beaten
+		})
 	}
 	require.NoError(t, stop())
 	ran.once(t, len(b.shards), n)
@@ -465,4 +478,123 @@ func (b *shardedBed) figures(t *testing.T, ctx context.Context) {
 	four := measure(b.shards)
 	t.Logf("figure: one sharded worker (concurrency 8 a shard), %d jobs: %.0f jobs/s all in one shard, %.0f jobs/s in %d shards on 2 nodes (ratio %.2f)",
 		total, one, four, len(b.shards), four/one)
+}
+
+// testWriter writes a worker's log lines to the test's log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// processEnv carries a worker process's orders from the test to
+// TestShardedWorkerProcess, in this test binary run again.
+const processEnv = "HOPPER_SHARDED_WORKER_PROCESS"
+
+// workerOrders are what the worker process serves.
+type workerOrders struct {
+	URL    string   `json:"url"`
+	Shards []string `json:"shards"`
+	ID     string   `json:"id"`
+}
+
+// TestShardedWorkerProcess is not a test: it is the sharded worker
+// process the takeover scenario starts (this test binary run again with
+// processEnv set) and kills. Its handlers never return, so the jobs it
+// claims stay running under its leases until it is gone. It skips
+// without processEnv.
+func TestShardedWorkerProcess(t *testing.T) {
+	raw := os.Getenv(processEnv)
+	if raw == "" {
+		t.Skip("the takeover scenario's worker process; runs only when started by it")
+	}
+	var o workerOrders
+	require.NoError(t, json.Unmarshal([]byte(raw), &o))
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, o.URL)
+	require.NoError(t, err)
+	w, err := shard.NewWorker(pool, o.Shards, worker.Config{ID: o.ID, Queues: map[string]int{jobs.DefaultQueue: 2},
+		BeatInterval: 100 * time.Millisecond, LeaseDuration: 5 * time.Minute, Logger: bed.QuietLog})
+	require.NoError(t, err)
+	require.NoError(t, shard.Handle(w, errand, func(ctx context.Context, _ *jobs.Job[bed.Chore]) error {
+		<-ctx.Done() // held until the process is killed
+		return ctx.Err()
+	}))
+	require.NoError(t, w.Run(ctx))
+}
+
+// takeover: a sharded worker process claims jobs in every shard (two
+// each, its concurrency) and is killed with SIGKILL while their handlers
+// run. Another sharded worker hands them back, shard by shard, through
+// each shard's registry (the killed one's rows stop beating; their leases,
+// five minutes long, have not expired, so no sweep can explain it), and
+// runs every job once more: none lost, each of the killed worker's jobs
+// on its second attempt.
+func (b *shardedBed) takeover(t *testing.T, ctx context.Context) {
+	const n = 5
+	for k := range b.shards {
+		b.enqueue(t, ctx, k, 0, n)
+	}
+	orders, err := json.Marshal(workerOrders{URL: b.f.URL(), Shards: b.shards, ID: "doomed"})
+	require.NoError(t, err)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestShardedWorkerProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), processEnv+"="+string(orders))
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	defer func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}()
+	held := func(s string) int {
+		var c int
+		require.NoError(t, b.pools[s].QueryRow(ctx, "SELECT count(*) FROM hopper_jobs WHERE state = 'running' AND lease_owner = $1", "doomed/"+s).Scan(&c))
+		return c
+	}
+	testdb.WaitFor(t, "the worker process holding two jobs in every shard", func() bool {
+		select {
+		case <-exited:
+			require.FailNow(t, "the worker process ended", "%s", out.String())
+		default:
+		}
+		for _, s := range b.shards {
+			if held(s) < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, cmd.Process.Kill())
+	<-exited
+	gone := time.Now()
+
+	reg := prometheus.NewRegistry()
+	heir := b.newWorker(t, b.coordinatorPool(t, ctx, 32), worker.Config{ID: "heir", Queues: map[string]int{jobs.DefaultQueue: 4},
+		BeatInterval: 100 * time.Millisecond, Registerer: reg, Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	ran := newRuns()
+	var again atomic.Int64
+	require.NoError(t, shard.Handle(heir, errand, func(_ context.Context, j *jobs.Job[bed.Chore]) error {
+		ran.add(j.Payload.N)
+		if j.Attempt == 2 {
+			again.Add(1)
+		}
+		return nil
+	}))
+	stop := start(ctx, heir)
+	testdb.WaitDrained(t, "every shard drained by the heir", func() int64 { return b.liveAll(t, ctx) })
+	t.Logf("figure: a killed sharded worker's jobs in %d shards handed back and every job worked %v after the kill (beats of 100ms; the heir's start included)",
+		len(b.shards), time.Since(gone).Round(time.Millisecond))
+	require.NoError(t, stop())
+	ran.once(t, len(b.shards), n)
+	require.EqualValues(t, 2*len(b.shards), again.Load(), "the killed worker's jobs ran again, on their second attempt")
+	for _, s := range b.shards {
+		require.EqualValues(t, 2, metricsum.Sum(`hopper_worker_jobs_released_total{shard="`+s+`",reason="worker gone"}`, reg),
+			"the heir handed back the killed worker's two jobs of %s", s)
+	}
 }
