@@ -38,7 +38,7 @@ failover: ## the failover scenarios at full size on a pg_auto_failover formation
 	HOPPER_FAILOVER=full go test -count=1 -v -run 'TestFailover$$' -timeout 40m ./tests/failover 2>&1 | grep -vE 'level=(WARN|INFO)'
 
 .PHONY: citus
-citus: ## Hopper on a Citus formation (a coordinator and two worker nodes on local ports; Citus installed from ../shared/citus/install.sh when missing): distributed schemas migrated by schema.Up and hopper migrate, a job worked through the coordinator, figures printed, everything torn down (about a minute)
+citus: ## Hopper on a Citus formation (a coordinator and two worker nodes on local ports; Citus installed from ../shared/citus/install.sh when missing): distributed schemas migrated by schema.Up and hopper migrate, a job worked through the coordinator, a sharded worker over four shards on both nodes (two workers sharing them, a coordinator wake-up, a killed worker's jobs taken over), figures printed, everything torn down (about three minutes)
 	go test -count=1 -v -run 'TestCitus' -timeout 20m ./tests/citus
 
 FUZZTIME ?= 10s

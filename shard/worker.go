@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -38,6 +39,8 @@ type Worker struct {
 	shards   []string
 	runtimes []*worker.Worker // runtimes[i] serves shards[i]
 	id       string
+	pool     *pgxpool.Pool
+	log      *slog.Logger
 
 	mu      sync.Mutex
 	running bool
@@ -79,7 +82,10 @@ func NewWorker(pool *pgxpool.Pool, shards []string, cfg worker.Config) (*Worker,
 	case cfg.MetricsAddr != "" || cfg.MetricsReadPool != nil:
 		return nil, fmt.Errorf("shard: worker: %w: MetricsAddr and MetricsReadPool read one schema's gauges; a sharded worker's metrics go to Registerer, with a shard label", worker.ErrInvalidConfig)
 	}
-	w := &Worker{shards: slices.Clone(shards), id: cfg.ID}
+	w := &Worker{shards: slices.Clone(shards), id: cfg.ID, pool: pool, log: cfg.Logger}
+	if w.log == nil {
+		w.log = slog.Default()
+	}
 	if w.id == "" {
 		// As worker.New makes one up: host, pid, a random suffix.
 		host, _ := os.Hostname()
@@ -159,6 +165,18 @@ func (w *Worker) Connections() worker.Connections {
 	return sum
 }
 
+// checkPoolSize warns when the pool cannot hold what every runtime's own
+// statements may hold at once: each runtime checks the pool against its
+// own needs only, and the shards share it.
+func (w *Worker) checkPoolSize() {
+	need, have := w.Connections(), int(w.pool.Config().MaxConns)
+	if have >= need.Total() {
+		return
+	}
+	w.log.Warn("the pool is smaller than this sharded worker needs: its shards' statements will wait for connections; set pool_max_conns (or pgxpool.Config.MaxConns) to at least what it needs plus what its handlers use",
+		"worker", w.id, "shards", len(w.shards), "pool_max_conns", have, "needs", need.String())
+}
+
 // Run starts every shard's runtime and works until ctx is cancelled; then
 // each shuts down as worker.Worker.Run says, and Run returns once all have
 // returned. When one runtime fails (at start: a shard missing or not
@@ -173,6 +191,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.running = true
 	w.mu.Unlock()
+	w.checkPoolSize()
 
 	// One runtime's failure ends the others' context: a Worker serves all
 	// its shards or none, so that no shard is left served by a process

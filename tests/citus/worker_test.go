@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -141,12 +142,44 @@ func (b *shardedBed) nodeOf(t *testing.T, ctx context.Context, s string) int {
 // own: a sharded worker scopes each statement to its shard.
 func (b *shardedBed) coordinatorPool(t *testing.T, ctx context.Context, maxConns int32) *pgxpool.Pool {
 	t.Helper()
+	return b.coordinatorPoolIn(t, ctx, maxConns, pgx.QueryExecModeCacheStatement)
+}
+
+// coordinatorPoolIn is coordinatorPool in pgx's exec mode mode.
+func (b *shardedBed) coordinatorPoolIn(t *testing.T, ctx context.Context, maxConns int32, mode pgx.QueryExecMode) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(b.f.URL())
 	require.NoError(t, err)
 	cfg.MaxConns = maxConns
+	cfg.ConnConfig.DefaultQueryExecMode = mode
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
+	return pool
+}
+
+// singleTaskPool is a coordinator pool on which Citus refuses every
+// statement it would split into tasks on several shards
+// (citus.multi_task_query_log_level = error): a worker that runs on it
+// has sent only single-shard statements, each on its shard's node. The
+// setting's force is checked on a table distributed by rows, whose count
+// is such a statement.
+func (b *shardedBed) singleTaskPool(t *testing.T, ctx context.Context) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(b.f.URL())
+	require.NoError(t, err)
+	cfg.MaxConns = 32
+	cfg.ConnConfig.RuntimeParams["citus.multi_task_query_log_level"] = "error"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	coord := b.pools[b.shards[0]]
+	_, err = coord.Exec(ctx, "CREATE TABLE IF NOT EXISTS public.multi_task_control (id bigint)")
+	require.NoError(t, err)
+	_, err = coord.Exec(ctx, "SELECT create_distributed_table('public.multi_task_control', 'id') WHERE NOT EXISTS (SELECT FROM public.citus_tables WHERE table_name = 'public.multi_task_control'::regclass)")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "SELECT count(*) FROM public.multi_task_control")
+	require.ErrorContains(t, err, "multi-task", "the pool refuses a statement over several shards")
 	return pool
 }
 
@@ -232,14 +265,21 @@ func newWorkerOn(t *testing.T, pool *pgxpool.Pool, shards []string, cfg worker.C
 }
 
 // everyJobOnce: 50 jobs in each shard, enqueued before the start, all
-// worked exactly once by one Worker, which registered in every shard.
+// worked exactly once by one Worker, which registered and beat in every
+// shard, on a pool that refuses any statement over several shards: every
+// statement of the runtimes (start, claims, acknowledgements, beats,
+// lease extensions, maintenance) touched one shard.
 func (b *shardedBed) everyJobOnce(t *testing.T, ctx context.Context) {
 	const n = 50
 	for k := range b.shards {
 		b.enqueue(t, ctx, k, 0, n)
 	}
-	pool := b.coordinatorPool(t, ctx, 32)
-	w := b.newWorker(t, pool, worker.Config{ID: "solo", Queues: map[string]int{jobs.DefaultQueue: 4}})
+	pool := b.singleTaskPool(t, ctx)
+	// Sweeps and prunes every 100ms, so that maintenance runs on the
+	// single-task pool too; what the runtimes warn of is kept.
+	var warned testdb.Buffer
+	w := b.newWorker(t, pool, worker.Config{ID: "solo", Queues: map[string]int{jobs.DefaultQueue: 4}, SweepInterval: 100 * time.Millisecond,
+		PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&warned, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	ran := newRuns()
 	require.NoError(t, shard.Handle(w, errand, func(_ context.Context, j *jobs.Job[bed.Chore]) error {
 		ran.add(j.Payload.N)
@@ -262,6 +302,7 @@ func (b *shardedBed) everyJobOnce(t *testing.T, ctx context.Context) {
 		})
 	}
 	require.NoError(t, stop())
+	require.Empty(t, warned.String(), "no statement of the runtimes failed, none refused as multi-task")
 	ran.once(t, len(b.shards), n)
 	for _, s := range b.shards {
 		var rows int
@@ -446,16 +487,19 @@ func (b *shardedBed) coordinatorWakeUp(t *testing.T, ctx context.Context) {
 
 // figures: the same 1,000 jobs worked by a Worker serving one shard
 // (all of them in it), then by one serving four (250 in each), with the
-// same concurrency a shard, timed from the first handler's start to
-// the last one's end (the Worker's start left out). Logged, never
+// same concurrency a shard, on a pool in pgx's default mode (its
+// statement cache: each statement scoped in a transaction of its own);
+// then the four shards again on a pool in exec mode (the scope and the
+// statement in one round trip). Each is timed from the first handler's
+// run to the last one's (the Worker's start left out). Logged, never
 // asserted.
 func (b *shardedBed) figures(t *testing.T, ctx context.Context) {
 	const total = 1000
-	measure := func(shards []string) float64 {
+	measure := func(shards []string, mode pgx.QueryExecMode) float64 {
 		for k := range shards {
 			b.enqueue(t, ctx, k, 0, total/len(shards))
 		}
-		pool := b.coordinatorPool(t, ctx, 40)
+		pool := b.coordinatorPoolIn(t, ctx, 40, mode)
 		w := newWorkerOn(t, pool, shards, worker.Config{Queues: map[string]int{jobs.DefaultQueue: 8}})
 		var mu sync.Mutex
 		var first, last time.Time
@@ -474,10 +518,12 @@ func (b *shardedBed) figures(t *testing.T, ctx context.Context) {
 		require.NoError(t, stop())
 		return total / last.Sub(first).Seconds()
 	}
-	one := measure(b.shards[:1])
-	four := measure(b.shards)
-	t.Logf("figure: one sharded worker (concurrency 8 a shard), %d jobs: %.0f jobs/s all in one shard, %.0f jobs/s in %d shards on 2 nodes (ratio %.2f)",
-		total, one, four, len(b.shards), four/one)
+	one := measure(b.shards[:1], pgx.QueryExecModeCacheStatement)
+	four := measure(b.shards, pgx.QueryExecModeCacheStatement)
+	exec := measure(b.shards, pgx.QueryExecModeExec)
+	t.Logf("figure: one sharded worker (concurrency 8 a shard), %d jobs: %.0f jobs/s all in one shard, %.0f jobs/s in %d shards on 2 nodes (ratio %.2f); "+
+		"%.0f jobs/s in %d shards on a pool in exec mode (%.2f of the statement cache's)",
+		total, one, four, len(b.shards), four/one, exec, len(b.shards), exec/four)
 }
 
 // testWriter writes a worker's log lines to the test's log.
