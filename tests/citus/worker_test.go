@@ -75,6 +75,7 @@ func TestCitusShardedWorker(t *testing.T) {
 	t.Run("a late shard is not starved", func(t *testing.T) { b.lateShard(t, ctx) })
 	t.Run("a coordinator notify wakes the shard", func(t *testing.T) { b.coordinatorWakeUp(t, ctx) })
 	t.Run("a killed worker's jobs taken over in every shard", func(t *testing.T) { b.takeover(t, ctx) })
+	t.Run("a schedule on one shard stops the worker, naming it", func(t *testing.T) { b.scheduleOnOne(t, ctx) })
 	t.Run("figures", func(t *testing.T) { b.figures(t, ctx) })
 }
 
@@ -237,11 +238,19 @@ func (r *runs) once(t *testing.T, shards, jobsPerShard int) {
 }
 
 // start runs w until the returned stop is called, which returns Run's
-// error; a Worker that stops on its own fails the test when stop is called.
-func start(ctx context.Context, w *shard.Worker) (stop func() error) {
+// error. A Worker that stops before stop is called (a runtime that failed
+// at its start) fails the test at once with its error, rather than leave
+// the test waiting for work that will not be done.
+func start(t *testing.T, ctx context.Context, w *shard.Worker) (stop func() error) {
 	wctx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
-	go func() { errc <- w.Run(wctx) }()
+	go func() {
+		err := w.Run(wctx)
+		if wctx.Err() == nil {
+			t.Errorf("the sharded worker stopped on its own: %v", err)
+		}
+		errc <- err
+	}()
 	return func() error {
 		cancel()
 		return <-errc
@@ -286,7 +295,7 @@ func (b *shardedBed) everyJobOnce(t *testing.T, ctx context.Context) {
 		return nil
 	}))
 	began := time.Now()
-	stop := start(ctx, w)
+	stop := start(t, ctx, w)
 	testdb.WaitDrained(t, "every shard drained", func() int64 { return b.liveAll(t, ctx) })
 	t.Logf("figure: %d jobs in %d shards worked by one sharded worker in %v (start included)", n*len(b.shards), len(b.shards), time.Since(began).Round(time.Millisecond))
 	for _, s := range b.shards {
@@ -342,7 +351,7 @@ func (b *shardedBed) twoWorkers(t *testing.T, ctx context.Context) {
 			ran.add(j.Payload.N)
 			return nil
 		}))
-		stops = append(stops, start(ctx, w))
+		stops = append(stops, start(t, ctx, w))
 	}
 	testdb.WaitDrained(t, "every shard drained by the two workers", func() int64 { return b.liveAll(t, ctx) })
 	for _, stop := range stops {
@@ -379,7 +388,7 @@ func (b *shardedBed) lateShard(t *testing.T, ctx context.Context) {
 		ran.add(j.Payload.N)
 		return nil
 	}))
-	stop := start(ctx, w)
+	stop := start(t, ctx, w)
 	testdb.WaitFor(t, "the busy shard's slots all held", func() bool { return held.Load() == 4 })
 	last := len(b.shards) - 1
 	began := time.Now()
@@ -445,7 +454,7 @@ func (b *shardedBed) coordinatorWakeUp(t *testing.T, ctx context.Context) {
 		close(done[j.Payload.N])
 		return nil
 	}))
-	stop := start(ctx, w)
+	stop := start(t, ctx, w)
 	defer func() { require.NoError(t, stop()) }()
 	testdb.WaitFor(t, "every runtime listening, its start's claims made", func() bool {
 		for _, s := range b.shards {
@@ -513,7 +522,7 @@ func (b *shardedBed) figures(t *testing.T, ctx context.Context) {
 			mu.Unlock()
 			return nil
 		}))
-		stop := start(ctx, w)
+		stop := start(t, ctx, w)
 		testdb.WaitDrained(t, "the figure's jobs drained", func() int64 { return b.liveAll(t, ctx) })
 		require.NoError(t, stop())
 		return total / last.Sub(first).Seconds()
@@ -635,7 +644,7 @@ func (b *shardedBed) takeover(t *testing.T, ctx context.Context) {
 		}
 		return nil
 	}))
-	stop := start(ctx, heir)
+	stop := start(t, ctx, heir)
 	testdb.WaitFor(t, "the heir listening in every shard, the jobs left pending worked", func() bool {
 		for _, s := range b.shards {
 			if metricsum.Sum(`hopper_listener_up{shard="`+s+`"}`, reg) != 1 {
@@ -659,4 +668,32 @@ func (b *shardedBed) takeover(t *testing.T, ctx context.Context) {
 		require.EqualValues(t, 2, metricsum.Sum(`hopper_worker_jobs_released_total{shard="`+s+`",reason="worker gone"}`, reg),
 			"the heir handed back the killed worker's two jobs of %s", s)
 	}
+}
+
+// scheduleOnOne: schedules do not run on Citus yet. A schedule defined,
+// through Each, on the last shard's runtime makes that runtime fail at
+// its start: reporting the definitions the worker holds
+// (SeeScheduleVersions) sets now() in an upsert's DO UPDATE SET, and
+// putting one in force (DefineSchedule) has subqueries in its ON CONFLICT
+// condition, both refused by Citus on a distributed table (SQLSTATE
+// 0A000). The whole sharded worker stops, its error naming the shard.
+// When the queries are made to run on Citus, this scenario is to check
+// that the schedule fires in its shard only.
+func (b *shardedBed) scheduleOnOne(t *testing.T, ctx context.Context) {
+	last := b.shards[len(b.shards)-1]
+	w := b.newWorker(t, b.coordinatorPool(t, ctx, 32), worker.Config{ID: "timer"})
+	require.NoError(t, shard.Handle(w, errand, func(context.Context, *jobs.Job[bed.Chore]) error { return nil }))
+	require.NoError(t, w.Each(func(s string, rt *worker.Worker) error {
+		if s != last {
+			return nil
+		}
+		return worker.Schedule(rt, "citus-tick", errand, "@every 1s", func(time.Time) bed.Chore { return bed.Chore{N: 4242} })
+	}))
+	err := w.Run(ctx)
+	require.ErrorContains(t, err, "shard: worker on shard "+last+": worker: start: report schedules:")
+	require.ErrorContains(t, err, "SQLSTATE 0A000", "Citus refuses the statement")
+	for _, s := range b.shards[:len(b.shards)-1] {
+		require.NotContains(t, err.Error(), "shard "+s+":", "the other runtimes were stopped, not failed")
+	}
+	t.Logf("schedules on Citus, not yet: %v", err)
 }
