@@ -38,7 +38,7 @@ failover: ## the failover scenarios at full size on a pg_auto_failover formation
 	HOPPER_FAILOVER=full go test -count=1 -v -run 'TestFailover$$' -timeout 40m ./tests/failover 2>&1 | grep -vE 'level=(WARN|INFO)'
 
 .PHONY: citus
-citus: ## Hopper on a Citus formation (a coordinator and two worker nodes on local ports; Citus installed from ../shared/citus/install.sh when missing): distributed schemas migrated by schema.Up and hopper migrate, a job worked through the coordinator, a sharded Hopper (shard.Create, the sharded Client, hopper shards), figures printed, everything torn down (about a minute)
+citus: ## Hopper on a Citus formation (a coordinator and two worker nodes on local ports; Citus installed from ../shared/citus/install.sh when missing): distributed schemas migrated by schema.Up and hopper migrate, a sharded Hopper (shard.Create, the sharded Client, hopper shards), a sharded worker over four shards on both nodes, the chaos accounting across two shards with worker processes killed, a shard moved online and its node restarted under load, figures printed, everything torn down (about five minutes)
 	go test -count=1 -v -run 'TestCitus' -timeout 20m ./tests/citus
 
 FUZZTIME ?= 10s

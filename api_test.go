@@ -24,7 +24,7 @@ func TestPublicAPIMentionsNoGeneratedTypes(t *testing.T) {
 		"github.com/jackc/pgx/v5/pgtype":     true,
 		"github.com/hopperq/hopper/internal": true,
 	}
-	for _, dir := range []string{".", "jobs", "worker", "schema", "queries"} {
+	for _, dir := range []string{".", "jobs", "worker", "schema", "shard", "queries"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		require.NoError(t, err)
 		require.NotEmpty(t, files, dir)

@@ -19,7 +19,7 @@ import (
 // database error with context, never starts with it.
 func TestErrorTextsSayHopperOnce(t *testing.T) {
 	t.Parallel()
-	for _, dir := range []string{".", "jobs", "worker", "schema", "hoppertest", "dashboard", "internal/schemascope", "internal/migrated", "internal/grants"} {
+	for _, dir := range []string{".", "jobs", "worker", "schema", "shard", "hoppertest", "dashboard", "internal/schemascope", "internal/migrated", "internal/grants"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		require.NoError(t, err)
 		for _, path := range files {

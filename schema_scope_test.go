@@ -157,6 +157,14 @@ func TestInSchema(t *testing.T) {
 				require.NoError(t, err)
 				return done.Load() == 5 && beats.Load() >= 1 && s.Total.Running == 0 && s.Total.Ready == 0
 			})
+			// Its heartbeat, on a connection it holds from the pool, beats
+			// in the schema too: a worker that did not would look gone to
+			// the others, which would hand its running jobs back.
+			testdb.WaitFor(t, "the worker's beat in the schema", func() bool {
+				var beaten bool
+				require.NoError(t, scoped.QueryRow(b.Ctx, "SELECT last_seen_at > started_at FROM hopper_workers WHERE id = $1", w.ID()).Scan(&beaten))
+				return beaten
+			})
 			stop()
 			require.NoError(t, <-errc)
 		})

@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 export GOWORK=off # the committed modules, not a go.work of the working tree
 
 MODULE=github.com/hopperq/hopper
-PACKAGES=(. jobs worker schema hoppertest dashboard)
+PACKAGES=(. jobs worker schema shard hoppertest dashboard)
 API_DIR=${API_DIR:-api}
 
 usage() {

@@ -29,7 +29,8 @@ var layers = [][]string{
 	{"internal/"}, // the library's internals, below what they serve
 	{"jobs", "schema", "queries"},
 	{"internal/rows", "internal/worker/"},
-	{"", "worker", "shard"},
+	{"", "worker"},
+	{"shard"}, // a sharded Hopper on Citus: the Client and the worker over many schemas
 	{"internal/testbed/", "internal/tools/"},
 	{"hoppertest", "dashboard", "examples/"},
 	{"cmd/"},

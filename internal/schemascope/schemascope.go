@@ -74,7 +74,8 @@ type DB struct {
 }
 
 // New returns inner scoped to schema. inner must be a *pgxpool.Pool, a
-// *pgx.Conn, a pgx.Tx or a DB (whose inner handle is then rescoped).
+// *pgxpool.Conn, a *pgx.Conn, a pgx.Tx or a DB (whose inner handle is
+// then rescoped).
 func New(inner db.DBTX, schema string) (*DB, error) {
 	if err := CheckName(schema); err != nil {
 		return nil, err
@@ -115,6 +116,10 @@ func (d *DB) On(inner db.DBTX) *DB {
 	switch v := inner.(type) {
 	case *pgxpool.Pool:
 		mode = v.Config().ConnConfig.DefaultQueryExecMode
+	case *pgxpool.Conn:
+		// A connection held from a pool: the worker's heartbeat holds
+		// one for its beats and lease extensions.
+		mode = v.Conn().Config().DefaultQueryExecMode
 	case *pgx.Conn:
 		mode = v.Config().DefaultQueryExecMode
 	case pgx.Tx:

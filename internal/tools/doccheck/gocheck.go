@@ -51,6 +51,7 @@ var Packages = map[string]string{
 	"jobs":       "github.com/hopperq/hopper/jobs",
 	"worker":     "github.com/hopperq/hopper/worker",
 	"schema":     "github.com/hopperq/hopper/schema",
+	"shard":      "github.com/hopperq/hopper/shard",
 	"hoppertest": "github.com/hopperq/hopper/hoppertest",
 	"dashboard":  "github.com/hopperq/hopper/dashboard",
 	"hopperotel": "github.com/hopperq/hopper/hopperotel",
