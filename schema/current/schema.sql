@@ -890,21 +890,44 @@ CREATE FUNCTION hopper.hopper_sequence_advance() RETURNS trigger
     AS $$
 DECLARE
     keys text[];
+    heads bigint[];
+    head_keys text[];
+    head_queues text[];
+    head_kinds text[];
+    head_states text[];
+    head_reasons text[];
 BEGIN
-    SELECT array_agg(DISTINCT o.meta ->> 'hopper.sequence') INTO keys
+    SELECT array_agg(DISTINCT o.meta ->> 'hopper.sequence'),
+           array_agg(o.id) FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'),
+           array_agg(o.meta ->> 'hopper.sequence') FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'),
+           array_agg(o.queue) FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'),
+           array_agg(o.kind) FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block')
+    INTO keys, heads, head_keys, head_queues, head_kinds
     FROM hopper_old_jobs AS o
     WHERE o.state <> 'waiting' AND o.meta ? 'hopper.sequence';
     IF keys IS NULL THEN
         RETURN NULL;
     END IF;
-    INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
-    SELECT o.meta ->> 'hopper.sequence', o.id, o.queue, o.kind, d.state, d.reason
-    FROM hopper_old_jobs AS o
-    JOIN hopper_dead_jobs AS d ON d.id = o.id
-    WHERE o.state <> 'waiting' AND o.meta ? 'hopper.sequence'
-      AND coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'
-    ORDER BY 1
-    ON CONFLICT (sequence_key) DO NOTHING;
+    -- A head under the block policy that the statement wrote to the dead
+    -- jobs blocks its key. Its dead row is read into arrays, then inserted
+    -- row by row, in key order: Citus cannot plan an INSERT … SELECT
+    -- whose SELECT reads a distributed table, or takes a parameter in a
+    -- generic plan (the function's plans are generic: see migration 24),
+    -- and plans an INSERT … VALUES as one task on the node. A statement
+    -- ends few heads of sequences dead: a few rows.
+    IF heads IS NOT NULL THEN
+        SELECT array_agg(h.key ORDER BY h.key, h.id), array_agg(h.id ORDER BY h.key, h.id),
+               array_agg(h.queue ORDER BY h.key, h.id), array_agg(h.kind ORDER BY h.key, h.id),
+               array_agg(d.state ORDER BY h.key, h.id), array_agg(d.reason ORDER BY h.key, h.id)
+        INTO head_keys, heads, head_queues, head_kinds, head_states, head_reasons
+        FROM unnest(heads, head_keys, head_queues, head_kinds) AS h(id, key, queue, kind)
+        JOIN hopper_dead_jobs AS d ON d.id = h.id;
+        FOR i IN 1..coalesce(cardinality(heads), 0) LOOP
+            INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
+            VALUES (head_keys[i], heads[i], head_queues[i], head_kinds[i], head_states[i], head_reasons[i])
+            ON CONFLICT (sequence_key) DO NOTHING;
+        END LOOP;
+    END IF;
     SELECT array_agg(k) INTO keys
     FROM unnest(keys) AS k
     WHERE NOT EXISTS (SELECT FROM hopper_sequence_blocks AS b WHERE b.sequence_key = k);
@@ -1065,7 +1088,7 @@ CREATE FUNCTION hopper.hopper_sequence_promote(sequence_key text) RETURNS bigint
     AS $$
 #variable_conflict use_variable
 DECLARE
-    -- now(), read once: see the migration's note
+    -- now(), read once: see the migration's note (1)
     clock timestamptz := now();
     next record;
 BEGIN
@@ -1107,7 +1130,7 @@ CREATE FUNCTION hopper.hopper_sequence_promote_keys(keys text[]) RETURNS void
     SET search_path TO 'hopper', 'pg_temp'
     AS $$
 DECLARE
-    -- now(), read once: see the migration's note
+    -- now(), read once: see the migration's note (1)
     clock timestamptz := now();
     done text[];
     missed text;
@@ -1331,7 +1354,7 @@ CREATE FUNCTION hopper.hopper_workflow_decide(ready bigint[]) RETURNS bigint[]
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
-    -- now(), read once: see the migration's note
+    -- now(), read once: see the migration's note (1)
     clock timestamptz := now();
     go bigint[];
     doomed bigint[];
@@ -1652,23 +1675,28 @@ $$;
 
 CREATE FUNCTION hopper.hopper_workflow_returned() RETURNS trigger
     LANGUAGE plpgsql
-    SET jit TO 'off'
     SET search_path TO 'hopper', 'pg_temp'
+    SET jit TO 'off'
     AS $$
 DECLARE
+    arrived bigint[];
+    arrived_waiting bigint[];
     back bigint[];
     waiting bigint[];
 BEGIN
+    SELECT array_agg(n.id), array_agg(DISTINCT n.id) FILTER (WHERE n.state = 'waiting')
+    INTO arrived, arrived_waiting
+    FROM hopper_new_jobs AS n
+    WHERE n.meta ? 'hopper.workflow';
     -- Inserts of jobs of no workflow stop here, without reading (or
     -- needing a grant on) the workflow tables: a role that only enqueues
     -- plain jobs needs none.
-    IF NOT EXISTS (SELECT FROM hopper_new_jobs AS n WHERE n.meta ? 'hopper.workflow') THEN
+    IF arrived IS NULL THEN
         RETURN NULL;
     END IF;
-    SELECT array_agg(n.id) INTO back
-    FROM hopper_new_jobs AS n
-    WHERE n.meta ? 'hopper.workflow'
-      AND EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.parent_id = n.id);
+    SELECT array_agg(a) INTO back
+    FROM unnest(arrived) AS a
+    WHERE EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.parent_id = a);
     IF back IS NOT NULL THEN
         PERFORM count(*)
         FROM (SELECT j.id FROM hopper_jobs AS j
@@ -1685,10 +1713,11 @@ BEGIN
               GROUP BY d.child_id) AS c
         WHERE w.child_id = c.child_id;
     END IF;
-    SELECT array_agg(DISTINCT n.id) INTO waiting
-    FROM hopper_new_jobs AS n
-    WHERE n.meta ? 'hopper.workflow' AND n.state = 'waiting'
-      AND EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.child_id = n.id);
+    IF arrived_waiting IS NOT NULL THEN
+        SELECT array_agg(a) INTO waiting
+        FROM unnest(arrived_waiting) AS a
+        WHERE EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.child_id = a);
+    END IF;
     IF waiting IS NOT NULL THEN
         PERFORM hopper_workflow_count(waiting);
     END IF;

@@ -5,36 +5,52 @@
 -- redefines the function copies this body, edited, and its review
 -- reads this file's diff (CONTRIBUTING.md, The PL/pgSQL).
 
--- hopper_sequence_advance(): defined by schema/000013_sequences.up.sql.
+-- hopper_sequence_advance(): defined by schema/000033_citus_planning.up.sql.
 --
--- When heads leave the job table (one call per deleting statement, over
--- the rows it deleted: an acknowledgement batch of a thousand heads is a
--- handful of set-based statements, not a thousand calls): a head that
--- completed (acked, deleted) passes the turn to the next job of its key;
--- one that ended dead or cancelled (the statement that deleted it wrote it
--- to hopper_dead_jobs, which this trigger, fired at the statement's end,
--- sees) blocks its key under the block policy, or passes the turn under
--- continue. Deletes without a head of a sequence return at the first
--- statement.
-CREATE FUNCTION hopper_sequence_advance() RETURNS trigger
+-- hopper_sequence_advance: the heads that ended and block their key are
+-- read from the deleted rows first, with the keys (see the note, 2).
+CREATE OR REPLACE FUNCTION hopper_sequence_advance() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     keys text[];
+    heads bigint[];
+    head_keys text[];
+    head_queues text[];
+    head_kinds text[];
+    head_states text[];
+    head_reasons text[];
 BEGIN
-    SELECT array_agg(DISTINCT o.meta ->> 'hopper.sequence') INTO keys
+    SELECT array_agg(DISTINCT o.meta ->> 'hopper.sequence'),
+           array_agg(o.id) FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'),
+           array_agg(o.meta ->> 'hopper.sequence') FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'),
+           array_agg(o.queue) FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'),
+           array_agg(o.kind) FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block')
+    INTO keys, heads, head_keys, head_queues, head_kinds
     FROM hopper_old_jobs AS o
     WHERE o.state <> 'waiting' AND o.meta ? 'hopper.sequence';
     IF keys IS NULL THEN
         RETURN NULL;
     END IF;
-    INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
-    SELECT o.meta ->> 'hopper.sequence', o.id, o.queue, o.kind, d.state, d.reason
-    FROM hopper_old_jobs AS o
-    JOIN hopper_dead_jobs AS d ON d.id = o.id
-    WHERE o.state <> 'waiting' AND o.meta ? 'hopper.sequence'
-      AND coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'
-    ORDER BY 1
-    ON CONFLICT (sequence_key) DO NOTHING;
+    -- A head under the block policy that the statement wrote to the dead
+    -- jobs blocks its key. Its dead row is read into arrays, then inserted
+    -- row by row, in key order: Citus cannot plan an INSERT … SELECT
+    -- whose SELECT reads a distributed table, or takes a parameter in a
+    -- generic plan (the function's plans are generic: see migration 24),
+    -- and plans an INSERT … VALUES as one task on the node. A statement
+    -- ends few heads of sequences dead: a few rows.
+    IF heads IS NOT NULL THEN
+        SELECT array_agg(h.key ORDER BY h.key, h.id), array_agg(h.id ORDER BY h.key, h.id),
+               array_agg(h.queue ORDER BY h.key, h.id), array_agg(h.kind ORDER BY h.key, h.id),
+               array_agg(d.state ORDER BY h.key, h.id), array_agg(d.reason ORDER BY h.key, h.id)
+        INTO head_keys, heads, head_queues, head_kinds, head_states, head_reasons
+        FROM unnest(heads, head_keys, head_queues, head_kinds) AS h(id, key, queue, kind)
+        JOIN hopper_dead_jobs AS d ON d.id = h.id;
+        FOR i IN 1..coalesce(cardinality(heads), 0) LOOP
+            INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
+            VALUES (head_keys[i], heads[i], head_queues[i], head_kinds[i], head_states[i], head_reasons[i])
+            ON CONFLICT (sequence_key) DO NOTHING;
+        END LOOP;
+    END IF;
     SELECT array_agg(k) INTO keys
     FROM unnest(keys) AS k
     WHERE NOT EXISTS (SELECT FROM hopper_sequence_blocks AS b WHERE b.sequence_key = k);
@@ -45,10 +61,10 @@ BEGIN
 END;
 $$;
 
--- Set by schema/000013_sequences.up.sql:
+-- Set by schema/000033_citus_planning.up.sql:
 -- EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_advance() SET search_path = %1$I, pg_temp', current_schema());
 
--- Set by schema/000024_dead_partitions.up.sql:
+-- Set by schema/000033_citus_planning.up.sql:
 ALTER FUNCTION hopper_sequence_advance() SET plan_cache_mode = force_generic_plan;
 
 -- Trigger hopper_jobs_sequence_advance: defined by schema/000013_sequences.up.sql.

@@ -1,27 +1,46 @@
--- The sequence and workflow functions that make a job's turn come read
--- the clock once, into a variable, instead of calling now() inside a CASE.
+-- Functions that run in a trigger on the node of a distributed schema,
+-- written so that Citus can plan each of their statements.
 --
 -- On Citus (docs/scaling-out.md) every node holds the metadata of every
 -- distributed table, so a statement in a trigger function on the node of a
--- shard's schema is planned by Citus like one sent to the coordinator, and
--- Citus refuses an UPDATE or INSERT of a distributed table whose SET list
--- calls a function that is not immutable inside a CASE or COALESCE
--- ("non-IMMUTABLE functions are not allowed in CASE or COALESCE
--- statements"): it evaluates such functions before it sends the statement
--- to the shard, and cannot tell whether a CASE's branch would run. Every
--- enqueue of a sequence job, and every acknowledgement that passes a
--- sequence's or a workflow's turn, failed so on a distributed schema.
+-- shard's schema is planned by Citus like one sent to the coordinator.
+-- Citus refuses two shapes of statement there; this migration rewrites
+-- every function that had one, and on plain PostgreSQL each does the same
+-- as before.
 --
--- A PL/pgSQL variable is a parameter of the statement, which Citus takes
--- as a constant. now() is the transaction's start in both places, so
--- nothing changes on plain PostgreSQL: the same jobs become pending or
--- scheduled, with the same run_at.
+-- 1. The clock inside a CASE. Citus refuses an UPDATE or INSERT of a
+-- distributed table whose SET list calls a function that is not immutable
+-- inside a CASE or COALESCE ("non-IMMUTABLE functions are not allowed in
+-- CASE or COALESCE statements"): it evaluates such functions before it
+-- sends the statement to the shard, and cannot tell whether a CASE's
+-- branch would run. Every enqueue of a sequence job, and every
+-- acknowledgement that passes a sequence's or a workflow's turn, failed so
+-- on a distributed schema. The sequence and workflow functions that make a
+-- job's turn come (hopper_sequence_promote, hopper_sequence_promote_keys,
+-- hopper_workflow_decide) read the clock once, into a variable: a PL/pgSQL
+-- variable is a parameter of the statement, which Citus takes as a
+-- constant. now() is the transaction's start in both places, so the same
+-- jobs become pending or scheduled, with the same run_at.
+--
+-- 2. A transition table beside a table. Citus cannot plan a statement
+-- that reads a statement trigger's transition table (REFERENCING OLD or
+-- NEW TABLE: a named tuplestore to the planner) together with a
+-- distributed table ("unrecognized RTE kind: 7"); one that reads the
+-- transition table alone it leaves to PostgreSQL. Every acknowledgement
+-- of a sequence's job (hopper_sequence_advance joined the deleted rows to
+-- the dead jobs) and every insert of a workflow's job
+-- (hopper_workflow_returned looked its new rows up in the edges) failed
+-- so. Those two read the transition table alone first, into arrays, one
+-- statement per table, and then the tables with the arrays (unnest,
+-- = ANY), as the other trigger functions already do. The arrays hold ids
+-- and a few short columns of the statement's rows: a batch of thousands
+-- of jobs makes arrays of thousands of elements, read once.
 
 CREATE OR REPLACE FUNCTION hopper_sequence_promote(sequence_key text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_variable
 DECLARE
-    -- now(), read once: see the migration's note
+    -- now(), read once: see the migration's note (1)
     clock timestamptz := now();
     next record;
 BEGIN
@@ -57,7 +76,7 @@ $$;
 CREATE OR REPLACE FUNCTION hopper_sequence_promote_keys(keys text[]) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    -- now(), read once: see the migration's note
+    -- now(), read once: see the migration's note (1)
     clock timestamptz := now();
     done text[];
     missed text;
@@ -102,7 +121,7 @@ $$;
 CREATE OR REPLACE FUNCTION hopper_workflow_decide(ready bigint[]) RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    -- now(), read once: see the migration's note
+    -- now(), read once: see the migration's note (1)
     clock timestamptz := now();
     go bigint[];
     doomed bigint[];
@@ -182,12 +201,121 @@ BEGIN
 END;
 $$;
 
+-- hopper_sequence_advance: the heads that ended and block their key are
+-- read from the deleted rows first, with the keys (see the note, 2).
+CREATE OR REPLACE FUNCTION hopper_sequence_advance() RETURNS trigger
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    keys text[];
+    heads bigint[];
+    head_keys text[];
+    head_queues text[];
+    head_kinds text[];
+    head_states text[];
+    head_reasons text[];
+BEGIN
+    SELECT array_agg(DISTINCT o.meta ->> 'hopper.sequence'),
+           array_agg(o.id) FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'),
+           array_agg(o.meta ->> 'hopper.sequence') FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'),
+           array_agg(o.queue) FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'),
+           array_agg(o.kind) FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block')
+    INTO keys, heads, head_keys, head_queues, head_kinds
+    FROM hopper_old_jobs AS o
+    WHERE o.state <> 'waiting' AND o.meta ? 'hopper.sequence';
+    IF keys IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- A head under the block policy that the statement wrote to the dead
+    -- jobs blocks its key. Its dead row is read into arrays, then inserted
+    -- row by row, in key order: Citus cannot plan an INSERT … SELECT
+    -- whose SELECT reads a distributed table, or takes a parameter in a
+    -- generic plan (the function's plans are generic: see migration 24),
+    -- and plans an INSERT … VALUES as one task on the node. A statement
+    -- ends few heads of sequences dead: a few rows.
+    IF heads IS NOT NULL THEN
+        SELECT array_agg(h.key ORDER BY h.key, h.id), array_agg(h.id ORDER BY h.key, h.id),
+               array_agg(h.queue ORDER BY h.key, h.id), array_agg(h.kind ORDER BY h.key, h.id),
+               array_agg(d.state ORDER BY h.key, h.id), array_agg(d.reason ORDER BY h.key, h.id)
+        INTO head_keys, heads, head_queues, head_kinds, head_states, head_reasons
+        FROM unnest(heads, head_keys, head_queues, head_kinds) AS h(id, key, queue, kind)
+        JOIN hopper_dead_jobs AS d ON d.id = h.id;
+        FOR i IN 1..coalesce(cardinality(heads), 0) LOOP
+            INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
+            VALUES (head_keys[i], heads[i], head_queues[i], head_kinds[i], head_states[i], head_reasons[i])
+            ON CONFLICT (sequence_key) DO NOTHING;
+        END LOOP;
+    END IF;
+    SELECT array_agg(k) INTO keys
+    FROM unnest(keys) AS k
+    WHERE NOT EXISTS (SELECT FROM hopper_sequence_blocks AS b WHERE b.sequence_key = k);
+    IF keys IS NOT NULL THEN
+        PERFORM hopper_sequence_promote_keys(keys);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+-- hopper_workflow_returned: the new rows' ids are read first (see the
+-- note, 2), and looked up in the edges from the arrays.
+CREATE OR REPLACE FUNCTION hopper_workflow_returned() RETURNS trigger
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    arrived bigint[];
+    arrived_waiting bigint[];
+    back bigint[];
+    waiting bigint[];
+BEGIN
+    SELECT array_agg(n.id), array_agg(DISTINCT n.id) FILTER (WHERE n.state = 'waiting')
+    INTO arrived, arrived_waiting
+    FROM hopper_new_jobs AS n
+    WHERE n.meta ? 'hopper.workflow';
+    -- Inserts of jobs of no workflow stop here, without reading (or
+    -- needing a grant on) the workflow tables: a role that only enqueues
+    -- plain jobs needs none.
+    IF arrived IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT array_agg(a) INTO back
+    FROM unnest(arrived) AS a
+    WHERE EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.parent_id = a);
+    IF back IS NOT NULL THEN
+        PERFORM count(*)
+        FROM (SELECT j.id FROM hopper_jobs AS j
+              WHERE j.id IN (SELECT d.child_id FROM hopper_workflow_deps AS d WHERE d.parent_id = ANY (back))
+                AND j.state = 'waiting'
+              ORDER BY j.id
+              FOR NO KEY UPDATE OF j) AS l;
+        UPDATE hopper_workflow_waits AS w
+        SET parents_left = w.parents_left + c.n
+        FROM (SELECT d.child_id, count(*)::integer AS n
+              FROM hopper_workflow_deps AS d
+              JOIN hopper_jobs AS j ON j.id = d.child_id AND j.state = 'waiting'
+              WHERE d.parent_id = ANY (back)
+              GROUP BY d.child_id) AS c
+        WHERE w.child_id = c.child_id;
+    END IF;
+    IF arrived_waiting IS NOT NULL THEN
+        SELECT array_agg(a) INTO waiting
+        FROM unnest(arrived_waiting) AS a
+        WHERE EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.child_id = a);
+    END IF;
+    IF waiting IS NOT NULL THEN
+        PERFORM hopper_workflow_count(waiting);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
 -- CREATE OR REPLACE sets a function's settings anew: they are restated.
 DO $$
 BEGIN
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_promote(text) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_promote_keys(text[]) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_decide(bigint[]) SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_advance() SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_returned() SET search_path = %1$I, pg_temp', current_schema());
 END
 $$;
 ALTER FUNCTION hopper_workflow_decide(bigint[]) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION hopper_sequence_advance() SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION hopper_workflow_returned() SET jit = off;

@@ -1,5 +1,5 @@
--- Undoes 000033: the three functions as they were, now() inside the
--- CASE again.
+-- Undoes 000033: the five functions as they were, now() inside the
+-- CASE again, and the transition tables read beside the tables.
 
 CREATE OR REPLACE FUNCTION hopper_sequence_promote(sequence_key text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
@@ -160,12 +160,88 @@ BEGIN
 END;
 $$;
 
+CREATE OR REPLACE FUNCTION hopper_sequence_advance() RETURNS trigger
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    keys text[];
+BEGIN
+    SELECT array_agg(DISTINCT o.meta ->> 'hopper.sequence') INTO keys
+    FROM hopper_old_jobs AS o
+    WHERE o.state <> 'waiting' AND o.meta ? 'hopper.sequence';
+    IF keys IS NULL THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
+    SELECT o.meta ->> 'hopper.sequence', o.id, o.queue, o.kind, d.state, d.reason
+    FROM hopper_old_jobs AS o
+    JOIN hopper_dead_jobs AS d ON d.id = o.id
+    WHERE o.state <> 'waiting' AND o.meta ? 'hopper.sequence'
+      AND coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'
+    ORDER BY 1
+    ON CONFLICT (sequence_key) DO NOTHING;
+    SELECT array_agg(k) INTO keys
+    FROM unnest(keys) AS k
+    WHERE NOT EXISTS (SELECT FROM hopper_sequence_blocks AS b WHERE b.sequence_key = k);
+    IF keys IS NOT NULL THEN
+        PERFORM hopper_sequence_promote_keys(keys);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION hopper_workflow_returned() RETURNS trigger
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    back bigint[];
+    waiting bigint[];
+BEGIN
+    -- Inserts of jobs of no workflow stop here, without reading (or
+    -- needing a grant on) the workflow tables: a role that only enqueues
+    -- plain jobs needs none.
+    IF NOT EXISTS (SELECT FROM hopper_new_jobs AS n WHERE n.meta ? 'hopper.workflow') THEN
+        RETURN NULL;
+    END IF;
+    SELECT array_agg(n.id) INTO back
+    FROM hopper_new_jobs AS n
+    WHERE n.meta ? 'hopper.workflow'
+      AND EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.parent_id = n.id);
+    IF back IS NOT NULL THEN
+        PERFORM count(*)
+        FROM (SELECT j.id FROM hopper_jobs AS j
+              WHERE j.id IN (SELECT d.child_id FROM hopper_workflow_deps AS d WHERE d.parent_id = ANY (back))
+                AND j.state = 'waiting'
+              ORDER BY j.id
+              FOR NO KEY UPDATE OF j) AS l;
+        UPDATE hopper_workflow_waits AS w
+        SET parents_left = w.parents_left + c.n
+        FROM (SELECT d.child_id, count(*)::integer AS n
+              FROM hopper_workflow_deps AS d
+              JOIN hopper_jobs AS j ON j.id = d.child_id AND j.state = 'waiting'
+              WHERE d.parent_id = ANY (back)
+              GROUP BY d.child_id) AS c
+        WHERE w.child_id = c.child_id;
+    END IF;
+    SELECT array_agg(DISTINCT n.id) INTO waiting
+    FROM hopper_new_jobs AS n
+    WHERE n.meta ? 'hopper.workflow' AND n.state = 'waiting'
+      AND EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.child_id = n.id);
+    IF waiting IS NOT NULL THEN
+        PERFORM hopper_workflow_count(waiting);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
 -- CREATE OR REPLACE sets a function's settings anew: they are restated.
 DO $$
 BEGIN
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_promote(text) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_promote_keys(text[]) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_decide(bigint[]) SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_advance() SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_returned() SET search_path = %1$I, pg_temp', current_schema());
 END
 $$;
 ALTER FUNCTION hopper_workflow_decide(bigint[]) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION hopper_sequence_advance() SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION hopper_workflow_returned() SET jit = off;
