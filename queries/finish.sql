@@ -145,7 +145,7 @@ WITH clock AS MATERIALIZED (
            j.snoozed_meta,
            f.action,
            f.backoff_ms,
-           clock.now + '1 millisecond'::interval * f.backoff_ms AS retry_at,
+           j.now + '1 millisecond'::interval * f.backoff_ms AS retry_at,
            CASE
                WHEN f.action = 'dead' THEN f.reason
                WHEN f.action = 'cancel' THEN 'cancelled'
@@ -159,10 +159,10 @@ WITH clock AS MATERIALIZED (
                unnest(@backoffs_ms::bigint[]) AS backoff_ms,
                unnest(@reasons::text[]) AS reason
         ORDER BY 1) AS f -- lock order: see AckBatch
-    CROSS JOIN clock
     CROSS JOIN LATERAL (
         SELECT j.id, j.queue, j.kind, j.version, j.payload, j.priority, j.attempt, j.max_attempts,
                j.unique_key, j.created_at, j.run_at, j.meta, j.concurrency_key, j.errors, j.lease_owner,
+               clock.now,
                -- built for every row, used as the CASEs above and below say
                jsonb_build_array(jsonb_build_object(
                    'attempt', j.attempt,
@@ -174,6 +174,7 @@ WITH clock AS MATERIALIZED (
                    (CASE WHEN j.meta ->> 'hopper.uncharged' ~ '^[0-9]{1,9}$'
                          THEN (j.meta ->> 'hopper.uncharged')::integer ELSE 0 END + 1)::text) AS snoozed_meta
         FROM hopper_jobs AS j
+        CROSS JOIN clock
         WHERE j.id = f.id AND j.attempt = f.attempt
           AND j.lease_until IS NOT NULL -- running
         FOR UPDATE OF j
