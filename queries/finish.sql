@@ -123,7 +123,12 @@ SELECT deleted.id, deleted.attempt FROM deleted;
 -- generic plan joined those with a nested loop, 90 ms for 1000 dead jobs.
 --
 -- Rows are looked up and locked as in AckBatch (see there why), and the
--- dead jobs deleted by an array of their ids. The retried jobs need their
+-- dead jobs deleted by an array of their ids, read from buried's answer:
+-- on Citus each part of the statement runs as a statement of its own, in
+-- the order their references demand, and the triggers of the delete
+-- (sequences, workflows, durable jobs) fire at its end and must find the
+-- jobs dead, as they do on PostgreSQL, where they fire at the end of the
+-- whole statement (docs/scaling-out.md). The retried jobs need their
 -- claim's new values, so their update joins the locked rows, written as
 -- j.id = ANY (ARRAY[failed.id]): the same test as j.id = failed.id, but
 -- one PostgreSQL can neither hash nor merge, so the only plan left looks
@@ -193,9 +198,6 @@ WITH clock AS MATERIALIZED (
     FROM failed
     WHERE j.id = ANY (ARRAY[failed.id]) AND failed.dead_reason IS NULL
     RETURNING j.id, j.attempt
-), removed AS (
-    DELETE FROM hopper_jobs AS j
-    WHERE j.id = ANY (ARRAY(SELECT failed.id FROM failed WHERE failed.dead_reason IS NOT NULL))
 ), buried AS (
     INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt,
                                   max_attempts, unique_key, errors, reason, created_at, run_at, state, meta, concurrency_key)
@@ -205,6 +207,9 @@ WITH clock AS MATERIALIZED (
     FROM failed
     WHERE failed.dead_reason IS NOT NULL
     RETURNING id, attempt
+), removed AS (
+    DELETE FROM hopper_jobs AS j
+    WHERE j.id = ANY (ARRAY(SELECT buried.id FROM buried))
 )
 SELECT retried.id, retried.attempt, false AS dead FROM retried
 UNION ALL

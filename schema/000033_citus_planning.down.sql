@@ -1,4 +1,4 @@
--- Undoes 000033: the five functions as they were, now() inside the
+-- Undoes 000033: the six functions as they were, now() inside the
 -- CASE again, and the transition tables read beside the tables.
 
 CREATE OR REPLACE FUNCTION hopper_sequence_promote(sequence_key text) RETURNS bigint
@@ -232,6 +232,56 @@ BEGIN
 END;
 $$;
 
+CREATE OR REPLACE FUNCTION hopper_workflow_link(parents bigint[], children bigint[]) RETURNS integer
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    stranger record;
+    decided integer;
+    edge_parents bigint[];
+    edge_children bigint[];
+    workflows text[];
+BEGIN
+    PERFORM hopper_require_read_committed('linking workflow steps');
+    IF cardinality(parents) IS DISTINCT FROM cardinality(children) OR array_position(parents, NULL) IS NOT NULL
+       OR array_position(children, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'hopper: workflow edges: ' || coalesce(cardinality(parents), 0) || ' parents for '
+                      || coalesce(cardinality(children), 0) || ' children, or a NULL among them';
+    END IF;
+    SELECT e.p, e.c INTO stranger
+    FROM unnest(parents, children) AS e(p, c)
+    LEFT JOIN hopper_jobs AS c ON c.id = e.c
+    WHERE e.p = e.c OR c.id IS NULL OR c.state <> 'waiting' OR NOT c.meta ? 'hopper.workflow'
+    LIMIT 1;
+    IF NOT FOUND THEN
+        SELECT array_agg(e.p ORDER BY e.p, e.c), array_agg(e.c ORDER BY e.p, e.c),
+               array_agg(c.meta ->> 'hopper.workflow' ORDER BY e.p, e.c)
+        INTO edge_parents, edge_children, workflows
+        FROM (SELECT DISTINCT p, c FROM unnest(parents, children) AS u(p, c)) AS e
+        JOIN hopper_jobs AS c ON c.id = e.c;
+        INSERT INTO hopper_workflow_deps (parent_id, child_id)
+        SELECT e.p, e.c FROM unnest(edge_parents, edge_children) AS e(p, c)
+        ON CONFLICT DO NOTHING;
+        decided := hopper_workflow_count(ARRAY(SELECT DISTINCT c FROM unnest(edge_children) AS c ORDER BY 1));
+        SELECT e.p, e.c INTO stranger
+        FROM unnest(edge_parents, edge_children, workflows) AS e(p, c, w)
+        WHERE NOT EXISTS (SELECT FROM hopper_jobs AS j
+                          WHERE j.id = e.p AND j.meta ? 'hopper.workflow' AND (j.meta ->> 'hopper.workflow') = e.w)
+          AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x
+                          WHERE x.id = e.p AND x.meta ? 'hopper.workflow' AND (x.meta ->> 'hopper.workflow') = e.w)
+          AND NOT EXISTS (SELECT FROM hopper_job_history AS h
+                          WHERE h.id = e.p AND h.meta ? 'hopper.workflow' AND (h.meta ->> 'hopper.workflow') = e.w)
+        LIMIT 1;
+    END IF;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'hopper: unknown step: job ' || stranger.p || ' is no step of the workflow of job ' || stranger.c,
+            HINT = 'a step''s parents are steps of its own workflow, in this schema, and the step waits for them';
+    END IF;
+    RETURN decided;
+END;
+$$;
+
 -- CREATE OR REPLACE sets a function's settings anew: they are restated.
 DO $$
 BEGIN
@@ -240,8 +290,11 @@ BEGIN
     EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_decide(bigint[]) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_advance() SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_returned() SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_link(bigint[], bigint[]) SET search_path = %1$I, pg_temp', current_schema());
 END
 $$;
 ALTER FUNCTION hopper_workflow_decide(bigint[]) SET plan_cache_mode = force_generic_plan;
 ALTER FUNCTION hopper_sequence_advance() SET plan_cache_mode = force_generic_plan;
 ALTER FUNCTION hopper_workflow_returned() SET jit = off;
+ALTER FUNCTION hopper_workflow_link(bigint[], bigint[]) SET jit = off;
+ALTER FUNCTION hopper_workflow_link(bigint[], bigint[]) SET plan_cache_mode = force_generic_plan;

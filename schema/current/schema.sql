@@ -887,7 +887,7 @@ CREATE FUNCTION hopper.hopper_sequence_advance() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'hopper', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
-    AS $$
+    AS $_$
 DECLARE
     keys text[];
     heads bigint[];
@@ -909,12 +909,9 @@ BEGIN
         RETURN NULL;
     END IF;
     -- A head under the block policy that the statement wrote to the dead
-    -- jobs blocks its key. Its dead row is read into arrays, then inserted
-    -- row by row, in key order: Citus cannot plan an INSERT … SELECT
-    -- whose SELECT reads a distributed table, or takes a parameter in a
-    -- generic plan (the function's plans are generic: see migration 24),
-    -- and plans an INSERT … VALUES as one task on the node. A statement
-    -- ends few heads of sequences dead: a few rows.
+    -- jobs blocks its key. Its dead row is read into arrays first, then
+    -- inserted from them by a statement planned at each call (EXECUTE; see
+    -- the note, 3).
     IF heads IS NOT NULL THEN
         SELECT array_agg(h.key ORDER BY h.key, h.id), array_agg(h.id ORDER BY h.key, h.id),
                array_agg(h.queue ORDER BY h.key, h.id), array_agg(h.kind ORDER BY h.key, h.id),
@@ -922,11 +919,14 @@ BEGIN
         INTO head_keys, heads, head_queues, head_kinds, head_states, head_reasons
         FROM unnest(heads, head_keys, head_queues, head_kinds) AS h(id, key, queue, kind)
         JOIN hopper_dead_jobs AS d ON d.id = h.id;
-        FOR i IN 1..coalesce(cardinality(heads), 0) LOOP
-            INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
-            VALUES (head_keys[i], heads[i], head_queues[i], head_kinds[i], head_states[i], head_reasons[i])
-            ON CONFLICT (sequence_key) DO NOTHING;
-        END LOOP;
+        IF heads IS NOT NULL THEN
+            EXECUTE 'INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
+                     SELECT b.key, b.id, b.queue, b.kind, b.state, b.reason
+                     FROM unnest($1, $2, $3, $4, $5, $6) AS b(key, id, queue, kind, state, reason)
+                     ORDER BY 1
+                     ON CONFLICT (sequence_key) DO NOTHING'
+                USING head_keys, heads, head_queues, head_kinds, head_states, head_reasons;
+        END IF;
     END IF;
     SELECT array_agg(k) INTO keys
     FROM unnest(keys) AS k
@@ -936,7 +936,7 @@ BEGIN
     END IF;
     RETURN NULL;
 END;
-$$;
+$_$;
 
 --
 -- Name: hopper_sequence_before(text, bigint); Type: FUNCTION; Schema: hopper; Owner: -
@@ -1440,10 +1440,10 @@ $$;
 
 CREATE FUNCTION hopper.hopper_workflow_link(parents bigint[], children bigint[]) RETURNS integer
     LANGUAGE plpgsql
-    SET jit TO 'off'
     SET search_path TO 'hopper', 'pg_temp'
+    SET jit TO 'off'
     SET plan_cache_mode TO 'force_generic_plan'
-    AS $$
+    AS $_$
 DECLARE
     stranger record;
     decided integer;
@@ -1469,9 +1469,11 @@ BEGIN
         INTO edge_parents, edge_children, workflows
         FROM (SELECT DISTINCT p, c FROM unnest(parents, children) AS u(p, c)) AS e
         JOIN hopper_jobs AS c ON c.id = e.c;
-        INSERT INTO hopper_workflow_deps (parent_id, child_id)
-        SELECT e.p, e.c FROM unnest(edge_parents, edge_children) AS e(p, c)
-        ON CONFLICT DO NOTHING;
+        -- planned at each call: see the migration's note (3)
+        EXECUTE 'INSERT INTO hopper_workflow_deps (parent_id, child_id)
+                 SELECT e.p, e.c FROM unnest($1, $2) AS e(p, c)
+                 ON CONFLICT DO NOTHING'
+            USING edge_parents, edge_children;
         decided := hopper_workflow_count(ARRAY(SELECT DISTINCT c FROM unnest(edge_children) AS c ORDER BY 1));
         SELECT e.p, e.c INTO stranger
         FROM unnest(edge_parents, edge_children, workflows) AS e(p, c, w)
@@ -1490,7 +1492,7 @@ BEGIN
     END IF;
     RETURN decided;
 END;
-$$;
+$_$;
 
 --
 -- Name: hopper_workflow_link(bigint[], bigint[], bigint); Type: FUNCTION; Schema: hopper; Owner: -

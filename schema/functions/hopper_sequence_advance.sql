@@ -32,12 +32,9 @@ BEGIN
         RETURN NULL;
     END IF;
     -- A head under the block policy that the statement wrote to the dead
-    -- jobs blocks its key. Its dead row is read into arrays, then inserted
-    -- row by row, in key order: Citus cannot plan an INSERT … SELECT
-    -- whose SELECT reads a distributed table, or takes a parameter in a
-    -- generic plan (the function's plans are generic: see migration 24),
-    -- and plans an INSERT … VALUES as one task on the node. A statement
-    -- ends few heads of sequences dead: a few rows.
+    -- jobs blocks its key. Its dead row is read into arrays first, then
+    -- inserted from them by a statement planned at each call (EXECUTE; see
+    -- the note, 3).
     IF heads IS NOT NULL THEN
         SELECT array_agg(h.key ORDER BY h.key, h.id), array_agg(h.id ORDER BY h.key, h.id),
                array_agg(h.queue ORDER BY h.key, h.id), array_agg(h.kind ORDER BY h.key, h.id),
@@ -45,11 +42,14 @@ BEGIN
         INTO head_keys, heads, head_queues, head_kinds, head_states, head_reasons
         FROM unnest(heads, head_keys, head_queues, head_kinds) AS h(id, key, queue, kind)
         JOIN hopper_dead_jobs AS d ON d.id = h.id;
-        FOR i IN 1..coalesce(cardinality(heads), 0) LOOP
-            INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
-            VALUES (head_keys[i], heads[i], head_queues[i], head_kinds[i], head_states[i], head_reasons[i])
-            ON CONFLICT (sequence_key) DO NOTHING;
-        END LOOP;
+        IF heads IS NOT NULL THEN
+            EXECUTE 'INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
+                     SELECT b.key, b.id, b.queue, b.kind, b.state, b.reason
+                     FROM unnest($1, $2, $3, $4, $5, $6) AS b(key, id, queue, kind, state, reason)
+                     ORDER BY 1
+                     ON CONFLICT (sequence_key) DO NOTHING'
+                USING head_keys, heads, head_queues, head_kinds, head_states, head_reasons;
+        END IF;
     END IF;
     SELECT array_agg(k) INTO keys
     FROM unnest(keys) AS k

@@ -44,6 +44,15 @@
 -- = ANY), as the other trigger functions already do. The arrays hold ids
 -- and a few short columns of the statement's rows: a batch of thousands
 -- of jobs makes arrays of thousands of elements, read once.
+--
+-- 3. An INSERT … SELECT with parameters in a generic plan. Citus cannot
+-- plan one ("could not create distributed plan"), and the functions that
+-- read the history or the dead jobs by id make generic plans (migration
+-- 24). hopper_sequence_advance and hopper_workflow_link insert from their
+-- arrays by EXECUTE … USING instead: a statement planned at each call,
+-- whose SELECT reads only the arrays (Citus deparses one that joins a
+-- table of the shard wrongly), while their look-ups keep their generic
+-- plans. Planning an INSERT from unnest takes microseconds.
 CREATE OR REPLACE FUNCTION hopper_sequence_promote(sequence_key text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_variable

@@ -35,6 +35,15 @@
 -- = ANY), as the other trigger functions already do. The arrays hold ids
 -- and a few short columns of the statement's rows: a batch of thousands
 -- of jobs makes arrays of thousands of elements, read once.
+--
+-- 3. An INSERT … SELECT with parameters in a generic plan. Citus cannot
+-- plan one ("could not create distributed plan"), and the functions that
+-- read the history or the dead jobs by id make generic plans (migration
+-- 24). hopper_sequence_advance and hopper_workflow_link insert from their
+-- arrays by EXECUTE … USING instead: a statement planned at each call,
+-- whose SELECT reads only the arrays (Citus deparses one that joins a
+-- table of the shard wrongly), while their look-ups keep their generic
+-- plans. Planning an INSERT from unnest takes microseconds.
 
 CREATE OR REPLACE FUNCTION hopper_sequence_promote(sequence_key text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
@@ -226,12 +235,9 @@ BEGIN
         RETURN NULL;
     END IF;
     -- A head under the block policy that the statement wrote to the dead
-    -- jobs blocks its key. Its dead row is read into arrays, then inserted
-    -- row by row, in key order: Citus cannot plan an INSERT … SELECT
-    -- whose SELECT reads a distributed table, or takes a parameter in a
-    -- generic plan (the function's plans are generic: see migration 24),
-    -- and plans an INSERT … VALUES as one task on the node. A statement
-    -- ends few heads of sequences dead: a few rows.
+    -- jobs blocks its key. Its dead row is read into arrays first, then
+    -- inserted from them by a statement planned at each call (EXECUTE; see
+    -- the note, 3).
     IF heads IS NOT NULL THEN
         SELECT array_agg(h.key ORDER BY h.key, h.id), array_agg(h.id ORDER BY h.key, h.id),
                array_agg(h.queue ORDER BY h.key, h.id), array_agg(h.kind ORDER BY h.key, h.id),
@@ -239,11 +245,14 @@ BEGIN
         INTO head_keys, heads, head_queues, head_kinds, head_states, head_reasons
         FROM unnest(heads, head_keys, head_queues, head_kinds) AS h(id, key, queue, kind)
         JOIN hopper_dead_jobs AS d ON d.id = h.id;
-        FOR i IN 1..coalesce(cardinality(heads), 0) LOOP
-            INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
-            VALUES (head_keys[i], heads[i], head_queues[i], head_kinds[i], head_states[i], head_reasons[i])
-            ON CONFLICT (sequence_key) DO NOTHING;
-        END LOOP;
+        IF heads IS NOT NULL THEN
+            EXECUTE 'INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
+                     SELECT b.key, b.id, b.queue, b.kind, b.state, b.reason
+                     FROM unnest($1, $2, $3, $4, $5, $6) AS b(key, id, queue, kind, state, reason)
+                     ORDER BY 1
+                     ON CONFLICT (sequence_key) DO NOTHING'
+                USING head_keys, heads, head_queues, head_kinds, head_states, head_reasons;
+        END IF;
     END IF;
     SELECT array_agg(k) INTO keys
     FROM unnest(keys) AS k
@@ -306,6 +315,60 @@ BEGIN
 END;
 $$;
 
+-- hopper_workflow_link(bigint[], bigint[]): the edges are inserted by
+-- EXECUTE (see the note, 3).
+CREATE OR REPLACE FUNCTION hopper_workflow_link(parents bigint[], children bigint[]) RETURNS integer
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    stranger record;
+    decided integer;
+    edge_parents bigint[];
+    edge_children bigint[];
+    workflows text[];
+BEGIN
+    PERFORM hopper_require_read_committed('linking workflow steps');
+    IF cardinality(parents) IS DISTINCT FROM cardinality(children) OR array_position(parents, NULL) IS NOT NULL
+       OR array_position(children, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'hopper: workflow edges: ' || coalesce(cardinality(parents), 0) || ' parents for '
+                      || coalesce(cardinality(children), 0) || ' children, or a NULL among them';
+    END IF;
+    SELECT e.p, e.c INTO stranger
+    FROM unnest(parents, children) AS e(p, c)
+    LEFT JOIN hopper_jobs AS c ON c.id = e.c
+    WHERE e.p = e.c OR c.id IS NULL OR c.state <> 'waiting' OR NOT c.meta ? 'hopper.workflow'
+    LIMIT 1;
+    IF NOT FOUND THEN
+        SELECT array_agg(e.p ORDER BY e.p, e.c), array_agg(e.c ORDER BY e.p, e.c),
+               array_agg(c.meta ->> 'hopper.workflow' ORDER BY e.p, e.c)
+        INTO edge_parents, edge_children, workflows
+        FROM (SELECT DISTINCT p, c FROM unnest(parents, children) AS u(p, c)) AS e
+        JOIN hopper_jobs AS c ON c.id = e.c;
+        -- planned at each call: see the migration's note (3)
+        EXECUTE 'INSERT INTO hopper_workflow_deps (parent_id, child_id)
+                 SELECT e.p, e.c FROM unnest($1, $2) AS e(p, c)
+                 ON CONFLICT DO NOTHING'
+            USING edge_parents, edge_children;
+        decided := hopper_workflow_count(ARRAY(SELECT DISTINCT c FROM unnest(edge_children) AS c ORDER BY 1));
+        SELECT e.p, e.c INTO stranger
+        FROM unnest(edge_parents, edge_children, workflows) AS e(p, c, w)
+        WHERE NOT EXISTS (SELECT FROM hopper_jobs AS j
+                          WHERE j.id = e.p AND j.meta ? 'hopper.workflow' AND (j.meta ->> 'hopper.workflow') = e.w)
+          AND NOT EXISTS (SELECT FROM hopper_dead_jobs AS x
+                          WHERE x.id = e.p AND x.meta ? 'hopper.workflow' AND (x.meta ->> 'hopper.workflow') = e.w)
+          AND NOT EXISTS (SELECT FROM hopper_job_history AS h
+                          WHERE h.id = e.p AND h.meta ? 'hopper.workflow' AND (h.meta ->> 'hopper.workflow') = e.w)
+        LIMIT 1;
+    END IF;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'hopper: unknown step: job ' || stranger.p || ' is no step of the workflow of job ' || stranger.c,
+            HINT = 'a step''s parents are steps of its own workflow, in this schema, and the step waits for them';
+    END IF;
+    RETURN decided;
+END;
+$$;
+
 -- CREATE OR REPLACE sets a function's settings anew: they are restated.
 DO $$
 BEGIN
@@ -314,8 +377,11 @@ BEGIN
     EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_decide(bigint[]) SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_advance() SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_returned() SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_link(bigint[], bigint[]) SET search_path = %1$I, pg_temp', current_schema());
 END
 $$;
 ALTER FUNCTION hopper_workflow_decide(bigint[]) SET plan_cache_mode = force_generic_plan;
 ALTER FUNCTION hopper_sequence_advance() SET plan_cache_mode = force_generic_plan;
 ALTER FUNCTION hopper_workflow_returned() SET jit = off;
+ALTER FUNCTION hopper_workflow_link(bigint[], bigint[]) SET jit = off;
+ALTER FUNCTION hopper_workflow_link(bigint[], bigint[]) SET plan_cache_mode = force_generic_plan;
