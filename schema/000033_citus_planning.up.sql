@@ -212,6 +212,16 @@ $$;
 
 -- hopper_sequence_advance: the heads that ended and block their key are
 -- read from the deleted rows first, with the keys (see the note, 2).
+--
+-- When heads leave the job table (one call per deleting statement, over
+-- the rows it deleted: an acknowledgement batch of a thousand heads is a
+-- handful of set-based statements, not a thousand calls): a head that
+-- completed (acked, deleted) passes the turn to the next job of its key;
+-- one that ended dead or cancelled (the statement that deleted it wrote it
+-- to hopper_dead_jobs, which this trigger, fired at the statement's end,
+-- sees) blocks its key under the block policy, or passes the turn under
+-- continue. Deletes without a head of a sequence return at the first
+-- statement.
 CREATE OR REPLACE FUNCTION hopper_sequence_advance() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -266,6 +276,15 @@ $$;
 
 -- hopper_workflow_returned: the new rows' ids are read first (see the
 -- note, 2), and looked up in the edges from the arrays.
+--
+-- Steps that come back from the dead table (a retry: RetryDead, or
+-- hopper_workflow_retry). A parent has to end again (its end writes how
+-- on its edges), and each of its children still waiting counts it again
+-- (child rows locked first, as above). A step with parents comes back
+-- waiting and counts those still live (hopper_workflow_count): it runs
+-- once they end, at once when none is left, and applies its policy again
+-- if one of them failed. New steps have no edges yet when inserted (they
+-- come after): one index probe each.
 CREATE OR REPLACE FUNCTION hopper_workflow_returned() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -317,6 +336,16 @@ $$;
 
 -- hopper_workflow_link(bigint[], bigint[]): the edges are inserted by
 -- EXECUTE (see the note, 3).
+--
+-- Records the edges parents[i] → children[i], whose children are waiting
+-- steps (inserted waiting by this transaction, or already waiting), and
+-- counts their parents (hopper_workflow_count). Every parent must be a
+-- step of its child's workflow in this schema: live (new in this
+-- transaction or older), dead, or kept in the history. The parents are
+-- checked after hopper_workflow_count has locked them, so that a parent
+-- purged or pruned meanwhile is refused rather than taken for a success;
+-- a refusal undoes the whole call. Returns the number of steps decided
+-- now.
 CREATE OR REPLACE FUNCTION hopper_workflow_link(parents bigint[], children bigint[]) RETURNS integer
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE

@@ -9,6 +9,16 @@
 --
 -- hopper_sequence_advance: the heads that ended and block their key are
 -- read from the deleted rows first, with the keys (see the note, 2).
+--
+-- When heads leave the job table (one call per deleting statement, over
+-- the rows it deleted: an acknowledgement batch of a thousand heads is a
+-- handful of set-based statements, not a thousand calls): a head that
+-- completed (acked, deleted) passes the turn to the next job of its key;
+-- one that ended dead or cancelled (the statement that deleted it wrote it
+-- to hopper_dead_jobs, which this trigger, fired at the statement's end,
+-- sees) blocks its key under the block policy, or passes the turn under
+-- continue. Deletes without a head of a sequence return at the first
+-- statement.
 CREATE OR REPLACE FUNCTION hopper_sequence_advance() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE

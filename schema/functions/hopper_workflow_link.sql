@@ -21,6 +21,16 @@ $$;
 --
 -- hopper_workflow_link(bigint[], bigint[]): the edges are inserted by
 -- EXECUTE (see the note, 3).
+--
+-- Records the edges parents[i] → children[i], whose children are waiting
+-- steps (inserted waiting by this transaction, or already waiting), and
+-- counts their parents (hopper_workflow_count). Every parent must be a
+-- step of its child's workflow in this schema: live (new in this
+-- transaction or older), dead, or kept in the history. The parents are
+-- checked after hopper_workflow_count has locked them, so that a parent
+-- purged or pruned meanwhile is refused rather than taken for a success;
+-- a refusal undoes the whole call. Returns the number of steps decided
+-- now.
 CREATE OR REPLACE FUNCTION hopper_workflow_link(parents bigint[], children bigint[]) RETURNS integer
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE

@@ -9,6 +9,15 @@
 --
 -- hopper_workflow_returned: the new rows' ids are read first (see the
 -- note, 2), and looked up in the edges from the arrays.
+--
+-- Steps that come back from the dead table (a retry: RetryDead, or
+-- hopper_workflow_retry). A parent has to end again (its end writes how
+-- on its edges), and each of its children still waiting counts it again
+-- (child rows locked first, as above). A step with parents comes back
+-- waiting and counts those still live (hopper_workflow_count): it runs
+-- once they end, at once when none is left, and applies its policy again
+-- if one of them failed. New steps have no edges yet when inserted (they
+-- come after): one index probe each.
 CREATE OR REPLACE FUNCTION hopper_workflow_returned() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
