@@ -1,4 +1,4 @@
--- Undoes 000033: the six functions as they were, now() inside the
+-- Undoes 000033: the seven functions as they were, now() inside the
 -- CASE again, and the transition tables read beside the tables.
 
 CREATE OR REPLACE FUNCTION hopper_sequence_promote(sequence_key text) RETURNS bigint
@@ -282,6 +282,100 @@ BEGIN
 END;
 $$;
 
+CREATE OR REPLACE FUNCTION hopper_workflow_count(children bigint[]) RETURNS integer
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    parents bigint[];
+    dead bigint[];
+    live bigint[];
+    ready bigint[];
+BEGIN
+    PERFORM hopper_require_read_committed('counting a workflow step''s parents');
+    SELECT coalesce(array_agg(DISTINCT d.parent_id), '{}') INTO parents
+    FROM hopper_workflow_deps AS d
+    WHERE d.child_id = ANY (children);
+    -- Dead parents first: a retry that is bringing one back (its row
+    -- locked) is waited for, and the live parents, read next with a fresh
+    -- snapshot, then include it; a retry that comes after waits for this
+    -- commit, and its trigger then counts it for these children. A parent
+    -- that died while this waited for its live row is in the dead table
+    -- now, unlocked: lock it in another round, until every parent still
+    -- in either table is locked (the two counts match).
+    dead := '{}';
+    live := '{}';
+    FOR round IN 1..100 LOOP
+        SELECT dead || coalesce(array_agg(l.id), '{}') INTO dead
+        FROM (SELECT x.id FROM hopper_dead_jobs AS x
+              WHERE x.id = ANY (parents) AND (round = 1 OR NOT x.id = ANY (dead))
+              ORDER BY x.id
+              FOR KEY SHARE OF x) AS l;
+        SELECT live || coalesce(array_agg(l.id), '{}') INTO live
+        FROM (SELECT j.id FROM hopper_jobs AS j
+              WHERE j.id = ANY (parents) AND (round = 1 OR NOT j.id = ANY (live))
+              ORDER BY j.id
+              FOR KEY SHARE OF j) AS l;
+        EXIT WHEN (SELECT count(*) FROM hopper_dead_jobs AS x WHERE x.id = ANY (parents))
+                  + (SELECT count(*) FROM hopper_jobs AS j WHERE j.id = ANY (parents))
+                  = cardinality(dead) + cardinality(live);
+        IF round = 100 THEN
+            RAISE EXCEPTION 'hopper: workflows: the parents of % kept moving while this transaction locked them', children;
+        END IF;
+    END LOOP;
+    SELECT array_agg(l.id) INTO ready
+    FROM (SELECT j.id FROM hopper_jobs AS j
+          WHERE j.id = ANY (children) AND j.state = 'waiting'
+          ORDER BY j.id
+          FOR NO KEY UPDATE OF j) AS l;
+    -- A step that already waited (a parent added to it) may have been
+    -- decided while this waited for its parents' locks: its last parent
+    -- ended in a transaction that could not see the new edge. It cannot
+    -- wait for the new parent any more: refused, as a step that was not
+    -- waiting at all is.
+    IF coalesce(cardinality(ready), 0) < (SELECT count(DISTINCT c) FROM unnest(children) AS c) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'hopper: unknown step: job ' || (SELECT min(c) FROM unnest(children) AS c WHERE NOT c = ANY (coalesce(ready, '{}')))
+                      || ' no longer waits: its parents ended while it was being given another',
+            HINT = 'a parent can be added only to a step that still waits for one';
+    END IF;
+    ready := NULL;
+    -- A new edge to a dead parent takes its failure (a live parent's
+    -- edge is read only once it has ended, and its end writes it).
+    UPDATE hopper_workflow_deps AS d
+    SET parent_failed = x.state
+    FROM hopper_dead_jobs AS x
+    WHERE d.child_id = ANY (children) AND x.id = ANY (dead) AND d.parent_id = x.id
+      AND d.parent_failed IS DISTINCT FROM x.state;
+    -- A step of one parent has no count row: its parent's end is its
+    -- turn (hopper_workflow_pass). The parents live now are those locked
+    -- live (locked, none can leave, and none can come back unlocked): an
+    -- index probe each, rather than a search of the array per edge (a
+    -- batch's callback has a hundred thousand).
+    WITH counted AS (
+        SELECT d.child_id AS c, count(*)::integer AS parents,
+               count(*) FILTER (WHERE EXISTS (SELECT FROM hopper_jobs AS p WHERE p.id = d.parent_id))::integer AS parents_left
+        FROM hopper_workflow_deps AS d
+        JOIN hopper_jobs AS j ON j.id = d.child_id AND j.state = 'waiting'
+        WHERE d.child_id = ANY (children)
+        GROUP BY d.child_id
+    ), stored AS (
+        INSERT INTO hopper_workflow_waits (child_id, parents_left)
+        SELECT c.c, c.parents_left
+        FROM counted AS c
+        WHERE c.parents > 1
+        ORDER BY c.c
+        ON CONFLICT (child_id) DO UPDATE SET parents_left = excluded.parents_left
+    )
+    SELECT array_agg(c.c) INTO ready FROM counted AS c WHERE c.parents_left = 0;
+    IF ready IS NULL THEN
+        RETURN 0;
+    END IF;
+    -- The children of steps cancelled here are counted down by the
+    -- delete's trigger (this is no trigger: its deletes fire it).
+    PERFORM hopper_workflow_decide(ready);
+    RETURN cardinality(ready);
+END;
+$$;
+
 -- CREATE OR REPLACE sets a function's settings anew: they are restated.
 DO $$
 BEGIN
@@ -291,6 +385,7 @@ BEGIN
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_advance() SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_returned() SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_link(bigint[], bigint[]) SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_count(bigint[]) SET search_path = %1$I, pg_temp', current_schema());
 END
 $$;
 ALTER FUNCTION hopper_workflow_decide(bigint[]) SET plan_cache_mode = force_generic_plan;
@@ -298,3 +393,5 @@ ALTER FUNCTION hopper_sequence_advance() SET plan_cache_mode = force_generic_pla
 ALTER FUNCTION hopper_workflow_returned() SET jit = off;
 ALTER FUNCTION hopper_workflow_link(bigint[], bigint[]) SET jit = off;
 ALTER FUNCTION hopper_workflow_link(bigint[], bigint[]) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION hopper_workflow_count(bigint[]) SET jit = off;
+ALTER FUNCTION hopper_workflow_count(bigint[]) SET plan_cache_mode = force_generic_plan;

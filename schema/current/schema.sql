@@ -1248,15 +1248,17 @@ $$;
 
 CREATE FUNCTION hopper.hopper_workflow_count(children bigint[]) RETURNS integer
     LANGUAGE plpgsql
-    SET jit TO 'off'
     SET search_path TO 'hopper', 'pg_temp'
+    SET jit TO 'off'
     SET plan_cache_mode TO 'force_generic_plan'
-    AS $$
+    AS $_$
 DECLARE
     parents bigint[];
     dead bigint[];
     live bigint[];
     ready bigint[];
+    counted_children bigint[];
+    counted_left integer[];
 BEGIN
     PERFORM hopper_require_read_committed('counting a workflow step''s parents');
     SELECT coalesce(array_agg(DISTINCT d.parent_id), '{}') INTO parents
@@ -1318,22 +1320,25 @@ BEGIN
     -- live (locked, none can leave, and none can come back unlocked): an
     -- index probe each, rather than a search of the array per edge (a
     -- batch's callback has a hundred thousand).
-    WITH counted AS (
-        SELECT d.child_id AS c, count(*)::integer AS parents,
-               count(*) FILTER (WHERE EXISTS (SELECT FROM hopper_jobs AS p WHERE p.id = d.parent_id))::integer AS parents_left
-        FROM hopper_workflow_deps AS d
-        JOIN hopper_jobs AS j ON j.id = d.child_id AND j.state = 'waiting'
-        WHERE d.child_id = ANY (children)
-        GROUP BY d.child_id
-    ), stored AS (
-        INSERT INTO hopper_workflow_waits (child_id, parents_left)
-        SELECT c.c, c.parents_left
-        FROM counted AS c
-        WHERE c.parents > 1
-        ORDER BY c.c
-        ON CONFLICT (child_id) DO UPDATE SET parents_left = excluded.parents_left
-    )
-    SELECT array_agg(c.c) INTO ready FROM counted AS c WHERE c.parents_left = 0;
+    -- The counts are read into arrays first, then stored by a statement
+    -- planned at each call (see the migration's note, 3).
+    SELECT array_agg(c.c ORDER BY c.c) FILTER (WHERE c.parents > 1),
+           array_agg(c.parents_left ORDER BY c.c) FILTER (WHERE c.parents > 1),
+           array_agg(c.c) FILTER (WHERE c.parents_left = 0)
+    INTO counted_children, counted_left, ready
+    FROM (SELECT d.child_id AS c, count(*)::integer AS parents,
+                 count(*) FILTER (WHERE EXISTS (SELECT FROM hopper_jobs AS p WHERE p.id = d.parent_id))::integer AS parents_left
+          FROM hopper_workflow_deps AS d
+          JOIN hopper_jobs AS j ON j.id = d.child_id AND j.state = 'waiting'
+          WHERE d.child_id = ANY (children)
+          GROUP BY d.child_id) AS c;
+    IF counted_children IS NOT NULL THEN
+        EXECUTE 'INSERT INTO hopper_workflow_waits (child_id, parents_left)
+                 SELECT w.c, w.n FROM unnest($1, $2) AS w(c, n)
+                 ORDER BY 1
+                 ON CONFLICT (child_id) DO UPDATE SET parents_left = excluded.parents_left'
+            USING counted_children, counted_left;
+    END IF;
     IF ready IS NULL THEN
         RETURN 0;
     END IF;
@@ -1342,7 +1347,7 @@ BEGIN
     PERFORM hopper_workflow_decide(ready);
     RETURN cardinality(ready);
 END;
-$$;
+$_$;
 
 --
 -- Name: hopper_workflow_decide(bigint[]); Type: FUNCTION; Schema: hopper; Owner: -

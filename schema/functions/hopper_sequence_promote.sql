@@ -48,7 +48,8 @@
 -- 3. An INSERT … SELECT with parameters in a generic plan. Citus cannot
 -- plan one ("could not create distributed plan"), and the functions that
 -- read the history or the dead jobs by id make generic plans (migration
--- 24). hopper_sequence_advance and hopper_workflow_link insert from their
+-- 24). hopper_sequence_advance, hopper_workflow_link and
+-- hopper_workflow_count insert from their
 -- arrays by EXECUTE … USING instead: a statement planned at each call,
 -- whose SELECT reads only the arrays (Citus deparses one that joins a
 -- table of the shard wrongly), while their look-ups keep their generic

@@ -39,7 +39,8 @@
 -- 3. An INSERT … SELECT with parameters in a generic plan. Citus cannot
 -- plan one ("could not create distributed plan"), and the functions that
 -- read the history or the dead jobs by id make generic plans (migration
--- 24). hopper_sequence_advance and hopper_workflow_link insert from their
+-- 24). hopper_sequence_advance, hopper_workflow_link and
+-- hopper_workflow_count insert from their
 -- arrays by EXECUTE … USING instead: a statement planned at each call,
 -- whose SELECT reads only the arrays (Citus deparses one that joins a
 -- table of the shard wrongly), while their look-ups keep their generic
@@ -398,6 +399,119 @@ BEGIN
 END;
 $$;
 
+-- hopper_workflow_count(bigint[]): the parents' counts are stored by
+-- EXECUTE (see the note, 3).
+--
+-- Counts the parents still to end of the given waiting steps (inserted or
+-- brought back by this transaction, or given a new parent), over all
+-- their edges stored, and decides at once those with none left. Every
+-- parent is locked until the commit, dead ones first, then live ones (FOR
+-- KEY SHARE, in id order), so that none ends or comes back unseen: an end
+-- that committed first is seen here (its parent is gone: counted as
+-- ended), one that waits for this commit then sees these edges. Then the
+-- children (FOR NO KEY UPDATE, in id order), whose counts the ends of
+-- their other parents write under that lock. The failures on the edges
+-- are brought up to date from the parents locked. Returns the number of
+-- steps decided now.
+CREATE OR REPLACE FUNCTION hopper_workflow_count(children bigint[]) RETURNS integer
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    parents bigint[];
+    dead bigint[];
+    live bigint[];
+    ready bigint[];
+    counted_children bigint[];
+    counted_left integer[];
+BEGIN
+    PERFORM hopper_require_read_committed('counting a workflow step''s parents');
+    SELECT coalesce(array_agg(DISTINCT d.parent_id), '{}') INTO parents
+    FROM hopper_workflow_deps AS d
+    WHERE d.child_id = ANY (children);
+    -- Dead parents first: a retry that is bringing one back (its row
+    -- locked) is waited for, and the live parents, read next with a fresh
+    -- snapshot, then include it; a retry that comes after waits for this
+    -- commit, and its trigger then counts it for these children. A parent
+    -- that died while this waited for its live row is in the dead table
+    -- now, unlocked: lock it in another round, until every parent still
+    -- in either table is locked (the two counts match).
+    dead := '{}';
+    live := '{}';
+    FOR round IN 1..100 LOOP
+        SELECT dead || coalesce(array_agg(l.id), '{}') INTO dead
+        FROM (SELECT x.id FROM hopper_dead_jobs AS x
+              WHERE x.id = ANY (parents) AND (round = 1 OR NOT x.id = ANY (dead))
+              ORDER BY x.id
+              FOR KEY SHARE OF x) AS l;
+        SELECT live || coalesce(array_agg(l.id), '{}') INTO live
+        FROM (SELECT j.id FROM hopper_jobs AS j
+              WHERE j.id = ANY (parents) AND (round = 1 OR NOT j.id = ANY (live))
+              ORDER BY j.id
+              FOR KEY SHARE OF j) AS l;
+        EXIT WHEN (SELECT count(*) FROM hopper_dead_jobs AS x WHERE x.id = ANY (parents))
+                  + (SELECT count(*) FROM hopper_jobs AS j WHERE j.id = ANY (parents))
+                  = cardinality(dead) + cardinality(live);
+        IF round = 100 THEN
+            RAISE EXCEPTION 'hopper: workflows: the parents of % kept moving while this transaction locked them', children;
+        END IF;
+    END LOOP;
+    SELECT array_agg(l.id) INTO ready
+    FROM (SELECT j.id FROM hopper_jobs AS j
+          WHERE j.id = ANY (children) AND j.state = 'waiting'
+          ORDER BY j.id
+          FOR NO KEY UPDATE OF j) AS l;
+    -- A step that already waited (a parent added to it) may have been
+    -- decided while this waited for its parents' locks: its last parent
+    -- ended in a transaction that could not see the new edge. It cannot
+    -- wait for the new parent any more: refused, as a step that was not
+    -- waiting at all is.
+    IF coalesce(cardinality(ready), 0) < (SELECT count(DISTINCT c) FROM unnest(children) AS c) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'hopper: unknown step: job ' || (SELECT min(c) FROM unnest(children) AS c WHERE NOT c = ANY (coalesce(ready, '{}')))
+                      || ' no longer waits: its parents ended while it was being given another',
+            HINT = 'a parent can be added only to a step that still waits for one';
+    END IF;
+    ready := NULL;
+    -- A new edge to a dead parent takes its failure (a live parent's
+    -- edge is read only once it has ended, and its end writes it).
+    UPDATE hopper_workflow_deps AS d
+    SET parent_failed = x.state
+    FROM hopper_dead_jobs AS x
+    WHERE d.child_id = ANY (children) AND x.id = ANY (dead) AND d.parent_id = x.id
+      AND d.parent_failed IS DISTINCT FROM x.state;
+    -- A step of one parent has no count row: its parent's end is its
+    -- turn (hopper_workflow_pass). The parents live now are those locked
+    -- live (locked, none can leave, and none can come back unlocked): an
+    -- index probe each, rather than a search of the array per edge (a
+    -- batch's callback has a hundred thousand).
+    -- The counts are read into arrays first, then stored by a statement
+    -- planned at each call (see the migration's note, 3).
+    SELECT array_agg(c.c ORDER BY c.c) FILTER (WHERE c.parents > 1),
+           array_agg(c.parents_left ORDER BY c.c) FILTER (WHERE c.parents > 1),
+           array_agg(c.c) FILTER (WHERE c.parents_left = 0)
+    INTO counted_children, counted_left, ready
+    FROM (SELECT d.child_id AS c, count(*)::integer AS parents,
+                 count(*) FILTER (WHERE EXISTS (SELECT FROM hopper_jobs AS p WHERE p.id = d.parent_id))::integer AS parents_left
+          FROM hopper_workflow_deps AS d
+          JOIN hopper_jobs AS j ON j.id = d.child_id AND j.state = 'waiting'
+          WHERE d.child_id = ANY (children)
+          GROUP BY d.child_id) AS c;
+    IF counted_children IS NOT NULL THEN
+        EXECUTE 'INSERT INTO hopper_workflow_waits (child_id, parents_left)
+                 SELECT w.c, w.n FROM unnest($1, $2) AS w(c, n)
+                 ORDER BY 1
+                 ON CONFLICT (child_id) DO UPDATE SET parents_left = excluded.parents_left'
+            USING counted_children, counted_left;
+    END IF;
+    IF ready IS NULL THEN
+        RETURN 0;
+    END IF;
+    -- The children of steps cancelled here are counted down by the
+    -- delete's trigger (this is no trigger: its deletes fire it).
+    PERFORM hopper_workflow_decide(ready);
+    RETURN cardinality(ready);
+END;
+$$;
+
 -- CREATE OR REPLACE sets a function's settings anew: they are restated.
 DO $$
 BEGIN
@@ -407,6 +521,7 @@ BEGIN
     EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_advance() SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_returned() SET search_path = %1$I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_link(bigint[], bigint[]) SET search_path = %1$I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_count(bigint[]) SET search_path = %1$I, pg_temp', current_schema());
 END
 $$;
 ALTER FUNCTION hopper_workflow_decide(bigint[]) SET plan_cache_mode = force_generic_plan;
@@ -414,3 +529,5 @@ ALTER FUNCTION hopper_sequence_advance() SET plan_cache_mode = force_generic_pla
 ALTER FUNCTION hopper_workflow_returned() SET jit = off;
 ALTER FUNCTION hopper_workflow_link(bigint[], bigint[]) SET jit = off;
 ALTER FUNCTION hopper_workflow_link(bigint[], bigint[]) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION hopper_workflow_count(bigint[]) SET jit = off;
+ALTER FUNCTION hopper_workflow_count(bigint[]) SET plan_cache_mode = force_generic_plan;
