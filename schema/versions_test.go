@@ -38,7 +38,7 @@ var addedBy = map[uint][]string{
 	31: {"relation hopper_key_limits", "relation hopper_key_limits_pkey", // key_limits; hopper_ready_keys replaced
 		"relation hopper_shared_limits", "relation hopper_shared_limits_name_idx", "relation hopper_shared_limits_pkey"},
 	32: nil, // replica_identity: the rate claims' log's replica identity
-	33: nil, // citus_clock: three functions redefined, nothing added
+	33: nil, // citus_planning: seven functions redefined, nothing added
 }
 
 // deadPartitionObjects are what migration 24 (dead_partitions) adds: the

@@ -41,7 +41,7 @@ var names = [Latest]string{
 	"unique_periods", "durable", "history_drop_after", "history_drop_after_valid",
 	"history_partitions", "dead_partition_at", "dead_partition_at_valid", "dead_partitions",
 	"workflow_lookups", "sequence_placement", "definer_grants", "meta_room", "meta_room_valid",
-	"migration_builds", "key_limits", "replica_identity", "citus_clock",
+	"migration_builds", "key_limits", "replica_identity", "citus_planning",
 }
 
 // Names returns the migrations' names, oldest first: the name of version

@@ -887,24 +887,47 @@ CREATE FUNCTION hopper.hopper_sequence_advance() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'hopper', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
-    AS $$
+    AS $_$
 DECLARE
     keys text[];
+    heads bigint[];
+    head_keys text[];
+    head_queues text[];
+    head_kinds text[];
+    head_states text[];
+    head_reasons text[];
 BEGIN
-    SELECT array_agg(DISTINCT o.meta ->> 'hopper.sequence') INTO keys
+    SELECT array_agg(DISTINCT o.meta ->> 'hopper.sequence'),
+           array_agg(o.id) FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'),
+           array_agg(o.meta ->> 'hopper.sequence') FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'),
+           array_agg(o.queue) FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'),
+           array_agg(o.kind) FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block')
+    INTO keys, heads, head_keys, head_queues, head_kinds
     FROM hopper_old_jobs AS o
     WHERE o.state <> 'waiting' AND o.meta ? 'hopper.sequence';
     IF keys IS NULL THEN
         RETURN NULL;
     END IF;
-    INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
-    SELECT o.meta ->> 'hopper.sequence', o.id, o.queue, o.kind, d.state, d.reason
-    FROM hopper_old_jobs AS o
-    JOIN hopper_dead_jobs AS d ON d.id = o.id
-    WHERE o.state <> 'waiting' AND o.meta ? 'hopper.sequence'
-      AND coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'
-    ORDER BY 1
-    ON CONFLICT (sequence_key) DO NOTHING;
+    -- A head under the block policy that the statement wrote to the dead
+    -- jobs blocks its key. Its dead row is read into arrays first, then
+    -- inserted from them by a statement planned at each call (EXECUTE; see
+    -- the note, 3).
+    IF heads IS NOT NULL THEN
+        SELECT array_agg(h.key ORDER BY h.key, h.id), array_agg(h.id ORDER BY h.key, h.id),
+               array_agg(h.queue ORDER BY h.key, h.id), array_agg(h.kind ORDER BY h.key, h.id),
+               array_agg(d.state ORDER BY h.key, h.id), array_agg(d.reason ORDER BY h.key, h.id)
+        INTO head_keys, heads, head_queues, head_kinds, head_states, head_reasons
+        FROM unnest(heads, head_keys, head_queues, head_kinds) AS h(id, key, queue, kind)
+        JOIN hopper_dead_jobs AS d ON d.id = h.id;
+        IF heads IS NOT NULL THEN
+            EXECUTE 'INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
+                     SELECT b.key, b.id, b.queue, b.kind, b.state, b.reason
+                     FROM unnest($1, $2, $3, $4, $5, $6) AS b(key, id, queue, kind, state, reason)
+                     ORDER BY 1
+                     ON CONFLICT (sequence_key) DO NOTHING'
+                USING head_keys, heads, head_queues, head_kinds, head_states, head_reasons;
+        END IF;
+    END IF;
     SELECT array_agg(k) INTO keys
     FROM unnest(keys) AS k
     WHERE NOT EXISTS (SELECT FROM hopper_sequence_blocks AS b WHERE b.sequence_key = k);
@@ -913,7 +936,7 @@ BEGIN
     END IF;
     RETURN NULL;
 END;
-$$;
+$_$;
 
 --
 -- Name: hopper_sequence_before(text, bigint); Type: FUNCTION; Schema: hopper; Owner: -
@@ -1065,7 +1088,7 @@ CREATE FUNCTION hopper.hopper_sequence_promote(sequence_key text) RETURNS bigint
     AS $$
 #variable_conflict use_variable
 DECLARE
-    -- now(), read once: see the migration's note
+    -- now(), read once: see the migration's note (1)
     clock timestamptz := now();
     next record;
 BEGIN
@@ -1107,7 +1130,7 @@ CREATE FUNCTION hopper.hopper_sequence_promote_keys(keys text[]) RETURNS void
     SET search_path TO 'hopper', 'pg_temp'
     AS $$
 DECLARE
-    -- now(), read once: see the migration's note
+    -- now(), read once: see the migration's note (1)
     clock timestamptz := now();
     done text[];
     missed text;
@@ -1225,15 +1248,17 @@ $$;
 
 CREATE FUNCTION hopper.hopper_workflow_count(children bigint[]) RETURNS integer
     LANGUAGE plpgsql
-    SET jit TO 'off'
     SET search_path TO 'hopper', 'pg_temp'
+    SET jit TO 'off'
     SET plan_cache_mode TO 'force_generic_plan'
-    AS $$
+    AS $_$
 DECLARE
     parents bigint[];
     dead bigint[];
     live bigint[];
     ready bigint[];
+    counted_children bigint[];
+    counted_left integer[];
 BEGIN
     PERFORM hopper_require_read_committed('counting a workflow step''s parents');
     SELECT coalesce(array_agg(DISTINCT d.parent_id), '{}') INTO parents
@@ -1295,22 +1320,25 @@ BEGIN
     -- live (locked, none can leave, and none can come back unlocked): an
     -- index probe each, rather than a search of the array per edge (a
     -- batch's callback has a hundred thousand).
-    WITH counted AS (
-        SELECT d.child_id AS c, count(*)::integer AS parents,
-               count(*) FILTER (WHERE EXISTS (SELECT FROM hopper_jobs AS p WHERE p.id = d.parent_id))::integer AS parents_left
-        FROM hopper_workflow_deps AS d
-        JOIN hopper_jobs AS j ON j.id = d.child_id AND j.state = 'waiting'
-        WHERE d.child_id = ANY (children)
-        GROUP BY d.child_id
-    ), stored AS (
-        INSERT INTO hopper_workflow_waits (child_id, parents_left)
-        SELECT c.c, c.parents_left
-        FROM counted AS c
-        WHERE c.parents > 1
-        ORDER BY c.c
-        ON CONFLICT (child_id) DO UPDATE SET parents_left = excluded.parents_left
-    )
-    SELECT array_agg(c.c) INTO ready FROM counted AS c WHERE c.parents_left = 0;
+    -- The counts are read into arrays first, then stored by a statement
+    -- planned at each call (see the migration's note, 3).
+    SELECT array_agg(c.c ORDER BY c.c) FILTER (WHERE c.parents > 1),
+           array_agg(c.parents_left ORDER BY c.c) FILTER (WHERE c.parents > 1),
+           array_agg(c.c) FILTER (WHERE c.parents_left = 0)
+    INTO counted_children, counted_left, ready
+    FROM (SELECT d.child_id AS c, count(*)::integer AS parents,
+                 count(*) FILTER (WHERE EXISTS (SELECT FROM hopper_jobs AS p WHERE p.id = d.parent_id))::integer AS parents_left
+          FROM hopper_workflow_deps AS d
+          JOIN hopper_jobs AS j ON j.id = d.child_id AND j.state = 'waiting'
+          WHERE d.child_id = ANY (children)
+          GROUP BY d.child_id) AS c;
+    IF counted_children IS NOT NULL THEN
+        EXECUTE 'INSERT INTO hopper_workflow_waits (child_id, parents_left)
+                 SELECT w.c, w.n FROM unnest($1, $2) AS w(c, n)
+                 ORDER BY 1
+                 ON CONFLICT (child_id) DO UPDATE SET parents_left = excluded.parents_left'
+            USING counted_children, counted_left;
+    END IF;
     IF ready IS NULL THEN
         RETURN 0;
     END IF;
@@ -1319,7 +1347,7 @@ BEGIN
     PERFORM hopper_workflow_decide(ready);
     RETURN cardinality(ready);
 END;
-$$;
+$_$;
 
 --
 -- Name: hopper_workflow_decide(bigint[]); Type: FUNCTION; Schema: hopper; Owner: -
@@ -1331,7 +1359,7 @@ CREATE FUNCTION hopper.hopper_workflow_decide(ready bigint[]) RETURNS bigint[]
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
-    -- now(), read once: see the migration's note
+    -- now(), read once: see the migration's note (1)
     clock timestamptz := now();
     go bigint[];
     doomed bigint[];
@@ -1417,10 +1445,10 @@ $$;
 
 CREATE FUNCTION hopper.hopper_workflow_link(parents bigint[], children bigint[]) RETURNS integer
     LANGUAGE plpgsql
-    SET jit TO 'off'
     SET search_path TO 'hopper', 'pg_temp'
+    SET jit TO 'off'
     SET plan_cache_mode TO 'force_generic_plan'
-    AS $$
+    AS $_$
 DECLARE
     stranger record;
     decided integer;
@@ -1446,9 +1474,11 @@ BEGIN
         INTO edge_parents, edge_children, workflows
         FROM (SELECT DISTINCT p, c FROM unnest(parents, children) AS u(p, c)) AS e
         JOIN hopper_jobs AS c ON c.id = e.c;
-        INSERT INTO hopper_workflow_deps (parent_id, child_id)
-        SELECT e.p, e.c FROM unnest(edge_parents, edge_children) AS e(p, c)
-        ON CONFLICT DO NOTHING;
+        -- planned at each call: see the migration's note (3)
+        EXECUTE 'INSERT INTO hopper_workflow_deps (parent_id, child_id)
+                 SELECT e.p, e.c FROM unnest($1, $2) AS e(p, c)
+                 ON CONFLICT DO NOTHING'
+            USING edge_parents, edge_children;
         decided := hopper_workflow_count(ARRAY(SELECT DISTINCT c FROM unnest(edge_children) AS c ORDER BY 1));
         SELECT e.p, e.c INTO stranger
         FROM unnest(edge_parents, edge_children, workflows) AS e(p, c, w)
@@ -1467,7 +1497,7 @@ BEGIN
     END IF;
     RETURN decided;
 END;
-$$;
+$_$;
 
 --
 -- Name: hopper_workflow_link(bigint[], bigint[], bigint); Type: FUNCTION; Schema: hopper; Owner: -
@@ -1652,23 +1682,28 @@ $$;
 
 CREATE FUNCTION hopper.hopper_workflow_returned() RETURNS trigger
     LANGUAGE plpgsql
-    SET jit TO 'off'
     SET search_path TO 'hopper', 'pg_temp'
+    SET jit TO 'off'
     AS $$
 DECLARE
+    arrived bigint[];
+    arrived_waiting bigint[];
     back bigint[];
     waiting bigint[];
 BEGIN
+    SELECT array_agg(n.id), array_agg(DISTINCT n.id) FILTER (WHERE n.state = 'waiting')
+    INTO arrived, arrived_waiting
+    FROM hopper_new_jobs AS n
+    WHERE n.meta ? 'hopper.workflow';
     -- Inserts of jobs of no workflow stop here, without reading (or
     -- needing a grant on) the workflow tables: a role that only enqueues
     -- plain jobs needs none.
-    IF NOT EXISTS (SELECT FROM hopper_new_jobs AS n WHERE n.meta ? 'hopper.workflow') THEN
+    IF arrived IS NULL THEN
         RETURN NULL;
     END IF;
-    SELECT array_agg(n.id) INTO back
-    FROM hopper_new_jobs AS n
-    WHERE n.meta ? 'hopper.workflow'
-      AND EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.parent_id = n.id);
+    SELECT array_agg(a) INTO back
+    FROM unnest(arrived) AS a
+    WHERE EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.parent_id = a);
     IF back IS NOT NULL THEN
         PERFORM count(*)
         FROM (SELECT j.id FROM hopper_jobs AS j
@@ -1685,10 +1720,11 @@ BEGIN
               GROUP BY d.child_id) AS c
         WHERE w.child_id = c.child_id;
     END IF;
-    SELECT array_agg(DISTINCT n.id) INTO waiting
-    FROM hopper_new_jobs AS n
-    WHERE n.meta ? 'hopper.workflow' AND n.state = 'waiting'
-      AND EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.child_id = n.id);
+    IF arrived_waiting IS NOT NULL THEN
+        SELECT array_agg(a) INTO waiting
+        FROM unnest(arrived_waiting) AS a
+        WHERE EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.child_id = a);
+    END IF;
     IF waiting IS NOT NULL THEN
         PERFORM hopper_workflow_count(waiting);
     END IF;

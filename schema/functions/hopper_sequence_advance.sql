@@ -5,7 +5,10 @@
 -- redefines the function copies this body, edited, and its review
 -- reads this file's diff (CONTRIBUTING.md, The PL/pgSQL).
 
--- hopper_sequence_advance(): defined by schema/000013_sequences.up.sql.
+-- hopper_sequence_advance(): defined by schema/000033_citus_planning.up.sql.
+--
+-- hopper_sequence_advance: the heads that ended and block their key are
+-- read from the deleted rows first, with the keys (see the note, 2).
 --
 -- When heads leave the job table (one call per deleting statement, over
 -- the rows it deleted: an acknowledgement batch of a thousand heads is a
@@ -16,25 +19,48 @@
 -- sees) blocks its key under the block policy, or passes the turn under
 -- continue. Deletes without a head of a sequence return at the first
 -- statement.
-CREATE FUNCTION hopper_sequence_advance() RETURNS trigger
+CREATE OR REPLACE FUNCTION hopper_sequence_advance() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     keys text[];
+    heads bigint[];
+    head_keys text[];
+    head_queues text[];
+    head_kinds text[];
+    head_states text[];
+    head_reasons text[];
 BEGIN
-    SELECT array_agg(DISTINCT o.meta ->> 'hopper.sequence') INTO keys
+    SELECT array_agg(DISTINCT o.meta ->> 'hopper.sequence'),
+           array_agg(o.id) FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'),
+           array_agg(o.meta ->> 'hopper.sequence') FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'),
+           array_agg(o.queue) FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'),
+           array_agg(o.kind) FILTER (WHERE coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block')
+    INTO keys, heads, head_keys, head_queues, head_kinds
     FROM hopper_old_jobs AS o
     WHERE o.state <> 'waiting' AND o.meta ? 'hopper.sequence';
     IF keys IS NULL THEN
         RETURN NULL;
     END IF;
-    INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
-    SELECT o.meta ->> 'hopper.sequence', o.id, o.queue, o.kind, d.state, d.reason
-    FROM hopper_old_jobs AS o
-    JOIN hopper_dead_jobs AS d ON d.id = o.id
-    WHERE o.state <> 'waiting' AND o.meta ? 'hopper.sequence'
-      AND coalesce(o.meta ->> 'hopper.sequence_policy', 'block') = 'block'
-    ORDER BY 1
-    ON CONFLICT (sequence_key) DO NOTHING;
+    -- A head under the block policy that the statement wrote to the dead
+    -- jobs blocks its key. Its dead row is read into arrays first, then
+    -- inserted from them by a statement planned at each call (EXECUTE; see
+    -- the note, 3).
+    IF heads IS NOT NULL THEN
+        SELECT array_agg(h.key ORDER BY h.key, h.id), array_agg(h.id ORDER BY h.key, h.id),
+               array_agg(h.queue ORDER BY h.key, h.id), array_agg(h.kind ORDER BY h.key, h.id),
+               array_agg(d.state ORDER BY h.key, h.id), array_agg(d.reason ORDER BY h.key, h.id)
+        INTO head_keys, heads, head_queues, head_kinds, head_states, head_reasons
+        FROM unnest(heads, head_keys, head_queues, head_kinds) AS h(id, key, queue, kind)
+        JOIN hopper_dead_jobs AS d ON d.id = h.id;
+        IF heads IS NOT NULL THEN
+            EXECUTE 'INSERT INTO hopper_sequence_blocks (sequence_key, job_id, queue, kind, state, reason)
+                     SELECT b.key, b.id, b.queue, b.kind, b.state, b.reason
+                     FROM unnest($1, $2, $3, $4, $5, $6) AS b(key, id, queue, kind, state, reason)
+                     ORDER BY 1
+                     ON CONFLICT (sequence_key) DO NOTHING'
+                USING head_keys, heads, head_queues, head_kinds, head_states, head_reasons;
+        END IF;
+    END IF;
     SELECT array_agg(k) INTO keys
     FROM unnest(keys) AS k
     WHERE NOT EXISTS (SELECT FROM hopper_sequence_blocks AS b WHERE b.sequence_key = k);
@@ -45,10 +71,10 @@ BEGIN
 END;
 $$;
 
--- Set by schema/000013_sequences.up.sql:
+-- Set by schema/000033_citus_planning.up.sql:
 -- EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_advance() SET search_path = %1$I, pg_temp', current_schema());
 
--- Set by schema/000024_dead_partitions.up.sql:
+-- Set by schema/000033_citus_planning.up.sql:
 ALTER FUNCTION hopper_sequence_advance() SET plan_cache_mode = force_generic_plan;
 
 -- Trigger hopper_jobs_sequence_advance: defined by schema/000013_sequences.up.sql.

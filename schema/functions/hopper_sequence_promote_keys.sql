@@ -5,13 +5,13 @@
 -- redefines the function copies this body, edited, and its review
 -- reads this file's diff (CONTRIBUTING.md, The PL/pgSQL).
 
--- hopper_sequence_promote_keys(text[]): defined by schema/000033_citus_clock.up.sql.
+-- hopper_sequence_promote_keys(text[]): defined by schema/000033_citus_planning.up.sql.
 --
 
 CREATE OR REPLACE FUNCTION hopper_sequence_promote_keys(keys text[]) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    -- now(), read once: see the migration's note
+    -- now(), read once: see the migration's note (1)
     clock timestamptz := now();
     done text[];
     missed text;
@@ -53,5 +53,5 @@ BEGIN
 END;
 $$;
 
--- Set by schema/000033_citus_clock.up.sql:
+-- Set by schema/000033_citus_planning.up.sql:
 -- EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_promote_keys(text[]) SET search_path = %1$I, pg_temp', current_schema());

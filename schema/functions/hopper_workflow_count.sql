@@ -5,7 +5,10 @@
 -- redefines the function copies this body, edited, and its review
 -- reads this file's diff (CONTRIBUTING.md, The PL/pgSQL).
 
--- hopper_workflow_count(bigint[]): defined by schema/000015_workflow_edges.up.sql.
+-- hopper_workflow_count(bigint[]): defined by schema/000033_citus_planning.up.sql.
+--
+-- hopper_workflow_count(bigint[]): the parents' counts are stored by
+-- EXECUTE (see the note, 3).
 --
 -- Counts the parents still to end of the given waiting steps (inserted or
 -- brought back by this transaction, or given a new parent), over all
@@ -18,13 +21,15 @@
 -- their other parents write under that lock. The failures on the edges
 -- are brought up to date from the parents locked. Returns the number of
 -- steps decided now.
-CREATE FUNCTION hopper_workflow_count(children bigint[]) RETURNS integer
+CREATE OR REPLACE FUNCTION hopper_workflow_count(children bigint[]) RETURNS integer
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     parents bigint[];
     dead bigint[];
     live bigint[];
     ready bigint[];
+    counted_children bigint[];
+    counted_left integer[];
 BEGIN
     PERFORM hopper_require_read_committed('counting a workflow step''s parents');
     SELECT coalesce(array_agg(DISTINCT d.parent_id), '{}') INTO parents
@@ -86,22 +91,25 @@ BEGIN
     -- live (locked, none can leave, and none can come back unlocked): an
     -- index probe each, rather than a search of the array per edge (a
     -- batch's callback has a hundred thousand).
-    WITH counted AS (
-        SELECT d.child_id AS c, count(*)::integer AS parents,
-               count(*) FILTER (WHERE EXISTS (SELECT FROM hopper_jobs AS p WHERE p.id = d.parent_id))::integer AS parents_left
-        FROM hopper_workflow_deps AS d
-        JOIN hopper_jobs AS j ON j.id = d.child_id AND j.state = 'waiting'
-        WHERE d.child_id = ANY (children)
-        GROUP BY d.child_id
-    ), stored AS (
-        INSERT INTO hopper_workflow_waits (child_id, parents_left)
-        SELECT c.c, c.parents_left
-        FROM counted AS c
-        WHERE c.parents > 1
-        ORDER BY c.c
-        ON CONFLICT (child_id) DO UPDATE SET parents_left = excluded.parents_left
-    )
-    SELECT array_agg(c.c) INTO ready FROM counted AS c WHERE c.parents_left = 0;
+    -- The counts are read into arrays first, then stored by a statement
+    -- planned at each call (see the migration's note, 3).
+    SELECT array_agg(c.c ORDER BY c.c) FILTER (WHERE c.parents > 1),
+           array_agg(c.parents_left ORDER BY c.c) FILTER (WHERE c.parents > 1),
+           array_agg(c.c) FILTER (WHERE c.parents_left = 0)
+    INTO counted_children, counted_left, ready
+    FROM (SELECT d.child_id AS c, count(*)::integer AS parents,
+                 count(*) FILTER (WHERE EXISTS (SELECT FROM hopper_jobs AS p WHERE p.id = d.parent_id))::integer AS parents_left
+          FROM hopper_workflow_deps AS d
+          JOIN hopper_jobs AS j ON j.id = d.child_id AND j.state = 'waiting'
+          WHERE d.child_id = ANY (children)
+          GROUP BY d.child_id) AS c;
+    IF counted_children IS NOT NULL THEN
+        EXECUTE 'INSERT INTO hopper_workflow_waits (child_id, parents_left)
+                 SELECT w.c, w.n FROM unnest($1, $2) AS w(c, n)
+                 ORDER BY 1
+                 ON CONFLICT (child_id) DO UPDATE SET parents_left = excluded.parents_left'
+            USING counted_children, counted_left;
+    END IF;
     IF ready IS NULL THEN
         RETURN 0;
     END IF;
@@ -112,11 +120,11 @@ BEGIN
 END;
 $$;
 
--- Set by schema/000015_workflow_edges.up.sql:
-ALTER FUNCTION hopper_workflow_count(bigint[]) SET jit = off;
-
--- Set by schema/000015_workflow_edges.up.sql:
+-- Set by schema/000033_citus_planning.up.sql:
 -- EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_count(bigint[]) SET search_path = %1$I, pg_temp', current_schema());
 
--- Set by schema/000024_dead_partitions.up.sql:
+-- Set by schema/000033_citus_planning.up.sql:
+ALTER FUNCTION hopper_workflow_count(bigint[]) SET jit = off;
+
+-- Set by schema/000033_citus_planning.up.sql:
 ALTER FUNCTION hopper_workflow_count(bigint[]) SET plan_cache_mode = force_generic_plan;

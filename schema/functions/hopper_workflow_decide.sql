@@ -5,13 +5,13 @@
 -- redefines the function copies this body, edited, and its review
 -- reads this file's diff (CONTRIBUTING.md, The PL/pgSQL).
 
--- hopper_workflow_decide(bigint[]): defined by schema/000033_citus_clock.up.sql.
+-- hopper_workflow_decide(bigint[]): defined by schema/000033_citus_planning.up.sql.
 --
 
 CREATE OR REPLACE FUNCTION hopper_workflow_decide(ready bigint[]) RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    -- now(), read once: see the migration's note
+    -- now(), read once: see the migration's note (1)
     clock timestamptz := now();
     go bigint[];
     doomed bigint[];
@@ -91,8 +91,8 @@ BEGIN
 END;
 $$;
 
--- Set by schema/000033_citus_clock.up.sql:
+-- Set by schema/000033_citus_planning.up.sql:
 -- EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_decide(bigint[]) SET search_path = %1$I, pg_temp', current_schema());
 
--- Set by schema/000033_citus_clock.up.sql:
+-- Set by schema/000033_citus_planning.up.sql:
 ALTER FUNCTION hopper_workflow_decide(bigint[]) SET plan_cache_mode = force_generic_plan;

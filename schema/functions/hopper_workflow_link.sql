@@ -5,7 +5,22 @@
 -- redefines the function copies this body, edited, and its review
 -- reads this file's diff (CONTRIBUTING.md, The PL/pgSQL).
 
--- hopper_workflow_link(bigint[], bigint[]): defined by schema/000015_workflow_edges.up.sql.
+-- hopper_workflow_link(bigint[], bigint[], bigint): defined by schema/000015_workflow_edges.up.sql.
+--
+-- The form of migration 14: first_new is ignored (every parent is checked
+-- and locked now).
+CREATE OR REPLACE FUNCTION hopper_workflow_link(parents bigint[], children bigint[], first_new bigint) RETURNS integer
+LANGUAGE sql VOLATILE AS $$
+    SELECT hopper_workflow_link(parents, children)
+$$;
+
+-- Set by schema/000015_workflow_edges.up.sql:
+-- EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_link(bigint[], bigint[], bigint) SET search_path = %1$I, pg_temp', current_schema());
+
+-- hopper_workflow_link(bigint[], bigint[]): defined by schema/000033_citus_planning.up.sql.
+--
+-- hopper_workflow_link(bigint[], bigint[]): the edges are inserted by
+-- EXECUTE (see the note, 3).
 --
 -- Records the edges parents[i] → children[i], whose children are waiting
 -- steps (inserted waiting by this transaction, or already waiting), and
@@ -16,7 +31,7 @@
 -- purged or pruned meanwhile is refused rather than taken for a success;
 -- a refusal undoes the whole call. Returns the number of steps decided
 -- now.
-CREATE FUNCTION hopper_workflow_link(parents bigint[], children bigint[]) RETURNS integer
+CREATE OR REPLACE FUNCTION hopper_workflow_link(parents bigint[], children bigint[]) RETURNS integer
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     stranger record;
@@ -43,9 +58,11 @@ BEGIN
         INTO edge_parents, edge_children, workflows
         FROM (SELECT DISTINCT p, c FROM unnest(parents, children) AS u(p, c)) AS e
         JOIN hopper_jobs AS c ON c.id = e.c;
-        INSERT INTO hopper_workflow_deps (parent_id, child_id)
-        SELECT e.p, e.c FROM unnest(edge_parents, edge_children) AS e(p, c)
-        ON CONFLICT DO NOTHING;
+        -- planned at each call: see the migration's note (3)
+        EXECUTE 'INSERT INTO hopper_workflow_deps (parent_id, child_id)
+                 SELECT e.p, e.c FROM unnest($1, $2) AS e(p, c)
+                 ON CONFLICT DO NOTHING'
+            USING edge_parents, edge_children;
         decided := hopper_workflow_count(ARRAY(SELECT DISTINCT c FROM unnest(edge_children) AS c ORDER BY 1));
         SELECT e.p, e.c INTO stranger
         FROM unnest(edge_parents, edge_children, workflows) AS e(p, c, w)
@@ -66,23 +83,11 @@ BEGIN
 END;
 $$;
 
--- Set by schema/000015_workflow_edges.up.sql:
-ALTER FUNCTION hopper_workflow_link(bigint[], bigint[]) SET jit = off;
-
--- Set by schema/000015_workflow_edges.up.sql:
+-- Set by schema/000033_citus_planning.up.sql:
 -- EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_link(bigint[], bigint[]) SET search_path = %1$I, pg_temp', current_schema());
 
--- Set by schema/000024_dead_partitions.up.sql:
+-- Set by schema/000033_citus_planning.up.sql:
+ALTER FUNCTION hopper_workflow_link(bigint[], bigint[]) SET jit = off;
+
+-- Set by schema/000033_citus_planning.up.sql:
 ALTER FUNCTION hopper_workflow_link(bigint[], bigint[]) SET plan_cache_mode = force_generic_plan;
-
--- hopper_workflow_link(bigint[], bigint[], bigint): defined by schema/000015_workflow_edges.up.sql.
---
--- The form of migration 14: first_new is ignored (every parent is checked
--- and locked now).
-CREATE OR REPLACE FUNCTION hopper_workflow_link(parents bigint[], children bigint[], first_new bigint) RETURNS integer
-LANGUAGE sql VOLATILE AS $$
-    SELECT hopper_workflow_link(parents, children)
-$$;
-
--- Set by schema/000015_workflow_edges.up.sql:
--- EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_link(bigint[], bigint[], bigint) SET search_path = %1$I, pg_temp', current_schema());

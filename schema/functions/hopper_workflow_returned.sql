@@ -5,7 +5,10 @@
 -- redefines the function copies this body, edited, and its review
 -- reads this file's diff (CONTRIBUTING.md, The PL/pgSQL).
 
--- hopper_workflow_returned(): defined by schema/000015_workflow_edges.up.sql.
+-- hopper_workflow_returned(): defined by schema/000033_citus_planning.up.sql.
+--
+-- hopper_workflow_returned: the new rows' ids are read first (see the
+-- note, 2), and looked up in the edges from the arrays.
 --
 -- Steps that come back from the dead table (a retry: RetryDead, or
 -- hopper_workflow_retry). A parent has to end again (its end writes how
@@ -18,19 +21,24 @@
 CREATE OR REPLACE FUNCTION hopper_workflow_returned() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
+    arrived bigint[];
+    arrived_waiting bigint[];
     back bigint[];
     waiting bigint[];
 BEGIN
+    SELECT array_agg(n.id), array_agg(DISTINCT n.id) FILTER (WHERE n.state = 'waiting')
+    INTO arrived, arrived_waiting
+    FROM hopper_new_jobs AS n
+    WHERE n.meta ? 'hopper.workflow';
     -- Inserts of jobs of no workflow stop here, without reading (or
     -- needing a grant on) the workflow tables: a role that only enqueues
     -- plain jobs needs none.
-    IF NOT EXISTS (SELECT FROM hopper_new_jobs AS n WHERE n.meta ? 'hopper.workflow') THEN
+    IF arrived IS NULL THEN
         RETURN NULL;
     END IF;
-    SELECT array_agg(n.id) INTO back
-    FROM hopper_new_jobs AS n
-    WHERE n.meta ? 'hopper.workflow'
-      AND EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.parent_id = n.id);
+    SELECT array_agg(a) INTO back
+    FROM unnest(arrived) AS a
+    WHERE EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.parent_id = a);
     IF back IS NOT NULL THEN
         PERFORM count(*)
         FROM (SELECT j.id FROM hopper_jobs AS j
@@ -47,10 +55,11 @@ BEGIN
               GROUP BY d.child_id) AS c
         WHERE w.child_id = c.child_id;
     END IF;
-    SELECT array_agg(DISTINCT n.id) INTO waiting
-    FROM hopper_new_jobs AS n
-    WHERE n.meta ? 'hopper.workflow' AND n.state = 'waiting'
-      AND EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.child_id = n.id);
+    IF arrived_waiting IS NOT NULL THEN
+        SELECT array_agg(a) INTO waiting
+        FROM unnest(arrived_waiting) AS a
+        WHERE EXISTS (SELECT FROM hopper_workflow_deps AS d WHERE d.child_id = a);
+    END IF;
     IF waiting IS NOT NULL THEN
         PERFORM hopper_workflow_count(waiting);
     END IF;
@@ -58,11 +67,11 @@ BEGIN
 END;
 $$;
 
--- Set by schema/000015_workflow_edges.up.sql:
-ALTER FUNCTION hopper_workflow_returned() SET jit = off;
-
--- Set by schema/000025_workflow_lookups.up.sql:
+-- Set by schema/000033_citus_planning.up.sql:
 -- EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_returned() SET search_path = %1$I, pg_temp', current_schema());
+
+-- Set by schema/000033_citus_planning.up.sql:
+ALTER FUNCTION hopper_workflow_returned() SET jit = off;
 
 -- Trigger hopper_jobs_workflow_returned: defined by schema/000014_workflows.up.sql.
 --

@@ -179,18 +179,16 @@ func (q *Queries) AckBatchKeep(ctx context.Context, arg AckBatchKeepParams) ([]A
 }
 
 const nackBatch = `-- name: NackBatch :many
-WITH failed AS (
+WITH clock AS MATERIALIZED (
+    SELECT now() AS now
+), failed AS (
     SELECT j.id, j.queue, j.kind, j.version, j.payload, j.priority, j.attempt, j.max_attempts,
            j.unique_key, j.created_at, j.run_at, j.meta, j.concurrency_key,
-           CASE WHEN f.action = 'snooze' THEN j.errors
-                ELSE j.errors || jsonb_build_array(jsonb_build_object(
-                         'attempt', j.attempt,
-                         'at', now(),
-                         'owner', j.lease_owner,
-                         'error', f.message))
-           END AS errors,
+           CASE WHEN f.action = 'snooze' THEN j.errors ELSE j.errors || j.entry END AS errors,
+           j.snoozed_meta,
            f.action,
            f.backoff_ms,
+           j.now + '1 millisecond'::interval * f.backoff_ms AS retry_at,
            CASE
                WHEN f.action = 'dead' THEN f.reason
                WHEN f.action = 'cancel' THEN 'cancelled'
@@ -206,8 +204,20 @@ WITH failed AS (
         ORDER BY 1) AS f -- lock order: see AckBatch
     CROSS JOIN LATERAL (
         SELECT j.id, j.queue, j.kind, j.version, j.payload, j.priority, j.attempt, j.max_attempts,
-               j.unique_key, j.created_at, j.run_at, j.meta, j.concurrency_key, j.errors, j.lease_owner
+               j.unique_key, j.created_at, j.run_at, j.meta, j.concurrency_key, j.errors, j.lease_owner,
+               clock.now,
+               -- built for every row, used as the CASEs above and below say
+               jsonb_build_array(jsonb_build_object(
+                   'attempt', j.attempt,
+                   'at', clock.now,
+                   'owner', j.lease_owner,
+                   'error', f.message)) AS entry,
+               -- a snooze is a claim given back uncharged: counted as Release does
+               coalesce(j.meta, '{}'::jsonb) || jsonb_build_object('hopper.uncharged',
+                   (CASE WHEN j.meta ->> 'hopper.uncharged' ~ '^[0-9]{1,9}$'
+                         THEN (j.meta ->> 'hopper.uncharged')::integer ELSE 0 END + 1)::text) AS snoozed_meta
         FROM hopper_jobs AS j
+        CROSS JOIN clock
         WHERE j.id = f.id AND j.attempt = f.attempt
           AND j.lease_until IS NOT NULL -- running
         FOR UPDATE OF j
@@ -215,23 +225,17 @@ WITH failed AS (
 ), retried AS (
     UPDATE hopper_jobs AS j
     SET state        = CASE WHEN failed.backoff_ms > 0 THEN 'scheduled' ELSE 'pending' END,
-        run_at       = now() + '1 millisecond'::interval * failed.backoff_ms,
+        run_at       = failed.retry_at,
         lease_owner  = NULL,
         lease_until  = NULL,
         errors       = failed.errors,
         max_attempts = j.max_attempts + CASE WHEN failed.action = 'snooze' THEN 1 ELSE 0 END,
-        -- a snooze is a claim given back uncharged: counted as Release does
+        -- a snooze is a claim given back uncharged (failed.snoozed_meta)
         meta         = CASE WHEN failed.action = 'snooze' AND octet_length(coalesce(j.meta, '{}'::jsonb)::text) <= 8664
-                            THEN coalesce(j.meta, '{}'::jsonb) || jsonb_build_object('hopper.uncharged',
-                                 (CASE WHEN j.meta ->> 'hopper.uncharged' ~ '^[0-9]{1,9}$'
-                                       THEN (j.meta ->> 'hopper.uncharged')::integer ELSE 0 END + 1)::text)
-                            ELSE j.meta END
+                            THEN failed.snoozed_meta ELSE j.meta END
     FROM failed
     WHERE j.id = ANY (ARRAY[failed.id]) AND failed.dead_reason IS NULL
     RETURNING j.id, j.attempt
-), removed AS (
-    DELETE FROM hopper_jobs AS j
-    WHERE j.id = ANY (ARRAY(SELECT failed.id FROM failed WHERE failed.dead_reason IS NOT NULL))
 ), buried AS (
     INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt,
                                   max_attempts, unique_key, errors, reason, created_at, run_at, state, meta, concurrency_key)
@@ -241,6 +245,9 @@ WITH failed AS (
     FROM failed
     WHERE failed.dead_reason IS NOT NULL
     RETURNING id, attempt
+), removed AS (
+    DELETE FROM hopper_jobs AS j
+    WHERE j.id = ANY (ARRAY(SELECT buried.id FROM buried))
 )
 SELECT retried.id, retried.attempt, false AS dead FROM retried
 UNION ALL
@@ -287,12 +294,24 @@ type NackBatchRow struct {
 // generic plan joined those with a nested loop, 90 ms for 1000 dead jobs.
 //
 // Rows are looked up and locked as in AckBatch (see there why), and the
-// dead jobs deleted by an array of their ids. The retried jobs need their
+// dead jobs deleted by an array of their ids, read from buried's answer:
+// on Citus each part of the statement runs as a statement of its own, in
+// the order their references demand, and the triggers of the delete
+// (sequences, workflows, durable jobs) fire at its end and must find the
+// jobs dead, as they do on PostgreSQL, where they fire at the end of the
+// whole statement (docs/scaling-out.md). The retried jobs need their
 // claim's new values, so their update joins the locked rows, written as
 // j.id = ANY (ARRAY[failed.id]): the same test as j.id = failed.id, but
 // one PostgreSQL can neither hash nor merge, so the only plan left looks
 // each retried job up by its primary key (an equality would let it hash
 // the whole table when it expects many failures).
+//
+// The statement's clock is read once, in clock; the retry's time, the
+// error entry and a snooze's metadata are computed for every locked row,
+// outside the CASEs that choose them: Citus refuses a write that calls a
+// function that is not immutable (now(), timestamptz + interval,
+// jsonb_build_object) inside a CASE, or in an UPDATE's SET list with a
+// column in its arguments (docs/scaling-out.md).
 func (q *Queries) NackBatch(ctx context.Context, arg NackBatchParams) ([]NackBatchRow, error) {
 	rows, err := q.db.Query(ctx, nackBatch,
 		arg.Ids,
