@@ -18,7 +18,7 @@ import (
 var explainedWarnings = map[string]string{
 	"hopper_enqueue_many_checked:27:target type is different type than source type": "migration 12 (released): its twelve array variables start from untyped " +
 		"literals ('{}', the fields' list), which PostgreSQL casts once, at the block's start, to each array's declared type",
-	`hopper_workflow_decide:7:never read variable "woken"`: "the count of wake-ups is selected INTO woken only to run the " +
+	`hopper_workflow_decide:9:never read variable "woken"`: "the count of wake-ups is selected INTO woken only to run the " +
 		"data-modifying WITH that promotes and notifies: PL/pgSQL cannot PERFORM a statement that starts with WITH",
 }
 

@@ -171,7 +171,14 @@ func promoteStatement(src string) (string, error) {
 	if start < 0 || end < start {
 		return "", fmt.Errorf("hopper_sequence_promote: no UPDATE … INTO next in its source")
 	}
-	return regexp.MustCompile(`\bsequence_key\b`).ReplaceAllLiteralString(src[start:end], "$1"), nil
+	return withClock(regexp.MustCompile(`\bsequence_key\b`).ReplaceAllLiteralString(src[start:end], "$1")), nil
+}
+
+// withClock puts now() back where the function reads its clock variable
+// (migration 33: a PL/pgSQL variable, which Citus takes as a constant):
+// the same timestamp, and the same plan.
+func withClock(sql string) string {
+	return regexp.MustCompile(`\bclock\b`).ReplaceAllLiteralString(sql, "now()")
 }
 
 // promoteKeysStatement is the statement of hopper_sequence_promote_keys'
@@ -184,7 +191,7 @@ func promoteKeysStatement(src string) (string, error) {
 		return "", fmt.Errorf("hopper_sequence_promote_keys: no WITH promoted AS (…) … WHERE woken.sent >= 0; in its source")
 	}
 	sql := strings.Replace(src[start:end], " INTO done", "", 1)
-	return regexp.MustCompile(`\bunnest\(keys\)`).ReplaceAllLiteralString(sql, "unnest($1::text[])"), nil
+	return withClock(regexp.MustCompile(`\bunnest\(keys\)`).ReplaceAllLiteralString(sql, "unnest($1::text[])")), nil
 }
 
 var (
