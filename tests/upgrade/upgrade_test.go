@@ -214,11 +214,17 @@ func addedIn(ctx context.Context, t *testing.T, root string, version uint) strin
 	files, err := filepath.Glob(filepath.Join(root, "schema", fmt.Sprintf("%06d_*.up.sql", version)))
 	require.NoError(t, err)
 	require.Len(t, files, 1, "migration %d's file", version)
-	rel, err := filepath.Rel(root, files[0])
+	// Any file of the version's number, the oldest first: a migration
+	// renamed before its release (33 was) began with its first name, and
+	// the build before it is the one before that.
+	pattern := ":(glob)schema/" + fmt.Sprintf("%06d_*.up.sql", version)
+	out, err := exec.CommandContext(ctx, "git", "-C", root, "log", "--format=%H", "--diff-filter=A", "--", pattern).Output()
 	require.NoError(t, err)
-	out, err := exec.CommandContext(ctx, "git", "-C", root, "log", "-1", "--format=%H", "--diff-filter=A", "--", rel).Output()
-	require.NoError(t, err)
-	added := strings.TrimSpace(string(out))
+	commits := strings.Fields(string(out))
+	added := ""
+	if len(commits) > 0 {
+		added = commits[len(commits)-1]
+	}
 	if added == "" {
 		t.Skipf("migration %d is not committed yet: no build before it to take from git", version)
 	}
