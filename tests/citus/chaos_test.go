@@ -240,7 +240,9 @@ func TestCitusChaos(t *testing.T) {
 	// ID every few hundred milliseconds while the producers run, and at
 	// least six times in all.
 	kills := 0
-	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("the kills' seed: %d (the producers' are 1 to 4)", seed)
+	rnd := rand.New(rand.NewPCG(seed, 7))
 	producing := make(chan error, 1)
 	go func() { producing <- g.Wait() }()
 	var produceErr error
