@@ -279,12 +279,17 @@ func (q *Queries) QueueKnown(ctx context.Context, name string) (bool, error) {
 
 const registerQueues = `-- name: RegisterQueues :exec
 INSERT INTO hopper_queues (name)
-SELECT unnest($1::text[])
+SELECT q.name FROM unnest($1::text[]) AS q(name)
+ORDER BY q.name
 ON CONFLICT (name) DO NOTHING
 `
 
 // Records the queues a worker serves (at its start), so that they are known
-// to the operations that name a queue, with or without jobs.
+// to the operations that name a queue, with or without jobs. The names
+// are inserted in one order, sorted: two workers starting at once with
+// the same queues listed in other orders each waited for the other's
+// uncommitted row (the ON CONFLICT check), and one was aborted as a
+// deadlock, its start failing.
 func (q *Queries) RegisterQueues(ctx context.Context, names []string) error {
 	_, err := q.db.Exec(ctx, registerQueues, names)
 	return err

@@ -202,9 +202,14 @@ CROSS JOIN woken;
 
 -- name: RegisterQueues :exec
 -- Records the queues a worker serves (at its start), so that they are known
--- to the operations that name a queue, with or without jobs.
+-- to the operations that name a queue, with or without jobs. The names
+-- are inserted in one order, sorted: two workers starting at once with
+-- the same queues listed in other orders each waited for the other's
+-- uncommitted row (the ON CONFLICT check), and one was aborted as a
+-- deadlock, its start failing.
 INSERT INTO hopper_queues (name)
-SELECT unnest(@names::text[])
+SELECT q.name FROM unnest(@names::text[]) AS q(name)
+ORDER BY q.name
 ON CONFLICT (name) DO NOTHING;
 
 -- name: ListQueues :many
