@@ -7,13 +7,27 @@
 -- locked in id order, like every statement that waits for row locks. One
 -- row per requested id says what the job was: pending, scheduled or
 -- running (cancelled now: cancelled is true), dead, cancelled or completed
--- (finished already), or '' (no such job).
+-- (finished already), or '' (no such job). The live parents of the
+-- workflow steps among them are locked first (FOR KEY SHARE, in id order),
+-- parents before children, as DeleteJob does and for the same reason: a
+-- parent's end locks its waiting children after its own row. A parent
+-- that is itself cancelled is not share-locked first: two cancels holding
+-- its share lock could each wait for the other to upgrade it.
 WITH requested AS (
     SELECT DISTINCT unnest(@ids::bigint[]) AS id
+), parents AS (
+    SELECT count(*) AS held
+    FROM (SELECT p.id
+          FROM hopper_jobs AS p
+          WHERE p.id IN (SELECT d.parent_id FROM hopper_workflow_deps AS d WHERE d.child_id = ANY (@ids::bigint[]))
+            AND NOT p.id = ANY (@ids::bigint[]) -- locked FOR UPDATE below, in the id order
+          ORDER BY p.id
+          FOR KEY SHARE OF p) AS l
 ), target AS (
     SELECT j.id
     FROM hopper_jobs AS j
     JOIN requested AS r ON r.id = j.id
+    WHERE (SELECT p.held FROM parents AS p) >= 0
     ORDER BY j.id
     FOR UPDATE OF j
 ), removed AS (

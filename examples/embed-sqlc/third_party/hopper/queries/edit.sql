@@ -151,11 +151,24 @@ LEFT JOIN updated AS u ON true;
 -- job is left to its worker. One row: was as in UpdateJob, deleted whether
 -- the job is gone (the statement held it: locked in UpdateJob's terms),
 -- and the other columns are the job as it was (NULL when it was not
--- deleted).
-WITH target AS (
+-- deleted). A workflow step's live parents are locked first (FOR KEY
+-- SHARE, in id order), before the step itself: a parent ending at the same
+-- time locks its waiting children after its own row, so a statement that
+-- locked the child first and then met a grandchild the parent's end had
+-- locked would deadlock with it. Parents before children is the order
+-- every statement takes.
+WITH parents AS (
+    SELECT count(*) AS held
+    FROM (SELECT p.id
+          FROM hopper_jobs AS p
+          WHERE p.id IN (SELECT d.parent_id FROM hopper_workflow_deps AS d WHERE d.child_id = @id::bigint)
+          ORDER BY p.id
+          FOR KEY SHARE OF p) AS l
+), target AS (
     SELECT j.id, j.state
     FROM hopper_jobs AS j
     WHERE j.id = @id::bigint AND j.state IN ('pending', 'scheduled', 'waiting')
+      AND (SELECT p.held FROM parents AS p) >= 0
     FOR UPDATE
 ), deleted AS (
     DELETE FROM hopper_jobs AS j
