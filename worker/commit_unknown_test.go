@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 
 	"github.com/hopperq/hopper/internal/testbed/testdb"
 	"github.com/hopperq/hopper/internal/testbed/wirefault"
+	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
 
@@ -77,6 +79,57 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 			for k := range led.runs {
 				require.Equal(t, int32(1), k.attempt, "job %d ran on its first attempt: never swept", k.id)
 			}
+		})
+	}
+}
+
+// ExtendLease sends an extension whose commit's outcome is unknown once
+// more (an extension never shortens a lease), and returns
+// ErrCommitUnknown only when the second one's outcome is unknown too. The
+// lease is extended either way: the server committed every try.
+func TestExtendLeaseAfterAnUnknownOutcome(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		unknown int   // extensions answered with Citus's commit error
+		want    error // what ExtendLease returns
+	}{
+		{"one unknown outcome: sent again", 1, nil},
+		{"two in a row", 2, worker.ErrCommitUnknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newWF(t)
+			slow := kind(t, "wf.extends")
+			h.enqueue(t, slow, 1)
+			p := h.proxy(t)
+			got, extended := make(chan error, 1), make(chan bool, 1)
+			extend := func(ctx context.Context, j *jobs.Job[Task]) error {
+				p.FailAfterReply(wfExtendStall, tc.unknown, "XX000", citusCommitFailed)
+				got <- worker.ExtendLease(ctx, j, 20*time.Minute)
+				var far bool
+				err := h.b.Pool.QueryRow(ctx, "SELECT lease_until > now() + interval '15 minutes' FROM hopper_jobs WHERE id = $1", j.ID).Scan(&far)
+				extended <- err == nil && far
+				return nil
+			}
+			faulty := h.run(t, h.proxiedPool(t, p), "faulty", worker.Config{
+				Queues:        map[string]int{"default": 1},
+				LeaseDuration: 10 * time.Minute, // its own extension does not come during the test
+				SweepInterval: time.Hour,
+			}, wfKinds{slow: extend})
+			var err error
+			select {
+			case err = <-got:
+			case <-time.After(testdb.WaitLimit):
+				require.FailNow(t, "the handler did not run")
+			}
+			require.Equal(t, tc.unknown, p.Fired(wfExtendStall), "every fault fired")
+			require.True(t, <-extended, "the lease runs 20 minutes: the server committed the extension")
+			if tc.want == nil {
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, tc.want)
+			}
+			testdb.WaitFor(t, "the job completed", func() bool { return h.live(t) == 0 })
+			faulty.stop(t)
 		})
 	}
 }
