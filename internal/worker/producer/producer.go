@@ -350,9 +350,11 @@ func (p *Producer) dequeue(ctx context.Context, n int, sent time.Time) ([]db.Hop
 
 // claimAnswerWait bounds how long a claim waits for its answer, however
 // short the lease. A claim that was sent has most likely committed: given
-// up on, its jobs stay leased to a worker that does not know them until the
-// leases expire and a sweep takes them back, charged an attempt they never
-// ran. A late answer is still this worker's to run: the lease extension
+// up on, its outcome is unknown, and its jobs are looked for before the
+// next claim (orphans.go); but one still running on the server then
+// commits after the search, and its jobs stay leased to a worker that does
+// not know them until the leases expire and a sweep takes them back,
+// charged an attempt they never ran. A late answer is still this worker's to run: the lease extension
 // keeps its leases from then on, and a job a sweep took back meanwhile is fenced
 // (its handler is cancelled, its result refused). The bound only ends a
 // wait on a connection that will never answer.
