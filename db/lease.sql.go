@@ -179,6 +179,74 @@ func (q *Queries) Extend(ctx context.Context, arg ExtendParams) ([]ExtendRow, er
 	return items, nil
 }
 
+const orphanClaims = `-- name: OrphanClaims :many
+SELECT j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, j.lease_owner, j.lease_until, j.unique_key, j.errors, j.created_at, j.meta, j.concurrency_key
+FROM hopper_jobs AS j
+WHERE j.state = 'running'
+  AND j.lease_until >= now() + '1 millisecond'::interval * $1::bigint
+  AND j.queue = $2::text
+  AND j.lease_owner = $3::text
+ORDER BY j.priority, j.run_at, j.id
+`
+
+type OrphanClaimsParams struct {
+	LeaseAfterMs int64  `json:"lease_after_ms"`
+	Queue        string `json:"queue"`
+	Owner        string `json:"owner"`
+}
+
+// The jobs a claim of queue for owner may have taken though its answer
+// never came (its commit's outcome unknown: the connection broke during
+// COMMIT, or Citus could not see a worker node's commit through): the
+// queue's running jobs leased to owner whose lease runs to at least
+// now() + lease_after_ms, which the worker sets to the claim's lease less
+// the time since it sent the claim (and a margin). A claim leases its jobs
+// until its own now() plus its lease, and its now() came after it was
+// sent; the jobs of claims made before, which the worker holds (and
+// extends) or let go (an abandoned handler, a result the server refused
+// in every form: their leases are no longer extended), mostly end sooner.
+// The worker runs at once those it does not hold, as if the claim had
+// answered, instead of leaving them to wait for their leases. Read only:
+// it runs only after such a failure, and reads the running jobs through
+// the lease index, those whose lease ends past the bound only.
+func (q *Queries) OrphanClaims(ctx context.Context, arg OrphanClaimsParams) ([]HopperJob, error) {
+	rows, err := q.db.Query(ctx, orphanClaims, arg.LeaseAfterMs, arg.Queue, arg.Owner)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []HopperJob{}
+	for rows.Next() {
+		var i HopperJob
+		if err := rows.Scan(
+			&i.ID,
+			&i.Queue,
+			&i.Kind,
+			&i.Version,
+			&i.Payload,
+			&i.State,
+			&i.Priority,
+			&i.RunAt,
+			&i.Attempt,
+			&i.MaxAttempts,
+			&i.LeaseOwner,
+			&i.LeaseUntil,
+			&i.UniqueKey,
+			&i.Errors,
+			&i.CreatedAt,
+			&i.Meta,
+			&i.ConcurrencyKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const release = `-- name: Release :many
 WITH released AS (
     SELECT l.id

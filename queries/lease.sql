@@ -120,3 +120,26 @@ FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@attempts::integer[]) AS attem
 LEFT JOIN hopper_jobs AS j ON j.id = ANY (ARRAY[c.id])
 LEFT JOIN hopper_dead_jobs AS d ON d.id = ANY (ARRAY[c.id])
 LEFT JOIN hopper_job_history AS h ON h.id = ANY (ARRAY[c.id]);
+
+-- name: OrphanClaims :many
+-- The jobs a claim of queue for owner may have taken though its answer
+-- never came (its commit's outcome unknown: the connection broke during
+-- COMMIT, or Citus could not see a worker node's commit through): the
+-- queue's running jobs leased to owner whose lease runs to at least
+-- now() + lease_after_ms, which the worker sets to the claim's lease less
+-- the time since it sent the claim (and a margin). A claim leases its jobs
+-- until its own now() plus its lease, and its now() came after it was
+-- sent; the jobs of claims made before, which the worker holds (and
+-- extends) or let go (an abandoned handler, a result the server refused
+-- in every form: their leases are no longer extended), mostly end sooner.
+-- The worker runs at once those it does not hold, as if the claim had
+-- answered, instead of leaving them to wait for their leases. Read only:
+-- it runs only after such a failure, and reads the running jobs through
+-- the lease index, those whose lease ends past the bound only.
+SELECT j.*
+FROM hopper_jobs AS j
+WHERE j.state = 'running'
+  AND j.lease_until >= now() + '1 millisecond'::interval * @lease_after_ms::bigint
+  AND j.queue = @queue::text
+  AND j.lease_owner = @owner::text
+ORDER BY j.priority, j.run_at, j.id;

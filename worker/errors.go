@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/hopperq/hopper/internal/grants"
+	"github.com/hopperq/hopper/internal/worker/commitfate"
 	"github.com/hopperq/hopper/jobs"
 )
 
@@ -46,6 +47,17 @@ var ErrReadOnly = jobs.ErrReadOnly
 // by another transaction (for example one of the application's that
 // selected it FOR UPDATE) through several tries: nothing was extended.
 var ErrLeaseBusy = errors.New("hopper: job row locked by another transaction")
+
+// ErrCommitUnknown is wrapped by the error of a write whose commit's
+// outcome is unknown: the connection broke after the commit was sent and
+// before its answer came (a lost reply), or Citus reported that a worker
+// node's commit failed, which the node may have committed all the same.
+// ExtendLease returns it when two extensions in a row had such an
+// outcome: the lease may or may not have been extended. The worker's own
+// claims and results never leave it unsettled: it reads what took effect
+// and goes on from there (docs/guarantees.md). It is the error the
+// worker's logs name for such a failure.
+var ErrCommitUnknown = commitfate.ErrUnknown
 
 // ErrLeaseLost is the cause of a handler context cancelled because its job's
 // lease was lost (it expired and the job was swept or claimed again); the

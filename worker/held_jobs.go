@@ -343,6 +343,19 @@ func (h *heldJobs) get(id int64, attempt int32) *heldJob {
 	return h.jobs[heldKey{id, attempt}]
 }
 
+// holding reports, of the claims held now, whether (id, attempt) is one
+// (producer.Config.Held): read only after a claim's commit had an unknown
+// outcome.
+func (h *heldJobs) holding() func(id int64, attempt int32) bool {
+	h.mu.Lock()
+	now := make(map[heldKey]bool, len(h.jobs))
+	for k := range h.jobs {
+		now[k] = true
+	}
+	h.mu.Unlock()
+	return func(id int64, attempt int32) bool { return now[heldKey{id, attempt}] }
+}
+
 func (h *heldJobs) remove(c *heldJob) {
 	h.mu.Lock()
 	delete(h.jobs, heldKey{c.id, c.attempt})

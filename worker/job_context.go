@@ -7,6 +7,7 @@ import (
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/migrated"
+	"github.com/hopperq/hopper/internal/worker/commitfate"
 	"github.com/hopperq/hopper/internal/worker/completer"
 	"github.com/hopperq/hopper/internal/worker/detached"
 	"github.com/hopperq/hopper/jobs"
@@ -30,7 +31,10 @@ func heldJobFrom(ctx context.Context, id int64) (*heldJob, error) {
 // the lease holds until the handler finishes or d has passed, whichever is
 // first. It returns ErrLeaseLost,
 // and cancels the handler's context, when the job is no longer this
-// worker's.
+// worker's. An extension whose commit's outcome is unknown (the
+// connection broke during its commit) is sent once more; when that one's
+// is unknown too, it returns ErrCommitUnknown: the lease may or may not
+// have been extended.
 func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) error {
 	if d <= 0 {
 		return fmt.Errorf("extend lease of job %d: %w: non-positive duration %v", job.ID, ErrInvalidConfig, d)
@@ -48,10 +52,19 @@ func ExtendLease[T any](ctx context.Context, job *jobs.Job[T], d time.Duration) 
 	}
 	// The row may be locked for a moment by the lease extension's Extend or
 	// an ack in flight (Extend skips locked rows rather than wait): try
-	// again a few times before calling it busy.
+	// again a few times before calling it busy. An extension whose
+	// commit's outcome is unknown is sent once more: it never shortens a
+	// lease, so a second one changes nothing if the first took effect.
+	resent := false
 	for try := 0; ; try++ {
 		n, err := c.held.extend(ctx, []*heldJob{c}, d)
 		switch {
+		case err != nil && commitfate.Unknown(err) && !resent && ctx.Err() == nil:
+			resent = true
+			try--
+			continue
+		case err != nil && commitfate.Unknown(err):
+			return fmt.Errorf("extend lease of job %d: %w: %w", job.ID, ErrCommitUnknown, err)
 		case err != nil:
 			return fmt.Errorf("extend lease of job %d: %w", job.ID, err)
 		case c.is(claimLost):

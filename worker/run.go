@@ -78,7 +78,8 @@ func (w *Worker) newRun(schema string, handlerBase, hard context.Context) (*run,
 		p, err := producer.New(producer.Config{Queries: w.q, Pool: w.pool, Scope: w.scope, Claims: claims, Log: w.log, Metrics: w.metrics,
 			Name: name, Slots: n, Flow: flowOf(cfg, name, byKind), Kinds: kinds, Owner: cfg.ID, Lease: cfg.LeaseDuration,
 			PollInterval: cfg.PollInterval, FullScanInterval: cfg.FullScanInterval,
-			Listening: listening.Load, ReadOnly: r.guard.check, Reached: w.outage.reached, Hand: r.hand(r.executor.Queue(name))})
+			Listening: listening.Load, ReadOnly: r.guard.check, Reached: w.outage.reached, Hand: r.hand(r.executor.Queue(name)),
+			Held: r.held.holding})
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/internal/worker/announce"
+	"github.com/hopperq/hopper/internal/worker/commitfate"
 )
 
 // shutdownReserve is the part of the shutdown kept, at the end, for
@@ -46,6 +47,12 @@ func (r *run) releaseUnfinished() bool {
 		p.Ids[i], p.Attempts[i] = c.id, c.attempt
 	}
 	rows, err := w.q.Release(ctx, p)
+	if commitfate.Unknown(err) && ctx.Err() == nil {
+		// The give-back may have committed: sent again, it gives back
+		// what is still running under these claims, and nothing twice
+		// (Release is fenced by attempt and the running state).
+		rows, err = w.q.Release(ctx, p)
+	}
 	if err != nil {
 		w.log.Error("could not give back unfinished jobs; they run again once this worker is taken to be gone", "jobs", len(claims), "error", err)
 		return false

@@ -20,7 +20,7 @@ const module = "github.com/hopperq/hopper/"
 
 // shared are the packages every component may import: what they share,
 // owned by the runtime.
-var shared = map[string]bool{"loop": true, "horizon": true, "announce": true, "detached": true}
+var shared = map[string]bool{"loop": true, "horizon": true, "announce": true, "detached": true, "commitfate": true}
 
 // imports are the packages dir's non-test files import.
 func imports(t *testing.T, dir string) []string {
@@ -45,7 +45,7 @@ func TestComponentsImportNoOtherComponent(t *testing.T) {
 			if rest, ok := strings.CutPrefix(imp, module+"internal/worker/"); ok {
 				// The tests' bed (passbed) may import what it drives.
 				require.True(t, shared[rest] || e.Name() == "passbed",
-					"%s imports %s: a component imports only what they share (loop, horizon, announce, detached)", e.Name(), imp)
+					"%s imports %s: a component imports only what they share (loop, horizon, announce, detached, commitfate)", e.Name(), imp)
 			}
 		}
 	}

@@ -52,8 +52,9 @@ const (
 type action int
 
 const (
-	cutReply  action = iota + 1 // drop the reply and close the connection
-	holdReply                   // keep the reply back until Release
+	cutReply   action = iota + 1 // drop the reply and close the connection
+	holdReply                    // keep the reply back until Release
+	errorReply                   // replace the reply with an error
 )
 
 // rule arms a fault for the next left executions whose SQL contains substr.
@@ -61,6 +62,7 @@ type rule struct {
 	substr string
 	act    action
 	left   int
+	err    []byte // errorReply: the ErrorResponse and ReadyForQuery sent instead
 }
 
 // Proxy forwards connections to one upstream PostgreSQL and injects faults.
@@ -148,13 +150,40 @@ func (p *Proxy) CutAfterReply(substr string, n int) { p.arm(substr, cutReply, n)
 // which only its context deadline ends.
 func (p *Proxy) StallAfterRequest(substr string, n int) { p.arm(substr, holdReply, n) }
 
+// FailAfterReply is like CutAfterReply but, instead of closing, replaces
+// the whole reply with an ErrorResponse of severity ERROR, SQLSTATE code
+// and message, then a ReadyForQuery (idle): the client sees the server
+// refuse a statement that the server finished (and, in autocommit,
+// committed), and its connection goes on. This is what Citus's
+// coordinator answers when a worker node committed and the coordinator
+// could not see it ("could not commit transaction for shard …", XX000).
+// Use it for statements run outside an explicit transaction.
+func (p *Proxy) FailAfterReply(substr string, n int, code, message string) {
+	var msg []byte
+	field := func(typ byte, v string) { msg = append(append(append(msg, typ), v...), 0) }
+	field('S', "ERROR")
+	field('V', "ERROR")
+	field('C', code)
+	field('M', message)
+	msg = append(msg, 0)
+	out := []byte{'E', 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(out[1:], uint32(4+len(msg)))
+	out = append(out, msg...)
+	out = append(out, 'Z', 0, 0, 0, 5, 'I')
+	p.armRule(&rule{substr: substr, act: errorReply, left: n, err: out})
+}
+
 func (p *Proxy) arm(substr string, act action, n int) {
-	if n <= 0 {
-		panic(fmt.Sprintf("wirefault: arming %q with n=%d, want n > 0", substr, n))
+	p.armRule(&rule{substr: substr, act: act, left: n})
+}
+
+func (p *Proxy) armRule(r *rule) {
+	if r.left <= 0 {
+		panic(fmt.Sprintf("wirefault: arming %q with n=%d, want n > 0", r.substr, r.left))
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.rules = append(p.rules, &rule{substr: substr, act: act, left: n})
+	p.rules = append(p.rules, r)
 }
 
 // Release forwards the replies held by StallAfterRequest and resumes those
@@ -538,6 +567,13 @@ func (c *conn) serverToClient() {
 		if f.rule.act == cutReply {
 			c.p.mu.Unlock()
 			return // the deferred close cuts both sides
+		}
+		if f.rule.act == errorReply {
+			c.p.mu.Unlock()
+			if _, err := out.Write(f.rule.err); err != nil || out.Flush() != nil {
+				return
+			}
+			continue
 		}
 		c.held = true
 		for !c.closed && (c.held || c.p.stalled) {

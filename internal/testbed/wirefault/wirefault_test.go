@@ -216,6 +216,38 @@ func TestCutAfterReplyCommitsButBreaksTheClient(t *testing.T) {
 	})
 }
 
+// FailAfterReply: the statement commits, the client gets the error given
+// instead of its reply, and its connection goes on, as after a refusal.
+func TestFailAfterReplyCommitsButRefuses(t *testing.T) {
+	t.Parallel()
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			p, dsn, table := scratch(t)
+			ctx := timeout(t, 30*time.Second)
+			insert := fmt.Sprintf(insertSQL, table)
+			conn := connect(t, p.URL(dsn))
+			_, err := conn.Exec(ctx, insert, mode, 1, "before")
+			require.NoError(t, err)
+
+			const msg = "could not commit transaction for shard 102008 on at least one active node"
+			p.FailAfterReply(marker, 1, "XX000", msg)
+			_, err = conn.Exec(ctx, insert, mode, 2, "failed")
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr)
+			require.Equal(t, "XX000", pgErr.Code)
+			require.Equal(t, msg, pgErr.Message)
+			require.Equal(t, 1, p.Fired(marker))
+			require.True(t, exists(t, dsn, table, 2), "the failed statement must have committed")
+
+			require.False(t, conn.IsClosed(), "the connection goes on")
+			_, err = conn.Exec(ctx, insert, mode, 3, "after")
+			require.NoError(t, err)
+			require.True(t, exists(t, dsn, table, 3))
+		})
+	}
+}
+
 func TestStallAfterRequest(t *testing.T) {
 	t.Parallel()
 	p, dsn, table := scratch(t)

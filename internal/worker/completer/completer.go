@@ -1,8 +1,11 @@
 // Package completer records handlers' results exactly: in batches, each
 // result settled with the outcome the database proves (see outcome.go),
 // a batch the server refuses for what it carries split until the bad
-// result stands alone (refused.go), and the fate of a handler's own ack
-// in its transaction read before anything else is decided (tx_ack.go).
+// result stands alone (refused.go), a batch whose commit's outcome is
+// unknown (commitfate.Unknown: a lost reply, a commit Citus could not see
+// through) settled from what its claims became before anything is sent
+// again (checkUnknown), and the fate of a handler's own ack in its
+// transaction read before anything else is decided (tx_ack.go).
 package completer
 
 import (
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hopperq/hopper/db"
+	"github.com/hopperq/hopper/internal/worker/commitfate"
 	"github.com/hopperq/hopper/internal/worker/loop"
 )
 
@@ -86,6 +90,10 @@ type Completion struct {
 	// ambiguous: an earlier try of its statement may have committed (the
 	// reply was lost), so "no row matched" no longer proves a refusal.
 	ambiguous bool
+	// unknown: the last try's outcome is unknown (commitfate.Unknown):
+	// the next try first reads what took effect (checkUnknown) and sends
+	// the statement again only for a claim still intact.
+	unknown bool
 	// degraded counts the steps taken to make a result the server refused
 	// storable (see refused.go).
 	degraded int
@@ -218,9 +226,15 @@ func (c *Config) validate() error {
 // database proves (see outcome.go). Handlers hand it results with Push;
 // Run drains them until shutdown.
 //
+// A failed statement is refused (the server's error: no effect; tried
+// again as it was, or split when it is refused for what it carries) or
+// its commit's outcome is unknown: its results are then read first
+// (ClaimFates) and only those whose claim is intact are sent again.
+//
 // Invariant: every pushed result is settled exactly once through
 // cfg.Report, as recorded, refused, unconfirmed or unrecorded; none is
-// dropped.
+// dropped; a result is reported refused only when no try of it can have
+// taken effect.
 type Completer struct {
 	cfg     Config
 	results *resultQueue
@@ -324,7 +338,9 @@ func (c *Completer) giveUp(pending []Completion) {
 // record runs the statements for the results given and settles what it
 // can; it returns the results still to be tried again.
 func (c *Completer) record(batch []Completion) (again []Completion) {
-	batch, again = c.settleAckedInTx(batch)
+	batch, again = c.checkUnknown(batch)
+	batch, more := c.settleAckedInTx(batch)
+	again = append(again, more...)
 	if allAcks(batch) {
 		// The common case, sorted without a copy.
 		var unsure []Completion
@@ -376,15 +392,55 @@ func (c *Completer) statementContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(c.cfg.Hard, c.cfg.StatementTimeout)
 }
 
-// settleFailed marks results whose statement failed: they are tried again,
-// as ambiguous unless the failure proves nothing was committed.
+// settleFailed marks results whose statement failed: they are tried again.
+// A refusal (the server's error: the statement had no effect) leaves them
+// as they were; a failure whose commit's outcome is unknown
+// (commitfate.Unknown: a lost reply, a commit Citus could not see through)
+// makes them ambiguous, and unknown: the next try reads first what took
+// effect (checkUnknown).
 func settleFailed(cs []Completion, err error, again []Completion) []Completion {
-	ambiguous := !notSent(err)
+	unknown := commitfate.Unknown(err)
 	for _, res := range cs {
-		res.ambiguous = res.ambiguous || ambiguous
+		res.ambiguous = res.ambiguous || unknown
+		res.unknown = unknown
 		again = append(again, res)
 	}
 	return again
+}
+
+// checkUnknown settles, from what the database shows, the results whose
+// last try's outcome is unknown: each is reported as what took effect
+// (done, failed, dead, cancelled, snoozed; refused when another claim
+// holds the job), and only those whose claim is intact (the job still
+// running under it: nothing took effect) are returned in rest, to be sent
+// again now. Those whose fate could not be read stay unknown, in again.
+// A batch with no such result is returned as it is: the hot path reads
+// nothing more.
+func (c *Completer) checkUnknown(batch []Completion) (rest, again []Completion) {
+	n := 0
+	for _, res := range batch {
+		if res.unknown {
+			n++
+		}
+	}
+	if n == 0 {
+		return batch, nil
+	}
+	unknown := make([]Completion, 0, n)
+	rest = make([]Completion, 0, len(batch))
+	for _, res := range batch {
+		if res.unknown {
+			unknown = append(unknown, res)
+		} else {
+			rest = append(rest, res)
+		}
+	}
+	intact, unread := c.settleFates(unknown)
+	for _, res := range intact {
+		res.unknown = false // still ambiguous: the earlier try may yet commit (its backend may still run it)
+		rest = append(rest, res)
+	}
+	return rest, unread
 }
 
 // ackBatch deletes the jobs of successful results, keeping in the history
@@ -576,6 +632,15 @@ func (c *Completer) recordWaits(waits []Completion, again, unsure []Completion) 
 // an earlier try may have committed (or after the handler's AckTx), and
 // settles each from that. Whatever it cannot read yet is tried again.
 func (c *Completer) resolve(unsure []Completion) (again []Completion) {
+	intact, unread := c.settleFates(unsure)
+	return append(intact, unread...)
+}
+
+// settleFates reads what became of the claims of unsure and settles each
+// result from that. It returns those whose claim is intact (nothing took
+// effect yet) and, when the read failed, all of them as unread (made
+// ambiguous and unknown: a retry's "no match" must be resolved again).
+func (c *Completer) settleFates(unsure []Completion) (intact, unread []Completion) {
 	p := db.ClaimFatesParams{Ids: make([]int64, len(unsure)), Attempts: make([]int32, len(unsure))}
 	for i, res := range unsure {
 		p.Ids[i], p.Attempts[i] = res.Job.ID(), res.Job.Attempt()
@@ -587,9 +652,10 @@ func (c *Completer) resolve(unsure []Completion) (again []Completion) {
 		c.cfg.Log.Warn("reading what became of unsure results failed", "jobs", len(unsure), "error", err)
 		for _, res := range unsure {
 			res.ambiguous = true // the retry's "no match" must be resolved again
-			again = append(again, res)
+			res.unknown = true
+			unread = append(unread, res)
 		}
-		return again
+		return nil, unread
 	}
 	read := time.Now()
 	byClaim := make(map[claimKey]db.ClaimFatesRow, len(fates))
@@ -610,12 +676,17 @@ func (c *Completer) resolve(unsure []Completion) (again []Completion) {
 			o = OutcomeRefused
 		}
 		if o == outcomeUnsettled {
-			again = append(again, res)
+			intact = append(intact, res)
 			continue
+		}
+		if (o == OutcomeFailed || o == OutcomeSnoozed) && (res.Backoff == 0 || res.Event != "") {
+			// Pending again at once, perhaps: unannounced, as in
+			// recordNacks and recordWaits.
+			res.Job.ReadyAgain()
 		}
 		c.report(res, o)
 	}
-	return again
+	return intact, nil
 }
 
 // signal wakes the channel's reader without ever blocking: a wake-up

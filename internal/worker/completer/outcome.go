@@ -1,10 +1,6 @@
 package completer
 
 import (
-	"errors"
-
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/hopperq/hopper/db"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -60,15 +56,6 @@ func (a Action) outcome(dead bool) Outcome {
 	default:
 		return OutcomeFailed
 	}
-}
-
-// notSent reports whether a failed statement certainly had no effect: the
-// server refused it (an error reply means the implicit transaction rolled
-// back), or it never left this process. Anything else — a timeout, a
-// connection lost mid-way — may have committed.
-func notSent(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) || pgconn.SafeToRetry(err)
 }
 
 // fateOfAck settles an ack (or an AckTx'd job) that the fenced delete did

@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/hopperq/hopper/internal/worker/commitfate"
 )
 
 // A statement the server refuses because of what it carries (a character
@@ -16,14 +18,17 @@ import (
 // then made plainer step by step (degrade) until the server takes it.
 
 // refusedForItsData reports whether err is the server refusing a
-// statement for what it carries, and its SQLSTATE. Refusals that say
+// statement for what it carries, and its SQLSTATE. A failure whose
+// commit's outcome is unknown (commitfate.Unknown: Citus reports a worker
+// node's failed commit as XX000, the code of any internal error) is not:
+// its results are read first, never split or degraded. Refusals that say
 // nothing about the statement (a lost connection, a read-only server, a
 // deadlock, a serialization failure, too many connections, an operator's
 // intervention, an I/O error) are not: the same statement is tried again
 // after a pause, as when the database is unreachable.
 func refusedForItsData(err error) (code string, ok bool) {
 	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) || len(pgErr.Code) < 2 || pgErr.Code == pgerrcode.ReadOnlySQLTransaction {
+	if err == nil || commitfate.Unknown(err) || !errors.As(err, &pgErr) || len(pgErr.Code) < 2 || pgErr.Code == pgerrcode.ReadOnlySQLTransaction {
 		return "", false // read-only: the server's fault (Config.ReadOnly)
 	}
 	switch pgErr.Code[:2] {

@@ -217,7 +217,10 @@ func (o *ownConn) release() {
 
 // extendAll extends the lease of every claim held to at least lease from
 // now and settles the claims found lost (Config.Extend). It returns the
-// error that stopped it, logged.
+// error that stopped it, logged. A failed extension settles nothing,
+// whether the server refused it or its commit's outcome is unknown (a
+// lost reply, a commit Citus could not see through): an extension never
+// shortens a lease, so it is simply sent again at the next extension.
 func (h *Heartbeat) extendAll(ctx context.Context, q *db.Queries, lease time.Duration) error {
 	err := h.cfg.Extend(ctx, q, lease)
 	if err != nil && ctx.Err() == nil {

@@ -5,7 +5,8 @@
 // queue's claim lock (claim_lock.go) with the local rate (local_rate.go)
 // and the global rate's claims (rate_claim.go). It hands each job it
 // claims on to the worker (Config.Hand), which holds it and runs its
-// handler.
+// handler; the jobs of a claim whose commit's outcome was unknown are
+// found and handed on before the next claim (orphans.go).
 package producer
 
 import (
@@ -96,13 +97,19 @@ type Config struct {
 	// any, is over.
 	Reached func()
 	Hand    Hand
+	// Held returns whether the worker holds a claim (id, attempt), as of
+	// the call: a job handed on (Hand) and not yet retired. After a claim
+	// whose commit's outcome is unknown, the queue's running jobs leased to
+	// Owner that the worker did not hold are that claim's, and are run
+	// (orphans.go).
+	Held func() func(id int64, attempt int32) bool
 }
 
 func (c *Config) validate() error {
 	switch {
 	case c.Queries == nil, c.Claims == nil, c.Log == nil, c.Metrics == nil,
-		c.Listening == nil, c.ReadOnly == nil, c.Reached == nil, c.Hand == nil:
-		return errors.New("producer: Queries, Claims, Log, Metrics, Listening, ReadOnly, Reached and Hand are required")
+		c.Listening == nil, c.ReadOnly == nil, c.Reached == nil, c.Hand == nil, c.Held == nil:
+		return errors.New("producer: Queries, Claims, Log, Metrics, Listening, ReadOnly, Reached, Hand and Held are required")
 	case c.Pool == nil && c.Scope == nil:
 		return errors.New("producer: Pool or Scope is required: the claim lock runs on it")
 	case c.Name == "" || c.Owner == "":
@@ -133,11 +140,18 @@ func (c *Config) validate() error {
 // claim lock (claim_lock.go), with the local rate (local_rate.go) and
 // global rate claims (rate_claim.go).
 //
+// A claim whose commit's outcome is unknown (commitfate.Unknown: the
+// connection broke during COMMIT, or Citus could not see a worker node's
+// commit through) may have taken jobs for this worker without its
+// knowing: before its next claim, the producer finds them and runs them
+// at once (orphans.go), so that none waits for its lease.
+//
 // Invariants: running never exceeds Slots (a job is claimed only for a
 // free slot, and its slot is given back once, by FreeSlot); only the
-// producer's own goroutine claims, so budget needs no lock, and a claim's
-// cursor move is undone by any rewind that arrived meanwhile
-// (scanCursor).
+// producer's own goroutine claims, so budget and unknownSince need no
+// lock, and no job of the queue is claimed for this worker but by it
+// (what makes the orphans' search exact); a claim's cursor move is undone
+// by any rewind that arrived meanwhile (scanCursor).
 type Producer struct {
 	cfg       Config
 	running   atomic.Int64  // slots taken: claimed jobs not yet finished or abandoned
@@ -146,6 +160,10 @@ type Producer struct {
 	cursor    *scanCursor
 	flow      *queueFlow    // nil: no flow control
 	budget    time.Duration // flow control: the last claim was cut short by a rate limit until then
+	// unknownSince is when the first claim whose commit's outcome is
+	// unknown was sent, until its jobs are found and handed back
+	// (orphans.go); zero: none. Only the producer's goroutine uses it.
+	unknownSince time.Time
 }
 
 // New returns a Producer working with cfg.
@@ -332,9 +350,11 @@ func (p *Producer) dequeue(ctx context.Context, n int, sent time.Time) ([]db.Hop
 
 // claimAnswerWait bounds how long a claim waits for its answer, however
 // short the lease. A claim that was sent has most likely committed: given
-// up on, its jobs stay leased to a worker that does not know them until the
-// leases expire and a sweep takes them back, charged an attempt they never
-// ran. A late answer is still this worker's to run: the lease extension
+// up on, its outcome is unknown, and its jobs are looked for before the
+// next claim (orphans.go); but one still running on the server then
+// commits after the search, and its jobs stay leased to a worker that does
+// not know them until the leases expire and a sweep takes them back,
+// charged an attempt they never ran. A late answer is still this worker's to run: the lease extension
 // keeps its leases from then on, and a job a sweep took back meanwhile is fenced
 // (its handler is cancelled, its result refused). The bound only ends a
 // wait on a connection that will never answer.
@@ -344,26 +364,44 @@ const claimAnswerWait = 30 * time.Second
 // the slot it takes, and reports how many it claimed. The claim is cut
 // off only by ctx, the shutdown's hard deadline, and waits long for its
 // answer (claimAnswerWait).
+//
+// When an earlier claim's commit's outcome was unknown, it first runs the
+// jobs that claim took (takeOrphans), which count in what it reports;
+// until it could look for them, it claims nothing and returns that error.
+// A claim whose own outcome is unknown returns an error that wraps
+// commitfate.ErrUnknown.
 func (p *Producer) Claim(ctx context.Context, n int) (int, error) {
 	qctx, cancel := context.WithTimeout(ctx, claimAnswerWait)
 	defer cancel()
+	orphans := 0
+	if !p.unknownSince.IsZero() {
+		var err error
+		if orphans, err = p.takeOrphans(qctx, n); err != nil || orphans == n {
+			return orphans, err
+		}
+		n -= orphans
+	}
 	sent := time.Now()
 	rows, err := p.dequeue(qctx, n, sent)
 	if err != nil {
-		return 0, err
+		return orphans, p.failed(err, sent)
 	}
 	p.cfg.Metrics.BatchClaimed(p.cfg.Name, len(rows))
-	now := time.Now()
+	p.hand(rows, sent, time.Now())
+	return orphans + len(rows), nil
+}
+
+// hand hands claimed jobs on, each with a slot, in claim order.
+func (p *Producer) hand(rows []db.HopperJob, sent, answered time.Time) {
 	rates := p.rateClaimsOf(rows)
 	for i, row := range rows {
-		job := Claimed{Row: row, Sent: sent, Answered: now}
+		job := Claimed{Row: row, Sent: sent, Answered: answered}
 		if rates != nil {
 			job.Rate = rates[i]
 		}
 		p.running.Add(1)
 		p.cfg.Hand(p, job)
 	}
-	return len(rows), nil
 }
 
 // dequeueLimited claims up to n jobs of a queue under flow control:
@@ -432,9 +470,13 @@ func (p *Producer) dequeueLimited(ctx context.Context, n int) ([]db.HopperJob, t
 		// goes round once more from the first key, as a claim of its
 		// own: the first one's jobs are claimed whatever becomes of it.
 		params.AfterKey, params.MaxJobs = "", int32(n-len(rows))
+		sent := time.Now()
 		more, merr := p.claimLimited(ctx, params)
-		if merr != nil && ctx.Err() == nil {
-			p.cfg.Log.Warn("claim failed", "queue", p.cfg.Name, "error", merr)
+		if merr != nil {
+			merr = p.failed(merr, sent) // its jobs are found before the next claim, if it may have taken any
+			if ctx.Err() == nil {
+				p.cfg.Log.Warn("claim failed", "queue", p.cfg.Name, "error", merr)
+			}
 		}
 		rows = append(rows, more...)
 	}

@@ -62,7 +62,8 @@ func testConfig(b *passbed.Bed, m Metrics, h Hand) Config {
 	return Config{Queries: b.Q, Pool: b.DB.Pool, Claims: NewClaimBatch(b.Q), Log: b.Log, Metrics: m,
 		Name: "default", Slots: 10, Kinds: kindK, Owner: "w", Lease: time.Minute,
 		PollInterval: time.Second, FullScanInterval: time.Hour,
-		Listening: func() bool { return true }, ReadOnly: func(error) bool { return false }, Reached: func() {}, Hand: h}
+		Listening: func() bool { return true }, ReadOnly: func(error) bool { return false }, Reached: func() {}, Hand: h,
+		Held: func() func(int64, int32) bool { return func(int64, int32) bool { return false } }}
 }
 
 // A producer's claim, driven directly: it claims at most what it is asked
@@ -203,7 +204,7 @@ func TestProducerConfig(t *testing.T) {
 		Metrics: &batches{}, Name: "default", Slots: 1, Kinds: kindK, Owner: "w", Lease: time.Second,
 		PollInterval: time.Second, FullScanInterval: time.Minute,
 		Listening: func() bool { return false }, ReadOnly: func(error) bool { return false }, Reached: func() {},
-		Hand: func(*Producer, Claimed) {}}
+		Hand: func(*Producer, Claimed) {}, Held: func() func(int64, int32) bool { return func(int64, int32) bool { return false } }}
 	_, err := New(whole)
 	require.NoError(t, err)
 	for name, tc := range map[string]struct {
@@ -218,6 +219,7 @@ func TestProducerConfig(t *testing.T) {
 		"no read-only guard":   {func(c *Config) { c.ReadOnly = nil }, "ReadOnly"},
 		"no reached":           {func(c *Config) { c.Reached = nil }, "Reached"},
 		"no hand":              {func(c *Config) { c.Hand = nil }, "Hand"},
+		"no held":              {func(c *Config) { c.Held = nil }, "Held"},
 		"no pool nor scope":    {func(c *Config) { c.Pool = nil }, "Pool or Scope"},
 		"no name":              {func(c *Config) { c.Name = "" }, "Name"},
 		"no owner":             {func(c *Config) { c.Owner = "" }, "Owner"},
