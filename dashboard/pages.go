@@ -56,7 +56,7 @@ type page struct {
 	// (NewSharded); Shards is set on the sharded dashboard's own pages.
 	Shard  string
 	Shards bool
-	Data any
+	Data   any
 	// Build is the dashboard process's own build, in every page's footer:
 	// the dashboard a person looks at is one more build to tell apart
 	// during a rollout.
