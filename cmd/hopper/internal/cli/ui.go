@@ -23,8 +23,8 @@ func uiCommand() *command {
 	var readFrom string
 	var sharded bool
 	return &command{
-		name:    "ui",
-		args:    "[--addr HOST:PORT] [--allow-host NAME]... [--token T] [--read-only] [--protect-reads] [--read-url URL | --sharded]",
+		name: "ui",
+		args: "[--addr HOST:PORT] [--allow-host NAME]... [--token T] [--read-only] [--protect-reads] [--read-url URL | --sharded]",
 		summary: "serve the web dashboard (overview with charts, jobs, dead-letter triage, queues, schedules, workers) on 127.0.0.1; " +
 			"with --sharded, a sharded Hopper's: every shard's node and jobs, a job id lookup, and each shard's own dashboard",
 		flags: func(fs *flag.FlagSet) {
