@@ -75,6 +75,11 @@ type Dashboard struct {
 	secret  []byte         // signs the CSRF tokens of this process
 	samples *sampler
 	mux     http.Handler
+	// cancel cancels a job: client.CancelJob, or on a shard the
+	// ShardSet's (NewSharded).
+	cancel func(ctx context.Context, id int64) error
+	shard  string // the shard it shows, under NewSharded
+	shards bool   // the sharded dashboard's own pages (NewSharded)
 }
 
 // New returns a dashboard on cfg.DB.
@@ -109,6 +114,7 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.ReadDB != nil {
 		d.reads = hopper.NewClient(cfg.ReadDB)
 	}
+	d.cancel = d.client.CancelJob
 	d.samples = newSampler(time.Hour / cfg.SampleEvery)
 	d.mux = d.routes()
 	return d, nil

@@ -22,6 +22,16 @@
 // one click and, from a page that says what it risks (each job may run
 // twice at once), the forced release of a live one's.
 //
+// # A sharded Hopper
+//
+// NewSharded serves the dashboard of a sharded Hopper (package shard, on
+// a Citus coordinator): a page of every shard (its node, migration version
+// and jobs by state) with a job id lookup that opens the job in its shard,
+// and under s/<shard>/ each shard's whole dashboard, as New serves it on
+// the shard's schema, with a link back. One Config guards every page the
+// same way; a shard's cancel goes through the ShardSet (shard.Set), which
+// tells the job's worker through the coordinator.
+//
 // # Safety
 //
 // Reading needs nothing unless ProtectReads is set (then every page needs

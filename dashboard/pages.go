@@ -51,8 +51,12 @@ type page struct {
 	ReadOnly bool
 	Flash    string
 	// Lag, with Config.ReadDB, says how stale the page's reads are.
-	Lag  string
-	Data any
+	Lag string
+	// Shard names the shard of a sharded Hopper this dashboard shows
+	// (NewSharded); Shards is set on the sharded dashboard's own pages.
+	Shard  string
+	Shards bool
+	Data   any
 	// Build is the dashboard process's own build, in every page's footer:
 	// the dashboard a person looks at is one more build to tell apart
 	// during a rollout.
@@ -91,6 +95,11 @@ func (d *Dashboard) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusNotFound, "No such page.")
 	})
+	return d.guard(mux)
+}
+
+// guard wraps the dashboard's routes in its safety checks.
+func (d *Dashboard) guard(mux http.Handler) http.Handler {
 	// The Host is checked first, on every route (static files and JSON
 	// included). Cross-origin state-changing requests are refused by the
 	// standard library's check (Sec-Fetch-Site / Origin), before the
@@ -202,7 +211,7 @@ func cookiePath(r *http.Request) string {
 
 func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
 	p := page{Base: relBase(r), Title: title, CSRF: d.csrf(d.session(w, r)), ReadOnly: d.cfg.ReadOnly, Lag: d.readLag(r), Data: data,
-		Build: buildinfo.Read()}
+		Build: buildinfo.Read(), Shard: d.shard, Shards: d.shards}
 	if r.Method == http.MethodGet && name != "overview-live" { // a page the browser shows, not a part of one
 		p.Flash = d.takeFlash(w, r)
 	}
@@ -496,7 +505,7 @@ func (d *Dashboard) cancelJob(r *http.Request) (string, string, error) {
 	if err != nil {
 		return "", "", fmt.Errorf("%w: %v", hopper.ErrInvalidFilter, err)
 	}
-	if err := d.client.CancelJob(r.Context(), id); err != nil {
+	if err := d.cancel(r.Context(), id); err != nil {
 		return "", "", err
 	}
 	return fmt.Sprintf("jobs/%d", id), fmt.Sprintf("Job %d cancelled.", id), nil

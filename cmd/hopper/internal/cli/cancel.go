@@ -12,7 +12,7 @@ import (
 // cancelJobs is hopper jobs cancel: it cancels the jobs of ids, pending,
 // scheduled and running ones (their workers stop them), each kept as
 // cancelled in the dead table, and reports each id.
-func cancelJobs(e *env, client *hopper.Client, ids []int64) error {
+func cancelJobs(e *env, client jobsAPI, ids []int64) error {
 	results, err := client.CancelJobs(e.ctx, ids...)
 	if err != nil {
 		return err
@@ -38,13 +38,13 @@ func cancelJobs(e *env, client *hopper.Client, ids []int64) error {
 	return nil
 }
 
-// onlyConnectionFlags fails when a flag other than --database-url and
-// --schema was given to an action that takes none of the command's
+// onlyConnectionFlags fails when a flag other than --database-url,
+// --schema and --sharded was given to an action that takes none of the command's
 // others (jobs cancel takes ids, not the filters of jobs list).
 func onlyConnectionFlags(fs *flag.FlagSet, action, takes string) error {
 	var extra string
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name != "database-url" && f.Name != "schema" && extra == "" {
+		if f.Name != "database-url" && f.Name != "schema" && f.Name != "sharded" && extra == "" {
 			extra = f.Name
 		}
 	})

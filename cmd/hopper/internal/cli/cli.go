@@ -48,6 +48,9 @@ type env struct {
 	stderr io.Writer
 	dbURL  string // --database-url, or "" for DATABASE_URL / libpq defaults
 	schema string // --schema, or "" for the connection string's search_path
+	// sharded: --sharded, the commands work on the sharded Hopper of a
+	// Citus coordinator (sharded.go).
+	sharded bool
 }
 
 // schemaUsage documents the --schema flag every command but migrate takes
@@ -313,6 +316,9 @@ func (e *env) commandLine(args string) string {
 	}
 	if e.schema != "" {
 		b.WriteString(" --schema " + shellQuote(e.schema))
+	}
+	if e.sharded {
+		args += " --sharded"
 	}
 	return b.String() + " " + args + note
 }

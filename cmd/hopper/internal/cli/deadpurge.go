@@ -11,7 +11,7 @@ import (
 // chooses jobs by what they are (--kind, --queue, --older-than, --all)
 // may reach thousands, so it asks first, as hopper queues purge and hopper
 // migrate down do, unless yes; ids name each job already and ask nothing.
-func purgeDead(e *env, client *hopper.Client, filter hopper.DeadFilter, olderThan string, yes bool) error {
+func purgeDead(e *env, client jobsAPI, filter hopper.DeadFilter, olderThan string, yes bool) error {
 	if !yes && len(filter.IDs) == 0 {
 		n, err := deadCount(e, client, filter)
 		if err != nil {
@@ -44,7 +44,7 @@ func purgeDead(e *env, client *hopper.Client, filter hopper.DeadFilter, olderTha
 
 // deadCount counts the jobs of the dead table in filter's states, queue
 // and kind, with the counts hopper stats shows: no statement of its own.
-func deadCount(e *env, client *hopper.Client, filter hopper.DeadFilter) (int64, error) {
+func deadCount(e *env, client jobsAPI, filter hopper.DeadFilter) (int64, error) {
 	stats, err := client.GetStats(e.ctx)
 	if err != nil {
 		return 0, err

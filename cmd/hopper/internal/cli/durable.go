@@ -48,6 +48,8 @@ type jobReport struct {
 	Steps      []stepRow      `json:"steps"`
 	Progress   *jobs.Progress `json:"progress"`
 	Suspension *suspensionRow `json:"suspension"`
+	// Shard, with --sharded, is the schema of the shard holding the job.
+	Shard string `json:"shard,omitempty"`
 }
 
 // durableView is what a durable job recorded, read for jobs show.
@@ -62,7 +64,7 @@ type durableView struct {
 
 // readDurable reads the records of job r, and its wait (its progress
 // came with it).
-func readDurable(e *env, client *hopper.Client, r jobs.Row) (*durableView, error) {
+func readDurable(e *env, client jobsAPI, r jobs.Row) (*durableView, error) {
 	steps, err := client.ListJobSteps(e.ctx, r.ID)
 	if err != nil {
 		return nil, err
@@ -70,12 +72,20 @@ func readDurable(e *env, client *hopper.Client, r jobs.Row) (*durableView, error
 	d := &durableView{steps: steps, now: time.Now(), progress: r.Progress}
 	d.wait = hopper.SuspensionOf(r.State, steps, d.now)
 	wake := e.commandLine(fmt.Sprintf("jobs wake %d", r.ID))
+	emitter := e
+	if name := shardOf(client, r.ID); name != "" {
+		// An event wakes the jobs of the schema it is emitted in: the
+		// job's shard.
+		on := *e
+		on.schema, on.sharded = name, false
+		emitter = &on
+	}
 	switch d.wait.Wait {
 	case hopper.StepKindSleep:
 		d.hints = []string{wake + " ends the sleep now"}
 	case hopper.StepKindEvent:
 		d.hints = []string{
-			e.commandLine("events emit "+shellQuote(d.wait.Event)) + " JSON emits the event: the job runs and receives it",
+			emitter.commandLine("events emit "+shellQuote(d.wait.Event)) + " JSON emits the event: the job runs and receives it",
 			wake + " ends the wait now (its AwaitEvent returns worker.ErrEventTimeout)",
 		}
 	}
@@ -187,7 +197,7 @@ func (d *durableView) printRecords(w io.Writer) {
 // wakeJob is hopper jobs wake: it ends the durable wait of a job (a
 // sleep is over, a wait for an event times out), which is pending at
 // once.
-func wakeJob(e *env, client *hopper.Client, id int64) error {
+func wakeJob(e *env, client jobsAPI, id int64) error {
 	kind, err := client.WakeJob(e.ctx, id)
 	if errors.Is(err, hopper.ErrNotFound) || errors.Is(err, hopper.ErrNotWaiting) {
 		row, gerr := client.GetJob(e.ctx, id)

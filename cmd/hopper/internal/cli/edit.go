@@ -44,7 +44,7 @@ func given(fs *flag.FlagSet) map[string]bool {
 // onlyFlags fails when a flag other than the connection's and allowed was
 // given to action.
 func onlyFlags(fs *flag.FlagSet, action string, allowed ...string) error {
-	ok := map[string]bool{"database-url": true, "schema": true}
+	ok := map[string]bool{"database-url": true, "schema": true, "sharded": true}
 	for _, name := range allowed {
 		ok[name] = true
 	}
@@ -121,7 +121,7 @@ func (f *editFlags) update(fs *flag.FlagSet, queue string) (hopper.JobUpdate, er
 
 // editJob is hopper jobs edit: it changes a pending or scheduled job and
 // prints it as changed.
-func editJob(e *env, client *hopper.Client, id int64, u hopper.JobUpdate, asJSON bool) error {
+func editJob(e *env, client jobsAPI, id int64, u hopper.JobUpdate, asJSON bool) error {
 	row, err := client.UpdateJob(e.ctx, id, u)
 	if err != nil {
 		return editError(id, err)
@@ -136,7 +136,7 @@ func editJob(e *env, client *hopper.Client, id int64, u hopper.JobUpdate, asJSON
 
 // deleteJob is hopper jobs delete: it deletes a pending or scheduled job
 // for good, after asking (unless yes), and prints what it deleted.
-func deleteJob(e *env, client *hopper.Client, id int64, yes, asJSON bool) error {
+func deleteJob(e *env, client jobsAPI, id int64, yes, asJSON bool) error {
 	if !yes {
 		row, err := client.GetJob(e.ctx, id)
 		if err != nil {

@@ -89,7 +89,7 @@ type jobsPage struct {
 
 // listJobs runs a listing and prints it: a table, or JSON. again is the
 // command and filters that list the next page ("jobs list --queue q").
-func listJobs(e *env, client *hopper.Client, p hopper.ListParams, l *listFlags, again string) error {
+func listJobs(e *env, client jobsAPI, p hopper.ListParams, l *listFlags, again string) error {
 	page, err := client.ListJobs(e.ctx, p)
 	if errors.Is(err, hopper.ErrInvalidCursor) {
 		return fmt.Errorf("%w: --after %q is not a cursor this command printed", errUsage, l.after)
@@ -103,7 +103,16 @@ func listJobs(e *env, client *hopper.Client, p hopper.ListParams, l *listFlags, 
 	if l.asJSON {
 		return json.NewEncoder(e.stdout).Encode(jobsPage{page.Jobs, page.Next})
 	}
-	if err := printJobTable(e.stdout, page.Jobs); err != nil {
+	if sharded, ok := client.(shardedJobs); ok {
+		err = printTable(e.stdout, "jobs", "ID\tSHARD\tSTATE\tQUEUE\tKIND\tATTEMPTS\tCREATED\tDUE/ENDED\tDETAIL", page.Jobs, func(r jobs.Row) string {
+			line := jobLine(r)
+			id, rest, _ := strings.Cut(line, "\t")
+			return id + "\t" + sharded.ShardOfID(r.ID) + "\t" + rest
+		})
+	} else {
+		err = printJobTable(e.stdout, page.Jobs)
+	}
+	if err != nil {
 		return err
 	}
 	if page.Next != "" {
@@ -114,15 +123,18 @@ func listJobs(e *env, client *hopper.Client, p hopper.ListParams, l *listFlags, 
 
 // printJobTable prints jobs one line each.
 func printJobTable(w io.Writer, rows []jobs.Row) error {
-	return printTable(w, "jobs", "ID\tSTATE\tQUEUE\tKIND\tATTEMPTS\tCREATED\tDUE/ENDED\tDETAIL", rows, func(r jobs.Row) string {
-		when := r.RunAt
-		if r.FinishedAt != nil {
-			when = *r.FinishedAt
-		}
-		charged, allowed := r.Attempts()
-		return fmt.Sprintf("%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s", r.ID, r.State, r.Queue, r.Kind, charged, allowed,
-			stamp(r.CreatedAt), stamp(when), oneLine(detail(r)))
-	})
+	return printTable(w, "jobs", "ID\tSTATE\tQUEUE\tKIND\tATTEMPTS\tCREATED\tDUE/ENDED\tDETAIL", rows, jobLine)
+}
+
+// jobLine is a job's line of printJobTable.
+func jobLine(r jobs.Row) string {
+	when := r.RunAt
+	if r.FinishedAt != nil {
+		when = *r.FinishedAt
+	}
+	charged, allowed := r.Attempts()
+	return fmt.Sprintf("%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s", r.ID, r.State, r.Queue, r.Kind, charged, allowed,
+		stamp(r.CreatedAt), stamp(when), oneLine(detail(r)))
 }
 
 // detail is the one thing worth knowing about a job in a listing.
@@ -219,7 +231,7 @@ func endedWord(s jobs.State) string {
 // what its durable handler recorded (its wait, progress and records); want,
 // when given, are the states the command shows (dead show: dead and
 // cancelled jobs).
-func showJob(e *env, client *hopper.Client, args []string, asJSON bool, want ...jobs.State) error {
+func showJob(e *env, client jobsAPI, args []string, asJSON bool, want ...jobs.State) error {
 	ids, err := parseOneID("show", args)
 	if err != nil {
 		return err
@@ -238,8 +250,13 @@ func showJob(e *env, client *hopper.Client, args []string, asJSON bool, want ...
 	if err != nil {
 		return err
 	}
+	report := d.report(r)
+	report.Shard = shardOf(client, r.ID)
 	if asJSON {
-		return json.NewEncoder(e.stdout).Encode(d.report(r))
+		return json.NewEncoder(e.stdout).Encode(report)
+	}
+	if report.Shard != "" {
+		fmt.Fprintf(e.stdout, "shard %s\n", report.Shard)
 	}
 	printJob(e.stdout, r, d)
 	return nil
@@ -282,6 +299,7 @@ func listShowCommand(name, summary string, operate bool, only ...jobs.State) *co
 	var l listFlags
 	var ed editFlags
 	var readFrom string
+	var sharded bool
 	again := name + " list"
 	actions := []string{"list", "show"}
 	args := "list [filters] [--json] | show ID [--json]"
@@ -298,6 +316,7 @@ func listShowCommand(name, summary string, operate bool, only ...jobs.State) *co
 		flags: func(fs *flag.FlagSet) {
 			l.declare(fs, len(only) == 0)
 			declareReadURL(fs, &readFrom)
+			declareSharded(fs, &sharded)
 			if operate {
 				ed.declare(fs)
 			}
@@ -310,6 +329,10 @@ func listShowCommand(name, summary string, operate bool, only ...jobs.State) *co
 			if readFrom != "" && action != "list" && action != "show" {
 				return fmt.Errorf("%w: %s changes jobs, and changes go to the primary (--database-url): --read-url is for list and show", errUsage, action)
 			}
+			if sharded && readFrom != "" {
+				return fmt.Errorf("%w: --sharded reads the coordinator (--database-url): it takes no --read-url", errUsage)
+			}
+			e.sharded = sharded
 			var p hopper.ListParams
 			var ids []int64
 			var u hopper.JobUpdate
@@ -356,13 +379,13 @@ func listShowCommand(name, summary string, operate bool, only ...jobs.State) *co
 					return err
 				}
 			}
-			var client *hopper.Client
+			var client jobsAPI
 			var lag *hopper.ReadLag
 			var done func()
-			if action == "list" || action == "show" { // $HOPPER_READ_URL too is for these only
+			if (action == "list" || action == "show") && !sharded { // $HOPPER_READ_URL too is for these only
 				client, lag, done, err = e.connectReadClient(readFrom)
 			} else {
-				client, done, err = e.connectClient()
+				client, done, err = e.connectJobs()
 			}
 			if err != nil {
 				return err

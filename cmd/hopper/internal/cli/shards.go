@@ -32,7 +32,7 @@ func shardsCommand() *command {
 		actions: actions,
 		args:    "create --count N [--prefix P] | status [--json]",
 		summary: "a sharded Hopper on a Citus coordinator: create (or bring up to date) N shards, each a Hopper schema in a distributed schema, and the directory; " +
-			"status: each shard's node, migration version and jobs",
+			"status: each shard's node, migration version and jobs; the job commands (jobs, history, dead, stats, ui) take --sharded to work across the shards",
 		flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&count, "count", 0, "create: the number of shards (fixed for the deployment's life; job ids name their shard by it)")
 			fs.StringVar(&prefix, "prefix", shard.DefaultPrefix, "create: the shards' schema names' prefix, followed by their position")

@@ -56,28 +56,60 @@ func rowOf(s hopper.StatsRow, workers int) statsRow {
 }
 
 func statsCommand() *command {
-	var watch, asJSON bool
+	var watch, asJSON, sharded bool
 	var interval time.Duration
 	var readFrom string
 	return &command{
 		name:    "stats",
-		args:    "[--watch] [--interval D] [--json] [--read-url URL]",
+		args:    "[--watch] [--interval D] [--json] [--read-url URL | --sharded]",
 		summary: "per queue and kind: ready, scheduled, running, waiting, dead, cancelled, claim lag, retry rate; the queue active or paused, and its live workers (of the queue, whatever kinds they handle); throughput with --watch",
 		flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&watch, "watch", false, "redraw every --interval until Ctrl-C")
 			fs.BoolVar(&asJSON, "json", false, "print JSON (one object per refresh)")
 			durationVar(fs, &interval, "interval", 2*time.Second, "refresh interval with --watch")
 			declareReadURL(fs, &readFrom)
+			declareSharded(fs, &sharded)
 		},
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
 			if len(args) > 0 || interval <= 0 {
 				return fmt.Errorf("%w: stats takes no argument and a positive --interval", errUsage)
 			}
-			client, lag, done, err := e.connectReadClient(readFrom)
-			if err != nil {
-				return err
+			if sharded && readFrom != "" {
+				return fmt.Errorf("%w: --sharded reads the coordinator (--database-url): it takes no --read-url", errUsage)
 			}
-			defer done()
+			read := func(client *hopper.Client) (hopper.Stats, map[string]int, error) {
+				stats, err := client.GetStats(e.ctx)
+				if err != nil {
+					return stats, nil, err
+				}
+				queues, err := client.ListQueues(e.ctx)
+				if err != nil {
+					return stats, nil, err
+				}
+				workers := map[string]int{}
+				for _, q := range queues {
+					workers[q.Name] = q.Workers
+				}
+				return stats, workers, nil
+			}
+			var client *hopper.Client
+			var lag *hopper.ReadLag
+			if sharded {
+				set, pool, err := e.connectSet(commandMaxConns)
+				if err != nil {
+					return err
+				}
+				defer pool.Close()
+				read = func(*hopper.Client) (hopper.Stats, map[string]int, error) { return shardedStats(e.ctx, set) }
+			} else {
+				var done func()
+				var err error
+				client, lag, done, err = e.connectReadClient(readFrom)
+				if err != nil {
+					return err
+				}
+				defer done()
+			}
 			var prev *hopper.Stats
 			for {
 				if lag != nil && prev != nil {
@@ -87,17 +119,9 @@ func statsCommand() *command {
 					}
 					lag = &l
 				}
-				stats, err := client.GetStats(e.ctx)
+				stats, workers, err := read(client)
 				if err != nil {
 					return err
-				}
-				queues, err := client.ListQueues(e.ctx)
-				if err != nil {
-					return err
-				}
-				workers := map[string]int{}
-				for _, q := range queues {
-					workers[q.Name] = q.Workers
 				}
 				report := statsReport{Time: stats.At, Queues: make([]statsRow, len(stats.Rows))}
 				for i, r := range stats.Rows {
@@ -121,6 +145,9 @@ func statsCommand() *command {
 						fmt.Fprint(e.stdout, "\033[H\033[2J") // redraw in place, like top
 					}
 					printStats(e.stdout, report)
+					if sharded && len(report.Queues) > 0 {
+						fmt.Fprintln(e.stdout, shardedWorkersNote)
+					}
 				}
 				if !watch {
 					return nil
@@ -161,6 +188,9 @@ func printStats(w io.Writer, r statsReport) {
 	}
 	fmt.Fprintln(w, queueWorkersNote)
 }
+
+// shardedWorkersNote says what QUEUE WORKERS counts with --sharded.
+const shardedWorkersNote = "--sharded: the counts are added up over the shards; QUEUE WORKERS is the fewest any shard has (0: a shard's jobs of the queue wait for a worker)"
 
 // queueWorkersNote says what QUEUE WORKERS counts: the registry records a
 // worker's queues, not the kinds it handles, so a kind no live worker

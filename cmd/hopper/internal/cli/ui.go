@@ -21,10 +21,12 @@ func uiCommand() *command {
 	var access uiAccess
 	var sampleEvery time.Duration
 	var readFrom string
+	var sharded bool
 	return &command{
-		name:    "ui",
-		args:    "[--addr HOST:PORT] [--allow-host NAME]... [--token T] [--read-only] [--protect-reads] [--read-url URL]",
-		summary: "serve the web dashboard (overview with charts, jobs, dead-letter triage, queues, schedules, workers) on 127.0.0.1",
+		name: "ui",
+		args: "[--addr HOST:PORT] [--allow-host NAME]... [--token T] [--read-only] [--protect-reads] [--read-url URL | --sharded]",
+		summary: "serve the web dashboard (overview with charts, jobs, dead-letter triage, queues, schedules, workers) on 127.0.0.1; " +
+			"with --sharded, a sharded Hopper's: every shard's node and jobs, a job id lookup, and each shard's own dashboard",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on (another host than 127.0.0.1 exposes the queue: add --protect-reads)")
 			fs.StringVar(&access.token, "token", "", "token that changes need, and reads with --protect-reads (default: a random one, printed)")
@@ -40,6 +42,7 @@ func uiCommand() *command {
 			})
 			durationVar(fs, &sampleEvery, "sample-every", 10*time.Second, "how often the overview's charts are sampled (they keep an hour)")
 			declareReadURL(fs, &readFrom)
+			declareSharded(fs, &sharded)
 		},
 		run: func(e *env, _ *flag.FlagSet, args []string) error {
 			if len(args) > 0 {
@@ -48,8 +51,27 @@ func uiCommand() *command {
 			if sampleEvery <= 0 {
 				return fmt.Errorf("%w: --sample-every must be positive", errUsage)
 			}
+			if sharded && readFrom != "" {
+				return fmt.Errorf("%w: --sharded reads the coordinator (--database-url): it takes no --read-url", errUsage)
+			}
 			if err := access.settle(); err != nil {
 				return err
+			}
+			cfg := dashboard.Config{Token: access.token, ReadOnly: access.readOnly,
+				ProtectReads: access.protectReads, AllowedHosts: uiHosts(addr, allowHosts), SampleEvery: sampleEvery,
+				Logger: slog.New(slog.NewTextHandler(e.stderr, nil))}
+			if sharded {
+				set, pool, err := e.connectSet(dashboardMaxConns)
+				if err != nil {
+					return err
+				}
+				defer pool.Close()
+				cfg.DB = pool
+				d, err := dashboard.NewSharded(dashboard.ShardedConfig{Config: cfg, Set: set})
+				if err != nil {
+					return err
+				}
+				return serveUI(e, addr, access, d, d.Run)
 			}
 			pool, err := e.connectHopperSized(dashboardMaxConns)
 			if err != nil {
@@ -65,23 +87,27 @@ func uiCommand() *command {
 				defer reads.Close()
 				readDB = reads
 			}
-			d, err := dashboard.New(dashboard.Config{DB: pool, ReadDB: readDB, Token: access.token, ReadOnly: access.readOnly,
-				ProtectReads: access.protectReads, AllowedHosts: uiHosts(addr, allowHosts), SampleEvery: sampleEvery,
-				Logger: slog.New(slog.NewTextHandler(e.stderr, nil))})
+			cfg.DB, cfg.ReadDB = pool, readDB
+			d, err := dashboard.New(cfg)
 			if err != nil {
 				return err
 			}
-			ln, err := net.Listen("tcp", addr)
-			if err != nil {
-				return fmt.Errorf("listen on %s: %w", addr, err)
-			}
-			access.warnExposed(e.stderr, ln.Addr())
-			access.banner(e.stdout, "http://"+ln.Addr().String()+"/")
-			// Every request and the sampler are done before the pool closes
-			// (deferred above).
-			return serveDashboard(e.ctx, ln, d, d.Run, shutdownGrace)
+			return serveUI(e, addr, access, d, d.Run)
 		},
 	}
+}
+
+// serveUI listens on addr, says where, and serves the dashboard h, with
+// run its sampler, until the command is stopped. Every request and the
+// sampler are done when it returns, before the caller closes the pool.
+func serveUI(e *env, addr string, access uiAccess, h http.Handler, run func(context.Context)) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	access.warnExposed(e.stderr, ln.Addr())
+	access.banner(e.stdout, "http://"+ln.Addr().String()+"/")
+	return serveDashboard(e.ctx, ln, h, run, shutdownGrace)
 }
 
 // shutdownGrace bounds how long the dashboard's requests in flight may
