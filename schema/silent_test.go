@@ -1,0 +1,108 @@
+package schema_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hopperq/hopper/schema"
+)
+
+// TestSilentSchemaSendsNoNotify: migration 34's switch. A schema as
+// migrated wakes its workers as before: the insert trigger announces an
+// enqueue, and a sequence's next job, promoted by its predecessor's
+// delete, is announced on hopper_jobs; hopper_wake sends what it is given.
+// The same schema made silent (hopper_silent returning true, as
+// shard.Create's hopper_prepare_shard makes each shard) sends nothing:
+// after each step a marker is sent by hand, and it is the next
+// notification the listener reads.
+func TestSilentSchemaSendsNoNotify(t *testing.T) {
+	ctx, d := setup(t)
+	require.NoError(t, schema.Up(ctx, d.Pool))
+	listener, err := pgx.Connect(ctx, d.URL)
+	require.NoError(t, err)
+	defer listener.Close(context.WithoutCancel(ctx))
+	for _, ch := range []string{"hopper_jobs", "hopper_job_ended"} {
+		_, err = listener.Exec(ctx, "LISTEN "+ch)
+		require.NoError(t, err)
+	}
+	next := func() (channel string, payload map[string]any) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := listener.WaitForNotification(wctx)
+		require.NoError(t, err)
+		if n.Payload == "marker" {
+			return n.Channel, nil
+		}
+		require.NoError(t, json.Unmarshal([]byte(n.Payload), &payload), n.Payload)
+		return n.Channel, payload
+	}
+	marker := func() {
+		t.Helper()
+		_, err := d.Pool.Exec(ctx, "SELECT pg_notify('hopper_jobs', 'marker')")
+		require.NoError(t, err)
+	}
+	// steps enqueue two jobs of one sequence (the first pending, the
+	// second waiting), then delete the first, as an acknowledgement does,
+	// which promotes the second; then call hopper_wake itself.
+	steps := func(key string) (first, second int64) {
+		t.Helper()
+		meta := `{"hopper.sequence": "` + key + `"}`
+		require.NoError(t, d.Pool.QueryRow(ctx, "SELECT id FROM hopper_enqueue('silent_test', '{}', queue => 'q1', meta => $1::jsonb)", meta).Scan(&first))
+		require.NoError(t, d.Pool.QueryRow(ctx, "SELECT id FROM hopper_enqueue('silent_test', '{}', queue => 'q2', meta => $1::jsonb)", meta).Scan(&second))
+		_, err := d.Pool.Exec(ctx, "DELETE FROM hopper_jobs WHERE id = $1", first)
+		require.NoError(t, err)
+		var state string
+		require.NoError(t, d.Pool.QueryRow(ctx, "SELECT state FROM hopper_jobs WHERE id = $1", second).Scan(&state))
+		require.Equal(t, "pending", state, "the sequence's next job is promoted")
+		_, err = d.Pool.Exec(ctx, "SELECT hopper_wake('hopper_job_ended', 'by hand')")
+		require.NoError(t, err)
+		return first, second
+	}
+
+	first, second := steps("loud")
+	ch, p := next()
+	require.Equal(t, "hopper_jobs", ch)
+	require.Equal(t, d.Schema, p["schema"])
+	require.Equal(t, "q1", p["queue"], "the insert trigger announces the first job")
+	require.EqualValues(t, first, p["id"])
+	ch, p = next()
+	require.Equal(t, "hopper_jobs", ch)
+	require.Equal(t, "q2", p["queue"], "the promotion announces the sequence's next job")
+	require.EqualValues(t, second, p["id"])
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	n, err := listener.WaitForNotification(wctx)
+	cancel()
+	require.NoError(t, err)
+	require.Equal(t, "hopper_job_ended", n.Channel)
+	require.Equal(t, "by hand", n.Payload)
+	marker()
+	ch, p = next()
+	require.Equal(t, "hopper_jobs", ch)
+	require.Nil(t, p, "nothing more than those three")
+
+	// Silent, as hopper_prepare_shard makes a shard.
+	_, err = d.Pool.Exec(ctx, `CREATE OR REPLACE FUNCTION hopper_silent() RETURNS boolean
+		LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT true $$`)
+	require.NoError(t, err)
+	steps("quiet")
+	marker()
+	ch, p = next()
+	require.Equal(t, "hopper_jobs", ch)
+	require.Nil(t, p, "a silent schema sends no NOTIFY: the marker comes first")
+}
+
+// TestSilentIsFalseAsMigrated: the switch is off in every schema the
+// migrations make, so plain PostgreSQL notifies as before.
+func TestSilentIsFalseAsMigrated(t *testing.T) {
+	ctx, d := setup(t)
+	require.NoError(t, schema.Up(ctx, d.Pool))
+	var silent bool
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT hopper_silent()").Scan(&silent))
+	require.False(t, silent)
+}
