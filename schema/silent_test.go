@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hopperq/hopper/schema"
@@ -30,13 +31,30 @@ func TestSilentSchemaSendsNoNotify(t *testing.T) {
 		_, err = listener.Exec(ctx, "LISTEN "+ch)
 		require.NoError(t, err)
 	}
-	next := func() (channel string, payload map[string]any) {
+	// Other tests' schemas in the database notify on the same channels:
+	// only this schema's notifications (and this test's markers and
+	// payloads by hand) are read.
+	mark, byHand := "marker "+d.Schema, "by hand "+d.Schema
+	wait := func() *pgconn.Notification {
 		t.Helper()
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		n, err := listener.WaitForNotification(wctx)
-		require.NoError(t, err)
-		if n.Payload == "marker" {
+		for {
+			n, err := listener.WaitForNotification(wctx)
+			require.NoError(t, err)
+			if n.Payload == mark || n.Payload == byHand {
+				return n
+			}
+			var p map[string]any
+			if json.Unmarshal([]byte(n.Payload), &p) == nil && p["schema"] == d.Schema {
+				return n
+			}
+		}
+	}
+	next := func() (channel string, payload map[string]any) {
+		t.Helper()
+		n := wait()
+		if n.Payload == mark {
 			return n.Channel, nil
 		}
 		require.NoError(t, json.Unmarshal([]byte(n.Payload), &payload), n.Payload)
@@ -44,7 +62,7 @@ func TestSilentSchemaSendsNoNotify(t *testing.T) {
 	}
 	marker := func() {
 		t.Helper()
-		_, err := d.Pool.Exec(ctx, "SELECT pg_notify('hopper_jobs', 'marker')")
+		_, err := d.Pool.Exec(ctx, "SELECT pg_notify('hopper_jobs', $1)", mark)
 		require.NoError(t, err)
 	}
 	// steps enqueue two jobs of one sequence (the first pending, the
@@ -60,7 +78,7 @@ func TestSilentSchemaSendsNoNotify(t *testing.T) {
 		var state string
 		require.NoError(t, d.Pool.QueryRow(ctx, "SELECT state FROM hopper_jobs WHERE id = $1", second).Scan(&state))
 		require.Equal(t, "pending", state, "the sequence's next job is promoted")
-		_, err = d.Pool.Exec(ctx, "SELECT hopper_wake('hopper_job_ended', 'by hand')")
+		_, err = d.Pool.Exec(ctx, "SELECT hopper_wake('hopper_job_ended', $1)", byHand)
 		require.NoError(t, err)
 		return first, second
 	}
@@ -75,12 +93,9 @@ func TestSilentSchemaSendsNoNotify(t *testing.T) {
 	require.Equal(t, "hopper_jobs", ch)
 	require.Equal(t, "q2", p["queue"], "the promotion announces the sequence's next job")
 	require.EqualValues(t, second, p["id"])
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	n, err := listener.WaitForNotification(wctx)
-	cancel()
-	require.NoError(t, err)
+	n := wait()
 	require.Equal(t, "hopper_job_ended", n.Channel)
-	require.Equal(t, "by hand", n.Payload)
+	require.Equal(t, byHand, n.Payload)
 	marker()
 	ch, p = next()
 	require.Equal(t, "hopper_jobs", ch)

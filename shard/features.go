@@ -2,7 +2,9 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -54,24 +56,52 @@ func (s *Set) SkipSequenceTx(ctx context.Context, tx jobs.DBTX, key string) (int
 }
 
 // RetrySequence is hopper.Client.RetrySequence on the shard of the key:
-// the blocked head runs again; the shard's workers are woken from the
-// coordinator at commit.
+// the blocked head comes back from the dead table under its own id, with
+// as many attempts again as it had, and runs again; the shard's workers
+// are woken from the coordinator at commit. ErrNotBlocked when the
+// sequence is not blocked; ErrNotFound when the head was purged.
 func (s *Set) RetrySequence(ctx context.Context, key string) (int64, error) {
 	return s.RetrySequenceTx(ctx, s.pool, key)
 }
 
-// RetrySequenceTx is RetrySequence on the caller's transaction.
+// RetrySequenceTx is RetrySequence on the caller's transaction. The head
+// is revived by statements Citus plans on the shard's node
+// (sql/retry.sql): Citus 13.2.2 cannot plan hopper.Client's one-statement
+// retry of dead jobs through the coordinator.
 func (s *Set) RetrySequenceTx(ctx context.Context, tx jobs.DBTX, key string) (int64, error) {
 	k := Position(key, len(s.names))
 	var head int64
 	err := s.inTx(ctx, tx, func(tx pgx.Tx) error {
-		var err error
-		if head, err = s.clients[k].RetrySequenceTx(ctx, tx, key); err != nil {
+		info, err := s.clients[k].GetSequenceTx(ctx, tx, key)
+		if err != nil {
 			return err
 		}
+		if info.Blocked == nil {
+			return hopper.ErrNotBlocked
+		}
+		id := info.Blocked.JobID
+		q := sharddb.New(s.scopes[k].On(tx))
+		d, err := q.RetryDeadLock(ctx, id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: head %d is no longer in the dead table (purged or retried meanwhile); SkipSequence lets the rest run", hopper.ErrNotFound, id)
+		}
+		if err != nil {
+			return err
+		}
+		ok, err := revive(ctx, q, d, string(jobs.StateWaiting))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("head %d kept dead: a live job holds its unique key", id)
+		}
+		head = id
 		return s.wakeShards(ctx, tx, k)
 	})
-	return head, err
+	if err != nil {
+		return 0, fmt.Errorf("retry sequence %q: shard %s: %w", key, s.names[k], err)
+	}
+	return head, nil
 }
 
 // EnqueueWorkflow is jobs.EnqueueWorkflow in the shard of the workflow's
@@ -213,21 +243,69 @@ func (s *Set) RetryWorkflow(ctx context.Context, id string) ([]int64, error) {
 	return s.RetryWorkflowTx(ctx, s.pool, id)
 }
 
-// RetryWorkflowTx is RetryWorkflow on the caller's transaction.
+// RetryWorkflowTx is RetryWorkflow on the caller's transaction. The steps
+// are revived by statements Citus plans on the shard's node
+// (sql/retry.sql): Citus 13.2.2 cannot plan hopper_workflow_retry through
+// the coordinator. Revivals of one workflow take turns on the
+// coordinator (the workflow's advisory lock, taken there).
 func (s *Set) RetryWorkflowTx(ctx context.Context, tx jobs.DBTX, id string) ([]int64, error) {
 	k := Position(id, len(s.names))
-	var ids []int64
+	ids := []int64{}
 	err := s.inTx(ctx, tx, func(tx pgx.Tx) error {
-		var err error
-		if ids, err = s.clients[k].RetryWorkflowTx(ctx, tx, id); err != nil || len(ids) == 0 {
+		q := sharddb.New(s.scopes[k].On(tx))
+		if err := q.RetryWorkflowTurn(ctx, id); err != nil {
 			return err
+		}
+		dead, err := q.RetryWorkflowLock(ctx, id)
+		if err != nil || len(dead) == 0 {
+			return err
+		}
+		stepIDs := make([]int64, len(dead))
+		for i, d := range dead {
+			stepIDs[i] = d.ID
+		}
+		children, err := q.RetryWithParents(ctx, stepIDs)
+		if err != nil {
+			return err
+		}
+		for _, d := range dead {
+			state := jobs.StatePending
+			if slices.Contains(children, d.ID) {
+				state = jobs.StateWaiting
+			}
+			ok, err := revive(ctx, q, sharddb.RetryDeadLockRow(d), string(state))
+			if err != nil {
+				return fmt.Errorf("step %d: %w", d.ID, err)
+			}
+			if ok {
+				ids = append(ids, d.ID)
+			}
+		}
+		if len(ids) == 0 {
+			return nil
 		}
 		return s.wakeShards(ctx, tx, k)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("shard %s: %w", s.names[k], err)
+		return nil, fmt.Errorf("retry workflow %q: shard %s: %w", id, s.names[k], err)
 	}
 	return ids, nil
+}
+
+// revive moves a dead job, locked, back to the live table under its own
+// id, in the state given, with as many attempts again as it had (up to
+// the integer's limit), as RetryDead does; false when a live job holds
+// its unique key again (it stays dead).
+func revive(ctx context.Context, q *sharddb.Queries, d sharddb.RetryDeadLockRow, state string) (bool, error) {
+	revived, err := q.RetryRevive(ctx, sharddb.RetryReviveParams{
+		ID: d.ID, Queue: d.Queue, Kind: d.Kind, Version: d.Version, Payload: d.Payload, Priority: d.Priority,
+		Attempt: d.Attempt, MaxAttempts: int32(min(int64(d.Attempt)+int64(d.MaxAttempts), math.MaxInt32)),
+		UniqueKey: deref(d.UniqueKey), Errors: d.Errors, CreatedAt: d.CreatedAt, Meta: d.Meta,
+		ConcurrencyKey: deref(d.ConcurrencyKey), State: state})
+	if err != nil || len(revived) == 0 {
+		return false, err
+	}
+	return true, q.RetryDeadRemove(ctx, d.ID)
 }
 
 // wakeShards wakes every queue of the shards (by position) on the
