@@ -29,7 +29,7 @@
 // PostgreSQL refuses to PREPARE a transaction that ran NOTIFY, and Citus
 // commits a transaction over two nodes in two phases). Its workers listen
 // on the coordinator instead, and are woken there: by the Set, for what
-// its enqueues, cancels, skips and retries make ready (every queue of the
+// its enqueues, cancels, deletes, skips and retries make ready (every queue of the
 // shard when it cannot tell which), and by the sharded Worker itself,
 // whose runtime claims again in its shard after a job of a sequence or a
 // workflow ends there (other processes serving that shard hear nothing,

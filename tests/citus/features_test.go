@@ -94,7 +94,8 @@ func (r *featureRuns) since(t time.Time, n int) time.Duration {
 // workflows with dependencies run their steps in order; a batch mixing
 // the features across every shard, with a workflow, rolls back whole and
 // commits whole; a cancel lets a sequence continue, or blocks it until
-// SkipSequence; RetrySequence and RetryWorkflow run a dead job again;
+// SkipSequence; a deleted head lets it continue; RetrySequence and
+// RetryWorkflow run a dead job again;
 // CancelWorkflow cancels the steps. At the end no job is lost and every
 // job succeeded once. Figures (a sequence's next job after its
 // predecessor, a job after a cancel, a skip or a retry) are logged, never
@@ -406,6 +407,19 @@ func TestCitusShardFeatures(t *testing.T) {
 		t.Logf("figure: a retried head started %v after RetrySequence was called", runs.since(began, 5200).Round(time.Microsecond))
 		require.Equal(t, []int{5200, 5201}, runs.orderOf(kr))
 
+		// A deleted head: the next job runs, woken by the Set after the
+		// delete.
+		kd := keyIn("delete", 3)
+		head, err = shard.Enqueue(ctx, set, pool, feature, bed.Chore{N: 5500}, jobs.Sequence(kd), jobs.Delay(time.Hour))
+		require.NoError(t, err)
+		_, err = shard.Enqueue(ctx, set, pool, feature, bed.Chore{N: 5501}, jobs.Sequence(kd))
+		require.NoError(t, err)
+		began = time.Now()
+		_, err = set.DeleteJob(ctx, head.ID)
+		require.NoError(t, err)
+		waitRan("the job after a deleted head", 5501)
+		t.Logf("figure: a sequence's next job started %v after its head's DeleteJob was called", runs.since(began, 5501).Round(time.Microsecond))
+
 		// CancelWorkflow cancels every live step.
 		wc := keyIn("wf-cancel", 3)
 		wres, err := set.EnqueueWorkflow(ctx, pool, jobs.NewWorkflow(wc).
@@ -445,7 +459,7 @@ func TestCitusShardFeatures(t *testing.T) {
 		waitRan("a retried step and its child", 5400, 5401)
 		t.Logf("figure: a retried workflow step started %v after RetryWorkflow was called", runs.since(began, 5400).Round(time.Microsecond))
 		require.Equal(t, []int{5400, 5401}, runs.orderOf(wr))
-		expected = append(expected, 5001, 5101, 5102, 5200, 5201, 5400, 5401)
+		expected = append(expected, 5001, 5101, 5102, 5200, 5201, 5400, 5401, 5501)
 	})
 
 	t.Run("NoneLost", func(t *testing.T) {
