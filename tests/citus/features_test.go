@@ -2,6 +2,7 @@ package citus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -32,6 +33,7 @@ type featureRuns struct {
 	mu       sync.Mutex
 	started  map[int][]time.Time
 	ended    map[int]time.Time
+	acked    map[int]time.Time
 	done     map[int]int
 	order    map[string][]int
 	failOnce map[int]bool
@@ -54,6 +56,27 @@ func (r *featureRuns) handle(_ context.Context, j *jobs.Job[bed.Chore]) error {
 	r.done[n]++
 	r.ended[n] = time.Now()
 	return nil
+}
+
+// outcome records when a job's success was recorded (the worker's
+// OnOutcome hook, called after the acknowledgement took effect).
+func (r *featureRuns) outcome(job *jobs.Row, o worker.Outcome, _ error) {
+	var p bed.Chore
+	if o != worker.OutcomeDone || json.Unmarshal(job.Payload, &p) != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.acked[p.N] = time.Now()
+}
+
+// ackGap is how long job prev's acknowledgement took to be recorded after
+// its handler returned, and how long after that job n started.
+func (r *featureRuns) ackGap(prev, n int) (ack, next time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.started[n]
+	return r.acked[prev].Sub(r.ended[prev]), s[len(s)-1].Sub(r.acked[prev])
 }
 
 func (r *featureRuns) ran(n int) bool {
@@ -126,7 +149,7 @@ func TestCitusShardFeatures(t *testing.T) {
 		}
 	}
 
-	runs := &featureRuns{started: map[int][]time.Time{}, ended: map[int]time.Time{}, done: map[int]int{},
+	runs := &featureRuns{started: map[int][]time.Time{}, ended: map[int]time.Time{}, acked: map[int]time.Time{}, done: map[int]int{},
 		order: map[string][]int{}, failOnce: map[int]bool{}}
 	// The worker's pool of its own: a listening connection per shard, and
 	// claims, acknowledgements and beats in each.
@@ -137,7 +160,7 @@ func TestCitusShardFeatures(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(wpool.Close)
 	w := newWorkerOn(t, wpool, names, worker.Config{ID: "features", Queues: map[string]int{jobs.DefaultQueue: 8},
-		PollInterval: 2 * time.Second})
+		PollInterval: 2 * time.Second, OnOutcome: []worker.OutcomeHook{runs.outcome}})
 	require.NoError(t, shard.Handle(w, feature, runs.handle))
 	stop := start(t, ctx, w)
 	defer func() { require.NoError(t, stop()) }()
@@ -187,7 +210,7 @@ func TestCitusShardFeatures(t *testing.T) {
 		}
 		expected = append(expected, all...)
 		waitRan("every sequence's jobs", all...)
-		var gaps []time.Duration
+		var gaps, acks, afterAck []time.Duration
 		for k, key := range seqKeys {
 			want := make([]int, perKey)
 			for i := range want {
@@ -196,6 +219,8 @@ func TestCitusShardFeatures(t *testing.T) {
 			require.Equal(t, want, runs.orderOf(key), "sequence %s in order", key)
 			for i := 1; i < perKey; i++ {
 				gaps = append(gaps, runs.gap(want[i-1], want[i]))
+				ack, next := runs.ackGap(want[i-1], want[i])
+				acks, afterAck = append(acks, ack), append(afterAck, next)
 			}
 			info, err := set.GetSequence(ctx, key)
 			require.NoError(t, err)
@@ -204,6 +229,9 @@ func TestCitusShardFeatures(t *testing.T) {
 		}
 		t.Logf("figure: a sequence's next job started %v (median) after its predecessor's handler returned, at most %v, over %d turns (poll interval 2s)",
 			median(gaps).Round(time.Microsecond), slices.Max(gaps).Round(time.Microsecond), len(gaps))
+		t.Logf("figure: of which the acknowledgement, recorded %v (median) after the handler returned, at most %v; then the next job's start %v (median) after, at most %v",
+			median(acks).Round(time.Microsecond), slices.Max(acks).Round(time.Microsecond),
+			median(afterAck).Round(time.Microsecond), slices.Max(afterAck).Round(time.Microsecond))
 	})
 
 	t.Run("UniqueDeduplicated", func(t *testing.T) {
