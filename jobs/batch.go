@@ -62,6 +62,11 @@ func (e Entry) ConcurrencyKey() string {
 	return *e.o.key
 }
 
+// SequenceKey is the entry's sequence key, "" for none: given by the
+// Sequence option, by MetaSequence in its metadata, or derived by the
+// kind's SequenceBy.
+func (e Entry) SequenceKey() string { return e.o.sequenceKey() }
+
 // Priority and MaxAttempts are the entry's, its kind's defaults applied.
 func (e Entry) Priority() int    { return e.o.priority }
 func (e Entry) MaxAttempts() int { return e.o.maxAttempts }

@@ -52,11 +52,11 @@ func TestRuntimeContract(t *testing.T) {
 		{"LinkWorkflow", ":one", []string{"hopper_workflow_link(@parents::bigint[], @children::bigint[])"}, "a step's edges and its count of parents (over all its stored edges) are written with it, and every parent is locked until it commits, then checked"},
 		{"RetryWorkflow", ":many", []string{"hopper_workflow_retry(@workflow::text)"}, "a workflow's retry brings its failed steps back waiting and counts their parents again"},
 		{"WorkflowParentCounts", ":one", []string{"d.parent_failed = 'dead'", "where d.child_id = @child_id::bigint"}, "a batch's callback counts its parents' ends in one statement, through the edges' child index, reading each failure from the edge (it outlives a purged dead row)"},
-		{"Cancel", ":many", []string{"order by j.id for update of j", "order by p.id for key share of p", "insert into hopper_dead_jobs", "'cancelled'", "pg_notify('hopper_jobs'", "cross join told"}, "a cancel keeps the job, locks in id order (no deadlock with a worker's statements), and tells the running job's worker"},
-		{"UpdateJob", ":one", []string{"where j.id = @id::bigint and j.state in ('pending', 'scheduled', 'waiting') for update", "then 'durable'", "case when j.state = 'waiting' then 'waiting'", "where j.id = verdict.id and verdict.refused = ''", "exists (select from target)::boolean as locked", "pg_notify('hopper_jobs'", "from woken left join updated"}, "an edit locks the job only while it waits and checks that under the lock, so it never changes (nor locks) a job a worker claimed; a job it makes ready wakes its queue's workers"},
+		{"Cancel", ":many", []string{"order by j.id for update of j", "order by p.id for key share of p", "insert into hopper_dead_jobs", "'cancelled'", "hopper_wake('hopper_jobs'", "cross join told"}, "a cancel keeps the job, locks in id order (no deadlock with a worker's statements), and tells the running job's worker"},
+		{"UpdateJob", ":one", []string{"where j.id = @id::bigint and j.state in ('pending', 'scheduled', 'waiting') for update", "then 'durable'", "case when j.state = 'waiting' then 'waiting'", "where j.id = verdict.id and verdict.refused = ''", "exists (select from target)::boolean as locked", "hopper_wake('hopper_jobs'", "from woken left join updated"}, "an edit locks the job only while it waits and checks that under the lock, so it never changes (nor locks) a job a worker claimed; a job it makes ready wakes its queue's workers"},
 		{"DeleteJob", ":one", []string{"where j.id = @id::bigint and j.state in ('pending', 'scheduled', 'waiting') and (select p.held from parents as p) >= 0 for update", "order by p.id for key share of p", "using target where j.id = target.id"}, "a delete locks the job only while it waits and checks that under the lock, so it never removes a job a worker claimed; a workflow step's parents are locked before it (no deadlock with a parent's end)"},
 		{"PauseQueue", ":one", []string{"insert into hopper_queues"}, "the claim reads pauses from hopper_queues"},
-		{"ResumeQueue", ":one", []string{"paused_at = null", "pg_notify('hopper_jobs'", "cross join woken"}, "a resume wakes the queue's workers"},
+		{"ResumeQueue", ":one", []string{"paused_at = null", "hopper_wake('hopper_jobs'", "cross join woken"}, "a resume wakes the queue's workers"},
 		{"ReserveJobIDs", ":many", []string{"nextval(seq.id)", "as materialized"}, "COPY batches report their jobs' ids"},
 		{"EnqueueBatchPlain", ":many", []string{"case when b.state = '' or (b.state = 'waiting' and b.run_at = '0001-01-01 00:00:00+00') then now() else b.run_at end", "returning id ) select id from inserted order by id"}, "a small plain batch stores what COPY stores and names its jobs' ids in its order"},
 		{"LockEnqueueKeys", ":exec", []string{"pg_advisory_xact_lock(", "hashtextextended('hopper_jobs'::regclass::oid::text || ':' || k.key, 0)", "hopper_sequence_lock_id(q.key)", "order by 1"}, "locked unique modes and sequences serialize on a hash of (job table, key), freed with the transaction, all taken in one order so that batches never deadlock"},
@@ -87,8 +87,8 @@ func TestRuntimeContract(t *testing.T) {
 		{"RemoveWorker", ":execrows", []string{"started_at = @started_at::timestamptz"}, "a worker's clean stop removes its own row, not that of another run under its id"},
 		{"PruneWorkers", ":execrows", []string{"for update skip locked", "limit @max_workers::integer"}, "every worker prunes at once, in bounded batches"},
 		{"NextScheduleFire", ":one", nil, ""}, {"ListSchedules", ":many", nil, ""}, {"PauseSchedule", ":one", nil, ""},
-		{"ResumeSchedule", ":one", []string{"pg_notify('hopper_jobs'"}, "a resume wakes the workers"},
-		{"TriggerSchedule", ":one", []string{"pg_notify('hopper_jobs'"}, "a trigger wakes the workers"}, {"GetSchedule", ":one", nil, ""},
+		{"ResumeSchedule", ":one", []string{"hopper_wake('hopper_jobs'"}, "a resume wakes the workers"},
+		{"TriggerSchedule", ":one", []string{"hopper_wake('hopper_jobs'"}, "a trigger wakes the workers"}, {"GetSchedule", ":one", nil, ""},
 	} {
 		sql, ok := sqlByName[c.query]
 		require.True(t, ok, "query %s is missing from queries/: the runtime calls it (%s)", c.query, c.why)

@@ -43,7 +43,7 @@ WITH requested AS (
     FROM removed AS r
     RETURNING id
 ), told AS (
-    SELECT count(pg_notify('hopper_jobs', json_build_object(
+    SELECT count(hopper_wake('hopper_jobs', json_build_object(
                'schema', home.nspname,
                'cancel', r.id,
                'attempt', r.attempt,
@@ -203,7 +203,7 @@ WITH before AS (
     WHERE q.name = before.name AND before.paused_at IS NOT NULL
     RETURNING q.name
 ), woken AS (
-    SELECT count(pg_notify('hopper_jobs', json_build_object('schema', n.nspname, 'queue', resumed.name)::text)) AS sent
+    SELECT count(hopper_wake('hopper_jobs', json_build_object('schema', n.nspname, 'queue', resumed.name)::text)) AS sent
     FROM resumed,
          pg_catalog.pg_class AS c
          JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace

@@ -39,6 +39,8 @@ var addedBy = map[uint][]string{
 		"relation hopper_shared_limits", "relation hopper_shared_limits_name_idx", "relation hopper_shared_limits_pkey"},
 	32: nil, // replica_identity: the rate claims' log's replica identity
 	33: nil, // citus_planning: seven functions redefined, nothing added
+	// shard_wakes: the switch and the wake-up; six functions redefined
+	34: {"function hopper_silent", "function hopper_wake"},
 }
 
 // deadPartitionObjects are what migration 24 (dead_partitions) adds: the

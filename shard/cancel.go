@@ -132,6 +132,11 @@ func (s *Set) cancelIn(ctx context.Context, tx pgx.Tx, k int, ids []int64) ([]ho
 		if len(removed) != len(locked) {
 			return nil, nil, fmt.Errorf("removed %d of the %d jobs locked", len(removed), len(locked))
 		}
+		woken, err := s.cancelWakes(ctx, tx, k, locked)
+		if err != nil {
+			return nil, nil, err
+		}
+		notices = append(notices, woken...)
 		for _, r := range removed {
 			out = append(out, hopper.CancelResult{ID: r.ID, Was: jobs.State(r.State)})
 			if r.State != string(jobs.StateRunning) || r.LeaseOwner == nil {
@@ -188,4 +193,59 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// cancelWakes is what the shard's triggers would have announced of the
+// jobs cancelled, had the shard not been silent (migration 34): when a
+// job of a sequence or a workflow is cancelled, the jobs it held back
+// may be ready (a sequence that continues, a workflow's steps that run on
+// a parent's failure), so every queue of the shard is woken (the wake-up
+// payloads returned, to send with the cancel notices); and those waiting
+// for an awaited job to end are told on hopper_job_ended, here.
+func (s *Set) cancelWakes(ctx context.Context, tx pgx.Tx, k int, cancelled []sharddb.CancelLockRow) ([]string, error) {
+	var awaited []int64
+	holds := false
+	for _, j := range cancelled {
+		var meta map[string]json.RawMessage
+		if err := json.Unmarshal(j.Meta, &meta); err != nil {
+			continue // no metadata, or none of Hopper's
+		}
+		if _, ok := meta[jobs.MetaSequence]; ok {
+			holds = true
+		}
+		if _, ok := meta[jobs.MetaWorkflow]; ok {
+			holds = true
+		}
+		if _, ok := meta["hopper.awaited"]; ok {
+			awaited = append(awaited, j.ID)
+		}
+	}
+	if len(awaited) > 0 {
+		// At most 500 ids, as hopper_durable_ended sends.
+		payload, err := json.Marshal(struct {
+			Schema string  `json:"schema"`
+			IDs    []int64 `json:"ids"`
+			More   bool    `json:"more"`
+		}{s.names[k], awaited[:min(len(awaited), 500)], len(awaited) > 500})
+		if err != nil {
+			return nil, err
+		}
+		if err := sharddb.New(tx).NotifyJobsEnded(ctx, string(payload)); err != nil {
+			return nil, fmt.Errorf("tell the waiters: %w", err)
+		}
+	}
+	if !holds {
+		return nil, nil
+	}
+	queues, err := sharddb.New(s.scopes[k].On(tx)).ShardQueues(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the shard's queues: %w", err)
+	}
+	out := make([]string, len(queues))
+	for i, q := range queues {
+		if out[i], err = wakePayload(s.names[k], q); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/hopperq/hopper"
 	"github.com/hopperq/hopper/jobs"
 )
@@ -40,13 +42,28 @@ func (s *Set) GetJobTx(ctx context.Context, tx jobs.DBTX, id int64) (jobs.Row, e
 	return c.GetJobTx(ctx, tx, id)
 }
 
-// DeleteJob is hopper.Client.DeleteJob on the shard the id names.
+// DeleteJob is hopper.Client.DeleteJob on the shard the id names. A job
+// of a sequence or a workflow may leave the next job or step ready, which
+// the silent shard does not announce: once the delete has committed, the
+// shard's queues are woken on the coordinator.
 func (s *Set) DeleteJob(ctx context.Context, id int64) (jobs.Row, error) {
 	c, ok := s.client(id)
 	if !ok {
 		return jobs.Row{}, fmt.Errorf("delete job %d: %w", id, hopper.ErrNotFound)
 	}
-	return c.DeleteJob(ctx, id)
+	row, err := c.DeleteJob(ctx, id)
+	if err != nil {
+		return row, err
+	}
+	_, seq := row.Meta[jobs.MetaSequence]
+	_, flow := row.Meta[jobs.MetaWorkflow]
+	if seq || flow {
+		k := int(id % int64(len(s.names)))
+		if err := s.inTx(ctx, s.pool, func(tx pgx.Tx) error { return s.wakeShards(ctx, tx, k) }); err != nil {
+			return row, fmt.Errorf("delete job %d: deleted; waking its shard's workers: %w", id, err)
+		}
+	}
+	return row, nil
 }
 
 // WakeJob is hopper.Client.WakeJob on the shard the id names.

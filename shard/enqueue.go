@@ -14,7 +14,7 @@ import (
 )
 
 // Entry is one job of a sharded EnqueueBatch: the job (Kind.Entry), and a
-// routing key that places it when it has neither a unique key nor a
+// routing key that places it when it has no sequence key, unique key nor
 // concurrency key ("" for none: the next shard in turn).
 type Entry struct {
 	Job        jobs.Entry
@@ -40,7 +40,10 @@ func Items[T any](payloads ...T) []Item[T] {
 }
 
 // Enqueue inserts one job of kind into the shard its placement names: its
-// unique key's, else its concurrency key's, else the next shard in turn
+// sequence key's (jobs.Sequence, SequenceBy or jobs.MetaSequence: a
+// sequence lives whole in one shard), else its unique key's (a key
+// deduplicates within its shard), else its concurrency key's, else the
+// next shard in turn
 // (EnqueueRouted places by a key of the caller's instead). dbtx is the
 // coordinator: a pool, a connection or a transaction. The insert and the
 // wake-up of the shard's workers (a pg_notify on the coordinator) run in
@@ -52,7 +55,7 @@ func Enqueue[T any](ctx context.Context, s *Set, dbtx jobs.DBTX, kind *jobs.Kind
 }
 
 // EnqueueRouted is Enqueue with a routing key, which places a job that
-// has neither a unique key nor a concurrency key: jobs of one routing key
+// has no sequence key, unique key nor concurrency key: jobs of one routing key
 // (a tenant, an account) share a shard, so a transaction that enqueues
 // them touches one node.
 func EnqueueRouted[T any](ctx context.Context, s *Set, dbtx jobs.DBTX, routingKey string, kind *jobs.Kind[T], payload T, opts ...jobs.EnqueueOption) (jobs.Result, error) {
@@ -98,15 +101,16 @@ func EnqueueMany[T any](ctx context.Context, s *Set, dbtx jobs.DBTX, kind *jobs.
 }
 
 // EnqueueBatch inserts jobs of any kinds across the shards. Each entry is
-// placed on its own (its unique key's shard, else its concurrency key's,
+// placed on its own (its sequence key's shard, else its unique key's,
+// else its concurrency key's,
 // else its routing key's, else the next in turn); then each shard touched
 // gets one jobs.EnqueueBatch (one statement for a batch of up to 256
 // plain jobs, see there), and the coordinator one pg_notify statement
 // that wakes every shard and queue written to, all in one transaction
 // (the caller's, or one of its own): the batch is all or nothing. A
 // transaction that writes to shards on two or more nodes is committed by
-// Citus in two phases, which the shards allow because their insert
-// trigger does not notify (Create disables it). Results are in the
+// Citus in two phases, which the shards allow because they send no
+// NOTIFY (Create makes them silent, migration 34). Results are in the
 // entries' order.
 func (s *Set) EnqueueBatch(ctx context.Context, dbtx jobs.DBTX, entries []Entry) (jobs.BatchResult, error) {
 	res, err := s.enqueueBatch(ctx, dbtx, entries)
@@ -196,19 +200,25 @@ func (s *Set) notify(ctx context.Context, tx pgx.Tx, wakes []wake) error {
 	wakes = slices.Compact(wakes)
 	payloads := make([]string, len(wakes))
 	for i, w := range wakes {
-		b, err := json.Marshal(struct {
-			Schema string `json:"schema"`
-			Queue  string `json:"queue"`
-		}{s.names[w.shard], w.queue})
-		if err != nil {
+		var err error
+		if payloads[i], err = wakePayload(s.names[w.shard], w.queue); err != nil {
 			return err
 		}
-		payloads[i] = string(b)
 	}
 	if err := sharddb.New(tx).NotifyShards(ctx, payloads); err != nil {
 		return fmt.Errorf("wake-up on the coordinator: %w", err)
 	}
 	return nil
+}
+
+// wakePayload is a wake-up of a shard's queue, as the worker's notifier
+// reads it: no place in the queue, so its cursor goes back to the start.
+func wakePayload(shard, queue string) (string, error) {
+	b, err := json.Marshal(struct {
+		Schema string `json:"schema"`
+		Queue  string `json:"queue"`
+	}{shard, queue})
+	return string(b), err
 }
 
 // beginner is what can start a transaction: a pool, a connection, a

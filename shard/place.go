@@ -24,16 +24,16 @@ func Position(key string, count int) int {
 }
 
 // place is the position of an entry's shard, by the first of: its
-// sequence key when given as metadata (jobs.MetaSequence: a sequence's
-// jobs must meet to run in order; the jobs.Sequence option and SequenceBy
-// are not readable from an Entry, so such jobs need a routing key equal
-// to the sequence key), its unique key (jobs sharing a key must meet to
-// be deduplicated), its concurrency key (its limits and fairness are per
-// shard), the routing key given, or else the next shard in turn.
+// sequence key (the Sequence option, SequenceBy or jobs.MetaSequence: a
+// sequence's jobs must meet to run in order), its unique key (jobs
+// sharing a key must meet to be deduplicated), its concurrency key (its
+// limits and fairness are per shard), the routing key given, or else the
+// next shard in turn. A workflow's steps are placed by the workflow's id
+// instead (Set.EnqueueWorkflow).
 func (s *Set) place(e jobs.Entry, routingKey string) int {
 	switch {
-	case e.Meta()[jobs.MetaSequence] != "":
-		return Position(e.Meta()[jobs.MetaSequence], len(s.names))
+	case e.SequenceKey() != "":
+		return Position(e.SequenceKey(), len(s.names))
 	case e.UniqueKey() != "":
 		return Position(e.UniqueKey(), len(s.names))
 	case e.ConcurrencyKey() != "":

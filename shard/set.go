@@ -114,8 +114,10 @@ func (o Options) check() error {
 //     distributed schema (schema-based sharding) unless it exists;
 //   - each shard migrated by schema.Up;
 //   - each shard's id sequence stepping by the count from the shard's
-//     position, so that id mod count names the shard; and its insert
-//     trigger's NOTIFY disabled (the Set notifies on the coordinator);
+//     position, so that id mod count names the shard; the shard made
+//     silent (its hopper_silent returns true: none of its functions
+//     sends NOTIFY, migration 34) and its insert trigger disabled (the
+//     Set and the sharded worker wake the workers on the coordinator);
 //   - each shard recorded in the directory.
 //
 // Run again on a set-up database with the same count and prefix, it

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hopperq/hopper/internal/schemascope"
+	"github.com/hopperq/hopper/jobs"
 	"github.com/hopperq/hopper/worker"
 )
 
@@ -98,6 +99,12 @@ func NewWorker(pool *pgxpool.Pool, shards []string, cfg worker.Config) (*Worker,
 		if cfg.Registerer != nil {
 			c.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"shard": name}, cfg.Registerer)
 		}
+		var rt *worker.Worker
+		c.OnOutcome = append(slices.Clone(cfg.OnOutcome), func(job *jobs.Row, o worker.Outcome, _ error) {
+			if releases(job, o) {
+				rt.Wake()
+			}
+		})
 		rt, err := worker.New(pool, c)
 		if err != nil {
 			return nil, fmt.Errorf("shard: worker on shard %s: %w", name, err)
@@ -105,6 +112,24 @@ func NewWorker(pool *pgxpool.Pool, shards []string, cfg worker.Config) (*Worker,
 		w.runtimes = append(w.runtimes, rt)
 	}
 	return w, nil
+}
+
+// releases says whether a run's end may have made other jobs of its shard
+// ready: the next job of its sequence, the steps after it in its
+// workflow. On plain PostgreSQL the triggers that promote them announce
+// them (NOTIFY); a shard's are silent (migration 34), so the runtime that
+// ran the job claims again in its shard at once, every queue of it, rather
+// than at its next poll. Jobs made ready by another shard's worker or by
+// a process outside this one still wait for a poll (Config.PollInterval).
+func releases(job *jobs.Row, o worker.Outcome) bool {
+	switch o {
+	case worker.OutcomeDone, worker.OutcomeDead, worker.OutcomeCancelled:
+	default:
+		return false
+	}
+	_, seq := job.Meta[jobs.MetaSequence]
+	_, flow := job.Meta[jobs.MetaWorkflow]
+	return seq || flow
 }
 
 // checkShards: at least one shard, each a possible schema name, none

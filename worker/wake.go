@@ -33,3 +33,28 @@ func (w waker) WakeFromStart() {
 	w.q.Rewind(producer.FromStart)
 	w.q.Wake()
 }
+
+// Wake has the claim loops of the queues named look for work now, from
+// the start of their claim order, as a wake-up on hopper_jobs that names
+// no place does; with no queue named, every queue the worker serves. It
+// is for the wake-ups the worker cannot hear: package shard's worker
+// calls it after an acknowledgement in a shard, whose functions send no
+// NOTIFY (a sequence's next job, a workflow's next step). Before Run, and
+// for a queue the worker does not serve, it does nothing.
+func (w *Worker) Wake(queues ...string) {
+	r := w.active.Load()
+	if r == nil {
+		return
+	}
+	if len(queues) == 0 {
+		for _, p := range r.producers {
+			waker{p}.WakeFromStart()
+		}
+		return
+	}
+	for _, name := range queues {
+		if p, ok := r.producers[name]; ok {
+			waker{p}.WakeFromStart()
+		}
+	}
+}

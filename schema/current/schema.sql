@@ -137,8 +137,8 @@ $$;
 
 CREATE FUNCTION hopper.hopper_durable_ended() RETURNS trigger
     LANGUAGE plpgsql
-    SET plan_cache_mode TO 'force_generic_plan'
     SET search_path TO 'hopper', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     marked bigint[];
@@ -169,7 +169,7 @@ BEGIN
     IF awaited IS NOT NULL THEN
         -- At most 500 ids (a notification holds 8000 bytes): a waiter that
         -- finds its job missing from a full list reads the job anyway.
-        PERFORM pg_notify('hopper_job_ended', json_build_object(
+        PERFORM hopper_wake('hopper_job_ended', json_build_object(
                     'schema', TG_TABLE_SCHEMA,
                     'ids', awaited[1:500],
                     'more', cardinality(awaited) > 500)::text);
@@ -223,7 +223,7 @@ BEGIN
     LOOP
         -- as hopper_notify_enqueued announces an insert: the workers of the
         -- queue claim at once
-        PERFORM pg_notify('hopper_jobs', json_build_object(
+        PERFORM hopper_wake('hopper_jobs', json_build_object(
                     'schema', (SELECT n.nspname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
                                WHERE c.oid = 'hopper_jobs'::regclass),
                     'queue', ready.queue,
@@ -803,9 +803,10 @@ $$;
 
 CREATE FUNCTION hopper.hopper_notify_enqueued() RETURNS trigger
     LANGUAGE plpgsql
+    SET search_path TO 'hopper', 'pg_temp'
     AS $$
 BEGIN
-    PERFORM pg_notify('hopper_jobs', json_build_object(
+    PERFORM hopper_wake('hopper_jobs', json_build_object(
                 'schema', TG_TABLE_SCHEMA,
                 'queue', ready.queue,
                 'priority', ready.priority,
@@ -1106,7 +1107,7 @@ BEGIN
             -- The wake-up names the job's place in claim order, as Notify
             -- does.
             IF next.state = 'pending' THEN
-                PERFORM pg_notify('hopper_jobs', json_build_object(
+                PERFORM hopper_wake('hopper_jobs', json_build_object(
                     'schema', current_schema(), 'queue', next.queue,
                     'priority', next.priority, 'run_at', next.run_at, 'id', next.id)::text);
             END IF;
@@ -1149,7 +1150,7 @@ BEGIN
         WHERE j.id = next.id AND j.state = 'waiting'
         RETURNING j.id, j.queue, j.state, j.priority, j.run_at, j.meta ->> 'hopper.sequence' AS key
     ), woken AS (
-        SELECT count(pg_notify('hopper_jobs', json_build_object(
+        SELECT count(hopper_wake('hopper_jobs', json_build_object(
                    'schema', current_schema(), 'queue', q.queue,
                    'priority', q.priority, 'run_at', q.run_at, 'id', q.id)::text)) AS sent
         FROM (SELECT p.queue, min(p.priority) AS priority, min(p.run_at) AS run_at, min(p.id) AS id
@@ -1188,6 +1189,29 @@ BEGIN
     skipped := FOUND;
     IF skipped THEN
         promoted := hopper_sequence_promote(sequence_key);
+    END IF;
+END;
+$$;
+
+--
+-- Name: hopper_silent(); Type: FUNCTION; Schema: hopper; Owner: -
+--
+
+CREATE FUNCTION hopper.hopper_silent() RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$ SELECT false $$;
+
+--
+-- Name: hopper_wake(text, text); Type: FUNCTION; Schema: hopper; Owner: -
+--
+
+CREATE FUNCTION hopper.hopper_wake(channel text, payload text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'hopper', 'pg_temp'
+    AS $$
+BEGIN
+    IF NOT hopper_silent() THEN
+        PERFORM pg_notify(channel, payload);
     END IF;
 END;
 $$;
@@ -1396,7 +1420,7 @@ BEGIN
         )
         -- The wake-up names the place in claim order of each queue's
         -- first promoted job, as Notify does.
-        SELECT count(pg_notify('hopper_jobs', json_build_object(
+        SELECT count(hopper_wake('hopper_jobs', json_build_object(
                    'schema', current_schema(), 'queue', q.queue,
                    'priority', q.priority, 'run_at', q.run_at, 'id', q.id)::text)) INTO woken
         FROM (SELECT p.queue, min(p.priority) AS priority, min(p.run_at) AS run_at, min(p.id) AS id

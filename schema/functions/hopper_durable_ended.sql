@@ -5,14 +5,10 @@
 -- redefines the function copies this body, edited, and its review
 -- reads this file's diff (CONTRIBUTING.md, The PL/pgSQL).
 
--- hopper_durable_ended(): defined by schema/000018_durable.up.sql.
+-- hopper_durable_ended(): defined by schema/000034_shard_wakes.up.sql.
 --
--- Deletes the records of durable jobs that left for good, and announces
--- the awaited ones. TG_ARGV[0] names the table a job may have moved to
--- in the same statement, whose jobs keep their records: a job that died
--- (hopper_jobs → hopper_dead_jobs) keeps them for a retry, a retried
--- dead job (hopper_dead_jobs → hopper_jobs) still needs them.
-CREATE FUNCTION hopper_durable_ended() RETURNS trigger
+
+CREATE OR REPLACE FUNCTION hopper_durable_ended() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     marked bigint[];
@@ -43,7 +39,7 @@ BEGIN
     IF awaited IS NOT NULL THEN
         -- At most 500 ids (a notification holds 8000 bytes): a waiter that
         -- finds its job missing from a full list reads the job anyway.
-        PERFORM pg_notify('hopper_job_ended', json_build_object(
+        PERFORM hopper_wake('hopper_job_ended', json_build_object(
                     'schema', TG_TABLE_SCHEMA,
                     'ids', awaited[1:500],
                     'more', cardinality(awaited) > 500)::text);
@@ -52,11 +48,11 @@ BEGIN
 END;
 $$;
 
--- Set by schema/000024_dead_partitions.up.sql:
-ALTER FUNCTION hopper_durable_ended() SET plan_cache_mode = force_generic_plan;
-
--- Set by schema/000025_workflow_lookups.up.sql:
+-- Set by schema/000034_shard_wakes.up.sql:
 -- EXECUTE format('ALTER FUNCTION %1$I.hopper_durable_ended() SET search_path = %1$I, pg_temp', current_schema());
+
+-- Set by schema/000034_shard_wakes.up.sql:
+ALTER FUNCTION hopper_durable_ended() SET plan_cache_mode = force_generic_plan;
 
 -- Trigger hopper_dead_jobs_durable_ended: defined by schema/000024_dead_partitions.up.sql.
 --

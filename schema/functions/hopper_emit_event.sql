@@ -5,15 +5,10 @@
 -- redefines the function copies this body, edited, and its review
 -- reads this file's diff (CONTRIBUTING.md, The PL/pgSQL).
 
--- hopper_emit_event(text, jsonb): defined by schema/000018_durable.up.sql.
+-- hopper_emit_event(text, jsonb): defined by schema/000034_shard_wakes.up.sql.
 --
--- Emits the event name with payload: records it (replacing the payload of
--- an earlier emit of the name) and makes every job waiting for it pending
--- at once. A job that waits for the name later receives it too, until the
--- workers prune the event (worker.Config.EventRetention). Returns how
--- many waiting jobs it woke. Call it in the transaction that makes the
--- event true: it is seen only once that commits.
-CREATE FUNCTION hopper_emit_event(name text, payload jsonb DEFAULT 'null'::jsonb) RETURNS integer
+
+CREATE OR REPLACE FUNCTION hopper_emit_event(name text, payload jsonb DEFAULT 'null'::jsonb) RETURNS integer
 LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_variable
 DECLARE
@@ -52,7 +47,7 @@ BEGIN
     LOOP
         -- as hopper_notify_enqueued announces an insert: the workers of the
         -- queue claim at once
-        PERFORM pg_notify('hopper_jobs', json_build_object(
+        PERFORM hopper_wake('hopper_jobs', json_build_object(
                     'schema', (SELECT n.nspname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
                                WHERE c.oid = 'hopper_jobs'::regclass),
                     'queue', ready.queue,
@@ -65,5 +60,5 @@ BEGIN
 END;
 $$;
 
--- Set by schema/000025_workflow_lookups.up.sql:
+-- Set by schema/000034_shard_wakes.up.sql:
 -- EXECUTE format('ALTER FUNCTION %1$I.hopper_emit_event(text, jsonb) SET search_path = %1$I, pg_temp', current_schema());

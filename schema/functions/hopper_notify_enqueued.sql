@@ -5,23 +5,13 @@
 -- redefines the function copies this body, edited, and its review
 -- reads this file's diff (CONTRIBUTING.md, The PL/pgSQL).
 
--- hopper_notify_enqueued(): defined by schema/000002_claim_cursor.up.sql.
+-- hopper_notify_enqueued(): defined by schema/000034_shard_wakes.up.sql.
 --
--- Wake-ups carry where the new ready jobs sit in claim order.
---
--- Workers claim from a cursor: they seek past the ready-index entries of
--- jobs already claimed instead of walking them. Those entries are dead but
--- cannot be removed while any transaction holds an older snapshot open, and
--- walking them made every claim slower the longer such a snapshot lived. A
--- job that becomes ready behind a worker's cursor (its transaction committed
--- after later jobs were claimed, or it was enqueued with a past run_at) is
--- announced here with the smallest (priority, run_at, id) of its statement,
--- and the worker moves its cursor back to it. Notifications are sent at
--- commit, so a worker never hears of a job it cannot yet see.
+
 CREATE OR REPLACE FUNCTION hopper_notify_enqueued() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('hopper_jobs', json_build_object(
+    PERFORM hopper_wake('hopper_jobs', json_build_object(
                 'schema', TG_TABLE_SCHEMA,
                 'queue', ready.queue,
                 'priority', ready.priority,
@@ -34,6 +24,9 @@ BEGIN
     RETURN NULL;
 END;
 $$;
+
+-- Set by schema/000034_shard_wakes.up.sql:
+-- EXECUTE format('ALTER FUNCTION %1$I.hopper_notify_enqueued() SET search_path = %1$I, pg_temp', current_schema());
 
 -- Trigger hopper_jobs_notify_enqueued: defined by schema/000001_create_hopper.up.sql.
 --

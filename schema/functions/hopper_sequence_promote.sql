@@ -5,55 +5,9 @@
 -- redefines the function copies this body, edited, and its review
 -- reads this file's diff (CONTRIBUTING.md, The PL/pgSQL).
 
--- hopper_sequence_promote(text): defined by schema/000033_citus_planning.up.sql.
+-- hopper_sequence_promote(text): defined by schema/000034_shard_wakes.up.sql.
 --
--- Functions that run in a trigger on the node of a distributed schema,
--- written so that Citus can plan each of their statements.
---
--- On Citus (docs/scaling-out.md) every node holds the metadata of every
--- distributed table, so a statement in a trigger function on the node of a
--- shard's schema is planned by Citus like one sent to the coordinator.
--- Citus refuses two shapes of statement there; this migration rewrites
--- every function that had one, and on plain PostgreSQL each does the same
--- as before.
---
--- 1. The clock inside a CASE. Citus refuses an UPDATE or INSERT of a
--- distributed table whose SET list calls a function that is not immutable
--- inside a CASE or COALESCE ("non-IMMUTABLE functions are not allowed in
--- CASE or COALESCE statements"): it evaluates such functions before it
--- sends the statement to the shard, and cannot tell whether a CASE's
--- branch would run. Every enqueue of a sequence job, and every
--- acknowledgement that passes a sequence's or a workflow's turn, failed so
--- on a distributed schema. The sequence and workflow functions that make a
--- job's turn come (hopper_sequence_promote, hopper_sequence_promote_keys,
--- hopper_workflow_decide) read the clock once, into a variable: a PL/pgSQL
--- variable is a parameter of the statement, which Citus takes as a
--- constant. now() is the transaction's start in both places, so the same
--- jobs become pending or scheduled, with the same run_at.
---
--- 2. A transition table beside a table. Citus cannot plan a statement
--- that reads a statement trigger's transition table (REFERENCING OLD or
--- NEW TABLE: a named tuplestore to the planner) together with a
--- distributed table ("unrecognized RTE kind: 7"); one that reads the
--- transition table alone it leaves to PostgreSQL. Every acknowledgement
--- of a sequence's job (hopper_sequence_advance joined the deleted rows to
--- the dead jobs) and every insert of a workflow's job
--- (hopper_workflow_returned looked its new rows up in the edges) failed
--- so. Those two read the transition table alone first, into arrays, one
--- statement per table, and then the tables with the arrays (unnest,
--- = ANY), as the other trigger functions already do. The arrays hold ids
--- and a few short columns of the statement's rows: a batch of thousands
--- of jobs makes arrays of thousands of elements, read once.
---
--- 3. An INSERT … SELECT with parameters in a generic plan. Citus cannot
--- plan one ("could not create distributed plan"), and the functions that
--- read the history or the dead jobs by id make generic plans (migration
--- 24). hopper_sequence_advance, hopper_workflow_link and
--- hopper_workflow_count insert from their
--- arrays by EXECUTE … USING instead: a statement planned at each call,
--- whose SELECT reads only the arrays (Citus deparses one that joins a
--- table of the shard wrongly), while their look-ups keep their generic
--- plans. Planning an INSERT from unnest takes microseconds.
+
 CREATE OR REPLACE FUNCTION hopper_sequence_promote(sequence_key text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_variable
@@ -76,7 +30,7 @@ BEGIN
             -- The wake-up names the job's place in claim order, as Notify
             -- does.
             IF next.state = 'pending' THEN
-                PERFORM pg_notify('hopper_jobs', json_build_object(
+                PERFORM hopper_wake('hopper_jobs', json_build_object(
                     'schema', current_schema(), 'queue', next.queue,
                     'priority', next.priority, 'run_at', next.run_at, 'id', next.id)::text);
             END IF;
@@ -91,5 +45,5 @@ BEGIN
 END;
 $$;
 
--- Set by schema/000033_citus_planning.up.sql:
+-- Set by schema/000034_shard_wakes.up.sql:
 -- EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_promote(text) SET search_path = %1$I, pg_temp', current_schema());

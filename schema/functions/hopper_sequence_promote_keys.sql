@@ -5,7 +5,7 @@
 -- redefines the function copies this body, edited, and its review
 -- reads this file's diff (CONTRIBUTING.md, The PL/pgSQL).
 
--- hopper_sequence_promote_keys(text[]): defined by schema/000033_citus_planning.up.sql.
+-- hopper_sequence_promote_keys(text[]): defined by schema/000034_shard_wakes.up.sql.
 --
 
 CREATE OR REPLACE FUNCTION hopper_sequence_promote_keys(keys text[]) RETURNS void
@@ -30,7 +30,7 @@ BEGIN
         WHERE j.id = next.id AND j.state = 'waiting'
         RETURNING j.id, j.queue, j.state, j.priority, j.run_at, j.meta ->> 'hopper.sequence' AS key
     ), woken AS (
-        SELECT count(pg_notify('hopper_jobs', json_build_object(
+        SELECT count(hopper_wake('hopper_jobs', json_build_object(
                    'schema', current_schema(), 'queue', q.queue,
                    'priority', q.priority, 'run_at', q.run_at, 'id', q.id)::text)) AS sent
         FROM (SELECT p.queue, min(p.priority) AS priority, min(p.run_at) AS run_at, min(p.id) AS id
@@ -53,5 +53,5 @@ BEGIN
 END;
 $$;
 
--- Set by schema/000033_citus_planning.up.sql:
+-- Set by schema/000034_shard_wakes.up.sql:
 -- EXECUTE format('ALTER FUNCTION %1$I.hopper_sequence_promote_keys(text[]) SET search_path = %1$I, pg_temp', current_schema());

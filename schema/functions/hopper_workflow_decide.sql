@@ -5,7 +5,7 @@
 -- redefines the function copies this body, edited, and its review
 -- reads this file's diff (CONTRIBUTING.md, The PL/pgSQL).
 
--- hopper_workflow_decide(bigint[]): defined by schema/000033_citus_planning.up.sql.
+-- hopper_workflow_decide(bigint[]): defined by schema/000034_shard_wakes.up.sql.
 --
 
 CREATE OR REPLACE FUNCTION hopper_workflow_decide(ready bigint[]) RETURNS bigint[]
@@ -48,7 +48,7 @@ BEGIN
         )
         -- The wake-up names the place in claim order of each queue's
         -- first promoted job, as Notify does.
-        SELECT count(pg_notify('hopper_jobs', json_build_object(
+        SELECT count(hopper_wake('hopper_jobs', json_build_object(
                    'schema', current_schema(), 'queue', q.queue,
                    'priority', q.priority, 'run_at', q.run_at, 'id', q.id)::text)) INTO woken
         FROM (SELECT p.queue, min(p.priority) AS priority, min(p.run_at) AS run_at, min(p.id) AS id
@@ -91,8 +91,8 @@ BEGIN
 END;
 $$;
 
--- Set by schema/000033_citus_planning.up.sql:
+-- Set by schema/000034_shard_wakes.up.sql:
 -- EXECUTE format('ALTER FUNCTION %1$I.hopper_workflow_decide(bigint[]) SET search_path = %1$I, pg_temp', current_schema());
 
--- Set by schema/000033_citus_planning.up.sql:
+-- Set by schema/000034_shard_wakes.up.sql:
 ALTER FUNCTION hopper_workflow_decide(bigint[]) SET plan_cache_mode = force_generic_plan;

@@ -60,6 +60,8 @@ BEGIN
         EXECUTE format('ALTER SEQUENCE %s INCREMENT BY %s START %s RESTART %s', seq, shard_count, next_id, next_id);
         PERFORM set_config('citus.enable_ddl_propagation', 'on', true);
     END IF;
+    EXECUTE format('CREATE OR REPLACE FUNCTION %I.hopper_silent() RETURNS boolean
+                    LANGUAGE sql STABLE PARALLEL SAFE AS $silent$ SELECT true $silent$', shard);
     PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);
     EXECUTE format('ALTER TABLE %I.hopper_jobs DISABLE TRIGGER hopper_jobs_notify_enqueued', shard);
 END;
@@ -77,11 +79,17 @@ $$
 //     sequence already stepping by shard_count from the right residue is
 //     left as it is; otherwise it restarts at the first id of the shard
 //     above every id it handed out.
-//   - the insert trigger's NOTIFY is disabled (on the node's table too:
-//     Citus passes DISABLE TRIGGER on, with unsafe triggers allowed), since
-//     PostgreSQL refuses to PREPARE a transaction that sent NOTIFY, and
-//     Citus commits a transaction that wrote to two nodes in two phases.
-//     The Client notifies on the coordinator instead.
+//   - the shard is made silent: its hopper_silent() returns true (Citus
+//     propagates the function to the shard's node), so that none of its
+//     functions (triggers, sequences, workflows, durable jobs) sends
+//     NOTIFY on the node, since PostgreSQL refuses to PREPARE a
+//     transaction that sent NOTIFY, and Citus commits a transaction that
+//     wrote to two nodes (or sent intermediate results to them) in two
+//     phases. The Set and the sharded worker wake workers from the
+//     coordinator instead (migration 34, shard_wakes).
+//   - the insert trigger is disabled too (on the node's table as well:
+//     Citus passes DISABLE TRIGGER on, with unsafe triggers allowed): it
+//     would only build payloads the switch then drops, on every insert.
 func (q *Queries) CreatePrepareShardFunction(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, createPrepareShardFunction)
 	return err

@@ -150,7 +150,7 @@ WITH clock AS MATERIALIZED (
     WHERE j.id = verdict.id AND verdict.refused = ''
     RETURNING j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, j.lease_owner, j.lease_until, j.unique_key, j.errors, j.created_at, j.meta, j.concurrency_key
 ), woken AS (
-    SELECT count(pg_notify('hopper_jobs', json_build_object(
+    SELECT count(hopper_wake('hopper_jobs', json_build_object(
                'schema', home.nspname,
                'queue', u.queue,
                'priority', u.priority,

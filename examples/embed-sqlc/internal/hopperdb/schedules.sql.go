@@ -353,7 +353,7 @@ WITH before AS (
     WHERE s.name = before.name AND before.paused_at IS NOT NULL
     RETURNING s.name
 ), woken AS (
-    SELECT count(pg_notify('hopper_jobs', json_build_object('schema', n.nspname, 'schedule', resumed.name)::text)) AS sent
+    SELECT count(hopper_wake('hopper_jobs', json_build_object('schema', n.nspname, 'schedule', resumed.name)::text)) AS sent
     FROM resumed,
          pg_catalog.pg_class AS c
          JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
@@ -414,7 +414,7 @@ WITH triggered AS (
     WHERE s.name = $1::text
     RETURNING s.name, s.triggered_at
 ), woken AS (
-    SELECT count(pg_notify('hopper_jobs', json_build_object('schema', n.nspname, 'schedule', triggered.name)::text)) AS sent
+    SELECT count(hopper_wake('hopper_jobs', json_build_object('schema', n.nspname, 'schedule', triggered.name)::text)) AS sent
     FROM triggered,
          pg_catalog.pg_class AS c
          JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace

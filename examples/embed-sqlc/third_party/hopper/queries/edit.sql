@@ -115,7 +115,7 @@ WITH clock AS MATERIALIZED (
     WHERE j.id = verdict.id AND verdict.refused = ''
     RETURNING j.*
 ), woken AS (
-    SELECT count(pg_notify('hopper_jobs', json_build_object(
+    SELECT count(hopper_wake('hopper_jobs', json_build_object(
                'schema', home.nspname,
                'queue', u.queue,
                'priority', u.priority,
