@@ -39,6 +39,7 @@ var addedBy = map[uint][]string{
 		"relation hopper_shared_limits", "relation hopper_shared_limits_name_idx", "relation hopper_shared_limits_pkey"},
 	32: nil, // replica_identity: the rate claims' log's replica identity
 	33: nil, // citus_planning: seven functions redefined, nothing added
+	35: nil, // citus_functions: hopper_workflow_retry and hopper_ready_keys redefined, nothing added
 }
 
 // deadPartitionObjects are what migration 24 (dead_partitions) adds: the
