@@ -102,7 +102,9 @@ WITH done AS (
         FOR UPDATE OF j
     ) AS j
 ), placed AS MATERIALIZED (
-    SELECT done.id, kept.until,
+    SELECT done.id, done.queue, done.kind, done.version, done.payload, done.priority, done.attempt,
+           done.max_attempts, done.unique_key, done.errors, done.run_at, done.result, done.created_at, done.meta, done.concurrency_key,
+           kept.until,
            CASE WHEN part.upper_at > kept.until AND part.upper_at - part.lower_at <= kept.keep THEN kept.until END AS drop_after
     FROM done
     CROSS JOIN LATERAL (SELECT '1 millisecond'::interval * done.keep_ms AS keep,
@@ -117,11 +119,10 @@ WITH done AS (
     INSERT INTO hopper_job_history (id, queue, kind, version, payload, priority, attempt,
                                     max_attempts, unique_key, errors, run_at, result, created_at, meta, concurrency_key, keep_until,
                                     drop_after)
-    SELECT done.id, done.queue, done.kind, done.version, done.payload, done.priority, done.attempt,
-           done.max_attempts, done.unique_key, done.errors, done.run_at, done.result, done.created_at, done.meta, done.concurrency_key,
-           placed.until, placed.drop_after
-    FROM done
-    JOIN placed ON placed.id = done.id
+    SELECT placed.id, placed.queue, placed.kind, placed.version, placed.payload, placed.priority, placed.attempt,
+           placed.max_attempts, placed.unique_key, placed.errors, placed.run_at, placed.result, placed.created_at, placed.meta,
+           placed.concurrency_key, placed.until, placed.drop_after
+    FROM placed
     RETURNING id
 ), deleted AS (
     DELETE FROM hopper_jobs AS j
@@ -163,8 +164,9 @@ type AckBatchKeepRow struct {
 //
 // On Citus (docs/scaling-out.md) each part of the statement runs as a
 // statement of its own, in the order their references demand. So the
-// copies are placed first (placed: each row's keep and partition, read
-// beside hopper_history_partitions), and the insert reads placed alone:
+// copies are made first (placed: each row with its keep and partition,
+// read beside hopper_history_partitions), and the insert reads placed
+// alone, without a join:
 // Citus deparses an INSERT ... SELECT that reads a table of the shard
 // wrongly (syntax error, 42601). And the delete takes the kept jobs' ids
 // from the insert's answer, so that the copies are in the history when
