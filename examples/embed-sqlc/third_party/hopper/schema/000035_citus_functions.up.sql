@@ -1,11 +1,11 @@
 -- Two functions written so that Citus can plan them on a distributed
 -- schema (docs/scaling-out.md, What Citus refuses).
 --
--- 1. hopper_workflow_retry. Citus 13.2.2 refused every retry of a workflow (RetryWorkflow, and the
--- SQL API's hopper_workflow_retry) on a distributed schema: its INSERT ...
--- SELECT from the dead jobs had the workflow's name as a parameter in a
--- generic plan ("could not create distributed plan", migration 33's note
--- 3), and that SELECT read a table of the shard, which Citus deparses
+-- 1. hopper_workflow_retry. Citus 13.2.2 refused every retry of a
+-- workflow (RetryWorkflow, and the SQL API's hopper_workflow_retry) on a
+-- distributed schema: its INSERT ... SELECT from the dead jobs had the
+-- workflow's name as a parameter in a generic plan ("could not create
+-- distributed plan", migration 33's note 3), and that SELECT read a table of the shard, which Citus deparses
 -- wrongly ("syntax error at or near NOT"). The function now runs the same
 -- statement by EXECUTE ... USING, planned at each call with the name as a
 -- value, and the steps picked are read once, with every column the insert
