@@ -76,14 +76,21 @@ func (q *Queries) DeleteKeyLimit(ctx context.Context, arg DeleteKeyLimitParams) 
 
 const dequeueLimited = `-- name: DequeueLimited :many
 WITH clock AS MATERIALIZED (
-    SELECT clock_timestamp() AS at
+    -- the claim's time, and the times computed from it that the writes
+    -- compare or store: Citus refuses a write that adds an interval to a
+    -- column (docs/scaling-out.md)
+    SELECT c.at,
+           c.at + '1 millisecond'::interval * $2::bigint AS lease_until,
+           c.at - '1 millisecond'::interval * $3::bigint AS window_start,
+           c.at - '5 seconds'::interval - '1 millisecond'::interval * $3::bigint AS starts_window_start
+    FROM (SELECT clock_timestamp() AS at) AS c
 ), paused AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM hopper_queues AS q
-                   WHERE q.name = $3::text AND q.paused_at IS NOT NULL) AS yes
+                   WHERE q.name = $4::text AND q.paused_at IS NOT NULL) AS yes
 ), tiered AS MATERIALIZED (
     -- whether some key of the queue has a limit of its own: only then is
     -- the table read per job
-    SELECT EXISTS (SELECT 1 FROM hopper_key_limits AS l WHERE l.queue = $3::text) AS yes
+    SELECT EXISTS (SELECT 1 FROM hopper_key_limits AS l WHERE l.queue = $4::text) AS yes
 ), running AS MATERIALIZED (
     -- how many of the queue's jobs run under each key: a row per key,
     -- ranked first within its key before the jobs a claim considers, so
@@ -92,8 +99,8 @@ WITH clock AS MATERIALIZED (
     -- are read without a limit
     SELECT r.concurrency_key, count(1) AS jobs
     FROM hopper_jobs AS r
-    WHERE ($4::integer > 0 OR 0 < ANY ($5::integer[]) OR (SELECT yes FROM tiered))
-      AND r.queue = $3::text AND r.state = 'running' AND r.concurrency_key IS NOT NULL
+    WHERE ($5::integer > 0 OR 0 < ANY ($6::integer[]) OR (SELECT yes FROM tiered))
+      AND r.queue = $4::text AND r.state = 'running' AND r.concurrency_key IS NOT NULL
     GROUP BY r.concurrency_key
 ), shared_running AS MATERIALIZED (
     -- how many jobs run under each of the claim's shared limits, of every
@@ -107,12 +114,12 @@ WITH clock AS MATERIALIZED (
                   WHERE r.state = 'running'
                     AND r.kind IN (SELECT s.kind FROM hopper_shared_limits AS s WHERE s.name = n.name
                                    UNION
-                                   SELECT u.kind FROM unnest($6::text[]) WITH ORDINALITY AS u(kind, i)
-                                   WHERE ($7::text[])[u.i] = n.name)
+                                   SELECT u.kind FROM unnest($7::text[]) WITH ORDINALITY AS u(kind, i)
+                                   WHERE ($8::text[])[u.i] = n.name)
                   LIMIT n.most) AS r) AS jobs
-    FROM (SELECT ($7::text[])[u.i] AS name, max(($8::integer[])[u.i]) AS most
-          FROM unnest($6::text[]) WITH ORDINALITY AS u(kind, i)
-          WHERE ($7::text[])[u.i] <> ''
+    FROM (SELECT ($8::text[])[u.i] AS name, max(($9::integer[])[u.i]) AS most
+          FROM unnest($7::text[]) WITH ORDINALITY AS u(kind, i)
+          WHERE ($8::text[])[u.i] <> ''
           GROUP BY 1) AS n
 ), used AS MATERIALIZED (
     -- a claim whose handlers may still be starting (ExactStarts, not yet
@@ -120,26 +127,26 @@ WITH clock AS MATERIALIZED (
     -- five seconds past its window if its worker never moves it
     SELECT c.rate_group, sum(c.jobs)::integer AS jobs
     FROM hopper_rate_claims AS c, clock
-    WHERE $9::integer > 0
-      AND c.queue = $3::text
-      AND (c.claimed_at > clock.at - '1 millisecond'::interval * $10::bigint
+    WHERE $10::integer > 0
+      AND c.queue = $4::text
+      AND (c.claimed_at > clock.at - '1 millisecond'::interval * $3::bigint
            OR (c.awaiting_starts
-               AND c.claimed_at > clock.at - '5 seconds'::interval - '1 millisecond'::interval * $10::bigint))
+               AND c.claimed_at > clock.at - '5 seconds'::interval - '1 millisecond'::interval * $3::bigint))
     GROUP BY c.rate_group
 ), head AS MATERIALIZED (
     -- the first scan ready jobs after the claim cursor, in Dequeue's order
     SELECT j.id, j.kind, j.concurrency_key, j.priority, j.run_at,
            coalesce(CASE WHEN (SELECT yes FROM tiered) AND j.concurrency_key IS NOT NULL
                          THEN (SELECT l.max_running FROM hopper_key_limits AS l
-                               WHERE l.queue = $3::text AND l.key = j.concurrency_key) END,
-                    nullif(($5::integer[])[array_position($6::text[], j.kind)], 0), nullif($4::integer, 0)) AS key_limit
+                               WHERE l.queue = $4::text AND l.key = j.concurrency_key) END,
+                    nullif(($6::integer[])[array_position($7::text[], j.kind)], 0), nullif($5::integer, 0)) AS key_limit
     FROM hopper_jobs AS j
     WHERE NOT (SELECT yes FROM paused)
       AND j.state = 'pending'
-      AND j.queue = $3::text
+      AND j.queue = $4::text
       AND (j.priority, j.run_at, j.id) > ($11::smallint, $12::timestamptz, $13::bigint)
       AND j.run_at <= now()
-      AND j.version <= ($14::integer[])[array_position($6::text[], j.kind)]
+      AND j.version <= ($14::integer[])[array_position($7::text[], j.kind)]
     ORDER BY j.priority, j.run_at, j.id
     LIMIT $15::integer
 ), head_end AS MATERIALIZED (
@@ -176,15 +183,15 @@ WITH clock AS MATERIALIZED (
     -- a little short is cheaper, and the worker claims again when a keyed
     -- job of its own ends)
     SELECT k::text AS key
-    FROM hopper_ready_keys($3::text, $17::text, $18::integer, $4::integer) AS k
+    FROM hopper_ready_keys($4::text, $17::text, $18::integer, $5::integer) AS k
     WHERE NOT (SELECT yes FROM paused)
       AND ($16::boolean
            OR ((SELECT count(1) FROM head) >= $15::integer AND (SELECT count(1) FROM open_head) * 2 < $18::integer))
 ), simple AS MATERIALIZED (
     -- the usual strict claim (no rate limit, no round of keys): the open
     -- head, in order, is the answer, and the second pass below is skipped
-    SELECT NOT $16::boolean AND $9::integer <= 0
-           AND NOT coalesce('' < ANY ($7::text[]), false)
+    SELECT NOT $16::boolean AND $10::integer <= 0
+           AND NOT coalesce('' < ANY ($8::text[]), false)
            AND NOT EXISTS (SELECT 1 FROM round_keys) AS yes
 ), key_share AS MATERIALIZED (
     SELECT (greatest($18::integer, 1) - 1) / greatest(count(1)::integer, 1) + 1 AS jobs
@@ -199,11 +206,11 @@ WITH clock AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT j.id, j.kind, j.concurrency_key, j.priority, j.run_at
         FROM hopper_jobs AS j
-        WHERE j.queue = $3::text
+        WHERE j.queue = $4::text
           AND j.state = 'pending'
           AND j.concurrency_key = rk.key
           AND j.run_at <= now()
-          AND j.version <= ($14::integer[])[array_position($6::text[], j.kind)]
+          AND j.version <= ($14::integer[])[array_position($7::text[], j.kind)]
         ORDER BY j.priority, j.run_at, j.id
         LIMIT (SELECT key_share.jobs FROM key_share)
     ) AS r
@@ -214,8 +221,8 @@ WITH clock AS MATERIALIZED (
                              ROWS UNBOUNDED PRECEDING) AS key_rank,
            coalesce(CASE WHEN (SELECT yes FROM tiered) AND c.concurrency_key IS NOT NULL
                          THEN (SELECT l.max_running FROM hopper_key_limits AS l
-                               WHERE l.queue = $3::text AND l.key = c.concurrency_key) END,
-                    nullif(($5::integer[])[array_position($6::text[], c.kind)], 0), nullif($4::integer, 0)) AS key_limit,
+                               WHERE l.queue = $4::text AND l.key = c.concurrency_key) END,
+                    nullif(($6::integer[])[array_position($7::text[], c.kind)], 0), nullif($5::integer, 0)) AS key_limit,
            CASE $19::text WHEN 'kind' THEN c.kind WHEN 'key' THEN coalesce(c.concurrency_key, '') ELSE '' END AS rate_group
     FROM (SELECT cd.id, cd.kind, cd.concurrency_key, cd.priority, cd.run_at, true AS considered, 1::bigint AS jobs
           FROM candidates AS cd
@@ -225,8 +232,8 @@ WITH clock AS MATERIALIZED (
     WHERE NOT (SELECT yes FROM simple)
 ), within_key AS (
     SELECT k.id, k.concurrency_key, k.priority, k.run_at, k.key_rank, k.rate_group,
-           nullif(($7::text[])[array_position($6::text[], k.kind)], '') AS shared_name,
-           ($8::integer[])[array_position($6::text[], k.kind)] AS shared_max
+           nullif(($8::text[])[array_position($7::text[], k.kind)], '') AS shared_name,
+           ($9::integer[])[array_position($7::text[], k.kind)] AS shared_max
     FROM keyed AS k
     WHERE k.considered
       AND (k.concurrency_key IS NULL OR k.key_limit IS NULL OR k.key_rank <= k.key_limit)
@@ -253,8 +260,8 @@ WITH clock AS MATERIALIZED (
     (SELECT w.id, w.rate_group
      FROM within_rate AS w
      LEFT JOIN used ON used.rate_group = w.rate_group
-     WHERE $9::integer <= 0
-        OR w.rate_rank + coalesce(used.jobs, 0) <= $9::integer
+     WHERE $10::integer <= 0
+        OR w.rate_rank + coalesce(used.jobs, 0) <= $10::integer
      ORDER BY CASE WHEN $16::boolean THEN w.key_rank ELSE 0 END, w.priority, w.run_at, w.id
      LIMIT $18::integer)
 ), picked AS (
@@ -270,20 +277,19 @@ WITH clock AS MATERIALIZED (
     FOR UPDATE OF j SKIP LOCKED
 ), logged AS (
     INSERT INTO hopper_rate_claims (queue, rate_group, claimed_at, jobs, rate_limit, window_ms, awaiting_starts)
-    SELECT $3::text, allowed.rate_group, clock.at, count(1), $9::integer, $10::bigint, $20::boolean
+    SELECT $4::text, allowed.rate_group, clock.at, count(1), $10::integer, $3::bigint, $20::boolean
     FROM picked
     JOIN allowed ON allowed.id = picked.id
     CROSS JOIN clock
-    WHERE $9::integer > 0
+    WHERE $10::integer > 0
     GROUP BY allowed.rate_group, clock.at
 ), pruned AS (
     DELETE FROM hopper_rate_claims AS c
     USING clock
-    WHERE $9::integer > 0
-      AND c.queue = $3::text
-      AND c.claimed_at <= clock.at - '1 millisecond'::interval * $10::bigint
-      AND (NOT c.awaiting_starts
-           OR c.claimed_at <= clock.at - '5 seconds'::interval - '1 millisecond'::interval * $10::bigint)
+    WHERE $10::integer > 0
+      AND c.queue = $4::text
+      AND c.claimed_at <= clock.window_start
+      AND (NOT c.awaiting_starts OR c.claimed_at <= clock.starts_window_start)
 )
 UPDATE hopper_jobs AS j
 SET state       = 'running',
@@ -291,7 +297,7 @@ SET state       = 'running',
     lease_owner = $1::text,
     -- from the moment the claim held its lock: the lease, and the claim
     -- time (lease_until - lease_ms) that rate limits count, are exact
-    lease_until = (SELECT clock.at FROM clock) + '1 millisecond'::interval * $2::bigint
+    lease_until = (SELECT clock.lease_until FROM clock)
 WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, j.lease_owner, j.lease_until, j.unique_key, j.errors, j.created_at, j.meta, j.concurrency_key,
           -- the head's last job (priority -1: none)
@@ -303,6 +309,7 @@ RETURNING j.id, j.queue, j.kind, j.version, j.payload, j.state, j.priority, j.ru
 type DequeueLimitedParams struct {
 	Owner         string    `json:"owner"`
 	LeaseMs       int64     `json:"lease_ms"`
+	RateWindowMs  int64     `json:"rate_window_ms"`
 	Queue         string    `json:"queue"`
 	KeyLimit      int32     `json:"key_limit"`
 	KeyLimits     []int32   `json:"key_limits"`
@@ -310,7 +317,6 @@ type DequeueLimitedParams struct {
 	SharedNames   []string  `json:"shared_names"`
 	SharedMax     []int32   `json:"shared_max"`
 	RateLimit     int32     `json:"rate_limit"`
-	RateWindowMs  int64     `json:"rate_window_ms"`
 	AfterPriority int16     `json:"after_priority"`
 	AfterRunAt    time.Time `json:"after_run_at"`
 	AfterID       int64     `json:"after_id"`
@@ -373,6 +379,7 @@ func (q *Queries) DequeueLimited(ctx context.Context, arg DequeueLimitedParams) 
 	rows, err := q.db.Query(ctx, dequeueLimited,
 		arg.Owner,
 		arg.LeaseMs,
+		arg.RateWindowMs,
 		arg.Queue,
 		arg.KeyLimit,
 		arg.KeyLimits,
@@ -380,7 +387,6 @@ func (q *Queries) DequeueLimited(ctx context.Context, arg DequeueLimitedParams) 
 		arg.SharedNames,
 		arg.SharedMax,
 		arg.RateLimit,
-		arg.RateWindowMs,
 		arg.AfterPriority,
 		arg.AfterRunAt,
 		arg.AfterID,
@@ -585,7 +591,8 @@ func (q *Queries) ProbeRateStarts(ctx context.Context) error {
 
 const rateClaimStarted = `-- name: RateClaimStarted :exec
 UPDATE hopper_rate_claims AS c
-SET claimed_at = greatest(c.claimed_at, clock_timestamp()), awaiting_starts = false
+SET claimed_at = greatest(c.claimed_at, clock.at), awaiting_starts = false
+FROM (SELECT clock_timestamp() AS at) AS clock
 WHERE c.queue = $1::text
   AND c.claimed_at = $2::timestamptz
   AND c.awaiting_starts
@@ -601,6 +608,8 @@ type RateClaimStartedParams struct {
 // the worker has started the handlers of all its jobs: the next budget then
 // returns a window after the last of them started, not after the claim, so
 // that no window of handler starts holds more than the limit either.
+// The clock is read in a subquery: Citus refuses a write that calls a
+// function that is not immutable beside a column (docs/scaling-out.md).
 func (q *Queries) RateClaimStarted(ctx context.Context, arg RateClaimStartedParams) error {
 	_, err := q.db.Exec(ctx, rateClaimStarted, arg.Queue, arg.ClaimedAt)
 	return err

@@ -13,6 +13,15 @@
 -- parent's end locks its waiting children after its own row. A parent
 -- that is itself cancelled is not share-locked first: two cancels holding
 -- its share lock could each wait for the other to upgrade it.
+--
+-- The jobs are copied to hopper_dead_jobs from the rows locked, and
+-- deleted by the ids the copy returns: on Citus (docs/scaling-out.md),
+-- where each part of the statement runs as a statement of its own, the
+-- delete's triggers (sequences, workflows, durable jobs) then find them
+-- cancelled, as on PostgreSQL, where they fire at the end of the
+-- statement. The rows are found by an array of ids, not a join to
+-- requested: Citus 13.2.2 fails a lock of rows joined to an earlier
+-- part's answer whose rows an INSERT then reads ("PGCOPY", see RetryDead).
 WITH requested AS (
     SELECT DISTINCT unnest(@ids::bigint[]) AS id
 ), parents AS (
@@ -24,31 +33,30 @@ WITH requested AS (
           ORDER BY p.id
           FOR KEY SHARE OF p) AS l
 ), target AS (
-    SELECT j.id
+    SELECT j.*
     FROM hopper_jobs AS j
-    JOIN requested AS r ON r.id = j.id
-    WHERE (SELECT p.held FROM parents AS p) >= 0
+    WHERE j.id = ANY (ARRAY(SELECT requested.id FROM requested))
+      AND (SELECT p.held FROM parents AS p) >= 0
     ORDER BY j.id
     FOR UPDATE OF j
-), removed AS (
-    DELETE FROM hopper_jobs AS j
-    USING target
-    WHERE j.id = target.id
-    RETURNING j.*
 ), buried AS (
     INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt, max_attempts,
                                   unique_key, errors, reason, created_at, run_at, state, meta, concurrency_key)
-    SELECT r.id, r.queue, r.kind, r.version, r.payload, r.priority, r.attempt, r.max_attempts,
-           r.unique_key, r.errors, 'cancelled', r.created_at, r.run_at, 'cancelled', r.meta, r.concurrency_key
-    FROM removed AS r
+    SELECT t.id, t.queue, t.kind, t.version, t.payload, t.priority, t.attempt, t.max_attempts,
+           t.unique_key, t.errors, 'cancelled', t.created_at, t.run_at, 'cancelled', t.meta, t.concurrency_key
+    FROM target AS t
     RETURNING id
+), removed AS (
+    DELETE FROM hopper_jobs AS j
+    WHERE j.id = ANY (ARRAY(SELECT buried.id FROM buried))
+    RETURNING j.id, j.state
 ), told AS (
     SELECT count(hopper_wake('hopper_jobs', json_build_object(
                'schema', home.nspname,
                'cancel', r.id,
                'attempt', r.attempt,
                'owner', r.lease_owner)::text)) AS sent
-    FROM removed AS r,
+    FROM target AS r,
          (SELECT n.nspname
           FROM pg_catalog.pg_class AS c
           JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
@@ -93,6 +101,16 @@ DELETE FROM hopper_jobs WHERE queue = @queue::text AND state <> 'running';
 -- deadlock on each other's rows and parents. A row another transaction
 -- holds is left to it. One row per job picked says whether it moved; the
 -- caller goes on after the last id picked until a page picks none.
+--
+-- The insert reads the rows picked (and locked) alone: Citus deparses an
+-- INSERT ... SELECT that reads a table of the shard wrongly (syntax
+-- error, 42601). picked finds the page's rows by an array of their ids:
+-- Citus 13.2.2 fails a lock of rows joined to an earlier part's answer
+-- whose rows an INSERT then reads (invalid input syntax for type bigint:
+-- "PGCOPY", the Citus bug that hopper.Client's cancel meets). The delete comes after the insert (it reads its answer):
+-- on Citus, where each part of the statement runs as a statement of its
+-- own, its triggers (durable records, workflow edges) then find the jobs
+-- live again, as on PostgreSQL.
 WITH page AS (
     SELECT d.id, d.meta ->> 'hopper.workflow' AS workflow
     FROM hopper_dead_jobs AS d
@@ -107,24 +125,25 @@ WITH page AS (
 ), turns AS (
     SELECT count(pg_advisory_xact_lock(hopper_workflow_lock_id(w.workflow))) AS taken
     FROM (SELECT DISTINCT p.workflow FROM page AS p WHERE p.workflow IS NOT NULL ORDER BY p.workflow) AS w
-), picked AS (
-    SELECT d.id
+), picked AS MATERIALIZED (
+    SELECT d.id, d.queue, d.kind, d.version, d.payload, d.priority, d.attempt,
+           least(d.attempt::bigint + d.max_attempts, 2147483647)::integer AS max_attempts, d.unique_key, d.errors, d.created_at, d.meta,
+           d.concurrency_key,
+           CASE WHEN d.meta ? 'hopper.sequence' THEN 'waiting'
+                WHEN d.meta ? 'hopper.workflow' AND EXISTS (SELECT FROM hopper_workflow_deps AS e WHERE e.child_id = d.id) THEN 'waiting'
+                ELSE 'pending' END AS state
     FROM hopper_dead_jobs AS d
-    JOIN page ON page.id = d.id
     WHERE (SELECT t.taken FROM turns AS t) >= 0
+      AND d.id = ANY (ARRAY(SELECT page.id FROM page))
     ORDER BY d.id
     FOR UPDATE OF d SKIP LOCKED
 ), revived AS (
     INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, attempt,
                              max_attempts, unique_key, errors, created_at, meta, concurrency_key, state)
     OVERRIDING SYSTEM VALUE
-    SELECT d.id, d.queue, d.kind, d.version, d.payload, d.priority, d.attempt,
-           least(d.attempt::bigint + d.max_attempts, 2147483647)::integer, d.unique_key, d.errors, d.created_at, d.meta, d.concurrency_key,
-           CASE WHEN d.meta ? 'hopper.sequence' THEN 'waiting'
-                WHEN d.meta ? 'hopper.workflow' AND EXISTS (SELECT FROM hopper_workflow_deps AS e WHERE e.child_id = d.id) THEN 'waiting'
-                ELSE 'pending' END
-    FROM hopper_dead_jobs AS d
-    JOIN picked ON picked.id = d.id
+    SELECT p.id, p.queue, p.kind, p.version, p.payload, p.priority, p.attempt,
+           p.max_attempts, p.unique_key, p.errors, p.created_at, p.meta, p.concurrency_key, p.state
+    FROM picked AS p
     ON CONFLICT DO NOTHING
     RETURNING id
 ), moved AS (

@@ -63,7 +63,14 @@ FROM (SELECT 0 AS step, to_regclass('hopper_jobs')::oid::integer AS k1, hashtext
 -- takes the next keys with ready work after after_key, as a fair claim
 -- does, so one key's backlog never blocks the others' jobs behind it.
 WITH clock AS MATERIALIZED (
-    SELECT clock_timestamp() AS at
+    -- the claim's time, and the times computed from it that the writes
+    -- compare or store: Citus refuses a write that adds an interval to a
+    -- column (docs/scaling-out.md)
+    SELECT c.at,
+           c.at + '1 millisecond'::interval * @lease_ms::bigint AS lease_until,
+           c.at - '1 millisecond'::interval * @rate_window_ms::bigint AS window_start,
+           c.at - '5 seconds'::interval - '1 millisecond'::interval * @rate_window_ms::bigint AS starts_window_start
+    FROM (SELECT clock_timestamp() AS at) AS c
 ), paused AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM hopper_queues AS q
                    WHERE q.name = @queue::text AND q.paused_at IS NOT NULL) AS yes
@@ -268,9 +275,8 @@ WITH clock AS MATERIALIZED (
     USING clock
     WHERE @rate_limit::integer > 0
       AND c.queue = @queue::text
-      AND c.claimed_at <= clock.at - '1 millisecond'::interval * @rate_window_ms::bigint
-      AND (NOT c.awaiting_starts
-           OR c.claimed_at <= clock.at - '5 seconds'::interval - '1 millisecond'::interval * @rate_window_ms::bigint)
+      AND c.claimed_at <= clock.window_start
+      AND (NOT c.awaiting_starts OR c.claimed_at <= clock.starts_window_start)
 )
 UPDATE hopper_jobs AS j
 SET state       = 'running',
@@ -278,7 +284,7 @@ SET state       = 'running',
     lease_owner = @owner::text,
     -- from the moment the claim held its lock: the lease, and the claim
     -- time (lease_until - lease_ms) that rate limits count, are exact
-    lease_until = (SELECT clock.at FROM clock) + '1 millisecond'::interval * @lease_ms::bigint
+    lease_until = (SELECT clock.lease_until FROM clock)
 WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
 RETURNING sqlc.embed(j),
           -- the head's last job (priority -1: none)
@@ -321,8 +327,11 @@ WHERE j.id = aged.id;
 -- the worker has started the handlers of all its jobs: the next budget then
 -- returns a window after the last of them started, not after the claim, so
 -- that no window of handler starts holds more than the limit either.
+-- The clock is read in a subquery: Citus refuses a write that calls a
+-- function that is not immutable beside a column (docs/scaling-out.md).
 UPDATE hopper_rate_claims AS c
-SET claimed_at = greatest(c.claimed_at, clock_timestamp()), awaiting_starts = false
+SET claimed_at = greatest(c.claimed_at, clock.at), awaiting_starts = false
+FROM (SELECT clock_timestamp() AS at) AS clock
 WHERE c.queue = @queue::text
   AND c.claimed_at = @claimed_at::timestamptz
   AND c.awaiting_starts;

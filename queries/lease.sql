@@ -63,7 +63,9 @@ CROSS JOIN LATERAL (
 -- job's meta counts such claims ("hopper.uncharged"), so that attempts can
 -- be shown as charged of allowed (jobs.Row.Attempts). A meta too near its
 -- table's bound (8,704 bytes, 512 more than an enqueue may write) keeps no
--- count rather than fail the release. Rows are
+-- count rather than fail the release. The count is written with
+-- jsonb_object, which is immutable: Citus refuses jsonb_build_object (not
+-- immutable) in a CASE of a write (docs/scaling-out.md). Rows are
 -- locked in id order, like every statement that waits for row locks, and
 -- looked up, locked and updated as in AckBatch (see there why).
 WITH released AS (
@@ -83,9 +85,9 @@ SET state        = 'pending',
     lease_until  = NULL,
     max_attempts = j.max_attempts + 1,
     meta         = CASE WHEN octet_length(coalesce(j.meta, '{}'::jsonb)::text) <= 8664
-                        THEN coalesce(j.meta, '{}'::jsonb) || jsonb_build_object('hopper.uncharged',
+                        THEN coalesce(j.meta, '{}'::jsonb) || jsonb_object(ARRAY['hopper.uncharged',
                              (CASE WHEN j.meta ->> 'hopper.uncharged' ~ '^[0-9]{1,9}$'
-                                   THEN (j.meta ->> 'hopper.uncharged')::integer ELSE 0 END + 1)::text)
+                                   THEN (j.meta ->> 'hopper.uncharged')::integer ELSE 0 END + 1)::text])
                         ELSE j.meta END
 WHERE j.id = ANY (ARRAY(SELECT released.id FROM released))
 RETURNING j.id, j.queue, j.priority, j.run_at;

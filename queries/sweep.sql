@@ -10,7 +10,10 @@
 -- joining the delete's answer back (see NackBatch). The requeued jobs are
 -- updated through j.id = ANY (ARRAY[expired.id]) and the dead ones deleted
 -- by an array of their ids, so that each is found by primary key whatever
--- the statistics say (see NackBatch).
+-- the statistics say (see NackBatch). The dead ones are deleted by the
+-- ids buried returns, so that on Citus, where each part of the statement
+-- runs as a statement of its own, the delete's triggers (sequences,
+-- workflows, durable jobs) find them dead, as on PostgreSQL (NackBatch).
 WITH expired AS (
     SELECT j.id, j.queue, j.kind, j.version, j.payload, j.priority, j.attempt, j.max_attempts,
            j.unique_key, j.created_at, j.run_at, j.meta, j.concurrency_key,
@@ -42,9 +45,6 @@ WITH expired AS (
     FROM expired
     WHERE j.id = ANY (ARRAY[expired.id]) AND NOT expired.exhausted
     RETURNING j.id, j.queue, j.priority, j.run_at
-), removed AS (
-    DELETE FROM hopper_jobs AS j
-    WHERE j.id = ANY (ARRAY(SELECT expired.id FROM expired WHERE expired.exhausted))
 ), buried AS (
     INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt,
                                   max_attempts, unique_key, errors, reason, created_at, run_at, meta, concurrency_key)
@@ -54,6 +54,9 @@ WITH expired AS (
     FROM expired
     WHERE expired.exhausted
     RETURNING id, queue
+), removed AS (
+    DELETE FROM hopper_jobs AS j
+    WHERE j.id = ANY (ARRAY(SELECT buried.id FROM buried))
 )
 SELECT requeued.id, requeued.queue, requeued.priority, requeued.run_at, false AS dead FROM requeued
 UNION ALL

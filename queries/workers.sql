@@ -192,9 +192,6 @@ WITH gone AS (
     FROM taken
     WHERE j.id = ANY (ARRAY[taken.id]) AND NOT taken.exhausted
     RETURNING j.id, j.queue, j.priority, j.run_at, taken.lease_owner
-), removed AS (
-    DELETE FROM hopper_jobs AS j
-    WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken WHERE taken.exhausted))
 ), buried AS (
     INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt,
                                   max_attempts, unique_key, errors, reason, created_at, run_at, meta, concurrency_key)
@@ -204,6 +201,10 @@ WITH gone AS (
     FROM taken
     WHERE taken.exhausted
     RETURNING id, queue
+), removed AS (
+    -- the ids buried returns: see Sweep (Citus)
+    DELETE FROM hopper_jobs AS j
+    WHERE j.id = ANY (ARRAY(SELECT buried.id FROM buried))
 ), marked AS (
     -- Released once nothing of theirs is left running: none beyond this
     -- batch, and none skipped because another transaction held its row (a

@@ -15,7 +15,7 @@ var unpinned = map[string]string{
 	"hopper_dead_partition_at":    "a BEGIN ATOMIC body: its names were bound when it was created",
 	"hopper_go_duration":          "pure: reads no table",
 	"hopper_go_escapes":           "pure: reads no table",
-	"hopper_ready_keys":           "a SQL function inlined into the keyed claim, which a SET would prevent; the claim runs in the schema",
+	"hopper_ready_keys":           "called by the keyed claim, which runs in the schema (a SQL function inlined into it until migration 35)",
 	"hopper_sequence_before":      "a SQL function inlined into hopper_sequence_place_keys, which pins the path",
 	"hopper_silent":               "pure: reads no table; a SQL function inlined into hopper_wake's test, which a SET would prevent",
 	"hopper_sequence_place_queue": "pure: reads no table; a SQL function inlined into the placement trigger's WHEN, which a SET would prevent",

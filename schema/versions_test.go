@@ -41,6 +41,7 @@ var addedBy = map[uint][]string{
 	33: nil, // citus_planning: seven functions redefined, nothing added
 	// shard_wakes: the switch and the wake-up; six functions redefined
 	34: {"function hopper_silent", "function hopper_wake"},
+	35: nil, // citus_functions: hopper_workflow_retry and hopper_ready_keys redefined, nothing added
 }
 
 // deadPartitionObjects are what migration 24 (dead_partitions) adds: the

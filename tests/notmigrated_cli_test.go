@@ -63,11 +63,11 @@ func TestCLINotMigratedLine(t *testing.T) {
 	server := testdb.Server(t)
 	runErrorCases(t, []errorCase{
 		{name: "behind", url: d.URL, args: []string{"stats"}, code: 1,
-			stderr: "hopper stats: schema not migrated: schema " + d.Schema + " is at version 7 without migrations 8 (rate_starts) to 34 (shard_wakes): " +
-				"this build of Hopper needs schema version 34; run hopper migrate up (with the same --database-url / search_path)"},
+			stderr: "hopper stats: schema not migrated: schema " + d.Schema + " is at version 7 without migrations 8 (rate_starts) to 35 (citus_functions): " +
+				"this build of Hopper needs schema version 35; run hopper migrate up (with the same --database-url / search_path)"},
 		{name: "behind, --schema", url: server, args: []string{"keys", "--schema", d.Schema}, code: 1,
-			stderr: "hopper keys: schema not migrated: schema " + d.Schema + " is at version 7 without migrations 8 (rate_starts) to 34 (shard_wakes): " +
-				"this build of Hopper needs schema version 34; run hopper --schema " + d.Schema + " migrate up (with the same --database-url)"},
+			stderr: "hopper keys: schema not migrated: schema " + d.Schema + " is at version 7 without migrations 8 (rate_starts) to 35 (citus_functions): " +
+				"this build of Hopper needs schema version 35; run hopper --schema " + d.Schema + " migrate up (with the same --database-url)"},
 	})
 	require.Equal(t, migrated.Latest, int(schema.Latest()), "the line above names the latest migration")
 	// Migrated, the same commands work.

@@ -30,7 +30,7 @@ import (
 var ErrNotMigrated = errors.New("hopper: schema not migrated")
 
 // Latest is the schema version this build of Hopper needs: schema.Latest().
-const Latest = 34
+const Latest = 35
 
 // names are the migrations of this build, by version: names[v-1] is the
 // name of migration v (its file is 00000v_<name>.up.sql).
@@ -42,6 +42,7 @@ var names = [Latest]string{
 	"history_partitions", "dead_partition_at", "dead_partition_at_valid", "dead_partitions",
 	"workflow_lookups", "sequence_placement", "definer_grants", "meta_room", "meta_room_valid",
 	"migration_builds", "key_limits", "replica_identity", "citus_planning", "shard_wakes",
+	"citus_functions",
 }
 
 // Names returns the migrations' names, oldest first: the name of version

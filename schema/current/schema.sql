@@ -825,40 +825,43 @@ $$;
 --
 
 CREATE FUNCTION hopper.hopper_ready_keys(in_queue text, after_key text, max_keys integer, key_limit integer) RETURNS SETOF text
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
+BEGIN
+    RETURN QUERY
     WITH RECURSIVE keys AS (
-        SELECT first.key, first.open, first.open::integer AS found, 1 AS steps
-        FROM (SELECT k.key,
-                     lim.n <= 0 OR (SELECT count(*) FROM (SELECT FROM hopper_jobs AS r
-                                                         WHERE r.queue = in_queue AND r.state = 'running'
-                                                           AND r.concurrency_key = k.key
-                                                         LIMIT lim.n) AS busy) < lim.n AS open
-              FROM (SELECT min(j.concurrency_key) AS key
-                    FROM hopper_jobs AS j
-                    WHERE j.queue = in_queue AND j.state = 'pending' AND j.concurrency_key > after_key) AS k
-              CROSS JOIN LATERAL (
-                  SELECT coalesce((SELECT l.max_running FROM hopper_key_limits AS l
-                                   WHERE l.queue = in_queue AND l.key = k.key), key_limit) AS n) AS lim) AS first
-        UNION ALL
-        SELECT nxt.key, nxt.open, keys.found + nxt.open::integer, keys.steps + 1
-        FROM keys
-        CROSS JOIN LATERAL (
-            SELECT k.key,
-                   lim.n <= 0 OR (SELECT count(*) FROM (SELECT FROM hopper_jobs AS r
-                                                       WHERE r.queue = in_queue AND r.state = 'running'
-                                                         AND r.concurrency_key = k.key
-                                                       LIMIT lim.n) AS busy) < lim.n AS open
-            FROM (SELECT min(j.concurrency_key) AS key
-                  FROM hopper_jobs AS j
-                  WHERE j.queue = in_queue AND j.state = 'pending' AND j.concurrency_key > keys.key) AS k
+            SELECT first.key, first.open, first.open::integer AS found, 1 AS steps
+            FROM (SELECT k.key,
+                         lim.n <= 0 OR (SELECT count(*) FROM (SELECT FROM hopper_jobs AS r
+                                                             WHERE r.queue = in_queue AND r.state = 'running'
+                                                               AND r.concurrency_key = k.key
+                                                             LIMIT lim.n) AS busy) < lim.n AS open
+                  FROM (SELECT min(j.concurrency_key) AS key
+                        FROM hopper_jobs AS j
+                        WHERE j.queue = in_queue AND j.state = 'pending' AND j.concurrency_key > after_key) AS k
+                  CROSS JOIN LATERAL (
+                      SELECT coalesce((SELECT l.max_running FROM hopper_key_limits AS l
+                                       WHERE l.queue = in_queue AND l.key = k.key), key_limit) AS n) AS lim) AS first
+            UNION ALL
+            SELECT nxt.key, nxt.open, keys.found + nxt.open::integer, keys.steps + 1
+            FROM keys
             CROSS JOIN LATERAL (
-                SELECT coalesce((SELECT l.max_running FROM hopper_key_limits AS l
-                                 WHERE l.queue = in_queue AND l.key = k.key), key_limit) AS n) AS lim
-        ) AS nxt
-        WHERE keys.key IS NOT NULL AND keys.found < max_keys AND keys.steps < 20 * max_keys
-    )
-    SELECT keys.key FROM keys WHERE keys.key IS NOT NULL AND keys.open
+                SELECT k.key,
+                       lim.n <= 0 OR (SELECT count(*) FROM (SELECT FROM hopper_jobs AS r
+                                                           WHERE r.queue = in_queue AND r.state = 'running'
+                                                             AND r.concurrency_key = k.key
+                                                           LIMIT lim.n) AS busy) < lim.n AS open
+                FROM (SELECT min(j.concurrency_key) AS key
+                      FROM hopper_jobs AS j
+                      WHERE j.queue = in_queue AND j.state = 'pending' AND j.concurrency_key > keys.key) AS k
+                CROSS JOIN LATERAL (
+                    SELECT coalesce((SELECT l.max_running FROM hopper_key_limits AS l
+                                     WHERE l.queue = in_queue AND l.key = k.key), key_limit) AS n) AS lim
+            ) AS nxt
+            WHERE keys.key IS NOT NULL AND keys.found < max_keys AND keys.steps < 20 * max_keys
+        )
+        SELECT keys.key FROM keys WHERE keys.key IS NOT NULL AND keys.open;
+END;
 $$;
 
 --
@@ -1665,40 +1668,44 @@ CREATE FUNCTION hopper.hopper_workflow_retry(workflow text) RETURNS SETOF bigint
     LANGUAGE plpgsql
     SET search_path TO 'hopper', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
-    AS $$
+    AS $_$
 #variable_conflict use_variable
 BEGIN
     PERFORM pg_advisory_xact_lock(hopper_workflow_lock_id(workflow));
-    RETURN QUERY
-    WITH picked AS (
-        SELECT d.id
+    -- Planned at each call, with the workflow's name as a value (see the
+    -- migration's note): the insert reads the rows picked alone, and the
+    -- delete reads the insert's answer.
+    RETURN QUERY EXECUTE
+    'WITH picked AS MATERIALIZED (
+        SELECT d.id, d.queue, d.kind, d.version, d.payload, d.priority, d.attempt,
+               least(d.attempt::bigint + d.max_attempts, 2147483647)::integer AS max_attempts,
+               d.unique_key, d.errors, d.created_at, d.meta, d.concurrency_key,
+               CASE WHEN EXISTS (SELECT FROM hopper_workflow_deps AS e WHERE e.child_id = d.id)
+                    THEN ''waiting'' ELSE ''pending'' END AS state
         FROM hopper_dead_jobs AS d
-        WHERE d.meta ? 'hopper.workflow' AND (d.meta ->> 'hopper.workflow') = workflow
+        WHERE d.meta ? ''hopper.workflow'' AND (d.meta ->> ''hopper.workflow'') = $1
         ORDER BY d.id
-        -- A step another transaction holds (a purge) is that one's.
-        FOR UPDATE SKIP LOCKED
+        -- A step another transaction holds (a purge) is that one''s.
+        FOR UPDATE OF d SKIP LOCKED
     ), revived AS (
         INSERT INTO hopper_jobs (id, queue, kind, version, payload, priority, attempt,
                                  max_attempts, unique_key, errors, created_at, meta, concurrency_key, state, run_at)
         OVERRIDING SYSTEM VALUE
-        SELECT d.id, d.queue, d.kind, d.version, d.payload, d.priority, d.attempt,
-               least(d.attempt::bigint + d.max_attempts, 2147483647)::integer, d.unique_key, d.errors, d.created_at, d.meta, d.concurrency_key,
-               CASE WHEN EXISTS (SELECT FROM hopper_workflow_deps AS e WHERE e.child_id = d.id) THEN 'waiting' ELSE 'pending' END,
-               now()
-        FROM hopper_dead_jobs AS d
-        JOIN picked ON picked.id = d.id
-        ORDER BY d.id
+        SELECT p.id, p.queue, p.kind, p.version, p.payload, p.priority, p.attempt,
+               p.max_attempts, p.unique_key, p.errors, p.created_at, p.meta, p.concurrency_key, p.state, $2
+        FROM picked AS p
+        ORDER BY p.id
         ON CONFLICT DO NOTHING
         RETURNING id
     ), moved AS (
         DELETE FROM hopper_dead_jobs AS dead
-        USING revived
-        WHERE dead.id = revived.id
+        WHERE dead.id = ANY (ARRAY(SELECT revived.id FROM revived))
         RETURNING dead.id
     )
-    SELECT m.id FROM moved AS m ORDER BY m.id;
+    SELECT m.id FROM moved AS m ORDER BY m.id'
+    USING workflow, now();
 END;
-$$;
+$_$;
 
 --
 -- Name: hopper_workflow_returned(); Type: FUNCTION; Schema: hopper; Owner: -

@@ -5,42 +5,45 @@
 -- redefines the function copies this body, edited, and its review
 -- reads this file's diff (CONTRIBUTING.md, The PL/pgSQL).
 
--- hopper_ready_keys(text, text, integer, integer): defined by schema/000031_key_limits.up.sql.
+-- hopper_ready_keys(text, text, integer, integer): defined by schema/000035_citus_functions.up.sql.
 --
 
 CREATE OR REPLACE FUNCTION hopper_ready_keys(in_queue text, after_key text, max_keys integer, key_limit integer)
 RETURNS SETOF text
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY
     WITH RECURSIVE keys AS (
-        SELECT first.key, first.open, first.open::integer AS found, 1 AS steps
-        FROM (SELECT k.key,
-                     lim.n <= 0 OR (SELECT count(*) FROM (SELECT FROM hopper_jobs AS r
-                                                         WHERE r.queue = in_queue AND r.state = 'running'
-                                                           AND r.concurrency_key = k.key
-                                                         LIMIT lim.n) AS busy) < lim.n AS open
-              FROM (SELECT min(j.concurrency_key) AS key
-                    FROM hopper_jobs AS j
-                    WHERE j.queue = in_queue AND j.state = 'pending' AND j.concurrency_key > after_key) AS k
-              CROSS JOIN LATERAL (
-                  SELECT coalesce((SELECT l.max_running FROM hopper_key_limits AS l
-                                   WHERE l.queue = in_queue AND l.key = k.key), key_limit) AS n) AS lim) AS first
-        UNION ALL
-        SELECT nxt.key, nxt.open, keys.found + nxt.open::integer, keys.steps + 1
-        FROM keys
-        CROSS JOIN LATERAL (
-            SELECT k.key,
-                   lim.n <= 0 OR (SELECT count(*) FROM (SELECT FROM hopper_jobs AS r
-                                                       WHERE r.queue = in_queue AND r.state = 'running'
-                                                         AND r.concurrency_key = k.key
-                                                       LIMIT lim.n) AS busy) < lim.n AS open
-            FROM (SELECT min(j.concurrency_key) AS key
-                  FROM hopper_jobs AS j
-                  WHERE j.queue = in_queue AND j.state = 'pending' AND j.concurrency_key > keys.key) AS k
+            SELECT first.key, first.open, first.open::integer AS found, 1 AS steps
+            FROM (SELECT k.key,
+                         lim.n <= 0 OR (SELECT count(*) FROM (SELECT FROM hopper_jobs AS r
+                                                             WHERE r.queue = in_queue AND r.state = 'running'
+                                                               AND r.concurrency_key = k.key
+                                                             LIMIT lim.n) AS busy) < lim.n AS open
+                  FROM (SELECT min(j.concurrency_key) AS key
+                        FROM hopper_jobs AS j
+                        WHERE j.queue = in_queue AND j.state = 'pending' AND j.concurrency_key > after_key) AS k
+                  CROSS JOIN LATERAL (
+                      SELECT coalesce((SELECT l.max_running FROM hopper_key_limits AS l
+                                       WHERE l.queue = in_queue AND l.key = k.key), key_limit) AS n) AS lim) AS first
+            UNION ALL
+            SELECT nxt.key, nxt.open, keys.found + nxt.open::integer, keys.steps + 1
+            FROM keys
             CROSS JOIN LATERAL (
-                SELECT coalesce((SELECT l.max_running FROM hopper_key_limits AS l
-                                 WHERE l.queue = in_queue AND l.key = k.key), key_limit) AS n) AS lim
-        ) AS nxt
-        WHERE keys.key IS NOT NULL AND keys.found < max_keys AND keys.steps < 20 * max_keys
-    )
-    SELECT keys.key FROM keys WHERE keys.key IS NOT NULL AND keys.open
+                SELECT k.key,
+                       lim.n <= 0 OR (SELECT count(*) FROM (SELECT FROM hopper_jobs AS r
+                                                           WHERE r.queue = in_queue AND r.state = 'running'
+                                                             AND r.concurrency_key = k.key
+                                                           LIMIT lim.n) AS busy) < lim.n AS open
+                FROM (SELECT min(j.concurrency_key) AS key
+                      FROM hopper_jobs AS j
+                      WHERE j.queue = in_queue AND j.state = 'pending' AND j.concurrency_key > keys.key) AS k
+                CROSS JOIN LATERAL (
+                    SELECT coalesce((SELECT l.max_running FROM hopper_key_limits AS l
+                                     WHERE l.queue = in_queue AND l.key = k.key), key_limit) AS n) AS lim
+            ) AS nxt
+            WHERE keys.key IS NOT NULL AND keys.found < max_keys AND keys.steps < 20 * max_keys
+        )
+        SELECT keys.key FROM keys WHERE keys.key IS NOT NULL AND keys.open;
+END;
 $$;

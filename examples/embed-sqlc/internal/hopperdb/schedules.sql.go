@@ -13,10 +13,11 @@ import (
 const advanceSchedule = `-- name: AdvanceSchedule :execrows
 UPDATE hopper_schedules AS s
 SET next_fire_at = $1::timestamptz,
-    last_fire_at = CASE WHEN $2::boolean THEN now() ELSE s.last_fire_at END,
+    last_fire_at = CASE WHEN $2::boolean THEN clock.now ELSE s.last_fire_at END,
     last_slot    = coalesce($3::timestamptz, s.last_slot),
     triggered_at = NULL,
-    updated_at   = now()
+    updated_at   = clock.now
+FROM (SELECT now() AS now) AS clock
 WHERE s.name = $4::text
   AND s.next_fire_at = $5::timestamptz
   AND s.triggered_at IS NOT DISTINCT FROM $6::timestamptz
@@ -35,7 +36,9 @@ type AdvanceScheduleParams struct {
 // still expected_next (and, for a trigger, triggered_at still
 // expected_trigger). Run it in the transaction that took the schedule
 // (DueSchedule) and enqueued its jobs: 0 rows means something moved it
-// meanwhile, and the transaction must roll back, jobs and all.
+// meanwhile, and the transaction must roll back, jobs and all. The clock
+// is read in a subquery and only chosen by the CASE: Citus refuses now()
+// in a CASE of a write (docs/scaling-out.md).
 func (q *Queries) AdvanceSchedule(ctx context.Context, arg AdvanceScheduleParams) (int64, error) {
 	result, err := q.db.Exec(ctx, advanceSchedule,
 		arg.Following,
@@ -52,10 +55,10 @@ func (q *Queries) AdvanceSchedule(ctx context.Context, arg AdvanceScheduleParams
 }
 
 const defineSchedule = `-- name: DefineSchedule :one
-WITH mine AS (
+WITH mine AS MATERIALIZED (
     SELECT v.first_seen_at FROM hopper_schedule_versions AS v
     WHERE v.name = $1::text AND v.hash = $2::text
-), current AS (
+), current AS MATERIALIZED (
     SELECT v.first_seen_at, s.kind,
            v.last_seen_at + '1 millisecond'::interval * v.stale_after_ms AS stale_at
     FROM hopper_schedules AS s
@@ -63,8 +66,11 @@ WITH mine AS (
     WHERE s.name = $1::text
 ), upserted AS (
     INSERT INTO hopper_schedules (name, kind, expression, time_zone, policy, catch_up, queue, definition_hash, next_fire_at)
-    VALUES ($1::text, $3::text, $4::text, $5::text, $6::text, $7::integer,
-            $8::text, $2::text, $9::timestamptz)
+    SELECT $1::text, $3::text, $4::text, $5::text, $6::text, $7::integer,
+           $8::text, $2::text, $9::timestamptz
+    WHERE NOT EXISTS (SELECT FROM current)
+       OR (SELECT current.stale_at FROM current) < now()
+       OR (SELECT mine.first_seen_at FROM mine) > (SELECT current.first_seen_at FROM current)
     ON CONFLICT (name) DO UPDATE
     SET kind            = excluded.kind,
         expression      = excluded.expression,
@@ -77,23 +83,20 @@ WITH mine AS (
                                 AND hopper_schedules.time_zone = excluded.time_zone
                                THEN hopper_schedules.next_fire_at
                                ELSE excluded.next_fire_at END,
-        updated_at      = now()
+        updated_at      = excluded.updated_at
     WHERE hopper_schedules.definition_hash <> excluded.definition_hash
-      AND (NOT EXISTS (SELECT FROM current)
-           OR (SELECT current.stale_at FROM current) < now()
-           OR (SELECT mine.first_seen_at FROM mine) > (SELECT current.first_seen_at FROM current))
-    RETURNING name
+    RETURNING name, definition_hash, expression, time_zone, next_fire_at
 )
+SELECT upserted.name, upserted.definition_hash, upserted.expression, upserted.time_zone, upserted.next_fire_at,
+       true AS in_force,
+       coalesce((SELECT current.kind FROM current WHERE current.stale_at >= now()), '')::text AS replaced_live_kind
+FROM upserted
+UNION ALL
 SELECT s.name, s.definition_hash, s.expression, s.time_zone, s.next_fire_at,
-       (s.definition_hash = $2::text OR EXISTS (SELECT FROM upserted))::boolean AS in_force,
-       coalesce((SELECT current.kind FROM current
-                 WHERE current.stale_at >= now() AND EXISTS (SELECT FROM upserted)), '')::text AS replaced_live_kind
+       (s.definition_hash = $2::text)::boolean, ''
 FROM hopper_schedules AS s
 WHERE s.name = $1::text
-UNION ALL
-SELECT upserted.name, $2::text, $4::text, $5::text, $9::timestamptz, true, ''
-FROM upserted
-WHERE NOT EXISTS (SELECT FROM hopper_schedules AS s WHERE s.name = $1::text)
+  AND NOT EXISTS (SELECT FROM upserted)
 `
 
 type DefineScheduleParams struct {
@@ -132,6 +135,17 @@ type DefineScheduleRow struct {
 // that one's kind (” otherwise): a definition of another kind is a
 // renamed kind, or another application's schedule of the same name (the
 // names are the schema's), which the caller warns of.
+//
+// Whether this definition may replace the one in force is decided before
+// the insert, which gives no row when it may not: Citus refuses functions
+// and subqueries in ON CONFLICT DO UPDATE on a distributed table
+// (docs/scaling-out.md), so updated_at is excluded's (its default, the
+// statement's now()), and the update's own condition is only that the
+// definition differs. mine and current are materialized, so that the
+// insert's SELECT reads no table (Citus deparses an INSERT ... SELECT
+// that reads a table of the shard wrongly). The answer is the upsert's row when it wrote one,
+// else the schedule as the statement found it: on Citus, where each part
+// of the statement runs as a statement of its own, the same.
 func (q *Queries) DefineSchedule(ctx context.Context, arg DefineScheduleParams) (DefineScheduleRow, error) {
 	row := q.db.QueryRow(ctx, defineSchedule,
 		arg.Name,
@@ -315,16 +329,16 @@ func (q *Queries) NextScheduleFire(ctx context.Context, names []string) (time.Ti
 
 const pauseSchedule = `-- name: PauseSchedule :one
 WITH before AS (
-    SELECT s.name, s.paused_at FROM hopper_schedules AS s WHERE s.name = $1::text FOR UPDATE
+    SELECT s.name, s.paused_at, now() AS now FROM hopper_schedules AS s WHERE s.name = $1::text FOR UPDATE
 ), paused AS (
     UPDATE hopper_schedules AS s
-    SET paused_at = now(), updated_at = now()
+    SET paused_at = before.now, updated_at = before.now
     FROM before
     WHERE s.name = before.name AND before.paused_at IS NULL
     RETURNING s.name
 )
 SELECT (before.paused_at IS NOT NULL)::boolean AS was_paused,
-       coalesce(before.paused_at, now())::timestamptz AS paused_at
+       coalesce(before.paused_at, before.now)::timestamptz AS paused_at
 FROM before
 `
 
@@ -336,6 +350,9 @@ type PauseScheduleRow struct {
 // Pauses a schedule: no worker fires it until it is resumed. Pausing a
 // paused schedule changes nothing; was_paused says so, and paused_at stays
 // the time of the first pause. No row: no such schedule.
+// The clock is read once, in before, for the row and the answer: on Citus
+// each part of the statement runs as a statement of its own, and a now()
+// in each could be read apart.
 func (q *Queries) PauseSchedule(ctx context.Context, name string) (PauseScheduleRow, error) {
 	row := q.db.QueryRow(ctx, pauseSchedule, name)
 	var i PauseScheduleRow
@@ -390,7 +407,7 @@ const seeScheduleVersions = `-- name: SeeScheduleVersions :exec
 INSERT INTO hopper_schedule_versions (name, hash, stale_after_ms)
 SELECT unnest($1::text[]), unnest($2::text[]), $3::bigint
 ON CONFLICT (name, hash) DO UPDATE
-SET last_seen_at = now(), stale_after_ms = excluded.stale_after_ms
+SET last_seen_at = excluded.last_seen_at, stale_after_ms = excluded.stale_after_ms
 `
 
 type SeeScheduleVersionsParams struct {
@@ -402,6 +419,9 @@ type SeeScheduleVersionsParams struct {
 // Reports the definitions (names[i], hashes[i]) this worker holds: first
 // seen now if new, last seen now in any case. Workers run it at start and
 // then regularly; a definition not reported for stale_after_ms is stale.
+// The update reads the statement's now() as excluded.last_seen_at (the
+// column's default): Citus refuses a function in DO UPDATE SET on a
+// distributed table (docs/scaling-out.md).
 func (q *Queries) SeeScheduleVersions(ctx context.Context, arg SeeScheduleVersionsParams) error {
 	_, err := q.db.Exec(ctx, seeScheduleVersions, arg.Names, arg.Hashes, arg.StaleAfterMs)
 	return err
@@ -410,7 +430,8 @@ func (q *Queries) SeeScheduleVersions(ctx context.Context, arg SeeScheduleVersio
 const triggerSchedule = `-- name: TriggerSchedule :one
 WITH triggered AS (
     UPDATE hopper_schedules AS s
-    SET triggered_at = coalesce(s.triggered_at, now()), updated_at = now()
+    SET triggered_at = coalesce(s.triggered_at, clock.now), updated_at = clock.now
+    FROM (SELECT now() AS now) AS clock
     WHERE s.name = $1::text
     RETURNING s.name, s.triggered_at
 ), woken AS (
@@ -428,6 +449,8 @@ CROSS JOIN woken
 // Asks for one fire now, paused or not (a worker defining the schedule
 // enqueues it at once, with now as its slot), without moving the schedule
 // on. A trigger already waiting is kept. No row: no such schedule.
+// The clock is read in a subquery: Citus refuses now() in a COALESCE of a
+// write (docs/scaling-out.md).
 func (q *Queries) TriggerSchedule(ctx context.Context, name string) (time.Time, error) {
 	row := q.db.QueryRow(ctx, triggerSchedule, name)
 	var triggered_at time.Time

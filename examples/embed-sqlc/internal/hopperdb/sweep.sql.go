@@ -42,9 +42,6 @@ WITH expired AS (
     FROM expired
     WHERE j.id = ANY (ARRAY[expired.id]) AND NOT expired.exhausted
     RETURNING j.id, j.queue, j.priority, j.run_at
-), removed AS (
-    DELETE FROM hopper_jobs AS j
-    WHERE j.id = ANY (ARRAY(SELECT expired.id FROM expired WHERE expired.exhausted))
 ), buried AS (
     INSERT INTO hopper_dead_jobs (id, queue, kind, version, payload, priority, attempt,
                                   max_attempts, unique_key, errors, reason, created_at, run_at, meta, concurrency_key)
@@ -54,6 +51,9 @@ WITH expired AS (
     FROM expired
     WHERE expired.exhausted
     RETURNING id, queue
+), removed AS (
+    DELETE FROM hopper_jobs AS j
+    WHERE j.id = ANY (ARRAY(SELECT buried.id FROM buried))
 )
 SELECT requeued.id, requeued.queue, requeued.priority, requeued.run_at, false AS dead FROM requeued
 UNION ALL
@@ -84,7 +84,10 @@ type SweepRow struct {
 // joining the delete's answer back (see NackBatch). The requeued jobs are
 // updated through j.id = ANY (ARRAY[expired.id]) and the dead ones deleted
 // by an array of their ids, so that each is found by primary key whatever
-// the statistics say (see NackBatch).
+// the statistics say (see NackBatch). The dead ones are deleted by the
+// ids buried returns, so that on Citus, where each part of the statement
+// runs as a statement of its own, the delete's triggers (sequences,
+// workflows, durable jobs) find them dead, as on PostgreSQL (NackBatch).
 func (q *Queries) Sweep(ctx context.Context, arg SweepParams) ([]SweepRow, error) {
 	rows, err := q.db.Query(ctx, sweep, arg.WithinMs, arg.MaxJobs)
 	if err != nil {

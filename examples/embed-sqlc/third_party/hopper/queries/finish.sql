@@ -57,6 +57,17 @@ RETURNING j.id, j.attempt;
 -- meanwhile), not by joining the delete's answer back to the claims: a
 -- generic plan joined those with a nested loop, 100 ms per 1000 acks.
 -- Rows are looked up, locked and deleted as in AckBatch (see there why).
+--
+-- On Citus (docs/scaling-out.md) each part of the statement runs as a
+-- statement of its own, in the order their references demand. So the
+-- copies are made first (placed: each row with its keep and partition,
+-- read beside hopper_history_partitions), and the insert reads placed
+-- alone, without a join:
+-- Citus deparses an INSERT ... SELECT that reads a table of the shard
+-- wrongly (syntax error, 42601). And the delete takes the kept jobs' ids
+-- from the insert's answer, so that the copies are in the history when
+-- the delete's triggers fire (a kept workflow step keeps the edges to its
+-- parents), as on PostgreSQL, where they fire at the end of the statement.
 WITH done AS (
     SELECT j.id, j.queue, j.kind, j.version, j.payload, j.priority, j.attempt, j.max_attempts,
            j.unique_key, j.errors, j.run_at, j.created_at, j.meta, j.concurrency_key, acked.keep_ms, acked.result
@@ -73,18 +84,11 @@ WITH done AS (
           AND j.lease_until IS NOT NULL -- running
         FOR UPDATE OF j
     ) AS j
-), deleted AS (
-    DELETE FROM hopper_jobs AS j
-    WHERE j.id = ANY (ARRAY(SELECT done.id FROM done))
-    RETURNING j.id, j.attempt
-), kept AS (
-    INSERT INTO hopper_job_history (id, queue, kind, version, payload, priority, attempt,
-                                    max_attempts, unique_key, errors, run_at, result, created_at, meta, concurrency_key, keep_until,
-                                    drop_after)
+), placed AS MATERIALIZED (
     SELECT done.id, done.queue, done.kind, done.version, done.payload, done.priority, done.attempt,
            done.max_attempts, done.unique_key, done.errors, done.run_at, done.result, done.created_at, done.meta, done.concurrency_key,
            kept.until,
-           CASE WHEN part.upper_at > kept.until AND part.upper_at - part.lower_at <= kept.keep THEN kept.until END
+           CASE WHEN part.upper_at > kept.until AND part.upper_at - part.lower_at <= kept.keep THEN kept.until END AS drop_after
     FROM done
     CROSS JOIN LATERAL (SELECT '1 millisecond'::interval * done.keep_ms AS keep,
                                now() + '1 millisecond'::interval * done.keep_ms AS until) AS kept
@@ -94,6 +98,21 @@ WITH done AS (
                        ORDER BY p.lower_at DESC
                        LIMIT 1) AS part ON true
     WHERE done.keep_ms > 0
+), kept AS (
+    INSERT INTO hopper_job_history (id, queue, kind, version, payload, priority, attempt,
+                                    max_attempts, unique_key, errors, run_at, result, created_at, meta, concurrency_key, keep_until,
+                                    drop_after)
+    SELECT placed.id, placed.queue, placed.kind, placed.version, placed.payload, placed.priority, placed.attempt,
+           placed.max_attempts, placed.unique_key, placed.errors, placed.run_at, placed.result, placed.created_at, placed.meta,
+           placed.concurrency_key, placed.until, placed.drop_after
+    FROM placed
+    RETURNING id
+), deleted AS (
+    DELETE FROM hopper_jobs AS j
+    WHERE j.id = ANY (ARRAY(SELECT done.id FROM done WHERE done.keep_ms > 0 IS NOT TRUE
+                            UNION ALL
+                            SELECT kept.id FROM kept))
+    RETURNING j.id, j.attempt
 )
 SELECT deleted.id, deleted.attempt FROM deleted;
 
