@@ -190,18 +190,22 @@ RETURNING dead.id;
 -- Pauses a queue: from this statement's commit no claim takes its jobs
 -- (Dequeue checks hopper_queues). Pausing a paused queue changes nothing;
 -- paused_at stays the time of the first pause, and was_paused says so.
-WITH before AS (
+-- before is MATERIALIZED: on Citus, where each part runs as a statement
+-- of its own, an inlined before would read the queue after the upsert;
+-- and its EXISTS selects a column, as Citus needs to read the part back.
+WITH before AS MATERIALIZED (
     SELECT q.paused_at FROM hopper_queues AS q WHERE q.name = @name::text
 ), upserted AS (
     INSERT INTO hopper_queues (name, paused_at)
     VALUES (@name::text, now())
     ON CONFLICT (name) DO UPDATE
     SET paused_at  = coalesce(hopper_queues.paused_at, excluded.paused_at),
-        updated_at = CASE WHEN hopper_queues.paused_at IS NULL THEN now() ELSE hopper_queues.updated_at END
+        -- excluded's paused_at is now(): Citus refuses a function in DO UPDATE SET.
+        updated_at = CASE WHEN hopper_queues.paused_at IS NULL THEN excluded.paused_at ELSE hopper_queues.updated_at END
     RETURNING paused_at
 )
 SELECT upserted.paused_at::timestamptz AS paused_at,
-       EXISTS (SELECT FROM before WHERE before.paused_at IS NOT NULL)::boolean AS was_paused
+       EXISTS (SELECT 1 FROM before WHERE before.paused_at IS NOT NULL)::boolean AS was_paused
 FROM upserted;
 
 -- name: ResumeQueue :one

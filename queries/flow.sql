@@ -444,14 +444,16 @@ SELECT given.kind, given.name, given.max_running
 FROM given
 WHERE given.name <> ''
 ORDER BY given.kind
-ON CONFLICT (kind) DO UPDATE SET name = excluded.name, max_running = excluded.max_running, recorded_at = now();
+-- recorded_at is excluded's, the default now(): Citus refuses a function in DO UPDATE SET.
+ON CONFLICT (kind) DO UPDATE SET name = excluded.name, max_running = excluded.max_running, recorded_at = excluded.recorded_at;
 
 -- name: SetKeyLimit :exec
 -- Sets one key's limit in a queue (hopper_key_limits): the next claim of
 -- the queue under flow control holds the key to it.
 INSERT INTO hopper_key_limits (queue, key, max_running)
 VALUES (@queue::text, @key::text, @max_running::integer)
-ON CONFLICT (queue, key) DO UPDATE SET max_running = excluded.max_running, updated_at = now();
+-- updated_at is excluded's, the default now(): Citus refuses a function in DO UPDATE SET.
+ON CONFLICT (queue, key) DO UPDATE SET max_running = excluded.max_running, updated_at = excluded.updated_at;
 
 -- name: DeleteKeyLimit :execrows
 -- Removes one key's limit: the key is limited by its kind's or queue's

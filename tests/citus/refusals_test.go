@@ -3,6 +3,7 @@ package citus
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -49,6 +50,7 @@ func TestCitusRefusals(t *testing.T) {
 	t.Run("NackBatch buries with a partition", r.nack)
 	t.Run("RetryDead and RetryWorkflow", r.retry)
 	t.Run("Cancel", r.cancel)
+	t.Run("upserts that set a time", r.upserts)
 }
 
 type refusals struct {
@@ -374,4 +376,34 @@ func (r *refusals) nodePool(t *testing.T) *pgxpool.Pool {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// upserts runs, each twice and more (its second run updates the row
+// the first wrote), the upserts whose DO UPDATE SET wrote now(), which
+// Citus refuses ("functions used in the DO UPDATE SET clause … must be
+// marked IMMUTABLE"): they write excluded's time now.
+func (r *refusals) upserts(t *testing.T) {
+	for i := range 7 {
+		paused, err := r.q.PauseQueue(r.ctx, "upserted")
+		require.NoError(t, err)
+		require.Equal(t, i > 0, paused.WasPaused)
+
+		require.NoError(t, r.q.SetKeyLimit(r.ctx, db.SetKeyLimitParams{Queue: "upserted", Key: "k", MaxRunning: int32(i + 1)}))
+		var limit int32
+		require.NoError(t, r.pool.QueryRow(r.ctx, "SELECT max_running FROM hopper_key_limits WHERE queue = 'upserted' AND key = 'k'").Scan(&limit))
+		require.Equal(t, int32(i+1), limit)
+
+		require.NoError(t, r.q.RecordSharedLimits(r.ctx, db.RecordSharedLimitsParams{Kinds: []string{"upserted"}, Names: []string{"shared"}, MaxRunning: []int32{int32(i + 1)}}))
+		require.NoError(t, r.pool.QueryRow(r.ctx, "SELECT max_running FROM hopper_shared_limits WHERE kind = 'upserted'").Scan(&limit))
+		require.Equal(t, int32(i+1), limit)
+	}
+	id := r.running(t, 1, 3, time.Minute, "")
+	for i := range 7 {
+		held, err := r.q.SetProgress(r.ctx, db.SetProgressParams{JobID: id, Attempt: 1, Progress: json.RawMessage(fmt.Sprintf(`{"n": %d}`, i))})
+		require.NoError(t, err)
+		require.True(t, held)
+	}
+	var n int
+	require.NoError(t, r.pool.QueryRow(r.ctx, "SELECT (progress ->> 'n')::integer FROM hopper_job_progress WHERE job_id = $1", id).Scan(&n))
+	require.Equal(t, 6, n, "the last progress written")
 }

@@ -440,7 +440,8 @@ WITH held AS (
 ), saved AS (
     INSERT INTO hopper_job_progress AS p (job_id, progress)
     SELECT held.id, $3::jsonb FROM held
-    ON CONFLICT (job_id) DO UPDATE SET progress = EXCLUDED.progress, updated_at = now()
+    -- updated_at is excluded's, the default now(): Citus refuses a function in DO UPDATE SET.
+    ON CONFLICT (job_id) DO UPDATE SET progress = EXCLUDED.progress, updated_at = EXCLUDED.updated_at
     RETURNING p.job_id
 )
 SELECT EXISTS (SELECT FROM saved) AS held

@@ -786,7 +786,7 @@ SELECT given.kind, given.name, given.max_running
 FROM given
 WHERE given.name <> ''
 ORDER BY given.kind
-ON CONFLICT (kind) DO UPDATE SET name = excluded.name, max_running = excluded.max_running, recorded_at = now()
+ON CONFLICT (kind) DO UPDATE SET name = excluded.name, max_running = excluded.max_running, recorded_at = excluded.recorded_at
 `
 
 type RecordSharedLimitsParams struct {
@@ -799,6 +799,7 @@ type RecordSharedLimitsParams struct {
 // (names[i], max_running[i] for kinds[i]; ” none): kinds under one are
 // written, the others' records removed, so that every worker's claims
 // count the running jobs of each kind of a limit.
+// recorded_at is excluded's, the default now(): Citus refuses a function in DO UPDATE SET.
 func (q *Queries) RecordSharedLimits(ctx context.Context, arg RecordSharedLimitsParams) error {
 	_, err := q.db.Exec(ctx, recordSharedLimits, arg.Names, arg.MaxRunning, arg.Kinds)
 	return err
@@ -807,7 +808,7 @@ func (q *Queries) RecordSharedLimits(ctx context.Context, arg RecordSharedLimits
 const setKeyLimit = `-- name: SetKeyLimit :exec
 INSERT INTO hopper_key_limits (queue, key, max_running)
 VALUES ($1::text, $2::text, $3::integer)
-ON CONFLICT (queue, key) DO UPDATE SET max_running = excluded.max_running, updated_at = now()
+ON CONFLICT (queue, key) DO UPDATE SET max_running = excluded.max_running, updated_at = excluded.updated_at
 `
 
 type SetKeyLimitParams struct {
@@ -818,6 +819,7 @@ type SetKeyLimitParams struct {
 
 // Sets one key's limit in a queue (hopper_key_limits): the next claim of
 // the queue under flow control holds the key to it.
+// updated_at is excluded's, the default now(): Citus refuses a function in DO UPDATE SET.
 func (q *Queries) SetKeyLimit(ctx context.Context, arg SetKeyLimitParams) error {
 	_, err := q.db.Exec(ctx, setKeyLimit, arg.Queue, arg.Key, arg.MaxRunning)
 	return err
