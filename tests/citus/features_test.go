@@ -490,6 +490,50 @@ func TestCitusShardFeatures(t *testing.T) {
 		expected = append(expected, 5001, 5101, 5102, 5200, 5201, 5400, 5401, 5501)
 	})
 
+	// The SQL API through the coordinator, as a producer without Go does
+	// it: the directory names the key's shard, the transaction's
+	// search_path enters it, and hopper_enqueue (a unique job, then a
+	// sequence's two jobs) runs there. A silent shard sends no NOTIFY:
+	// the worker's poll finds the jobs.
+	t.Run("SQLAPIEnqueue", func(t *testing.T) {
+		var all []int
+		for k := range names {
+			key := keyIn("sql", k)
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				var name string
+				if err := tx.QueryRow(ctx, "SELECT hopper_directory.hopper_shard_for($1)", key).Scan(&name); err != nil {
+					return err
+				}
+				if name != names[k] {
+					return fmt.Errorf("hopper_shard_for(%q) = %s, want %s", key, name, names[k])
+				}
+				if _, err := tx.Exec(ctx, "SELECT set_config('search_path', $1, true)", name); err != nil {
+					return err
+				}
+				for i, meta := range []string{`{}`, `{"hopper.sequence": "` + key + `"}`, `{"hopper.sequence": "` + key + `"}`} {
+					var id int64
+					var inserted bool
+					if err := tx.QueryRow(ctx, "SELECT id, inserted FROM hopper_enqueue(kind => $1, payload => $2::jsonb, unique_key => $3, meta => $4::jsonb)",
+						feature.Name(), fmt.Sprintf(`{"n": %d}`, 9000+k*10+i), fmt.Sprintf("%s/%d", key, i), meta).Scan(&id, &inserted); err != nil {
+						return fmt.Errorf("hopper_enqueue in %s: %w", name, err)
+					}
+					if !inserted || set.ShardOfID(id) != name {
+						return fmt.Errorf("job %d (inserted %v) is not in %s", id, inserted, name)
+					}
+					all = append(all, 9000+k*10+i)
+				}
+				return nil
+			})
+			require.NoError(t, err)
+		}
+		expected = append(expected, all...)
+		waitRan("the jobs enqueued by SQL", all...)
+		for k := range names {
+			key := keyIn("sql", k)
+			require.Equal(t, []int{9000 + k*10 + 1, 9000 + k*10 + 2}, runs.orderOf(key), "the sequence enqueued by SQL in order")
+		}
+	})
+
 	t.Run("NoneLost", func(t *testing.T) {
 		testdb.WaitDrained(t, "every shard drained", func() int64 {
 			var live int64
