@@ -118,11 +118,12 @@ SET state        = CASE WHEN given.emitted THEN 'pending' ELSE 'scheduled' END,
     lease_owner  = NULL,
     lease_until  = NULL,
     max_attempts = j.max_attempts + 1,
-    -- uncharged, counted as a snooze is (NackBatch)
+    -- uncharged, counted as a snooze is (NackBatch); jsonb_object, which
+    -- is immutable: Citus refuses jsonb_build_object (stable) in a CASE
     meta         = CASE WHEN octet_length(coalesce(j.meta, '{}'::jsonb)::text) <= 8664
-                        THEN coalesce(j.meta, '{}'::jsonb) || jsonb_build_object('hopper.uncharged',
+                        THEN coalesce(j.meta, '{}'::jsonb) || jsonb_object(ARRAY['hopper.uncharged',
                              (CASE WHEN j.meta ->> 'hopper.uncharged' ~ '^[0-9]{1,9}$'
-                                   THEN (j.meta ->> 'hopper.uncharged')::integer ELSE 0 END + 1)::text)
+                                   THEN (j.meta ->> 'hopper.uncharged')::integer ELSE 0 END + 1)::text])
                         ELSE j.meta END
 FROM given
 WHERE j.id = ANY (ARRAY[given.id])

@@ -24,7 +24,10 @@ import (
 )
 
 // feature is the job of TestCitusShardFeatures: its payload's N names it.
-var feature = jobs.MustDefine[bed.Chore]("citus_feature")
+var (
+	feature = jobs.MustDefine[bed.Chore]("citus_feature")
+	awaiter = jobs.MustDefine[bed.Chore]("citus_awaiter")
+)
 
 // featureRuns records the runs of the feature jobs, safe for handlers:
 // when each run started, when each successful run ended, and, per
@@ -162,6 +165,17 @@ func TestCitusShardFeatures(t *testing.T) {
 	w := newWorkerOn(t, wpool, names, worker.Config{ID: "features", Queues: map[string]int{jobs.DefaultQueue: 8},
 		PollInterval: 2 * time.Second, OnOutcome: []worker.OutcomeHook{runs.outcome}})
 	require.NoError(t, shard.Handle(w, feature, runs.handle))
+	// An awaiter waits for an event (a durable wait) and hands on what it
+	// received.
+	received := make(chan [2]int, 16)
+	require.NoError(t, shard.Handle(w, awaiter, func(ctx context.Context, j *jobs.Job[bed.Chore]) error {
+		v, err := worker.AwaitEvent[int](ctx, j, "citus-event", time.Hour)
+		if err != nil {
+			return err
+		}
+		received <- [2]int{j.Payload.N, v}
+		return nil
+	}))
 	stop := start(t, ctx, w)
 	defer func() { require.NoError(t, stop()) }()
 	var expected []int // every job that must succeed once
@@ -532,6 +546,52 @@ func TestCitusShardFeatures(t *testing.T) {
 			key := keyIn("sql", k)
 			require.Equal(t, []int{9000 + k*10 + 1, 9000 + k*10 + 2}, runs.orderOf(key), "the sequence enqueued by SQL in order")
 		}
+	})
+
+	// An event emitted by the Set reaches the jobs waiting for it in every
+	// shard, in one transaction; one rolled back reaches none.
+	t.Run("EventsAcrossShards", func(t *testing.T) {
+		ids := make([]int64, len(names))
+		for k := range names {
+			res, err := shard.EnqueueRouted(ctx, set, pool, keyIn("await", k), awaiter, bed.Chore{N: 9500 + k})
+			require.NoError(t, err)
+			require.Equal(t, names[k], set.ShardOfID(res.ID))
+			ids[k] = res.ID
+		}
+		testdb.WaitFor(t, "every awaiter waiting", func() bool {
+			for _, id := range ids {
+				if row, err := set.GetJob(ctx, id); err != nil || row.State != jobs.StateScheduled {
+					return false
+				}
+			}
+			return true
+		})
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		woken, err := set.EmitEventTx(ctx, tx, "citus-event", 41)
+		require.NoError(t, err)
+		require.Equal(t, len(names), woken, "one waiting job in each shard")
+		require.NoError(t, tx.Rollback(ctx))
+		for _, id := range ids {
+			row, err := set.GetJob(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, jobs.StateScheduled, row.State, "a rolled-back event wakes no job")
+		}
+		emitted := time.Now()
+		woken, err = set.EmitEvent(ctx, "citus-event", 42)
+		require.NoError(t, err)
+		require.Equal(t, len(names), woken)
+		got := map[int]int{}
+		for range names {
+			r := <-received
+			got[r[0]] = r[1]
+		}
+		t.Logf("figure: an event emitted by the Set reached the waiting jobs of %d shards in %v", len(names), time.Since(emitted).Round(time.Millisecond))
+		for k := range names {
+			require.Equal(t, 42, got[9500+k], "the awaiter of %s received the event", names[k])
+		}
+		_, err = set.EmitEvent(ctx, "", 1)
+		require.ErrorIs(t, err, hopper.ErrInvalidEvent)
 	})
 
 	t.Run("NoneLost", func(t *testing.T) {
