@@ -69,6 +69,10 @@ func TestMigrationRetriesProperty(t *testing.T) {
 		hold := func() {
 			tx, err := d.Pool.Begin(ctx)
 			require.NoError(t, err)
+			// Rolled back on every way out, a failure's too: the pool's
+			// Close, a cleanup, waits for this connection, and would hang
+			// the test binary until its timeout instead of reporting.
+			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 			_, err = tx.Exec(ctx, "LOCK TABLE "+newestLocks+" IN ROW EXCLUSIVE MODE")
 			require.NoError(t, err)
 			base := make([]int, racers)
